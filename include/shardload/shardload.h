@@ -1,0 +1,283 @@
+/*
+ * shardload.h — the public API of libshardload.
+ *
+ * shardload loads the weights of a Hugging Face safetensors checkpoint into the memory of every
+ * rank of an MPI job, so that each rank holds exactly its tensor-parallel slices and experts and
+ * every checkpoint byte is read from storage once, cluster-wide.
+ *
+ * Organisation of this header:
+ *   1. status codes (one X-macro table: enum, names and messages are generated from it)
+ *   2. logging
+ *   3. configuration (a key/value builder validated up front)
+ *   4. the loader (collective: create, download, bind, load, walk the parameter table, report)
+ *   5. dry-run planning for any world size (no MPI)
+ *   6. model inspection (no MPI)
+ *   7. Hub download without loading (no MPI)
+ *
+ * Conventions: every function returns an sl_status; out-parameters come last; every create has a
+ * destroy and destroy(NULL) is a no-op. Functions marked COLLECTIVE must be called by every rank
+ * of the loader's communicator, in the same order. No function calls MPI_Init, exit or abort.
+ * Handles are not thread-safe: use one handle from one thread at a time.
+ */
+#ifndef SHARDLOAD_SHARDLOAD_H
+#define SHARDLOAD_SHARDLOAD_H
+
+#include <mpi.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SL_VERSION_MAJOR 0
+#define SL_VERSION_MINOR 1
+#define SL_VERSION_PATCH 0
+#define SL_VERSION_STRING "0.1.0"
+
+/* ---------------------------------------------------------------------------------------------
+ * 1. Status codes. Append-only: a value never changes meaning. X(NAME, "message").
+ * ------------------------------------------------------------------------------------------- */
+#define SL_STATUS_MAP(X)                                                                         \
+  X(OK, "success")                                                                               \
+  X(INTERNAL, "internal error")                                                                  \
+  X(INVALID_ARGUMENT, "invalid argument")                                                        \
+  X(CONFIG, "invalid configuration")                                                             \
+  X(NOMEM, "out of memory")                                                                      \
+  X(IO, "input/output error")                                                                    \
+  X(NOT_FOUND, "not found")                                                                      \
+  X(UNSUPPORTED, "not supported")                                                                \
+  X(ST_HEADER_TOO_SMALL, "safetensors file too small for a header")                             \
+  X(ST_HEADER_TOO_LARGE, "safetensors header length too large")                                 \
+  X(ST_HEADER_LENGTH, "safetensors header length exceeds the file")                             \
+  X(ST_HEADER_UTF8, "safetensors header is not valid UTF-8")                                    \
+  X(ST_HEADER_JSON, "safetensors header is not valid")                                          \
+  X(ST_INVALID_OFFSET, "safetensors tensor has invalid data offsets")                           \
+  X(ST_OVERFLOW, "safetensors tensor size overflows")                                           \
+  X(ST_MISALIGNED, "safetensors tensor does not end on a byte boundary")                        \
+  X(ST_TENSOR_INFO, "safetensors tensor shape and offsets disagree")                            \
+  X(ST_INCOMPLETE, "safetensors data section does not match the file size")                     \
+  X(INDEX, "invalid safetensors index file")                                                     \
+  X(NO_WEIGHTS, "cannot find any model weights")                                                 \
+  X(DUPLICATE_TENSOR, "duplicate tensor name")                                                   \
+  X(PICKLE, "pickle checkpoints are not supported")                                              \
+  X(MODEL_CONFIG, "invalid model config.json")                                                   \
+  X(ARCH, "architecture spec error")                                                             \
+  X(SHAPE, "tensor shape mismatch")                                                              \
+  X(DIVISIBILITY, "size not divisible by the parallel layout")                                   \
+  X(LAYOUT, "invalid parallel layout")                                                           \
+  X(QUANTIZATION, "unsupported quantization")                                                    \
+  X(MISSING_WEIGHTS, "weights not initialized from checkpoint")                                  \
+  X(UNEXPECTED_WEIGHTS, "checkpoint tensors consumed by no rank")                                \
+  X(MPI, "MPI error")                                                                            \
+  X(PEER_FAILED, "another rank failed")                                                          \
+  X(CUDA, "CUDA error")                                                                          \
+  X(NO_DEVICE, "no CUDA device available")                                                       \
+  X(NCCL, "NCCL error")                                                                          \
+  X(HUB_REVISION_NOT_FOUND, "revision not found on the Hub")                                     \
+  X(HUB_ENTRY_NOT_FOUND, "file not found in the repository")                                     \
+  X(HUB_GATED, "gated repository")                                                               \
+  X(HUB_DISABLED, "access to the repository is disabled")                                        \
+  X(HUB_REPO_NOT_FOUND, "repository not found")                                                  \
+  X(HUB_BAD_TOKEN, "invalid Hub token")                                                          \
+  X(HUB_FORBIDDEN, "forbidden by the Hub")                                                       \
+  X(HUB_NOT_FOUND, "not found on the Hub")                                                       \
+  X(HUB_BAD_REQUEST, "bad request to the Hub")                                                   \
+  X(HUB_HTTP, "HTTP error from the Hub")                                                         \
+  X(HUB_NETWORK, "network error")                                                                \
+  X(HUB_TLS, "TLS error")                                                                        \
+  X(HUB_PROXY, "proxy error")                                                                    \
+  X(HUB_OFFLINE, "not in the cache and offline mode is on")                                      \
+  X(HUB_CHECKSUM, "downloaded file failed its checksum")                                         \
+  X(HUB_SIZE, "downloaded file has the wrong size")                                              \
+  X(HUB_METADATA, "unexpected reply from the Hub")                                               \
+  X(HUB_INVALID_NAME, "invalid repository id, revision or path")                                 \
+  X(HUB_CACHE, "Hub cache error")
+
+typedef enum sl_status {
+#define SL__STATUS_ENUM(name, msg) SL_STATUS_##name,
+  SL_STATUS_MAP(SL__STATUS_ENUM)
+#undef SL__STATUS_ENUM
+      SL_STATUS_COUNT
+} sl_status;
+
+/* "SL_STATUS_IO" → "IO"; unknown values → "UNKNOWN". Static strings. */
+const char *sl_status_name(sl_status status);
+/* A one-line generic description of the status (the handle's message has the details). */
+const char *sl_status_message(sl_status status);
+
+/* ---------------------------------------------------------------------------------------------
+ * 2. Logging. Levels come from the environment variable SHARDLOAD_LOG (error, warn, info, debug;
+ * default warn). Lines go to stderr, prefixed with the rank, unless a callback is set.
+ * ------------------------------------------------------------------------------------------- */
+typedef enum sl_log_level {
+  SL_LOG_ERROR = 0,
+  SL_LOG_WARN = 1,
+  SL_LOG_INFO = 2,
+  SL_LOG_DEBUG = 3
+} sl_log_level;
+
+typedef void (*sl_log_fn)(sl_log_level level, int rank, const char *line, void *user);
+
+/* Process-wide; not thread-safe with respect to concurrent logging. NULL restores stderr. */
+void sl_log_set_callback(sl_log_fn fn, void *user);
+void sl_log_set_level(sl_log_level level);
+
+/* ---------------------------------------------------------------------------------------------
+ * 3. Configuration: string keys and values, validated when set (the message names the key and
+ * what it accepts) and again as a whole when a loader is created. Keys are listed in the README
+ * ("Configuration keys"); the CLI flags map onto them one to one.
+ * ------------------------------------------------------------------------------------------- */
+typedef struct sl_config sl_config;
+
+sl_status sl_config_create(sl_config **out);
+void sl_config_destroy(sl_config *config);
+/* Copies key and value. An unknown key or a malformed value is an error; the config is unchanged. */
+sl_status sl_config_set(sl_config *config, const char *key, const char *value);
+/* The value last set for key, or NULL (the default applies). Valid until the next set/destroy. */
+const char *sl_config_get(const sl_config *config, const char *key);
+/* The message of the last failure of a call that took this config (sl_config_set,
+ * sl_loader_create, sl_dryrun_create, sl_hub_download); "" when none. */
+const char *sl_config_error(const sl_config *config);
+
+/* ---------------------------------------------------------------------------------------------
+ * 4. The loader.
+ * ------------------------------------------------------------------------------------------- */
+typedef struct sl_loader sl_loader;
+
+#define SL_MAX_DIMS 8
+
+/* One entry of the table of local parameters. Owned by the loader; valid until destroy. */
+typedef struct sl_param {
+  const char *name;                   /* vLLM parameter name (layout vllm) or checkpoint name */
+  const char *dtype;                  /* safetensors dtype name: "BF16", "F8_E4M3", ... */
+  uint32_t dtype_bits;                /* bits per element */
+  uint32_t ndim;                      /* number of dimensions (0 = scalar) */
+  uint64_t global_shape[SL_MAX_DIMS]; /* unsharded shape (padded vocabulary included) */
+  uint64_t local_shape[SL_MAX_DIMS];  /* shape of this rank's tensor */
+  const char *shard;                  /* human description, e.g. "column dim 0 [256, 512) of 1024" */
+  void *data;                         /* host or device pointer (see device) to local bytes */
+  uint64_t nbytes;                    /* bytes of the local tensor */
+  int device;                         /* -1 host memory, else the CUDA device ordinal */
+  const char *alias_of;               /* non-NULL when data is shared with another entry */
+} sl_param;
+
+/* COLLECTIVE. Validates the config (every rank), checks the world size against tp*pp*dp. On
+ * failure *out is NULL and sl_config_error(config) holds the message. The communicator is
+ * duplicated; the caller keeps ownership of comm. */
+sl_status sl_loader_create(sl_config *config, MPI_Comm comm, sl_loader **out);
+/* COLLECTIVE. Frees every buffer the loader allocated (bound buffers stay the caller's). */
+void sl_loader_destroy(sl_loader *loader);
+/* Message of the last failure on this rank ("another rank failed: ..." when a peer failed). */
+const char *sl_loader_error(const sl_loader *loader);
+
+/* Optional, before sl_loader_load with device=cuda: use this CUDA device, stream (cudaStream_t)
+ * and NCCL communicator (ncclComm_t, spanning the loader's communicator in the same rank order)
+ * instead of creating them. Pass -1 / NULL to keep the default. Not collective. */
+sl_status sl_loader_set_cuda(sl_loader *loader, int device, void *cuda_stream, void *nccl_comm);
+
+/* COLLECTIVE. Rank 0 resolves the model argument (local folder, or Hub repository downloaded into
+ * the cache) and builds the catalog; every rank receives it. Called by sl_loader_load if needed. */
+sl_status sl_loader_download(sl_loader *loader);
+
+/* Planning is done by sl_loader_load; this runs it early (COLLECTIVE: needs the catalog) so that
+ * the caller can walk the planned table, bind its own buffers, then load. */
+sl_status sl_loader_plan(sl_loader *loader);
+
+/* After sl_loader_plan, before sl_loader_load: the loader writes the parameter named name into
+ * the caller's buffer (host pointer, or device pointer with device=cuda) of exactly nbytes
+ * bytes. The buffer stays owned by the caller. Not collective. */
+sl_status sl_loader_bind(sl_loader *loader, const char *name, void *data, uint64_t nbytes);
+
+/* COLLECTIVE. Reads this rank's byte ranges, broadcasts shared ranges, checks missing and
+ * unexpected weights across ranks. On return every rank has the same status. */
+sl_status sl_loader_load(sl_loader *loader);
+
+/* The table of local parameters (after sl_loader_plan or sl_loader_load). */
+size_t sl_loader_param_count(const sl_loader *loader);
+const sl_param *sl_loader_param(const sl_loader *loader, size_t index);
+/* NULL when this rank holds no parameter of that name. */
+const sl_param *sl_loader_find(const sl_loader *loader, const char *name);
+
+/* COLLECTIVE. Writes each rank's local parameters as
+ * DIR/model-rank-{rank}-part-{part}.safetensors and, on rank 0, copies the non-weight files. */
+sl_status sl_loader_save_sharded(sl_loader *loader, const char *dir);
+
+/* The JSON report (rank 0 holds the cluster-wide figures; other ranks their own). The string is
+ * owned by the loader and valid until the next call on it. NULL before sl_loader_load. */
+const char *sl_loader_report_json(sl_loader *loader);
+/* A short human summary (rank 0: cluster-wide). Same ownership as the report. */
+const char *sl_loader_summary(sl_loader *loader);
+
+/* ---------------------------------------------------------------------------------------------
+ * 5. Dry-run planning: the plan of every rank of a world of any size, from the headers alone.
+ * No MPI, no tensor data read. The config's tp*pp*dp must equal world_size.
+ * ------------------------------------------------------------------------------------------- */
+typedef struct sl_dryrun sl_dryrun;
+
+typedef struct sl_rank_stats {
+  uint64_t bytes_needed;    /* bytes of the rank's local parameters (zero padding excluded) */
+  uint64_t bytes_read;      /* bytes this rank reads from storage (covering bytes included) */
+  uint64_t bytes_covering;  /* extra bytes read only to cover gaps between coalesced ranges */
+  uint64_t bytes_received;  /* bytes that arrive by broadcast from other ranks */
+  uint64_t bytes_sent;      /* bytes this rank broadcasts (counted once per broadcast) */
+  uint64_t bytes_local;     /* bytes of the local table (padding included) */
+  uint32_t files_opened;    /* files this rank reads from */
+  uint32_t params;          /* entries in the local table */
+  uint32_t experts_local;   /* local experts per MoE layer (0 for dense models) */
+} sl_rank_stats;
+
+/* On failure *out is NULL and sl_config_error(config) holds the message. */
+sl_status sl_dryrun_create(sl_config *config, int world_size, sl_dryrun **out);
+void sl_dryrun_destroy(sl_dryrun *dryrun);
+int sl_dryrun_world_size(const sl_dryrun *dryrun);
+sl_status sl_dryrun_rank_stats(const sl_dryrun *dryrun, int rank, sl_rank_stats *out);
+/* JSON summary (per-rank figures, amplification, predicted time). Owned by the handle. */
+const char *sl_dryrun_json(sl_dryrun *dryrun);
+/* Human summary table. Owned by the handle. */
+const char *sl_dryrun_summary(sl_dryrun *dryrun);
+
+/* ---------------------------------------------------------------------------------------------
+ * 6. Inspection of a safetensors file or a model folder (no MPI).
+ * ------------------------------------------------------------------------------------------- */
+typedef struct sl_model sl_model;
+
+typedef struct sl_tensor_info {
+  const char *name;
+  const char *dtype;
+  uint32_t ndim;
+  uint64_t shape[SL_MAX_DIMS];
+  uint64_t nbytes;
+  uint64_t offset; /* absolute byte offset in its file */
+  size_t file;     /* index into the file list */
+} sl_tensor_info;
+
+/* path: a .safetensors file or a model folder (file selection per the config's load_format).
+ * config may be NULL (defaults). On failure *out is NULL and *error (if non-NULL) receives a
+ * message the caller frees with free(). */
+sl_status sl_model_open(const char *path, const sl_config *config, sl_model **out, char **error);
+void sl_model_close(sl_model *model);
+size_t sl_model_file_count(const sl_model *model);
+const char *sl_model_file_path(const sl_model *model, size_t index);
+uint64_t sl_model_file_size(const sl_model *model, size_t index);
+size_t sl_model_tensor_count(const sl_model *model);
+sl_status sl_model_tensor(const sl_model *model, size_t index, sl_tensor_info *out);
+/* The model folder's config.json text, or NULL when absent. */
+const char *sl_model_config_json(const sl_model *model);
+/* Non-fatal findings (index entries naming absent tensors...), one per line; "" when none. */
+const char *sl_model_warnings(const sl_model *model);
+
+/* ---------------------------------------------------------------------------------------------
+ * 7. Hub download without loading. Fills the Hugging Face cache with what a load of the config's
+ * "model" (a repository id) needs, plus the files matching "include" and, with download_all,
+ * every other top-level non-weight file. No MPI. *snapshot_dir (freed by the caller with free())
+ * receives the snapshot folder; on failure the message is in sl_config_error(config).
+ * ------------------------------------------------------------------------------------------- */
+sl_status sl_hub_download(sl_config *config, char **snapshot_dir);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SHARDLOAD_SHARDLOAD_H */
