@@ -69,7 +69,7 @@ static bool lookup(void *ctx, const char *name, sl__val *out, sl__err *err) {
     return true;
   }
   for (size_t i = 0; i < e->spec->n_layer_vars; i++) {
-    if (strcmp(e->spec->layer_vars[i].name, name) == 0) {
+    if (strcmp(e->spec->layer_vars[i].name, name) == 0 && e->lvar_state[i] != 1) {
       if (!e->in_layer) {
         sl__err_set(err, SL_STATUS_ARCH, "spec %s: layer variable '%s' used outside a layer parameter", e->spec->path,
                     name);
@@ -79,7 +79,9 @@ static bool lookup(void *ctx, const char *name, sl__val *out, sl__err *err) {
     }
   }
   for (size_t i = 0; i < e->spec->n_vars; i++) {
-    if (strcmp(e->spec->vars[i].name, name) == 0)
+    /* Inside its own definition a var's name means the config.json field it shadows
+     * ("mlp_bias": "default(mlp_bias, false)"). */
+    if (strcmp(e->spec->vars[i].name, name) == 0 && e->var_state[i] != 1)
       return eval_named(e, &e->spec->vars[i], &e->vars[i], &e->var_state[i], out, err);
   }
   /* A config.json field, possibly dotted. */

@@ -125,8 +125,11 @@ static bool print_json(sl__buf *b, const wr_entry *entries, size_t n, const sl__
       ok = ok && sl__buf_putc(b, ',');
     ok = ok && sl__buf_json_str(b, t->name);
     ok = ok && sl__buf_appendf(b, ":{\"dtype\":\"%s\",\"shape\":[", sl__dtype_name(t->dtype));
-    for (uint32_t d = 0; d < t->ndim; d++)
-      ok = ok && sl__buf_appendf(b, d > 0 ? ",%" PRIu64 : "%" PRIu64, t->shape[d]);
+    for (uint32_t d = 0; d < t->ndim; d++) {
+      if (d > 0)
+        ok = ok && sl__buf_putc(b, ',');
+      ok = ok && sl__buf_appendf(b, "%" PRIu64, t->shape[d]);
+    }
     ok = ok && sl__buf_appendf(b, "],\"data_offsets\":[%" PRIu64 ",%" PRIu64 "]}", begin, begin + t->nbytes);
     begin += t->nbytes;
   }

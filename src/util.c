@@ -84,7 +84,16 @@ bool sl__buf_appendf(sl__buf *b, const char *fmt, ...) {
 
 bool sl__buf_json_str(sl__buf *b, const char *s) {
   bool ok = sl__buf_putc(b, '"');
-  for (const unsigned char *p = (const unsigned char *)s; *p != '\0'; p++) {
+  const unsigned char *p = (const unsigned char *)s;
+  while (*p != '\0') {
+    /* Append runs that need no escaping in one go. */
+    const unsigned char *run = p;
+    while (*p >= 0x20 && *p != '"' && *p != '\\')
+      p++;
+    if (p > run)
+      ok = ok && sl__buf_append(b, run, (size_t)(p - run));
+    if (*p == '\0')
+      break;
     switch (*p) {
     case '"': ok = ok && sl__buf_append(b, "\\\"", 2); break;
     case '\\': ok = ok && sl__buf_append(b, "\\\\", 2); break;
@@ -93,12 +102,9 @@ bool sl__buf_json_str(sl__buf *b, const char *s) {
     case '\n': ok = ok && sl__buf_append(b, "\\n", 2); break;
     case '\r': ok = ok && sl__buf_append(b, "\\r", 2); break;
     case '\t': ok = ok && sl__buf_append(b, "\\t", 2); break;
-    default:
-      if (*p < 0x20)
-        ok = ok && sl__buf_appendf(b, "\\u%04x", *p);
-      else
-        ok = ok && sl__buf_putc(b, (char)*p);
+    default: ok = ok && sl__buf_appendf(b, "\\u%04x", *p); break;
     }
+    p++;
   }
   return sl__buf_putc(b, '"') && ok;
 }

@@ -223,6 +223,7 @@ typedef struct sl_rank_stats {
   uint64_t bytes_received;  /* bytes that arrive by broadcast from other ranks */
   uint64_t bytes_sent;      /* bytes this rank broadcasts (counted once per broadcast) */
   uint64_t bytes_local;     /* bytes of the local table (padding included) */
+  uint64_t bytes_naive;     /* what reading every touched tensor whole would cost this rank */
   uint32_t files_opened;    /* files this rank reads from */
   uint32_t params;          /* entries in the local table */
   uint32_t experts_local;   /* local experts per MoE layer (0 for dense models) */

@@ -344,7 +344,8 @@ def check_fixture(folder, name, full_check=()):
               "%s: tensor %s is %r, expected %s %r"
               % (name, tname, got and (got[1], got[2]), dtype, shape))
     total_files = sum(os.path.getsize(os.path.join(folder, f)) for f in os.listdir(folder))
-    check(total_files < 1000000, "%s: %d bytes, tiny fixtures stay under 1 MB" % (name, total_files))
+    check(total_files < 1000000,
+          "%s: %d bytes, tiny fixtures stay under 1 MB" % (name, total_files))
     for tname, (fname, dtype, shape, begin, end) in tensors.items():
         check_values(os.path.join(folder, fname), tname, begin, end - begin,
                      full=tname in full_check)

@@ -1,0 +1,52 @@
+/*
+ * options.h — the loader's options, read from a validated sl_config and checked as a whole
+ * (combinations, extra config, pipeline partition syntax) so that every rank rejects a bad
+ * configuration up front with the same message.
+ */
+#ifndef SL_OPTIONS_H
+#define SL_OPTIONS_H
+
+#include "extra_config.h"
+#include "layout.h"
+#include "model.h"
+#include "select.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef enum sl__device { SL_DEVICE_CPU = 0, SL_DEVICE_CUDA } sl__device;
+typedef enum sl__strategy { SL_STRATEGY_AUTO = 0, SL_STRATEGY_DIRECT, SL_STRATEGY_IO_URING } sl__strategy;
+
+typedef struct sl__opts {
+  const char *model;              /* strings point into the config */
+  uint32_t tp, pp, dp;
+  bool enable_ep;
+  sl__placement placement;
+  bool eplb;
+  uint64_t redundant;
+  sl__layout_kind layout;
+  sl__device device;
+  int cuda_device;                /* -1: node-local rank */
+  const char *pp_partition;       /* config, else VLLM_PP_LAYER_PARTITION, else NULL */
+  sl__format format;
+  const char *arch;               /* "auto" or a spec file */
+  sl__extra_config extra;         /* num_threads, multithread, weights_track (strictness) */
+  sl__strategy strategy;
+  uint64_t staging_bytes;
+  uint64_t read_chunk;
+  uint64_t coalesce_gap;
+  uint64_t bucket_bytes;
+  const char *save_dir;
+  uint64_t save_max_part;
+  const char *report;
+  bool quiet;
+  double storage_gbps, network_gbps;
+  uint32_t ranks_per_node;
+} sl__opts;
+
+sl_status sl__opts_from_config(const sl_config *cfg, sl__opts *o, sl__err *err);
+const char *sl__strategy_name(sl__strategy s);
+/* The pipeline split (explicit partition or vLLM's automatic one): pp + 1 boundaries, caller frees. */
+sl_status sl__pp_starts(const sl__opts *o, uint32_t layers, uint32_t **out, sl__err *err);
+
+#endif
