@@ -279,6 +279,22 @@ void sl__config_free_list(char **list) {
   free(list);
 }
 
+sl_config *sl__config_clone(const sl_config *cfg) {
+  sl_config *c = calloc(1, sizeof *c);
+  if (c == NULL || cfg == NULL)
+    return c;
+  for (size_t i = 0; i < N_KEYS; i++) {
+    if (cfg->values[i] == NULL)
+      continue;
+    c->values[i] = sl__strdup(cfg->values[i]);
+    if (c->values[i] == NULL) {
+      sl_config_destroy(c);
+      return NULL;
+    }
+  }
+  return c;
+}
+
 const char *sl__config_help(void) {
   static char help[8192];
   if (help[0] != '\0')

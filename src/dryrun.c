@@ -118,7 +118,8 @@ const char *sl_dryrun_json(sl_dryrun *d) {
     return NULL;
   if (d->json.len == 0) {
     header_json(d, &d->json);
-    sl__figures_json(&d->json, &d->fig, d->sched.stats);
+    sl__figures_json(&d->json, &d->fig);
+    sl__figures_ranks_json(&d->json, d->sched.stats, d->world);
     sl__buf_appendf(&d->json, "}\n");
   }
   return d->json.failed ? NULL : sl__buf_str(&d->json);

@@ -79,20 +79,24 @@ static void rank_json(sl__buf *b, uint32_t r, const sl_rank_stats *s) {
                   (unsigned long long)s->bytes_naive, s->files_opened, s->params, s->experts_local);
 }
 
-void sl__figures_json(sl__buf *b, const sl__figures *f, const sl_rank_stats *stats) {
+void sl__figures_json(sl__buf *b, const sl__figures *f) {
   sl__buf_appendf(b,
                   "\"world\":%u,\"bytes_unique\":%llu,\"bytes_needed\":%llu,\"bytes_read\":%llu,"
                   "\"bytes_covering\":%llu,\"bytes_broadcast\":%llu,\"bytes_naive\":%llu,"
                   "\"read_amplification\":%.4f,\"read_amplification_with_covering\":%.4f,"
                   "\"naive_read_amplification\":%.4f,\"largest_rank\":%u,\"smallest_rank\":%u,"
                   "\"model\":{\"storage_gbps_per_node\":%g,\"network_gbps_per_node\":%g,\"ranks_per_node\":%u,"
-                  "\"predicted_seconds\":%.3f,\"predicted_naive_seconds\":%.3f},\"ranks\":[",
+                  "\"predicted_seconds\":%.3f,\"predicted_naive_seconds\":%.3f},",
                   f->world, (unsigned long long)f->unique, (unsigned long long)f->needed,
                   (unsigned long long)f->read, (unsigned long long)f->covering, (unsigned long long)f->received,
                   (unsigned long long)f->naive, f->amplification, f->amplification_covering, f->naive_amplification,
                   f->largest, f->smallest, f->storage_gbps, f->network_gbps, f->ranks_per_node, f->predicted_s,
                   f->predicted_naive_s);
-  for (uint32_t r = 0; r < f->world; r++) {
+}
+
+void sl__figures_ranks_json(sl__buf *b, const sl_rank_stats *stats, uint32_t world) {
+  sl__buf_appendf(b, "\"ranks\":[");
+  for (uint32_t r = 0; r < world; r++) {
     if (r > 0)
       sl__buf_putc(b, ',');
     rank_json(b, r, &stats[r]);

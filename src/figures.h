@@ -30,8 +30,10 @@ typedef struct sl__figures {
 
 void sl__figures_compute(const sl_rank_stats *stats, uint32_t world, uint64_t unique, double storage_gbps,
                          double network_gbps, uint32_t ranks_per_node, sl__figures *out);
-/* "key": value members (no braces) of the cluster figures, then "ranks": [...]. */
-void sl__figures_json(sl__buf *b, const sl__figures *f, const sl_rank_stats *stats);
+/* "key": value members of the cluster figures, each followed by a comma (no braces). */
+void sl__figures_json(sl__buf *b, const sl__figures *f);
+/* "ranks": [...] of per-rank statistics. */
+void sl__figures_ranks_json(sl__buf *b, const sl_rank_stats *stats, uint32_t world);
 /* A human table; per-rank rows when world ≤ max_rows, else the largest and smallest ranks. */
 void sl__figures_table(sl__buf *b, const sl__figures *f, const sl_rank_stats *stats, uint32_t max_rows);
 /* "1.23 GiB" style. */

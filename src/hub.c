@@ -70,21 +70,21 @@ void sl__hub_result_free(sl__hub_result *r) {
  * ------------------------------------------------------------------------------------------- */
 
 typedef struct job {
-  char *path;                       /* repository path */
-  bool optional;                    /* EntryNotFound leaves a .no_exist marker instead of failing */
-  bool absent;                      /* it was optional and the Hub does not have it */
+  char *path;    /* repository path */
+  bool optional; /* EntryNotFound leaves a .no_exist marker instead of failing */
+  bool absent;   /* it was optional and the Hub does not have it */
 } job;
 
 typedef struct progress {
-  bool enabled;                     /* stderr is a TTY and not quiet */
-  bool drawn;                       /* a line was printed (needs a final newline) */
+  bool enabled; /* stderr is a TTY and not quiet */
+  bool drawn;   /* a line was printed (needs a final newline) */
   double start;
   double last_draw;
-  uint64_t bytes;                   /* network bytes received in this call */
-  uint64_t total;                   /* expected bytes of the files whose HEAD is known */
+  uint64_t bytes; /* network bytes received in this call */
+  uint64_t total; /* expected bytes of the files whose HEAD is known */
   uint32_t files_done;
   uint32_t files_total;
-  char current[96];                 /* file of the last update */
+  char current[96]; /* file of the last update */
   uint64_t current_done;
   uint64_t current_size;
 } progress;
@@ -95,13 +95,13 @@ typedef struct hub_run {
   const sl__hub_opts *opts;
   sl__hub_env env;
   sl__http http;
-  char *repo_dir;                   /* <cache>/models--ns--name */
-  char *lock_dir;                   /* <cache>/.locks/models--ns--name */
-  char *snapshot_dir;               /* <repo_dir>/snapshots/<commit> */
+  char *repo_dir;     /* <cache>/models--ns--name */
+  char *lock_dir;     /* <cache>/.locks/models--ns--name */
+  char *snapshot_dir; /* <repo_dir>/snapshots/<commit> */
   char commit[41];
-  atomic_int cancel;                /* set by the first failing worker */
-  pthread_mutex_t mu;               /* guards everything below */
-  sl__err err;                      /* first failure of a worker */
+  atomic_int cancel;  /* set by the first failing worker */
+  pthread_mutex_t mu; /* guards everything below */
+  sl__err err;        /* first failure of a worker */
   job *jobs;
   size_t n_jobs;
   size_t next_job;
@@ -148,8 +148,8 @@ static void progress_draw(progress *p, bool force) {
   char eta[32] = "";
   if (rate > 0 && p->total > p->bytes)
     snprintf(eta, sizeof eta, " ETA %.0f s", (double)(p->total - p->bytes) / rate);
-  fprintf(stderr, "\r[%u/%u files] %s %s/%s | total %s/%s %s/s%s\033[K", p->files_done, p->files_total, p->current,
-          cur, size, all, total, speed, eta);
+  fprintf(stderr, "\r[%u/%u files] %s %s/%s | total %s/%s %s/s%s\033[K", p->files_done, p->files_total,
+          p->current, cur, size, all, total, speed, eta);
   fflush(stderr);
   p->drawn = true;
 }
@@ -167,11 +167,11 @@ static void progress_end(progress *p) {
 
 typedef struct file_dl {
   hub_run *run;
-  const char *path;                 /* repository path (messages, progress) */
-  uint64_t size;                    /* expected bytes */
-  bool git;                         /* etag is a git blob id (sha1) */
-  EVP_MD_CTX *md;                   /* running hash of the single stream, or NULL */
-  uint64_t done;                    /* bytes of the file present so far */
+  const char *path; /* repository path (messages, progress) */
+  uint64_t size;    /* expected bytes */
+  bool git;         /* etag is a git blob id (sha1) */
+  EVP_MD_CTX *md;   /* running hash of the single stream, or NULL */
+  uint64_t done;    /* bytes of the file present so far */
 } file_dl;
 
 static bool hash_start(file_dl *f) {
@@ -237,7 +237,8 @@ static sl_status hash_fd(file_dl *f, int fd, uint64_t n, const char *tmp, sl__er
     if (r < 0 && errno == EINTR)
       continue;
     if (r <= 0) {
-      st = sl__err_set(err, SL_STATUS_HUB_CACHE, "cannot read %s: %s", tmp, r < 0 ? strerror(errno) : "file shrank");
+      st = sl__err_set(err, SL_STATUS_HUB_CACHE, "cannot read %s: %s", tmp,
+                       r < 0 ? strerror(errno) : "file shrank");
       break;
     }
     EVP_DigestUpdate(f->md, buf, (size_t)r);
@@ -260,8 +261,10 @@ static sl_status verify_temp(file_dl *f, int fd, const char *etag, const char *t
   char got[65];
   hash_hex(f->md, got);
   if (strcmp(got, etag) != 0)
-    return sl__err_set(err, SL_STATUS_HUB_CHECKSUM, "checksum mismatch for %s: the Hub announced %s %s, the "
-                       "downloaded content has %s", f->path, f->git ? "git blob id" : "sha256", etag, got);
+    return sl__err_set(err, SL_STATUS_HUB_CHECKSUM,
+                       "checksum mismatch for %s: the Hub announced %s %s, the "
+                       "downloaded content has %s",
+                       f->path, f->git ? "git blob id" : "sha256", etag, got);
   return SL_STATUS_OK;
 }
 
@@ -275,8 +278,8 @@ static bool temp_resumable(sl_status st) {
 }
 
 /* Parallel chunks into blobs/<etag>.<8hex>.incomplete. *fallback = the server ignores ranges. */
-static sl_status download_parallel(hub_run *r, file_dl *f, const sl__http_meta *m, const char *blob, bool *fallback,
-                                   sl__err *err) {
+static sl_status download_parallel(hub_run *r, file_dl *f, const sl__http_meta *m, const char *blob,
+                                   bool *fallback, sl__err *err) {
   char hex[9];
   sl__cache_random_hex(hex);
   char *tmp = sl__asprintf("%s/blobs/%s.%s.incomplete", r->repo_dir, m->etag, hex);
@@ -290,8 +293,8 @@ static sl_status download_parallel(hub_run *r, file_dl *f, const sl__http_meta *
   }
   sl_status st = SL_STATUS_OK;
   if (ftruncate(fd, (off_t)m->size) != 0)
-    st = sl__err_set(err, SL_STATUS_HUB_CACHE, "cannot size %s to %llu bytes: %s", tmp, (unsigned long long)m->size,
-                     strerror(errno));
+    st = sl__err_set(err, SL_STATUS_HUB_CACHE, "cannot size %s to %llu bytes: %s", tmp,
+                     (unsigned long long)m->size, strerror(errno));
   sl__http_sink sink = {NULL, sink_data, f};
   bool no_ranges = false;
   if (st == SL_STATUS_OK)
@@ -299,13 +302,15 @@ static sl_status download_parallel(hub_run *r, file_dl *f, const sl__http_meta *
                                r->opts->connections, &sink, &no_ranges, err);
   if (st == SL_STATUS_UNSUPPORTED && no_ranges) {
     if (m->size > SL_HTTP_HUGE_BYTES)
-      st = sl__err_set(err, SL_STATUS_HUB_HTTP, "%s: the server ignores Range requests and the file has %llu bytes "
-                       "(more than 50 GB): a download without ranges is not attempted [GET %s]", f->path,
-                       (unsigned long long)m->size, m->location);
+      st = sl__err_set(err, SL_STATUS_HUB_HTTP,
+                       "%s: the server ignores Range requests and the file has %llu bytes "
+                       "(more than 50 GB): a download without ranges is not attempted [GET %s]",
+                       f->path, (unsigned long long)m->size, m->location);
     else
       *fallback = true;
   }
-  if (st == SL_STATUS_OK && f->md != NULL && (!hash_start(f) || hash_fd(f, fd, m->size, tmp, err) != SL_STATUS_OK))
+  if (st == SL_STATUS_OK && f->md != NULL &&
+      (!hash_start(f) || hash_fd(f, fd, m->size, tmp, err) != SL_STATUS_OK))
     st = err->status != SL_STATUS_OK ? err->status : sl__err_set(err, SL_STATUS_INTERNAL, "hashing failed");
   if (st == SL_STATUS_OK)
     st = verify_temp(f, fd, m->etag, tmp, err);
@@ -360,11 +365,12 @@ static sl_status download_stream(hub_run *r, sl__http_client *c, file_dl *f, con
     st = sl__http_fetch_stream(c, m->location, f->path, fd, have, m->size, &sink, err);
   if (st == SL_STATUS_OK)
     st = verify_temp(f, fd, m->etag, tmp, err);
+  bool empty = fstat(fd, &sb) == 0 && sb.st_size == 0;
   close(fd);
   if (st == SL_STATUS_OK && rename(tmp, blob) != 0)
     st = sl__err_set(err, SL_STATUS_HUB_CACHE, "cannot rename %s to %s: %s", tmp, blob, strerror(errno));
-  if (st != SL_STATUS_OK && !temp_resumable(st))
-    unlink(tmp);
+  if (st != SL_STATUS_OK && (!temp_resumable(st) || empty))
+    unlink(tmp); /* kept only when it holds bytes worth resuming */
   free(tmp);
   return st;
 }
@@ -402,7 +408,8 @@ static sl_status fetch_file(hub_run *r, sl__http_client *c, job *jb, sl__err *er
   const char *path = jb->path;
   char *ptr = sl__path_join(r->snapshot_dir, path);
   char *enc = sl__http_url_encode(path, true);
-  char *url = enc != NULL ? sl__asprintf("%s/%s/resolve/%s/%s", r->env.endpoint, r->repo_id, r->commit, enc) : NULL;
+  char *url =
+      enc != NULL ? sl__asprintf("%s/%s/resolve/%s/%s", r->env.endpoint, r->repo_id, r->commit, enc) : NULL;
   free(enc);
   if (ptr == NULL || url == NULL) {
     free(ptr);
@@ -429,8 +436,10 @@ static sl_status fetch_file(hub_run *r, sl__http_client *c, job *jb, sl__err *er
   if (st == SL_STATUS_HUB_ENTRY_NOT_FOUND && m.commit[0] != '\0')
     sl__cache_write_no_exist(r->repo_dir, m.commit, path);
   if (st == SL_STATUS_OK && strcmp(m.commit, r->commit) != 0)
-    st = sl__err_set(err, SL_STATUS_HUB_METADATA, "unexpected reply for %s: X-Repo-Commit %s differs from the commit "
-                     "%s of revision '%s'", path, m.commit, r->commit, r->revision);
+    st = sl__err_set(err, SL_STATUS_HUB_METADATA,
+                     "unexpected reply for %s: X-Repo-Commit %s differs from the commit "
+                     "%s of revision '%s'",
+                     path, m.commit, r->commit, r->revision);
   char *blob = st == SL_STATUS_OK ? sl__asprintf("%s/blobs/%s", r->repo_dir, m.etag) : NULL;
   char *lockp = st == SL_STATUS_OK ? sl__asprintf("%s/%s.lock", r->lock_dir, m.etag) : NULL;
   if (st == SL_STATUS_OK && (blob == NULL || lockp == NULL))
@@ -539,7 +548,8 @@ static sl_status run_jobs(hub_run *r, size_t first, sl__err *err) {
 /* The file names of a trees/<commit>.json with "format_version": 1 ("files" or "entries": strings,
  * or objects with "path"/"rfilename"; directories skipped). NULL root when absent or another
  * version. */
-static sl_status read_tree(const char *repo_dir, const char *commit, cJSON **root, sl__vec *names, sl__err *err) {
+static sl_status read_tree(const char *repo_dir, const char *commit, cJSON **root, sl__vec *names,
+                           sl__err *err) {
   *root = NULL;
   char *path = sl__asprintf("%s/trees/%s.json", repo_dir, commit);
   if (path == NULL)
@@ -602,7 +612,8 @@ static sl_status check_tree(hub_run *r, const char *commit, const char *snap, sl
   memset(&sel, 0, sizeof sel);
   const char *const *list = names.data;
   st = sl__select_names(list, names.len, &r->opts->select, &sel, err);
-  char *index_path = st == SL_STATUS_OK && sel.index_name != NULL ? sl__path_join(snap, sel.index_name) : NULL;
+  char *index_path =
+      st == SL_STATUS_OK && sel.index_name != NULL ? sl__path_join(snap, sel.index_name) : NULL;
   if (index_path != NULL && sl__cache_file_present(index_path)) {
     char *json = NULL;
     size_t len = 0;
@@ -624,8 +635,9 @@ static sl_status check_tree(hub_run *r, const char *commit, const char *snap, sl
     free(p);
   }
   if (missing != NULL)
-    st = sl__err_set(err, SL_STATUS_HUB_OFFLINE, "incomplete snapshot %s: %s is missing (listed in trees/%s.json)",
-                     snap, missing, commit);
+    st =
+        sl__err_set(err, SL_STATUS_HUB_OFFLINE,
+                    "incomplete snapshot %s: %s is missing (listed in trees/%s.json)", snap, missing, commit);
   sl__selection_free(&sel);
   sl__vec_free(&names);
   cJSON_Delete(root);
@@ -641,8 +653,9 @@ static sl_status resolve_cache(hub_run *r, sl__hub_result *out, sl__err *err) {
   if (sl__hub_is_hex(rev, 40)) {
     memcpy(commit, rev, 41);
   } else if (!sl__cache_read_ref(r->repo_dir, rev, commit)) {
-    return sl__err_set(err, SL_STATUS_HUB_OFFLINE, "%s@%s is not in the cache and %s (no commit in %s/refs/%s)",
-                       r->repo_id, rev, what, r->repo_dir, rev);
+    return sl__err_set(err, SL_STATUS_HUB_OFFLINE,
+                       "%s@%s is not in the cache and %s (no commit in %s/refs/%s)", r->repo_id, rev, what,
+                       r->repo_dir, rev);
   }
   char *snap = sl__asprintf("%s/snapshots/%s", r->repo_dir, commit);
   if (snap == NULL)
@@ -656,8 +669,8 @@ static sl_status resolve_cache(hub_run *r, sl__hub_result *out, sl__err *err) {
     st = check_tree(r, commit, snap, err);
   char *config = st == SL_STATUS_OK ? sl__path_join(snap, "config.json") : NULL;
   if (st == SL_STATUS_OK && (config == NULL || !sl__cache_file_present(config)))
-    st = sl__err_set(err, SL_STATUS_HUB_OFFLINE, "%s@%s: the cached snapshot %s has no config.json (%s)", r->repo_id,
-                     rev, snap, what);
+    st = sl__err_set(err, SL_STATUS_HUB_OFFLINE, "%s@%s: the cached snapshot %s has no config.json (%s)",
+                     r->repo_id, rev, snap, what);
   free(config);
   sl__selection sel;
   memset(&sel, 0, sizeof sel);
@@ -687,15 +700,16 @@ static sl_status resolve_cache(hub_run *r, sl__hub_result *out, sl__err *err) {
  * ------------------------------------------------------------------------------------------- */
 
 /* Parses the revision API reply: sha and sibling paths (pointing into root). */
-static sl_status parse_revision(const sl__buf *body, const char *url, cJSON **root, char commit[41], sl__vec *paths,
-                                sl__err *err) {
+static sl_status parse_revision(const sl__buf *body, const char *url, cJSON **root, char commit[41],
+                                sl__vec *paths, sl__err *err) {
   *root = cJSON_ParseWithLength(body->data != NULL ? body->data : "", body->len);
   const cJSON *sha = cJSON_GetObjectItemCaseSensitive(*root, "sha");
   const cJSON *sib = cJSON_GetObjectItemCaseSensitive(*root, "siblings");
   if (!cJSON_IsObject(*root) || !cJSON_IsString(sha) || !sl__hub_is_hex(sha->valuestring, 40))
     return sl__err_set(err, SL_STATUS_HUB_METADATA, "unexpected reply from %s: no 40-hex \"sha\"", url);
   if (!cJSON_IsArray(sib))
-    return sl__err_set(err, SL_STATUS_HUB_METADATA, "unexpected reply from %s: \"siblings\" is not an array", url);
+    return sl__err_set(err, SL_STATUS_HUB_METADATA, "unexpected reply from %s: \"siblings\" is not an array",
+                       url);
   if (cJSON_GetArraySize(sib) > SL_HUB_LISTING_MAX_FILES)
     return sl__err_set(err, SL_STATUS_HUB_METADATA, "unexpected reply from %s: more than %d files", url,
                        SL_HUB_LISTING_MAX_FILES);
@@ -704,8 +718,10 @@ static sl_status parse_revision(const sl__buf *body, const char *url, cJSON **ro
   cJSON_ArrayForEach(it, sib) {
     const cJSON *name = cJSON_GetObjectItemCaseSensitive(it, "rfilename");
     if (!cJSON_IsObject(it) || !cJSON_IsString(name))
-      return sl__err_set(err, SL_STATUS_HUB_METADATA, "unexpected reply from %s: a sibling without a string "
-                         "\"rfilename\"", url);
+      return sl__err_set(err, SL_STATUS_HUB_METADATA,
+                         "unexpected reply from %s: a sibling without a string "
+                         "\"rfilename\"",
+                         url);
     const char **slot = sl__vec_push(paths);
     if (slot == NULL)
       return sl__err_set(err, SL_STATUS_NOMEM, "out of memory reading %s", url);
@@ -715,8 +731,8 @@ static sl_status parse_revision(const sl__buf *body, const char *url, cJSON **ro
 }
 
 static bool is_weight_like(const char *name) {
-  static const char *const ext[] = {".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".gguf", ".h5", ".msgpack",
-                                    ".onnx", ".safetensors.index.json"};
+  static const char *const ext[] = {".safetensors", ".bin", ".pt",      ".pth",  ".ckpt",
+                                    ".gguf",        ".h5",  ".msgpack", ".onnx", ".safetensors.index.json"};
   for (size_t i = 0; i < sizeof ext / sizeof ext[0]; i++) {
     if (sl__str_ends_with(name, ext[i]))
       return true;
@@ -767,9 +783,6 @@ static sl_status download_listing(hub_run *r, const char *const *paths, size_t n
   sl_status st = sl__select_names(paths, n_paths, &o->select, &sel, err);
   if (st != SL_STATUS_OK)
     return st;
-  if (!listed(paths, n_paths, "config.json"))
-    st = sl__err_set(err, SL_STATUS_HUB_ENTRY_NOT_FOUND, "%s@%s (commit %s) has no config.json, which is required",
-                     r->repo_id, r->revision, r->commit);
   sl__vec jobs;
   sl__vec_init(&jobs, sizeof(job));
   sl__strmap seen;
@@ -786,7 +799,8 @@ static sl_status download_listing(hub_run *r, const char *const *paths, size_t n
     char *ip = sl__path_join(r->snapshot_dir, sel.index_name);
     char *json = NULL;
     size_t len = 0;
-    st = ip != NULL ? sl__read_file(ip, SL_HUB_INDEX_MAX, &json, &len, err) : sl__err_set(err, SL_STATUS_NOMEM, "oom");
+    st = ip != NULL ? sl__read_file(ip, SL_HUB_INDEX_MAX, &json, &len, err)
+                    : sl__err_set(err, SL_STATUS_NOMEM, "oom");
     if (st == SL_STATUS_OK)
       st = sl__select_apply_index(&sel, json, len, ip, err);
     free(json);
@@ -830,7 +844,8 @@ static sl_status download_listing(hub_run *r, const char *const *paths, size_t n
 
 static sl_status resolve_online(hub_run *r, sl__hub_result *out, sl__err *err) {
   char *enc = sl__http_url_encode(r->revision, false);
-  char *url = enc != NULL ? sl__asprintf("%s/api/models/%s/revision/%s", r->env.endpoint, r->repo_id, enc) : NULL;
+  char *url =
+      enc != NULL ? sl__asprintf("%s/api/models/%s/revision/%s", r->env.endpoint, r->repo_id, enc) : NULL;
   char *what = sl__asprintf("revision '%s' of %s", r->revision, r->repo_id);
   free(enc);
   sl__http_client c;
@@ -867,10 +882,16 @@ static sl_status resolve_online(hub_run *r, sl__hub_result *out, sl__err *err) {
   const char *const *list = paths.data;
   for (size_t i = 0; st == SL_STATUS_OK && i < paths.len; i++) {
     if (!sl__relpath_is_safe(list[i]))
-      st = sl__err_set(err, SL_STATUS_HUB_INVALID_NAME, "%s@%s lists the unsafe file path '%s' (expected a relative "
-                       "path without '.', '..' or empty segments) [GET %s]; nothing was written", r->repo_id,
-                       r->revision, list[i], url);
+      st = sl__err_set(err, SL_STATUS_HUB_INVALID_NAME,
+                       "%s@%s lists the unsafe file path '%s' (expected a relative "
+                       "path without '.', '..' or empty segments) [GET %s]; nothing was written",
+                       r->repo_id, r->revision, list[i], url);
   }
+  if (st == SL_STATUS_OK && !listed(list, paths.len, "config.json"))
+    st = sl__err_set(err, SL_STATUS_HUB_ENTRY_NOT_FOUND,
+                     "%s@%s (commit %s) has no config.json, which is required "
+                     "[GET %s]",
+                     r->repo_id, r->revision, r->commit, url);
   free(url);
   /* Validated: the cache may now be written. */
   if (st == SL_STATUS_OK)
@@ -903,11 +924,14 @@ sl_status sl__hub_resolve(const char *repo_id, const sl__hub_opts *opts, sl__hub
   double t0 = sl__now();
   const char *revision = opts->revision != NULL && opts->revision[0] != '\0' ? opts->revision : "main";
   if (!sl__hub_valid_repo_id(repo_id))
-    return sl__err_set(err, SL_STATUS_HUB_INVALID_NAME, "invalid repository id '%s' (expected 'name' or "
-                       "'namespace/name' of letters, digits, '_', '.', '-'; no '--' or '..'; not ending in .git)",
-                       repo_id != NULL ? repo_id : "(null)");
+    return sl__err_set(
+        err, SL_STATUS_HUB_INVALID_NAME,
+        "invalid repository id '%s' (expected 'name' or "
+        "'namespace/name' of letters, digits, '_', '.', '-'; no '--' or '..'; not ending in .git)",
+        repo_id != NULL ? repo_id : "(null)");
   if (!sl__hub_valid_revision(revision))
-    return sl__err_set(err, SL_STATUS_HUB_INVALID_NAME, "invalid revision '%s' for %s (expected a branch, tag, "
+    return sl__err_set(err, SL_STATUS_HUB_INVALID_NAME,
+                       "invalid revision '%s' for %s (expected a branch, tag, "
                        "refs/pr/N or commit: no control characters, '\\', or empty, '.' or '..' segments)",
                        revision, repo_id);
   hub_run *r = calloc(1, sizeof *r);
@@ -942,8 +966,8 @@ sl_status sl__hub_resolve(const char *repo_id, const sl__hub_opts *opts, sl__hub
   if (st == SL_STATUS_OK && !quick && r->env.offline) {
     st = resolve_cache(r, out, err);
   } else if (st == SL_STATUS_OK && !quick) {
-    st = sl__http_init(&r->http, r->env.endpoint, r->env.token, r->env.etag_timeout_s, r->env.download_timeout_s,
-                       opts->backoff_base_ms, &r->cancel, err);
+    st = sl__http_init(&r->http, r->env.endpoint, r->env.token, r->env.etag_timeout_s,
+                       r->env.download_timeout_s, opts->backoff_base_ms, &r->cancel, err);
     if (st == SL_STATUS_OK)
       st = resolve_online(r, out, err);
     sl__http_free(&r->http);

@@ -19,7 +19,9 @@ typedef struct sl__hub_opts {
   bool offline;                     /* also true when HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE say so */
   bool quiet;                       /* no progress output */
   bool download_all;                /* `shardload download`: also every top-level non-weight file */
-  const char *const *include;       /* NULL-terminated extra glob patterns to download, or NULL */
+  const char *const *include;       /* NULL-terminated extra glob patterns to download, or NULL
+                                       (fnmatch on every listed path, '*' crossing '/'; paths under
+                                       original/ only when the pattern starts with original/) */
   sl__select_opts select;           /* load format and spec options for file selection */
   uint64_t backoff_base_ms;         /* hub_backoff_base_ms, default 1000 */
   uint64_t parallel_threshold;      /* hub_parallel_threshold, default 128 MiB */
@@ -88,7 +90,11 @@ char *sl__hub_token_clean(const char *raw);
 sl_status sl__hub_opts_from_config(const sl_config *cfg, sl__hub_opts *out, char ***owned_include, sl__err *err);
 
 /* Resolves repo_id per HUB.md §3 (online) or §8 (offline / fallback) and downloads the files of
- * the selection that are not already in the snapshot. */
+ * the selection that are not already in the snapshot. Rank 0 only. Several processes may
+ * resolve into the same cache at once (per-blob locks). Requests: none offline or for a 40-hex revision whose snapshot is
+ * complete; otherwise the revision API, then a HEAD and a GET per missing file. On failure *out
+ * is zeroed and err names the repository, file, URL and status. Free *out with
+ * sl__hub_result_free. */
 sl_status sl__hub_resolve(const char *repo_id, const sl__hub_opts *opts, sl__hub_result *out, sl__err *err);
 
 #endif

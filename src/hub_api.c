@@ -10,7 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-sl_status sl__hub_opts_from_config(const sl_config *cfg, sl__hub_opts *out, char ***owned_include, sl__err *err) {
+sl_status sl__hub_opts_from_config(const sl_config *cfg, sl__hub_opts *out, char ***owned_include,
+                                   sl__err *err) {
   sl__hub_opts_default(out);
   *owned_include = NULL;
   sl_status st = sl__format_parse(sl__config_str(cfg, "load_format"), &out->select.format, err);
@@ -56,7 +57,8 @@ sl_status sl_hub_download(sl_config *config, char **snapshot_dir) {
   sl__err_clear(&err);
   const char *model = sl__config_str(config, "model");
   if (model == NULL || model[0] == '\0') {
-    sl__err_set(&err, SL_STATUS_CONFIG, "model: a Hub repository id is required (e.g. meta-llama/Llama-3.1-8B)");
+    sl__err_set(&err, SL_STATUS_CONFIG,
+                "model: a Hub repository id is required (e.g. meta-llama/Llama-3.1-8B)");
     sl__config_set_error(config, &err);
     return err.status;
   }

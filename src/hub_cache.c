@@ -18,7 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define SL_CACHE_REF_MAX 4096          /* refs files are 40 bytes; anything far larger is not one */
+#define SL_CACHE_REF_MAX 4096 /* refs files are 40 bytes; anything far larger is not one */
 #define SL_LOCK_POLL_MS 50
 #define SL_LOCK_LOG_EVERY_S 10.0
 #define SL_COPY_BUF (1u << 20)
@@ -76,8 +76,8 @@ sl_status sl__cache_mkdirs(const char *path, sl__err *err) {
       struct stat st;
       bool is_dir = stat(copy, &st) == 0 && S_ISDIR(st.st_mode);
       if (!is_dir) {
-        sl_status s = sl__err_set(err, SL_STATUS_HUB_CACHE, "cannot create the cache folder %s: %s", copy,
-                                  strerror(e));
+        sl_status s =
+            sl__err_set(err, SL_STATUS_HUB_CACHE, "cannot create the cache folder %s: %s", copy, strerror(e));
         free(copy);
         return s;
       }
@@ -162,7 +162,8 @@ static sl_status write_atomic(const char *path, const void *data, size_t n, sl__
     if (close(fd) != 0 && w >= 0)
       w = -1;
     if (w < 0 || (size_t)w != n)
-      st = sl__err_set(err, SL_STATUS_HUB_CACHE, "cannot write %s: %s", tmp, w < 0 ? strerror(e) : "short write");
+      st = sl__err_set(err, SL_STATUS_HUB_CACHE, "cannot write %s: %s", tmp,
+                       w < 0 ? strerror(e) : "short write");
     else if (rename(tmp, path) != 0)
       st = sl__err_set(err, SL_STATUS_HUB_CACHE, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
     if (st != SL_STATUS_OK)
@@ -242,7 +243,8 @@ static sl_status copy_file(const char *src, const char *dst, sl__err *err) {
       if (w < 0 && errno == EINTR)
         continue;
       if (w <= 0)
-        st = sl__err_set(err, SL_STATUS_HUB_CACHE, "cannot write %s: %s", tmp, w < 0 ? strerror(errno) : "full");
+        st = sl__err_set(err, SL_STATUS_HUB_CACHE, "cannot write %s: %s", tmp,
+                         w < 0 ? strerror(errno) : "full");
       else
         done += w;
     }
@@ -280,13 +282,15 @@ sl_status sl__cache_link_pointer(const char *repo_dir, const char *commit, const
     }
     if (symlink(target, tmp) == 0) {
       if (rename(tmp, ptr) != 0) {
-        st = sl__err_set(err, SL_STATUS_HUB_CACHE, "cannot create the snapshot link %s: %s", ptr, strerror(errno));
+        st = sl__err_set(err, SL_STATUS_HUB_CACHE, "cannot create the snapshot link %s: %s", ptr,
+                         strerror(errno));
         unlink(tmp);
       }
       goto done;
     }
     if (errno != EPERM && errno != EOPNOTSUPP) {
-      st = sl__err_set(err, SL_STATUS_HUB_CACHE, "cannot create the snapshot link %s: %s", tmp, strerror(errno));
+      st = sl__err_set(err, SL_STATUS_HUB_CACHE, "cannot create the snapshot link %s: %s", tmp,
+                       strerror(errno));
       goto done;
     }
     SL_INFO("symlinks are not supported in %s: the snapshot gets regular files", repo_dir);
@@ -334,8 +338,8 @@ static void sleep_ms(unsigned ms) {
   nanosleep(&ts, NULL);
 }
 
-sl_status sl__cache_lock_acquire(const char *path, uint64_t timeout_s, atomic_int *cancel, sl__cache_lock *out,
-                                 sl__err *err) {
+sl_status sl__cache_lock_acquire(const char *path, uint64_t timeout_s, atomic_int *cancel,
+                                 sl__cache_lock *out, sl__err *err) {
   memset(out, 0, sizeof *out);
   out->fd = -1;
   sl_status st = sl__cache_mkparents(path, err);
@@ -360,7 +364,8 @@ sl_status sl__cache_lock_acquire(const char *path, uint64_t timeout_s, atomic_in
         return SL_STATUS_OK;
       }
       if (errno != EEXIST) {
-        st = sl__err_set(err, SL_STATUS_HUB_CACHE, "cannot create the lock file %s: %s", path, strerror(errno));
+        st = sl__err_set(err, SL_STATUS_HUB_CACHE, "cannot create the lock file %s: %s", path,
+                         strerror(errno));
         break;
       }
     } else {
@@ -397,13 +402,16 @@ sl_status sl__cache_lock_acquire(const char *path, uint64_t timeout_s, atomic_in
     }
     double now = sl__now();
     if (timeout_s > 0 && now - start >= (double)timeout_s) {
-      st = sl__err_set(err, SL_STATUS_HUB_CACHE, "timed out after %llu s waiting for the lock %s (another "
-                       "process is downloading the same file; raise hub_lock_timeout_s or remove a stale lock)",
-                       (unsigned long long)timeout_s, path);
+      st = sl__err_set(
+          err, SL_STATUS_HUB_CACHE,
+          "timed out after %llu s waiting for the lock %s (another "
+          "process is downloading the same file; raise hub_lock_timeout_s or remove a stale lock)",
+          (unsigned long long)timeout_s, path);
       break;
     }
     if (now >= next_log) {
-      SL_WARN("still waiting for the lock %s (%.0f s): another process is downloading this file", path, now - start);
+      SL_WARN("still waiting for the lock %s (%.0f s): another process is downloading this file", path,
+              now - start);
       next_log = now + SL_LOCK_LOG_EVERY_S;
     }
     sleep_ms(SL_LOCK_POLL_MS);

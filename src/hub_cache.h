@@ -54,8 +54,8 @@ void sl__cache_random_hex(char out[9]);
 
 /* A held blob lock (§10). */
 typedef struct sl__cache_lock {
-  char *path;                       /* lock file */
-  int fd;                           /* flock'ed descriptor, or -1 for a soft lock */
+  char *path; /* lock file */
+  int fd;     /* flock'ed descriptor, or -1 for a soft lock */
   bool held;
 } sl__cache_lock;
 

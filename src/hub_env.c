@@ -162,8 +162,10 @@ static sl_status env_timeout(const char *name, long *out, sl__err *err) {
     ok = sl__parse_u64(buf, &u) && u <= SL_HUB_MAX_TIMEOUT_S;
   }
   if (!ok)
-    return sl__err_set(err, SL_STATUS_CONFIG, "environment variable %s='%s' is not an integer number of seconds "
-                       "(0 to %d)", name, v, SL_HUB_MAX_TIMEOUT_S);
+    return sl__err_set(err, SL_STATUS_CONFIG,
+                       "environment variable %s='%s' is not an integer number of seconds "
+                       "(0 to %d)",
+                       name, v, SL_HUB_MAX_TIMEOUT_S);
   if (u > 0)
     *out = (long)u;
   return SL_STATUS_OK;
@@ -262,8 +264,9 @@ static sl_status load_token(const sl__hub_opts *opts, const char *home, sl__hub_
   const char *tp = env_get("HF_TOKEN_PATH");
   char *path = tp != NULL ? expand_path(tp) : (home != NULL ? sl__path_join(home, "token") : NULL);
   if (path == NULL)
-    return tp != NULL || home != NULL ? sl__err_set(err, SL_STATUS_NOMEM, "out of memory reading the token file")
-                                      : SL_STATUS_OK;
+    return tp != NULL || home != NULL
+               ? sl__err_set(err, SL_STATUS_NOMEM, "out of memory reading the token file")
+               : SL_STATUS_OK;
   char *text = NULL;
   sl__err ignored;
   sl__err_clear(&ignored);
@@ -296,7 +299,8 @@ sl_status sl__hub_env_load(const sl__hub_opts *opts, sl__hub_env *out, sl__err *
   } else {
     free(home);
     sl__hub_env_free(out);
-    return sl__err_set(err, SL_STATUS_CONFIG, "cannot locate the Hugging Face cache: HOME is not set (set "
+    return sl__err_set(err, SL_STATUS_CONFIG,
+                       "cannot locate the Hugging Face cache: HOME is not set (set "
                        "HF_HUB_CACHE, HF_HOME or the cache_dir option)");
   }
   st = load_token(opts, home, out, err);

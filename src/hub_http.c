@@ -43,8 +43,8 @@ char *sl__http_url_encode(const char *s, bool keep_slash) {
   sl__buf_init(&b, 0);
   for (const unsigned char *p = (const unsigned char *)s; *p != '\0'; p++) {
     unsigned char ch = *p;
-    bool plain = (ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || ch == '_' ||
-                 ch == '.' || ch == '-' || ch == '~' || (keep_slash && ch == '/');
+    bool plain = (ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') ||
+                 ch == '_' || ch == '.' || ch == '-' || ch == '~' || (keep_slash && ch == '/');
     if (plain) {
       sl__buf_putc(&b, (char)ch);
     } else {
@@ -107,7 +107,8 @@ static bool ratelimit_param(const char *header, const char *key, uint64_t *out) 
   return false;
 }
 
-uint64_t sl__http_retry_wait_units(unsigned retry, long status, const char *retry_after, const char *ratelimit) {
+uint64_t sl__http_retry_wait_units(unsigned retry, long status, const char *retry_after,
+                                   const char *ratelimit) {
   uint64_t units = retry <= 1 ? 1 : (retry >= 4 ? 8 : (uint64_t)1 << (retry - 1));
   uint64_t r = 0;
   uint64_t t = 0;
@@ -200,8 +201,8 @@ static char *join_relative(const char *base, const char *location) {
     return NULL;
   size_t n = strcspn(location, "?#");
   bool v6 = strchr(host, ':') != NULL && host[0] != '[';
-  char *out = sl__asprintf("%s://%s%s%s:%ld%.*s", scheme, v6 ? "[" : "", host, v6 ? "]" : "", port, (int)n,
-                           location);
+  char *out =
+      sl__asprintf("%s://%s%s%s:%ld%.*s", scheme, v6 ? "[" : "", host, v6 ? "]" : "", port, (int)n, location);
   free(scheme);
   free(host);
   return out;
@@ -241,11 +242,12 @@ static void global_init_once(void) {
 sl_status sl__http_global_init(sl__err *err) {
   pthread_once(&global_once, global_init_once);
   if (global_rc != CURLE_OK)
-    return sl__err_set(err, SL_STATUS_HUB_NETWORK, "cannot initialise libcurl: %s", curl_easy_strerror(global_rc));
+    return sl__err_set(err, SL_STATUS_HUB_NETWORK, "cannot initialise libcurl: %s",
+                       curl_easy_strerror(global_rc));
   const curl_version_info_data *v = curl_version_info(CURLVERSION_NOW);
   if (v->version_num < 0x073a00)
-    return sl__err_set(err, SL_STATUS_UNSUPPORTED, "libcurl %s is too old: the Hub client needs 7.58 or newer",
-                       v->version);
+    return sl__err_set(err, SL_STATUS_UNSUPPORTED,
+                       "libcurl %s is too old: the Hub client needs 7.58 or newer", v->version);
   return SL_STATUS_OK;
 }
 
@@ -256,11 +258,14 @@ sl_status sl__http_init(sl__http *h, const char *endpoint, const char *token, lo
   if (st != SL_STATUS_OK)
     return st;
   if (!url_parts(endpoint, &h->resolve_scheme, &h->resolve_host, &h->resolve_port))
-    return sl__err_set(err, SL_STATUS_CONFIG, "HF_ENDPOINT '%s' is not a valid URL (expected e.g. "
-                       "https://huggingface.co)", endpoint);
+    return sl__err_set(err, SL_STATUS_CONFIG,
+                       "HF_ENDPOINT '%s' is not a valid URL (expected e.g. "
+                       "https://huggingface.co)",
+                       endpoint);
   if (strcasecmp(h->resolve_scheme, "http") != 0 && strcasecmp(h->resolve_scheme, "https") != 0) {
     sl__http_free(h);
-    return sl__err_set(err, SL_STATUS_CONFIG, "HF_ENDPOINT '%s' must be an http:// or https:// URL", endpoint);
+    return sl__err_set(err, SL_STATUS_CONFIG, "HF_ENDPOINT '%s' must be an http:// or https:// URL",
+                       endpoint);
   }
   h->token = token;
   h->etag_timeout_s = etag_timeout_s;
@@ -315,26 +320,26 @@ typedef struct hdr {
 typedef struct xfer {
   const sl__http *h;
   CURL *easy;
-  struct curl_slist *req;           /* request headers */
-  long status;                      /* code of the last status line */
-  sl__vec hdrs;                     /* hdr: headers of the last response */
-  sl__buf body;                     /* API reply or error page */
+  struct curl_slist *req; /* request headers */
+  long status;            /* code of the last status line */
+  sl__vec hdrs;           /* hdr: headers of the last response */
+  sl__buf body;           /* API reply or error page */
   char errbuf[CURL_ERROR_SIZE];
   /* file target (fd >= 0) */
   int fd;
-  bool ranged;                      /* a Range header was sent */
-  bool chunk;                       /* a parallel chunk: a 200 reply means "no ranges" */
-  uint64_t range_start;             /* first byte asked for */
-  uint64_t pos;                     /* next file offset to write */
-  uint64_t limit;                   /* one past the last byte this request may write */
-  uint64_t total;                   /* expected size of the whole file */
-  uint64_t got;                     /* body bytes written during this attempt */
-  bool decided;                     /* the reply's status was examined at its first body byte */
-  bool to_file;                     /* this reply's body goes to the file */
-  bool no_ranges;                   /* a chunk was answered with 200 */
+  bool ranged;          /* a Range header was sent */
+  bool chunk;           /* a parallel chunk: a 200 reply means "no ranges" */
+  uint64_t range_start; /* first byte asked for */
+  uint64_t pos;         /* next file offset to write */
+  uint64_t limit;       /* one past the last byte this request may write */
+  uint64_t total;       /* expected size of the whole file */
+  uint64_t got;         /* body bytes written during this attempt */
+  bool decided;         /* the reply's status was examined at its first body byte */
+  bool to_file;         /* this reply's body goes to the file */
+  bool no_ranges;       /* a chunk was answered with 200 */
   const sl__http_sink *sink;
-  const char *file;                 /* name in messages */
-  sl__err cb_err;                   /* failure found inside a callback */
+  const char *file; /* name in messages */
+  sl__err cb_err;   /* failure found inside a callback */
 } xfer;
 
 static void hdrs_clear(xfer *x) {
@@ -458,14 +463,17 @@ static bool decide_body(xfer *x) {
       return false;
     }
     if (t != x->total) {
-      sl__err_set(&x->cb_err, SL_STATUS_HUB_SIZE, "size mismatch for %s: expected %llu, the server reports %llu "
-                  "(Content-Range '%s')", x->file, (unsigned long long)x->total, (unsigned long long)t, cr);
+      sl__err_set(&x->cb_err, SL_STATUS_HUB_SIZE,
+                  "size mismatch for %s: expected %llu, the server reports %llu "
+                  "(Content-Range '%s')",
+                  x->file, (unsigned long long)x->total, (unsigned long long)t, cr);
       return false;
     }
     if (!x->ranged || a != x->range_start || b + 1 != x->limit) {
-      sl__err_set(&x->cb_err, SL_STATUS_HUB_METADATA, "unexpected reply for %s: Content-Range '%s' for the "
-                  "requested bytes %llu-%llu", x->file, cr, (unsigned long long)x->range_start,
-                  (unsigned long long)(x->limit - 1));
+      sl__err_set(&x->cb_err, SL_STATUS_HUB_METADATA,
+                  "unexpected reply for %s: Content-Range '%s' for the "
+                  "requested bytes %llu-%llu",
+                  x->file, cr, (unsigned long long)x->range_start, (unsigned long long)(x->limit - 1));
       return false;
     }
     x->to_file = true;
@@ -479,8 +487,9 @@ static bool decide_body(xfer *x) {
   const char *cl = hdr_get(x, "Content-Length");
   uint64_t len = 0;
   if (cl != NULL && (!sl__parse_u64(cl, &len) || len != x->total)) {
-    sl__err_set(&x->cb_err, SL_STATUS_HUB_SIZE, "size mismatch for %s: expected %llu, the server sends %s bytes",
-                x->file, (unsigned long long)x->total, cl);
+    sl__err_set(&x->cb_err, SL_STATUS_HUB_SIZE,
+                "size mismatch for %s: expected %llu, the server sends %s bytes", x->file,
+                (unsigned long long)x->total, cl);
     return false;
   }
   if (x->pos > 0) {
@@ -537,7 +546,8 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *user) {
   return n;
 }
 
-static int on_progress(void *user, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal, curl_off_t ulnow) {
+static int on_progress(void *user, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
+                       curl_off_t ulnow) {
   (void)dltotal;
   (void)dlnow;
   (void)ultotal;
@@ -570,7 +580,8 @@ static sl_status xfer_setup(xfer *x, const char *url, bool head, bool follow, lo
   char range[64];
   if (ranged) {
     if (range_to > 0)
-      snprintf(range, sizeof range, "%llu-%llu", (unsigned long long)range_from, (unsigned long long)range_to);
+      snprintf(range, sizeof range, "%llu-%llu", (unsigned long long)range_from,
+               (unsigned long long)range_to);
     else
       snprintf(range, sizeof range, "%llu-", (unsigned long long)range_from);
   }
@@ -600,10 +611,13 @@ static sl_status xfer_setup(xfer *x, const char *url, bool head, bool follow, lo
   rc = rc != CURLE_OK ? rc : curl_easy_setopt(e, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
 #else
   rc = rc != CURLE_OK ? rc : curl_easy_setopt(e, CURLOPT_PROTOCOLS, (long)(CURLPROTO_HTTP | CURLPROTO_HTTPS));
-  rc = rc != CURLE_OK ? rc : curl_easy_setopt(e, CURLOPT_REDIR_PROTOCOLS, (long)(CURLPROTO_HTTP | CURLPROTO_HTTPS));
+  rc = rc != CURLE_OK
+           ? rc
+           : curl_easy_setopt(e, CURLOPT_REDIR_PROTOCOLS, (long)(CURLPROTO_HTTP | CURLPROTO_HTTPS));
 #endif
   if (rc != CURLE_OK)
-    return sl__err_set(err, SL_STATUS_INTERNAL, "cannot configure a request to %s: %s", url, curl_easy_strerror(rc));
+    return sl__err_set(err, SL_STATUS_INTERNAL, "cannot configure a request to %s: %s", url,
+                       curl_easy_strerror(rc));
   xfer_reset_attempt(x);
   return SL_STATUS_OK;
 }
@@ -662,10 +676,11 @@ static sl_status net_error(const xfer *x, CURLcode rc, const char *method, const
   if (k == NET_TLS)
     return sl__err_set(err, SL_STATUS_HUB_TLS, "%s: TLS failure on %s %s: %s", what, method, url, detail);
   if (k == NET_PROXY)
-    return sl__err_set(err, SL_STATUS_HUB_PROXY, "%s: proxy failure on %s %s: %s (check http_proxy/https_proxy)",
-                       what, method, url, detail);
-  return sl__err_set(err, SL_STATUS_HUB_NETWORK, "%s: network error on %s %s: %s (%u attempt%s)", what, method, url,
-                     detail, attempts, attempts == 1 ? "" : "s");
+    return sl__err_set(err, SL_STATUS_HUB_PROXY,
+                       "%s: proxy failure on %s %s: %s (check http_proxy/https_proxy)", what, method, url,
+                       detail);
+  return sl__err_set(err, SL_STATUS_HUB_NETWORK, "%s: network error on %s %s: %s (%u attempt%s)", what,
+                     method, url, detail, attempts, attempts == 1 ? "" : "s");
 }
 
 /* The "error" (string or list) or "error_description" of an API JSON reply, or NULL. */
@@ -698,8 +713,8 @@ static char *api_error_text(const sl__buf *body) {
 }
 
 /* Maps an HTTP error reply (status ≥ 400) to a status and a message (first matching row wins). */
-static sl_status http_error(const xfer *x, url_kind kind, const char *method, const char *url, const char *what,
-                            unsigned retries, sl__err *err) {
+static sl_status http_error(const xfer *x, url_kind kind, const char *method, const char *url,
+                            const char *what, unsigned retries, sl__err *err) {
   long code = x->status;
   const char *xcode = hdr_get(x, "X-Error-Code");
   const char *xmsg = hdr_get(x, "X-Error-Message");
@@ -714,8 +729,9 @@ static sl_status http_error(const xfer *x, url_kind kind, const char *method, co
     snprintf(retried, sizeof retried, " after %u retr%s", retries, retries == 1 ? "y" : "ies");
   char detail[2048];
   snprintf(detail, sizeof detail, "%s %s: HTTP %ld%s%s%s%s%s%s%s", method, url, code, retried,
-           xmsg != NULL ? "; X-Error-Message: " : "", xmsg != NULL ? xmsg : "", rid != NULL ? "; request id: " : "",
-           rid != NULL ? rid : "", api != NULL ? "; error: " : "", api != NULL ? api : "");
+           xmsg != NULL ? "; X-Error-Message: " : "", xmsg != NULL ? xmsg : "",
+           rid != NULL ? "; request id: " : "", rid != NULL ? rid : "", api != NULL ? "; error: " : "",
+           api != NULL ? api : "");
   free(api);
   bool bad_creds = xmsg != NULL && strcmp(xmsg, "Invalid credentials in Authorization header") == 0;
   if (xcode != NULL && strcmp(xcode, "RevisionNotFound") == 0)
@@ -726,22 +742,33 @@ static sl_status http_error(const xfer *x, url_kind kind, const char *method, co
                        detail);
   if (xcode != NULL && strcmp(xcode, "GatedRepo") == 0) {
     if (code == 401)
-      return sl__err_set(err, SL_STATUS_HUB_GATED, "%s: gated repository: log in by setting HF_TOKEN (or the "
-                         "hub_token option) to a token of an account that accepted the terms on the repository "
-                         "page (%s)", what, detail);
-    return sl__err_set(err, SL_STATUS_HUB_GATED, "%s: gated repository: access has not been granted to this "
+      return sl__err_set(
+          err, SL_STATUS_HUB_GATED,
+          "%s: gated repository: log in by setting HF_TOKEN (or the "
+          "hub_token option) to a token of an account that accepted the terms on the repository "
+          "page (%s)",
+          what, detail);
+    return sl__err_set(err, SL_STATUS_HUB_GATED,
+                       "%s: gated repository: access has not been granted to this "
                        "token's account yet; accept the terms on the repository page (the token comes from "
-                       "HF_TOKEN) (%s)", what, detail);
+                       "HF_TOKEN) (%s)",
+                       what, detail);
   }
   if (xmsg != NULL && strcmp(xmsg, "Access to this resource is disabled.") == 0)
-    return sl__err_set(err, SL_STATUS_HUB_DISABLED, "%s: access to this repository is disabled (%s)", what, detail);
-  if ((xcode != NULL && strcmp(xcode, "RepoNotFound") == 0) || (code == 401 && kind != URL_OTHER && !bad_creds))
-    return sl__err_set(err, SL_STATUS_HUB_REPO_NOT_FOUND, "%s: repository not found: check the name; if it is "
+    return sl__err_set(err, SL_STATUS_HUB_DISABLED, "%s: access to this repository is disabled (%s)", what,
+                       detail);
+  if ((xcode != NULL && strcmp(xcode, "RepoNotFound") == 0) ||
+      (code == 401 && kind != URL_OTHER && !bad_creds))
+    return sl__err_set(err, SL_STATUS_HUB_REPO_NOT_FOUND,
+                       "%s: repository not found: check the name; if it is "
                        "private or gated, set HF_TOKEN to a token with access (or accept the terms on the "
-                       "repository page) (%s)", what, detail);
+                       "repository page) (%s)",
+                       what, detail);
   if (code == 401 && bad_creds)
-    return sl__err_set(err, SL_STATUS_HUB_BAD_TOKEN, "%s: the Hub rejected the token: check HF_TOKEN or the "
-                       "hub_token option (%s)", what, detail);
+    return sl__err_set(err, SL_STATUS_HUB_BAD_TOKEN,
+                       "%s: the Hub rejected the token: check HF_TOKEN or the "
+                       "hub_token option (%s)",
+                       what, detail);
   if (code == 403)
     return sl__err_set(err, SL_STATUS_HUB_FORBIDDEN, "%s: forbidden (%s)", what, detail);
   if (code == 404)
@@ -767,7 +794,8 @@ static sl_status buffered_request(sl__http_client *c, xfer *x, bool head, const 
     *retries = attempt;
     if (cancelled(h))
       return sl__err_set(err, SL_STATUS_HUB_NETWORK, "%s: cancelled", what);
-    sl_status st = xfer_setup(x, url, head, !head, attempt == 0 ? first_timeout : later_timeout, false, 0, 0, err);
+    sl_status st =
+        xfer_setup(x, url, head, !head, attempt == 0 ? first_timeout : later_timeout, false, 0, 0, err);
     if (st != SL_STATUS_OK)
       return st;
     CURLcode rc = curl_easy_perform(x->easy);
@@ -786,14 +814,15 @@ static sl_status buffered_request(sl__http_client *c, xfer *x, bool head, const 
     }
     if (!status_retryable(x->status) || attempt >= SL_HTTP_MAX_RETRIES)
       return SL_STATUS_OK;
-    uint64_t units = sl__http_retry_wait_units(attempt + 1, x->status, hdr_get(x, "Retry-After"),
-                                               hdr_get(x, "RateLimit"));
+    uint64_t units =
+        sl__http_retry_wait_units(attempt + 1, x->status, hdr_get(x, "Retry-After"), hdr_get(x, "RateLimit"));
     SL_DEBUG("%s %s: HTTP %ld; retrying in %llu units", method, url, x->status, (unsigned long long)units);
     wait_units(h, units);
   }
 }
 
-sl_status sl__http_get_api(sl__http_client *c, const char *url, const char *what, sl__buf *body, sl__err *err) {
+sl_status sl__http_get_api(sl__http_client *c, const char *url, const char *what, sl__buf *body,
+                           sl__err *err) {
   xfer x;
   xfer_init(&x, c->h, SL_HTTP_API_BODY_MAX);
   x.file = what;
@@ -813,7 +842,8 @@ sl_status sl__http_get_api(sl__http_client *c, const char *url, const char *what
 }
 
 /* Reads the §4 fields of a final HEAD reply. */
-static sl_status head_fields(const xfer *x, const char *url, const char *file, sl__http_meta *out, sl__err *err) {
+static sl_status head_fields(const xfer *x, const char *url, const char *file, sl__http_meta *out,
+                             sl__err *err) {
   bool redirect = x->status >= 300 && x->status < 400;
   const char *commit = hdr_get(x, "X-Repo-Commit");
   const char *etag = hdr_get(x, "X-Linked-Etag");
@@ -822,19 +852,30 @@ static sl_status head_fields(const xfer *x, const char *url, const char *file, s
   const char *size = hdr_get(x, "X-Linked-Size");
   if (size == NULL && !redirect)
     size = hdr_get(x, "Content-Length");
-  const char *missing = commit == NULL ? "X-Repo-Commit" : etag == NULL ? "ETag" : size == NULL ? "size" : NULL;
+  const char *missing = commit == NULL ? "X-Repo-Commit"
+                        : etag == NULL ? "ETag"
+                        : size == NULL ? "size"
+                                       : NULL;
   if (missing != NULL)
-    return sl__err_set(err, SL_STATUS_HUB_METADATA, "incomplete file metadata for %s (missing %s) [HEAD %s: HTTP "
-                       "%ld]", file, missing, url, x->status);
+    return sl__err_set(err, SL_STATUS_HUB_METADATA,
+                       "incomplete file metadata for %s (missing %s) [HEAD %s: HTTP "
+                       "%ld]",
+                       file, missing, url, x->status);
   if (!sl__hub_is_hex(commit, 40))
-    return sl__err_set(err, SL_STATUS_HUB_METADATA, "unexpected reply from %s: X-Repo-Commit '%s' of %s is not a "
-                       "40-hex commit", url, commit, file);
+    return sl__err_set(err, SL_STATUS_HUB_METADATA,
+                       "unexpected reply from %s: X-Repo-Commit '%s' of %s is not a "
+                       "40-hex commit",
+                       url, commit, file);
   if (!sl__http_etag_normalize(etag, out->etag))
-    return sl__err_set(err, SL_STATUS_HUB_INVALID_NAME, "invalid etag '%s' for %s (expected 40 or 64 hex digits) "
-                       "[HEAD %s]", etag, file, url);
+    return sl__err_set(err, SL_STATUS_HUB_INVALID_NAME,
+                       "invalid etag '%s' for %s (expected 40 or 64 hex digits) "
+                       "[HEAD %s]",
+                       etag, file, url);
   if (!sl__parse_u64(size, &out->size))
-    return sl__err_set(err, SL_STATUS_HUB_METADATA, "unexpected reply from %s: size '%s' of %s is not a decimal "
-                       "number", url, size, file);
+    return sl__err_set(err, SL_STATUS_HUB_METADATA,
+                       "unexpected reply from %s: size '%s' of %s is not a decimal "
+                       "number",
+                       url, size, file);
   memcpy(out->commit, commit, 41);
   const char *loc = hdr_get(x, "Location");
   if (loc == NULL || loc[0] == '\0')
@@ -848,7 +889,8 @@ static sl_status head_fields(const xfer *x, const char *url, const char *file, s
   return SL_STATUS_OK;
 }
 
-sl_status sl__http_head(sl__http_client *c, const char *url, const char *file, sl__http_meta *out, sl__err *err) {
+sl_status sl__http_head(sl__http_client *c, const char *url, const char *file, sl__http_meta *out,
+                        sl__err *err) {
   memset(out, 0, sizeof *out);
   xfer x;
   xfer_init(&x, c->h, SL_HTTP_ERR_BODY_MAX);
@@ -857,7 +899,8 @@ sl_status sl__http_head(sl__http_client *c, const char *url, const char *file, s
   sl_status st = cur != NULL ? SL_STATUS_OK : sl__err_set(err, SL_STATUS_NOMEM, "out of memory");
   for (int hops = 0; st == SL_STATUS_OK; hops++) {
     unsigned retries = 0;
-    st = buffered_request(c, &x, true, cur, file, c->h->etag_timeout_s, SL_HTTP_RETRY_HEAD_TIMEOUT_S, &retries, err);
+    st = buffered_request(c, &x, true, cur, file, c->h->etag_timeout_s, SL_HTTP_RETRY_HEAD_TIMEOUT_S,
+                          &retries, err);
     if (st != SL_STATUS_OK)
       break;
     const char *commit = hdr_get(&x, "X-Repo-Commit");
@@ -970,7 +1013,8 @@ sl_status sl__http_fetch_stream(sl__http_client *c, const char *url, const char 
     if (rc == CURLE_OK && (x.status == 200 || x.status == 206) && x.pos == size)
       break;
     if (rc == CURLE_OK && x.status == 416 && x.ranged && !retried_416) {
-      SL_DEBUG("GET %s: 416 for bytes %llu-: restarting without a range", url, (unsigned long long)x.range_start);
+      SL_DEBUG("GET %s: 416 for bytes %llu-: restarting without a range", url,
+               (unsigned long long)x.range_start);
       retried_416 = true;
       skip_range = true;
       continue;
@@ -1007,8 +1051,10 @@ sl_status sl__http_fetch_stream(sl__http_client *c, const char *url, const char 
         net_error(&x, rc, "GET", url, file, attempts, err);
       else
         sl__err_set(err, SL_STATUS_HUB_NETWORK, "%s: network error on GET %s: short body", file, url);
-      sl__err_prefix(err, "download of %s gave up after %d consecutive attempts without data, at byte %llu of "
-                     "%llu", file, SL_HTTP_MAX_DEAD_ATTEMPTS, (unsigned long long)x.pos, (unsigned long long)size);
+      sl__err_prefix(err,
+                     "download of %s gave up after %d consecutive attempts without data, at byte %llu of "
+                     "%llu",
+                     file, SL_HTTP_MAX_DEAD_ATTEMPTS, (unsigned long long)x.pos, (unsigned long long)size);
       st = SL_STATUS_HUB_NETWORK;
       break;
     }
@@ -1022,15 +1068,15 @@ sl_status sl__http_fetch_stream(sl__http_client *c, const char *url, const char 
  * ------------------------------------------------------------------------------------------- */
 
 typedef struct chunk {
-  xfer x;                           /* x.easy: this slot's handle, reused */
-  bool in_use;                      /* holds a chunk not yet complete */
-  bool active;                      /* added to the multi handle */
-  uint64_t a;                       /* chunk [a, b) */
+  xfer x;      /* x.easy: this slot's handle, reused */
+  bool in_use; /* holds a chunk not yet complete */
+  bool active; /* added to the multi handle */
+  uint64_t a;  /* chunk [a, b) */
   uint64_t b;
   unsigned status_retries;
   unsigned dead;
   unsigned attempts;
-  double not_before;                /* monotonic time before which it must not restart */
+  double not_before; /* monotonic time before which it must not restart */
 } chunk;
 
 /* Examines a finished transfer of a chunk. Returns OK to go on (done or rescheduled). */
@@ -1078,8 +1124,8 @@ static sl_status chunk_finished(const sl__http *h, chunk *k, CURLcode rc, const 
       net_error(x, rc, "GET", url, file, k->attempts, err);
     else
       sl__err_set(err, SL_STATUS_HUB_NETWORK, "%s: network error on GET %s: short body", file, url);
-    sl__err_prefix(err, "download of %s (bytes %llu-%llu) gave up after %d consecutive attempts without data", file,
-                   (unsigned long long)k->a, (unsigned long long)(k->b - 1), SL_HTTP_MAX_DEAD_ATTEMPTS);
+    sl__err_prefix(err, "download of %s (bytes %llu-%llu) gave up after %d consecutive attempts without data",
+                   file, (unsigned long long)k->a, (unsigned long long)(k->b - 1), SL_HTTP_MAX_DEAD_ATTEMPTS);
     return SL_STATUS_HUB_NETWORK;
   }
   uint64_t units = sl__http_retry_wait_units(k->dead, 0, NULL, NULL);
@@ -1099,8 +1145,9 @@ sl_status sl__http_fetch_chunks(const sl__http *h, const char *url, const char *
     slots = (uint32_t)n_chunks;
   CURLM *multi = curl_multi_init();
   chunk *ks = calloc(slots > 0 ? slots : 1, sizeof *ks);
-  sl_status st = multi != NULL && ks != NULL ? SL_STATUS_OK
-                                             : sl__err_set(err, SL_STATUS_NOMEM, "out of memory downloading %s", file);
+  sl_status st = multi != NULL && ks != NULL
+                     ? SL_STATUS_OK
+                     : sl__err_set(err, SL_STATUS_NOMEM, "out of memory downloading %s", file);
   for (uint32_t i = 0; st == SL_STATUS_OK && i < slots; i++) {
     xfer_init(&ks[i].x, h, SL_HTTP_ERR_BODY_MAX);
     ks[i].x.easy = curl_easy_init();
@@ -1180,7 +1227,19 @@ sl_status sl__http_fetch_chunks(const sl__http *h, const char *url, const char *
       st = sl__err_set(err, SL_STATUS_HUB_NETWORK, "download of %s cancelled", file);
       break;
     }
-    double wait_s = soonest - sl__now();
+    /* Sleep until socket activity, or until a free slot or a waiting chunk can start. */
+    now = sl__now();
+    bool busy = false;
+    for (uint32_t i = 0; i < slots; i++) {
+      busy = busy || ks[i].in_use;
+      if (!ks[i].in_use && next < n_chunks)
+        soonest = now; /* a free slot to refill */
+      else if (ks[i].in_use && !ks[i].active && ks[i].not_before < soonest)
+        soonest = ks[i].not_before;
+    }
+    if (!busy)
+      continue; /* every chunk is done */
+    double wait_s = soonest - now;
     int timeout_ms = wait_s <= 0 ? 0 : (int)(wait_s * 1000.0) + 1;
     if (timeout_ms > SL_HTTP_POLL_MS)
       timeout_ms = SL_HTTP_POLL_MS;

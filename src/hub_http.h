@@ -17,23 +17,23 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#define SL_HTTP_MAX_RETRIES 5            /* retries after the first attempt (6 attempts) */
-#define SL_HTTP_MAX_DEAD_ATTEMPTS 5      /* consecutive stream failures without a byte */
-#define SL_HTTP_MAX_WAIT_UNITS 60        /* cap of one retry wait, in backoff units */
+#define SL_HTTP_MAX_RETRIES 5             /* retries after the first attempt (6 attempts) */
+#define SL_HTTP_MAX_DEAD_ATTEMPTS 5       /* consecutive stream failures without a byte */
+#define SL_HTTP_MAX_WAIT_UNITS 60         /* cap of one retry wait, in backoff units */
 #define SL_HTTP_HUGE_BYTES 50000000000ULL /* above this: always ranged, never range-less */
-#define SL_HTTP_RETRY_HEAD_TIMEOUT_S 60  /* timeout of repeated HEADs */
+#define SL_HTTP_RETRY_HEAD_TIMEOUT_S 60   /* timeout of repeated HEADs */
 
 /* Settings shared by every request of one resolution. */
 typedef struct sl__http {
-  char *resolve_host;               /* lower-cased host of the endpoint (Authorization target) */
-  long resolve_port;                /* its port (scheme default when absent) */
-  char *resolve_scheme;             /* its scheme */
-  const char *token;                /* bearer token or NULL (not owned) */
-  long etag_timeout_s;              /* first HEAD attempt */
-  long download_timeout_s;          /* GETs (API and files) */
-  uint64_t backoff_base_ms;         /* one wait unit */
-  char user_agent[128];             /* shardload/<v> libcurl/<v> */
-  atomic_int *cancel;               /* non-zero: stop as soon as possible (may be NULL) */
+  char *resolve_host;       /* lower-cased host of the endpoint (Authorization target) */
+  long resolve_port;        /* its port (scheme default when absent) */
+  char *resolve_scheme;     /* its scheme */
+  const char *token;        /* bearer token or NULL (not owned) */
+  long etag_timeout_s;      /* first HEAD attempt */
+  long download_timeout_s;  /* GETs (API and files) */
+  uint64_t backoff_base_ms; /* one wait unit */
+  char user_agent[128];     /* shardload/<v> libcurl/<v> */
+  atomic_int *cancel;       /* non-zero: stop as soon as possible (may be NULL) */
 } sl__http;
 
 /* Process-wide libcurl initialisation; call from one thread before any other function here. */
@@ -46,7 +46,7 @@ void sl__http_free(sl__http *h);
 /* One thread's connection cache (keeps connections alive between requests). */
 typedef struct sl__http_client {
   const sl__http *h;
-  void *easy;                       /* CURL *, reused with curl_easy_reset */
+  void *easy; /* CURL *, reused with curl_easy_reset */
 } sl__http_client;
 
 sl_status sl__http_client_init(sl__http_client *c, const sl__http *h, sl__err *err);
@@ -54,25 +54,27 @@ void sl__http_client_free(sl__http_client *c);
 
 /* GET of an API URL (retried per §7.2, redirects followed); the body (≤ 64 MiB) is left in body.
  * `what` describes the request in messages (e.g. "revision 'main' of org/name"). */
-sl_status sl__http_get_api(sl__http_client *c, const char *url, const char *what, sl__buf *body, sl__err *err);
+sl_status sl__http_get_api(sl__http_client *c, const char *url, const char *what, sl__buf *body,
+                           sl__err *err);
 
 /* Metadata of one file (§4). */
 typedef struct sl__http_meta {
-  char commit[41];                  /* X-Repo-Commit; also filled from an error reply when present */
-  char etag[65];                    /* normalised: hex40 or hex64 */
-  char *location;                   /* GET target (owned) */
-  uint64_t size;                    /* expected size in bytes */
+  char commit[41]; /* X-Repo-Commit; also filled from an error reply when present */
+  char etag[65];   /* normalised: hex40 or hex64 */
+  char *location;  /* GET target (owned) */
+  uint64_t size;   /* expected size in bytes */
 } sl__http_meta;
 
 void sl__http_meta_free(sl__http_meta *m);
 
 /* HEAD on a resolve URL per §4, with relative redirects followed (token kept) and the retry rule of
  * §7.2 (first attempt with the etag timeout, later ones with 60 s). `file` names the file. */
-sl_status sl__http_head(sl__http_client *c, const char *url, const char *file, sl__http_meta *out, sl__err *err);
+sl_status sl__http_head(sl__http_client *c, const char *url, const char *file, sl__http_meta *out,
+                        sl__err *err);
 
 /* Receives every byte written to the file, in order for streams (hashing, progress). */
 typedef struct sl__http_sink {
-  void (*reset)(void *user);        /* the file was truncated to 0: forget what was passed */
+  void (*reset)(void *user); /* the file was truncated to 0: forget what was passed */
   void (*data)(void *user, uint64_t offset, const void *bytes, size_t n);
   void *user;
 } sl__http_sink;
@@ -100,7 +102,8 @@ char *sl__http_url_encode(const char *s, bool keep_slash);
 bool sl__http_etag_normalize(const char *raw, char out[65]);
 /* §7.2 wait before retry `retry` (1-based) in backoff units, from the status and the RateLimit
  * and Retry-After headers (NULL when absent), capped at SL_HTTP_MAX_WAIT_UNITS. */
-uint64_t sl__http_retry_wait_units(unsigned retry, long status, const char *retry_after, const char *ratelimit);
+uint64_t sl__http_retry_wait_units(unsigned retry, long status, const char *retry_after,
+                                   const char *ratelimit);
 /* The Authorization rule of §5.1: url has the endpoint's host (case-insensitive) and port. */
 bool sl__http_same_origin(const sl__http *h, const char *url);
 /* Whether an error kind lets the resolution fall back to the cache (§7.1 last column). */

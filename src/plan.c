@@ -740,6 +740,8 @@ void sl__schedule_free(sl__schedule *s) {
   free(s->buckets);
   free(s->items);
   free(s->stats);
+  free(s->unit_needed);
+  free(s->tensor_used);
   memset(s, 0, sizeof *s);
 }
 
@@ -1072,8 +1074,12 @@ sl_status sl__schedule_build(const sl__model *m, const sl__catalog *cat, const s
   sl__vec pairs;
   sl__vec_init(&pairs, sizeof(pair));
   out->stats = calloc(W, sizeof *out->stats);
+  out->unit_needed = calloc(m->n_units / 8 + 1, 1);
+  out->tensor_used = calloc(cat->n_tensors / 8 + 1, 1);
   uint32_t *tensor_seen = calloc(cat->n_tensors + 1, sizeof *tensor_seen);
-  sl_status st = (out->stats != NULL && tensor_seen != NULL) ? SL_STATUS_OK : SL_STATUS_NOMEM;
+  sl_status st = (out->stats != NULL && tensor_seen != NULL && out->unit_needed != NULL && out->tensor_used != NULL)
+                     ? SL_STATUS_OK
+                     : SL_STATUS_NOMEM;
   if (st != SL_STATUS_OK)
     sl__err_set(err, st, "out of memory planning %u ranks", W);
   for (size_t i = 0; i < cat->n_tensors && tensor_seen != NULL; i++)
@@ -1099,6 +1105,9 @@ sl_status sl__schedule_build(const sl__model *m, const sl__catalog *cat, const s
         break;
       }
       cp->piece = pi;
+      if (cp->unit != SL_NONE)
+        out->unit_needed[cp->unit / 8] |= (uint8_t)(1u << (cp->unit % 8));
+      out->tensor_used[cp->tensor / 8] |= (uint8_t)(1u << (cp->tensor % 8));
       uint32_t *last = &SL_VEC_AT(&t.last_rank, uint32_t, pi);
       if (*last != rank) {
         *last = rank;

@@ -133,6 +133,8 @@ typedef struct sl__schedule {
   uint64_t unique_bytes;         /* sum of piece bytes (each source slice once) */
   uint64_t naive_bytes;          /* sum over ranks of the full tensors they touch */
   uint64_t checkpoint_bytes;     /* sum of catalog tensor bytes */
+  uint8_t *unit_needed;           /* bitmap over the model's expected set: some rank's plan feeds it */
+  uint8_t *tensor_used;           /* bitmap over the catalog: some rank reads it */
   uint64_t tensors_read;          /* catalog tensors some rank reads */
   uint64_t tensors_one_reader;    /* of which read whole, each byte once, by one single rank */
   uint64_t expert_tensors;        /* catalog tensors feeding expert parameters */

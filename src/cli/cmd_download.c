@@ -13,20 +13,19 @@
 #include <string.h>
 
 static void download_usage(FILE *out) {
-  fprintf(out,
-          "usage: shardload download REPO [options]\n"
-          "\n"
-          "Downloads what loading the Hub repository REPO needs into the Hugging Face cache and\n"
-          "prints the snapshot folder.\n"
-          "\n"
-          "options:\n"
-          "  --revision R       branch, tag, refs/pr/N or commit (default main)\n"
-          "  --include PATTERN  also download the files matching PATTERN (repeatable)\n"
-          "  --all              also download every top-level file that is not a weight file\n"
-          "  --cache-dir DIR    cache folder (default HF_HUB_CACHE, else $HF_HOME/hub)\n"
-          "  --offline          no network: resolve from the cache only\n"
-          "  --load-format F    auto, hf, safetensors, mistral or pt (default auto)\n"
-          "  --quiet            no progress output\n");
+  fprintf(out, "usage: shardload download REPO [options]\n"
+               "\n"
+               "Downloads what loading the Hub repository REPO needs into the Hugging Face cache and\n"
+               "prints the snapshot folder.\n"
+               "\n"
+               "options:\n"
+               "  --revision R       branch, tag, refs/pr/N or commit (default main)\n"
+               "  --include PATTERN  also download the files matching PATTERN (repeatable)\n"
+               "  --all              also download every top-level file that is not a weight file\n"
+               "  --cache-dir DIR    cache folder (default HF_HUB_CACHE, else $HF_HOME/hub)\n"
+               "  --offline          no network: resolve from the cache only\n"
+               "  --load-format F    auto, hf, safetensors, mistral or pt (default auto)\n"
+               "  --quiet            no progress output\n");
 }
 
 /* Matches "--name VALUE" and "--name=VALUE"; *i is advanced past what was consumed. */

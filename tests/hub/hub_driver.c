@@ -31,10 +31,10 @@ static void print_result(sl_status st, const char *msg, const char *snapshot, co
   sl__buf_json_str(&b, res != NULL && res->commit != NULL ? res->commit : "");
   sl__buf_appendf(&b, ", \"format\": ");
   sl__buf_json_str(&b, res != NULL && st == SL_STATUS_OK ? sl__format_name(res->format) : "");
-  sl__buf_appendf(&b, ", \"files_downloaded\": %u, \"bytes_downloaded\": %llu, \"fallback\": %s, \"pid\": %ld}\n",
-                  res != NULL ? res->files_downloaded : 0,
-                  (unsigned long long)(res != NULL ? res->bytes_downloaded : 0),
-                  res != NULL && res->from_cache_fallback ? "true" : "false", (long)getpid());
+  sl__buf_appendf(
+      &b, ", \"files_downloaded\": %u, \"bytes_downloaded\": %llu, \"fallback\": %s, \"pid\": %ld}\n",
+      res != NULL ? res->files_downloaded : 0, (unsigned long long)(res != NULL ? res->bytes_downloaded : 0),
+      res != NULL && res->from_cache_fallback ? "true" : "false", (long)getpid());
   fputs(sl__buf_str(&b), stdout);
   fflush(stdout);
   sl__buf_free(&b);

@@ -22,8 +22,8 @@ static void test_repo_ids(void) {
   char long_name[100];
   memset(long_name, 'a', 97);
   long_name[97] = '\0';
-  const char *invalid[] = {"a/b/c", "a--b/c", "a/..b", "-x/y", "x/y.", "x/y.git", "../x", long_name, "", "/x",
-                           "x/", "a b", "é/x"};
+  const char *invalid[] = {"a/b/c",   "a--b/c", "a/..b", "-x/y", "x/y.", "x/y.git", "../x",
+                           long_name, "",       "/x",    "x/",   "a b",  "é/x"};
   for (size_t i = 0; i < sizeof invalid / sizeof invalid[0]; i++)
     CHECKF(!sl__hub_valid_repo_id(invalid[i]), "invalid repo id '%s' accepted", invalid[i]);
   long_name[96] = '\0';
@@ -92,9 +92,9 @@ static void test_retry_waits(void) {
   CHECK_EQ_U64(sl__http_retry_wait_units(1, 503, "2", NULL), 3);
   CHECK_EQ_U64(sl__http_retry_wait_units(3, 429, NULL, "\"default\";r=0;t=5"), 6);
   CHECK_EQ_U64(sl__http_retry_wait_units(1, 429, "1", "limit=100, remaining=0, reset=7"), 2); /* r/t absent */
-  CHECK_EQ_U64(sl__http_retry_wait_units(1, 429, "1", "\"default\";r=3;t=5"), 2);               /* r != 0 */
-  CHECK_EQ_U64(sl__http_retry_wait_units(1, 429, "9", "\"default\";r=0;t=5"), 6);               /* RateLimit wins */
-  CHECK_EQ_U64(sl__http_retry_wait_units(1, 503, NULL, "\"default\";r=0;t=5"), 1);              /* only for 429 */
+  CHECK_EQ_U64(sl__http_retry_wait_units(1, 429, "1", "\"default\";r=3;t=5"), 2);             /* r != 0 */
+  CHECK_EQ_U64(sl__http_retry_wait_units(1, 429, "9", "\"default\";r=0;t=5"), 6);  /* RateLimit wins */
+  CHECK_EQ_U64(sl__http_retry_wait_units(1, 503, NULL, "\"default\";r=0;t=5"), 1); /* only for 429 */
   CHECK_EQ_U64(sl__http_retry_wait_units(1, 429, "600", NULL), 60);
   CHECK_EQ_U64(sl__http_retry_wait_units(2, 429, "Wed, 21 Oct 2015 07:28:00 GMT", NULL), 2);
   CHECK(sl__http_fallback_eligible(SL_STATUS_HUB_NETWORK));
@@ -122,11 +122,21 @@ static void test_token_and_bools(void) {
   CHECK(!sl__hub_env_bool(NULL));
 }
 
-static const char *const k_env_vars[] = {"HF_ENDPOINT", "HF_HOME", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE",
-                                         "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_TOKEN_PATH",
-                                         "HF_HUB_DISABLE_IMPLICIT_TOKEN", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE",
-                                         "HF_HUB_ETAG_TIMEOUT", "HF_HUB_DOWNLOAD_TIMEOUT", "HF_HUB_DISABLE_SYMLINKS",
-                                         "XDG_CACHE_HOME", "SL_TEST_VAR"};
+static const char *const k_env_vars[] = {"HF_ENDPOINT",
+                                         "HF_HOME",
+                                         "HF_HUB_CACHE",
+                                         "HUGGINGFACE_HUB_CACHE",
+                                         "HF_TOKEN",
+                                         "HUGGING_FACE_HUB_TOKEN",
+                                         "HF_TOKEN_PATH",
+                                         "HF_HUB_DISABLE_IMPLICIT_TOKEN",
+                                         "HF_HUB_OFFLINE",
+                                         "TRANSFORMERS_OFFLINE",
+                                         "HF_HUB_ETAG_TIMEOUT",
+                                         "HF_HUB_DOWNLOAD_TIMEOUT",
+                                         "HF_HUB_DISABLE_SYMLINKS",
+                                         "XDG_CACHE_HOME",
+                                         "SL_TEST_VAR"};
 
 static void clear_env(void) {
   for (size_t i = 0; i < sizeof k_env_vars / sizeof k_env_vars[0]; i++)
@@ -138,7 +148,8 @@ static sl__hub_env load_env(const sl__hub_opts *o, sl_status want) {
   sl__err err;
   sl__err_clear(&err);
   sl_status st = sl__hub_env_load(o, &env, &err);
-  CHECKF(st == want, "sl__hub_env_load: %s (%s), expected %s", sl_status_name(st), err.msg, sl_status_name(want));
+  CHECKF(st == want, "sl__hub_env_load: %s (%s), expected %s", sl_status_name(st), err.msg,
+         sl_status_name(want));
   if (st != SL_STATUS_OK)
     memset(&env, 0, sizeof env);
   return env;
@@ -414,7 +425,8 @@ static void test_cache(const char *tmp) {
   /* pointers: symlink with the right depth, replacement of a wrong one, copy mode */
   char *blob = sl__asprintf("%s/blobs/%s", repo, commit);
   CHECK(sl_test_write_file(blob, "hello", 5) == 0);
-  CHECK(sl__cache_link_pointer(repo, other, "original/params.json", commit, false, false, &err) == SL_STATUS_OK);
+  CHECK(sl__cache_link_pointer(repo, other, "original/params.json", commit, false, false, &err) ==
+        SL_STATUS_OK);
   char *ptr = sl__asprintf("%s/snapshots/%s/original/params.json", repo, other);
   char link[256] = "";
   ssize_t n = readlink(ptr, link, sizeof link - 1);
@@ -425,7 +437,8 @@ static void test_cache(const char *tmp) {
   unlink(ptr);
   CHECK(symlink("../../../blobs/missing", ptr) == 0);
   CHECK(!sl__cache_file_present(ptr)); /* dangling: missing */
-  CHECK(sl__cache_link_pointer(repo, other, "original/params.json", commit, false, false, &err) == SL_STATUS_OK);
+  CHECK(sl__cache_link_pointer(repo, other, "original/params.json", commit, false, false, &err) ==
+        SL_STATUS_OK);
   CHECK(sl__cache_file_present(ptr));
   CHECK(sl__cache_link_pointer(repo, other, "copy.txt", commit, true, false, &err) == SL_STATUS_OK);
   char *cp = sl__asprintf("%s/snapshots/%s/copy.txt", repo, other);

@@ -23,7 +23,8 @@ Control endpoints (hub port, never logged):
   POST /_test/clear    clears the log
 A repository entry: {"dir": folder, "sha": hex40, "refs": {"main": sha, ...},
   "lfs": [fnmatch patterns, default "*.safetensors"], "extra_siblings": [names listed but absent],
-  "size_override": {path: announced size}}.
+  "size_override": {path: announced size}, "gated": token}. A gated repository answers resolve
+  requests without "Bearer <token>" with 401 GatedRepo, with another token 403 GatedRepo.
 
 Fault rules (first rule that matches and still has `times` left applies; times -1 = always):
   match: "port" hub|cdn, "method", "path" (substring of the decoded path), "range" (exact Range
@@ -36,7 +37,7 @@ Fault rules (first rule that matches and still has `times` left applies; times -
          "head_set" {name: value} / "head_remove" [names] (edit the reply headers).
 
 Every request is logged as one JSON object: port, method, path (raw, as sent), headers
-(lower-cased names), auth (Authorization value or null), range, status, t (start time),
+(lower-cased names), auth (Authorization value or null), range, status, t and t_end (times),
 concurrent (requests in flight on that port at its start, itself included), and pid: the process
 that opened the connection, found from the peer port via /proc/net/tcp and /proc/*/fd (Linux).
 Python 3 standard library only.
@@ -76,6 +77,7 @@ class Repo:
         self.lfs = spec.get("lfs", ["*.safetensors"])
         self.extra = list(spec.get("extra_siblings", []))
         self.size_override = dict(spec.get("size_override", {}))
+        self.gated = spec.get("gated")
         self.files = {}
         for root, _dirs, names in os.walk(self.dir):
             for name in names:
@@ -88,8 +90,9 @@ class Repo:
         return sorted(self.files) + self.extra
 
     def resolve(self, rev):
-        if rev == self.sha:
-            return self.sha
+        """The commit of a revision: a ref name, or a commit itself (every commit serves the folder)."""
+        if rev == self.sha or rev in self.refs.values():
+            return rev
         return self.refs.get(rev)
 
     def is_lfs(self, path):
@@ -229,6 +232,7 @@ class Handler(BaseHTTPRequestHandler):
         finally:
             with STATE_LOCK:
                 STATE["inflight"][port] -= 1
+                entry["t_end"] = time.time()
 
     def reply(self, status, headers, body, method, action=None):
         action = action or {}
@@ -358,6 +362,15 @@ class Handler(BaseHTTPRequestHandler):
         if repo is None:
             self.error_reply(method, 401, "RepoNotFound", "Repository not found")
             return
+        auth = self.headers.get("Authorization")
+        if repo.gated is not None and auth != "Bearer " + repo.gated:
+            if auth is None:
+                self.error_reply(method, 401, "GatedRepo", "Access to model %s is restricted. You must have "
+                                 "access to it and be authenticated to access it. Please log in." % repo.id)
+            else:
+                self.error_reply(method, 403, "GatedRepo", "Access to model %s is restricted and you are not in "
+                                 "the authorized list." % repo.id)
+            return
         sha = repo.resolve(urllib.parse.unquote(rev_raw))
         if sha is None:
             self.error_reply(method, 404, "RevisionNotFound", "Invalid rev id")
@@ -426,6 +439,12 @@ class Server(ThreadingHTTPServer):
     def __init__(self, name):
         super().__init__(("127.0.0.1", 0), Handler)
         self.name = name
+
+    def handle_error(self, request, client_address):
+        """Clients cutting connections (cancelled transfers) are normal here: stay quiet."""
+        if isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
+            return
+        super().handle_error(request, client_address)
 
 
 def main():

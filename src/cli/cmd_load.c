@@ -1,0 +1,151 @@
+/*
+ * cmd_load.c — `mpirun -np N shardload load MODEL ...`: initializes MPI, loads with the public
+ * API, prints rank 0's summary (stderr) and, on failure, each distinct cause once (rank 0
+ * collects the messages of every rank); every rank exits with the same status.
+ */
+#include "args.h"
+#include "cli.h"
+
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define MSG_MAX 4096
+
+static void usage(FILE *out) {
+  fprintf(out,
+          "usage: mpirun -np N shardload load MODEL [options]\n"
+          "MODEL is a folder with config.json and safetensors files, or a Hub repository id.\n"
+          "Layout:  --tp N --pp N --dp N (product = number of ranks), --enable-expert-parallel,\n"
+          "         --expert-placement linear|round_robin, --enable-eplb, --pp-layer-partition 4,6,6,4\n"
+          "Model:   --arch auto|FILE.json, --layout vllm|checkpoint, --load-format auto|hf|safetensors|mistral|pt\n"
+          "Hub:     --revision REV, --cache-dir DIR, --offline\n"
+          "Reading: --threads N, --extra-config JSON, --load-strategy auto|direct|io_uring, --staging-bytes N\n"
+          "Output:  --device cpu|cuda, --save-sharded DIR, --report FILE.json, --no-strict, --quiet,\n"
+          "         --list-params (print every rank's table)\n"
+          "Any configuration key can be given as --key-name VALUE (see the README).\n");
+}
+
+/* Rank 0 prints each distinct failure message once; PEER_FAILED ranks only say they stopped. */
+static void report_failure(MPI_Comm comm, sl_status st, const char *msg) {
+  int rank = 0;
+  int size = 1;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &size);
+  char mine[MSG_MAX];
+  memset(mine, 0, sizeof mine);
+  if (st != SL_STATUS_OK && st != SL_STATUS_PEER_FAILED)
+    snprintf(mine, sizeof mine, "%s: %s", sl_status_name(st), msg != NULL ? msg : "");
+  char *all = rank == 0 ? calloc((size_t)size, MSG_MAX) : NULL;
+  MPI_Gather(mine, MSG_MAX, MPI_CHAR, all, MSG_MAX, MPI_CHAR, 0, comm);
+  if (rank != 0)
+    return;
+  if (all == NULL) {
+    fprintf(stderr, "shardload load: failed: %s\n", mine);
+    return;
+  }
+  for (int r = 0; r < size; r++) {
+    const char *m = all + (size_t)r * MSG_MAX;
+    if (m[0] == '\0')
+      continue;
+    bool seen = false;
+    for (int q = 0; q < r && !seen; q++)
+      seen = strcmp(all + (size_t)q * MSG_MAX, m) == 0;
+    if (!seen)
+      fprintf(stderr, "shardload load: rank %d: %s\n", r, m);
+  }
+  free(all);
+}
+
+static void print_table(MPI_Comm comm, sl_loader *l) {
+  int rank = 0;
+  int size = 1;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &size);
+  for (int r = 0; r < size; r++) {
+    if (r == rank) {
+      size_t n = sl_loader_param_count(l);
+      for (size_t i = 0; i < n; i++) {
+        const sl_param *p = sl_loader_param(l, i);
+        printf("rank %d: %s %s [", rank, p->name, p->dtype);
+        for (uint32_t d = 0; d < p->ndim; d++)
+          printf("%s%llu", d > 0 ? ", " : "", (unsigned long long)p->local_shape[d]);
+        printf("] %llu bytes: %s\n", (unsigned long long)p->nbytes, p->shard);
+      }
+      fflush(stdout);
+    }
+    MPI_Barrier(comm);
+  }
+}
+
+int sl_cli_load(int argc, char **argv) {
+  /* --list-params is a CLI-only flag: strip it before the generic parser. */
+  bool list = false;
+  int kept = 0;
+  for (int i = 0; i < argc; i++) {
+    if (strcmp(argv[i], "--list-params") == 0)
+      list = true;
+    else
+      argv[kept++] = argv[i];
+  }
+  argc = kept;
+  int provided = 0;
+  if (MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
+    fprintf(stderr, "shardload load: MPI_Init failed\n");
+    return 1;
+  }
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  sl_config *cfg = NULL;
+  int rc = sl_config_create(&cfg) == SL_STATUS_OK ? 0 : 1;
+  sl_cli_args args;
+  memset(&args, 0, sizeof args);
+  if (rc == 0)
+    rc = sl_cli_parse(argc, argv, cfg, &args, false);
+  if (rc == 0 && args.help) {
+    if (rank == 0)
+      usage(stdout);
+    sl_config_destroy(cfg);
+    MPI_Finalize();
+    return 0;
+  }
+  if (rc == 0 && args.positional == NULL) {
+    if (rank == 0)
+      usage(stderr);
+    rc = 2;
+  }
+  if (rc == 0 && sl_config_set(cfg, "model", args.positional) != SL_STATUS_OK)
+    rc = 2;
+  /* Usage errors are the same on every rank: print once. */
+  int worst = 0;
+  MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (worst != 0) {
+    sl_config_destroy(cfg);
+    MPI_Finalize();
+    return worst;
+  }
+  sl_loader *l = NULL;
+  sl_status st = sl_loader_create(cfg, MPI_COMM_WORLD, &l);
+  if (st != SL_STATUS_OK) {
+    report_failure(MPI_COMM_WORLD, st, sl_config_error(cfg));
+  } else {
+    st = list ? sl_loader_plan(l) : SL_STATUS_OK;
+    if (st == SL_STATUS_OK && list)
+      print_table(MPI_COMM_WORLD, l);
+    if (st == SL_STATUS_OK)
+      st = sl_loader_load(l);
+    if (st != SL_STATUS_OK) {
+      report_failure(MPI_COMM_WORLD, st, sl_loader_error(l));
+    } else if (rank == 0) {
+      const char *s = sl_loader_summary(l);
+      if (s != NULL)
+        fputs(s, stderr);
+    }
+  }
+  sl_loader_destroy(l);
+  sl_config_destroy(cfg);
+  MPI_Finalize();
+  return st == SL_STATUS_OK ? 0 : 1;
+}

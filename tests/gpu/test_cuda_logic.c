@@ -1,0 +1,183 @@
+/*
+ * test_cuda_logic.c — the GPU-free decisions of the CUDA backend (cuda_backend.h), checked on any
+ * machine: SHARDLOAD_NCCL_TIMEOUT_S parsing, device choice, group positions (= NCCL ranks),
+ * detection of two group members on one GPU, and how 2-D copies are issued.
+ */
+#include "check.h"
+#include "cuda_backend.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+static void test_timeout(void) {
+  struct {
+    const char *text;
+    double seconds;
+  } good[] = {{NULL, 600.0}, {"", 600.0}, {"30", 30.0}, {"0.5", 0.5}, {".25", 0.25}, {"7.", 7.0}, {"86400", 86400.0}};
+  for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+    sl__err err;
+    sl__err_clear(&err);
+    double s = -1.0;
+    sl_status st = sl__cuda_parse_timeout(good[i].text, &s, &err);
+    CHECKF(st == SL_STATUS_OK, "timeout '%s': %s", good[i].text ? good[i].text : "(null)", err.msg);
+    CHECKF(fabs(s - good[i].seconds) < 1e-9, "timeout '%s' = %g, expected %g", good[i].text ? good[i].text : "(null)",
+           s, good[i].seconds);
+  }
+  const char *bad[] = {"0", "0.0", "-1", "abc", "5s", " 5", "5 ", "1e3", "inf", "nan", "0x10", "1.2.3", "99999999999"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    sl__err err;
+    sl__err_clear(&err);
+    double s = -1.0;
+    sl_status st = sl__cuda_parse_timeout(bad[i], &s, &err);
+    CHECKF(st == SL_STATUS_CONFIG, "timeout '%s' accepted (%g)", bad[i], s);
+    char expect[64];
+    snprintf(expect, sizeof expect, "SHARDLOAD_NCCL_TIMEOUT_S='%s'", bad[i]);
+    CHECK_CONTAINS(err.msg, expect);
+    CHECK_CONTAINS(err.msg, "number of seconds");
+  }
+}
+
+static void test_pick_device(void) {
+  struct {
+    int requested, local_rank, count, expect;
+  } cases[] = {{-1, 0, 4, 0}, {-1, 3, 4, 3}, {-1, 5, 4, 1}, {-1, 8, 8, 0}, {2, 7, 4, 2}, {0, 3, 1, 0}, {-1, -3, 2, 0}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    sl__err err;
+    sl__err_clear(&err);
+    int dev = -2;
+    sl_status st = sl__cuda_pick_device(cases[i].requested, cases[i].local_rank, cases[i].count, &dev, &err);
+    CHECKF(st == SL_STATUS_OK, "case %zu: %s", i, err.msg);
+    CHECKF(dev == cases[i].expect, "case %zu: device %d, expected %d", i, dev, cases[i].expect);
+  }
+  sl__err err;
+  sl__err_clear(&err);
+  int dev = 0;
+  CHECK(sl__cuda_pick_device(4, 0, 4, &dev, &err) == SL_STATUS_NO_DEVICE);
+  CHECK(dev == -1);
+  CHECK_CONTAINS(err.msg, "cuda_device 4 does not exist");
+  CHECK_CONTAINS(err.msg, "sees 4 CUDA devices (ordinals 0..3)");
+  sl__err_clear(&err);
+  CHECK(sl__cuda_pick_device(-1, 0, 0, &dev, &err) == SL_STATUS_NO_DEVICE);
+  CHECK_CONTAINS(err.msg, "no CUDA device available");
+  sl__err_clear(&err);
+  CHECK(sl__cuda_pick_device(1, 0, 1, &dev, &err) == SL_STATUS_NO_DEVICE);
+  CHECK_CONTAINS(err.msg, "sees 1 CUDA device (ordinals 0..0)");
+}
+
+/* Groups: 0 = {0,1}, 1 = {2,3}, 2 = {1,3}, 3 = {0,2}, 4 = {0,1,2,3} (members sorted, as the
+ * schedule makes them). */
+static uint32_t members[] = {0, 1, 2, 3, 1, 3, 0, 2, 0, 1, 2, 3};
+static sl__group groups[] = {{2, 0}, {2, 2}, {2, 4}, {2, 6}, {4, 8}};
+
+static sl__schedule make_schedule(size_t n_groups) {
+  sl__schedule s;
+  memset(&s, 0, sizeof s);
+  s.world = 4;
+  s.n_groups = n_groups;
+  s.groups = groups;
+  s.group_members = members;
+  return s;
+}
+
+static void test_group_pos(void) {
+  sl__schedule s = make_schedule(5);
+  int expect[5][4] = {{0, 1, -1, -1}, {-1, -1, 0, 1}, {-1, 0, -1, 1}, {0, -1, 1, -1}, {0, 1, 2, 3}};
+  for (size_t g = 0; g < 5; g++)
+    for (int r = 0; r < 4; r++)
+      CHECKF(sl__cuda_group_pos(&s, g, r) == expect[g][r], "group %zu rank %d: position %d, expected %d", g, r,
+             sl__cuda_group_pos(&s, g, r), expect[g][r]);
+  CHECK(sl__cuda_group_pos(&s, 5, 0) == -1);
+  CHECK(sl__cuda_group_pos(&s, 0, -1) == -1);
+  CHECK(sl__cuda_group_pos(&s, 0, 7) == -1);
+}
+
+static sl__cuda_place place(const char *host, const char *bus, int device) {
+  sl__cuda_place p;
+  memset(&p, 0, sizeof p);
+  snprintf(p.host, sizeof p.host, "%s", host);
+  snprintf(p.bus_id, sizeof p.bus_id, "%s", bus);
+  p.device = device;
+  return p;
+}
+
+static void test_places(void) {
+  /* Rank 3 sits on rank 1's GPU; rank 2 has the same bus id as rank 0 but on another host. */
+  sl__cuda_place places[4] = {place("a", "0000:01:00.0", 0), place("a", "0000:02:00.0", 1),
+                              place("b", "0000:01:00.0", 0), place("a", "0000:02:00.0", 1)};
+  sl__schedule four = make_schedule(4); /* groups 0..3: only group 2 = {1,3} shares a GPU */
+  bool expect_error[4] = {false, true, false, true};
+  for (int r = 0; r < 4; r++) {
+    sl__err err;
+    sl__err_clear(&err);
+    sl_status st = sl__cuda_check_places(&four, r, places, &err);
+    CHECKF((st != SL_STATUS_OK) == expect_error[r], "rank %d: status %d (%s)", r, (int)st, err.msg);
+    if (expect_error[r]) {
+      CHECK(st == SL_STATUS_NCCL);
+      CHECK_CONTAINS(err.msg, "ranks 1 and 3 would share one GPU");
+      CHECK_CONTAINS(err.msg, "host a, PCI bus 0000:02:00.0, device 1");
+      CHECK_CONTAINS(err.msg, "broadcast group 2");
+    }
+  }
+  sl__schedule five = make_schedule(5); /* group 4 holds everyone: every rank sees it */
+  for (int r = 0; r < 4; r++) {
+    sl__err err;
+    sl__err_clear(&err);
+    CHECK(sl__cuda_check_places(&five, r, places, &err) == SL_STATUS_NCCL);
+  }
+  places[3] = place("c", "0000:02:00.0", 1);
+  for (int r = 0; r < 4; r++) {
+    sl__err err;
+    sl__err_clear(&err);
+    CHECKF(sl__cuda_check_places(&five, r, places, &err) == SL_STATUS_OK, "rank %d: %s", r, err.msg);
+  }
+  sl__schedule none = make_schedule(0);
+  sl__err err;
+  sl__err_clear(&err);
+  CHECK(sl__cuda_check_places(&none, 0, places, &err) == SL_STATUS_OK);
+}
+
+static void test_copy_kind(void) {
+  struct {
+    uint64_t dst_stride, src_stride, row_bytes, rows, max_pitch;
+    sl__cuda_copy_kind expect;
+  } cases[] = {
+      {0, 0, 0, 5, 1024, SL_CUDA_COPY_NONE},      /* empty rows */
+      {8, 8, 8, 0, 1024, SL_CUDA_COPY_NONE},      /* no rows */
+      {0, 0, 100, 1, 1024, SL_CUDA_COPY_FLAT},    /* one row: strides do not matter */
+      {16, 16, 16, 9, 1024, SL_CUDA_COPY_FLAT},   /* dense */
+      {41, 37, 29, 111, 1024, SL_CUDA_COPY_2D},   /* odd strides */
+      {16, 32, 16, 4, 1024, SL_CUDA_COPY_2D},     /* dense destination, strided source */
+      {2048, 16, 16, 4, 1024, SL_CUDA_COPY_ROWS}, /* destination pitch above the limit */
+      {16, 4096, 16, 4, 1024, SL_CUDA_COPY_ROWS}, /* source pitch above the limit */
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    sl__err err;
+    sl__err_clear(&err);
+    sl__cuda_copy_kind kind = SL_CUDA_COPY_ROWS;
+    sl_status st = sl__cuda_copy_kind_of(cases[i].dst_stride, cases[i].src_stride, cases[i].row_bytes, cases[i].rows,
+                                         cases[i].max_pitch, &kind, &err);
+    CHECKF(st == SL_STATUS_OK, "case %zu: %s", i, err.msg);
+    CHECKF(kind == cases[i].expect, "case %zu: kind %d, expected %d", i, (int)kind, (int)cases[i].expect);
+  }
+  sl__err err;
+  sl__err_clear(&err);
+  sl__cuda_copy_kind kind = SL_CUDA_COPY_FLAT;
+  CHECK(sl__cuda_copy_kind_of(10, 16, 16, 3, 1024, &kind, &err) == SL_STATUS_INTERNAL);
+  CHECK_CONTAINS(err.msg, "smaller than its rows (16 bytes)");
+  sl__err_clear(&err);
+  CHECK(sl__cuda_copy_kind_of(16, 16, UINT64_MAX / 2, 3, 1024, &kind, &err) == SL_STATUS_INTERNAL);
+  CHECK_CONTAINS(err.msg, "overflows");
+  sl__err_clear(&err);
+  CHECK(sl__cuda_copy_kind_of(UINT64_MAX / 2, 16, 16, 3, UINT64_MAX, &kind, &err) == SL_STATUS_INTERNAL);
+  CHECK_CONTAINS(err.msg, "overflows");
+}
+
+int main(void) {
+  test_timeout();
+  test_pick_device();
+  test_group_pos();
+  test_places();
+  test_copy_kind();
+  return sl_test_finish();
+}
