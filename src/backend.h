@@ -51,6 +51,8 @@ struct sl__backend {
   bool host_addressable;   /* parameters are host memory: readers may pread straight into them */
   int device;              /* CUDA device ordinal, -1 on the host */
   void *impl;              /* backend private state */
+  bool failed;             /* set by the loader once the ranks agreed that a load failed: destroy
+                              then aborts NCCL communicators instead of finalizing them with peers */
 };
 
 /* Host backend: always available. */
@@ -66,5 +68,9 @@ sl_status sl__backend_cuda_create(sl__comm *comm, int workers, int device, void 
                                   const sl__schedule *sched, sl__backend **out, sl__err *err);
 /* Whether a CUDA device is usable in this process (false, with the driver's message, if not). */
 bool sl__cuda_available(char *why, size_t cap);
+/* sl__backend_cuda_create is COLLECTIVE over comm (it agrees on its status, so every rank fails
+ * alike: the failing rank's message, "another rank failed: ..." elsewhere) and needs the
+ * schedule's group communicators (sl__comm_groups_create) first. Its destroy is collective too
+ * unless b->failed is set (communicators are finalized together; at most 60 s, then aborted). */
 
 #endif

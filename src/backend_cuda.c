@@ -412,7 +412,7 @@ static sl_status cuda_sync(sl__backend *b, sl__err *err) {
 static void release_comms(sl__backend *b) {
   cuda_state *st = state_of(b);
   /* After a failure (ours, or an abort raised by any rank) peers may never finalize: abort. */
-  bool abort_all = st->failed || (b->comm != NULL && b->comm->aborted);
+  bool abort_all = st->failed || b->failed || (b->comm != NULL && b->comm->aborted);
   bool *finalizing = calloc(st->n_groups + 1, sizeof *finalizing);
   if (finalizing == NULL)
     abort_all = true;

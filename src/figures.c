@@ -85,7 +85,7 @@ void sl__figures_json(sl__buf *b, const sl__figures *f) {
                   "\"bytes_covering\":%llu,\"bytes_broadcast\":%llu,\"bytes_naive\":%llu,"
                   "\"read_amplification\":%.4f,\"read_amplification_with_covering\":%.4f,"
                   "\"naive_read_amplification\":%.4f,\"largest_rank\":%u,\"smallest_rank\":%u,"
-                  "\"model\":{\"storage_gbps_per_node\":%g,\"network_gbps_per_node\":%g,\"ranks_per_node\":%u,"
+                  "\"prediction\":{\"storage_gbps_per_node\":%g,\"network_gbps_per_node\":%g,\"ranks_per_node\":%u,"
                   "\"predicted_seconds\":%.3f,\"predicted_naive_seconds\":%.3f},",
                   f->world, (unsigned long long)f->unique, (unsigned long long)f->needed,
                   (unsigned long long)f->read, (unsigned long long)f->covering, (unsigned long long)f->received,

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define SPEC_MAX_BYTES (16u * 1024u * 1024u)
 #define CONFIG_MAX_BYTES (64u * 1024u * 1024u)
@@ -41,6 +42,7 @@ static sl_status resolve_folder(const sl_config *cfg, const sl__opts *o, sl__pre
     *folder = sl__strdup(o->model);
     return *folder != NULL ? SL_STATUS_OK : sl__err_set(err, SL_STATUS_NOMEM, "out of memory");
   }
+  SL_INFO("resolving '%s' (process %ld): not a folder, trying the Hub", o->model, (long)getpid());
   if (!sl__hub_valid_repo_id(o->model))
     return sl__err_set(err, SL_STATUS_NOT_FOUND,
                        "model '%s' is neither an existing folder nor a valid Hub repository id (namespace/name)",

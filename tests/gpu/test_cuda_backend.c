@@ -1,0 +1,357 @@
+/*
+ * test_cuda_backend.c — the CUDA backend's operations (backend.h) on real GPUs, at any number of
+ * ranks (one GPU per rank of a node), with a fake schedule of one broadcast group holding every
+ * rank:
+ *   - alloc returns zero-filled device memory (also after the same memory was dirtied and freed);
+ *   - uploads from pinned staging with odd offsets, strides and more rows than one 2-D piece,
+ *     from two reader threads' streams, compared byte for byte after a copy back;
+ *   - device-to-device 2-D copies;
+ *   - NCCL broadcasts from every root of the group;
+ *   - the abort path: rank 1 raises the abort channel and skips a broadcast: every other rank
+ *     returns (aborted, or complete), none hangs; then the timeout path with
+ *     SHARDLOAD_NCCL_TIMEOUT_S=2 and no abort.
+ * Without a usable GPU (or with fewer GPUs than ranks on a node) it prints "SKIP: ..." and exits
+ * 77; with fewer GPUs than ranks it first checks that creation fails with the shared-GPU error.
+ * (test_cuda_nodevice.c checks the failure without any GPU.)
+ */
+#include "backend.h"
+#include "check.h"
+#include "cuda_backend.h"
+#include "values.h"
+
+#include <cuda_runtime.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+static int rank;
+static int size;
+
+/* One group of every rank, members in rank order. */
+static uint32_t members[64];
+static sl__group all_group;
+
+static sl__schedule one_group_schedule(void) {
+  sl__schedule s;
+  memset(&s, 0, sizeof s);
+  for (int r = 0; r < size; r++)
+    members[r] = (uint32_t)r;
+  all_group.n = (uint32_t)size;
+  all_group.off = 0;
+  s.world = (uint32_t)size;
+  s.n_groups = 1;
+  s.groups = &all_group;
+  s.group_members = members;
+  return s;
+}
+
+static bool copy_back(void *host, const void *dev, size_t n) {
+  cudaError_t e = cudaMemcpy(host, dev, n, cudaMemcpyDeviceToHost);
+  CHECKF(e == cudaSuccess, "cudaMemcpy back of %zu bytes: %s", n, cudaGetErrorString(e));
+  return e == cudaSuccess;
+}
+
+/* Host reference of a 2-D copy. */
+static void copy2d(uint8_t *dst, uint64_t dst_stride, const uint8_t *src, uint64_t src_stride, uint64_t row_bytes,
+                   uint64_t rows) {
+  for (uint64_t i = 0; i < rows; i++)
+    memcpy(dst + i * dst_stride, src + i * src_stride, (size_t)row_bytes);
+}
+
+static void test_alloc(sl__backend *b) {
+  sl__err err;
+  sl__err_clear(&err);
+  const size_t n = ((size_t)1 << 20) + 13;
+  void *d = NULL;
+  CHECKF(b->ops->alloc(b, n, &d, &err) == SL_STATUS_OK, "alloc: %s", err.msg);
+  if (d == NULL)
+    return;
+  CHECK(cudaMemset(d, 0xAB, n) == cudaSuccess);
+  CHECK(cudaDeviceSynchronize() == cudaSuccess);
+  b->ops->release(b, d);
+  /* Likely the same memory again: it must come back zeroed. */
+  d = NULL;
+  CHECKF(b->ops->alloc(b, n, &d, &err) == SL_STATUS_OK, "alloc: %s", err.msg);
+  uint8_t *h = malloc(n);
+  if (d != NULL && h != NULL && copy_back(h, d, n)) {
+    size_t bad = 0;
+    while (bad < n && h[bad] == 0)
+      bad++;
+    CHECKF(bad == n, "alloc: byte %zu of %zu is 0x%02x, not zero", bad, n, bad < n ? h[bad] : 0);
+  }
+  struct cudaPointerAttributes attr;
+  CHECK(cudaPointerGetAttributes(&attr, d) == cudaSuccess);
+  CHECK(attr.type == cudaMemoryTypeDevice);
+  CHECK(attr.device == b->device);
+  b->ops->release(b, d);
+  void *z = NULL;
+  CHECKF(b->ops->alloc(b, 0, &z, &err) == SL_STATUS_OK, "alloc of 0 bytes: %s", err.msg);
+  CHECK(z != NULL);
+  b->ops->release(b, z);
+  b->ops->release(b, NULL);
+  free(h);
+}
+
+typedef struct geometry {
+  uint64_t src_off, src_stride, dst_off, dst_stride, row_bytes, rows;
+} geometry;
+
+static void test_upload_copy(sl__backend *b) {
+  sl__err err;
+  sl__err_clear(&err);
+  const geometry cases[] = {
+      {3, 37, 5, 41, 29, 111},                  /* odd everything */
+      {1, 100, 0, 100, 100, 50},                /* dense rows, odd source offset: one flat copy */
+      {7, 5, 2, 3, 3, SL_CUDA_2D_MAX_ROWS + 7}, /* more rows than one 2-D piece */
+      {11, 0, 13, 0, 4097, 1},                  /* one row, strides unused */
+      {0, 64, 0, 16, 16, 1000},                 /* gather rows into a dense block */
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    const geometry *g = &cases[i];
+    uint64_t src_bytes = g->src_off + (g->rows - 1) * g->src_stride + g->row_bytes;
+    uint64_t dst_bytes = g->dst_off + (g->rows - 1) * g->dst_stride + g->row_bytes + 9;
+    uint8_t *staging = NULL;
+    void *dev = NULL;
+    void *dev2 = NULL;
+    uint8_t *expect = calloc(1, dst_bytes);
+    uint8_t *got = malloc(dst_bytes);
+    CHECKF(b->ops->alloc_staging(b, src_bytes, (void **)&staging, &err) == SL_STATUS_OK, "staging: %s", err.msg);
+    CHECKF(b->ops->alloc(b, dst_bytes, &dev, &err) == SL_STATUS_OK, "alloc: %s", err.msg);
+    CHECKF(b->ops->alloc(b, dst_bytes, &dev2, &err) == SL_STATUS_OK, "alloc: %s", err.msg);
+    if (staging == NULL || dev == NULL || dev2 == NULL || expect == NULL || got == NULL) {
+      CHECKF(false, "upload case %zu: allocation failed", i);
+    } else {
+      sl_value_fill("upload.source", 0, staging, (size_t)src_bytes);
+      copy2d(expect + g->dst_off, g->dst_stride, staging + g->src_off, g->src_stride, g->row_bytes, g->rows);
+      int worker = (int)(i % 2);
+      int slot = (int)((i / 2) % SL_STAGING_RING_DEPTH);
+      sl_status st = b->ops->upload(b, worker, slot, (uint8_t *)dev + g->dst_off, g->dst_stride,
+                                    staging + g->src_off, g->src_stride, g->row_bytes, g->rows, &err);
+      CHECKF(st == SL_STATUS_OK, "upload case %zu: %s", i, err.msg);
+      st = b->ops->upload_wait(b, worker, slot, &err);
+      CHECKF(st == SL_STATUS_OK, "upload_wait case %zu: %s", i, err.msg);
+      /* The slot may be reused now: scribbling on it must not change what arrived. */
+      memset(staging, 0x5A, (size_t)src_bytes);
+      if (copy_back(got, dev, dst_bytes))
+        CHECKF(memcmp(got, expect, dst_bytes) == 0, "upload case %zu: device bytes differ", i);
+      /* Device to device: the same geometry back into a fresh buffer, from the uploaded rows. */
+      st = b->ops->copy(b, (uint8_t *)dev2 + g->dst_off, g->dst_stride, (uint8_t *)dev + g->dst_off, g->dst_stride,
+                        g->row_bytes, g->rows, &err);
+      CHECKF(st == SL_STATUS_OK, "copy case %zu: %s", i, err.msg);
+      CHECKF(b->ops->sync(b, &err) == SL_STATUS_OK, "sync: %s", err.msg);
+      if (copy_back(got, dev2, dst_bytes))
+        CHECKF(memcmp(got, expect, dst_bytes) == 0, "copy case %zu: device bytes differ", i);
+    }
+    b->ops->release_staging(b, staging);
+    b->ops->release(b, dev);
+    b->ops->release(b, dev2);
+    free(expect);
+    free(got);
+  }
+  /* Out-of-range reader or slot: an internal error, not a crash. */
+  sl__err_clear(&err);
+  CHECK(b->ops->upload_wait(b, 2, 0, &err) == SL_STATUS_INTERNAL);
+  sl__err_clear(&err);
+  CHECK(b->ops->upload_wait(b, 0, SL_STAGING_RING_DEPTH, &err) == SL_STATUS_INTERNAL);
+}
+
+static void test_bcast(sl__backend *b) {
+  sl__err err;
+  sl__err_clear(&err);
+  const size_t n = ((size_t)1 << 20) + 7;
+  void *dev = NULL;
+  uint8_t *host = malloc(n);
+  uint8_t *got = malloc(n);
+  CHECKF(b->ops->alloc(b, n, &dev, &err) == SL_STATUS_OK, "alloc: %s", err.msg);
+  if (dev == NULL || host == NULL || got == NULL) {
+    CHECKF(false, "bcast: allocation failed");
+    free(host);
+    free(got);
+    return;
+  }
+  for (int root = size - 1; root >= 0; root--) {
+    char name[32];
+    snprintf(name, sizeof name, "bcast.%d", root);
+    CHECK(cudaMemset(dev, 0, n) == cudaSuccess);
+    if (rank == root) {
+      sl_value_fill(name, 0, host, n);
+      CHECK(cudaMemcpy(dev, host, n, cudaMemcpyHostToDevice) == cudaSuccess);
+    }
+    CHECK(cudaDeviceSynchronize() == cudaSuccess);
+    bool aborted = true;
+    sl_status st = b->ops->bcast(b, 0, dev, n, root, &aborted, &err);
+    CHECKF(st == SL_STATUS_OK, "bcast from %d: %s", root, err.msg);
+    CHECK(!aborted);
+    CHECKF(b->ops->sync(b, &err) == SL_STATUS_OK, "sync: %s", err.msg);
+    if (copy_back(got, dev, n))
+      CHECKF(sl_value_mismatch(name, 0, got, n) == n, "bcast from %d: byte %zu differs", root,
+             sl_value_mismatch(name, 0, got, n));
+  }
+  /* Zero bytes: nothing to do, no NCCL call. */
+  bool aborted = true;
+  CHECK(b->ops->bcast(b, 0, dev, 0, 0, &aborted, &err) == SL_STATUS_OK);
+  CHECK(!aborted);
+  /* A group that does not exist: an internal error. */
+  sl__err_clear(&err);
+  CHECK(b->ops->bcast(b, 1, dev, 8, 0, &aborted, &err) == SL_STATUS_INTERNAL);
+  b->ops->release(b, dev);
+  free(host);
+  free(got);
+}
+
+/* Rank 1 stops (abort channel raised) and never joins the broadcast; the others must return. */
+static void test_abort(sl__comm *c, const sl__schedule *s) {
+  sl__err err;
+  sl__err_clear(&err);
+  sl__backend *b = NULL;
+  CHECKF(sl__backend_cuda_create(c, 1, -1, NULL, NULL, s, &b, &err) == SL_STATUS_OK, "create: %s", err.msg);
+  if (b == NULL)
+    return;
+  const size_t n = (size_t)256 << 20; /* far above NCCL's buffers: the root cannot finish alone */
+  void *dev = NULL;
+  CHECKF(b->ops->alloc(b, n, &dev, &err) == SL_STATUS_OK, "alloc: %s", err.msg);
+  CHECK(sl__comm_abort_arm(c, &err) == SL_STATUS_OK);
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank == 1) {
+    sl__comm_abort_raise(c);
+  } else if (dev != NULL) {
+    bool aborted = false;
+    double t0 = MPI_Wtime();
+    sl_status st = b->ops->bcast(b, 0, dev, n, 0, &aborted, &err);
+    double took = MPI_Wtime() - t0;
+    CHECKF(st == SL_STATUS_OK, "bcast with an abort: %s", err.msg);
+    CHECKF(took < 60.0, "bcast with an abort took %.1f s", took);
+    if (size == 2)
+      CHECK(aborted); /* the root's only peer never receives */
+    if (aborted) {
+      sl__err_clear(&err);
+      CHECK(b->ops->bcast(b, 0, dev, 8, 0, &aborted, &err) == SL_STATUS_INTERNAL);
+      CHECK_CONTAINS(err.msg, "was aborted earlier");
+    }
+  }
+  CHECK(sl__comm_abort_disarm(c, &err) == SL_STATUS_OK);
+  b->ops->release(b, dev);
+  b->failed = true; /* as the loader marks it after agreeing that the load failed */
+  double t0 = MPI_Wtime();
+  b->ops->destroy(b);
+  CHECKF(MPI_Wtime() - t0 < 30.0, "destroy after an abort took %.1f s", MPI_Wtime() - t0);
+}
+
+/* Rank 1 skips a broadcast without raising anything: the others give up after the timeout. */
+static void test_timeout(sl__comm *c, const sl__schedule *s) {
+  sl__err err;
+  sl__err_clear(&err);
+  setenv("SHARDLOAD_NCCL_TIMEOUT_S", "2", 1);
+  sl__backend *b = NULL;
+  CHECKF(sl__backend_cuda_create(c, 1, -1, NULL, NULL, s, &b, &err) == SL_STATUS_OK, "create: %s", err.msg);
+  unsetenv("SHARDLOAD_NCCL_TIMEOUT_S");
+  if (b == NULL)
+    return;
+  const size_t n = (size_t)256 << 20;
+  void *dev = NULL;
+  CHECKF(b->ops->alloc(b, n, &dev, &err) == SL_STATUS_OK, "alloc: %s", err.msg);
+  if (rank != 1 && dev != NULL) {
+    bool aborted = false;
+    double t0 = MPI_Wtime();
+    sl_status st = b->ops->bcast(b, 0, dev, n, 0, &aborted, &err);
+    double took = MPI_Wtime() - t0;
+    CHECK(!aborted);
+    CHECKF(took < 30.0, "bcast with a missing rank took %.1f s", took);
+    if (size == 2) {
+      CHECK(st == SL_STATUS_NCCL);
+      CHECK_CONTAINS(err.msg, "did not complete within 2.0 s");
+      CHECK_CONTAINS(err.msg, "SHARDLOAD_NCCL_TIMEOUT_S");
+    }
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  b->ops->release(b, dev);
+  b->failed = true;
+  double t0 = MPI_Wtime();
+  b->ops->destroy(b);
+  CHECKF(MPI_Wtime() - t0 < 30.0, "destroy after a timeout took %.1f s", MPI_Wtime() - t0);
+}
+
+static int node_size(void) {
+  MPI_Comm node;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
+  int n = 1;
+  MPI_Comm_size(node, &n);
+  MPI_Comm_free(&node);
+  return n;
+}
+
+static int run_gpu(sl__comm *c, const sl__schedule *s) {
+  char why[512];
+  int have = sl__cuda_available(why, sizeof why) ? 1 : 0;
+  int count = 0;
+  if (have && cudaGetDeviceCount(&count) != cudaSuccess)
+    count = 0;
+  int local = node_size();
+  int mine[2] = {have, count >= local ? 1 : 0};
+  int all[2] = {0, 0};
+  MPI_Allreduce(mine, all, 2, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (!all[0]) {
+    if (rank == 0)
+      printf("SKIP: %s\n", have ? "a rank has no usable CUDA device" : why);
+    return 77;
+  }
+  sl__err err;
+  sl__err_clear(&err);
+  if (!all[1]) {
+    /* More ranks than GPUs on a node: creation must refuse with the shared-GPU message. */
+    sl__backend *b = NULL;
+    sl_status st = sl__backend_cuda_create(c, 1, -1, NULL, NULL, s, &b, &err);
+    CHECK(b == NULL);
+    CHECKF(st == SL_STATUS_NCCL || st == SL_STATUS_PEER_FAILED, "status %s: %s", sl_status_name(st), err.msg);
+    CHECK_CONTAINS(err.msg, "would share one GPU");
+    if (sl_test_finish_mpi(MPI_COMM_WORLD) != 0)
+      return 1;
+    if (rank == 0)
+      printf("SKIP: %d ranks per node but %d CUDA devices: only the shared-GPU error was checked\n", local, count);
+    return 77;
+  }
+  sl__backend *b = NULL;
+  sl_status st = sl__backend_cuda_create(c, 2, -1, NULL, NULL, s, &b, &err);
+  CHECKF(st == SL_STATUS_OK, "create: %s", err.msg);
+  if (b != NULL) {
+    CHECK_STR(b->ops->name, "cuda");
+    CHECK(!b->host_addressable);
+    CHECK(b->device >= 0 && b->device < count);
+    test_alloc(b);
+    test_upload_copy(b);
+    test_bcast(b);
+    b->ops->destroy(b);
+  }
+  if (size >= 2) {
+    test_abort(c, s);
+    test_timeout(c, s);
+  }
+  return -1;
+}
+
+int main(int argc, char **argv) {
+  MPI_Init(&argc, &argv);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  sl_test_rank = rank;
+  if (size > 64) {
+    fprintf(stderr, "test_cuda_backend: at most 64 ranks\n");
+    MPI_Finalize();
+    return 2;
+  }
+  sl__err err;
+  sl__err_clear(&err);
+  sl__comm c;
+  sl__schedule s = one_group_schedule();
+  int rc = 1;
+  if (sl__comm_init(&c, MPI_COMM_WORLD, &err) != SL_STATUS_OK || sl__comm_groups_create(&c, &s, &err) != SL_STATUS_OK) {
+    fprintf(stderr, "[rank %d] MPI setup: %s\n", rank, err.msg);
+  } else {
+    rc = run_gpu(&c, &s);
+    if (rc < 0)
+      rc = sl_test_finish_mpi(MPI_COMM_WORLD);
+  }
+  sl__comm_free(&c);
+  MPI_Finalize();
+  return rc;
+}

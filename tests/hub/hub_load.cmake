@@ -1,0 +1,8 @@
+# Rank 0 downloads through the local Hub server, four ranks load (tests/hub/test_hub_load.py).
+if(Python3_Interpreter_FOUND)
+  add_test(NAME hub_load_4ranks COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_LIST_DIR}/test_hub_load.py)
+else()
+  add_test(NAME hub_load_4ranks COMMAND sh -c "echo 'python3 not found: skipped'; exit 77")
+endif()
+set_tests_properties(hub_load_4ranks PROPERTIES LABELS hub TIMEOUT 300 SKIP_RETURN_CODE 77 FIXTURES_REQUIRED models
+  PROCESSORS 4 ENVIRONMENT "${SL_TEST_ENV}")
