@@ -16,6 +16,7 @@
 
 #include "figures.h"
 #include "log.h"
+#include "uring.h"
 #include "util.h"
 
 #include <errno.h>
@@ -30,6 +31,7 @@
 
 #define DIRECT_ALIGN 4096u
 #define BUCKET_SLOTS 2
+#define URING_DEPTH 32u /* reads in flight with the io_uring strategy */
 
 /* ---------------------------------------------------------------------------------------------
  * 1. Segments and deliveries
@@ -413,7 +415,9 @@ static sl_status run_op(engine *e, int worker, int slot, uint8_t *staging, const
     st = pread_full(e, fd, op->file, staging, len, off, widened, werr);
     for (uint32_t i = 0; i < op->count && st == SL_STATUS_OK; i++)
       st = deliver_from_read(e, worker, slot, &SL_VEC_AT(&e->dels, delivery, op->first + i), staging, off, werr);
+    /* Alignment widening is read but not needed: it counts as covering bytes. */
     atomic_fetch_add(&e->bytes_read, len - op->len);
+    atomic_fetch_add(&e->bytes_covering, len - op->len);
   }
   atomic_fetch_add(&e->bytes_read, op->len);
   atomic_fetch_add(&e->bytes_covering, op->len - op->useful);
@@ -500,6 +504,132 @@ static void *worker_main(void *arg) {
     if (slots[s] != NULL)
       be->ops->release_staging(be, slots[s]);
   }
+  return NULL;
+}
+
+/* The io_uring strategy: one thread keeps up to URING_DEPTH reads in flight, each into its own
+ * staging slot (or straight into its destination), and delivers them as they complete. */
+typedef struct inflight {
+  uint32_t op;      /* SL_NONE when the slot is free */
+  uint64_t got;     /* bytes read so far (short reads are resubmitted) */
+  uint8_t *dst;     /* where the bytes go: the slot's staging or the direct destination */
+} inflight;
+
+static sl_status uring_submit_rest(engine *e, sl__uring *u, uint32_t slot, const inflight *f, sl__err *werr) {
+  const read_op *op = &SL_VEC_AT(&e->ops, read_op, f->op);
+  uint64_t left = op->len - f->got;
+  uint32_t len = left > 0x40000000u ? 0x40000000u : (uint32_t)left;
+  sl_status st = sl__uring_read(u, e->fds[op->file], f->dst + f->got, len, op->offset + f->got, slot, werr);
+  return st == SL_STATUS_OK ? sl__uring_submit(u, werr) : st;
+}
+
+static void *uring_worker_main(void *arg) {
+  worker_arg *wa = arg;
+  engine *e = wa->e;
+  sl__backend *be = e->t->backend;
+  sl__err werr;
+  sl__err_clear(&werr);
+  sl__uring *u = NULL;
+  uint8_t *slots[URING_DEPTH] = {NULL};
+  inflight fl[URING_DEPTH];
+  sl_status st = sl__uring_create(URING_DEPTH * 2, &u, &werr);
+  for (uint32_t k = 0; k < URING_DEPTH; k++) {
+    fl[k].op = SL_NONE;
+    void *p = NULL;
+    if (st == SL_STATUS_OK)
+      st = be->ops->alloc_staging(be, e->staging_each, &p, &werr);
+    slots[k] = p;
+  }
+  uint32_t busy = 0;
+  while (st == SL_STATUS_OK) {
+    /* Fill free slots from the queues (bucket reads first). */
+    pthread_mutex_lock(&e->mu);
+    while (busy == 0 && !e->stop && !atomic_load(&e->failed) && e->hi_head == e->hi_tail && e->lo_head == e->lo_tail)
+      pthread_cond_wait(&e->cv, &e->mu);
+    bool quit = (busy == 0 && e->stop) || atomic_load(&e->failed);
+    uint32_t take[URING_DEPTH];
+    uint32_t n_take = 0;
+    while (!quit && busy + n_take < URING_DEPTH && (e->hi_head != e->hi_tail || e->lo_head != e->lo_tail))
+      take[n_take++] = e->hi_head != e->hi_tail ? e->queue_hi[e->hi_head++] : e->queue_lo[e->lo_head++];
+    pthread_mutex_unlock(&e->mu);
+    if (quit)
+      break;
+    for (uint32_t i = 0, k = 0; i < n_take && st == SL_STATUS_OK; i++) {
+      while (fl[k].op != SL_NONE)
+        k++;
+      const read_op *op = &SL_VEC_AT(&e->ops, read_op, take[i]);
+      fl[k] = (inflight){.op = take[i], .got = 0, .dst = op->direct_dst != NULL ? op->direct_dst : slots[k]};
+      st = uring_submit_rest(e, u, k, &fl[k], &werr);
+      busy++;
+    }
+    if (st != SL_STATUS_OK || busy == 0)
+      continue;
+    uint64_t slot = 0;
+    int32_t res = 0;
+    st = sl__uring_wait(u, &slot, &res, &werr);
+    if (st != SL_STATUS_OK)
+      break;
+    inflight *f = &fl[slot];
+    const read_op *op = &SL_VEC_AT(&e->ops, read_op, f->op);
+    if (res < 0) {
+      st = sl__err_set(&werr, SL_STATUS_IO, "read of %s at offset %llu failed: %s", e->t->cat->files[op->file].path,
+                       (unsigned long long)(op->offset + f->got), strerror(-res));
+      break;
+    }
+    if (res == 0) {
+      st = sl__err_set(&werr, SL_STATUS_IO, "%s ended at offset %llu, before the expected end",
+                       e->t->cat->files[op->file].path, (unsigned long long)(op->offset + f->got));
+      break;
+    }
+    f->got += (uint64_t)res;
+    atomic_fetch_add(&e->read_ops, 1);
+    if (f->got < op->len) {
+      st = uring_submit_rest(e, u, (uint32_t)slot, f, &werr);
+      continue;
+    }
+    if (atomic_exchange(&e->inject_error, false))
+      st = sl__err_set(&werr, SL_STATUS_IO, "read of %s failed: %s (injected by SHARDLOAD_INJECT_READ_ERROR)",
+                       e->t->cat->files[op->file].path, strerror(EIO));
+    if (op->direct_dst != NULL) {
+      const delivery *d = &SL_VEC_AT(&e->dels, delivery, op->first);
+      atomic_fetch_add(&e->t->copy_done[e->copy_list[e->copy_start[d->piece]]], op->len);
+    }
+    for (uint32_t i = 0; i < op->count && st == SL_STATUS_OK && op->direct_dst == NULL; i++)
+      st = deliver_from_read(e, 0, 0, &SL_VEC_AT(&e->dels, delivery, op->first + i), f->dst, op->offset, &werr);
+    /* The slot is reused right away: its uploads must be complete. */
+    if (st == SL_STATUS_OK && op->direct_dst == NULL)
+      st = be->ops->upload_wait(be, 0, 0, &werr);
+    atomic_fetch_add(&e->bytes_read, op->len);
+    atomic_fetch_add(&e->bytes_covering, op->len - op->useful);
+    atomic_fetch_add(&e->bytes_done, op->useful);
+    pthread_mutex_lock(&e->mu);
+    if (op->bucket != SL_NONE)
+      e->bucket_left[op->bucket]--;
+    else
+      e->local_left--;
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    f->op = SL_NONE;
+    busy--;
+  }
+  if (st != SL_STATUS_OK)
+    fail_pool(e, &werr);
+  /* Drain reads still in flight before their buffers go away. */
+  while (busy > 0) {
+    uint64_t slot = 0;
+    int32_t res = 0;
+    if (sl__uring_wait(u, &slot, &res, &werr) != SL_STATUS_OK)
+      break;
+    const read_op *op = &SL_VEC_AT(&e->ops, read_op, fl[slot].op);
+    fl[slot].got += res > 0 ? (uint64_t)res : 0;
+    if (res > 0 && fl[slot].got < op->len && uring_submit_rest(e, u, (uint32_t)slot, &fl[slot], &werr) == SL_STATUS_OK)
+      continue;
+    busy--;
+  }
+  for (uint32_t k = 0; k < URING_DEPTH; k++)
+    if (slots[k] != NULL)
+      be->ops->release_staging(be, slots[k]);
+  sl__uring_destroy(u);
   return NULL;
 }
 
@@ -641,7 +771,7 @@ static int group_rank_of(const sl__schedule *s, uint32_t g, uint32_t rank) {
 
 static sl_status start_pool(engine *e) {
   sl__transfer *t = e->t;
-  e->n_threads = t->workers > 0 ? t->workers : 1;
+  e->n_threads = t->strategy == SL_STRATEGY_IO_URING ? 1 : (t->workers > 0 ? t->workers : 1);
   e->staging_each = t->chunk + 2 * DIRECT_ALIGN;
   e->threads = calloc(e->n_threads, sizeof *e->threads);
   e->queue_hi = calloc(e->ops.len + 1, sizeof *e->queue_hi);
@@ -688,10 +818,12 @@ sl_status sl__transfer_run(sl__transfer *t, sl__transfer_stats *stats, sl__err *
       uint64_t n = t->sched->buckets[e.my_buckets[j]].nbytes;
       e.slot_bytes = n > e.slot_bytes ? n : e.slot_bytes;
     }
-    uint64_t threads = t->workers > 0 ? t->workers : 1;
+    uint64_t slots = t->strategy == SL_STRATEGY_IO_URING
+                         ? URING_DEPTH
+                         : (uint64_t)(t->workers > 0 ? t->workers : 1) * SL_STAGING_RING_DEPTH;
     uint64_t bucket_budget = e.n_my_buckets > 0 ? 2 * e.slot_bytes : 0;
     uint64_t left = t->staging_bytes > bucket_budget ? t->staging_bytes - bucket_budget : t->staging_bytes / 2;
-    uint64_t per = left / (threads * SL_STAGING_RING_DEPTH);
+    uint64_t per = left / slots;
     if (per < t->chunk + 2 * DIRECT_ALIGN)
       t->chunk = per > 4 * DIRECT_ALIGN ? (per - 2 * DIRECT_ALIGN) / DIRECT_ALIGN * DIRECT_ALIGN : 2 * DIRECT_ALIGN;
   }
@@ -714,7 +846,8 @@ sl_status sl__transfer_run(sl__transfer *t, sl__transfer_stats *stats, sl__err *
     st = sl__err_set(err, SL_STATUS_NOMEM, "out of memory");
   for (uint32_t i = 0; i < e.n_threads && st == SL_STATUS_OK; i++) {
     args[i] = (worker_arg){.e = &e, .index = (int)i};
-    if (pthread_create(&e.threads[i], NULL, worker_main, &args[i]) != 0)
+    void *(*fn)(void *) = t->strategy == SL_STRATEGY_IO_URING ? uring_worker_main : worker_main;
+    if (pthread_create(&e.threads[i], NULL, fn, &args[i]) != 0)
       st = sl__err_set(err, SL_STATUS_INTERNAL, "cannot start reader thread %u", i);
     else
       started++;
