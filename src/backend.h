@@ -69,8 +69,9 @@ sl_status sl__backend_cuda_create(sl__comm *comm, int workers, int device, void 
 /* Whether a CUDA device is usable in this process (false, with the driver's message, if not). */
 bool sl__cuda_available(char *why, size_t cap);
 /* sl__backend_cuda_create is COLLECTIVE over comm (it agrees on its status, so every rank fails
- * alike: the failing rank's message, "another rank failed: ..." elsewhere) and needs the
- * schedule's group communicators (sl__comm_groups_create) first. Its destroy is collective too
- * unless b->failed is set (communicators are finalized together; at most 60 s, then aborted). */
+ * alike: the failing rank's message, "another rank failed: ..." elsewhere); it creates the
+ * schedule's group communicators (sl__comm_groups_create) when they do not exist yet. Its destroy
+ * is collective too unless b->failed is set (communicators are finalized together; at most 60 s,
+ * then aborted). */
 
 #endif

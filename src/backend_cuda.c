@@ -496,12 +496,12 @@ bool sl__cuda_available(char *why, size_t cap) {
   if (e != cudaSuccess) {
     (void)cudaGetLastError();
     if (why != NULL && cap > 0)
-      snprintf(why, cap, "no CUDA device available (%s)", cudaGetErrorString(e));
+      snprintf(why, cap, "%s", cudaGetErrorString(e));
     return false;
   }
   if (count <= 0) {
     if (why != NULL && cap > 0)
-      snprintf(why, cap, "no CUDA device available (this process sees no CUDA device; check CUDA_VISIBLE_DEVICES)");
+      snprintf(why, cap, "this process sees no CUDA device; check CUDA_VISIBLE_DEVICES");
     return false;
   }
   if (why != NULL && cap > 0)
@@ -515,8 +515,7 @@ static sl_status check_groups(const sl__comm *c, const sl__schedule *s, sl__err 
     return SL_STATUS_OK;
   if (c->n_groups != s->n_groups || c->groups == NULL)
     return sl__err_set(err, SL_STATUS_INTERNAL,
-                       "the CUDA backend needs the %zu broadcast-group communicators of the schedule (found %zu): call "
-                       "sl__comm_groups_create first",
+                       "the CUDA backend needs the %zu broadcast-group communicators of the schedule (found %zu)",
                        s->n_groups, c->n_groups);
   for (size_t g = 0; g < s->n_groups; g++) {
     int pos = sl__cuda_group_pos(s, g, c->rank);
@@ -786,9 +785,13 @@ sl_status sl__backend_cuda_create(sl__comm *comm, int workers, int device, void 
     sched = &no_groups;
   /* Collective (MPI_Comm_split_type): first, before anything can fail on one rank only. */
   int local_rank = sl__comm_local_rank(comm);
+  /* The NCCL ids travel over the groups' MPI communicators: made here when the caller has not
+   * made them yet (collective too; every rank sees the same counts). */
+  sl_status res = SL_STATUS_OK;
+  if (sched->n_groups > 0 && comm->n_groups != sched->n_groups)
+    res = sl__comm_groups_create(comm, sched, err);
   sl__backend *b = calloc(1, sizeof *b);
   cuda_state *st = calloc(1, sizeof *st);
-  sl_status res = SL_STATUS_OK;
   if (b == NULL || st == NULL) {
     free(b);
     free(st);
@@ -802,7 +805,8 @@ sl_status sl__backend_cuda_create(sl__comm *comm, int workers, int device, void 
     b->impl = st;
     st->device = -1;
     st->timeout_s = SL_CUDA_TIMEOUT_DEFAULT_S;
-    res = setup_local(b, workers, device, stream, nccl_comm, sched, local_rank, err);
+    if (res == SL_STATUS_OK)
+      res = setup_local(b, workers, device, stream, nccl_comm, sched, local_rank, err);
   }
   /* Every rank takes the same path from here on: one failure fails all, none waits for ever. */
   res = sl__comm_agree(comm, res, err, "setting up the CUDA device");

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# cli_no_gpu.sh — `shardload load MODEL --device cuda` where no GPU can be used: run at 2 ranks,
+# cli_no_gpu.sh — `shardload load MODEL --tp 2 --device cuda` where no GPU can be used: at 2 ranks,
 # every rank must exit non-zero, within the time limit, with "no CUDA device available" (CUDA
 # build) or "built without CUDA" (build without CUDA) on its stderr. Exit 77 (skipped) when the
 # load succeeds, i.e. where a GPU is usable. Environment (set by ctest): SL_CLI, SL_MPIRUN,
@@ -16,7 +16,7 @@ timeout 150 "$SL_MPIRUN" -np 2 bash -c '
   dir=$1; shift
   "$@" >"$dir/out.$r" 2>"$dir/err.$r"
   echo $? >"$dir/rc.$r"
-' bash "$out" "$SL_CLI" load "$SL_FIXTURES/llama" --device cuda
+' bash "$out" "$SL_CLI" load "$SL_FIXTURES/llama" --tp 2 --device cuda
 mpirun_rc=$?
 if [ "$mpirun_rc" -eq 124 ]; then
   echo "FAIL: shardload load --device cuda did not finish within 150 s" >&2

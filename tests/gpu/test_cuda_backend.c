@@ -292,7 +292,7 @@ static int run_gpu(sl__comm *c, const sl__schedule *s) {
   MPI_Allreduce(mine, all, 2, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
   if (!all[0]) {
     if (rank == 0)
-      printf("SKIP: %s\n", have ? "a rank has no usable CUDA device" : why);
+      printf("SKIP: no CUDA device available (%s)\n", have ? "on another rank" : why);
     return 77;
   }
   sl__err err;

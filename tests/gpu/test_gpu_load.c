@@ -112,13 +112,17 @@ static int gpus_for_every_rank(char *why, size_t cap) {
   int local = 1;
   MPI_Comm_size(node, &local);
   MPI_Comm_free(&node);
-  if (have && count < local)
+  char reason[512];
+  snprintf(reason, sizeof reason, "%s", why);
+  if (!have)
+    snprintf(why, cap, "no CUDA device available (%s)", reason);
+  else if (count < local)
     snprintf(why, cap, "%d ranks on this node but %d CUDA device%s", local, count, count == 1 ? "" : "s");
   int ok = have && count >= local;
   int all = 0;
   MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
   if (!all && ok)
-    snprintf(why, cap, "another rank has no usable CUDA device");
+    snprintf(why, cap, "no CUDA device available on another rank");
   return all;
 }
 
