@@ -272,12 +272,11 @@ static uint64_t ivec_union_bytes(ivec *iv) {
  * 2. The model
  * ------------------------------------------------------------------------------------------- */
 
-static const sl_ref_model *sort_model;
-
-static int by_name_cmp(const void *a, const void *b) {
+static int by_name_cmp(const void *a, const void *b, void *arg) {
+  const sl_ref_model *m = arg;
   int x = *(const int *)a;
   int y = *(const int *)b;
-  return strcmp(sort_model->tensors[x].name, sort_model->tensors[y].name);
+  return strcmp(m->tensors[x].name, m->tensors[y].name);
 }
 
 /* Index of the tensor whose Hugging Face name is name, or -1. */
@@ -383,9 +382,7 @@ static bool load_tensors(sl_ref_model *m) {
     model_fail(m, st, "sl_model_tensor failed on %s", m->folder);
     return false;
   }
-  sort_model = m;
-  qsort(m->by_name, m->n_tensors, sizeof *m->by_name, by_name_cmp);
-  sort_model = NULL;
+  qsort_r(m->by_name, m->n_tensors, sizeof *m->by_name, by_name_cmp, m);
   return true;
 }
 

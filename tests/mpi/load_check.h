@@ -1,0 +1,58 @@
+/*
+ * load_check.h — the shared driver of the byte-exact multi-rank tests: load one fixture in one
+ * parallel layout with a fresh loader on MPI_COMM_WORLD, then compare every rank's table with the
+ * independent reference (tests/common/reference.h) byte for byte, and rank 0's report with the
+ * reference's cluster figures. Failures are recorded with the CHECK macros of check.h.
+ */
+#ifndef SL_TEST_LOAD_CHECK_H
+#define SL_TEST_LOAD_CHECK_H
+
+#include "reference.h"
+
+#include <stdbool.h>
+
+typedef struct lc_case {
+  const char *fixture;          /* folder name under $SL_FIXTURES (or an absolute folder) */
+  const char *arch_family;      /* NULL, or "fused3d" (passes tests/data/fused3d_spec.json as arch) */
+  int tp, pp, dp;
+  bool ep;                      /* enable_expert_parallel */
+  bool round_robin;             /* expert_placement round_robin */
+  bool checkpoint;              /* layout checkpoint */
+  bool no_coalesce;             /* coalesce_gap_bytes 0: then no rank may read a byte it does not need */
+  const char *extra[8];         /* more config keys and values: key, value, key, value, ..., NULL */
+} lc_case;
+
+/* What lc_run leaves for callers that want to look further (valid until lc_result_free). */
+typedef struct lc_result {
+  sl_status status;             /* this rank's sl_loader_load status (or the create status) */
+  sl_loader *loader;            /* NULL when creation failed */
+  sl_ref_table *ref;            /* NULL when the reference says the layout is invalid */
+  char message[2048];           /* the loader's message on failure */
+} lc_result;
+
+/* The folder of a fixture: $SL_FIXTURES/name (static buffer per call site is not needed: the
+ * result is written to out). */
+void lc_fixture_path(const char *name, char *out, size_t cap);
+
+/* Opens (and caches, per process) the reference model of a fixture. NULL on failure (a CHECK fails). */
+sl_ref_model *lc_model(const char *fixture, const char *arch_family);
+/* Closes every cached model. */
+void lc_models_close(void);
+
+/* COLLECTIVE. Loads and checks one case. When keep is non-NULL the loader and reference table are
+ * handed over (free with lc_result_free); otherwise they are freed. Returns true when the load
+ * succeeded (or failed exactly as the reference predicts). */
+bool lc_run(const lc_case *c, lc_result *keep);
+void lc_result_free(lc_result *r);
+
+/* A short label of the case for messages: "llama tp2 pp1 dp2 ep vllm". */
+void lc_label(const lc_case *c, char *out, size_t cap);
+
+/* Rank and size of MPI_COMM_WORLD. */
+int lc_rank(void);
+int lc_world(void);
+
+/* The layouts (tp, pp, dp) with tp*pp*dp == world, into out (up to cap); returns the count. */
+int lc_layouts(int world, int out[][3], int cap);
+
+#endif
