@@ -31,7 +31,14 @@
 struct sl_model {
   sl__catalog cat; /* files in selection order, tensors in (file, offset) order */
   char *warnings;  /* "" when none; one finding per line, each ending with '\n' */
+  bool single;     /* opened a single file rather than a folder */
 };
+
+const char *sl_model_load_format(const sl_model *model) {
+  if (model == NULL)
+    return NULL;
+  return model->single ? "single file" : sl__format_name(model->cat.format);
+}
 
 /* ---- error messages ---- */
 
@@ -319,6 +326,7 @@ sl_status sl_model_open(const char *path, const sl_config *config, sl_model **ou
     sl__err_set(&err, SL_STATUS_NOMEM, "out of memory");
     return fail(SL_STATUS_NOMEM, path, &err, error);
   }
+  m->single = !S_ISDIR(sb.st_mode);
   sl_status st =
       S_ISDIR(sb.st_mode) ? open_folder(path, config, &m->cat, &err) : open_file(path, &m->cat, &err);
   if (st != SL_STATUS_OK) {

@@ -266,6 +266,9 @@ size_t sl_model_tensor_count(const sl_model *model);
 sl_status sl_model_tensor(const sl_model *model, size_t index, sl_tensor_info *out);
 /* The model folder's config.json text, or NULL when absent. */
 const char *sl_model_config_json(const sl_model *model);
+/* The effective load format of a folder ("hf", "safetensors", "mistral", "pt"; auto resolved),
+ * or "single file". */
+const char *sl_model_load_format(const sl_model *model);
 /* Non-fatal findings (index entries naming absent tensors...), one per line; "" when none. */
 const char *sl_model_warnings(const sl_model *model);
 

@@ -348,10 +348,7 @@ int sl_cli_inspect(int argc, char **argv) {
     sl_config_destroy(cfg);
     return 1;
   }
-  struct stat sb;
-  bool folder = stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
-  const char *requested = sl_config_get(cfg, "load_format");
-  const char *format = !folder ? "single file" : requested != NULL ? requested : "auto";
+  const char *format = sl_model_load_format(m);
   summary s;
   if (!summarize(m, &s)) {
     fprintf(stderr, "shardload inspect: %s: cannot summarize the model (out of memory?)\n", path);

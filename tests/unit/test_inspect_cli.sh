@@ -47,7 +47,7 @@ check "llama: exit 0 (got $rc; $(cat "$TMP/llama.err"))" [ "$rc" -eq 0 ]
 for f in model-00001-of-00003.safetensors model-00002-of-00003.safetensors model-00003-of-00003.safetensors; do
   check "llama: lists $f" contains "$TMP/llama.out" "$SL_FIXTURES/llama/$f"
 done
-check "llama: load format line" contains "$TMP/llama.out" "load format: auto"
+check "llama: load format line (auto resolved)" contains "$TMP/llama.out" "load format: hf"
 check "llama: embed_tokens line (name, dtype, shape, bytes, file)" matches "$TMP/llama.out" \
   '^  model\.embed_tokens\.weight +BF16 +\[250, 64\] +32000 +[0-9]+ +model-00001-of-00003\.safetensors$'
 check "llama: inv_freq line" matches "$TMP/llama.out" \
@@ -69,7 +69,7 @@ if command -v "$PY" >/dev/null 2>&1; then
   check "json: parses with the expected content" "$PY" -c '
 import json, sys
 d = json.load(open(sys.argv[1]))
-assert d["load_format"] == "auto", d["load_format"]
+assert d["load_format"] == "hf", d["load_format"]
 assert [f["name"] for f in d["files"]] == ["model-0000%d-of-00003.safetensors" % i for i in (1, 2, 3)]
 assert sum(f["tensors"] for f in d["files"]) == 31
 assert len(d["tensors"]) == 31 and d["totals"]["tensors"] == 31 and d["totals"]["files"] == 3
