@@ -39,7 +39,8 @@ static const char *base_name(const char *path) {
   return slash != NULL ? slash + 1 : path;
 }
 
-static sl_status cuda_fail(sl__err *err, cudaError_t e, int device, const char *call, const char *file, int line) {
+static sl_status cuda_fail(sl__err *err, cudaError_t e, int device, const char *call, const char *file,
+                           int line) {
   (void)cudaGetLastError(); /* clear a non-sticky error so that later calls report their own */
   return sl__err_set(err, SL_STATUS_CUDA, "%s failed on CUDA device %d (%s:%d): %s (%s)", call, device,
                      base_name(file), line, cudaGetErrorString(e), cudaGetErrorName(e));
@@ -56,42 +57,44 @@ static sl_status nccl_fail(sl__err *err, ncclResult_t r, const char *ctx, const 
 }
 
 /* `dev` names the device in the message. */
-#define CUDA_CHECK(err, dev, call)                                                                 \
-  do {                                                                                             \
-    cudaError_t e_ = (call);                                                                       \
-    if (e_ != cudaSuccess)                                                                         \
-      return cuda_fail((err), e_, (dev), #call, __FILE__, __LINE__);                               \
+#define CUDA_CHECK(err, dev, call)                                                                           \
+  do {                                                                                                       \
+    cudaError_t e_ = (call);                                                                                 \
+    if (e_ != cudaSuccess)                                                                                   \
+      return cuda_fail((err), e_, (dev), #call, __FILE__, __LINE__);                                         \
   } while (0)
 
 /* NCCL_CHECK: the call must succeed. NCCL_START: a call on a non-blocking communicator, which may
  * also answer ncclInProgress (the caller then polls ncclCommGetAsyncError). */
-#define NCCL_CHECK(err, call)                                                                      \
-  do {                                                                                             \
-    ncclResult_t r_ = (call);                                                                      \
-    if (r_ != ncclSuccess)                                                                         \
-      return nccl_fail((err), r_, NULL, #call, __FILE__, __LINE__);                                      \
+#define NCCL_CHECK(err, call)                                                                                \
+  do {                                                                                                       \
+    ncclResult_t r_ = (call);                                                                                \
+    if (r_ != ncclSuccess)                                                                                   \
+      return nccl_fail((err), r_, NULL, #call, __FILE__, __LINE__);                                          \
   } while (0)
 
-#define NCCL_START(err, call)                                                                      \
-  do {                                                                                             \
-    ncclResult_t r_ = (call);                                                                      \
-    if (r_ != ncclSuccess && r_ != ncclInProgress)                                                 \
-      return nccl_fail((err), r_, NULL, #call, __FILE__, __LINE__);                                      \
+#define NCCL_START(err, call)                                                                                \
+  do {                                                                                                       \
+    ncclResult_t r_ = (call);                                                                                \
+    if (r_ != ncclSuccess && r_ != ncclInProgress)                                                           \
+      return nccl_fail((err), r_, NULL, #call, __FILE__, __LINE__);                                          \
   } while (0)
 
 /* Runtime answers that mean "there is no usable GPU here" rather than "a call went wrong". */
 static bool is_no_device(cudaError_t e) {
   return e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver || e == cudaErrorDevicesUnavailable ||
          e == cudaErrorSystemDriverMismatch || e == cudaErrorSystemNotReady ||
-         e == cudaErrorCompatNotSupportedOnDevice || e == cudaErrorInitializationError || e == cudaErrorStubLibrary;
+         e == cudaErrorCompatNotSupportedOnDevice || e == cudaErrorInitializationError ||
+         e == cudaErrorStubLibrary;
 }
 
 static sl_status no_device(sl__err *err, cudaError_t e) {
   (void)cudaGetLastError();
-  return sl__err_set(err, SL_STATUS_NO_DEVICE,
-                     "no CUDA device available (%s): run where an NVIDIA GPU and its driver are present, check "
-                     "CUDA_VISIBLE_DEVICES, or use --device cpu",
-                     cudaGetErrorString(e));
+  return sl__err_set(
+      err, SL_STATUS_NO_DEVICE,
+      "no CUDA device available (%s): run where an NVIDIA GPU and its driver are present, check "
+      "CUDA_VISIBLE_DEVICES, or use --device cpu",
+      cudaGetErrorString(e));
 }
 
 /* ---- 2. state ------------------------------------------------------------------------------- */
@@ -112,7 +115,9 @@ typedef struct cuda_state {
   bool failed;                  /* a communicator was aborted or broke: tear down with ncclCommAbort */
 } cuda_state;
 
-static cuda_state *state_of(sl__backend *b) { return (cuda_state *)b->impl; }
+static cuda_state *state_of(sl__backend *b) {
+  return (cuda_state *)b->impl;
+}
 
 /* ---- 3. waits ------------------------------------------------------------------------------- */
 
@@ -127,7 +132,8 @@ static void nap(const sl__backend *b) {
 
 /* Waits for an event (ev != NULL) or for everything issued on a stream. Local work only: no abort
  * channel (reader threads call it, and a host-to-device copy depends on no other rank). */
-static sl_status wait_local(sl__backend *b, cudaEvent_t ev, cudaStream_t stream, const char *what, sl__err *err) {
+static sl_status wait_local(sl__backend *b, cudaEvent_t ev, cudaStream_t stream, const char *what,
+                            sl__err *err) {
   cuda_state *st = state_of(b);
   double deadline = sl__now() + st->timeout_s;
   for (int spins = 0;; spins++) {
@@ -135,9 +141,11 @@ static sl_status wait_local(sl__backend *b, cudaEvent_t ev, cudaStream_t stream,
     if (e == cudaSuccess)
       return SL_STATUS_OK;
     if (e != cudaErrorNotReady)
-      return cuda_fail(err, e, st->device, ev != NULL ? "cudaEventQuery" : "cudaStreamQuery", __FILE__, __LINE__);
+      return cuda_fail(err, e, st->device, ev != NULL ? "cudaEventQuery" : "cudaStreamQuery", __FILE__,
+                       __LINE__);
     if (sl__now() > deadline)
-      return sl__err_set(err, SL_STATUS_CUDA, "%s on CUDA device %d did not complete within %.1f s (raise %s to wait longer)",
+      return sl__err_set(err, SL_STATUS_CUDA,
+                         "%s on CUDA device %d did not complete within %.1f s (raise %s to wait longer)",
                          what, st->device, st->timeout_s, SL_CUDA_TIMEOUT_ENV);
     if (spins >= SPINS_BEFORE_NAP)
       nap(b);
@@ -190,16 +198,18 @@ static sl_status cuda_alloc(sl__backend *b, uint64_t nbytes, void **out, sl__err
     size_t total_bytes = 0;
     if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess)
       (void)cudaGetLastError();
-    return sl__err_set(err, SL_STATUS_CUDA,
-                       "cudaMalloc of %llu bytes on CUDA device %d failed: %s (%s); %llu of %llu bytes free on the "
-                       "device",
-                       (unsigned long long)nbytes, st->device, cudaGetErrorString(e), cudaGetErrorName(e),
-                       (unsigned long long)free_bytes, (unsigned long long)total_bytes);
+    return sl__err_set(
+        err, SL_STATUS_CUDA,
+        "cudaMalloc of %llu bytes on CUDA device %d failed: %s (%s); %llu of %llu bytes free on the "
+        "device",
+        (unsigned long long)nbytes, st->device, cudaGetErrorString(e), cudaGetErrorName(e),
+        (unsigned long long)free_bytes, (unsigned long long)total_bytes);
   }
   /* Zero rows of a padded vocabulary rely on zero-filled memory. The fill must be complete before
    * any upload on a reader stream (which is not ordered with the main stream) can touch it. */
   e = cudaMemsetAsync(p, 0, n, st->main);
-  sl_status s = e == cudaSuccess ? SL_STATUS_OK : cuda_fail(err, e, st->device, "cudaMemsetAsync", __FILE__, __LINE__);
+  sl_status s =
+      e == cudaSuccess ? SL_STATUS_OK : cuda_fail(err, e, st->device, "cudaMemsetAsync", __FILE__, __LINE__);
   if (s == SL_STATUS_OK)
     s = wait_local(b, NULL, st->main, "zero-filling new device memory", err);
   if (s != SL_STATUS_OK) {
@@ -231,10 +241,11 @@ static sl_status cuda_alloc_staging(sl__backend *b, uint64_t nbytes, void **out,
   cudaError_t e = cudaHostAlloc(&p, n, cudaHostAllocPortable);
   if (e != cudaSuccess) {
     (void)cudaGetLastError();
-    return sl__err_set(err, SL_STATUS_CUDA,
-                       "cudaHostAlloc of %llu bytes of pinned staging memory failed: %s (%s); lower staging_bytes "
-                       "or the number of reader threads",
-                       (unsigned long long)nbytes, cudaGetErrorString(e), cudaGetErrorName(e));
+    return sl__err_set(
+        err, SL_STATUS_CUDA,
+        "cudaHostAlloc of %llu bytes of pinned staging memory failed: %s (%s); lower staging_bytes "
+        "or the number of reader threads",
+        (unsigned long long)nbytes, cudaGetErrorString(e), cudaGetErrorName(e));
   }
   *out = p;
   return SL_STATUS_OK;
@@ -272,14 +283,15 @@ static sl_status issue_copy(cuda_state *st, cudaStream_t s, void *dst, uint64_t 
     for (uint64_t r = 0; r < rows; r += SL_CUDA_2D_MAX_ROWS) {
       uint64_t n = rows - r < SL_CUDA_2D_MAX_ROWS ? rows - r : SL_CUDA_2D_MAX_ROWS;
       CUDA_CHECK(err, st->device,
-                 cudaMemcpy2DAsync(d + r * dst_stride, (size_t)dst_stride, sp + r * src_stride, (size_t)src_stride,
-                                   (size_t)row_bytes, (size_t)n, cudaMemcpyDefault, s));
+                 cudaMemcpy2DAsync(d + r * dst_stride, (size_t)dst_stride, sp + r * src_stride,
+                                   (size_t)src_stride, (size_t)row_bytes, (size_t)n, cudaMemcpyDefault, s));
     }
     break;
   case SL_CUDA_COPY_ROWS:
     for (uint64_t r = 0; r < rows; r++)
-      CUDA_CHECK(err, st->device,
-                 cudaMemcpyAsync(d + r * dst_stride, sp + r * src_stride, (size_t)row_bytes, cudaMemcpyDefault, s));
+      CUDA_CHECK(
+          err, st->device,
+          cudaMemcpyAsync(d + r * dst_stride, sp + r * src_stride, (size_t)row_bytes, cudaMemcpyDefault, s));
     break;
   }
   return SL_STATUS_OK;
@@ -287,14 +299,16 @@ static sl_status issue_copy(cuda_state *st, cudaStream_t s, void *dst, uint64_t 
 
 static sl_status slot_index(cuda_state *st, int worker, int slot, size_t *out, sl__err *err) {
   if (worker < 0 || worker >= st->workers || slot < 0 || slot >= SL_STAGING_RING_DEPTH)
-    return sl__err_set(err, SL_STATUS_INTERNAL, "upload from reader %d slot %d: the backend has %d readers of %d slots",
-                       worker, slot, st->workers, SL_STAGING_RING_DEPTH);
+    return sl__err_set(err, SL_STATUS_INTERNAL,
+                       "upload from reader %d slot %d: the backend has %d readers of %d slots", worker, slot,
+                       st->workers, SL_STAGING_RING_DEPTH);
   *out = (size_t)worker * SL_STAGING_RING_DEPTH + (size_t)slot;
   return SL_STATUS_OK;
 }
 
-static sl_status cuda_upload(sl__backend *b, int worker, int slot, void *dst, uint64_t dst_stride, const void *src,
-                             uint64_t src_stride, uint64_t row_bytes, uint64_t rows, sl__err *err) {
+static sl_status cuda_upload(sl__backend *b, int worker, int slot, void *dst, uint64_t dst_stride,
+                             const void *src, uint64_t src_stride, uint64_t row_bytes, uint64_t rows,
+                             sl__err *err) {
   cuda_state *st = state_of(b);
   size_t idx = 0;
   sl_status res = slot_index(st, worker, slot, &idx, err);
@@ -321,8 +335,8 @@ static sl_status cuda_upload_wait(sl__backend *b, int worker, int slot, sl__err 
   return wait_local(b, st->slot_events[idx], NULL, "a host-to-device upload", err);
 }
 
-static sl_status cuda_copy(sl__backend *b, void *dst, uint64_t dst_stride, const void *src, uint64_t src_stride,
-                           uint64_t row_bytes, uint64_t rows, sl__err *err) {
+static sl_status cuda_copy(sl__backend *b, void *dst, uint64_t dst_stride, const void *src,
+                           uint64_t src_stride, uint64_t row_bytes, uint64_t rows, sl__err *err) {
   cuda_state *st = state_of(b);
   CUDA_CHECK(err, st->device, cudaSetDevice(st->device));
   return issue_copy(st, st->main, dst, dst_stride, src, src_stride, row_bytes, rows, err);
@@ -345,7 +359,8 @@ static sl_status cuda_bcast(sl__backend *b, uint32_t g, void *buf, uint64_t nbyt
   ncclResult_t r = ncclBroadcast(buf, buf, (size_t)nbytes, ncclUint8, root, c, st->main);
   if (r != ncclSuccess && r != ncclInProgress) {
     char ctx[128];
-    snprintf(ctx, sizeof ctx, "broadcast of %llu bytes in group %u from root %d", (unsigned long long)nbytes, g, root);
+    snprintf(ctx, sizeof ctx, "broadcast of %llu bytes in group %u from root %d", (unsigned long long)nbytes,
+             g, root);
     sl_status res = nccl_fail(err, r, ctx, "ncclBroadcast", __FILE__, __LINE__);
     abort_group(st, g);
     return res;
@@ -360,11 +375,12 @@ static sl_status cuda_bcast(sl__backend *b, uint32_t g, void *buf, uint64_t nbyt
       r = state;
     if (r != ncclSuccess) {
       const char *last = ncclGetLastError(NULL);
-      sl_status res = sl__err_set(err, SL_STATUS_NCCL,
-                                  "ncclBroadcast of %llu bytes in broadcast group %u (root %d) failed: %s%s%s; the "
-                                  "group's NCCL communicator was aborted",
-                                  (unsigned long long)nbytes, g, root, ncclGetErrorString(r),
-                                  last != NULL && *last != '\0' ? "; NCCL says: " : "", last != NULL ? last : "");
+      sl_status res =
+          sl__err_set(err, SL_STATUS_NCCL,
+                      "ncclBroadcast of %llu bytes in broadcast group %u (root %d) failed: %s%s%s; the "
+                      "group's NCCL communicator was aborted",
+                      (unsigned long long)nbytes, g, root, ncclGetErrorString(r),
+                      last != NULL && *last != '\0' ? "; NCCL says: " : "", last != NULL ? last : "");
       abort_group(st, g);
       return res;
     }
@@ -384,11 +400,12 @@ static sl_status cuda_bcast(sl__backend *b, uint32_t g, void *buf, uint64_t nbyt
     }
     if (sl__now() > deadline) {
       abort_group(st, g);
-      return sl__err_set(err, SL_STATUS_NCCL,
-                         "ncclBroadcast of %llu bytes in broadcast group %u (root %d) did not complete within %.1f s "
-                         "(a rank of the group may be stuck or gone; raise %s to wait longer); the group's NCCL "
-                         "communicator was aborted",
-                         (unsigned long long)nbytes, g, root, st->timeout_s, SL_CUDA_TIMEOUT_ENV);
+      return sl__err_set(
+          err, SL_STATUS_NCCL,
+          "ncclBroadcast of %llu bytes in broadcast group %u (root %d) did not complete within %.1f s "
+          "(a rank of the group may be stuck or gone; raise %s to wait longer); the group's NCCL "
+          "communicator was aborted",
+          (unsigned long long)nbytes, g, root, st->timeout_s, SL_CUDA_TIMEOUT_ENV);
     }
     if (spins >= SPINS_BEFORE_NAP)
       nap(b);
@@ -430,8 +447,9 @@ static void release_comms(sl__backend *b) {
     if (st->nccl[g] == NULL)
       continue;
     bool timed_out = false;
-    ncclResult_t r = finalizing != NULL && finalizing[g] ? wait_comm_idle(b, st->nccl[g], deadline, &timed_out)
-                                                         : ncclInternalError;
+    ncclResult_t r = finalizing != NULL && finalizing[g]
+                         ? wait_comm_idle(b, st->nccl[g], deadline, &timed_out)
+                         : ncclInternalError;
     if (r == ncclSuccess) {
       r = ncclCommDestroy(st->nccl[g]);
       if (r != ncclSuccess)
@@ -440,9 +458,11 @@ static void release_comms(sl__backend *b) {
       continue;
     }
     if (timed_out)
-      SL_WARN("NCCL communicator of broadcast group %zu did not finalize within %.1f s: aborting it", g, wait_s);
+      SL_WARN("NCCL communicator of broadcast group %zu did not finalize within %.1f s: aborting it", g,
+              wait_s);
     else if (!abort_all)
-      SL_WARN("finalizing the NCCL communicator of broadcast group %zu: %s: aborting it", g, ncclGetErrorString(r));
+      SL_WARN("finalizing the NCCL communicator of broadcast group %zu: %s: aborting it", g,
+              ncclGetErrorString(r));
     abort_group(st, g);
   }
   free(finalizing);
@@ -514,9 +534,10 @@ static sl_status check_groups(const sl__comm *c, const sl__schedule *s, sl__err 
   if (s->n_groups == 0)
     return SL_STATUS_OK;
   if (c->n_groups != s->n_groups || c->groups == NULL)
-    return sl__err_set(err, SL_STATUS_INTERNAL,
-                       "the CUDA backend needs the %zu broadcast-group communicators of the schedule (found %zu)",
-                       s->n_groups, c->n_groups);
+    return sl__err_set(
+        err, SL_STATUS_INTERNAL,
+        "the CUDA backend needs the %zu broadcast-group communicators of the schedule (found %zu)",
+        s->n_groups, c->n_groups);
   for (size_t g = 0; g < s->n_groups; g++) {
     int pos = sl__cuda_group_pos(s, g, c->rank);
     bool member = c->groups[g] != MPI_COMM_NULL;
@@ -538,14 +559,16 @@ static sl_status check_parent(const sl__comm *c, ncclComm_t parent, int *device,
   NCCL_CHECK(err, ncclCommUserRank(parent, &rank));
   NCCL_CHECK(err, ncclCommCuDevice(parent, &dev));
   if (count != c->size || rank != c->rank)
-    return sl__err_set(err, SL_STATUS_INVALID_ARGUMENT,
-                       "the NCCL communicator passed to the loader has %d ranks and puts this process at rank %d; it "
-                       "must span the loader's communicator in the same order (%d ranks, this one rank %d)",
-                       count, rank, c->size, c->rank);
+    return sl__err_set(
+        err, SL_STATUS_INVALID_ARGUMENT,
+        "the NCCL communicator passed to the loader has %d ranks and puts this process at rank %d; it "
+        "must span the loader's communicator in the same order (%d ranks, this one rank %d)",
+        count, rank, c->size, c->rank);
   if (*device >= 0 && *device != dev)
-    return sl__err_set(err, SL_STATUS_INVALID_ARGUMENT,
-                       "CUDA device %d was requested but the NCCL communicator passed to the loader uses device %d",
-                       *device, dev);
+    return sl__err_set(
+        err, SL_STATUS_INVALID_ARGUMENT,
+        "CUDA device %d was requested but the NCCL communicator passed to the loader uses device %d", *device,
+        dev);
   *device = dev;
   return SL_STATUS_OK;
 }
@@ -580,7 +603,8 @@ static sl_status setup_local(sl__backend *b, int workers, int device, void *stre
   if (e == cudaSuccess)
     e = cudaFree(NULL); /* creates the context now, so a busy or broken GPU is reported here */
   if (e != cudaSuccess)
-    return is_no_device(e) ? no_device(err, e) : cuda_fail(err, e, st->device, "cudaSetDevice", __FILE__, __LINE__);
+    return is_no_device(e) ? no_device(err, e)
+                           : cuda_fail(err, e, st->device, "cudaSetDevice", __FILE__, __LINE__);
   int pitch = 0;
   CUDA_CHECK(err, st->device, cudaDeviceGetAttribute(&pitch, cudaDevAttrMaxPitch, st->device));
   st->max_pitch = pitch > 0 ? (uint64_t)pitch : 1;
@@ -601,8 +625,9 @@ static sl_status setup_local(sl__backend *b, int workers, int device, void *stre
   for (int w = 0; w < workers; w++) {
     CUDA_CHECK(err, st->device, cudaStreamCreateWithFlags(&st->worker_streams[w], cudaStreamNonBlocking));
     for (int k = 0; k < SL_STAGING_RING_DEPTH; k++)
-      CUDA_CHECK(err, st->device,
-                 cudaEventCreateWithFlags(&st->slot_events[w * SL_STAGING_RING_DEPTH + k], cudaEventDisableTiming));
+      CUDA_CHECK(
+          err, st->device,
+          cudaEventCreateWithFlags(&st->slot_events[w * SL_STAGING_RING_DEPTH + k], cudaEventDisableTiming));
   }
   return SL_STATUS_OK;
 }
@@ -626,7 +651,8 @@ static sl_status check_placement(sl__backend *b, const sl__schedule *sched, sl__
   mine.has_parent = st->parent != NULL;
   if (gethostname(mine.place.host, sizeof mine.place.host - 1) != 0)
     snprintf(mine.place.host, sizeof mine.place.host, "?");
-  CUDA_CHECK(err, st->device, cudaDeviceGetPCIBusId(mine.place.bus_id, (int)sizeof mine.place.bus_id, st->device));
+  CUDA_CHECK(err, st->device,
+             cudaDeviceGetPCIBusId(mine.place.bus_id, (int)sizeof mine.place.bus_id, st->device));
   placement *all = calloc((size_t)c->size, sizeof *all);
   sl__cuda_place *places = calloc((size_t)c->size, sizeof *places);
   sl_status res = SL_STATUS_OK;
@@ -643,10 +669,11 @@ static sl_status check_placement(sl__backend *b, const sl__schedule *sched, sl__
     with_parent += all[r].has_parent != 0;
   }
   if (res == SL_STATUS_OK && with_parent != 0 && with_parent != c->size)
-    res = sl__err_set(err, SL_STATUS_INVALID_ARGUMENT,
-                      "an NCCL communicator was passed to the loader on %d of %d ranks: pass one on every rank or on "
-                      "none",
-                      with_parent, c->size);
+    res = sl__err_set(
+        err, SL_STATUS_INVALID_ARGUMENT,
+        "an NCCL communicator was passed to the loader on %d of %d ranks: pass one on every rank or on "
+        "none",
+        with_parent, c->size);
   if (res == SL_STATUS_OK)
     res = sl__cuda_check_places(sched, c->rank, places, err);
   free(all);
@@ -663,7 +690,7 @@ static const char *group_ctx(char *buf, size_t cap, const sl__schedule *sched, s
  * the group's MPI communicator. Every rank walks the groups in schedule order; the inits are
  * non-blocking and batched in NCCL groups, then polled until ready. */
 typedef struct id_msg {
-  int32_t ok;       /* the root made an id */
+  int32_t ok; /* the root made an id */
   ncclUniqueId id;
 } id_msg;
 
@@ -690,11 +717,13 @@ static sl_status create_comms_by_id(sl__backend *b, const sl__schedule *sched, s
     }
     int rc = MPI_Bcast(&msgs[g], (int)sizeof msgs[g], MPI_BYTE, 0, c->groups[g]);
     if (rc != MPI_SUCCESS) {
-      res = sl__err_set(err, SL_STATUS_MPI, "MPI_Bcast of the NCCL id of broadcast group %zu failed (error %d)", g, rc);
+      res = sl__err_set(err, SL_STATUS_MPI,
+                        "MPI_Bcast of the NCCL id of broadcast group %zu failed (error %d)", g, rc);
       break;
     }
     if (!msgs[g].ok && res == SL_STATUS_OK)
-      res = sl__err_set(err, SL_STATUS_NCCL, "broadcast group %zu: its first rank could not create an NCCL id", g);
+      res = sl__err_set(err, SL_STATUS_NCCL,
+                        "broadcast group %zu: its first rank could not create an NCCL id", g);
   }
   res = sl__comm_agree(c, res, err, "exchanging NCCL ids");
   if (res != SL_STATUS_OK) {
@@ -718,7 +747,8 @@ static sl_status create_comms_by_id(sl__backend *b, const sl__schedule *sched, s
       batch++;
       r = ncclCommInitRankConfig(&st->nccl[g], (int)sched->groups[g].n, msgs[g].id, pos, &config);
       if (r != ncclSuccess && r != ncclInProgress && res == SL_STATUS_OK)
-        res = nccl_fail(err, r, group_ctx(ctx, sizeof ctx, sched, g), "ncclCommInitRankConfig", __FILE__, __LINE__);
+        res = nccl_fail(err, r, group_ctx(ctx, sizeof ctx, sched, g), "ncclCommInitRankConfig", __FILE__,
+                        __LINE__);
     }
     r = ncclGroupEnd(); /* with non-blocking communicators: returns at once (ncclInProgress) */
     if (r != ncclSuccess && r != ncclInProgress && res == SL_STATUS_OK)
@@ -732,12 +762,14 @@ static sl_status create_comms_by_id(sl__backend *b, const sl__schedule *sched, s
     bool timed_out = false;
     ncclResult_t r = wait_comm_idle(b, st->nccl[k], deadline, &timed_out);
     if (timed_out)
-      res = sl__err_set(err, SL_STATUS_NCCL,
-                        "the NCCL communicator of broadcast group %zu (%u ranks) was not ready within %.1f s (raise %s "
-                        "to wait longer)",
-                        k, sched->groups[k].n, st->timeout_s, SL_CUDA_TIMEOUT_ENV);
+      res = sl__err_set(
+          err, SL_STATUS_NCCL,
+          "the NCCL communicator of broadcast group %zu (%u ranks) was not ready within %.1f s (raise %s "
+          "to wait longer)",
+          k, sched->groups[k].n, st->timeout_s, SL_CUDA_TIMEOUT_ENV);
     else if (r != ncclSuccess)
-      res = nccl_fail(err, r, group_ctx(ctx, sizeof ctx, sched, k), "ncclCommInitRankConfig", __FILE__, __LINE__);
+      res = nccl_fail(err, r, group_ctx(ctx, sizeof ctx, sched, k), "ncclCommInitRankConfig", __FILE__,
+                      __LINE__);
   }
   return res;
 }
@@ -754,24 +786,28 @@ static sl_status create_comms_by_split(sl__backend *b, const sl__schedule *sched
   for (size_t g = 0; g < sched->n_groups; g++) {
     int pos = sl__cuda_group_pos(sched, g, c->rank);
     ncclComm_t child = NULL;
-    NCCL_START(err, ncclCommSplit(st->parent, pos >= 0 ? 0 : NCCL_SPLIT_NOCOLOR, pos >= 0 ? pos : 0, &child, &config));
+    NCCL_START(err, ncclCommSplit(st->parent, pos >= 0 ? 0 : NCCL_SPLIT_NOCOLOR, pos >= 0 ? pos : 0, &child,
+                                  &config));
     /* With a non-blocking parent the split completes in the background: the parent reports it. */
     bool timed_out = false;
     ncclResult_t r = wait_comm_idle(b, st->parent, deadline, &timed_out);
     if (timed_out)
-      return sl__err_set(err, SL_STATUS_NCCL, "splitting broadcast group %zu from the caller's NCCL communicator did not "
-                                              "finish within %.1f s (raise %s to wait longer)",
+      return sl__err_set(err, SL_STATUS_NCCL,
+                         "splitting broadcast group %zu from the caller's NCCL communicator did not "
+                         "finish within %.1f s (raise %s to wait longer)",
                          g, st->timeout_s, SL_CUDA_TIMEOUT_ENV);
     if (r != ncclSuccess)
       return nccl_fail(err, r, group_ctx(ctx, sizeof ctx, sched, g), "ncclCommSplit", __FILE__, __LINE__);
     if (pos >= 0 && child == NULL)
-      return sl__err_set(err, SL_STATUS_NCCL, "ncclCommSplit gave no communicator for broadcast group %zu", g);
+      return sl__err_set(err, SL_STATUS_NCCL, "ncclCommSplit gave no communicator for broadcast group %zu",
+                         g);
     st->nccl[g] = pos >= 0 ? child : NULL;
     if (st->nccl[g] != NULL) {
       r = wait_comm_idle(b, st->nccl[g], deadline, &timed_out);
       if (timed_out || r != ncclSuccess)
-        return sl__err_set(err, SL_STATUS_NCCL, "the NCCL communicator split for broadcast group %zu is not usable: %s",
-                           g, timed_out ? "not ready in time" : ncclGetErrorString(r));
+        return sl__err_set(err, SL_STATUS_NCCL,
+                           "the NCCL communicator split for broadcast group %zu is not usable: %s", g,
+                           timed_out ? "not ready in time" : ncclGetErrorString(r));
     }
   }
   return SL_STATUS_OK;
@@ -827,8 +863,8 @@ sl_status sl__backend_cuda_create(sl__comm *comm, int workers, int device, void 
     cuda_destroy(b);
     return res;
   }
-  SL_DEBUG("cuda backend: device %d, %d reader streams, %zu broadcast groups, timeout %.1f s", st->device, workers,
-           sched->n_groups, st->timeout_s);
+  SL_DEBUG("cuda backend: device %d, %d reader streams, %zu broadcast groups, timeout %.1f s", st->device,
+           workers, sched->n_groups, st->timeout_s);
   *out = b;
   return SL_STATUS_OK;
 }

@@ -34,9 +34,9 @@ int sl__cuda_group_pos(const sl__schedule *s, size_t g, int rank);
 
 /* Where a rank's GPU is: two ranks with equal host and bus_id use the same GPU. */
 typedef struct sl__cuda_place {
-  char host[64];    /* host name (truncated) */
-  char bus_id[32];  /* PCI bus id of the device, e.g. "0000:1B:00.0" */
-  int device;       /* ordinal in that rank's process */
+  char host[64];   /* host name (truncated) */
+  char bus_id[32]; /* PCI bus id of the device, e.g. "0000:1B:00.0" */
+  int device;      /* ordinal in that rank's process */
 } sl__cuda_place;
 
 /* NCCL cannot put two ranks of one communicator on one GPU. places: one per rank of the world

@@ -19,14 +19,16 @@ sl_status sl__cuda_parse_timeout(const char *text, double *seconds, sl__err *err
   char *end = NULL;
   errno = 0;
   double v = strtod(text, &end);
-  bool bad = errno != 0 || end == text || *end != '\0' || !isfinite(v) || v <= 0.0 || v > SL_CUDA_TIMEOUT_MAX_S;
+  bool bad =
+      errno != 0 || end == text || *end != '\0' || !isfinite(v) || v <= 0.0 || v > SL_CUDA_TIMEOUT_MAX_S;
   /* strtod accepts hex floats, "inf" and leading blanks: only plain decimals are meant here. */
   for (const char *p = text; *p != '\0' && !bad; p++)
     bad = !((*p >= '0' && *p <= '9') || *p == '.');
   if (bad)
-    return sl__err_set(err, SL_STATUS_CONFIG,
-                       "%s='%s': expected a number of seconds greater than 0 and at most %.0f (e.g. 600 or 0.5)",
-                       SL_CUDA_TIMEOUT_ENV, text, SL_CUDA_TIMEOUT_MAX_S);
+    return sl__err_set(
+        err, SL_STATUS_CONFIG,
+        "%s='%s': expected a number of seconds greater than 0 and at most %.0f (e.g. 600 or 0.5)",
+        SL_CUDA_TIMEOUT_ENV, text, SL_CUDA_TIMEOUT_MAX_S);
   *seconds = v;
   return SL_STATUS_OK;
 }
@@ -34,14 +36,16 @@ sl_status sl__cuda_parse_timeout(const char *text, double *seconds, sl__err *err
 sl_status sl__cuda_pick_device(int requested, int local_rank, int count, int *out, sl__err *err) {
   *out = -1;
   if (count <= 0)
-    return sl__err_set(err, SL_STATUS_NO_DEVICE, "no CUDA device available (this process sees no CUDA device; check "
-                                                 "CUDA_VISIBLE_DEVICES, or use --device cpu)");
+    return sl__err_set(err, SL_STATUS_NO_DEVICE,
+                       "no CUDA device available (this process sees no CUDA device; check "
+                       "CUDA_VISIBLE_DEVICES, or use --device cpu)");
   if (requested >= 0) {
     if (requested >= count)
-      return sl__err_set(err, SL_STATUS_NO_DEVICE,
-                         "cuda_device %d does not exist: this process sees %d CUDA device%s (ordinals 0..%d); "
-                         "check cuda_device and CUDA_VISIBLE_DEVICES",
-                         requested, count, count == 1 ? "" : "s", count - 1);
+      return sl__err_set(
+          err, SL_STATUS_NO_DEVICE,
+          "cuda_device %d does not exist: this process sees %d CUDA device%s (ordinals 0..%d); "
+          "check cuda_device and CUDA_VISIBLE_DEVICES",
+          requested, count, count == 1 ? "" : "s", count - 1);
     *out = requested;
     return SL_STATUS_OK;
   }
@@ -61,7 +65,8 @@ int sl__cuda_group_pos(const sl__schedule *s, size_t g, int rank) {
 }
 
 static bool same_gpu(const sl__cuda_place *a, const sl__cuda_place *b) {
-  return strncmp(a->host, b->host, sizeof a->host) == 0 && strncmp(a->bus_id, b->bus_id, sizeof a->bus_id) == 0;
+  return strncmp(a->host, b->host, sizeof a->host) == 0 &&
+         strncmp(a->bus_id, b->bus_id, sizeof a->bus_id) == 0;
 }
 
 sl_status sl__cuda_check_places(const sl__schedule *s, int rank, const sl__cuda_place *places, sl__err *err) {
@@ -76,11 +81,12 @@ sl_status sl__cuda_check_places(const sl__schedule *s, int rank, const sl__cuda_
         const sl__cuda_place *b = &places[mem[j]];
         if (!same_gpu(a, b))
           continue;
-        return sl__err_set(err, SL_STATUS_NCCL,
-                           "ranks %u and %u would share one GPU (host %.64s, PCI bus %.32s, device %d) in broadcast "
-                           "group %zu, which NCCL does not support: start at most as many ranks per node as there "
-                           "are GPUs, or give each rank its own device (cuda_device / CUDA_VISIBLE_DEVICES)",
-                           mem[i], mem[j], a->host, a->bus_id, a->device, g);
+        return sl__err_set(
+            err, SL_STATUS_NCCL,
+            "ranks %u and %u would share one GPU (host %.64s, PCI bus %.32s, device %d) in broadcast "
+            "group %zu, which NCCL does not support: start at most as many ranks per node as there "
+            "are GPUs, or give each rank its own device (cuda_device / CUDA_VISIBLE_DEVICES)",
+            mem[i], mem[j], a->host, a->bus_id, a->device, g);
       }
     }
   }
@@ -94,20 +100,22 @@ sl_status sl__cuda_copy_kind_of(uint64_t dst_stride, uint64_t src_stride, uint64
     return SL_STATUS_OK;
   uint64_t total = 0;
   if (sl__mul_overflow(row_bytes, rows, &total))
-    return sl__err_set(err, SL_STATUS_INTERNAL, "copy of %llu rows of %llu bytes overflows", (unsigned long long)rows,
-                       (unsigned long long)row_bytes);
+    return sl__err_set(err, SL_STATUS_INTERNAL, "copy of %llu rows of %llu bytes overflows",
+                       (unsigned long long)rows, (unsigned long long)row_bytes);
   if (rows == 1 || (dst_stride == row_bytes && src_stride == row_bytes)) {
     *out = SL_CUDA_COPY_FLAT;
     return SL_STATUS_OK;
   }
   if (dst_stride < row_bytes || src_stride < row_bytes)
-    return sl__err_set(err, SL_STATUS_INTERNAL,
-                       "2-D copy with a stride (destination %llu, source %llu) smaller than its rows (%llu bytes)",
-                       (unsigned long long)dst_stride, (unsigned long long)src_stride, (unsigned long long)row_bytes);
+    return sl__err_set(
+        err, SL_STATUS_INTERNAL,
+        "2-D copy with a stride (destination %llu, source %llu) smaller than its rows (%llu bytes)",
+        (unsigned long long)dst_stride, (unsigned long long)src_stride, (unsigned long long)row_bytes);
   uint64_t span = 0;
   if (sl__mul_overflow(dst_stride > src_stride ? dst_stride : src_stride, rows, &span))
     return sl__err_set(err, SL_STATUS_INTERNAL, "2-D copy of %llu rows with stride %llu overflows",
-                       (unsigned long long)rows, (unsigned long long)(dst_stride > src_stride ? dst_stride : src_stride));
+                       (unsigned long long)rows,
+                       (unsigned long long)(dst_stride > src_stride ? dst_stride : src_stride));
   *out = dst_stride > max_pitch || src_stride > max_pitch ? SL_CUDA_COPY_ROWS : SL_CUDA_COPY_2D;
   return SL_STATUS_OK;
 }

@@ -68,8 +68,8 @@ sl_status sl_dryrun_create(sl_config *config, int world_size, sl_dryrun **out) {
                         .eplb = d->opts.eplb,
                         .redundant = d->opts.redundant,
                         .coalesce_gap = d->opts.coalesce_gap,
-                        .bucket_bytes = d->opts.bucket_bytes,
-                        .read_chunk = d->opts.read_chunk};
+                        .bucket_bytes = sl__effective_bucket(&d->opts),
+                        .read_chunk = sl__effective_chunk(&d->opts)};
     st = sl__schedule_build(&d->prep.model, &d->prep.cat, &po, SL_NONE, NULL, &d->sched, &err);
   }
   if (st != SL_STATUS_OK) {

@@ -291,14 +291,8 @@ sl_status sl_loader_plan(sl_loader *l) {
     l->po.eplb = l->opts.eplb;
     l->po.redundant = l->opts.redundant;
     l->po.coalesce_gap = l->opts.coalesce_gap;
-    /* One bucket must fit a quarter of the staging budget and one MPI message. */
-    uint64_t bucket = l->opts.bucket_bytes;
-    if (bucket > l->opts.staging_bytes / 4)
-      bucket = l->opts.staging_bytes / 4;
-    if (bucket > (1ull << 30))
-      bucket = 1ull << 30;
-    l->po.bucket_bytes = bucket > 0 ? bucket : 1;
-    l->po.read_chunk = l->opts.read_chunk;
+    l->po.bucket_bytes = sl__effective_bucket(&l->opts);
+    l->po.read_chunk = sl__effective_chunk(&l->opts);
     st = sl__schedule_build(&l->prep.model, &l->prep.cat, &l->po, (uint32_t)l->comm.rank, &l->plan, &l->sched,
                             &l->err);
   }
@@ -454,7 +448,7 @@ sl_status sl_loader_load(sl_loader *l) {
                      .comm = &l->comm,
                      .param_ptr = l->param_ptr,
                      .workers = l->opts.extra.num_threads,
-                     .chunk = l->opts.read_chunk,
+                     .chunk = l->po.read_chunk,
                      .coalesce_gap = l->opts.coalesce_gap,
                      .staging_bytes = l->opts.staging_bytes,
                      .strategy = l->opts.strategy,

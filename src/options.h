@@ -46,6 +46,16 @@ typedef struct sl__opts {
 
 sl_status sl__opts_from_config(const sl_config *cfg, sl__opts *o, sl__err *err);
 const char *sl__strategy_name(sl__strategy s);
+#define SL_URING_DEPTH 32u /* reads in flight with the io_uring strategy */
+
+/* The broadcast bucket size: bucket_bytes capped to a quarter of the staging budget and to one
+ * MPI message (1 GiB). */
+uint64_t sl__effective_bucket(const sl__opts *o);
+/* The largest single read: read_chunk_bytes, reduced (to a multiple of 4096) so that two bucket
+ * slots plus the reader staging slots (a ring per thread, or SL_URING_DEPTH with io_uring) fit
+ * the staging budget. The planner and the read engine use the same value. */
+uint64_t sl__effective_chunk(const sl__opts *o);
+
 /* The pipeline split (explicit partition or vLLM's automatic one): pp + 1 boundaries, caller frees. */
 sl_status sl__pp_starts(const sl__opts *o, uint32_t layers, uint32_t **out, sl__err *err);
 

@@ -715,17 +715,17 @@ sl_status sl__plan_rank(const sl__model *m, const sl__catalog *cat, const sl__pl
  * ------------------------------------------------------------------------------------------- */
 
 /* Rows are read as one covering range when the gap between them is at most coalesce_gap and
- * no larger than the row itself: then a few wasted bytes replace many small reads, and the
- * waste never exceeds the useful bytes of the piece. */
-bool sl__piece_covering(const sl__piece *p, uint64_t coalesce_gap) {
+ * no larger than the row itself (the waste never exceeds the useful bytes), and a row with its
+ * gap fits in one read: then a few wasted bytes replace many small reads. */
+bool sl__piece_covering(const sl__piece *p, uint64_t coalesce_gap, uint64_t chunk) {
   if (p->rows <= 1)
     return true;
   uint64_t gap = p->src_stride - p->row_bytes;
-  return gap <= coalesce_gap && gap <= p->row_bytes;
+  return gap <= coalesce_gap && gap <= p->row_bytes && p->src_stride <= chunk;
 }
 
-uint64_t sl__piece_read_bytes(const sl__piece *p, uint64_t coalesce_gap) {
-  if (p->rows <= 1 || !sl__piece_covering(p, coalesce_gap))
+uint64_t sl__piece_read_bytes(const sl__piece *p, uint64_t coalesce_gap, uint64_t chunk) {
+  if (p->rows <= 1 || !sl__piece_covering(p, coalesce_gap, chunk))
     return p->nbytes;
   return (p->rows - 1) * p->src_stride + p->row_bytes;
 }
@@ -1226,7 +1226,7 @@ sl_status sl__schedule_build(const sl__model *m, const sl__catalog *cat, const s
   for (size_t k = 0; k < out->n_pieces && st == SL_STATUS_OK; k++) {
     const sl__piece *p = &out->pieces[k];
     sl_rank_stats *rs = &out->stats[p->reader];
-    uint64_t rb = sl__piece_read_bytes(p, o->coalesce_gap);
+    uint64_t rb = sl__piece_read_bytes(p, o->coalesce_gap, o->read_chunk);
     rs->bytes_read += rb;
     rs->bytes_covering += rb - p->nbytes;
     size_t bit = (size_t)p->reader * cat->n_files + cat->tensors[p->tensor].file;

@@ -28,7 +28,7 @@ typedef struct sl__plan_opts {
   uint64_t redundant;            /* EPLB redundant experts */
   uint64_t coalesce_gap;         /* read across gaps up to this many bytes */
   uint64_t bucket_bytes;         /* broadcast bucket size */
-  uint64_t read_chunk;           /* largest single read */
+  uint64_t read_chunk;           /* largest single read (effective: see sl__effective_chunk) */
 } sl__plan_opts;
 
 /* Per-rank derived coordinates. */
@@ -149,10 +149,10 @@ void sl__schedule_free(sl__schedule *s);
 
 /* ---- read extents (shared by the read engine and the dry-run statistics) ---- */
 
-/* How a piece is read: one covering range (rows merged across gaps ≤ coalesce_gap, or a single
- * contiguous row), or one range per row. */
-bool sl__piece_covering(const sl__piece *p, uint64_t coalesce_gap);
-/* Bytes read for a piece, covering gaps included. */
-uint64_t sl__piece_read_bytes(const sl__piece *p, uint64_t coalesce_gap);
+/* How a piece is read: one covering range (rows merged across small gaps, see plan.c, or a
+ * single contiguous row), or one range per row. chunk: the largest single read. */
+bool sl__piece_covering(const sl__piece *p, uint64_t coalesce_gap, uint64_t chunk);
+/* Bytes read for a piece, covering gaps included (exact: the read engine reads exactly this). */
+uint64_t sl__piece_read_bytes(const sl__piece *p, uint64_t coalesce_gap, uint64_t chunk);
 
 #endif

@@ -14,6 +14,8 @@
  */
 #include "transfer.h"
 
+#include "readplan.h"
+
 #include "figures.h"
 #include "log.h"
 #include "uring.h"
@@ -31,51 +33,11 @@
 
 #define DIRECT_ALIGN 4096u
 #define BUCKET_SLOTS 2
-#define URING_DEPTH 32u /* reads in flight with the io_uring strategy */
+#define URING_DEPTH SL_URING_DEPTH
 
 /* ---------------------------------------------------------------------------------------------
  * 1. Segments and deliveries
  * ------------------------------------------------------------------------------------------- */
-
-int sl__segments(uint64_t row_bytes, uint64_t p0, uint64_t p1, sl__segment out[3]) {
-  int n = 0;
-  if (p1 <= p0 || row_bytes == 0)
-    return 0;
-  uint64_t row = p0 / row_bytes;
-  uint64_t col = p0 % row_bytes;
-  if (col != 0) {
-    uint64_t len = row_bytes - col < p1 - p0 ? row_bytes - col : p1 - p0;
-    out[n++] = (sl__segment){.row = row, .col = col, .len = len, .rows = 1};
-    p0 += len;
-    row++;
-  }
-  uint64_t full = (p1 - p0) / row_bytes;
-  if (full > 0) {
-    out[n++] = (sl__segment){.row = row, .col = 0, .len = row_bytes, .rows = full};
-    p0 += full * row_bytes;
-    row += full;
-  }
-  if (p1 > p0)
-    out[n++] = (sl__segment){.row = row, .col = 0, .len = p1 - p0, .rows = 1};
-  return n;
-}
-
-typedef struct delivery {
-  uint32_t piece;
-  uint64_t p0, p1;       /* packed range */
-  uint32_t bucket;       /* index in my bucket list, or SL_NONE for local copies */
-  uint64_t bucket_off;   /* bucket byte of packed byte p0 */
-} delivery;
-
-typedef struct read_op {
-  uint32_t file;
-  uint64_t offset;       /* absolute file offset */
-  uint64_t len;
-  uint64_t useful;       /* bytes delivered (len - useful = covering bytes) */
-  uint32_t first, count; /* deliveries */
-  uint32_t bucket;       /* my bucket index, or SL_NONE */
-  void *direct_dst;      /* non-NULL: pread straight into this host memory */
-} read_op;
 
 typedef struct engine {
   sl__transfer *t;
@@ -88,8 +50,7 @@ typedef struct engine {
   size_t n_my_buckets;
   uint32_t *bucket_of_global; /* global bucket → my index (or SL_NONE) */
   /* reads */
-  sl__vec ops;           /* read_op */
-  sl__vec dels;          /* delivery */
+  sl__readplan rp;       /* read operations and their deliveries */
   uint32_t *bucket_ops_start; /* my bucket → first op index in bucket_op_list */
   uint32_t *bucket_op_list;
   sl__vec local_ops;     /* uint32_t op indices */
@@ -121,15 +82,8 @@ typedef struct engine {
   _Atomic bool inject_error;  /* test hook: the next read fails (SHARDLOAD_INJECT_READ_ERROR) */
 } engine;
 
-/* Source position (bytes from the tensor's first byte) of packed byte p of piece P. */
-static uint64_t src_of(const sl__piece *P, uint64_t p) {
-  if (P->rows <= 1)
-    return P->src_off + p;
-  return P->src_off + (p / P->row_bytes) * P->src_stride + p % P->row_bytes;
-}
-
 /* Moves delivery d from a host buffer holding file bytes from file offset buf_off. */
-static sl_status deliver_from_read(engine *e, int worker, int slot, const delivery *d, const uint8_t *buf,
+static sl_status deliver_from_read(engine *e, int worker, int slot, const sl__delivery *d, const uint8_t *buf,
                                    uint64_t buf_off, sl__err *werr) {
   sl__transfer *t = e->t;
   const sl__piece *P = &t->sched->pieces[d->piece];
@@ -140,7 +94,7 @@ static sl_status deliver_from_read(engine *e, int worker, int slot, const delive
   int n = sl__segments(rb, d->p0, d->p1, seg);
   for (int k = 0; k < n; k++) {
     uint64_t p = seg[k].row * rb + seg[k].col;
-    const uint8_t *src = buf + (base + src_of(P, p) - buf_off);
+    const uint8_t *src = buf + (base + sl__src_of(P, p) - buf_off);
     if (d->bucket != SL_NONE) {
       uint8_t *dst = (uint8_t *)e->slot_buf[d->bucket % BUCKET_SLOTS] + d->bucket_off + (p - d->p0);
       sl_status st = t->backend->ops->upload(t->backend, worker, slot, dst, seg[k].len, src, sstride, seg[k].len,
@@ -197,86 +151,19 @@ static sl_status scatter_bucket(engine *e, uint32_t mine) {
  * 2. Read operations
  * ------------------------------------------------------------------------------------------- */
 
-static sl_status add_op(engine *e, const sl__piece *P, uint64_t p0, uint64_t p1, uint32_t bucket, uint64_t bucket_off,
-                        uint64_t off, uint64_t len) {
-  const sl__cat_tensor *T = &e->t->cat->tensors[P->tensor];
+/* Read operations for packed range [p0, p1) of piece P (a whole piece, or one bucket item). A
+ * local piece with one contiguous copy in host memory is read straight into the parameter. */
+static sl_status plan_piece_reads(engine *e, const sl__piece *P, uint64_t p0, uint64_t p1, uint32_t bucket,
+                                  uint64_t bucket_off) {
   uint32_t piece = (uint32_t)(P - e->t->sched->pieces);
-  /* Merge with the previous operation when it ends exactly where this one starts. */
-  if (e->ops.len > 0) {
-    read_op *prev = &SL_VEC_AT(&e->ops, read_op, e->ops.len - 1);
-    if (prev->file == T->file && prev->bucket == bucket && prev->offset + prev->len == off &&
-        prev->len + len <= e->t->chunk && prev->direct_dst == NULL) {
-      delivery *d = sl__vec_push(&e->dels);
-      if (d == NULL)
-        return sl__err_set(e->err, SL_STATUS_NOMEM, "out of memory planning reads");
-      *d = (delivery){.piece = piece, .p0 = p0, .p1 = p1, .bucket = bucket, .bucket_off = bucket_off};
-      prev->len += len;
-      prev->useful += p1 - p0;
-      prev->count++;
-      return SL_STATUS_OK;
-    }
-  }
-  read_op *op = sl__vec_push(&e->ops);
-  delivery *d = sl__vec_push(&e->dels);
-  if (op == NULL || d == NULL)
-    return sl__err_set(e->err, SL_STATUS_NOMEM, "out of memory planning reads");
-  *d = (delivery){.piece = piece, .p0 = p0, .p1 = p1, .bucket = bucket, .bucket_off = bucket_off};
-  *op = (read_op){.file = T->file, .offset = off, .len = len, .useful = p1 - p0,
-                  .first = (uint32_t)(e->dels.len - 1), .count = 1, .bucket = bucket};
-  /* Straight into the parameter: one contiguous local copy in host memory, buffered reads. */
+  uint8_t *direct = NULL;
   if (bucket == SL_NONE && P->rows <= 1 && e->t->backend->host_addressable && e->t->strategy != SL_STRATEGY_DIRECT &&
       e->copy_start[piece + 1] - e->copy_start[piece] == 1) {
     const sl__copy *cp = &e->t->plan->copies[e->copy_list[e->copy_start[piece]]];
-    op->direct_dst = (uint8_t *)e->t->param_ptr[cp->lparam] + cp->dst_off + p0;
+    direct = (uint8_t *)e->t->param_ptr[cp->lparam] + cp->dst_off;
   }
-  return SL_STATUS_OK;
-}
-
-/* Read operations for packed range [p0, p1) of piece P (a whole piece, or one bucket item). */
-static sl_status plan_piece_reads(engine *e, const sl__piece *P, uint64_t p0, uint64_t p1, uint32_t bucket,
-                                  uint64_t bucket_off) {
-  const sl__cat_tensor *T = &e->t->cat->tensors[P->tensor];
-  uint64_t chunk = e->t->chunk;
-  sl_status st = SL_STATUS_OK;
-  if (P->rows <= 1) {
-    for (uint64_t a = p0; a < p1 && st == SL_STATUS_OK; a += chunk) {
-      uint64_t b = p1 - a < chunk ? p1 : a + chunk;
-      st = add_op(e, P, a, b, bucket, bucket_off + (a - p0), T->offset + P->src_off + a, b - a);
-    }
-    return st;
-  }
-  uint64_t rb = P->row_bytes;
-  if (sl__piece_covering(P, e->t->coalesce_gap)) {
-    /* Whole rows per operation, as many as fit in a chunk (at least one). */
-    uint64_t per = chunk / P->src_stride;
-    per = per > 0 ? per : 1;
-    uint64_t a = p0;
-    while (a < p1 && st == SL_STATUS_OK) {
-      uint64_t row = a / rb;
-      uint64_t b = (row + per) * rb;
-      b = b < p1 ? b : p1;
-      uint64_t off = T->offset + src_of(P, a);
-      uint64_t end = T->offset + src_of(P, b - 1) + 1;
-      if (end - off > chunk && b - a > 1) {
-        /* One row larger than a chunk: split it by bytes. */
-        b = a + chunk < b ? a + chunk : b;
-        end = T->offset + src_of(P, b - 1) + 1;
-      }
-      st = add_op(e, P, a, b, bucket, bucket_off + (a - p0), off, end - off);
-      a = b;
-    }
-    return st;
-  }
-  /* One operation per row (part). */
-  uint64_t a = p0;
-  while (a < p1 && st == SL_STATUS_OK) {
-    uint64_t row_end = (a / rb + 1) * rb;
-    uint64_t b = row_end < p1 ? row_end : p1;
-    b = b - a > chunk ? a + chunk : b;
-    st = add_op(e, P, a, b, bucket, bucket_off + (a - p0), T->offset + src_of(P, a), b - a);
-    a = b;
-  }
-  return st;
+  return sl__readplan_piece(&e->rp, P, piece, &e->t->cat->tensors[P->tensor], p0, p1, bucket, bucket_off, direct,
+                            e->t->chunk, e->t->coalesce_gap, e->err);
 }
 
 static sl_status build_reads(engine *e) {
@@ -291,12 +178,12 @@ static sl_status build_reads(engine *e) {
       continue;
     st = plan_piece_reads(e, P, 0, P->nbytes, SL_NONE, 0);
   }
-  size_t n_local = e->ops.len;
+  size_t n_local = e->rp.ops.len;
   e->bucket_ops_start = calloc(e->n_my_buckets + 1, sizeof *e->bucket_ops_start);
   if (st == SL_STATUS_OK && e->bucket_ops_start == NULL)
     st = sl__err_set(e->err, SL_STATUS_NOMEM, "out of memory planning reads");
   for (size_t j = 0; j < e->n_my_buckets && st == SL_STATUS_OK; j++) {
-    e->bucket_ops_start[j] = (uint32_t)(e->ops.len - n_local);
+    e->bucket_ops_start[j] = (uint32_t)(e->rp.ops.len - n_local);
     const sl__bucket *b = &s->buckets[e->my_buckets[j]];
     if (b->reader != me)
       continue;
@@ -308,24 +195,24 @@ static sl_status build_reads(engine *e) {
   }
   if (st != SL_STATUS_OK)
     return st;
-  e->bucket_ops_start[e->n_my_buckets] = (uint32_t)(e->ops.len - n_local);
+  e->bucket_ops_start[e->n_my_buckets] = (uint32_t)(e->rp.ops.len - n_local);
   for (size_t i = 0; i < n_local; i++) {
     uint32_t *x = sl__vec_push(&e->local_ops);
     if (x == NULL)
       return sl__err_set(e->err, SL_STATUS_NOMEM, "out of memory planning reads");
     *x = (uint32_t)i;
   }
-  e->bucket_op_list = calloc(e->ops.len - n_local + 1, sizeof *e->bucket_op_list);
+  e->bucket_op_list = calloc(e->rp.ops.len - n_local + 1, sizeof *e->bucket_op_list);
   e->bucket_left = calloc(e->n_my_buckets + 1, sizeof *e->bucket_left);
   if (e->bucket_op_list == NULL || e->bucket_left == NULL)
     return sl__err_set(e->err, SL_STATUS_NOMEM, "out of memory planning reads");
-  for (size_t i = n_local; i < e->ops.len; i++)
+  for (size_t i = n_local; i < e->rp.ops.len; i++)
     e->bucket_op_list[i - n_local] = (uint32_t)i;
   for (size_t j = 0; j < e->n_my_buckets; j++)
     e->bucket_left[j] = e->bucket_ops_start[j + 1] - e->bucket_ops_start[j];
   e->local_left = n_local;
-  for (size_t i = 0; i < e->ops.len; i++) {
-    const read_op *op = &SL_VEC_AT(&e->ops, read_op, i);
+  for (size_t i = 0; i < e->rp.ops.len; i++) {
+    const sl__read_op *op = &SL_VEC_AT(&e->rp.ops, sl__read_op, i);
     e->bytes_total += op->useful;
   }
   return SL_STATUS_OK;
@@ -338,8 +225,8 @@ static sl_status build_reads(engine *e) {
 
 static sl_status open_files(engine *e) {
   sl__transfer *t = e->t;
-  for (size_t i = 0; i < e->ops.len; i++) {
-    uint32_t f = SL_VEC_AT(&e->ops, read_op, i).file;
+  for (size_t i = 0; i < e->rp.ops.len; i++) {
+    uint32_t f = SL_VEC_AT(&e->rp.ops, sl__read_op, i).file;
     if (e->fds[f] >= 0)
       continue;
     int flags = O_RDONLY | O_CLOEXEC;
@@ -390,31 +277,27 @@ static sl_status pread_full(engine *e, int fd, uint32_t f, uint8_t *buf, uint64_
 }
 
 /* Reads one operation into staging (or straight into its destination) and delivers it. */
-static sl_status run_op(engine *e, int worker, int slot, uint8_t *staging, const read_op *op, sl__err *werr) {
+static sl_status run_op(engine *e, int worker, int slot, uint8_t *staging, const sl__read_op *op, sl__err *werr) {
   /* Files were opened by the main thread before the pool started (open_files). */
   int fd = e->fds[op->file];
   sl_status st = SL_STATUS_OK;
   if (op->direct_dst != NULL) {
     st = pread_full(e, fd, op->file, op->direct_dst, op->len, op->offset, false, werr);
     if (st == SL_STATUS_OK) {
-      const delivery *d = &SL_VEC_AT(&e->dels, delivery, op->first);
+      const sl__delivery *d = &SL_VEC_AT(&e->rp.dels, sl__delivery, op->first);
       uint32_t c = e->copy_list[e->copy_start[d->piece]];
       atomic_fetch_add(&e->t->copy_done[c], op->len);
     }
   } else {
     uint64_t off = op->offset;
     uint64_t len = op->len;
-    uint64_t lead = 0;
     bool widened = e->t->strategy == SL_STRATEGY_DIRECT;
-    if (widened) {
-      /* O_DIRECT: aligned offset, length and buffer; the tail may be short at end of file. */
-      lead = off % DIRECT_ALIGN;
-      off -= lead;
-      len = (lead + op->len + DIRECT_ALIGN - 1) / DIRECT_ALIGN * DIRECT_ALIGN;
-    }
+    /* O_DIRECT: aligned offset, length and buffer; the tail may be short at end of file. */
+    if (widened)
+      sl__readplan_widen(op->offset, op->len, DIRECT_ALIGN, &off, &len);
     st = pread_full(e, fd, op->file, staging, len, off, widened, werr);
     for (uint32_t i = 0; i < op->count && st == SL_STATUS_OK; i++)
-      st = deliver_from_read(e, worker, slot, &SL_VEC_AT(&e->dels, delivery, op->first + i), staging, off, werr);
+      st = deliver_from_read(e, worker, slot, &SL_VEC_AT(&e->rp.dels, sl__delivery, op->first + i), staging, off, werr);
     /* Alignment widening is read but not needed: it counts as covering bytes. */
     atomic_fetch_add(&e->bytes_read, len - op->len);
     atomic_fetch_add(&e->bytes_covering, len - op->len);
@@ -471,7 +354,7 @@ static void *worker_main(void *arg) {
     else
       idx = e->queue_lo[e->lo_head++];
     pthread_mutex_unlock(&e->mu);
-    const read_op *op = &SL_VEC_AT(&e->ops, read_op, idx);
+    const sl__read_op *op = &SL_VEC_AT(&e->rp.ops, sl__read_op, idx);
     /* The slot's previous uploads must be finished before its bytes are overwritten. */
     if (used[slot])
       st = be->ops->upload_wait(be, w, slot, &werr);
@@ -516,7 +399,7 @@ typedef struct inflight {
 } inflight;
 
 static sl_status uring_submit_rest(engine *e, sl__uring *u, uint32_t slot, const inflight *f, sl__err *werr) {
-  const read_op *op = &SL_VEC_AT(&e->ops, read_op, f->op);
+  const sl__read_op *op = &SL_VEC_AT(&e->rp.ops, sl__read_op, f->op);
   uint64_t left = op->len - f->got;
   uint32_t len = left > 0x40000000u ? 0x40000000u : (uint32_t)left;
   sl_status st = sl__uring_read(u, e->fds[op->file], f->dst + f->got, len, op->offset + f->got, slot, werr);
@@ -557,7 +440,7 @@ static void *uring_worker_main(void *arg) {
     for (uint32_t i = 0, k = 0; i < n_take && st == SL_STATUS_OK; i++) {
       while (fl[k].op != SL_NONE)
         k++;
-      const read_op *op = &SL_VEC_AT(&e->ops, read_op, take[i]);
+      const sl__read_op *op = &SL_VEC_AT(&e->rp.ops, sl__read_op, take[i]);
       fl[k] = (inflight){.op = take[i], .got = 0, .dst = op->direct_dst != NULL ? op->direct_dst : slots[k]};
       st = uring_submit_rest(e, u, k, &fl[k], &werr);
       busy++;
@@ -570,7 +453,7 @@ static void *uring_worker_main(void *arg) {
     if (st != SL_STATUS_OK)
       break;
     inflight *f = &fl[slot];
-    const read_op *op = &SL_VEC_AT(&e->ops, read_op, f->op);
+    const sl__read_op *op = &SL_VEC_AT(&e->rp.ops, sl__read_op, f->op);
     if (res < 0) {
       st = sl__err_set(&werr, SL_STATUS_IO, "read of %s at offset %llu failed: %s", e->t->cat->files[op->file].path,
                        (unsigned long long)(op->offset + f->got), strerror(-res));
@@ -591,11 +474,11 @@ static void *uring_worker_main(void *arg) {
       st = sl__err_set(&werr, SL_STATUS_IO, "read of %s failed: %s (injected by SHARDLOAD_INJECT_READ_ERROR)",
                        e->t->cat->files[op->file].path, strerror(EIO));
     if (op->direct_dst != NULL) {
-      const delivery *d = &SL_VEC_AT(&e->dels, delivery, op->first);
+      const sl__delivery *d = &SL_VEC_AT(&e->rp.dels, sl__delivery, op->first);
       atomic_fetch_add(&e->t->copy_done[e->copy_list[e->copy_start[d->piece]]], op->len);
     }
     for (uint32_t i = 0; i < op->count && st == SL_STATUS_OK && op->direct_dst == NULL; i++)
-      st = deliver_from_read(e, 0, 0, &SL_VEC_AT(&e->dels, delivery, op->first + i), f->dst, op->offset, &werr);
+      st = deliver_from_read(e, 0, 0, &SL_VEC_AT(&e->rp.dels, sl__delivery, op->first + i), f->dst, op->offset, &werr);
     /* The slot is reused right away: its uploads must be complete. */
     if (st == SL_STATUS_OK && op->direct_dst == NULL)
       st = be->ops->upload_wait(be, 0, 0, &werr);
@@ -620,7 +503,7 @@ static void *uring_worker_main(void *arg) {
     int32_t res = 0;
     if (sl__uring_wait(u, &slot, &res, &werr) != SL_STATUS_OK)
       break;
-    const read_op *op = &SL_VEC_AT(&e->ops, read_op, fl[slot].op);
+    const sl__read_op *op = &SL_VEC_AT(&e->rp.ops, sl__read_op, fl[slot].op);
     fl[slot].got += res > 0 ? (uint64_t)res : 0;
     if (res > 0 && fl[slot].got < op->len && uring_submit_rest(e, u, (uint32_t)slot, &fl[slot], &werr) == SL_STATUS_OK)
       continue;
@@ -705,8 +588,7 @@ static void engine_free(engine *e) {
   free(e->copy_list);
   free(e->my_buckets);
   free(e->bucket_of_global);
-  sl__vec_free(&e->ops);
-  sl__vec_free(&e->dels);
+  sl__readplan_free(&e->rp);
   free(e->bucket_ops_start);
   free(e->bucket_op_list);
   sl__vec_free(&e->local_ops);
@@ -774,8 +656,8 @@ static sl_status start_pool(engine *e) {
   e->n_threads = t->strategy == SL_STRATEGY_IO_URING ? 1 : (t->workers > 0 ? t->workers : 1);
   e->staging_each = t->chunk + 2 * DIRECT_ALIGN;
   e->threads = calloc(e->n_threads, sizeof *e->threads);
-  e->queue_hi = calloc(e->ops.len + 1, sizeof *e->queue_hi);
-  e->queue_lo = calloc(e->ops.len + 1, sizeof *e->queue_lo);
+  e->queue_hi = calloc(e->rp.ops.len + 1, sizeof *e->queue_hi);
+  e->queue_lo = calloc(e->rp.ops.len + 1, sizeof *e->queue_lo);
   if (e->threads == NULL || e->queue_hi == NULL || e->queue_lo == NULL)
     return sl__err_set(e->err, SL_STATUS_NOMEM, "out of memory starting readers");
   for (size_t i = 0; i < e->local_ops.len; i++)
@@ -789,8 +671,7 @@ sl_status sl__transfer_run(sl__transfer *t, sl__transfer_stats *stats, sl__err *
   memset(&e, 0, sizeof e);
   e.t = t;
   e.err = err;
-  sl__vec_init(&e.ops, sizeof(read_op));
-  sl__vec_init(&e.dels, sizeof(delivery));
+  sl__readplan_init(&e.rp);
   sl__vec_init(&e.local_ops, sizeof(uint32_t));
   sl__err_clear(&e.pool_err);
   atomic_init(&e.failed, false);
@@ -811,21 +692,11 @@ sl_status sl__transfer_run(sl__transfer *t, sl__transfer_stats *stats, sl__err *
   uint32_t me = (uint32_t)t->comm->rank;
   bool aborted = false;
   sl_status st = index_copies(&e);
-  /* The chunk must fit the staging budget (two bucket slots, then a ring of slots per reader
-   * thread) before reads are cut into operations: smaller reads rather than more memory. */
-  if (st == SL_STATUS_OK) {
-    for (size_t j = 0; j < e.n_my_buckets; j++) {
-      uint64_t n = t->sched->buckets[e.my_buckets[j]].nbytes;
-      e.slot_bytes = n > e.slot_bytes ? n : e.slot_bytes;
-    }
-    uint64_t slots = t->strategy == SL_STRATEGY_IO_URING
-                         ? URING_DEPTH
-                         : (uint64_t)(t->workers > 0 ? t->workers : 1) * SL_STAGING_RING_DEPTH;
-    uint64_t bucket_budget = e.n_my_buckets > 0 ? 2 * e.slot_bytes : 0;
-    uint64_t left = t->staging_bytes > bucket_budget ? t->staging_bytes - bucket_budget : t->staging_bytes / 2;
-    uint64_t per = left / slots;
-    if (per < t->chunk + 2 * DIRECT_ALIGN)
-      t->chunk = per > 4 * DIRECT_ALIGN ? (per - 2 * DIRECT_ALIGN) / DIRECT_ALIGN * DIRECT_ALIGN : 2 * DIRECT_ALIGN;
+  /* The chunk (t->chunk) already fits the staging budget (sl__effective_chunk); the bucket slots
+   * are as large as this rank's largest bucket. */
+  for (size_t j = 0; st == SL_STATUS_OK && j < e.n_my_buckets; j++) {
+    uint64_t n = t->sched->buckets[e.my_buckets[j]].nbytes;
+    e.slot_bytes = n > e.slot_bytes ? n : e.slot_bytes;
   }
   if (st == SL_STATUS_OK)
     st = build_reads(&e);

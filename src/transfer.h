@@ -51,14 +51,4 @@ typedef struct sl__transfer {
  * Every rank must call it (it takes part in bucket broadcasts). */
 sl_status sl__transfer_run(sl__transfer *t, sl__transfer_stats *stats, sl__err *err);
 
-/* Segments of a packed byte range [p0, p1) of a piece with rows of row_bytes: a partial first
- * row, a block of whole rows, a partial last row (at most 3). Exposed for tests. */
-typedef struct sl__segment {
-  uint64_t row;    /* first row */
-  uint64_t col;    /* byte offset in the row */
-  uint64_t len;    /* bytes per row */
-  uint64_t rows;   /* rows in this segment */
-} sl__segment;
-int sl__segments(uint64_t row_bytes, uint64_t p0, uint64_t p1, sl__segment out[3]);
-
 #endif

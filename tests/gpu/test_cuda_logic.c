@@ -14,17 +14,19 @@ static void test_timeout(void) {
   struct {
     const char *text;
     double seconds;
-  } good[] = {{NULL, 600.0}, {"", 600.0}, {"30", 30.0}, {"0.5", 0.5}, {".25", 0.25}, {"7.", 7.0}, {"86400", 86400.0}};
+  } good[] = {{NULL, 600.0}, {"", 600.0}, {"30", 30.0},      {"0.5", 0.5},
+              {".25", 0.25}, {"7.", 7.0}, {"86400", 86400.0}};
   for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
     sl__err err;
     sl__err_clear(&err);
     double s = -1.0;
     sl_status st = sl__cuda_parse_timeout(good[i].text, &s, &err);
     CHECKF(st == SL_STATUS_OK, "timeout '%s': %s", good[i].text ? good[i].text : "(null)", err.msg);
-    CHECKF(fabs(s - good[i].seconds) < 1e-9, "timeout '%s' = %g, expected %g", good[i].text ? good[i].text : "(null)",
-           s, good[i].seconds);
+    CHECKF(fabs(s - good[i].seconds) < 1e-9, "timeout '%s' = %g, expected %g",
+           good[i].text ? good[i].text : "(null)", s, good[i].seconds);
   }
-  const char *bad[] = {"0", "0.0", "-1", "abc", "5s", " 5", "5 ", "1e3", "inf", "nan", "0x10", "1.2.3", "99999999999"};
+  const char *bad[] = {"0",   "0.0", "-1",  "abc",  "5s",    " 5",         "5 ",
+                       "1e3", "inf", "nan", "0x10", "1.2.3", "99999999999"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     sl__err err;
     sl__err_clear(&err);
@@ -41,7 +43,8 @@ static void test_timeout(void) {
 static void test_pick_device(void) {
   struct {
     int requested, local_rank, count, expect;
-  } cases[] = {{-1, 0, 4, 0}, {-1, 3, 4, 3}, {-1, 5, 4, 1}, {-1, 8, 8, 0}, {2, 7, 4, 2}, {0, 3, 1, 0}, {-1, -3, 2, 0}};
+  } cases[] = {{-1, 0, 4, 0}, {-1, 3, 4, 3}, {-1, 5, 4, 1}, {-1, 8, 8, 0},
+               {2, 7, 4, 2},  {0, 3, 1, 0},  {-1, -3, 2, 0}};
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     sl__err err;
     sl__err_clear(&err);
@@ -85,8 +88,8 @@ static void test_group_pos(void) {
   int expect[5][4] = {{0, 1, -1, -1}, {-1, -1, 0, 1}, {-1, 0, -1, 1}, {0, -1, 1, -1}, {0, 1, 2, 3}};
   for (size_t g = 0; g < 5; g++)
     for (int r = 0; r < 4; r++)
-      CHECKF(sl__cuda_group_pos(&s, g, r) == expect[g][r], "group %zu rank %d: position %d, expected %d", g, r,
-             sl__cuda_group_pos(&s, g, r), expect[g][r]);
+      CHECKF(sl__cuda_group_pos(&s, g, r) == expect[g][r], "group %zu rank %d: position %d, expected %d", g,
+             r, sl__cuda_group_pos(&s, g, r), expect[g][r]);
   CHECK(sl__cuda_group_pos(&s, 5, 0) == -1);
   CHECK(sl__cuda_group_pos(&s, 0, -1) == -1);
   CHECK(sl__cuda_group_pos(&s, 0, 7) == -1);
@@ -155,8 +158,8 @@ static void test_copy_kind(void) {
     sl__err err;
     sl__err_clear(&err);
     sl__cuda_copy_kind kind = SL_CUDA_COPY_ROWS;
-    sl_status st = sl__cuda_copy_kind_of(cases[i].dst_stride, cases[i].src_stride, cases[i].row_bytes, cases[i].rows,
-                                         cases[i].max_pitch, &kind, &err);
+    sl_status st = sl__cuda_copy_kind_of(cases[i].dst_stride, cases[i].src_stride, cases[i].row_bytes,
+                                         cases[i].rows, cases[i].max_pitch, &kind, &err);
     CHECKF(st == SL_STATUS_OK, "case %zu: %s", i, err.msg);
     CHECKF(kind == cases[i].expect, "case %zu: kind %d, expected %d", i, (int)kind, (int)cases[i].expect);
   }

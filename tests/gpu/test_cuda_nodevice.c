@@ -30,7 +30,8 @@ int main(int argc, char **argv) {
     return 77;
   }
   /* The reason alone (the caller words the sentence around it). */
-  CHECKF(why[0] != '\0' && strstr(why, "no CUDA device available") == NULL, "sl__cuda_available: \"%s\"", why);
+  CHECKF(why[0] != '\0' && strstr(why, "no CUDA device available") == NULL, "sl__cuda_available: \"%s\"",
+         why);
   if (rank == 0)
     fprintf(stderr, "no CUDA device available (%s)\n", why);
 

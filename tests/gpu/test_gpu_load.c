@@ -92,14 +92,15 @@ static void compare(const char *model, sl_loader *cpu, sl_loader *gpu) {
       size_t k = 0;
       while (k < a->nbytes && host[k] == ((const uint8_t *)a->data)[k])
         k++;
-      CHECKF(false, "%s: %s (%s): byte %zu of %llu is 0x%02x on cuda, 0x%02x on cpu", model, a->name, a->shard, k,
-             (unsigned long long)a->nbytes, host[k], ((const uint8_t *)a->data)[k]);
+      CHECKF(false, "%s: %s (%s): byte %zu of %llu is 0x%02x on cuda, 0x%02x on cpu", model, a->name,
+             a->shard, k, (unsigned long long)a->nbytes, host[k], ((const uint8_t *)a->data)[k]);
     }
     bytes += a->nbytes;
     free(host);
   }
   if (rank == 0)
-    fprintf(stderr, "%s: %zu parameters, %llu bytes compared on rank 0\n", model, n, (unsigned long long)bytes);
+    fprintf(stderr, "%s: %zu parameters, %llu bytes compared on rank 0\n", model, n,
+            (unsigned long long)bytes);
 }
 
 static int gpus_for_every_rank(char *why, size_t cap) {

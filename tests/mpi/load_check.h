@@ -48,6 +48,9 @@ void lc_result_free(lc_result *r);
 /* A short label of the case for messages: "llama tp2 pp1 dp2 ep vllm". */
 void lc_label(const lc_case *c, char *out, size_t cap);
 
+/* Library warnings (expected ones, e.g. the round_robin fallback) off unless SHARDLOAD_LOG is set. */
+void lc_quiet_logs(void);
+
 /* Rank and size of MPI_COMM_WORLD. */
 int lc_rank(void);
 int lc_world(void);

@@ -234,6 +234,7 @@ static void test_dense_ep(void) {
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
   sl_test_rank = lc_rank();
+  lc_quiet_logs();
   test_goldens();
   test_dense_ep();
   test_all_layouts();
