@@ -49,6 +49,44 @@ void lc_quiet_logs(void) {
     sl_log_set_level(SL_LOG_ERROR);
 }
 
+char *lc_tmpdir(const char *tag) {
+  char path[1024] = "";
+  if (lc_rank() == 0) {
+    char *d = sl_test_mkdtemp(tag);
+    snprintf(path, sizeof path, "%s", d != NULL ? d : "");
+    free(d);
+  }
+  MPI_Bcast(path, (int)sizeof path, MPI_CHAR, 0, MPI_COMM_WORLD);
+  CHECKF(path[0] != '\0', "cannot make a temporary folder for %s", tag);
+  return path[0] != '\0' ? strdup(path) : NULL;
+}
+
+void lc_tmpdir_remove(char *dir) {
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (dir != NULL && lc_rank() == 0)
+    sl_test_rmtree(dir);
+  free(dir);
+}
+
+bool lc_make_variant(const char *fixture, const char *dir, const char *args) {
+  int rc = 0;
+  if (lc_rank() == 0) {
+    size_t cap = strlen(args) + strlen(dir) + 2048;
+    char *cmd = malloc(cap);
+    if (cmd != NULL) {
+      snprintf(cmd, cap, "'%s/scripts/make-fixture' %s '%s' %s >/dev/null", sl_test_env("SL_SOURCE_DIR", "."),
+               fixture, dir, args);
+      rc = system(cmd);
+      free(cmd);
+    } else {
+      rc = -1;
+    }
+  }
+  MPI_Bcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  CHECKF(rc == 0, "make-fixture %s %s %s failed (status %d)", fixture, dir, args, rc);
+  return rc == 0;
+}
+
 void lc_fixture_path(const char *name, char *out, size_t cap) {
   if (name[0] == '/')
     snprintf(out, cap, "%s", name);
@@ -155,7 +193,7 @@ static int cmp_str(const void *a, const void *b) {
 }
 
 /* One loader entry against its reference entry. */
-static void check_param(const char *label, const sl_ref_model *m, const sl_loader *l, const sl_param *p,
+void lc_check_param(const char *label, const sl_ref_model *m, const sl_loader *l, const sl_param *p,
                         const sl_ref_param *e) {
   CHECKF(strcmp(p->dtype, e->dtype) == 0, "%s: %s dtype %s, expected %s", label, p->name, p->dtype, e->dtype);
   CHECKF(p->dtype_bits == e->dtype_bits, "%s: %s dtype_bits %u, expected %u", label, p->name, p->dtype_bits,
@@ -218,7 +256,7 @@ static void check_param(const char *label, const sl_ref_model *m, const sl_loade
   free(want_bytes);
 }
 
-static void check_table(const char *label, const sl_ref_model *m, const sl_loader *l, const sl_ref_table *ref) {
+void lc_check_table(const char *label, const sl_ref_model *m, const sl_loader *l, const sl_ref_table *ref) {
   size_t n = sl_loader_param_count(l);
   CHECKF(n == ref->count, "%s: %zu parameters, expected %zu", label, n, ref->count);
   const char **names = calloc(n + 1, sizeof *names);
@@ -232,7 +270,7 @@ static void check_table(const char *label, const sl_ref_model *m, const sl_loade
     const sl_ref_param *e = sl_ref_table_find(ref, p->name);
     CHECKF(e != NULL, "%s: unexpected parameter %s (%s) on this rank", label, p->name, p->shard != NULL ? p->shard : "");
     if (e != NULL)
-      check_param(label, m, l, p, e);
+      lc_check_param(label, m, l, p, e);
   }
   if (names != NULL) {
     size_t k = 0;
@@ -418,7 +456,7 @@ bool lc_run(const lc_case *c, lc_result *keep) {
   } else {
     CHECKF(st == SL_STATUS_OK, "%s: load failed: %s: %s", rlabel, sl_status_name(st), message);
     if (st == SL_STATUS_OK) {
-      check_table(rlabel, m, l, ref);
+      lc_check_table(rlabel, m, l, ref);
       if (rank == 0)
         check_report(label, c, m, sl_loader_report_json(l));
       good = true;

@@ -45,11 +45,26 @@ void lc_models_close(void);
 bool lc_run(const lc_case *c, lc_result *keep);
 void lc_result_free(lc_result *r);
 
+/* This rank's loader table against a reference table: exactly the same names, and for each
+ * entry dtype, shapes, size, device, alias and every byte. */
+void lc_check_table(const char *label, const sl_ref_model *m, const sl_loader *l, const sl_ref_table *ref);
+/* One loader entry against its reference entry. */
+void lc_check_param(const char *label, const sl_ref_model *m, const sl_loader *l, const sl_param *p,
+                    const sl_ref_param *e);
+
 /* A short label of the case for messages: "llama tp2 pp1 dp2 ep vllm". */
 void lc_label(const lc_case *c, char *out, size_t cap);
 
 /* Library warnings (expected ones, e.g. the round_robin fallback) off unless SHARDLOAD_LOG is set. */
 void lc_quiet_logs(void);
+
+/* COLLECTIVE. A temporary folder made by rank 0, its path broadcast to every rank (caller frees);
+ * lc_tmpdir_remove waits for every rank, then rank 0 removes it. */
+char *lc_tmpdir(const char *tag);
+void lc_tmpdir_remove(char *dir);
+/* COLLECTIVE. Rank 0 runs $SL_SOURCE_DIR/scripts/make-fixture FIXTURE DIR ARGS; every rank gets
+ * whether it succeeded (a CHECK fails otherwise). */
+bool lc_make_variant(const char *fixture, const char *dir, const char *args);
 
 /* Rank and size of MPI_COMM_WORLD. */
 int lc_rank(void);
