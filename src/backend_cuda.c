@@ -342,6 +342,16 @@ static sl_status cuda_copy(sl__backend *b, void *dst, uint64_t dst_stride, const
   return issue_copy(st, st->main, dst, dst_stride, src, src_stride, row_bytes, rows, err);
 }
 
+/* Device → host, synchronous (saving parameters): the main stream first, so that the bytes are
+ * those of the finished load. */
+static sl_status cuda_download(sl__backend *b, void *host_dst, const void *src, uint64_t nbytes, sl__err *err) {
+  cuda_state *st = state_of(b);
+  CUDA_CHECK(err, st->device, cudaSetDevice(st->device));
+  CUDA_CHECK(err, st->device, cudaStreamSynchronize(st->main));
+  CUDA_CHECK(err, st->device, cudaMemcpy(host_dst, src, (size_t)nbytes, cudaMemcpyDeviceToHost));
+  return SL_STATUS_OK;
+}
+
 static sl_status cuda_bcast(sl__backend *b, uint32_t g, void *buf, uint64_t nbytes, int root, bool *aborted,
                             sl__err *err) {
   cuda_state *st = state_of(b);
@@ -506,6 +516,7 @@ static const sl__backend_ops cuda_ops = {
     .upload_wait = cuda_upload_wait,
     .copy = cuda_copy,
     .bcast = cuda_bcast,
+    .download = cuda_download,
     .sync = cuda_sync,
     .destroy = cuda_destroy,
 };
@@ -785,9 +796,11 @@ static sl_status create_comms_by_split(sl__backend *b, const sl__schedule *sched
   double deadline = sl__now() + st->timeout_s;
   for (size_t g = 0; g < sched->n_groups; g++) {
     int pos = sl__cuda_group_pos(sched, g, c->rank);
-    ncclComm_t child = NULL;
-    NCCL_START(err, ncclCommSplit(st->parent, pos >= 0 ? 0 : NCCL_SPLIT_NOCOLOR, pos >= 0 ? pos : 0, &child,
-                                  &config));
+    /* NCCL writes the new communicator when the split completes, possibly from its own thread:
+     * straight into the state, which outlives any wait here. */
+    st->nccl[g] = NULL;
+    NCCL_START(err, ncclCommSplit(st->parent, pos >= 0 ? 0 : NCCL_SPLIT_NOCOLOR, pos >= 0 ? pos : 0,
+                                  &st->nccl[g], &config));
     /* With a non-blocking parent the split completes in the background: the parent reports it. */
     bool timed_out = false;
     ncclResult_t r = wait_comm_idle(b, st->parent, deadline, &timed_out);
@@ -798,10 +811,9 @@ static sl_status create_comms_by_split(sl__backend *b, const sl__schedule *sched
                          g, st->timeout_s, SL_CUDA_TIMEOUT_ENV);
     if (r != ncclSuccess)
       return nccl_fail(err, r, group_ctx(ctx, sizeof ctx, sched, g), "ncclCommSplit", __FILE__, __LINE__);
-    if (pos >= 0 && child == NULL)
-      return sl__err_set(err, SL_STATUS_NCCL, "ncclCommSplit gave no communicator for broadcast group %zu",
-                         g);
-    st->nccl[g] = pos >= 0 ? child : NULL;
+    if ((pos >= 0) != (st->nccl[g] != NULL))
+      return sl__err_set(err, SL_STATUS_NCCL, "ncclCommSplit %s a communicator for broadcast group %zu",
+                         pos >= 0 ? "gave no" : "unexpectedly gave", g);
     if (st->nccl[g] != NULL) {
       r = wait_comm_idle(b, st->nccl[g], deadline, &timed_out);
       if (timed_out || r != ncclSuccess)

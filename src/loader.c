@@ -171,8 +171,12 @@ sl_status sl_loader_set_cuda(sl_loader *l, int device, void *cuda_stream, void *
 
 /* A failed collective phase leaves the loader unusable (but destroyable). */
 static sl_status fail(sl_loader *l, sl_status st) {
-  if (st != SL_STATUS_OK)
+  if (st != SL_STATUS_OK) {
     l->state = STATE_FAILED;
+    /* Peers may have aborted: the backend's teardown must not wait for them. */
+    if (l->backend != NULL)
+      l->backend->failed = true;
+  }
   return st;
 }
 
@@ -427,11 +431,12 @@ sl_status sl_loader_load(sl_loader *l) {
   if (st != SL_STATUS_OK)
     return fail(l, st);
   double t1 = sl__now();
+  /* Group communicators first: the CUDA backend builds its NCCL communicators over them. */
+  st = sl__comm_groups_create(&l->comm, &l->sched, &l->err);
+  st = sl__comm_agree(&l->comm, st, &l->err, "creating broadcast groups");
+  if (st != SL_STATUS_OK)
+    return fail(l, st);
   st = create_backend(l);
-  if (st == SL_STATUS_OK && l->opts.device == SL_DEVICE_CUDA)
-    st = SL_STATUS_OK;
-  if (st == SL_STATUS_OK)
-    st = sl__comm_groups_create(&l->comm, &l->sched, &l->err);
   if (st == SL_STATUS_OK)
     st = allocate(l);
   st = sl__comm_agree(&l->comm, st, &l->err, "allocating parameters");

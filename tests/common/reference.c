@@ -64,8 +64,8 @@ typedef enum family {
 #define MAX_SRC 3
 
 typedef struct rtensor {
-  char *file_name;              /* name in the checkpoint file (key of the value function) */
-  char *name;                   /* Hugging Face name (Mistral names renamed, §6.4) */
+  char *file_name; /* name in the checkpoint file (key of the value function) */
+  char *name;      /* Hugging Face name (Mistral names renamed, §6.4) */
   char dtype[24];
   uint32_t bits;
   uint32_t ndim;
@@ -74,29 +74,29 @@ typedef struct rtensor {
 } rtensor;
 
 typedef struct rdef {
-  char *name;                   /* vLLM parameter name */
+  char *name; /* vLLM parameter name */
   style st;
   place at;
   uint32_t layer;
   int n_src;
-  int src[MAX_SRC];             /* tensors read (the scale tensors for a scale companion) */
-  int wsrc[MAX_SRC];            /* weights whose slice boundaries apply (== src unless scale) */
-  int *esrc[2];                 /* per-expert styles: tensor of expert x for part k */
+  int src[MAX_SRC];  /* tensors read (the scale tensors for a scale companion) */
+  int wsrc[MAX_SRC]; /* weights whose slice boundaries apply (== src unless scale) */
+  int *esrc[2];      /* per-expert styles: tensor of expert x for part k */
   int *ewsrc[2];
-  bool perm[MAX_SRC];           /* Mistral rotary row permutation (§6.4) */
-  uint64_t hq, hkv, d;          /* qkv */
-  uint64_t vocab;               /* vocab: V */
-  bool scale;                   /* fp8 scale companion (§6.7): boundaries in blocks */
+  bool perm[MAX_SRC];  /* Mistral rotary row permutation (§6.4) */
+  uint64_t hq, hkv, d; /* qkv */
+  uint64_t vocab;      /* vocab: V */
+  bool scale;          /* fp8 scale companion (§6.7): boundaries in blocks */
   uint64_t bn, bk;
 } rdef;
 
 struct sl_ref_model {
   char *folder;
   family fam;
-  bool mistral;                 /* load format auto resolves to mistral (§1.3) */
+  bool mistral; /* load format auto resolves to mistral (§1.3) */
   size_t n_tensors;
   rtensor *tensors;
-  int *by_name;                 /* tensor indices sorted by Hugging Face name */
+  int *by_name; /* tensor indices sorted by Hugging Face name */
   size_t n_defs, cap_defs;
   rdef *defs;
   /* config values */
@@ -104,8 +104,8 @@ struct sl_ref_model {
   bool tie;
   bool fp8;
   uint64_t bn, bk;
-  uint64_t nh;                  /* DeepSeek: heads that TP must divide */
-  sl_status st;                 /* first error while building */
+  uint64_t nh;  /* DeepSeek: heads that TP must divide */
+  sl_status st; /* first error while building */
   char msg[512];
 };
 
@@ -120,7 +120,8 @@ static void set_msg(char *msg, size_t cap, const char *fmt, ...) {
   va_end(ap);
 }
 
-static void model_fail(sl_ref_model *m, sl_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void model_fail(sl_ref_model *m, sl_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 static void model_fail(sl_ref_model *m, sl_status st, const char *fmt, ...) {
   if (m->st != SL_STATUS_OK)
@@ -301,12 +302,15 @@ static char *mistral_rename(const char *raw) {
   static const char *const top[][2] = {{"tok_embeddings.weight", "model.embed_tokens.weight"},
                                        {"norm.weight", "model.norm.weight"},
                                        {"output.weight", "lm_head.weight"}};
-  static const char *const per_layer[][2] = {
-      {"attention.wq.weight", "self_attn.q_proj.weight"}, {"attention.wk.weight", "self_attn.k_proj.weight"},
-      {"attention.wv.weight", "self_attn.v_proj.weight"}, {"attention.wo.weight", "self_attn.o_proj.weight"},
-      {"feed_forward.w1.weight", "mlp.gate_proj.weight"}, {"feed_forward.w2.weight", "mlp.down_proj.weight"},
-      {"feed_forward.w3.weight", "mlp.up_proj.weight"},   {"attention_norm.weight", "input_layernorm.weight"},
-      {"ffn_norm.weight", "post_attention_layernorm.weight"}};
+  static const char *const per_layer[][2] = {{"attention.wq.weight", "self_attn.q_proj.weight"},
+                                             {"attention.wk.weight", "self_attn.k_proj.weight"},
+                                             {"attention.wv.weight", "self_attn.v_proj.weight"},
+                                             {"attention.wo.weight", "self_attn.o_proj.weight"},
+                                             {"feed_forward.w1.weight", "mlp.gate_proj.weight"},
+                                             {"feed_forward.w2.weight", "mlp.down_proj.weight"},
+                                             {"feed_forward.w3.weight", "mlp.up_proj.weight"},
+                                             {"attention_norm.weight", "input_layernorm.weight"},
+                                             {"ffn_norm.weight", "post_attention_layernorm.weight"}};
   for (size_t i = 0; i < sizeof top / sizeof top[0]; i++) {
     if (strcmp(raw, top[i][0]) == 0)
       return xstrdup(top[i][1]);
@@ -580,7 +584,8 @@ static void family_layer(sl_ref_model *m, const cJSON *cfg, uint32_t layer) {
   bool attn_bias = cfg_bool_or(cfg, "attention_bias", false);
   bool mlp_bias = cfg_bool_or(cfg, "mlp_bias", false);
   uint64_t step = cfg_num_or(cfg, "decoder_sparse_step", 1);
-  bool qwen_sparse = m->E > 0 && !cfg_contains(cfg, "mlp_only_layers", layer) && step > 0 && (layer + 1) % step == 0;
+  bool qwen_sparse =
+      m->E > 0 && !cfg_contains(cfg, "mlp_only_layers", layer) && step > 0 && (layer + 1) % step == 0;
   char name[256];
   switch (m->fam) {
   case FAM_LLAMA:
@@ -680,8 +685,8 @@ static void add_scales(sl_ref_model *m) {
         char *sn = xprintf("%s_scale_inv", m->tensors[w.src[k]].name);
         int t = sn != NULL ? find_tensor(m, sn) : -1;
         if (t < 0)
-          model_fail(m, SL_STATUS_QUANTIZATION, "reference: F8 weight %s has no scale %s", m->tensors[w.src[k]].name,
-                     sn != NULL ? sn : "?");
+          model_fail(m, SL_STATUS_QUANTIZATION, "reference: F8 weight %s has no scale %s",
+                     m->tensors[w.src[k]].name, sn != NULL ? sn : "?");
         free(sn);
         s->src[k] = t;
         s->wsrc[k] = w.src[k];
@@ -695,10 +700,10 @@ static bool pick_family(sl_ref_model *m, const char *arch, const char *override)
   static const struct {
     const char *arch;
     family fam;
-  } table[] = {{"LlamaForCausalLM", FAM_LLAMA},     {"MistralForCausalLM", FAM_LLAMA},
-               {"Qwen2ForCausalLM", FAM_QWEN2},     {"Qwen3ForCausalLM", FAM_QWEN3},
-               {"MixtralForCausalLM", FAM_MIXTRAL}, {"Qwen2MoeForCausalLM", FAM_QWEN2_MOE},
-               {"Qwen3MoeForCausalLM", FAM_QWEN3_MOE}, {"DeepseekV2ForCausalLM", FAM_DEEPSEEK},
+  } table[] = {{"LlamaForCausalLM", FAM_LLAMA},         {"MistralForCausalLM", FAM_LLAMA},
+               {"Qwen2ForCausalLM", FAM_QWEN2},         {"Qwen3ForCausalLM", FAM_QWEN3},
+               {"MixtralForCausalLM", FAM_MIXTRAL},     {"Qwen2MoeForCausalLM", FAM_QWEN2_MOE},
+               {"Qwen3MoeForCausalLM", FAM_QWEN3_MOE},  {"DeepseekV2ForCausalLM", FAM_DEEPSEEK},
                {"DeepseekV3ForCausalLM", FAM_DEEPSEEK}, {"Fused3dMoeForCausalLM", FAM_FUSED3D}};
   if (override != NULL && strcmp(override, "fused3d") == 0) {
     m->fam = FAM_FUSED3D;
@@ -731,7 +736,8 @@ static bool read_config(sl_ref_model *m, const cJSON *cfg, const char *override)
   m->Hkv = cfg_num_or(cfg, "num_key_value_heads", m->Hq);
   m->d = cfg_num_or(cfg, "head_dim", m->H / m->Hq);
   m->nh = m->Hq;
-  static const char *const ekeys[] = {"num_experts", "moe_num_experts", "n_routed_experts", "num_local_experts"};
+  static const char *const ekeys[] = {"num_experts", "moe_num_experts", "n_routed_experts",
+                                      "num_local_experts"};
   m->E = 0;
   for (size_t i = 0; i < 4; i++) {
     if (cfg_num(cfg, ekeys[i], &m->E))
@@ -744,7 +750,8 @@ static bool read_config(sl_ref_model *m, const cJSON *cfg, const char *override)
     const cJSON *qm = cJSON_GetObjectItemCaseSensitive(q, "quant_method");
     const cJSON *blk = cJSON_GetObjectItemCaseSensitive(q, "weight_block_size");
     if (!cJSON_IsString(qm) || strcmp(qm->valuestring, "fp8") != 0 || cJSON_GetArraySize(blk) != 2) {
-      model_fail(m, SL_STATUS_QUANTIZATION, "reference: only fp8 block quantization is modelled (%s)", m->folder);
+      model_fail(m, SL_STATUS_QUANTIZATION, "reference: only fp8 block quantization is modelled (%s)",
+                 m->folder);
       return false;
     }
     m->fp8 = true;
@@ -845,17 +852,25 @@ uint64_t sl_ref_tensor_nbytes(const sl_ref_model *m, int tensor) {
   return m->tensors[tensor].nbytes;
 }
 
-size_t sl_ref_tensor_count(const sl_ref_model *m) { return m->n_tensors; }
-uint32_t sl_ref_num_layers(const sl_ref_model *m) { return (uint32_t)m->L; }
-uint32_t sl_ref_num_experts(const sl_ref_model *m) { return (uint32_t)m->E; }
-bool sl_ref_mistral_format(const sl_ref_model *m) { return m->mistral; }
+size_t sl_ref_tensor_count(const sl_ref_model *m) {
+  return m->n_tensors;
+}
+uint32_t sl_ref_num_layers(const sl_ref_model *m) {
+  return (uint32_t)m->L;
+}
+uint32_t sl_ref_num_experts(const sl_ref_model *m) {
+  return (uint32_t)m->E;
+}
+bool sl_ref_mistral_format(const sl_ref_model *m) {
+  return m->mistral;
+}
 
 /* ---------------------------------------------------------------------------------------------
  * 4. A rank's table
  * ------------------------------------------------------------------------------------------- */
 
-uint32_t sl_ref_expert_set(uint32_t experts, uint32_t ep_size, uint32_t ep_rank, bool round_robin, uint32_t *ids,
-                           uint32_t cap) {
+uint32_t sl_ref_expert_set(uint32_t experts, uint32_t ep_size, uint32_t ep_rank, bool round_robin,
+                           uint32_t *ids, uint32_t cap) {
   uint32_t n = 0;
   if (ep_size <= 1) {
     for (uint32_t x = 0; x < experts && n < cap; x++)
@@ -898,10 +913,10 @@ bool sl_ref_stage_layers(uint32_t layers, uint32_t stages, uint32_t stage, uint3
 /* What a table build needs besides the model. */
 typedef struct ctx {
   const sl_ref_model *m;
-  uint64_t T, r;                /* dense TP size and rank */
-  uint64_t Mt, mr;              /* MoE TP size and rank (§4.1) */
+  uint64_t T, r;   /* dense TP size and rank */
+  uint64_t Mt, mr; /* MoE TP size and rank (§4.1) */
   uint32_t n_local;
-  const uint32_t *local;        /* local expert ids */
+  const uint32_t *local; /* local expert ids */
   bool ckpt;
   sl_ref_table *tab;
   size_t cap_params;
@@ -923,11 +938,17 @@ static void ctx_fail(ctx *c, sl_status st, const char *fmt, ...) {
   va_end(ap);
 }
 
-static const rtensor *tens(const ctx *c, int t) { return &c->m->tensors[t]; }
+static const rtensor *tens(const ctx *c, int t) {
+  return &c->m->tensors[t];
+}
 
-static uint64_t row_bytes(const rtensor *t) { return t->ndim == 0 || t->shape[0] == 0 ? 0 : t->nbytes / t->shape[0]; }
+static uint64_t row_bytes(const rtensor *t) {
+  return t->ndim == 0 || t->shape[0] == 0 ? 0 : t->nbytes / t->shape[0];
+}
 
-static uint64_t pad64(uint64_t x) { return (x + 63) / 64 * 64; }
+static uint64_t pad64(uint64_t x) {
+  return (x + 63) / 64 * 64;
+}
 
 /* Block conversion of a weight boundary (rows with bn, columns with bk) for scale companions. */
 static uint64_t cv(const rdef *d, uint64_t x, bool cols) {
@@ -937,8 +958,8 @@ static uint64_t cv(const rdef *d, uint64_t x, bool cols) {
 }
 
 /* A new table entry; segs are added by the caller. */
-static sl_ref_param *entry_new(ctx *c, const char *name, const rtensor *t, uint32_t ndim, const uint64_t *global,
-                               const uint64_t *local) {
+static sl_ref_param *entry_new(ctx *c, const char *name, const rtensor *t, uint32_t ndim,
+                               const uint64_t *global, const uint64_t *local) {
   if (c->st != SL_STATUS_OK)
     return NULL;
   sl_ref_table *tab = c->tab;
@@ -1021,7 +1042,6 @@ static void shape_rows(const rtensor *t, uint64_t rows, uint64_t *out) {
 
 /* Divisibility checks of §5 for one definition (every rank checks every definition). */
 static void check_def(ctx *c, const rdef *d) {
-  const sl_ref_model *m = c->m;
   uint64_t T = c->T;
   switch (d->st) {
   case ST_COLUMN: {
@@ -1042,8 +1062,8 @@ static void check_def(ctx *c, const rdef *d) {
       ctx_fail(c, SL_STATUS_DIVISIBILITY, "%s: dim 1 (size %llu) not divisible by %llu", w->name,
                (unsigned long long)w->shape[1], (unsigned long long)T);
     else if (d->scale && (w->shape[1] / T) % d->bk != 0)
-      ctx_fail(c, SL_STATUS_DIVISIBILITY, "%s: %llu columns per rank not a multiple of the block %llu", w->name,
-               (unsigned long long)(w->shape[1] / T), (unsigned long long)d->bk);
+      ctx_fail(c, SL_STATUS_DIVISIBILITY, "%s: %llu columns per rank not a multiple of the block %llu",
+               w->name, (unsigned long long)(w->shape[1] / T), (unsigned long long)d->bk);
     break;
   }
   case ST_MERGED:
@@ -1053,16 +1073,16 @@ static void check_def(ctx *c, const rdef *d) {
         ctx_fail(c, SL_STATUS_DIVISIBILITY, "%s: dim 0 (size %llu) not divisible by %llu", w->name,
                  (unsigned long long)w->shape[0], (unsigned long long)T);
       else if (d->scale && (w->shape[0] / T) % d->bn != 0)
-        ctx_fail(c, SL_STATUS_DIVISIBILITY, "%s: %llu rows per rank not a multiple of the block %llu", w->name,
-                 (unsigned long long)(w->shape[0] / T), (unsigned long long)d->bn);
+        ctx_fail(c, SL_STATUS_DIVISIBILITY, "%s: %llu rows per rank not a multiple of the block %llu",
+                 w->name, (unsigned long long)(w->shape[0] / T), (unsigned long long)d->bn);
     }
     break;
   case ST_QKV:
     if (d->scale)
       ctx_fail(c, SL_STATUS_UNSUPPORTED, "reference: fp8 qkv is not modelled (%s)", d->name);
     else if (d->hq % T != 0)
-      ctx_fail(c, SL_STATUS_DIVISIBILITY, "%s: %llu heads not divisible by %llu", d->name, (unsigned long long)d->hq,
-               (unsigned long long)T);
+      ctx_fail(c, SL_STATUS_DIVISIBILITY, "%s: %llu heads not divisible by %llu", d->name,
+               (unsigned long long)d->hq, (unsigned long long)T);
     else if (T >= d->hkv && T % d->hkv != 0)
       ctx_fail(c, SL_STATUS_DIVISIBILITY, "%s: tp %llu not a multiple of %llu kv heads", d->name,
                (unsigned long long)T, (unsigned long long)d->hkv);
@@ -1097,15 +1117,14 @@ static void check_def(ctx *c, const rdef *d) {
       ctx_fail(c, SL_STATUS_DIVISIBILITY, "%s: expert intermediate size %llu not divisible by %llu", d->name,
                (unsigned long long)im, (unsigned long long)c->Mt);
     else if (d->scale && (im / c->Mt) % (d->st == ST_MOE_W2 ? d->bk : d->bn) != 0)
-      ctx_fail(c, SL_STATUS_DIVISIBILITY, "%s: %llu expert rows per rank not a multiple of the block", d->name,
-               (unsigned long long)(im / c->Mt));
+      ctx_fail(c, SL_STATUS_DIVISIBILITY, "%s: %llu expert rows per rank not a multiple of the block",
+               d->name, (unsigned long long)(im / c->Mt));
     break;
   }
   case ST_REPLICATED:
   case ST_CONCAT:
     break;
   }
-  (void)m;
 }
 
 /* §5.1: q rows, then k and v with GQA replication; checkpoint layout: three entries. */
@@ -1353,7 +1372,8 @@ static void build_moe3d(ctx *c, const rdef *d) {
   uint64_t local[3] = {c->n_local, h, ip};
   sl_ref_param *p = entry_new(c, name, t, 3, t->shape, local);
   for (uint32_t j = 0; j < c->n_local; j++)
-    copy_cols(c, p, &cap, d->src[0], c->local[j] * slab, h, im * eb, c->mr * ip * eb, ip * eb, j * h * ip * eb);
+    copy_cols(c, p, &cap, d->src[0], c->local[j] * slab, h, im * eb, c->mr * ip * eb, ip * eb,
+              j * h * ip * eb);
 }
 
 static void build_def(ctx *c, const rdef *d) {
@@ -1428,7 +1448,8 @@ sl_status sl_ref_table_build(const sl_ref_model *m, const sl_ref_layout *lay, sl
   uint64_t P = (uint64_t)lay->pp;
   uint64_t D = (uint64_t)lay->dp;
   if (lay->tp < 1 || lay->pp < 1 || lay->dp < 1 || lay->rank < 0 || (uint64_t)lay->rank >= T * P * D) {
-    set_msg(msg, cap, "reference: invalid layout tp %d pp %d dp %d rank %d", lay->tp, lay->pp, lay->dp, lay->rank);
+    set_msg(msg, cap, "reference: invalid layout tp %d pp %d dp %d rank %d", lay->tp, lay->pp, lay->dp,
+            lay->rank);
     return SL_STATUS_LAYOUT;
   }
   uint64_t g = (uint64_t)lay->rank;
@@ -1438,8 +1459,8 @@ sl_status sl_ref_table_build(const sl_ref_model *m, const sl_ref_layout *lay, sl
   uint32_t start = 0;
   uint32_t count = 0;
   if (!sl_ref_stage_layers((uint32_t)m->L, (uint32_t)P, (uint32_t)p, &start, &count)) {
-    set_msg(msg, cap, "reference: %llu layers cannot be split over %llu pipeline stages", (unsigned long long)m->L,
-            (unsigned long long)P);
+    set_msg(msg, cap, "reference: %llu layers cannot be split over %llu pipeline stages",
+            (unsigned long long)m->L, (unsigned long long)P);
     return SL_STATUS_LAYOUT;
   }
   sl_ref_table *tab = calloc(1, sizeof *tab);
@@ -1455,8 +1476,8 @@ sl_status sl_ref_table_build(const sl_ref_model *m, const sl_ref_layout *lay, sl
     bool rr = lay->round_robin && m->n_group > 1;
     c.Mt = 1;
     c.mr = 0;
-    tab->experts_local = sl_ref_expert_set((uint32_t)m->E, (uint32_t)(D * T), (uint32_t)(q * T + r), rr,
-                                           tab->expert_ids, 512);
+    tab->experts_local =
+        sl_ref_expert_set((uint32_t)m->E, (uint32_t)(D * T), (uint32_t)(q * T + r), rr, tab->expert_ids, 512);
   } else {
     c.Mt = D * T;
     c.mr = q * T + r;
@@ -1542,8 +1563,8 @@ void sl_ref_describe(const sl_ref_model *m, const sl_ref_param *p, uint64_t offs
  * 5. Cluster figures
  * ------------------------------------------------------------------------------------------- */
 
-sl_status sl_ref_cluster_compute(const sl_ref_model *m, const sl_ref_layout *layout, sl_ref_cluster *out, char *msg,
-                                 size_t cap) {
+sl_status sl_ref_cluster_compute(const sl_ref_model *m, const sl_ref_layout *layout, sl_ref_cluster *out,
+                                 char *msg, size_t cap) {
   memset(out, 0, sizeof *out);
   int world = layout->tp * layout->pp * layout->dp;
   if (world < 1 || world > 64) {

@@ -28,50 +28,50 @@ typedef struct sl_ref_model sl_ref_model;
 
 /* A parallel layout and one rank in it (LOADER.md §3.1: g = q*(P*T) + p*T + r). */
 typedef struct sl_ref_layout {
-  int tp, pp, dp;          /* T, P, D */
-  int rank;                /* global rank g */
-  bool expert_parallel;    /* --enable-expert-parallel */
-  bool round_robin;        /* requested placement (the effective one follows §4.3) */
-  bool checkpoint_layout;  /* layout checkpoint instead of vllm */
+  int tp, pp, dp;         /* T, P, D */
+  int rank;               /* global rank g */
+  bool expert_parallel;   /* --enable-expert-parallel */
+  bool round_robin;       /* requested placement (the effective one follows §4.3) */
+  bool checkpoint_layout; /* layout checkpoint instead of vllm */
 } sl_ref_layout;
 
 /* Where bytes [dst, dst + len) of a local tensor come from. tensor < 0: zero fill. */
 typedef struct sl_ref_seg {
-  uint64_t dst;            /* byte offset in the local tensor */
-  uint64_t len;            /* bytes */
-  int tensor;              /* index of the checkpoint tensor (sl_ref_tensor_name), -1 = zeros */
-  uint64_t src;            /* byte offset inside that tensor */
+  uint64_t dst; /* byte offset in the local tensor */
+  uint64_t len; /* bytes */
+  int tensor;   /* index of the checkpoint tensor (sl_ref_tensor_name), -1 = zeros */
+  uint64_t src; /* byte offset inside that tensor */
 } sl_ref_seg;
 
 /* One expected entry of a rank's table. */
 typedef struct sl_ref_param {
   char *name;
-  const char *dtype;                  /* safetensors dtype name */
+  const char *dtype; /* safetensors dtype name */
   uint32_t dtype_bits;
   uint32_t ndim;
   uint64_t global_shape[SL_MAX_DIMS];
   uint64_t local_shape[SL_MAX_DIMS];
-  uint64_t nbytes;                    /* bytes of the local tensor */
-  const char *alias_of;               /* name of the entry whose memory it shares, or NULL */
+  uint64_t nbytes;      /* bytes of the local tensor */
+  const char *alias_of; /* name of the entry whose memory it shares, or NULL */
   size_t n_segs;
-  sl_ref_seg *segs;                   /* cover [0, nbytes) in order, without gaps */
+  sl_ref_seg *segs; /* cover [0, nbytes) in order, without gaps */
 } sl_ref_param;
 
 typedef struct sl_ref_table {
   size_t count;
   sl_ref_param *params;
-  uint32_t experts_local;             /* local experts per MoE layer (0 for dense models) */
-  uint32_t stage;                     /* pipeline stage p of the rank */
-  uint32_t layer_start, layer_end;    /* layers [start, end) of the stage */
-  uint32_t expert_ids[512];           /* the local expert ids, ascending (experts_local of them) */
+  uint32_t experts_local;          /* local experts per MoE layer (0 for dense models) */
+  uint32_t stage;                  /* pipeline stage p of the rank */
+  uint32_t layer_start, layer_end; /* layers [start, end) of the stage */
+  uint32_t expert_ids[512];        /* the local expert ids, ascending (experts_local of them) */
 } sl_ref_table;
 
 /* Per-rank figures of the reference (what the load report must say). */
 typedef struct sl_ref_rank_stats {
-  uint64_t bytes_needed;   /* distinct checkpoint bytes in the rank's parameters (no padding) */
-  uint64_t bytes_local;    /* bytes of the local table, aliases counted once, padding included */
-  uint64_t bytes_naive;    /* bytes of every checkpoint tensor the rank touches, whole */
-  uint32_t params;         /* table entries (aliases included) */
+  uint64_t bytes_needed; /* distinct checkpoint bytes in the rank's parameters (no padding) */
+  uint64_t bytes_local;  /* bytes of the local table, aliases counted once, padding included */
+  uint64_t bytes_naive;  /* bytes of every checkpoint tensor the rank touches, whole */
+  uint32_t params;       /* table entries (aliases included) */
   uint32_t experts_local;
 } sl_ref_rank_stats;
 
@@ -109,7 +109,8 @@ const sl_ref_param *sl_ref_table_find(const sl_ref_table *table, const char *nam
 /* Writes the expected nbytes bytes of p to out. */
 void sl_ref_param_fill(const sl_ref_model *model, const sl_ref_param *p, uint8_t *out);
 /* Describes the origin of byte `offset` of p, e.g. "lm_head.weight byte 1234" or "zero padding". */
-void sl_ref_describe(const sl_ref_model *model, const sl_ref_param *p, uint64_t offset, char *buf, size_t cap);
+void sl_ref_describe(const sl_ref_model *model, const sl_ref_param *p, uint64_t offset, char *buf,
+                     size_t cap);
 
 /* Figures of every rank of the layout (layout->rank ignored; world = tp*pp*dp <= 64). */
 sl_status sl_ref_cluster_compute(const sl_ref_model *model, const sl_ref_layout *layout, sl_ref_cluster *out,
@@ -117,8 +118,8 @@ sl_status sl_ref_cluster_compute(const sl_ref_model *model, const sl_ref_layout 
 
 /* Expert placement of LOADER.md §4.2: the ascending global ids held by EP rank e. Returns the
  * count written to ids (at most cap). */
-uint32_t sl_ref_expert_set(uint32_t experts, uint32_t ep_size, uint32_t ep_rank, bool round_robin, uint32_t *ids,
-                           uint32_t cap);
+uint32_t sl_ref_expert_set(uint32_t experts, uint32_t ep_size, uint32_t ep_rank, bool round_robin,
+                           uint32_t *ids, uint32_t cap);
 /* Pipeline split of §3.2 (automatic): first layer and count of stage p; false when L < P. */
 bool sl_ref_stage_layers(uint32_t layers, uint32_t stages, uint32_t stage, uint32_t *start, uint32_t *count);
 

@@ -3,6 +3,8 @@
 #   test_cuda_logic          unit  the backend's GPU-free decisions (CUDA builds)
 #   test_cuda_nodevice_npN   mpi   backend creation fails alike on every rank without a GPU (1-3 ranks)
 #   cli_cuda_no_gpu          mpi   `shardload load --device cuda` fails on both of 2 ranks, clearly
+#   test_cuda_mock_npN       mpi   test_cuda_backend.c against cuda_mock.c (a CPU stand-in for the CUDA
+#                                  runtime and NCCL): the backend's logic without a GPU (CUDA builds)
 #   test_cuda_backend_npN    gpu   the backend's operations on real GPUs (CUDA builds; 1, 2, 4 ranks)
 #   test_gpu_load_npN        gpu   fixtures loaded on cpu and on cuda, every byte compared (CUDA builds,
 #                                  once the loader exists; 1, 2 ranks)
@@ -40,6 +42,32 @@ if(SL_HAVE_CUDA)
   set_tests_properties(test_cuda_logic PROPERTIES LABELS unit TIMEOUT 60 ENVIRONMENT "${SL_TEST_ENV}")
 
   sl_gpu_mpi_test(test_cuda_backend gpu 1 2 4)
+  target_include_directories(test_cuda_backend SYSTEM PRIVATE ${NCCL_INCLUDE_DIR})
+  target_link_libraries(test_cuda_backend PRIVATE ${NCCL_LIBRARY})
+
+  # The same checks against the CPU stand-in: built from the backend's sources directly, linked
+  # with cuda_mock.c instead of libcudart and libnccl (only their headers are used).
+  add_executable(test_cuda_mock ${_sl_gpu_dir}/test_cuda_backend.c ${_sl_gpu_dir}/cuda_mock.c
+    ${PROJECT_SOURCE_DIR}/src/backend_cuda.c ${PROJECT_SOURCE_DIR}/src/cuda_logic_cuda.c
+    ${PROJECT_SOURCE_DIR}/src/comm.c ${PROJECT_SOURCE_DIR}/src/err.c ${PROJECT_SOURCE_DIR}/src/util.c
+    ${PROJECT_SOURCE_DIR}/src/log.c ${PROJECT_SOURCE_DIR}/src/status.c
+    ${PROJECT_SOURCE_DIR}/tests/common/check.c ${PROJECT_SOURCE_DIR}/tests/common/values.c)
+  target_include_directories(test_cuda_mock PRIVATE ${PROJECT_SOURCE_DIR}/include ${PROJECT_SOURCE_DIR}/src
+    ${PROJECT_SOURCE_DIR}/tests/common)
+  target_include_directories(test_cuda_mock SYSTEM PRIVATE ${CUDAToolkit_INCLUDE_DIRS} ${NCCL_INCLUDE_DIR})
+  target_compile_options(test_cuda_mock PRIVATE ${SL_WARNINGS})
+  target_compile_definitions(test_cuda_mock PRIVATE _GNU_SOURCE)
+  target_link_libraries(test_cuda_mock PRIVATE MPI::MPI_C Threads::Threads m)
+  set(_sl_mock_env ${SL_TEST_ENV} "SL_TEST_BCAST_BYTES=1048576" "MOCK_CUDA_MAX_PITCH=2048")
+  foreach(np 1 2 3 4)
+    add_test(NAME test_cuda_mock_np${np} COMMAND ${SL_MPIRUN} -np ${np} $<TARGET_FILE:test_cuda_mock>)
+    set_tests_properties(test_cuda_mock_np${np} PROPERTIES LABELS mpi TIMEOUT 120 PROCESSORS ${np}
+      ENVIRONMENT "${_sl_mock_env}")
+  endforeach()
+  # Two ranks, one GPU: creation must refuse with the shared-GPU message.
+  add_test(NAME test_cuda_mock_shared COMMAND ${SL_MPIRUN} -np 2 $<TARGET_FILE:test_cuda_mock>)
+  set_tests_properties(test_cuda_mock_shared PROPERTIES LABELS mpi TIMEOUT 120 PROCESSORS 2
+    ENVIRONMENT "${_sl_mock_env};MOCK_CUDA_DEVICES=1;SL_TEST_SHARED_ONLY=1")
   # The loader is written against the public API; until src/loader.c exists this test is not built.
   if(EXISTS ${PROJECT_SOURCE_DIR}/src/loader.c)
     sl_gpu_mpi_test(test_gpu_load gpu 1 2)

@@ -1,18 +1,21 @@
 /*
- * test_cuda_backend.c — the CUDA backend's operations (backend.h) on real GPUs, at any number of
- * ranks (one GPU per rank of a node), with a fake schedule of one broadcast group holding every
- * rank:
+ * test_cuda_backend.c — the CUDA backend's operations (backend.h) at any number of ranks (one GPU
+ * per rank of a node), with a fake schedule: group 0 holds every rank, group 1 ranks 1..N-1
+ * (from 3 ranks on), so that some ranks are not members:
  *   - alloc returns zero-filled device memory (also after the same memory was dirtied and freed);
- *   - uploads from pinned staging with odd offsets, strides and more rows than one 2-D piece,
- *     from two reader threads' streams, compared byte for byte after a copy back;
- *   - device-to-device 2-D copies;
- *   - NCCL broadcasts from every root of the group;
+ *   - uploads from pinned staging with odd offsets, strides, more rows than one 2-D piece and a
+ *     pitch that may exceed the device's limit, from two reader threads' streams, compared byte
+ *     for byte after a copy back; device-to-device 2-D copies of the same shapes;
+ *   - NCCL broadcasts from every root of every group, with communicators made from NCCL ids, and
+ *     again split from a caller's NCCL communicator spanning all ranks;
  *   - the abort path: rank 1 raises the abort channel and skips a broadcast: every other rank
  *     returns (aborted, or complete), none hangs; then the timeout path with
  *     SHARDLOAD_NCCL_TIMEOUT_S=2 and no abort.
- * Without a usable GPU (or with fewer GPUs than ranks on a node) it prints "SKIP: ..." and exits
- * 77; with fewer GPUs than ranks it first checks that creation fails with the shared-GPU error.
- * (test_cuda_nodevice.c checks the failure without any GPU.)
+ * Built twice: against CUDA and NCCL (label gpu; without a usable GPU, or with fewer GPUs than
+ * ranks on a node, it prints "SKIP: ..." and exits 77 — in the second case after checking that
+ * creation fails with the shared-GPU error), and against cuda_mock.c (label mpi, runs anywhere).
+ * Environment: SL_TEST_BCAST_BYTES (abort/timeout broadcasts, default 256 MiB), SL_TEST_SHARED_ONLY
+ * (expect fewer GPUs than ranks: check the shared-GPU error and pass).
  */
 #include "backend.h"
 #include "check.h"
@@ -20,6 +23,7 @@
 #include "values.h"
 
 #include <cuda_runtime.h>
+#include <nccl.h>
 
 #include <stdlib.h>
 #include <string.h>
@@ -27,22 +31,34 @@
 static int rank;
 static int size;
 
-/* One group of every rank, members in rank order. */
-static uint32_t members[64];
-static sl__group all_group;
+/* Group 0: every rank; group 1 (3 ranks or more): ranks 1..size-1. Members in rank order. */
+static uint32_t members[128];
+static sl__group groups[2];
 
-static sl__schedule one_group_schedule(void) {
+static sl__schedule test_schedule(void) {
   sl__schedule s;
   memset(&s, 0, sizeof s);
   for (int r = 0; r < size; r++)
     members[r] = (uint32_t)r;
-  all_group.n = (uint32_t)size;
-  all_group.off = 0;
-  s.world = (uint32_t)size;
+  groups[0].n = (uint32_t)size;
+  groups[0].off = 0;
   s.n_groups = 1;
-  s.groups = &all_group;
+  if (size >= 3) {
+    for (int r = 1; r < size; r++)
+      members[size + r - 1] = (uint32_t)r;
+    groups[1].n = (uint32_t)size - 1;
+    groups[1].off = (uint64_t)size;
+    s.n_groups = 2;
+  }
+  s.world = (uint32_t)size;
+  s.groups = groups;
   s.group_members = members;
   return s;
+}
+
+static size_t env_size(const char *name, size_t dflt) {
+  const char *v = getenv(name);
+  return v != NULL && *v != '\0' ? (size_t)strtoull(v, NULL, 10) : dflt;
 }
 
 static bool copy_back(void *host, const void *dev, size_t n) {
@@ -105,6 +121,7 @@ static void test_upload_copy(sl__backend *b) {
       {7, 5, 2, 3, 3, SL_CUDA_2D_MAX_ROWS + 7}, /* more rows than one 2-D piece */
       {11, 0, 13, 0, 4097, 1},                  /* one row, strides unused */
       {0, 64, 0, 16, 16, 1000},                 /* gather rows into a dense block */
+      {5, 4096, 8, 3000, 100, 20},              /* pitches above a small device limit: row by row */
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     const geometry *g = &cases[i];
@@ -156,7 +173,9 @@ static void test_upload_copy(sl__backend *b) {
   CHECK(b->ops->upload_wait(b, 0, SL_STAGING_RING_DEPTH, &err) == SL_STATUS_INTERNAL);
 }
 
-static void test_bcast(sl__backend *b) {
+/* Broadcasts from every root of every group this rank belongs to (members walk the groups in
+ * the same order, so no rank waits for one that is elsewhere). */
+static void test_bcast(sl__backend *b, const sl__schedule *s) {
   sl__err err;
   sl__err_clear(&err);
   const size_t n = ((size_t)1 << 20) + 7;
@@ -170,34 +189,83 @@ static void test_bcast(sl__backend *b) {
     free(got);
     return;
   }
-  for (int root = size - 1; root >= 0; root--) {
-    char name[32];
-    snprintf(name, sizeof name, "bcast.%d", root);
-    CHECK(cudaMemset(dev, 0, n) == cudaSuccess);
-    if (rank == root) {
-      sl_value_fill(name, 0, host, n);
-      CHECK(cudaMemcpy(dev, host, n, cudaMemcpyHostToDevice) == cudaSuccess);
+  int broadcasts = 0;
+  for (uint32_t g = 0; g < s->n_groups; g++) {
+    int pos = sl__cuda_group_pos(s, g, rank);
+    if (pos < 0)
+      continue;
+    for (int root = (int)s->groups[g].n - 1; root >= 0; root--) {
+      char name[32];
+      snprintf(name, sizeof name, "bcast.%u.%d", g, root);
+      CHECK(cudaMemset(dev, 0, n) == cudaSuccess);
+      if (pos == root) {
+        sl_value_fill(name, 0, host, n);
+        CHECK(cudaMemcpy(dev, host, n, cudaMemcpyHostToDevice) == cudaSuccess);
+      }
+      CHECK(cudaDeviceSynchronize() == cudaSuccess);
+      bool aborted = true;
+      sl_status st = b->ops->bcast(b, g, dev, n, root, &aborted, &err);
+      CHECKF(st == SL_STATUS_OK, "bcast in group %u from %d: %s", g, root, err.msg);
+      CHECK(!aborted);
+      CHECKF(b->ops->sync(b, &err) == SL_STATUS_OK, "sync: %s", err.msg);
+      if (copy_back(got, dev, n))
+        CHECKF(sl_value_mismatch(name, 0, got, n) == n, "bcast in group %u from %d: byte %zu differs", g,
+               root, sl_value_mismatch(name, 0, got, n));
+      broadcasts++;
     }
-    CHECK(cudaDeviceSynchronize() == cudaSuccess);
-    bool aborted = true;
-    sl_status st = b->ops->bcast(b, 0, dev, n, root, &aborted, &err);
-    CHECKF(st == SL_STATUS_OK, "bcast from %d: %s", root, err.msg);
-    CHECK(!aborted);
-    CHECKF(b->ops->sync(b, &err) == SL_STATUS_OK, "sync: %s", err.msg);
-    if (copy_back(got, dev, n))
-      CHECKF(sl_value_mismatch(name, 0, got, n) == n, "bcast from %d: byte %zu differs", root,
-             sl_value_mismatch(name, 0, got, n));
   }
+  CHECK(broadcasts == (rank == 0 || size < 3 ? size : 2 * size - 1));
   /* Zero bytes: nothing to do, no NCCL call. */
   bool aborted = true;
   CHECK(b->ops->bcast(b, 0, dev, 0, 0, &aborted, &err) == SL_STATUS_OK);
   CHECK(!aborted);
-  /* A group that does not exist: an internal error. */
+  /* A group that does not exist, or that this rank is not in: an internal error. */
   sl__err_clear(&err);
-  CHECK(b->ops->bcast(b, 1, dev, 8, 0, &aborted, &err) == SL_STATUS_INTERNAL);
+  CHECK(b->ops->bcast(b, (uint32_t)s->n_groups, dev, 8, 0, &aborted, &err) == SL_STATUS_INTERNAL);
+  if (s->n_groups > 1 && rank == 0) {
+    sl__err_clear(&err);
+    CHECK(b->ops->bcast(b, 1, dev, 8, 0, &aborted, &err) == SL_STATUS_INTERNAL);
+    CHECK_CONTAINS(err.msg, "not part of");
+  }
   b->ops->release(b, dev);
   free(host);
   free(got);
+}
+
+/* The caller's NCCL communicator over every rank (same order): group communicators are split
+ * from it, and it survives the backend. */
+static void test_split(sl__comm *c, const sl__schedule *s, int device) {
+  sl__err err;
+  sl__err_clear(&err);
+  ncclUniqueId id;
+  memset(&id, 0, sizeof id);
+  if (rank == 0)
+    CHECK(ncclGetUniqueId(&id) == ncclSuccess);
+  MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
+  CHECK(cudaSetDevice(device) == cudaSuccess);
+  ncclComm_t world = NULL;
+  ncclResult_t r = ncclCommInitRank(&world, size, id, rank);
+  CHECKF(r == ncclSuccess, "ncclCommInitRank: %s", ncclGetErrorString(r));
+  int ok = r == ncclSuccess;
+  int all = 0;
+  MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (!all) {
+    if (world != NULL)
+      ncclCommAbort(world);
+    return;
+  }
+  sl__backend *b = NULL;
+  CHECKF(sl__backend_cuda_create(c, 1, -1, NULL, world, s, &b, &err) == SL_STATUS_OK,
+         "create with a split: %s", err.msg);
+  if (b != NULL) {
+    CHECK(b->device == device);
+    test_bcast(b, s);
+    b->ops->destroy(b);
+  }
+  /* The caller's communicator is still valid after the backend is gone. */
+  int count = 0;
+  CHECK(ncclCommCount(world, &count) == ncclSuccess && count == size);
+  CHECK(ncclCommDestroy(world) == ncclSuccess);
 }
 
 /* Rank 1 stops (abort channel raised) and never joins the broadcast; the others must return. */
@@ -208,7 +276,8 @@ static void test_abort(sl__comm *c, const sl__schedule *s) {
   CHECKF(sl__backend_cuda_create(c, 1, -1, NULL, NULL, s, &b, &err) == SL_STATUS_OK, "create: %s", err.msg);
   if (b == NULL)
     return;
-  const size_t n = (size_t)256 << 20; /* far above NCCL's buffers: the root cannot finish alone */
+  /* Far above NCCL's buffers: the root cannot finish alone. */
+  const size_t n = env_size("SL_TEST_BCAST_BYTES", (size_t)256 << 20);
   void *dev = NULL;
   CHECKF(b->ops->alloc(b, n, &dev, &err) == SL_STATUS_OK, "alloc: %s", err.msg);
   CHECK(sl__comm_abort_arm(c, &err) == SL_STATUS_OK);
@@ -248,7 +317,7 @@ static void test_timeout(sl__comm *c, const sl__schedule *s) {
   unsetenv("SHARDLOAD_NCCL_TIMEOUT_S");
   if (b == NULL)
     return;
-  const size_t n = (size_t)256 << 20;
+  const size_t n = env_size("SL_TEST_BCAST_BYTES", (size_t)256 << 20);
   void *dev = NULL;
   CHECKF(b->ops->alloc(b, n, &dev, &err) == SL_STATUS_OK, "alloc: %s", err.msg);
   if (rank != 1 && dev != NULL) {
@@ -308,6 +377,8 @@ static int run_gpu(sl__comm *c, const sl__schedule *s) {
     CHECKF(st == SL_STATUS_NCCL || st == SL_STATUS_PEER_FAILED || (exclusive && st == SL_STATUS_NO_DEVICE),
            "status %s: %s", sl_status_name(st), err.msg);
     CHECKF(exclusive || strstr(err.msg, "would share one GPU") != NULL, "message: %s", err.msg);
+    if (getenv("SL_TEST_SHARED_ONLY") != NULL)
+      return -1;
     if (sl_test_finish_mpi(MPI_COMM_WORLD) != 0)
       return 1;
     if (rank == 0)
@@ -315,6 +386,7 @@ static int run_gpu(sl__comm *c, const sl__schedule *s) {
              count);
     return 77;
   }
+  CHECKF(getenv("SL_TEST_SHARED_ONLY") == NULL, "SL_TEST_SHARED_ONLY is set but every rank has its own GPU");
   sl__backend *b = NULL;
   sl_status st = sl__backend_cuda_create(c, 2, -1, NULL, NULL, s, &b, &err);
   CHECKF(st == SL_STATUS_OK, "create: %s", err.msg);
@@ -324,8 +396,10 @@ static int run_gpu(sl__comm *c, const sl__schedule *s) {
     CHECK(b->device >= 0 && b->device < count);
     test_alloc(b);
     test_upload_copy(b);
-    test_bcast(b);
+    test_bcast(b, s);
+    int device = b->device;
     b->ops->destroy(b);
+    test_split(c, s, device);
   }
   if (size >= 2) {
     test_abort(c, s);
@@ -347,7 +421,7 @@ int main(int argc, char **argv) {
   sl__err err;
   sl__err_clear(&err);
   sl__comm c;
-  sl__schedule s = one_group_schedule();
+  sl__schedule s = test_schedule();
   int rc = 1;
   if (sl__comm_init(&c, MPI_COMM_WORLD, &err) != SL_STATUS_OK ||
       sl__comm_groups_create(&c, &s, &err) != SL_STATUS_OK) {

@@ -116,7 +116,7 @@ static int gpus_for_every_rank(char *why, size_t cap) {
   char reason[512];
   snprintf(reason, sizeof reason, "%s", why);
   if (!have)
-    snprintf(why, cap, "no CUDA device available (%s)", reason);
+    snprintf(why, cap, "no CUDA device available (%.400s)", reason);
   else if (count < local)
     snprintf(why, cap, "%d ranks on this node but %d CUDA device%s", local, count, count == 1 ? "" : "s");
   int ok = have && count >= local;

@@ -12,22 +12,24 @@
 #include <stdbool.h>
 
 typedef struct lc_case {
-  const char *fixture;          /* folder name under $SL_FIXTURES (or an absolute folder) */
-  const char *arch_family;      /* NULL, or "fused3d" (passes tests/data/fused3d_spec.json as arch) */
+  const char *fixture;     /* folder name under $SL_FIXTURES (or an absolute folder) */
+  const char *arch_family; /* NULL, or "fused3d" (passes tests/data/fused3d_spec.json as arch) */
   int tp, pp, dp;
-  bool ep;                      /* enable_expert_parallel */
-  bool round_robin;             /* expert_placement round_robin */
-  bool checkpoint;              /* layout checkpoint */
-  bool no_coalesce;             /* coalesce_gap_bytes 0: then no rank may read a byte it does not need */
-  const char *extra[8];         /* more config keys and values: key, value, key, value, ..., NULL */
+  bool ep;                 /* enable_expert_parallel */
+  bool round_robin;        /* expert_placement round_robin */
+  bool checkpoint;         /* layout checkpoint */
+  bool no_coalesce;        /* coalesce_gap_bytes 0: then no rank may read a byte it does not need */
+  const char *extra[8];    /* more config keys and values: key, value, key, value, ..., NULL */
+  sl_status expect;        /* non-OK: the load must fail with this status (overrides the reference) */
+  const char *expect_text; /* ... and a message containing this */
 } lc_case;
 
 /* What lc_run leaves for callers that want to look further (valid until lc_result_free). */
 typedef struct lc_result {
-  sl_status status;             /* this rank's sl_loader_load status (or the create status) */
-  sl_loader *loader;            /* NULL when creation failed */
-  sl_ref_table *ref;            /* NULL when the reference says the layout is invalid */
-  char message[2048];           /* the loader's message on failure */
+  sl_status status;   /* this rank's sl_loader_load status (or the create status) */
+  sl_loader *loader;  /* NULL when creation failed */
+  sl_ref_table *ref;  /* NULL when the reference says the layout is invalid */
+  char message[2048]; /* the loader's message on failure */
 } lc_result;
 
 /* The folder of a fixture: $SL_FIXTURES/name (static buffer per call site is not needed: the
@@ -65,6 +67,11 @@ void lc_tmpdir_remove(char *dir);
 /* COLLECTIVE. Rank 0 runs $SL_SOURCE_DIR/scripts/make-fixture FIXTURE DIR ARGS; every rank gets
  * whether it succeeded (a CHECK fails otherwise). */
 bool lc_make_variant(const char *fixture, const char *dir, const char *args);
+
+/* COLLECTIVE. Rank 0 writes a synthetic Llama checkpoint into dir (created): H 16, 2 layers, 4
+ * heads, 2 kv heads, I 32 and a vocabulary of 65 rows (LOADER.md §5.2's golden: at tp 4 the padded
+ * 128 rows give rank 2 one real row and rank 3 none), bytes from the value function. */
+bool lc_write_tiny_vocab65(const char *dir);
 
 /* Rank and size of MPI_COMM_WORLD. */
 int lc_rank(void);

@@ -15,6 +15,10 @@
  *                      naive 4.00 at tp 4, tied qwen3 with pp 2 (embedding on both stages, lm_head an
  *                      alias on the last).
  *   test_dense_ep      --enable-expert-parallel on a dense model has no effect.
+ *   test_vocab65       a synthetic Llama with 65 vocabulary rows written by the test (§5.2's golden
+ *                      "65, 4": rank 2 holds 1 real + 31 zero rows, rank 3 only zero rows; in the
+ *                      checkpoint layout rank 3's slice has 0 rows and is still a table entry), at
+ *                      every layout in both layouts.
  */
 #include "check.h"
 #include "load_check.h"
@@ -25,7 +29,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const dense_fixtures[] = {"llama", "llama_bias", "qwen2", "qwen3", "mistral", "mistral_consolidated"};
+static const char *const dense_fixtures[] = {"llama", "llama_bias", "qwen2",
+                                             "qwen3", "mistral",    "mistral_consolidated"};
 
 static void test_all_layouts(void) {
   int lays[16][3];
@@ -33,8 +38,12 @@ static void test_all_layouts(void) {
   for (size_t f = 0; f < sizeof dense_fixtures / sizeof dense_fixtures[0]; f++) {
     for (int i = 0; i < n; i++) {
       for (int ckpt = 0; ckpt < 2; ckpt++) {
-        lc_case c = {.fixture = dense_fixtures[f], .tp = lays[i][0], .pp = lays[i][1], .dp = lays[i][2],
-                     .checkpoint = ckpt == 1, .no_coalesce = ckpt == 1};
+        lc_case c = {.fixture = dense_fixtures[f],
+                     .tp = lays[i][0],
+                     .pp = lays[i][1],
+                     .dp = lays[i][2],
+                     .checkpoint = ckpt == 1,
+                     .no_coalesce = ckpt == 1};
         lc_run(&c, NULL);
       }
     }
@@ -77,8 +86,10 @@ static void golden_llama_tp4(void) {
       CHECK_EQ_U64(q->local_shape[0], 32);
       const uint8_t *d = q->data;
       CHECK(rows_equal("model.layers.1.self_attn.q_proj.weight", 128, 16 * (uint64_t)rank, 16, d));
-      CHECK(rows_equal("model.layers.1.self_attn.k_proj.weight", 128, 8 * (uint64_t)(rank / 2), 8, d + 16 * 128));
-      CHECK(rows_equal("model.layers.1.self_attn.v_proj.weight", 128, 8 * (uint64_t)(rank / 2), 8, d + 24 * 128));
+      CHECK(rows_equal("model.layers.1.self_attn.k_proj.weight", 128, 8 * (uint64_t)(rank / 2), 8,
+                       d + 16 * 128));
+      CHECK(rows_equal("model.layers.1.self_attn.v_proj.weight", 128, 8 * (uint64_t)(rank / 2), 8,
+                       d + 24 * 128));
     }
     if (rank == 0) {
       const char *json = sl_loader_report_json(res.loader);
@@ -124,10 +135,14 @@ static void golden_qwen2_tp3(void) {
  * 0..7 of head 0 are old rows 0, 2, 4, 6, 1, 3, 5, 7 of layers.0.attention.wq.weight. */
 static void golden_mistral_permutation(void) {
   int world = lc_world();
-  lc_case c = {.fixture = "mistral_consolidated", .tp = world == 3 ? 1 : world, .pp = 1, .dp = world == 3 ? 3 : 1};
+  lc_case c = {
+      .fixture = "mistral_consolidated", .tp = world == 3 ? 1 : world, .pp = 1, .dp = world == 3 ? 3 : 1};
   lc_result res;
   lc_run(&c, &res);
   if (res.status == SL_STATUS_OK) {
+    /* load format auto resolved to mistral (§1.3) */
+    if (lc_rank() == 0)
+      CHECK_CONTAINS(sl_loader_report_json(res.loader), "\"load_format\":\"mistral\"");
     const sl_param *q = sl_loader_find(res.loader, "model.layers.0.self_attn.qkv_proj.weight");
     CHECK(q != NULL);
     if (q != NULL) {
@@ -159,7 +174,8 @@ static void golden_qwen3_tied(void) {
     const sl_param *h = sl_loader_find(res.loader, "lm_head.weight");
     CHECKF(e != NULL, "qwen3 pp2: the embedding must be on both stages");
     if (last) {
-      CHECKF(h != NULL && e != NULL && h->data == e->data, "qwen3 pp2: lm_head must share the embedding's memory");
+      CHECKF(h != NULL && e != NULL && h->data == e->data,
+             "qwen3 pp2: lm_head must share the embedding's memory");
       CHECK(h != NULL && h->alias_of != NULL && strcmp(h->alias_of, "model.embed_tokens.weight") == 0);
       CHECK(sl_loader_find(res.loader, "model.norm.weight") != NULL);
     } else {
@@ -182,12 +198,13 @@ static void golden_reference(void) {
     return;
   uint32_t s = 0;
   uint32_t n = 0;
-  static const uint32_t goldens[][4] = {{3, 2, 0, 2}, {3, 2, 1, 1}, {4, 3, 0, 1}, {4, 3, 1, 2}, {4, 3, 2, 1},
-                                        {5, 3, 0, 2}, {5, 3, 1, 2}, {5, 3, 2, 1}, {22, 4, 1, 6}, {22, 4, 3, 5}};
+  static const uint32_t goldens[][4] = {{3, 2, 0, 2},  {3, 2, 1, 1}, {4, 3, 0, 1}, {4, 3, 1, 2},
+                                        {4, 3, 2, 1},  {5, 3, 0, 2}, {5, 3, 1, 2}, {5, 3, 2, 1},
+                                        {22, 4, 1, 6}, {22, 4, 3, 5}};
   for (size_t i = 0; i < sizeof goldens / sizeof goldens[0]; i++) {
     CHECK(sl_ref_stage_layers(goldens[i][0], goldens[i][1], goldens[i][2], &s, &n));
-    CHECKF(n == goldens[i][3], "pp split L=%u P=%u stage %u: %u layers, expected %u", goldens[i][0], goldens[i][1],
-           goldens[i][2], n, goldens[i][3]);
+    CHECKF(n == goldens[i][3], "pp split L=%u P=%u stage %u: %u layers, expected %u", goldens[i][0],
+           goldens[i][1], goldens[i][2], n, goldens[i][3]);
   }
   CHECK(!sl_ref_stage_layers(2, 3, 0, &s, &n));
   sl_ref_model *m = lc_model("llama", NULL);
@@ -231,6 +248,36 @@ static void test_dense_ep(void) {
   lc_run(&c, NULL);
 }
 
+static void test_vocab65(void) {
+  char *dir = lc_tmpdir("vocab65");
+  if (dir == NULL || !lc_write_tiny_vocab65(dir)) {
+    lc_tmpdir_remove(dir);
+    return;
+  }
+  int lays[16][3];
+  int n = lc_layouts(lc_world(), lays, 16);
+  for (int i = 0; i < n; i++) {
+    for (int ckpt = 0; ckpt < 2; ckpt++) {
+      lc_case c = {
+          .fixture = dir, .tp = lays[i][0], .pp = lays[i][1], .dp = lays[i][2], .checkpoint = ckpt == 1};
+      lc_result res;
+      lc_run(&c, &res);
+      if (res.status == SL_STATUS_OK && c.tp == 4) {
+        int r = lc_rank();
+        const sl_param *e = sl_loader_find(res.loader, "model.embed_tokens.weight");
+        static const uint64_t real[4] = {32, 32, 1, 0};
+        CHECK(e != NULL && e->local_shape[0] == (ckpt == 1 ? real[r] : 32));
+        if (e != NULL && ckpt == 0)
+          CHECK(all_zero((const uint8_t *)e->data + real[r] * 32, (32 - real[r]) * 32));
+        if (e != NULL && ckpt == 1 && r == 3)
+          CHECK(e->nbytes == 0);
+      }
+      lc_result_free(&res);
+    }
+  }
+  lc_tmpdir_remove(dir);
+}
+
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
   sl_test_rank = lc_rank();
@@ -238,6 +285,7 @@ int main(int argc, char **argv) {
   test_goldens();
   test_dense_ep();
   test_all_layouts();
+  test_vocab65();
   lc_models_close();
   int rc = sl_test_finish_mpi(MPI_COMM_WORLD);
   MPI_Finalize();

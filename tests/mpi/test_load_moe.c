@@ -33,9 +33,9 @@ typedef struct moe_fixture {
   const char *family;
 } moe_fixture;
 
-static const moe_fixture moe_fixtures[] = {{"mixtral", NULL},          {"qwen2_moe", NULL},   {"qwen3_moe", NULL},
-                                           {"deepseek_v2_lite", NULL}, {"deepseek_v3", NULL}, {"deepseek_v3_fp8", NULL},
-                                           {"fused3d", "fused3d"}};
+static const moe_fixture moe_fixtures[] = {
+    {"mixtral", NULL},     {"qwen2_moe", NULL},       {"qwen3_moe", NULL},   {"deepseek_v2_lite", NULL},
+    {"deepseek_v3", NULL}, {"deepseek_v3_fp8", NULL}, {"fused3d", "fused3d"}};
 
 static void test_all_layouts(void) {
   int lays[16][3];
@@ -47,9 +47,15 @@ static void test_all_layouts(void) {
         if (mode == 2 && lays[i][0] * lays[i][2] == 1)
           continue; /* EP of size 1: the placement cannot matter */
         for (int ckpt = 0; ckpt < 2; ckpt++) {
-          lc_case c = {.fixture = moe_fixtures[f].name, .arch_family = moe_fixtures[f].family, .tp = lays[i][0],
-                       .pp = lays[i][1], .dp = lays[i][2], .ep = mode > 0, .round_robin = mode == 2,
-                       .checkpoint = ckpt == 1, .no_coalesce = mode > 0};
+          lc_case c = {.fixture = moe_fixtures[f].name,
+                       .arch_family = moe_fixtures[f].family,
+                       .tp = lays[i][0],
+                       .pp = lays[i][1],
+                       .dp = lays[i][2],
+                       .ep = mode > 0,
+                       .round_robin = mode == 2,
+                       .checkpoint = ckpt == 1,
+                       .no_coalesce = mode > 0};
           lc_run(&c, NULL);
         }
       }
@@ -58,13 +64,14 @@ static void test_all_layouts(void) {
 }
 
 /* Slot k of a w13 parameter [El, 2*Im, H] (whole experts) equals expert x's w1 then w3. */
-static void check_w13_slot(const char *what, const sl_param *p, uint64_t slot, const char *w1, const char *w3) {
+static void check_w13_slot(const char *what, const sl_param *p, uint64_t slot, const char *w1,
+                           const char *w3) {
   uint64_t part = p->local_shape[1] / 2 * p->local_shape[2] * p->dtype_bits / 8;
   const uint8_t *base = (const uint8_t *)p->data + slot * 2 * part;
   CHECKF(sl_value_mismatch(w1, 0, base, (size_t)part) == part, "%s: slot %llu is not %s", what,
          (unsigned long long)slot, w1);
-  CHECKF(sl_value_mismatch(w3, 0, base + part, (size_t)part) == part, "%s: slot %llu second half is not %s", what,
-         (unsigned long long)slot, w3);
+  CHECKF(sl_value_mismatch(w3, 0, base + part, (size_t)part) == part, "%s: slot %llu second half is not %s",
+         what, (unsigned long long)slot, w3);
 }
 
 /* EP over the stage group of size dp*tp == 2: mixtral experts 0..3 on EP rank 0, 4..7 on EP rank 1
@@ -178,8 +185,31 @@ static void golden_placement(void) {
   CHECK(n == 16 && ids[1] == 16 && ids[15] == 240);
 }
 
+/* §4.3/§4.4/§10: EPLB without redundant experts is linear placement (round_robin requested or
+ * not, even with n_group > 1); round_robin without expert parallelism has no effect. The reference
+ * is asked for the effective layout while the config asks for the other one. */
+static void golden_eplb_and_no_ep(void) {
+  int world = lc_world();
+  lc_case eplb = {.fixture = "deepseek_v3", .tp = 1, .pp = 1, .dp = world, .ep = true, .no_coalesce = true};
+  eplb.extra[0] = "enable_eplb";
+  eplb.extra[1] = "true";
+  eplb.extra[2] = "expert_placement";
+  eplb.extra[3] = "round_robin";
+  if (8 % world != 0) {
+    /* §4.4: (E + R) % EP != 0 is an error, as in vLLM. */
+    eplb.expect = SL_STATUS_LAYOUT;
+    eplb.expect_text = "not divisible by the expert-parallel size";
+  }
+  lc_run(&eplb, NULL);
+  lc_case rr = {.fixture = "qwen2_moe", .tp = world == 3 ? 1 : world, .pp = 1, .dp = world == 3 ? 3 : 1};
+  rr.extra[0] = "expert_placement";
+  rr.extra[1] = "round_robin";
+  lc_run(&rr, NULL);
+}
+
 static void test_goldens(void) {
   golden_placement();
+  golden_eplb_and_no_ep();
   golden_ep2();
   golden_uneven();
 }
