@@ -30,7 +30,6 @@ typedef struct sl__comm {
   size_t n_groups;
   MPI_Comm *groups;          /* per schedule group: its communicator, MPI_COMM_NULL if not a member */
   int *group_rank;           /* our rank in each group, -1 if not a member */
-  double poll_interval_s;    /* sleep between polls of a pending operation */
   MPI_Request abandoned;     /* a broadcast left unfinished by an abort (never waited for) */
 } sl__comm;
 
