@@ -1,0 +1,1 @@
+sl_mpi_test(test_staging_ring)
