@@ -180,10 +180,16 @@ static sl_status fail(sl_loader *l, sl_status st) {
   return st;
 }
 
-static sl_status check_state(sl_loader *l, int at_least_before) {
-  if (l->state == STATE_FAILED)
-    return sl__err_set(&l->err, SL_STATUS_INVALID_ARGUMENT, "the loader failed earlier: %s", l->err.msg);
-  (void)at_least_before;
+/* Every public call starts with a clean message (the first error of *this* call wins), except
+ * after a failed collective phase: then the message that failed the ranks stays. */
+static sl_status begin(sl_loader *l) {
+  if (l->state == STATE_FAILED) {
+    char old[SL_ERR_MSG_MAX];
+    snprintf(old, sizeof old, "%s", l->err.msg);
+    sl__err_clear(&l->err);
+    return sl__err_set(&l->err, SL_STATUS_INVALID_ARGUMENT, "the loader failed earlier: %s", old);
+  }
+  sl__err_clear(&l->err);
   return SL_STATUS_OK;
 }
 
@@ -194,7 +200,7 @@ static sl_status check_state(sl_loader *l, int at_least_before) {
 sl_status sl_loader_download(sl_loader *l) {
   if (l == NULL)
     return SL_STATUS_INVALID_ARGUMENT;
-  sl_status st = check_state(l, STATE_CATALOG);
+  sl_status st = begin(l);
   if (st != SL_STATUS_OK || l->state >= STATE_CATALOG)
     return st;
   double t0 = sl__now();
@@ -278,7 +284,7 @@ static sl_status build_table(sl_loader *l) {
 sl_status sl_loader_plan(sl_loader *l) {
   if (l == NULL)
     return SL_STATUS_INVALID_ARGUMENT;
-  sl_status st = check_state(l, STATE_PLANNED);
+  sl_status st = begin(l);
   if (st != SL_STATUS_OK || l->state >= STATE_PLANNED)
     return st;
   if (l->state < STATE_CATALOG) {
@@ -336,6 +342,9 @@ const sl_param *sl_loader_find(const sl_loader *l, const char *name) {
 sl_status sl_loader_bind(sl_loader *l, const char *name, void *data, uint64_t nbytes) {
   if (l == NULL || name == NULL || data == NULL)
     return SL_STATUS_INVALID_ARGUMENT;
+  sl_status st = begin(l);
+  if (st != SL_STATUS_OK)
+    return st;
   if (l->state != STATE_PLANNED)
     return sl__err_set(&l->err, SL_STATUS_INVALID_ARGUMENT,
                        "sl_loader_bind(%s): bind after sl_loader_plan and before sl_loader_load", name);
@@ -402,7 +411,7 @@ static sl_status create_backend(sl_loader *l) {
 sl_status sl_loader_load(sl_loader *l) {
   if (l == NULL)
     return SL_STATUS_INVALID_ARGUMENT;
-  sl_status st = check_state(l, STATE_LOADED);
+  sl_status st = begin(l);
   if (st != SL_STATUS_OK)
     return st;
   if (l->state >= STATE_LOADED)
@@ -560,7 +569,10 @@ sl_status sl_loader_load(sl_loader *l) {
 sl_status sl_loader_save_sharded(sl_loader *l, const char *dir) {
   if (l == NULL || dir == NULL)
     return SL_STATUS_INVALID_ARGUMENT;
-  sl_status st = l->state == STATE_LOADED
+  sl_status st = begin(l);
+  if (st != SL_STATUS_OK)
+    return st;
+  st = l->state == STATE_LOADED
                      ? SL_STATUS_OK
                      : sl__err_set(&l->err, SL_STATUS_INVALID_ARGUMENT, "sl_loader_save_sharded needs a loaded loader");
   if (st == SL_STATUS_OK && l->comm.rank == 0)

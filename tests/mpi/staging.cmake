@@ -1,1 +1,2 @@
 sl_mpi_test(test_staging_ring)
+sl_mpi_test(test_bind)
