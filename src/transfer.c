@@ -157,7 +157,7 @@ static sl_status plan_piece_reads(engine *e, const sl__piece *P, uint64_t p0, ui
                                   uint64_t bucket_off) {
   uint32_t piece = (uint32_t)(P - e->t->sched->pieces);
   uint8_t *direct = NULL;
-  if (bucket == SL_NONE && P->rows <= 1 && e->t->backend->host_addressable && e->t->strategy != SL_STRATEGY_DIRECT &&
+  if (bucket == SL_NONE && P->rows <= 1 && e->t->backend->host_addressable && e->t->strategy == SL_STRATEGY_AUTO &&
       e->copy_start[piece + 1] - e->copy_start[piece] == 1) {
     const sl__copy *cp = &e->t->plan->copies[e->copy_list[e->copy_start[piece]]];
     direct = (uint8_t *)e->t->param_ptr[cp->lparam] + cp->dst_off;
@@ -230,10 +230,11 @@ static sl_status open_files(engine *e) {
     if (e->fds[f] >= 0)
       continue;
     int flags = O_RDONLY | O_CLOEXEC;
-    if (t->strategy == SL_STRATEGY_DIRECT)
+    bool want_direct = t->strategy != SL_STRATEGY_AUTO;
+    if (want_direct)
       flags |= O_DIRECT;
     int fd = open(t->cat->files[f].path, flags);
-    if (fd < 0 && t->strategy == SL_STRATEGY_DIRECT && errno == EINVAL) {
+    if (fd < 0 && want_direct && errno == EINVAL) {
       SL_WARN("%s: the file system refuses O_DIRECT; reading it through the page cache", t->cat->files[f].path);
       fd = open(t->cat->files[f].path, O_RDONLY | O_CLOEXEC);
     }
@@ -390,34 +391,43 @@ static void *worker_main(void *arg) {
   return NULL;
 }
 
-/* The io_uring strategy: one thread keeps up to URING_DEPTH reads in flight, each into its own
- * staging slot (or straight into its destination), and delivers them as they complete. */
+/* The io_uring strategy: the reader threads keep URING_DEPTH O_DIRECT reads in flight between
+ * them (a deep queue, like fio), each thread with its own ring and aligned staging slots, and
+ * deliver them as they complete. */
 typedef struct inflight {
   uint32_t op;      /* SL_NONE when the slot is free */
+  uint64_t off;     /* file range read: the operation's, widened to O_DIRECT alignment */
+  uint64_t len;
   uint64_t got;     /* bytes read so far (short reads are resubmitted) */
-  uint8_t *dst;     /* where the bytes go: the slot's staging or the direct destination */
+  uint8_t *dst;     /* the slot's staging buffer */
 } inflight;
 
 static sl_status uring_submit_rest(engine *e, sl__uring *u, uint32_t slot, const inflight *f, sl__err *werr) {
   const sl__read_op *op = &SL_VEC_AT(&e->rp.ops, sl__read_op, f->op);
-  uint64_t left = op->len - f->got;
+  uint64_t left = f->len - f->got;
   uint32_t len = left > 0x40000000u ? 0x40000000u : (uint32_t)left;
-  sl_status st = sl__uring_read(u, e->fds[op->file], f->dst + f->got, len, op->offset + f->got, slot, werr);
+  sl_status st = sl__uring_read(u, e->fds[op->file], f->dst + f->got, len, f->off + f->got, slot, werr);
   return st == SL_STATUS_OK ? sl__uring_submit(u, werr) : st;
 }
 
 static void *uring_worker_main(void *arg) {
   worker_arg *wa = arg;
   engine *e = wa->e;
+  int w = wa->index;
   sl__backend *be = e->t->backend;
   sl__err werr;
   sl__err_clear(&werr);
   sl__uring *u = NULL;
   uint8_t *slots[URING_DEPTH] = {NULL};
   inflight fl[URING_DEPTH];
-  sl_status st = sl__uring_create(URING_DEPTH * 2, &u, &werr);
-  for (uint32_t k = 0; k < URING_DEPTH; k++) {
+  /* The queue depth is shared by the reader threads, each with its own ring: the copies out of
+   * staging (into memory touched for the first time) then run on every core. */
+  uint32_t depth = URING_DEPTH / e->n_threads;
+  depth = depth > 0 ? depth : 1;
+  sl_status st = sl__uring_create(depth * 2, &u, &werr);
+  for (uint32_t k = 0; k < URING_DEPTH; k++)
     fl[k].op = SL_NONE;
+  for (uint32_t k = 0; k < depth; k++) {
     void *p = NULL;
     if (st == SL_STATUS_OK)
       st = be->ops->alloc_staging(be, e->staging_each, &p, &werr);
@@ -432,7 +442,7 @@ static void *uring_worker_main(void *arg) {
     bool quit = (busy == 0 && e->stop) || atomic_load(&e->failed);
     uint32_t take[URING_DEPTH];
     uint32_t n_take = 0;
-    while (!quit && busy + n_take < URING_DEPTH && (e->hi_head != e->hi_tail || e->lo_head != e->lo_tail))
+    while (!quit && busy + n_take < depth && (e->hi_head != e->hi_tail || e->lo_head != e->lo_tail))
       take[n_take++] = e->hi_head != e->hi_tail ? e->queue_hi[e->hi_head++] : e->queue_lo[e->lo_head++];
     pthread_mutex_unlock(&e->mu);
     if (quit)
@@ -441,7 +451,9 @@ static void *uring_worker_main(void *arg) {
       while (fl[k].op != SL_NONE)
         k++;
       const sl__read_op *op = &SL_VEC_AT(&e->rp.ops, sl__read_op, take[i]);
-      fl[k] = (inflight){.op = take[i], .got = 0, .dst = op->direct_dst != NULL ? op->direct_dst : slots[k]};
+      fl[k] = (inflight){.op = take[i], .got = 0, .dst = slots[k]};
+      /* The files are opened with O_DIRECT: aligned ranges into aligned staging, trimmed after. */
+      sl__readplan_widen(op->offset, op->len, DIRECT_ALIGN, &fl[k].off, &fl[k].len);
       st = uring_submit_rest(e, u, k, &fl[k], &werr);
       busy++;
     }
@@ -459,31 +471,31 @@ static void *uring_worker_main(void *arg) {
                        (unsigned long long)(op->offset + f->got), strerror(-res));
       break;
     }
-    if (res == 0) {
-      st = sl__err_set(&werr, SL_STATUS_IO, "%s ended at offset %llu, before the expected end",
-                       e->t->cat->files[op->file].path, (unsigned long long)(op->offset + f->got));
-      break;
-    }
+    uint64_t needed = op->offset + op->len - f->off;
     f->got += (uint64_t)res;
     atomic_fetch_add(&e->read_ops, 1);
-    if (f->got < op->len) {
+    /* A short read at the end of the file (the widened tail) is fine once the bytes needed are in. */
+    bool at_end = res == 0 || (f->got < f->len && f->got % DIRECT_ALIGN != 0);
+    if (at_end && f->got < needed) {
+      st = sl__err_set(&werr, SL_STATUS_IO, "%s ended at offset %llu, before the expected end",
+                       e->t->cat->files[op->file].path, (unsigned long long)(f->off + f->got));
+      break;
+    }
+    if (!at_end && f->got < f->len) {
       st = uring_submit_rest(e, u, (uint32_t)slot, f, &werr);
       continue;
     }
     if (atomic_exchange(&e->inject_error, false))
       st = sl__err_set(&werr, SL_STATUS_IO, "read of %s failed: %s (injected by SHARDLOAD_INJECT_READ_ERROR)",
                        e->t->cat->files[op->file].path, strerror(EIO));
-    if (op->direct_dst != NULL) {
-      const sl__delivery *d = &SL_VEC_AT(&e->rp.dels, sl__delivery, op->first);
-      atomic_fetch_add(&e->t->copy_done[e->copy_list[e->copy_start[d->piece]]], op->len);
-    }
-    for (uint32_t i = 0; i < op->count && st == SL_STATUS_OK && op->direct_dst == NULL; i++)
-      st = deliver_from_read(e, 0, 0, &SL_VEC_AT(&e->rp.dels, sl__delivery, op->first + i), f->dst, op->offset, &werr);
+    for (uint32_t i = 0; i < op->count && st == SL_STATUS_OK; i++)
+      st = deliver_from_read(e, w, 0, &SL_VEC_AT(&e->rp.dels, sl__delivery, op->first + i), f->dst, f->off, &werr);
     /* The slot is reused right away: its uploads must be complete. */
-    if (st == SL_STATUS_OK && op->direct_dst == NULL)
-      st = be->ops->upload_wait(be, 0, 0, &werr);
-    atomic_fetch_add(&e->bytes_read, op->len);
-    atomic_fetch_add(&e->bytes_covering, op->len - op->useful);
+    if (st == SL_STATUS_OK)
+      st = be->ops->upload_wait(be, w, 0, &werr);
+    /* Alignment widening is read but not needed: covering bytes. */
+    atomic_fetch_add(&e->bytes_read, f->len);
+    atomic_fetch_add(&e->bytes_covering, f->len - op->useful);
     atomic_fetch_add(&e->bytes_done, op->useful);
     pthread_mutex_lock(&e->mu);
     if (op->bucket != SL_NONE)
@@ -503,10 +515,7 @@ static void *uring_worker_main(void *arg) {
     int32_t res = 0;
     if (sl__uring_wait(u, &slot, &res, &werr) != SL_STATUS_OK)
       break;
-    const sl__read_op *op = &SL_VEC_AT(&e->rp.ops, sl__read_op, fl[slot].op);
-    fl[slot].got += res > 0 ? (uint64_t)res : 0;
-    if (res > 0 && fl[slot].got < op->len && uring_submit_rest(e, u, (uint32_t)slot, &fl[slot], &werr) == SL_STATUS_OK)
-      continue;
+    /* Each slot has one read in flight: its completion frees it (nothing is resubmitted). */
     busy--;
   }
   for (uint32_t k = 0; k < URING_DEPTH; k++)
@@ -653,7 +662,9 @@ static int group_rank_of(const sl__schedule *s, uint32_t g, uint32_t rank) {
 
 static sl_status start_pool(engine *e) {
   sl__transfer *t = e->t;
-  e->n_threads = t->strategy == SL_STRATEGY_IO_URING ? 1 : (t->workers > 0 ? t->workers : 1);
+  e->n_threads = t->workers > 0 ? t->workers : 1;
+  if (t->strategy == SL_STRATEGY_IO_URING && e->n_threads > URING_DEPTH)
+    e->n_threads = URING_DEPTH;
   e->staging_each = t->chunk + 2 * DIRECT_ALIGN;
   e->threads = calloc(e->n_threads, sizeof *e->threads);
   e->queue_hi = calloc(e->rp.ops.len + 1, sizeof *e->queue_hi);
