@@ -40,30 +40,30 @@
 #define MSG_MAX 512
 
 typedef struct piece {
-  size_t file;        /* index into the model's file list */
-  uint64_t offset;    /* absolute offset in the file, bytes */
-  uint64_t nbytes;    /* tensor size, bytes */
-  uint64_t keep_lo;   /* kept range of the tensor, [keep_lo, keep_hi) relative to its start */
+  size_t file;      /* index into the model's file list */
+  uint64_t offset;  /* absolute offset in the file, bytes */
+  uint64_t nbytes;  /* tensor size, bytes */
+  uint64_t keep_lo; /* kept range of the tensor, [keep_lo, keep_hi) relative to its start */
   uint64_t keep_hi;
-  uint64_t dst;       /* where the kept range starts in the destination, bytes */
+  uint64_t dst; /* where the kept range starts in the destination, bytes */
 } piece;
 
 typedef struct shared {
   piece *pieces;
   size_t n_pieces;
   int *fds;
-  uint64_t chunk;             /* largest single pread, bytes */
-  uint8_t *dst;               /* destination of kept bytes (NULL in read-only mode) */
-  bool keep_whole;            /* --keep: pread straight into dst */
+  uint64_t chunk;  /* largest single pread, bytes */
+  uint8_t *dst;    /* destination of kept bytes (NULL in read-only mode) */
+  bool keep_whole; /* --keep: pread straight into dst */
   pthread_mutex_t mu;
-  size_t next;                /* next piece to take, under mu */
-  uint64_t bytes_read;        /* under mu */
-  char error[MSG_MAX];        /* first error, under mu */
+  size_t next;         /* next piece to take, under mu */
+  uint64_t bytes_read; /* under mu */
+  char error[MSG_MAX]; /* first error, under mu */
 } shared;
 
 typedef struct worker {
   shared *sh;
-  uint8_t *buf;               /* this thread's read buffer, chunk bytes */
+  uint8_t *buf; /* this thread's read buffer, chunk bytes */
 } worker;
 
 static double now_seconds(void) {
@@ -171,7 +171,7 @@ typedef struct options {
   const char *model;
   uint64_t threads;
   uint64_t chunk;
-  uint64_t slice;             /* 0: nothing kept */
+  uint64_t slice; /* 0: nothing kept */
   bool keep;
   bool list_files;
 } options;
@@ -201,8 +201,10 @@ static int parse_args(int argc, char **argv, options *o, char *msg, size_t msg_s
         o->chunk = n;
       i++;
     } else if (a[0] == '-') {
-      snprintf(msg, msg_size, "unknown option '%s' (expected --threads N, --chunk-bytes N, --slice N, --keep, "
-                              "--list-files)", a);
+      snprintf(msg, msg_size,
+               "unknown option '%s' (expected --threads N, --chunk-bytes N, --slice N, --keep, "
+               "--list-files)",
+               a);
       return 2;
     } else if (o->model == NULL) {
       o->model = a;
@@ -212,8 +214,9 @@ static int parse_args(int argc, char **argv, options *o, char *msg, size_t msg_s
     }
   }
   if (o->model == NULL) {
-    snprintf(msg, msg_size, "usage: bench_naive MODEL [--threads N] [--chunk-bytes N] [--slice N | --keep] "
-                            "[--list-files]");
+    snprintf(msg, msg_size,
+             "usage: bench_naive MODEL [--threads N] [--chunk-bytes N] [--slice N | --keep] "
+             "[--list-files]");
     return 2;
   }
   if (o->keep && o->slice > 0) {
@@ -275,8 +278,8 @@ static uint8_t **alloc_buffers(const options *o, char *msg, size_t msg_size) {
       memset(bufs[i], 0, (size_t)o->chunk);
   }
   if (!ok) {
-    snprintf(msg, msg_size, "out of memory for %llu read buffers of %llu bytes", (unsigned long long)o->threads,
-             (unsigned long long)o->chunk);
+    snprintf(msg, msg_size, "out of memory for %llu read buffers of %llu bytes",
+             (unsigned long long)o->threads, (unsigned long long)o->chunk);
     for (size_t i = 0; bufs != NULL && i < (size_t)o->threads; i++)
       free(bufs[i]);
     free(bufs);
@@ -292,7 +295,8 @@ static void free_buffers(uint8_t **bufs, uint64_t n) {
 }
 
 /* Opens the files, starts the threads, reads every piece; 0 on success. */
-static int run_reads(const sl_model *m, shared *sh, const options *o, uint8_t **bufs, char *msg, size_t msg_size) {
+static int run_reads(const sl_model *m, shared *sh, const options *o, uint8_t **bufs, char *msg,
+                     size_t msg_size) {
   size_t n_files = sl_model_file_count(m);
   sh->fds = calloc(n_files + 1, sizeof *sh->fds);
   int rc = 0;
@@ -405,7 +409,8 @@ int main(int argc, char **argv) {
   for (size_t i = 0; rc == 0 && i < sh.n_pieces; i++)
     checkpoint_bytes += sh.pieces[i].nbytes;
   if (rc == 0 && (o.keep || o.slice > 0)) {
-    sh.dst = malloc(dst_bytes > 0 ? (size_t)dst_bytes : 1); /* fresh memory: its first touch is part of loading */
+    sh.dst =
+        malloc(dst_bytes > 0 ? (size_t)dst_bytes : 1); /* fresh memory: its first touch is part of loading */
     if (sh.dst == NULL) {
       snprintf(msg, sizeof msg, "out of memory for a %llu-byte destination", (unsigned long long)dst_bytes);
       rc = 1;
@@ -421,7 +426,8 @@ int main(int argc, char **argv) {
   MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
   if (rc != 0)
     fprintf(stderr, "bench_naive: rank %d: %s\n", rank, msg);
-  unsigned long long mine[3] = {(unsigned long long)sh.bytes_read, (unsigned long long)(sh.dst != NULL ? dst_bytes : 0),
+  unsigned long long mine[3] = {(unsigned long long)sh.bytes_read,
+                                (unsigned long long)(sh.dst != NULL ? dst_bytes : 0),
                                 (unsigned long long)peak_rss_bytes()};
   unsigned long long sums[2] = {0, 0};
   unsigned long long rss_max = 0;
@@ -436,10 +442,12 @@ int main(int argc, char **argv) {
            "\"chunk_bytes\":%llu,\"tensors\":%zu,\"checkpoint_bytes\":%llu,\"bytes_read\":%llu,"
            "\"bytes_kept\":%llu,\"read_amplification\":%.4f,\"wall_seconds\":%.6f,\"open_seconds\":%.6f,"
            "\"read_seconds_max\":%.6f,\"peak_rss_bytes_max\":%llu}\n",
-           mode, (unsigned long long)o.slice, world, (unsigned long long)o.threads, (unsigned long long)o.chunk,
-           sh.n_pieces, (unsigned long long)checkpoint_bytes, sums[0], sums[1], amp, wall, t_open, read_max, rss_max);
+           mode, (unsigned long long)o.slice, world, (unsigned long long)o.threads,
+           (unsigned long long)o.chunk, sh.n_pieces, (unsigned long long)checkpoint_bytes, sums[0], sums[1],
+           amp, wall, t_open, read_max, rss_max);
     fflush(stdout);
-    fprintf(stderr, "bench_naive: %d rank(s), mode %s: %llu bytes read (%.2fx the checkpoint) in %.3f s, %.2f GB/s\n",
+    fprintf(stderr,
+            "bench_naive: %d rank(s), mode %s: %llu bytes read (%.2fx the checkpoint) in %.3f s, %.2f GB/s\n",
             world, mode, sums[0], amp, wall, wall > 0 ? (double)sums[0] / wall / 1e9 : 0.0);
   }
   free(sh.dst);

@@ -47,12 +47,12 @@ typedef struct sl__backend_ops {
 
 struct sl__backend {
   const sl__backend_ops *ops;
-  sl__comm *comm;          /* MPI plumbing (groups created by the loader before any bcast) */
-  bool host_addressable;   /* parameters are host memory: readers may pread straight into them */
-  int device;              /* CUDA device ordinal, -1 on the host */
-  void *impl;              /* backend private state */
-  bool failed;             /* set by the loader once the ranks agreed that a load failed: destroy
-                              then aborts NCCL communicators instead of finalizing them with peers */
+  sl__comm *comm;        /* MPI plumbing (groups created by the loader before any bcast) */
+  bool host_addressable; /* parameters are host memory: readers may pread straight into them */
+  int device;            /* CUDA device ordinal, -1 on the host */
+  void *impl;            /* backend private state */
+  bool failed;           /* set by the loader once the ranks agreed that a load failed: destroy
+                            then aborts NCCL communicators instead of finalizing them with peers */
 };
 
 /* Host backend: always available. */

@@ -345,7 +345,8 @@ static sl_status cuda_copy(sl__backend *b, void *dst, uint64_t dst_stride, const
 
 /* Device → host, synchronous (saving parameters): the main stream first, so that the bytes are
  * those of the finished load. */
-static sl_status cuda_download(sl__backend *b, void *host_dst, const void *src, uint64_t nbytes, sl__err *err) {
+static sl_status cuda_download(sl__backend *b, void *host_dst, const void *src, uint64_t nbytes,
+                               sl__err *err) {
   cuda_state *st = state_of(b);
   CUDA_CHECK(err, st->device, cudaSetDevice(st->device));
   CUDA_CHECK(err, st->device, cudaStreamSynchronize(st->main));

@@ -55,7 +55,8 @@ static sl_status host_alloc(sl__backend *b, uint64_t nbytes, void **out, sl__err
   }
   *out = calloc(1, nbytes > 0 ? (size_t)nbytes : 1);
   if (*out == NULL)
-    return sl__err_set(err, SL_STATUS_NOMEM, "out of memory allocating %llu bytes", (unsigned long long)nbytes);
+    return sl__err_set(err, SL_STATUS_NOMEM, "out of memory allocating %llu bytes",
+                       (unsigned long long)nbytes);
   return SL_STATUS_OK;
 }
 
@@ -102,8 +103,9 @@ static void copy2d(void *dst, uint64_t dst_stride, const void *src, uint64_t src
     memcpy((char *)dst + i * dst_stride, (const char *)src + i * src_stride, (size_t)row_bytes);
 }
 
-static sl_status host_upload(sl__backend *b, int worker, int slot, void *dst, uint64_t dst_stride, const void *src,
-                             uint64_t src_stride, uint64_t row_bytes, uint64_t rows, sl__err *err) {
+static sl_status host_upload(sl__backend *b, int worker, int slot, void *dst, uint64_t dst_stride,
+                             const void *src, uint64_t src_stride, uint64_t row_bytes, uint64_t rows,
+                             sl__err *err) {
   (void)b;
   (void)worker;
   (void)slot;
@@ -120,8 +122,8 @@ static sl_status host_upload_wait(sl__backend *b, int worker, int slot, sl__err 
   return SL_STATUS_OK;
 }
 
-static sl_status host_copy(sl__backend *b, void *dst, uint64_t dst_stride, const void *src, uint64_t src_stride,
-                           uint64_t row_bytes, uint64_t rows, sl__err *err) {
+static sl_status host_copy(sl__backend *b, void *dst, uint64_t dst_stride, const void *src,
+                           uint64_t src_stride, uint64_t row_bytes, uint64_t rows, sl__err *err) {
   (void)b;
   (void)err;
   copy2d(dst, dst_stride, src, src_stride, row_bytes, rows);
@@ -133,7 +135,8 @@ static sl_status host_bcast(sl__backend *b, uint32_t g, void *buf, uint64_t nbyt
   return sl__comm_group_bcast(b->comm, g, buf, nbytes, root, aborted, err);
 }
 
-static sl_status host_download(sl__backend *b, void *host_dst, const void *src, uint64_t nbytes, sl__err *err) {
+static sl_status host_download(sl__backend *b, void *host_dst, const void *src, uint64_t nbytes,
+                               sl__err *err) {
   (void)b;
   (void)err;
   memcpy(host_dst, src, (size_t)nbytes);

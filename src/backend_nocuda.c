@@ -15,9 +15,10 @@ sl_status sl__backend_cuda_create(sl__comm *comm, int workers, int device, void 
   (void)nccl_comm;
   (void)sched;
   *out = NULL;
-  return sl__err_set(err, SL_STATUS_UNSUPPORTED,
-                     "--device cuda: this shardload was built without CUDA and NCCL (rebuild where the CUDA toolkit "
-                     "and NCCL are installed, or use --device cpu)");
+  return sl__err_set(
+      err, SL_STATUS_UNSUPPORTED,
+      "--device cuda: this shardload was built without CUDA and NCCL (rebuild where the CUDA toolkit "
+      "and NCCL are installed, or use --device cpu)");
 }
 
 bool sl__cuda_available(char *why, size_t cap) {

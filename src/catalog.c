@@ -5,8 +5,8 @@
  * Blob layout (all integers little-endian):
  *   "SLCAT001" | u32 format | u32 use_safetensors | str folder | u8 has_config | str config
  *   | u64 n_files | n_files × (str path | str name | u64 size)
- *   | u64 n_tensors | n_tensors × (str name | u32 file | u32 dtype | u32 ndim | ndim × u64 | u64 offset | u64 nbytes)
- * where str = u64 length + bytes (no NUL).
+ *   | u64 n_tensors | n_tensors × (str name | u32 file | u32 dtype | u32 ndim | ndim × u64 | u64 offset | u64
+ * nbytes) where str = u64 length + bytes (no NUL).
  */
 #include "catalog.h"
 
@@ -77,8 +77,8 @@ static char *rename_name(const sl__catalog_opts *o, sl__format format, const cha
   return sl__strdup(name);
 }
 
-static sl_status add_file_tensors(sl__catalog *c, const sl__catalog_opts *o, uint32_t fi, const sl__st_header *h,
-                                  size_t *cap, sl__err *err) {
+static sl_status add_file_tensors(sl__catalog *c, const sl__catalog_opts *o, uint32_t fi,
+                                  const sl__st_header *h, size_t *cap, sl__err *err) {
   if (c->n_tensors + h->n_tensors > *cap) {
     size_t ncap = *cap != 0 ? *cap : 256;
     while (ncap < c->n_tensors + h->n_tensors)
@@ -105,7 +105,8 @@ static sl_status add_file_tensors(sl__catalog *c, const sl__catalog_opts *o, uin
     c->n_tensors++;
     uint32_t existing = 0;
     bool oom = false;
-    if (!sl__strmap_put(&c->by_name, t->name, strlen(t->name), (uint32_t)(c->n_tensors - 1), &existing, &oom)) {
+    if (!sl__strmap_put(&c->by_name, t->name, strlen(t->name), (uint32_t)(c->n_tensors - 1), &existing,
+                        &oom)) {
       if (oom)
         return sl__err_set(err, SL_STATUS_NOMEM, "out of memory");
       return sl__err_set(err, SL_STATUS_DUPLICATE_TENSOR, "duplicate tensor '%s' in %s and %s", t->name,
@@ -150,8 +151,8 @@ sl_status sl__catalog_build(const sl__catalog_opts *o, sl__catalog *c, sl__err *
     }
     if (!sel.use_safetensors && is_pickle_name(f->name)) {
       if (!o->list_pickle)
-        st = sl__err_set(err, SL_STATUS_PICKLE, "pickle checkpoints are not supported: %s (convert to safetensors)",
-                         f->path);
+        st = sl__err_set(err, SL_STATUS_PICKLE,
+                         "pickle checkpoints are not supported: %s (convert to safetensors)", f->path);
       continue;
     }
     sl__st_header h;
@@ -174,8 +175,8 @@ sl_status sl__catalog_build(const sl__catalog_opts *o, sl__catalog *c, sl__err *
       if (st == SL_STATUS_NOT_FOUND && !o->require_config) {
         st = SL_STATUS_OK;
       } else if (st == SL_STATUS_NOT_FOUND) {
-        st = sl__err_set(err, SL_STATUS_MODEL_CONFIG, "%s has no config.json (needed to know the architecture)",
-                         o->folder);
+        st = sl__err_set(err, SL_STATUS_MODEL_CONFIG,
+                         "%s has no config.json (needed to know the architecture)", o->folder);
       } else if (st != SL_STATUS_OK) {
         sl__err_copy(err, &cerr);
       }

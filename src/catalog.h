@@ -19,41 +19,41 @@
 #define SL_CAT_MAX_DIMS 8
 
 typedef struct sl__cat_file {
-  char *path;       /* full path of the file */
-  char *name;       /* basename */
-  uint64_t size;    /* bytes */
+  char *path;    /* full path of the file */
+  char *name;    /* basename */
+  uint64_t size; /* bytes */
 } sl__cat_file;
 
 typedef struct sl__cat_tensor {
-  char *name;       /* after Mistral renaming (format mistral); the checkpoint name otherwise */
-  uint32_t file;    /* index into files */
+  char *name;    /* after Mistral renaming (format mistral); the checkpoint name otherwise */
+  uint32_t file; /* index into files */
   sl__dtype dtype;
   uint32_t ndim;
   uint64_t shape[SL_CAT_MAX_DIMS];
-  uint64_t offset;  /* absolute byte offset in the file */
+  uint64_t offset; /* absolute byte offset in the file */
   uint64_t nbytes;
 } sl__cat_tensor;
 
 typedef struct sl__catalog {
-  char *folder;            /* the model folder the files were selected from */
-  sl__format format;       /* effective load format */
+  char *folder;      /* the model folder the files were selected from */
+  sl__format format; /* effective load format */
   bool use_safetensors;
   size_t n_files;
-  sl__cat_file *files;     /* natural order */
+  sl__cat_file *files; /* natural order */
   size_t n_tensors;
   sl__cat_tensor *tensors; /* file order, then offset order */
   char *config_json;       /* config.json text, or NULL when absent */
   size_t config_len;
-  sl__strmap by_name;      /* name → tensor index */
+  sl__strmap by_name; /* name → tensor index */
 } sl__catalog;
 
 typedef struct sl__catalog_opts {
-  const char *folder;          /* model folder (local or a Hub snapshot) */
-  const char *what;            /* the model argument, for "Cannot find any model weights with ..." */
-  sl__select_opts select;      /* format AUTO is resolved on the folder */
-  bool list_pickle;            /* inspect: list .bin/.pt files instead of failing */
-  bool require_config;         /* config.json must exist */
-  size_t n_renames;            /* name renaming (Mistral consolidated → HF), applied when the */
+  const char *folder;             /* model folder (local or a Hub snapshot) */
+  const char *what;               /* the model argument, for "Cannot find any model weights with ..." */
+  sl__select_opts select;         /* format AUTO is resolved on the folder */
+  bool list_pickle;               /* inspect: list .bin/.pt files instead of failing */
+  bool require_config;            /* config.json must exist */
+  size_t n_renames;               /* name renaming (Mistral consolidated → HF), applied when the */
   const char *const *rename_from; /* effective format equals rename_format; {layer} matches digits */
   const char *const *rename_to;
   const char *rename_format;

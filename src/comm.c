@@ -8,9 +8,9 @@
 #include "util.h"
 
 #include <limits.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sched.h>
 
 #define ABORT_TAG 7071
 #define BLOB_PIECE ((size_t)1 << 30)
@@ -95,8 +95,8 @@ sl_status sl__comm_agree(sl__comm *c, sl_status mine, sl__err *err, const char *
   if (mine != SL_STATUS_OK)
     return mine;
   payload.msg[sizeof payload.msg - 1] = '\0';
-  return sl__err_set(err, SL_STATUS_PEER_FAILED, "another rank failed%s%s: rank %d: %s", phase != NULL ? " while " : "",
-                     phase != NULL ? phase : "", first, payload.msg);
+  return sl__err_set(err, SL_STATUS_PEER_FAILED, "another rank failed%s%s: rank %d: %s",
+                     phase != NULL ? " while " : "", phase != NULL ? phase : "", first, payload.msg);
 }
 
 sl_status sl__comm_bcast_blob(sl__comm *c, uint8_t **blob, size_t *len, int root, sl__err *err) {
@@ -113,7 +113,8 @@ sl_status sl__comm_bcast_blob(sl__comm *c, uint8_t **blob, size_t *len, int root
     if (oom) {
       /* Receive into a bounded scratch buffer to stay in step. */
       uint8_t *scratch = malloc(piece);
-      rc = MPI_Bcast(scratch != NULL ? scratch : dummy, scratch != NULL ? (int)piece : 0, MPI_BYTE, root, c->world);
+      rc = MPI_Bcast(scratch != NULL ? scratch : dummy, scratch != NULL ? (int)piece : 0, MPI_BYTE, root,
+                     c->world);
       free(scratch);
     } else {
       rc = MPI_Bcast(buf + off, (int)piece, MPI_BYTE, root, c->world);
@@ -252,7 +253,6 @@ sl_status sl__comm_abort_disarm(sl__comm *c, sl__err *err) {
   }
   return SL_STATUS_OK;
 }
-
 
 sl_status sl__comm_group_bcast(sl__comm *c, uint32_t g, void *buf, uint64_t nbytes, int root, bool *aborted,
                                sl__err *err) {

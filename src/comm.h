@@ -16,21 +16,21 @@
 #include <stdint.h>
 
 typedef struct sl__comm {
-  MPI_Comm world;            /* duplicate of the caller's communicator, errors returned */
+  MPI_Comm world; /* duplicate of the caller's communicator, errors returned */
   int rank;
   int size;
-  MPI_Comm abort_comm;       /* abort messages travel here */
-  MPI_Request abort_req;     /* posted receive of an abort message */
+  MPI_Comm abort_comm;   /* abort messages travel here */
+  MPI_Request abort_req; /* posted receive of an abort message */
   int abort_buf;
-  int abort_one;             /* send buffer of abort messages (must outlive the sends) */
+  int abort_one; /* send buffer of abort messages (must outlive the sends) */
   bool armed;
-  bool aborted;              /* some rank raised an abort (or we did) */
-  bool raised;               /* we raised it */
-  int abort_from;            /* rank whose abort we saw first, or -1 */
+  bool aborted;   /* some rank raised an abort (or we did) */
+  bool raised;    /* we raised it */
+  int abort_from; /* rank whose abort we saw first, or -1 */
   size_t n_groups;
-  MPI_Comm *groups;          /* per schedule group: its communicator, MPI_COMM_NULL if not a member */
-  int *group_rank;           /* our rank in each group, -1 if not a member */
-  MPI_Request abandoned;     /* a broadcast left unfinished by an abort (never waited for) */
+  MPI_Comm *groups;      /* per schedule group: its communicator, MPI_COMM_NULL if not a member */
+  int *group_rank;       /* our rank in each group, -1 if not a member */
+  MPI_Request abandoned; /* a broadcast left unfinished by an abort (never waited for) */
 } sl__comm;
 
 sl_status sl__comm_init(sl__comm *c, MPI_Comm user, sl__err *err);

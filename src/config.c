@@ -40,8 +40,9 @@ static const key_def keys[] = {
     {"device", T_ENUM, "cpu", "cpu,cuda", "where the parameters land"},
     {"cuda_device", T_STR, NULL, NULL, "CUDA device ordinal (default: node-local rank)"},
     {"pp_layer_partition", T_STR, NULL, NULL, "explicit layers per stage, e.g. 4,6,6,4"},
-    {"extra_config", T_STR, NULL, NULL, "JSON object: enable_multithread_load, num_threads, "
-                                        "enable_weights_track"},
+    {"extra_config", T_STR, NULL, NULL,
+     "JSON object: enable_multithread_load, num_threads, "
+     "enable_weights_track"},
     {"threads", T_POS, NULL, NULL, "reader threads per rank (default 8)"},
     {"load_strategy", T_ENUM, "auto", "auto,direct,io_uring", "how bytes are read"},
     {"staging_bytes", T_POS, "268435456", NULL, "staging memory cap per rank, bytes"},
@@ -146,8 +147,8 @@ static sl_status validate(const key_def *k, const char *value, sl__err *err) {
   case T_BOOL:
     if (parse_bool(value, &b))
       return SL_STATUS_OK;
-    return sl__err_set(err, SL_STATUS_CONFIG, "%s: '%s' is not a boolean (accepted: true, false, 1, 0, yes, no)",
-                       k->name, value);
+    return sl__err_set(err, SL_STATUS_CONFIG,
+                       "%s: '%s' is not a boolean (accepted: true, false, 1, 0, yes, no)", k->name, value);
   case T_U64:
     if (sl__parse_u64(value, &u))
       return SL_STATUS_OK;
@@ -164,9 +165,10 @@ static sl_status validate(const key_def *k, const char *value, sl__err *err) {
     if (enum_match(k->choices, value))
       return SL_STATUS_OK;
     if (strcmp(k->name, "load_format") == 0)
-      return sl__err_set(err, SL_STATUS_CONFIG, "unknown load format '%s' (accepted: auto, hf, safetensors, mistral, pt)",
-                         value);
-    return sl__err_set(err, SL_STATUS_CONFIG, "%s: unknown value '%s' (accepted: %s)", k->name, value, k->choices);
+      return sl__err_set(err, SL_STATUS_CONFIG,
+                         "unknown load format '%s' (accepted: auto, hf, safetensors, mistral, pt)", value);
+    return sl__err_set(err, SL_STATUS_CONFIG, "%s: unknown value '%s' (accepted: %s)", k->name, value,
+                       k->choices);
   }
   return SL_STATUS_INTERNAL;
 }
@@ -196,7 +198,9 @@ const char *sl_config_get(const sl_config *config, const char *key) {
   return i >= 0 ? config->values[i] : NULL;
 }
 
-const char *sl_config_error(const sl_config *config) { return config != NULL ? config->err.msg : ""; }
+const char *sl_config_error(const sl_config *config) {
+  return config != NULL ? config->err.msg : "";
+}
 
 void sl__config_set_error(sl_config *cfg, const sl__err *err) {
   if (cfg == NULL || err == NULL)
@@ -210,7 +214,9 @@ void sl__config_clear_error(sl_config *cfg) {
     sl__err_clear(&cfg->err);
 }
 
-bool sl__config_is_set(const sl_config *cfg, const char *key) { return sl_config_get(cfg, key) != NULL; }
+bool sl__config_is_set(const sl_config *cfg, const char *key) {
+  return sl_config_get(cfg, key) != NULL;
+}
 
 const char *sl__config_str(const sl_config *cfg, const char *key) {
   int i = key_index(key);

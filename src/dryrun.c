@@ -46,8 +46,9 @@ sl_status sl_dryrun_create(sl_config *config, int world_size, sl_dryrun **out) {
   sl__buf_init(&d->json, 0);
   sl__buf_init(&d->summary, 0);
   double t0 = sl__now();
-  sl_status st = world_size >= 1 ? SL_STATUS_OK
-                                 : sl__err_set(&err, SL_STATUS_INVALID_ARGUMENT, "world size must be at least 1");
+  sl_status st = world_size >= 1
+                     ? SL_STATUS_OK
+                     : sl__err_set(&err, SL_STATUS_INVALID_ARGUMENT, "world size must be at least 1");
   d->world = (uint32_t)world_size;
   if (st == SL_STATUS_OK)
     st = sl__opts_from_config(config, &d->opts, &err);
@@ -78,13 +79,15 @@ sl_status sl_dryrun_create(sl_config *config, int world_size, sl_dryrun **out) {
     return st;
   }
   d->seconds = sl__now() - t0;
-  sl__figures_compute(d->sched.stats, d->world, d->sched.unique_bytes, d->opts.storage_gbps, d->opts.network_gbps,
-                      d->opts.ranks_per_node, &d->fig);
+  sl__figures_compute(d->sched.stats, d->world, d->sched.unique_bytes, d->opts.storage_gbps,
+                      d->opts.network_gbps, d->opts.ranks_per_node, &d->fig);
   *out = d;
   return SL_STATUS_OK;
 }
 
-int sl_dryrun_world_size(const sl_dryrun *d) { return d != NULL ? (int)d->world : 0; }
+int sl_dryrun_world_size(const sl_dryrun *d) {
+  return d != NULL ? (int)d->world : 0;
+}
 
 sl_status sl_dryrun_rank_stats(const sl_dryrun *d, int rank, sl_rank_stats *out) {
   if (d == NULL || out == NULL || rank < 0 || (uint32_t)rank >= d->world)
@@ -99,18 +102,18 @@ static void header_json(sl_dryrun *d, sl__buf *b) {
   sl__buf_json_str(b, d->opts.model);
   sl__buf_appendf(b, ",\"architecture\":");
   sl__buf_json_str(b, m->architecture != NULL ? m->architecture : "");
-  sl__buf_appendf(b,
-                  ",\"layout\":\"%s\",\"tp\":%u,\"pp\":%u,\"dp\":%u,\"expert_parallel\":%s,\"experts\":%llu,"
-                  "\"layers\":%u,\"checkpoint_bytes\":%llu,\"files\":%zu,\"tensors\":%zu,\"planning_seconds\":%.3f,"
-                  "\"pieces\":%zu,\"broadcast_groups\":%zu,\"buckets\":%zu,\"tensors_read\":%llu,"
-                  "\"tensors_read_by_one_rank\":%llu,\"expert_tensors\":%llu,\"expert_tensors_read_by_one_rank\":%llu,",
-                  m->layout == SL_LAYOUT_VLLM ? "vllm" : "checkpoint", d->opts.tp, d->opts.pp, d->opts.dp,
-                  d->opts.enable_ep ? "true" : "false", (unsigned long long)m->experts, m->n_layers,
-                  (unsigned long long)d->sched.checkpoint_bytes, d->prep.cat.n_files, d->prep.cat.n_tensors,
-                  d->seconds, d->sched.n_pieces, d->sched.n_groups, d->sched.n_buckets,
-                  (unsigned long long)d->sched.tensors_read, (unsigned long long)d->sched.tensors_one_reader,
-                  (unsigned long long)d->sched.expert_tensors,
-                  (unsigned long long)d->sched.expert_tensors_one_reader);
+  sl__buf_appendf(
+      b,
+      ",\"layout\":\"%s\",\"tp\":%u,\"pp\":%u,\"dp\":%u,\"expert_parallel\":%s,\"experts\":%llu,"
+      "\"layers\":%u,\"checkpoint_bytes\":%llu,\"files\":%zu,\"tensors\":%zu,\"planning_seconds\":%.3f,"
+      "\"pieces\":%zu,\"broadcast_groups\":%zu,\"buckets\":%zu,\"tensors_read\":%llu,"
+      "\"tensors_read_by_one_rank\":%llu,\"expert_tensors\":%llu,\"expert_tensors_read_by_one_rank\":%llu,",
+      m->layout == SL_LAYOUT_VLLM ? "vllm" : "checkpoint", d->opts.tp, d->opts.pp, d->opts.dp,
+      d->opts.enable_ep ? "true" : "false", (unsigned long long)m->experts, m->n_layers,
+      (unsigned long long)d->sched.checkpoint_bytes, d->prep.cat.n_files, d->prep.cat.n_tensors, d->seconds,
+      d->sched.n_pieces, d->sched.n_groups, d->sched.n_buckets, (unsigned long long)d->sched.tensors_read,
+      (unsigned long long)d->sched.tensors_one_reader, (unsigned long long)d->sched.expert_tensors,
+      (unsigned long long)d->sched.expert_tensors_one_reader);
 }
 
 const char *sl_dryrun_json(sl_dryrun *d) {
@@ -138,11 +141,12 @@ const char *sl_dryrun_summary(sl_dryrun *d) {
                     "planned in %.3f s: %zu distinct slices, %zu broadcast groups, %zu buckets\n"
                     "tensors read whole by one rank: %llu of %llu; expert tensors: %llu of %llu\n",
                     d->opts.model, m->architecture != NULL ? m->architecture : "?", m->n_layers,
-                    (unsigned long long)m->experts, d->prep.cat.n_files, d->prep.cat.n_tensors, ck, d->opts.tp,
-                    d->opts.pp, d->opts.dp, d->opts.enable_ep ? " with expert parallelism" : "",
+                    (unsigned long long)m->experts, d->prep.cat.n_files, d->prep.cat.n_tensors, ck,
+                    d->opts.tp, d->opts.pp, d->opts.dp, d->opts.enable_ep ? " with expert parallelism" : "",
                     m->layout == SL_LAYOUT_VLLM ? "vllm" : "checkpoint", d->seconds, d->sched.n_pieces,
                     d->sched.n_groups, d->sched.n_buckets, (unsigned long long)d->sched.tensors_one_reader,
-                    (unsigned long long)d->sched.tensors_read, (unsigned long long)d->sched.expert_tensors_one_reader,
+                    (unsigned long long)d->sched.tensors_read,
+                    (unsigned long long)d->sched.expert_tensors_one_reader,
                     (unsigned long long)d->sched.expert_tensors);
     sl__figures_table(&d->summary, &d->fig, d->sched.stats, 64);
   }

@@ -19,7 +19,9 @@ const char *sl__dtype_name(sl__dtype dt) {
   return (unsigned)dt < (unsigned)SL_DT_COUNT ? dtype_names[dt] : "?";
 }
 
-uint32_t sl__dtype_bits(sl__dtype dt) { return (unsigned)dt < (unsigned)SL_DT_COUNT ? dtype_bits[dt] : 0; }
+uint32_t sl__dtype_bits(sl__dtype dt) {
+  return (unsigned)dt < (unsigned)SL_DT_COUNT ? dtype_bits[dt] : 0;
+}
 
 bool sl__dtype_parse(const char *name, size_t n, sl__dtype *out) {
   for (int i = 0; i < SL_DT_COUNT; i++) {

@@ -13,26 +13,31 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef enum {
-  N_INT,
-  N_STR,
-  N_BOOL,
-  N_NULL,
-  N_IDENT,
-  N_NEG,
-  N_NOT,
-  N_BIN,
-  N_CALL
-} node_kind;
+typedef enum { N_INT, N_STR, N_BOOL, N_NULL, N_IDENT, N_NEG, N_NOT, N_BIN, N_CALL } node_kind;
 
-typedef enum { OP_OR, OP_AND, OP_EQ, OP_NE, OP_LT, OP_LE, OP_GT, OP_GE, OP_ADD, OP_SUB, OP_MUL, OP_DIV, OP_FDIV, OP_MOD } bin_op;
+typedef enum {
+  OP_OR,
+  OP_AND,
+  OP_EQ,
+  OP_NE,
+  OP_LT,
+  OP_LE,
+  OP_GT,
+  OP_GE,
+  OP_ADD,
+  OP_SUB,
+  OP_MUL,
+  OP_DIV,
+  OP_FDIV,
+  OP_MOD
+} bin_op;
 
 typedef struct node {
   node_kind kind;
   bin_op op;
   int64_t i;
-  char *s;              /* identifier, string literal or function name */
-  struct node **args;   /* N_BIN: 2; N_NEG/N_NOT: 1; N_CALL: n */
+  char *s;            /* identifier, string literal or function name */
+  struct node **args; /* N_BIN: 2; N_NEG/N_NOT: 1; N_CALL: n */
   size_t nargs;
 } node;
 
@@ -61,8 +66,8 @@ static void skip_ws(parser *p) {
 
 static node *fail(parser *p, const char *what) {
   if (!p->failed)
-    sl__err_set(p->err, SL_STATUS_ARCH, "%s: invalid expression '%s' at offset %zu: %s", p->where, p->text, p->pos,
-                what);
+    sl__err_set(p->err, SL_STATUS_ARCH, "%s: invalid expression '%s' at offset %zu: %s", p->where, p->text,
+                p->pos, what);
   p->failed = true;
   return NULL;
 }
@@ -110,8 +115,12 @@ static bool accept(parser *p, const char *tok) {
   return true;
 }
 
-static bool is_ident_start(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
-static bool is_ident_char(char c) { return is_ident_start(c) || (c >= '0' && c <= '9') || c == '.'; }
+static bool is_ident_start(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
+}
+static bool is_ident_char(char c) {
+  return is_ident_start(c) || (c >= '0' && c <= '9') || c == '.';
+}
 
 static node *parse_expr(parser *p);
 
@@ -374,7 +383,9 @@ void sl__expr_free(sl__expr *e) {
   free(e);
 }
 
-const char *sl__expr_text(const sl__expr *e) { return e != NULL ? e->text : ""; }
+const char *sl__expr_text(const sl__expr *e) {
+  return e != NULL ? e->text : "";
+}
 
 /* ---------------------------------------------------------------------------------------------
  * Evaluator
@@ -646,7 +657,8 @@ sl_status sl__expr_eval(const sl__expr *e, sl__expr_lookup_fn lookup, void *ctx,
   return SL_STATUS_OK;
 }
 
-sl_status sl__expr_eval_u64(const sl__expr *e, sl__expr_lookup_fn lookup, void *ctx, uint64_t *out, sl__err *err) {
+sl_status sl__expr_eval_u64(const sl__expr *e, sl__expr_lookup_fn lookup, void *ctx, uint64_t *out,
+                            sl__err *err) {
   sl__val v;
   sl_status st = sl__expr_eval(e, lookup, ctx, &v, err);
   if (st != SL_STATUS_OK)
@@ -663,7 +675,8 @@ sl_status sl__expr_eval_u64(const sl__expr *e, sl__expr_lookup_fn lookup, void *
   return SL_STATUS_OK;
 }
 
-sl_status sl__expr_eval_bool(const sl__expr *e, sl__expr_lookup_fn lookup, void *ctx, bool *out, sl__err *err) {
+sl_status sl__expr_eval_bool(const sl__expr *e, sl__expr_lookup_fn lookup, void *ctx, bool *out,
+                             sl__err *err) {
   sl__val v;
   sl_status st = sl__expr_eval(e, lookup, ctx, &v, err);
   if (st != SL_STATUS_OK)

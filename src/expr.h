@@ -21,14 +21,21 @@
 
 struct cJSON;
 
-typedef enum { SL_VAL_MISSING = 0, SL_VAL_NULL, SL_VAL_INT, SL_VAL_BOOL, SL_VAL_STR, SL_VAL_LIST } sl__val_kind;
+typedef enum {
+  SL_VAL_MISSING = 0,
+  SL_VAL_NULL,
+  SL_VAL_INT,
+  SL_VAL_BOOL,
+  SL_VAL_STR,
+  SL_VAL_LIST
+} sl__val_kind;
 
 typedef struct sl__val {
   sl__val_kind kind;
-  int64_t i;                     /* INT, BOOL (0/1) */
-  const char *s;                 /* STR (borrowed) */
-  const struct cJSON *list;      /* LIST (borrowed cJSON array) */
-  const char *origin;            /* name of the field it came from, for messages; may be NULL */
+  int64_t i;                /* INT, BOOL (0/1) */
+  const char *s;            /* STR (borrowed) */
+  const struct cJSON *list; /* LIST (borrowed cJSON array) */
+  const char *origin;       /* name of the field it came from, for messages; may be NULL */
 } sl__val;
 
 typedef struct sl__expr sl__expr;
@@ -44,9 +51,11 @@ const char *sl__expr_text(const sl__expr *e);
 
 sl_status sl__expr_eval(const sl__expr *e, sl__expr_lookup_fn lookup, void *ctx, sl__val *out, sl__err *err);
 /* Evaluates and requires an integer ≥ 0 (sizes). */
-sl_status sl__expr_eval_u64(const sl__expr *e, sl__expr_lookup_fn lookup, void *ctx, uint64_t *out, sl__err *err);
+sl_status sl__expr_eval_u64(const sl__expr *e, sl__expr_lookup_fn lookup, void *ctx, uint64_t *out,
+                            sl__err *err);
 /* Evaluates and requires a boolean (an integer is accepted as != 0). */
-sl_status sl__expr_eval_bool(const sl__expr *e, sl__expr_lookup_fn lookup, void *ctx, bool *out, sl__err *err);
+sl_status sl__expr_eval_bool(const sl__expr *e, sl__expr_lookup_fn lookup, void *ctx, bool *out,
+                             sl__err *err);
 
 /* Collects the config.json field names an expression reads (identifiers that are not resolved
  * by `is_local`), comma-separated into buf — used to say which fields produced a shape. */

@@ -22,7 +22,10 @@ void sl__fmt_bytes(char *buf, size_t cap, uint64_t bytes) {
 
 void sl__figures_compute(const sl_rank_stats *stats, uint32_t world, uint64_t unique, double storage_gbps,
                          double network_gbps, uint32_t ranks_per_node, sl__figures *f) {
-  *f = (sl__figures){.world = world, .unique = unique, .storage_gbps = storage_gbps, .network_gbps = network_gbps,
+  *f = (sl__figures){.world = world,
+                     .unique = unique,
+                     .storage_gbps = storage_gbps,
+                     .network_gbps = network_gbps,
                      .ranks_per_node = ranks_per_node > 0 ? ranks_per_node : 1};
   for (uint32_t r = 0; r < world; r++) {
     const sl_rank_stats *s = &stats[r];
@@ -80,18 +83,18 @@ static void rank_json(sl__buf *b, uint32_t r, const sl_rank_stats *s) {
 }
 
 void sl__figures_json(sl__buf *b, const sl__figures *f) {
-  sl__buf_appendf(b,
-                  "\"world\":%u,\"bytes_unique\":%llu,\"bytes_needed\":%llu,\"bytes_read\":%llu,"
-                  "\"bytes_covering\":%llu,\"bytes_broadcast\":%llu,\"bytes_naive\":%llu,"
-                  "\"read_amplification\":%.4f,\"read_amplification_with_covering\":%.4f,"
-                  "\"naive_read_amplification\":%.4f,\"largest_rank\":%u,\"smallest_rank\":%u,"
-                  "\"prediction\":{\"storage_gbps_per_node\":%g,\"network_gbps_per_node\":%g,\"ranks_per_node\":%u,"
-                  "\"predicted_seconds\":%.3f,\"predicted_naive_seconds\":%.3f},",
-                  f->world, (unsigned long long)f->unique, (unsigned long long)f->needed,
-                  (unsigned long long)f->read, (unsigned long long)f->covering, (unsigned long long)f->received,
-                  (unsigned long long)f->naive, f->amplification, f->amplification_covering, f->naive_amplification,
-                  f->largest, f->smallest, f->storage_gbps, f->network_gbps, f->ranks_per_node, f->predicted_s,
-                  f->predicted_naive_s);
+  sl__buf_appendf(
+      b,
+      "\"world\":%u,\"bytes_unique\":%llu,\"bytes_needed\":%llu,\"bytes_read\":%llu,"
+      "\"bytes_covering\":%llu,\"bytes_broadcast\":%llu,\"bytes_naive\":%llu,"
+      "\"read_amplification\":%.4f,\"read_amplification_with_covering\":%.4f,"
+      "\"naive_read_amplification\":%.4f,\"largest_rank\":%u,\"smallest_rank\":%u,"
+      "\"prediction\":{\"storage_gbps_per_node\":%g,\"network_gbps_per_node\":%g,\"ranks_per_node\":%u,"
+      "\"predicted_seconds\":%.3f,\"predicted_naive_seconds\":%.3f},",
+      f->world, (unsigned long long)f->unique, (unsigned long long)f->needed, (unsigned long long)f->read,
+      (unsigned long long)f->covering, (unsigned long long)f->received, (unsigned long long)f->naive,
+      f->amplification, f->amplification_covering, f->naive_amplification, f->largest, f->smallest,
+      f->storage_gbps, f->network_gbps, f->ranks_per_node, f->predicted_s, f->predicted_naive_s);
 }
 
 void sl__figures_ranks_json(sl__buf *b, const sl_rank_stats *stats, uint32_t world) {
@@ -111,8 +114,8 @@ static void rank_row(sl__buf *b, uint32_t r, const sl_rank_stats *s, const char 
   sl__fmt_bytes(cov, sizeof cov, s->bytes_covering);
   sl__fmt_bytes(rcv, sizeof rcv, s->bytes_received);
   sl__fmt_bytes(snt, sizeof snt, s->bytes_sent);
-  sl__buf_appendf(b, "  %6u %12s %12s %12s %12s %12s %6u %7u %7u%s\n", r, need, rd, cov, rcv, snt, s->files_opened,
-                  s->params, s->experts_local, tag);
+  sl__buf_appendf(b, "  %6u %12s %12s %12s %12s %12s %6u %7u %7u%s\n", r, need, rd, cov, rcv, snt,
+                  s->files_opened, s->params, s->experts_local, tag);
 }
 
 void sl__figures_table(sl__buf *b, const sl__figures *f, const sl_rank_stats *stats, uint32_t max_rows) {
@@ -122,18 +125,19 @@ void sl__figures_table(sl__buf *b, const sl__figures *f, const sl_rank_stats *st
   sl__fmt_bytes(cov, sizeof cov, f->covering);
   sl__fmt_bytes(bc, sizeof bc, f->received);
   sl__fmt_bytes(nv, sizeof nv, f->naive);
-  sl__buf_appendf(b,
-                  "ranks: %u\n"
-                  "bytes needed by the job (distinct slices): %s\n"
-                  "bytes read cluster-wide: %s (of which covering gaps: %s)\n"
-                  "read amplification: %.2f (%.2f with covering bytes); every rank reading whole tensors: %.2f (%s)\n"
-                  "bytes received by broadcast: %s\n"
-                  "predicted load time: %.2f s (storage %.1f GB/s and network %.1f GB/s per node, %u ranks per node); "
-                  "whole-tensor reads: %.2f s\n",
-                  f->world, un, rd, cov, f->amplification, f->amplification_covering, f->naive_amplification, nv, bc,
-                  f->predicted_s, f->storage_gbps, f->network_gbps, f->ranks_per_node, f->predicted_naive_s);
-  sl__buf_appendf(b, "  %6s %12s %12s %12s %12s %12s %6s %7s %7s\n", "rank", "needed", "read", "covering", "received",
-                  "sent", "files", "params", "experts");
+  sl__buf_appendf(
+      b,
+      "ranks: %u\n"
+      "bytes needed by the job (distinct slices): %s\n"
+      "bytes read cluster-wide: %s (of which covering gaps: %s)\n"
+      "read amplification: %.2f (%.2f with covering bytes); every rank reading whole tensors: %.2f (%s)\n"
+      "bytes received by broadcast: %s\n"
+      "predicted load time: %.2f s (storage %.1f GB/s and network %.1f GB/s per node, %u ranks per node); "
+      "whole-tensor reads: %.2f s\n",
+      f->world, un, rd, cov, f->amplification, f->amplification_covering, f->naive_amplification, nv, bc,
+      f->predicted_s, f->storage_gbps, f->network_gbps, f->ranks_per_node, f->predicted_naive_s);
+  sl__buf_appendf(b, "  %6s %12s %12s %12s %12s %12s %6s %7s %7s\n", "rank", "needed", "read", "covering",
+                  "received", "sent", "files", "params", "experts");
   if (f->world <= max_rows) {
     for (uint32_t r = 0; r < f->world; r++)
       rank_row(b, r, &stats[r], "");

@@ -12,18 +12,18 @@
 
 typedef struct sl__figures {
   uint32_t world;
-  uint64_t needed;          /* sum of bytes_needed */
-  uint64_t read;            /* sum of bytes_read (covering included) */
-  uint64_t covering;        /* sum of bytes_covering */
-  uint64_t received;        /* sum of bytes_received */
-  uint64_t naive;           /* sum of bytes_naive */
-  uint64_t unique;          /* bytes of distinct source slices the job needs */
-  double amplification;     /* (read - covering) / unique */
+  uint64_t needed;               /* sum of bytes_needed */
+  uint64_t read;                 /* sum of bytes_read (covering included) */
+  uint64_t covering;             /* sum of bytes_covering */
+  uint64_t received;             /* sum of bytes_received */
+  uint64_t naive;                /* sum of bytes_naive */
+  uint64_t unique;               /* bytes of distinct source slices the job needs */
+  double amplification;          /* (read - covering) / unique */
   double amplification_covering; /* read / unique */
   double naive_amplification;    /* naive / unique */
   uint32_t largest, smallest;    /* ranks with most / fewest bytes read */
-  double predicted_s;       /* storage then network, per the model */
-  double predicted_naive_s; /* every rank reading whole tensors */
+  double predicted_s;            /* storage then network, per the model */
+  double predicted_naive_s;      /* every rank reading whole tensors */
   double storage_gbps, network_gbps;
   uint32_t ranks_per_node;
 } sl__figures;

@@ -8,16 +8,19 @@
 
 #include <string.h>
 
-sl_status sl__layout_init(sl__layout *l, uint32_t tp, uint32_t pp, uint32_t dp, uint32_t world, sl__err *err) {
+sl_status sl__layout_init(sl__layout *l, uint32_t tp, uint32_t pp, uint32_t dp, uint32_t world,
+                          sl__err *err) {
   memset(l, 0, sizeof *l);
   if (tp < 1 || pp < 1 || dp < 1)
-    return sl__err_set(err, SL_STATUS_LAYOUT, "tp, pp and dp must be at least 1 (got tp=%u pp=%u dp=%u)", tp, pp, dp);
+    return sl__err_set(err, SL_STATUS_LAYOUT, "tp, pp and dp must be at least 1 (got tp=%u pp=%u dp=%u)", tp,
+                       pp, dp);
   uint64_t prod = (uint64_t)tp * pp * dp;
   if (prod != world)
-    return sl__err_set(err, SL_STATUS_LAYOUT,
-                       "tp * pp * dp = %u * %u * %u = %llu, but the world size is %u (run with %llu ranks or change "
-                       "--tp/--pp/--dp)",
-                       tp, pp, dp, (unsigned long long)prod, world, (unsigned long long)prod);
+    return sl__err_set(
+        err, SL_STATUS_LAYOUT,
+        "tp * pp * dp = %u * %u * %u = %llu, but the world size is %u (run with %llu ranks or change "
+        "--tp/--pp/--dp)",
+        tp, pp, dp, (unsigned long long)prod, world, (unsigned long long)prod);
   l->tp = tp;
   l->pp = pp;
   l->dp = dp;
@@ -39,8 +42,8 @@ uint32_t sl__layout_rank(const sl__layout *l, sl__coords c) {
 
 sl_status sl__pp_split_auto(uint32_t layers, uint32_t stages, uint32_t *starts, sl__err *err) {
   if (stages < 1 || layers < stages)
-    return sl__err_set(err, SL_STATUS_LAYOUT, "the model has %u layers, fewer than the %u pipeline stages", layers,
-                       stages);
+    return sl__err_set(err, SL_STATUS_LAYOUT, "the model has %u layers, fewer than the %u pipeline stages",
+                       layers, stages);
   uint32_t base = layers / stages;
   uint32_t rem = layers % stages;
   /* vLLM: the extra layers go to stages P-2, P-3, ..., P-1-rem (never the last). */
@@ -96,8 +99,8 @@ sl_status sl__pp_split_explicit(const char *partition, uint32_t layers, uint32_t
   if (n != stages)
     return sl__err_set(err, SL_STATUS_LAYOUT, "partition has %u entries, pipeline size is %u", n, stages);
   if (sum != layers)
-    return sl__err_set(err, SL_STATUS_LAYOUT, "partition sums to %llu, model has %u layers", (unsigned long long)sum,
-                       layers);
+    return sl__err_set(err, SL_STATUS_LAYOUT, "partition sums to %llu, model has %u layers",
+                       (unsigned long long)sum, layers);
   starts[0] = 0;
   for (uint32_t i = 1; i <= stages; i++)
     starts[i] += starts[i - 1];
@@ -121,12 +124,16 @@ sl_status sl__placement_parse(const char *s, sl__placement *out, sl__err *err) {
     *out = SL_PLACEMENT_ROUND_ROBIN;
     return SL_STATUS_OK;
   }
-  return sl__err_set(err, SL_STATUS_CONFIG, "unknown expert placement '%s' (accepted: linear, round_robin)", s);
+  return sl__err_set(err, SL_STATUS_CONFIG, "unknown expert placement '%s' (accepted: linear, round_robin)",
+                     s);
 }
 
-const char *sl__placement_name(sl__placement p) { return p == SL_PLACEMENT_ROUND_ROBIN ? "round_robin" : "linear"; }
+const char *sl__placement_name(sl__placement p) {
+  return p == SL_PLACEMENT_ROUND_ROBIN ? "round_robin" : "linear";
+}
 
-sl__placement sl__placement_effective(sl__placement requested, uint64_t n_group, uint64_t redundant, bool eplb) {
+sl__placement sl__placement_effective(sl__placement requested, uint64_t n_group, uint64_t redundant,
+                                      bool eplb) {
   if (requested == SL_PLACEMENT_ROUND_ROBIN && n_group > 1 && redundant == 0 && !eplb)
     return SL_PLACEMENT_ROUND_ROBIN;
   return SL_PLACEMENT_LINEAR;
@@ -169,9 +176,10 @@ int64_t sl__ep_slot(uint64_t experts, uint32_t ep, uint32_t e, sl__placement p, 
 sl_status sl__eplb_check(uint64_t experts, uint64_t redundant, uint32_t ep, sl__err *err) {
   uint64_t slots = 0;
   if (sl__add_overflow(experts, redundant, &slots) || ep == 0 || slots % ep != 0)
-    return sl__err_set(err, SL_STATUS_LAYOUT,
-                       "EPLB: %llu experts + %llu redundant = %llu slots, not divisible by the expert-parallel size %u",
-                       (unsigned long long)experts, (unsigned long long)redundant, (unsigned long long)slots, ep);
+    return sl__err_set(
+        err, SL_STATUS_LAYOUT,
+        "EPLB: %llu experts + %llu redundant = %llu slots, not divisible by the expert-parallel size %u",
+        (unsigned long long)experts, (unsigned long long)redundant, (unsigned long long)slots, ep);
   return SL_STATUS_OK;
 }
 

@@ -12,8 +12,8 @@
 #include <stdint.h>
 
 typedef struct sl__layout {
-  uint32_t tp, pp, dp;   /* sizes, each ≥ 1 */
-  uint32_t world;        /* tp * pp * dp */
+  uint32_t tp, pp, dp; /* sizes, each ≥ 1 */
+  uint32_t world;      /* tp * pp * dp */
 } sl__layout;
 
 typedef struct sl__coords {
@@ -37,7 +37,8 @@ typedef enum sl__placement { SL_PLACEMENT_LINEAR = 0, SL_PLACEMENT_ROUND_ROBIN }
 sl_status sl__placement_parse(const char *s, sl__placement *out, sl__err *err);
 const char *sl__placement_name(sl__placement p);
 /* LOADER.md §4.3: round_robin only with n_group > 1, no redundant experts and EPLB off. */
-sl__placement sl__placement_effective(sl__placement requested, uint64_t n_group, uint64_t redundant, bool eplb);
+sl__placement sl__placement_effective(sl__placement requested, uint64_t n_group, uint64_t redundant,
+                                      bool eplb);
 
 /* Experts of EP rank e among ep ranks (ep ≤ 1: all local). Local slot k holds the k-th local
  * expert in ascending global id. */

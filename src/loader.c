@@ -47,7 +47,7 @@ typedef struct rank_record {
 } rank_record;
 
 struct sl_loader {
-  sl_config *cfg;               /* private copy: options point into it */
+  sl_config *cfg; /* private copy: options point into it */
   sl__opts opts;
   sl__comm comm;
   sl__err err;
@@ -62,13 +62,13 @@ struct sl_loader {
   void *cuda_stream;
   void *nccl_comm;
   sl_param *table;
-  void **param_ptr;             /* per local parameter (aliases point at their target's memory) */
-  bool *bound;                  /* the caller's buffer */
+  void **param_ptr; /* per local parameter (aliases point at their target's memory) */
+  bool *bound;      /* the caller's buffer */
   _Atomic uint64_t *copy_done;
   sl__track track;
   bool have_track;
   sl__transfer_stats tstats;
-  rank_record *records;         /* rank 0: one per rank */
+  rank_record *records; /* rank 0: one per rank */
   double t_resolve, t_catalog, t_model, t_plan, t_alloc, t_transfer, t_track, t_total;
   sl__buf report;
   sl__buf summary;
@@ -156,13 +156,16 @@ void sl_loader_destroy(sl_loader *l) {
   free(l);
 }
 
-const char *sl_loader_error(const sl_loader *l) { return l != NULL ? l->err.msg : ""; }
+const char *sl_loader_error(const sl_loader *l) {
+  return l != NULL ? l->err.msg : "";
+}
 
 sl_status sl_loader_set_cuda(sl_loader *l, int device, void *cuda_stream, void *nccl_comm) {
   if (l == NULL)
     return SL_STATUS_INVALID_ARGUMENT;
   if (l->state >= STATE_LOADED)
-    return sl__err_set(&l->err, SL_STATUS_INVALID_ARGUMENT, "sl_loader_set_cuda must be called before the load");
+    return sl__err_set(&l->err, SL_STATUS_INVALID_ARGUMENT,
+                       "sl_loader_set_cuda must be called before the load");
   l->cuda_device = device;
   l->cuda_stream = cuda_stream;
   l->nccl_comm = nccl_comm;
@@ -314,8 +317,9 @@ sl_status sl_loader_plan(sl_loader *l) {
     return fail(l, st);
   if (l->prep.model.experts > 0 && l->opts.enable_ep && l->plan.ctx.ep > 1 &&
       l->plan.ctx.placement != l->opts.placement)
-    SL_WARN("expert placement round_robin needs expert groups (n_group > 1), no redundant experts and no EPLB; "
-            "using linear");
+    SL_WARN(
+        "expert placement round_robin needs expert groups (n_group > 1), no redundant experts and no EPLB; "
+        "using linear");
   l->state = STATE_PLANNED;
   return SL_STATUS_OK;
 }
@@ -352,11 +356,11 @@ sl_status sl_loader_bind(sl_loader *l, const char *name, void *data, uint64_t nb
     if (strcmp(l->table[i].name, name) != 0)
       continue;
     if (l->plan.lparams[i].alias_of != SL_NONE)
-      return sl__err_set(&l->err, SL_STATUS_INVALID_ARGUMENT, "%s shares the memory of %s: bind that one instead",
-                         name, l->table[i].alias_of);
+      return sl__err_set(&l->err, SL_STATUS_INVALID_ARGUMENT,
+                         "%s shares the memory of %s: bind that one instead", name, l->table[i].alias_of);
     if (nbytes != l->table[i].nbytes)
-      return sl__err_set(&l->err, SL_STATUS_INVALID_ARGUMENT, "%s needs a buffer of %llu bytes, got %llu", name,
-                         (unsigned long long)l->table[i].nbytes, (unsigned long long)nbytes);
+      return sl__err_set(&l->err, SL_STATUS_INVALID_ARGUMENT, "%s needs a buffer of %llu bytes, got %llu",
+                         name, (unsigned long long)l->table[i].nbytes, (unsigned long long)nbytes);
     l->param_ptr[i] = data;
     l->bound[i] = true;
     return SL_STATUS_OK;
@@ -402,8 +406,8 @@ static sl_status create_backend(sl_loader *l) {
   uint32_t workers = l->opts.extra.num_threads;
   if (l->opts.device == SL_DEVICE_CUDA) {
     int dev = l->cuda_device >= 0 ? l->cuda_device : l->opts.cuda_device;
-    return sl__backend_cuda_create(&l->comm, (int)workers, dev, l->cuda_stream, l->nccl_comm, &l->sched, &l->backend,
-                                   &l->err);
+    return sl__backend_cuda_create(&l->comm, (int)workers, dev, l->cuda_stream, l->nccl_comm, &l->sched,
+                                   &l->backend, &l->err);
   }
   return sl__backend_host_create(&l->comm, (int)workers, &l->backend, &l->err);
 }
@@ -522,9 +526,9 @@ sl_status sl_loader_load(sl_loader *l) {
   }
   /* Every rank joins the gather; rank 0 receives into a scratch buffer if its allocation failed. */
   rank_record scratch_rec;
-  sl_status gst = sl__comm_gather(&l->comm, &rec, sizeof rec,
-                                  l->comm.rank == 0 ? (void *)(l->records != NULL ? l->records : &scratch_rec) : NULL,
-                                  &l->err);
+  sl_status gst = sl__comm_gather(
+      &l->comm, &rec, sizeof rec,
+      l->comm.rank == 0 ? (void *)(l->records != NULL ? l->records : &scratch_rec) : NULL, &l->err);
   if (l->comm.rank == 0 && l->records == NULL && gst == SL_STATUS_OK)
     gst = SL_STATUS_NOMEM;
   st = st == SL_STATUS_OK ? gst : st;
@@ -550,9 +554,11 @@ sl_status sl_loader_load(sl_loader *l) {
   if (l->opts.report != NULL && l->comm.rank == 0) {
     FILE *fp = fopen(l->opts.report, "w");
     if (fp == NULL || fputs(sl__buf_str(&l->report), fp) == EOF)
-      st = sl__err_set(&l->err, SL_STATUS_IO, "cannot write the report %s: %s", l->opts.report, strerror(errno));
+      st = sl__err_set(&l->err, SL_STATUS_IO, "cannot write the report %s: %s", l->opts.report,
+                       strerror(errno));
     if (fp != NULL && fclose(fp) != 0 && st == SL_STATUS_OK)
-      st = sl__err_set(&l->err, SL_STATUS_IO, "cannot write the report %s: %s", l->opts.report, strerror(errno));
+      st = sl__err_set(&l->err, SL_STATUS_IO, "cannot write the report %s: %s", l->opts.report,
+                       strerror(errno));
   }
   st = sl__comm_agree(&l->comm, st, &l->err, "writing the report");
   if (st != SL_STATUS_OK)
@@ -573,8 +579,8 @@ sl_status sl_loader_save_sharded(sl_loader *l, const char *dir) {
   if (st != SL_STATUS_OK)
     return st;
   st = l->state == STATE_LOADED
-                     ? SL_STATUS_OK
-                     : sl__err_set(&l->err, SL_STATUS_INVALID_ARGUMENT, "sl_loader_save_sharded needs a loaded loader");
+           ? SL_STATUS_OK
+           : sl__err_set(&l->err, SL_STATUS_INVALID_ARGUMENT, "sl_loader_save_sharded needs a loaded loader");
   if (st == SL_STATUS_OK && l->comm.rank == 0)
     st = sl__mkdirs(dir, &l->err);
   st = sl__comm_agree(&l->comm, st, &l->err, "creating the output folder");
@@ -595,7 +601,8 @@ sl_status sl_loader_save_sharded(sl_loader *l, const char *dir) {
   }
   uint32_t parts = 0;
   if (st == SL_STATUS_OK)
-    st = sl__save_rank(dir, (uint32_t)l->comm.rank, entries, n, l->opts.save_max_part, l->backend, &parts, &l->err);
+    st = sl__save_rank(dir, (uint32_t)l->comm.rank, entries, n, l->opts.save_max_part, l->backend, &parts,
+                       &l->err);
   free(entries);
   if (st == SL_STATUS_OK && l->comm.rank == 0)
     st = sl__save_copy_extras(l->prep.cat.folder, dir, &l->err);
@@ -630,36 +637,39 @@ static void write_report(sl_loader *l, const sl__figures *f) {
                   sl__format_name(l->prep.cat.format), m->layout == SL_LAYOUT_VLLM ? "vllm" : "checkpoint",
                   l->opts.device == SL_DEVICE_CUDA ? "cuda" : "cpu", l->opts.tp, l->opts.pp, l->opts.dp,
                   l->opts.enable_ep ? "true" : "false", sl__placement_name(l->plan.ctx.placement),
-                  l->opts.eplb ? "true" : "false", l->opts.extra.num_threads, sl__strategy_name(l->opts.strategy),
-                  l->prep.cat.n_files, l->prep.cat.n_tensors, (unsigned long long)l->sched.checkpoint_bytes);
-  sl__buf_appendf(b,
-                  "\"phases\":{\"resolve_seconds\":%.6f,\"catalog_broadcast_seconds\":%.6f,\"model_seconds\":%.6f,"
-                  "\"plan_seconds\":%.6f,\"allocate_seconds\":%.6f,\"transfer_seconds\":%.6f,\"track_seconds\":%.6f,"
-                  "\"total_seconds\":%.6f},",
-                  l->t_resolve, l->t_catalog, l->t_model, l->t_plan, l->t_alloc, l->t_transfer, l->t_track,
-                  l->t_total);
+                  l->opts.eplb ? "true" : "false", l->opts.extra.num_threads,
+                  sl__strategy_name(l->opts.strategy), l->prep.cat.n_files, l->prep.cat.n_tensors,
+                  (unsigned long long)l->sched.checkpoint_bytes);
+  sl__buf_appendf(
+      b,
+      "\"phases\":{\"resolve_seconds\":%.6f,\"catalog_broadcast_seconds\":%.6f,\"model_seconds\":%.6f,"
+      "\"plan_seconds\":%.6f,\"allocate_seconds\":%.6f,\"transfer_seconds\":%.6f,\"track_seconds\":%.6f,"
+      "\"total_seconds\":%.6f},",
+      l->t_resolve, l->t_catalog, l->t_model, l->t_plan, l->t_alloc, l->t_transfer, l->t_track, l->t_total);
   sl__buf_appendf(b, "\"download\":{\"bytes\":%llu,\"files\":%u,\"seconds\":%.6f},",
-                  (unsigned long long)l->prep.download_bytes, l->prep.download_files, l->prep.download_seconds);
-  sl__buf_appendf(b, "\"schedule\":{\"pieces\":%zu,\"broadcast_groups\":%zu,\"buckets\":%zu},", l->sched.n_pieces,
-                  l->sched.n_groups, l->sched.n_buckets);
+                  (unsigned long long)l->prep.download_bytes, l->prep.download_files,
+                  l->prep.download_seconds);
+  sl__buf_appendf(b, "\"schedule\":{\"pieces\":%zu,\"broadcast_groups\":%zu,\"buckets\":%zu},",
+                  l->sched.n_pieces, l->sched.n_groups, l->sched.n_buckets);
   sl__figures_json(b, f);
   uint64_t rss_max = 0;
   sl__buf_appendf(b, "\"ranks\":[");
   for (int r = 0; r < l->comm.size; r++) {
     const rank_record *rr = &l->records[r];
     rss_max = rr->peak_rss_bytes > rss_max ? rr->peak_rss_bytes : rss_max;
-    sl__buf_appendf(b,
-                    "%s{\"rank\":%d,\"bytes_needed\":%llu,\"bytes_read\":%llu,\"bytes_read_planned\":%llu,"
-                    "\"bytes_covering\":%llu,\"bytes_received\":%llu,\"bytes_sent\":%llu,\"bytes_local\":%llu,"
-                    "\"bytes_naive\":%llu,\"files_opened\":%u,\"params\":%u,\"experts_local\":%u,\"read_ops\":%llu,"
-                    "\"peak_rss_bytes\":%llu,\"transfer_seconds\":%.6f,\"broadcast_seconds\":%.6f}",
-                    r > 0 ? "," : "", r, (unsigned long long)rr->stats.bytes_needed,
-                    (unsigned long long)rr->stats.bytes_read, (unsigned long long)rr->bytes_read_planned,
-                    (unsigned long long)rr->stats.bytes_covering, (unsigned long long)rr->stats.bytes_received,
-                    (unsigned long long)rr->stats.bytes_sent, (unsigned long long)rr->stats.bytes_local,
-                    (unsigned long long)rr->stats.bytes_naive, rr->stats.files_opened, rr->stats.params,
-                    rr->stats.experts_local, (unsigned long long)rr->read_ops, (unsigned long long)rr->peak_rss_bytes,
-                    rr->transfer_seconds, rr->bcast_seconds);
+    sl__buf_appendf(
+        b,
+        "%s{\"rank\":%d,\"bytes_needed\":%llu,\"bytes_read\":%llu,\"bytes_read_planned\":%llu,"
+        "\"bytes_covering\":%llu,\"bytes_received\":%llu,\"bytes_sent\":%llu,\"bytes_local\":%llu,"
+        "\"bytes_naive\":%llu,\"files_opened\":%u,\"params\":%u,\"experts_local\":%u,\"read_ops\":%llu,"
+        "\"peak_rss_bytes\":%llu,\"transfer_seconds\":%.6f,\"broadcast_seconds\":%.6f}",
+        r > 0 ? "," : "", r, (unsigned long long)rr->stats.bytes_needed,
+        (unsigned long long)rr->stats.bytes_read, (unsigned long long)rr->bytes_read_planned,
+        (unsigned long long)rr->stats.bytes_covering, (unsigned long long)rr->stats.bytes_received,
+        (unsigned long long)rr->stats.bytes_sent, (unsigned long long)rr->stats.bytes_local,
+        (unsigned long long)rr->stats.bytes_naive, rr->stats.files_opened, rr->stats.params,
+        rr->stats.experts_local, (unsigned long long)rr->read_ops, (unsigned long long)rr->peak_rss_bytes,
+        rr->transfer_seconds, rr->bcast_seconds);
   }
   sl__buf_appendf(b, "],\"peak_rss_bytes_max\":%llu,\"staging_bytes\":%llu,", (unsigned long long)rss_max,
                   (unsigned long long)l->opts.staging_bytes);
@@ -683,16 +693,17 @@ static void write_summary(sl_loader *l, const sl__figures *f) {
   sl__fmt_bytes(bc, sizeof bc, f->received);
   sl__fmt_bytes(rss, sizeof rss, rss_max);
   double rate = l->t_transfer > 0 ? (double)f->needed / l->t_transfer / 1e9 : 0;
-  sl__buf_appendf(b,
-                  "shardload: loaded %s (%s) on %d rank%s (tp=%u pp=%u dp=%u%s) in %.2f s\n"
-                  "  %s needed, %s read (amplification %.2f, %.2f with covering bytes), %s broadcast, %.2f GB/s\n"
-                  "  missing %zu, unexpected %zu, ignored %zu, skipped %zu; peak RSS per rank %s\n",
-                  l->opts.model, l->prep.model.architecture != NULL ? l->prep.model.architecture : "?", l->comm.size,
-                  l->comm.size == 1 ? "" : "s", l->opts.tp, l->opts.pp, l->opts.dp,
-                  l->opts.enable_ep ? ", expert parallel" : "", l->t_total, need, rd, f->amplification,
-                  f->amplification_covering, bc, rate, l->have_track ? l->track.n_missing : 0,
-                  l->have_track ? l->track.n_unexpected : 0, l->have_track ? l->track.n_ignored : 0,
-                  l->have_track ? l->track.n_skipped : 0, rss);
+  sl__buf_appendf(
+      b,
+      "shardload: loaded %s (%s) on %d rank%s (tp=%u pp=%u dp=%u%s) in %.2f s\n"
+      "  %s needed, %s read (amplification %.2f, %.2f with covering bytes), %s broadcast, %.2f GB/s\n"
+      "  missing %zu, unexpected %zu, ignored %zu, skipped %zu; peak RSS per rank %s\n",
+      l->opts.model, l->prep.model.architecture != NULL ? l->prep.model.architecture : "?", l->comm.size,
+      l->comm.size == 1 ? "" : "s", l->opts.tp, l->opts.pp, l->opts.dp,
+      l->opts.enable_ep ? ", expert parallel" : "", l->t_total, need, rd, f->amplification,
+      f->amplification_covering, bc, rate, l->have_track ? l->track.n_missing : 0,
+      l->have_track ? l->track.n_unexpected : 0, l->have_track ? l->track.n_ignored : 0,
+      l->have_track ? l->track.n_skipped : 0, rss);
 }
 
 const char *sl_loader_report_json(sl_loader *l) {

@@ -34,9 +34,13 @@ void sl_log_set_callback(sl_log_fn fn, void *user) {
   log_user = user;
 }
 
-void sl_log_set_level(sl_log_level level) { log_level = (int)level; }
+void sl_log_set_level(sl_log_level level) {
+  log_level = (int)level;
+}
 
-void sl__log_set_rank(int rank) { log_rank = rank; }
+void sl__log_set_rank(int rank) {
+  log_rank = rank;
+}
 
 int sl__log_enabled(sl_log_level level) {
   if (log_level < 0)

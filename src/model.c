@@ -24,15 +24,16 @@ typedef struct env {
   const cJSON *config;
   bool in_layer;
   int64_t layer;
-  sl__val *vars;         /* memo of spec vars */
-  uint8_t *var_state;    /* 0 unknown, 1 evaluating, 2 known */
-  sl__val *lvars;        /* memo of layer vars for the current layer */
+  sl__val *vars;      /* memo of spec vars */
+  uint8_t *var_state; /* 0 unknown, 1 evaluating, 2 known */
+  sl__val *lvars;     /* memo of layer vars for the current layer */
   uint8_t *lvar_state;
 } env;
 
 static bool lookup(void *ctx, const char *name, sl__val *out, sl__err *err);
 
-static bool eval_named(env *e, const sl__named_expr *ne, sl__val *memo, uint8_t *state, sl__val *out, sl__err *err) {
+static bool eval_named(env *e, const sl__named_expr *ne, sl__val *memo, uint8_t *state, sl__val *out,
+                       sl__err *err) {
   if (*state == 2) {
     *out = *memo;
     return true;
@@ -71,8 +72,8 @@ static bool lookup(void *ctx, const char *name, sl__val *out, sl__err *err) {
   for (size_t i = 0; i < e->spec->n_layer_vars; i++) {
     if (strcmp(e->spec->layer_vars[i].name, name) == 0 && e->lvar_state[i] != 1) {
       if (!e->in_layer) {
-        sl__err_set(err, SL_STATUS_ARCH, "spec %s: layer variable '%s' used outside a layer parameter", e->spec->path,
-                    name);
+        sl__err_set(err, SL_STATUS_ARCH, "spec %s: layer variable '%s' used outside a layer parameter",
+                    e->spec->path, name);
         return false;
       }
       return eval_named(e, &e->spec->layer_vars[i], &e->lvars[i], &e->lvar_state[i], out, err);
@@ -125,7 +126,8 @@ static bool lookup(void *ctx, const char *name, sl__val *out, sl__err *err) {
     out->kind = SL_VAL_LIST;
     out->list = node;
   } else {
-    sl__err_set(err, SL_STATUS_MODEL_CONFIG, "config.json field '%s' is an object where a value is expected", name);
+    sl__err_set(err, SL_STATUS_MODEL_CONFIG, "config.json field '%s' is an object where a value is expected",
+                name);
     return false;
   }
   return true;
@@ -209,7 +211,9 @@ static uint32_t part_index(const char *part, size_t order) {
   return (uint32_t)order;
 }
 
-static bool is_per_expert(sl__style s) { return s == SL_STYLE_MOE_W13 || s == SL_STYLE_MOE_W2; }
+static bool is_per_expert(sl__style s) {
+  return s == SL_STYLE_MOE_W13 || s == SL_STYLE_MOE_W2;
+}
 
 static bool is_f8(sl__dtype d) {
   return d == SL_DT_F8_E4M3 || d == SL_DT_F8_E5M2 || d == SL_DT_F8_E4M3FNUZ || d == SL_DT_F8_E5M2FNUZ;
@@ -243,7 +247,7 @@ typedef struct builder {
   env e;
   const sl__catalog *cat;
   sl__model *m;
-  sl__vec params;        /* sl__mparam */
+  sl__vec params; /* sl__mparam */
   sl__dtype default_dtype;
   sl__err *err;
 } builder;
@@ -292,7 +296,8 @@ static sl_status global_shape(builder *b, sl__mparam *p) {
   case SL_STYLE_MOE_W13:
   case SL_STYLE_MOE_W2:
     if (s0->ndim != 2)
-      return sl__err_set(b->err, SL_STATUS_ARCH, "spec %s: expert tensor %s must be 2-D", b->e.spec->path, s0->name);
+      return sl__err_set(b->err, SL_STATUS_ARCH, "spec %s: expert tensor %s must be 2-D", b->e.spec->path,
+                         s0->name);
     if (p->ckpt)
       return SL_STATUS_OK;
     p->ndim = 3;
@@ -302,8 +307,8 @@ static sl_status global_shape(builder *b, sl__mparam *p) {
     return SL_STATUS_OK;
   case SL_STYLE_MOE3D_W13:
     if (s0->ndim != 3)
-      return sl__err_set(b->err, SL_STATUS_ARCH, "spec %s: fused expert tensor %s must be 3-D", b->e.spec->path,
-                         s0->name);
+      return sl__err_set(b->err, SL_STATUS_ARCH, "spec %s: fused expert tensor %s must be 3-D",
+                         b->e.spec->path, s0->name);
     if (p->n_src == 2 && !p->ckpt)
       p->shape[1] = 2 * s0->shape[1];
     return SL_STATUS_OK;
@@ -352,8 +357,9 @@ static sl_status add_source(builder *b, sl__mparam *p, const sl__spec_source *ss
     for (size_t d = 0; d < ss->ndim; d++)
       config_fields(&b->e, ss->shape[d], fields, sizeof fields, 0);
     return sl__err_set(b->err, SL_STATUS_SHAPE,
-                       "tensor '%s' has shape %s in %s, but %s expects %s (from config.json: %s)", out->name, have,
-                       b->cat->files[t->file].name, p->name, want, fields[0] != '\0' ? fields : "constants");
+                       "tensor '%s' has shape %s in %s, but %s expects %s (from config.json: %s)", out->name,
+                       have, b->cat->files[t->file].name, p->name, want,
+                       fields[0] != '\0' ? fields : "constants");
   }
   return SL_STATUS_OK;
 }
@@ -377,8 +383,9 @@ static sl_status param_dtype(builder *b, sl__mparam *p) {
       p->dtype = d;
       have = true;
     } else if (d != p->dtype) {
-      return sl__err_set(b->err, SL_STATUS_SHAPE, "%s: tensor '%s' is %s but '%s' is %s; fused parts must share a dtype",
-                         p->name, p->src[0].name, sl__dtype_name(p->dtype), p->src[i].name, sl__dtype_name(d));
+      return sl__err_set(b->err, SL_STATUS_SHAPE,
+                         "%s: tensor '%s' is %s but '%s' is %s; fused parts must share a dtype", p->name,
+                         p->src[0].name, sl__dtype_name(p->dtype), p->src[i].name, sl__dtype_name(d));
     }
   }
   if (!have)
@@ -455,7 +462,8 @@ static sl_status add_scale_param(builder *b, size_t weight_index) {
     if (ws->ndim != 2)
       return sl__err_set(b->err, SL_STATUS_QUANTIZATION, "fp8 weight %s must be 2-D", ws->name);
     if (s->tensor == SL_NONE)
-      return sl__err_set(b->err, SL_STATUS_QUANTIZATION, "%s weight '%s' has no scale tensor '%s' in the checkpoint",
+      return sl__err_set(b->err, SL_STATUS_QUANTIZATION,
+                         "%s weight '%s' has no scale tensor '%s' in the checkpoint",
                          sl__dtype_name(b->cat->tensors[ws->tensor].dtype), ws->name, s->name);
     const sl__cat_tensor *t = &b->cat->tensors[s->tensor];
     if (t->ndim != 2 || t->shape[0] != s->shape[0] || t->shape[1] != s->shape[1]) {
@@ -463,10 +471,11 @@ static sl_status add_scale_param(builder *b, size_t weight_index) {
       char want[160];
       shape_str(t->shape, t->ndim, have, sizeof have);
       shape_str(s->shape, s->ndim, want, sizeof want);
-      return sl__err_set(b->err, SL_STATUS_SHAPE,
-                         "scale tensor '%s' has shape %s, but weight %s [%llu, %llu] with blocks [%llu, %llu] needs %s",
-                         s->name, have, ws->name, (unsigned long long)s->wshape[0], (unsigned long long)s->wshape[1],
-                         (unsigned long long)b->m->block_rows, (unsigned long long)b->m->block_cols, want);
+      return sl__err_set(
+          b->err, SL_STATUS_SHAPE,
+          "scale tensor '%s' has shape %s, but weight %s [%llu, %llu] with blocks [%llu, %llu] needs %s",
+          s->name, have, ws->name, (unsigned long long)s->wshape[0], (unsigned long long)s->wshape[1],
+          (unsigned long long)b->m->block_rows, (unsigned long long)b->m->block_cols, want);
     }
   }
   sl_status st = param_dtype(b, sp);
@@ -515,7 +524,8 @@ static sl_status build_param(builder *b, const sl__spec_param *sp, int64_t layer
     return st;
   bool per_expert = is_per_expert(sp->style);
   if ((per_expert || sp->style == SL_STYLE_MOE3D_W13 || sp->style == SL_STYLE_MOE3D_W2) && p->experts == 0)
-    return sl__err_set(b->err, SL_STATUS_MODEL_CONFIG, "%s: expert parameter in a model with 0 experts", p->name);
+    return sl__err_set(b->err, SL_STATUS_MODEL_CONFIG, "%s: expert parameter in a model with 0 experts",
+                       p->name);
   if (p->experts > 0x7fffffff)
     return sl__err_set(b->err, SL_STATUS_MODEL_CONFIG, "%s: %llu experts is too many", p->name,
                        (unsigned long long)p->experts);
@@ -527,7 +537,8 @@ static sl_status build_param(builder *b, const sl__spec_param *sp, int64_t layer
   for (size_t x = 0; x < copies; x++) {
     for (size_t i = 0; i < sp->n_sources; i++) {
       p = &SL_VEC_AT(&b->params, sl__mparam, index);
-      st = add_source(b, p, &sp->sources[i], i, layer, per_expert ? (int64_t)x : -1, &p->src[x * sp->n_sources + i]);
+      st = add_source(b, p, &sp->sources[i], i, layer, per_expert ? (int64_t)x : -1,
+                      &p->src[x * sp->n_sources + i]);
       if (st != SL_STATUS_OK)
         return st;
     }
@@ -537,8 +548,9 @@ static sl_status build_param(builder *b, const sl__spec_param *sp, int64_t layer
     p->expert_rows = p->src[0].shape[sp->style == SL_STYLE_MOE_W2 ? 1 : 0];
   if (sp->style == SL_STYLE_MOE3D_W13 || sp->style == SL_STYLE_MOE3D_W2) {
     if (p->src[0].ndim != 3 || p->src[0].shape[0] != p->experts)
-      return sl__err_set(b->err, SL_STATUS_ARCH, "spec %s: fused expert tensor %s must be [E, ...] with E = %llu",
-                         b->e.spec->path, p->src[0].name, (unsigned long long)p->experts);
+      return sl__err_set(b->err, SL_STATUS_ARCH,
+                         "spec %s: fused expert tensor %s must be [E, ...] with E = %llu", b->e.spec->path,
+                         p->src[0].name, (unsigned long long)p->experts);
     uint64_t r = p->src[0].shape[1];
     p->expert_rows = sp->style == SL_STYLE_MOE3D_W2 ? p->src[0].shape[2] : (p->n_src == 1 ? r / 2 : r);
     if (sp->style == SL_STYLE_MOE3D_W13 && p->n_src == 1 && r % 2 != 0)
@@ -682,7 +694,9 @@ static sl_status to_checkpoint_layout(builder *b) {
  * Expected set and tensor fates
  * ------------------------------------------------------------------------------------------- */
 
-static int cmp_cstr(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+static int cmp_cstr(const void *a, const void *b) {
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
 
 static sl_status build_units(builder *b) {
   sl__model *m = b->m;
@@ -733,7 +747,8 @@ static sl_status build_units(builder *b) {
   return SL_STATUS_OK;
 }
 
-static const char *const always_skipped[] = {"rotary_emb.inv_freq", "rotary_emb.cos_cached", "rotary_emb.sin_cached"};
+static const char *const always_skipped[] = {"rotary_emb.inv_freq", "rotary_emb.cos_cached",
+                                             "rotary_emb.sin_cached"};
 
 static sl_status build_fates(builder *b) {
   sl__model *m = b->m;
@@ -816,8 +831,9 @@ sl_status sl__model_architecture(const cJSON *config, const char **out, sl__err 
   const cJSON *archs = cJSON_GetObjectItemCaseSensitive(config, "architectures");
   const cJSON *first = cJSON_IsArray(archs) ? cJSON_GetArrayItem(archs, 0) : NULL;
   if (!cJSON_IsString(first))
-    return sl__err_set(err, SL_STATUS_MODEL_CONFIG,
-                       "config.json has no \"architectures\" list of strings (pass --arch FILE.json to choose a spec)");
+    return sl__err_set(
+        err, SL_STATUS_MODEL_CONFIG,
+        "config.json has no \"architectures\" list of strings (pass --arch FILE.json to choose a spec)");
   *out = first->valuestring;
   return SL_STATUS_OK;
 }
@@ -842,13 +858,16 @@ static sl_status read_quantization(builder *b) {
   const cJSON *method = cJSON_GetObjectItemCaseSensitive(q, "quant_method");
   const char *mname = cJSON_IsString(method) ? method->valuestring : "(none)";
   if (strcmp(mname, "fp8") != 0)
-    return sl__err_set(b->err, SL_STATUS_QUANTIZATION, "unsupported quantization method '%s' (supported: fp8 with "
-                       "weight_block_size)", mname);
+    return sl__err_set(b->err, SL_STATUS_QUANTIZATION,
+                       "unsupported quantization method '%s' (supported: fp8 with "
+                       "weight_block_size)",
+                       mname);
   const cJSON *bs = cJSON_GetObjectItemCaseSensitive(q, "weight_block_size");
   const cJSON *bn = cJSON_IsArray(bs) && cJSON_GetArraySize(bs) == 2 ? cJSON_GetArrayItem(bs, 0) : NULL;
   const cJSON *bk = cJSON_IsArray(bs) && cJSON_GetArraySize(bs) == 2 ? cJSON_GetArrayItem(bs, 1) : NULL;
   if (!cJSON_IsNumber(bn) || !cJSON_IsNumber(bk) || bn->valuedouble < 1 || bk->valuedouble < 1 ||
-      bn->valuedouble > 1e9 || bk->valuedouble > 1e9 || bn->valuedouble != (double)(uint64_t)bn->valuedouble ||
+      bn->valuedouble > 1e9 || bk->valuedouble > 1e9 ||
+      bn->valuedouble != (double)(uint64_t)bn->valuedouble ||
       bk->valuedouble != (double)(uint64_t)bk->valuedouble)
     return sl__err_set(b->err, SL_STATUS_QUANTIZATION,
                        "quantization_config.weight_block_size must be [rows, cols] of positive integers "

@@ -122,9 +122,10 @@ uint64_t sl__effective_bucket(const sl__opts *o) {
 
 uint64_t sl__effective_chunk(const sl__opts *o) {
   const uint64_t align = 4096;
-  uint64_t slots = o->strategy == SL_STRATEGY_IO_URING
-                       ? SL_URING_DEPTH
-                       : (uint64_t)(o->extra.num_threads > 0 ? o->extra.num_threads : 1) * SL_STAGING_RING_DEPTH;
+  uint64_t slots =
+      o->strategy == SL_STRATEGY_IO_URING
+          ? SL_URING_DEPTH
+          : (uint64_t)(o->extra.num_threads > 0 ? o->extra.num_threads : 1) * SL_STAGING_RING_DEPTH;
   uint64_t buckets = 2 * sl__effective_bucket(o);
   uint64_t left = o->staging_bytes > buckets ? o->staging_bytes - buckets : o->staging_bytes / 2;
   uint64_t per = left / slots;

@@ -18,7 +18,7 @@ typedef enum sl__device { SL_DEVICE_CPU = 0, SL_DEVICE_CUDA } sl__device;
 typedef enum sl__strategy { SL_STRATEGY_AUTO = 0, SL_STRATEGY_DIRECT, SL_STRATEGY_IO_URING } sl__strategy;
 
 typedef struct sl__opts {
-  const char *model;              /* strings point into the config */
+  const char *model; /* strings point into the config */
   uint32_t tp, pp, dp;
   bool enable_ep;
   sl__placement placement;
@@ -26,11 +26,11 @@ typedef struct sl__opts {
   uint64_t redundant;
   sl__layout_kind layout;
   sl__device device;
-  int cuda_device;                /* -1: node-local rank */
-  const char *pp_partition;       /* config, else VLLM_PP_LAYER_PARTITION, else NULL */
+  int cuda_device;          /* -1: node-local rank */
+  const char *pp_partition; /* config, else VLLM_PP_LAYER_PARTITION, else NULL */
   sl__format format;
-  const char *arch;               /* "auto" or a spec file */
-  sl__extra_config extra;         /* num_threads, multithread, weights_track (strictness) */
+  const char *arch;       /* "auto" or a spec file */
+  sl__extra_config extra; /* num_threads, multithread, weights_track (strictness) */
   sl__strategy strategy;
   uint64_t staging_bytes;
   uint64_t read_chunk;

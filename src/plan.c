@@ -93,9 +93,9 @@ typedef struct slicer {
   const sl__rank_ctx *x;
   const sl__mparam *p;
   uint32_t lparam;
-  uint64_t lcols;          /* elements per row of the local parameter's 2-D view */
+  uint64_t lcols; /* elements per row of the local parameter's 2-D view */
   uint32_t bits;
-  sl__vec *copies;         /* sl__copy */
+  sl__vec *copies; /* sl__copy */
   uint64_t *bytes_needed;
   sl__err *err;
 } slicer;
@@ -121,12 +121,15 @@ static uint64_t src_cols(const sl__msrc *s) {
   return view_cols(s->shape, s->ndim);
 }
 
-static bool is_scale(const sl__mparam *p) { return p->block_rows != 0; }
+static bool is_scale(const sl__mparam *p) {
+  return p->block_rows != 0;
+}
 
-static sl_status not_divisible(slicer *s, const char *tensor, int dim, uint64_t size, uint64_t by, const char *what) {
-  return sl__err_set(s->err, SL_STATUS_DIVISIBILITY, "%s: dim %d (size %llu%s%s) not divisible by %llu", tensor, dim,
-                     (unsigned long long)size, what != NULL ? ", " : "", what != NULL ? what : "",
-                     (unsigned long long)by);
+static sl_status not_divisible(slicer *s, const char *tensor, int dim, uint64_t size, uint64_t by,
+                               const char *what) {
+  return sl__err_set(s->err, SL_STATUS_DIVISIBILITY, "%s: dim %d (size %llu%s%s) not divisible by %llu",
+                     tensor, dim, (unsigned long long)size, what != NULL ? ", " : "",
+                     what != NULL ? what : "", (unsigned long long)by);
 }
 
 /* Emits the copy of rows [row0, row0 + nrows) (stepping row_step) × columns [col0, col0 + ncols)
@@ -143,8 +146,9 @@ static sl_status slab(slicer *s, uint32_t si, uint64_t row0, uint64_t nrows, uin
   uint64_t b = s->bits;
   if ((cols * b) % 8 != 0 || (col0 * b) % 8 != 0 || (ncols * b) % 8 != 0 || (s->lcols * b) % 8 != 0 ||
       (dst_col0 * b) % 8 != 0)
-    return sl__err_set(s->err, SL_STATUS_DIVISIBILITY, "slice of %s not byte-aligned (%s has %u bits per element)",
-                       src->name, sl__dtype_name(s->p->dtype), s->bits);
+    return sl__err_set(s->err, SL_STATUS_DIVISIBILITY,
+                       "slice of %s not byte-aligned (%s has %u bits per element)", src->name,
+                       sl__dtype_name(s->p->dtype), s->bits);
   sl__copy *c = sl__vec_push(s->copies);
   if (c == NULL)
     return sl__err_set(s->err, SL_STATUS_NOMEM, "out of memory planning %s", s->p->name);
@@ -187,10 +191,11 @@ static sl_status map_rows(slicer *s, const sl__msrc *src, uint64_t wfull, uint64
     return SL_STATUS_OK;
   }
   if (count % s->p->block_rows != 0)
-    return sl__err_set(s->err, SL_STATUS_DIVISIBILITY,
-                       "%s: a slice of %llu rows is not a multiple of the fp8 block of %llu rows (choose another "
-                       "tp/dp or enable expert parallelism)",
-                       src->name, (unsigned long long)count, (unsigned long long)s->p->block_rows);
+    return sl__err_set(
+        s->err, SL_STATUS_DIVISIBILITY,
+        "%s: a slice of %llu rows is not a multiple of the fp8 block of %llu rows (choose another "
+        "tp/dp or enable expert parallelism)",
+        src->name, (unsigned long long)count, (unsigned long long)s->p->block_rows);
   *out = count / s->p->block_rows;
   return SL_STATUS_OK;
 }
@@ -206,14 +211,16 @@ static sl_status map_cols(slicer *s, const sl__msrc *src, uint64_t wfull, uint64
   }
   if (count % s->p->block_cols != 0)
     return sl__err_set(s->err, SL_STATUS_DIVISIBILITY,
-                       "%s: a slice of %llu columns is not a multiple of the fp8 block of %llu columns", src->name,
-                       (unsigned long long)count, (unsigned long long)s->p->block_cols);
+                       "%s: a slice of %llu columns is not a multiple of the fp8 block of %llu columns",
+                       src->name, (unsigned long long)count, (unsigned long long)s->p->block_cols);
   *out = count / s->p->block_cols;
   return SL_STATUS_OK;
 }
 
 /* Weight-unit dims of a source (for scales: of the weight it scales). */
-static uint64_t wrows(const sl__mparam *p, const sl__msrc *s) { return p->block_rows ? s->wshape[0] : s->shape[0]; }
+static uint64_t wrows(const sl__mparam *p, const sl__msrc *s) {
+  return p->block_rows ? s->wshape[0] : s->shape[0];
+}
 static uint64_t wcols(const sl__mparam *p, const sl__msrc *s) {
   return p->block_rows ? s->wshape[1] : view_cols(s->shape, s->ndim);
 }
@@ -246,7 +253,8 @@ static sl_status slice_column(slicer *s, local_shape *ls, char *desc, size_t dca
   uint64_t R = wrows(s->p, src);
   uint32_t T = s->x->tp;
   if (src->ndim == 0)
-    return sl__err_set(s->err, SL_STATUS_ARCH, "%s: a column-parallel tensor needs at least one dimension", src->name);
+    return sl__err_set(s->err, SL_STATUS_ARCH, "%s: a column-parallel tensor needs at least one dimension",
+                       src->name);
   if (s->p->q_heads != 0 && s->p->q_heads % T != 0)
     return not_divisible(s, src->name, 0, R, T, "heads not divisible");
   if (R % T != 0)
@@ -260,8 +268,8 @@ static sl_status slice_column(slicer *s, local_shape *ls, char *desc, size_t dca
   set_shape_like(ls, src);
   ls->shape[0] = n;
   s->lcols = src_cols(src);
-  snprintf(desc, dcap, "column: dim 0 [%llu, %llu) of %llu", (unsigned long long)a, (unsigned long long)(a + n),
-           (unsigned long long)src->shape[0]);
+  snprintf(desc, dcap, "column: dim 0 [%llu, %llu) of %llu", (unsigned long long)a,
+           (unsigned long long)(a + n), (unsigned long long)src->shape[0]);
   return slab(s, 0, a, n, 1, 0, s->lcols, 0, 0);
 }
 
@@ -318,8 +326,8 @@ static sl_status slice_merged(slicer *s, local_shape *ls, char *desc, size_t dca
       return st;
     if (off < dcap)
       off += (size_t)snprintf(desc + off, dcap - off, " part %zu rows [%llu, %llu) of %llu at %llu;", k,
-                              (unsigned long long)a, (unsigned long long)(a + n), (unsigned long long)src->shape[0],
-                              (unsigned long long)rows);
+                              (unsigned long long)a, (unsigned long long)(a + n),
+                              (unsigned long long)src->shape[0], (unsigned long long)rows);
     rows += n;
   }
   ls->shape[0] = rows;
@@ -344,7 +352,8 @@ static sl_status slice_concat(slicer *s, local_shape *ls, char *desc, size_t dca
 
 /* One Mistral-format head block: rows permuted within each head (new h*d + j*d/2 + i ← old
  * h*d + 2i + j), as two strided slabs per head. */
-static sl_status permuted(slicer *s, uint32_t si, uint64_t row0, uint64_t nrows, uint64_t d, uint64_t dst_row0) {
+static sl_status permuted(slicer *s, uint32_t si, uint64_t row0, uint64_t nrows, uint64_t d,
+                          uint64_t dst_row0) {
   if (d % 2 != 0)
     return sl__err_set(s->err, SL_STATUS_SHAPE, "%s: head_dim %llu is odd, cannot undo the rotary interleave",
                        s->p->src[si].name, (unsigned long long)d);
@@ -368,20 +377,21 @@ static sl_status slice_qkv(slicer *s, local_shape *ls, char *desc, size_t dcap) 
   if (Hq == 0 || Hkv == 0 || d == 0)
     return sl__err_set(s->err, SL_STATUS_MODEL_CONFIG, "%s: heads and head_dim must be positive", p->name);
   if (Hq % T != 0)
-    return sl__err_set(s->err, SL_STATUS_DIVISIBILITY, "%s: %llu attention heads not divisible by tp %u", p->name,
-                       (unsigned long long)Hq, T);
+    return sl__err_set(s->err, SL_STATUS_DIVISIBILITY, "%s: %llu attention heads not divisible by tp %u",
+                       p->name, (unsigned long long)Hq, T);
   uint64_t kvl = 0;
   uint64_t R = 0;
   if (T >= Hkv) {
     if (T % Hkv != 0)
-      return sl__err_set(s->err, SL_STATUS_DIVISIBILITY, "%s: tp %u is not a multiple of %llu key/value heads",
-                         p->name, T, (unsigned long long)Hkv);
+      return sl__err_set(s->err, SL_STATUS_DIVISIBILITY,
+                         "%s: tp %u is not a multiple of %llu key/value heads", p->name, T,
+                         (unsigned long long)Hkv);
     kvl = 1;
     R = T / Hkv;
   } else {
     if (Hkv % T != 0)
-      return sl__err_set(s->err, SL_STATUS_DIVISIBILITY, "%s: %llu key/value heads not divisible by tp %u", p->name,
-                         (unsigned long long)Hkv, T);
+      return sl__err_set(s->err, SL_STATUS_DIVISIBILITY, "%s: %llu key/value heads not divisible by tp %u",
+                         p->name, (unsigned long long)Hkv, T);
     kvl = Hkv / T;
     R = 1;
   }
@@ -430,16 +440,18 @@ static sl_status slice_qkv(slicer *s, local_shape *ls, char *desc, size_t dcap) 
 static sl_status slice_vocab(slicer *s, local_shape *ls, char *desc, size_t dcap) {
   const sl__msrc *src = &s->p->src[0];
   if (is_scale(s->p))
-    return sl__err_set(s->err, SL_STATUS_QUANTIZATION, "%s: quantized vocabulary is not supported", src->name);
+    return sl__err_set(s->err, SL_STATUS_QUANTIZATION, "%s: quantized vocabulary is not supported",
+                       src->name);
   uint64_t V = s->p->vocab;
   uint64_t Vp = (V + 63) / 64 * 64;
   uint32_t T = s->x->tp;
   if (src->ndim == 0 || src->shape[0] != V)
-    return sl__err_set(s->err, SL_STATUS_SHAPE, "%s: expected %llu rows (vocab_size)", src->name, (unsigned long long)V);
+    return sl__err_set(s->err, SL_STATUS_SHAPE, "%s: expected %llu rows (vocab_size)", src->name,
+                       (unsigned long long)V);
   if (Vp % T != 0)
     return sl__err_set(s->err, SL_STATUS_DIVISIBILITY,
-                       "%s: dim 0 (padded vocabulary %llu, vocab_size %llu) not divisible by tp %u", src->name,
-                       (unsigned long long)Vp, (unsigned long long)V, T);
+                       "%s: dim 0 (padded vocabulary %llu, vocab_size %llu) not divisible by tp %u",
+                       src->name, (unsigned long long)Vp, (unsigned long long)V, T);
   uint64_t per = Vp / T;
   uint64_t a = (uint64_t)s->x->r * per;
   uint64_t b = a + per;
@@ -448,8 +460,8 @@ static sl_status slice_vocab(slicer *s, local_shape *ls, char *desc, size_t dcap
   set_shape_like(ls, src);
   ls->shape[0] = s->p->ckpt ? b - a : per;
   s->lcols = src_cols(src);
-  snprintf(desc, dcap, "vocab: rows [%llu, %llu) of %llu%s%llu zero rows", (unsigned long long)a, (unsigned long long)b,
-           (unsigned long long)V, s->p->ckpt ? ", no padding: " : " + ",
+  snprintf(desc, dcap, "vocab: rows [%llu, %llu) of %llu%s%llu zero rows", (unsigned long long)a,
+           (unsigned long long)b, (unsigned long long)V, s->p->ckpt ? ", no padding: " : " + ",
            (unsigned long long)(s->p->ckpt ? 0 : per - (b - a)));
   return slab(s, 0, a, b - a, 1, 0, s->lcols, 0, 0);
 }
@@ -467,7 +479,8 @@ static void describe_experts(const sl__model *m, const sl__rank_ctx *x, char *bu
              (unsigned long long)slot_expert(m, x, x->slots - 1));
   else {
     for (uint64_t k = 0; k < x->slots && off + 24 < cap; k++)
-      off += (size_t)snprintf(buf + off, cap - off, "%s%llu", k > 0 ? "," : "", (unsigned long long)slot_expert(m, x, k));
+      off += (size_t)snprintf(buf + off, cap - off, "%s%llu", k > 0 ? "," : "",
+                              (unsigned long long)slot_expert(m, x, k));
     if (off + 4 < cap)
       snprintf(buf + off, cap - off, "}");
   }
@@ -482,7 +495,8 @@ static sl_status slice_moe(slicer *s, local_shape *ls, char *desc, size_t dcap) 
   bool ckpt_one = p->ckpt && p->only_expert != SL_NONE;
   uint64_t Im = p->expert_rows;
   if (Im % x->mt != 0)
-    return not_divisible(s, p->src[0].name, w2 ? 1 : 0, Im, x->mt, "expert intermediate size over the MoE tp ranks");
+    return not_divisible(s, p->src[0].name, w2 ? 1 : 0, Im, x->mt,
+                         "expert intermediate size over the MoE tp ranks");
   uint64_t Ip = Im / x->mt;
   uint64_t start = (uint64_t)x->mr * Ip;
   const sl__msrc *s0 = &p->src[0];
@@ -490,8 +504,8 @@ static sl_status slice_moe(slicer *s, local_shape *ls, char *desc, size_t dcap) 
   uint64_t un = 0;
   uint64_t ua = 0;
   if (fused3d && is_scale(p))
-    return sl__err_set(s->err, SL_STATUS_QUANTIZATION, "%s: fp8 scales of fused 3-D experts are not supported",
-                       p->name);
+    return sl__err_set(s->err, SL_STATUS_QUANTIZATION,
+                       "%s: fp8 scales of fused 3-D experts are not supported", p->name);
   sl_status st = w2 ? map_cols(s, s0, wcols(p, s0), Ip, &un) : map_rows(s, s0, wrows(p, s0), Ip, &un);
   if (st == SL_STATUS_OK && Ip != Im)
     st = w2 ? map_cols(s, s0, wcols(p, s0) + 1, start, &ua) : map_rows(s, s0, wrows(p, s0) + 1, start, &ua);
@@ -499,7 +513,8 @@ static sl_status slice_moe(slicer *s, local_shape *ls, char *desc, size_t dcap) 
     return st;
   if (fused3d && Ip == Im)
     un = Im;
-  uint64_t n_parts = (p->style == SL_STYLE_MOE_W13 || (p->style == SL_STYLE_MOE3D_W13 && p->n_src == 2)) ? 2 : 1;
+  uint64_t n_parts =
+      (p->style == SL_STYLE_MOE_W13 || (p->style == SL_STYLE_MOE3D_W13 && p->n_src == 2)) ? 2 : 1;
   if (p->style == SL_STYLE_MOE3D_W13 && p->n_src == 1)
     n_parts = 2; /* one fused source holding gate then up */
   uint64_t parts_local = p->ckpt && !(p->style == SL_STYLE_MOE3D_W13 && p->n_src == 1) ? 1 : n_parts;
@@ -532,7 +547,8 @@ static sl_status slice_moe(slicer *s, local_shape *ls, char *desc, size_t dcap) 
       } else if (fused3d && p->n_src == 1) {
         uint64_t per_expert = 2 * Im;
         for (uint64_t part = 0; part < 2 && st == SL_STATUS_OK; part++)
-          st = slab(s, (uint32_t)si, ex * per_expert + part * Im + ua, un, 1, 0, H, k * 2 * un + part * un, 0);
+          st =
+              slab(s, (uint32_t)si, ex * per_expert + part * Im + ua, un, 1, 0, H, k * 2 * un + part * un, 0);
       } else {
         uint64_t row0 = fused3d ? ex * Im : 0;
         uint64_t part = parts_local == 1 ? 0 : src->part;
@@ -549,7 +565,8 @@ static sl_status slice_moe(slicer *s, local_shape *ls, char *desc, size_t dcap) 
     describe_experts(s->m, x, ex, sizeof ex);
   snprintf(desc, dcap, "experts %s%s%s, %s [%llu, %llu) of %llu", ex, x->ep > 1 ? " (EP " : "",
            x->ep > 1 ? sl__placement_name(x->placement) : "", w2 ? "cols" : "rows", (unsigned long long)ua,
-           (unsigned long long)(ua + un), (unsigned long long)(is_scale(p) ? (w2 ? s0->shape[1] : s0->shape[0]) : Im));
+           (unsigned long long)(ua + un),
+           (unsigned long long)(is_scale(p) ? (w2 ? s0->shape[1] : s0->shape[0]) : Im));
   if (x->ep > 1) {
     size_t len = strlen(desc);
     char *paren = strstr(desc, " (EP ");
@@ -640,8 +657,15 @@ sl_status sl__plan_rank(const sl__model *m, const sl__catalog *cat, const sl__pl
       snprintf(lp->shard, sizeof lp->shard, "alias of %s", m->params[p->alias_of].name);
       continue;
     }
-    slicer s = {.m = m, .cat = cat, .x = &out->ctx, .p = p, .lparam = li, .bits = sl__dtype_bits(p->dtype),
-                .copies = &copies, .bytes_needed = &out->bytes_needed, .err = err};
+    slicer s = {.m = m,
+                .cat = cat,
+                .x = &out->ctx,
+                .p = p,
+                .lparam = li,
+                .bits = sl__dtype_bits(p->dtype),
+                .copies = &copies,
+                .bytes_needed = &out->bytes_needed,
+                .err = err};
     local_shape ls;
     memset(&ls, 0, sizeof ls);
     char desc[192] = "";
@@ -689,7 +713,8 @@ sl_status sl__plan_rank(const sl__model *m, const sl__catalog *cat, const sl__pl
     uint64_t bits = 0;
     overflow = overflow || sl__mul_overflow(elems, sl__dtype_bits(p->dtype), &bits);
     if (overflow || bits % 8 != 0) {
-      st = sl__err_set(err, SL_STATUS_DIVISIBILITY, "%s: local size overflows or is not byte-aligned", p->name);
+      st = sl__err_set(err, SL_STATUS_DIVISIBILITY, "%s: local size overflows or is not byte-aligned",
+                       p->name);
       break;
     }
     lp->nbytes = bits / 8;
@@ -746,7 +771,7 @@ void sl__schedule_free(sl__schedule *s) {
 }
 
 typedef struct piece_table {
-  uint32_t *slots;   /* piece index + 1; 0 = empty */
+  uint32_t *slots; /* piece index + 1; 0 = empty */
   size_t cap;
   sl__vec pieces;    /* sl__piece */
   sl__vec last_rank; /* uint32_t per piece: last rank appended as member */
@@ -769,7 +794,10 @@ static bool table_grow(piece_table *t) {
     return false;
   for (size_t i = 0; i < t->pieces.len; i++) {
     const sl__piece *p = &SL_VEC_AT(&t->pieces, sl__piece, i);
-    sl__copy c = {.tensor = p->tensor, .src_off = p->src_off, .src_stride = p->src_stride, .row_bytes = p->row_bytes,
+    sl__copy c = {.tensor = p->tensor,
+                  .src_off = p->src_off,
+                  .src_stride = p->src_stride,
+                  .row_bytes = p->row_bytes,
                   .rows = p->rows};
     size_t j = piece_hash(p->tensor, &c) & (cap - 1);
     while (slots[j] != 0)
@@ -1060,8 +1088,8 @@ static sl_status build_buckets(sl__schedule *s, uint64_t bucket_bytes, sl__err *
   return SL_STATUS_OK;
 }
 
-sl_status sl__schedule_build(const sl__model *m, const sl__catalog *cat, const sl__plan_opts *o, uint32_t own_rank,
-                             sl__rank_plan *own, sl__schedule *out, sl__err *err) {
+sl_status sl__schedule_build(const sl__model *m, const sl__catalog *cat, const sl__plan_opts *o,
+                             uint32_t own_rank, sl__rank_plan *own, sl__schedule *out, sl__err *err) {
   memset(out, 0, sizeof *out);
   if (own != NULL)
     memset(own, 0, sizeof *own);
@@ -1077,9 +1105,10 @@ sl_status sl__schedule_build(const sl__model *m, const sl__catalog *cat, const s
   out->unit_needed = calloc(m->n_units / 8 + 1, 1);
   out->tensor_used = calloc(cat->n_tensors / 8 + 1, 1);
   uint32_t *tensor_seen = calloc(cat->n_tensors + 1, sizeof *tensor_seen);
-  sl_status st = (out->stats != NULL && tensor_seen != NULL && out->unit_needed != NULL && out->tensor_used != NULL)
-                     ? SL_STATUS_OK
-                     : SL_STATUS_NOMEM;
+  sl_status st =
+      (out->stats != NULL && tensor_seen != NULL && out->unit_needed != NULL && out->tensor_used != NULL)
+          ? SL_STATUS_OK
+          : SL_STATUS_NOMEM;
   if (st != SL_STATUS_OK)
     sl__err_set(err, st, "out of memory planning %u ranks", W);
   for (size_t i = 0; i < cat->n_tensors && tensor_seen != NULL; i++)
@@ -1250,7 +1279,8 @@ sl_status sl__schedule_build(const sl__model *m, const sl__catalog *cat, const s
     st = sl__err_set(err, SL_STATUS_NOMEM, "out of memory planning %u ranks", W);
   for (size_t i = 0; i < m->n_params && st == SL_STATUS_OK; i++) {
     sl__style sty = m->params[i].style;
-    if (sty != SL_STYLE_MOE_W13 && sty != SL_STYLE_MOE_W2 && sty != SL_STYLE_MOE3D_W13 && sty != SL_STYLE_MOE3D_W2)
+    if (sty != SL_STYLE_MOE_W13 && sty != SL_STYLE_MOE_W2 && sty != SL_STYLE_MOE3D_W13 &&
+        sty != SL_STYLE_MOE3D_W2)
       continue;
     for (size_t j = 0; j < m->params[i].n_src; j++)
       if (m->params[i].src[j].tensor != SL_NONE)

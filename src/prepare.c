@@ -44,9 +44,9 @@ static sl_status resolve_folder(const sl_config *cfg, const sl__opts *o, sl__pre
   }
   SL_INFO("resolving '%s' (process %ld): not a folder, trying the Hub", o->model, (long)getpid());
   if (!sl__hub_valid_repo_id(o->model))
-    return sl__err_set(err, SL_STATUS_NOT_FOUND,
-                       "model '%s' is neither an existing folder nor a valid Hub repository id (namespace/name)",
-                       o->model);
+    return sl__err_set(
+        err, SL_STATUS_NOT_FOUND,
+        "model '%s' is neither an existing folder nor a valid Hub repository id (namespace/name)", o->model);
   sl__hub_opts ho;
   char **include = NULL;
   sl_status st = sl__hub_opts_from_config(cfg, &ho, &include, err);
@@ -153,7 +153,8 @@ sl_status sl__prepare_catalog(const sl_config *cfg, const sl__opts *o, sl__prepa
 sl_status sl__prepare_model(const sl__opts *o, sl__prepared *p, sl__err *err) {
   sl_status st = SL_STATUS_OK;
   if (p->spec == NULL)
-    st = sl__spec_parse(p->spec_text, p->spec_len, p->spec_path != NULL ? p->spec_path : "(broadcast)", &p->spec, err);
+    st = sl__spec_parse(p->spec_text, p->spec_len, p->spec_path != NULL ? p->spec_path : "(broadcast)",
+                        &p->spec, err);
   if (st == SL_STATUS_OK)
     st = sl__model_build(p->spec, &p->cat, o->layout, &p->model, err);
   if (st == SL_STATUS_OK)

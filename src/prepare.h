@@ -14,16 +14,16 @@
 
 typedef struct sl__prepared {
   sl__catalog cat;
-  char *spec_text;            /* the spec file's JSON */
+  char *spec_text; /* the spec file's JSON */
   size_t spec_len;
-  char *spec_path;            /* where it came from (messages) */
+  char *spec_path; /* where it came from (messages) */
   sl__spec *spec;
   sl__model model;
   bool have_model;
-  uint64_t download_bytes;    /* Hub: bytes fetched by this resolution */
+  uint64_t download_bytes; /* Hub: bytes fetched by this resolution */
   uint32_t download_files;
   double download_seconds;
-  char *commit;               /* Hub: resolved commit, or NULL for a local folder */
+  char *commit; /* Hub: resolved commit, or NULL for a local folder */
 } sl__prepared;
 
 /* Rank 0's part: resolve, read config.json, pick and read the spec, build the catalog. */

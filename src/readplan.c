@@ -50,8 +50,8 @@ void sl__readplan_widen(uint64_t off, uint64_t len, uint64_t align, uint64_t *wo
   *wlen = (lead + len + align - 1) / align * align;
 }
 
-void sl__readplan_extract(const sl__piece *P, const sl__cat_tensor *T, const sl__delivery *d, const uint8_t *buf,
-                          uint64_t buf_off, uint8_t *out) {
+void sl__readplan_extract(const sl__piece *P, const sl__cat_tensor *T, const sl__delivery *d,
+                          const uint8_t *buf, uint64_t buf_off, uint8_t *out) {
   uint64_t rb = P->rows <= 1 ? P->nbytes : P->row_bytes;
   sl__segment seg[3];
   int n = sl__segments(rb, d->p0, d->p1, seg);
@@ -86,8 +86,13 @@ static sl_status add_op(sl__readplan *rp, uint32_t piece, const sl__cat_tensor *
   if (op == NULL || d == NULL)
     return sl__err_set(err, SL_STATUS_NOMEM, "out of memory planning reads");
   *d = (sl__delivery){.piece = piece, .p0 = p0, .p1 = p1, .bucket = bucket, .bucket_off = bucket_off};
-  *op = (sl__read_op){.file = T->file, .offset = off, .len = len, .useful = p1 - p0,
-                      .first = (uint32_t)(rp->dels.len - 1), .count = 1, .bucket = bucket,
+  *op = (sl__read_op){.file = T->file,
+                      .offset = off,
+                      .len = len,
+                      .useful = p1 - p0,
+                      .first = (uint32_t)(rp->dels.len - 1),
+                      .count = 1,
+                      .bucket = bucket,
                       .direct_dst = direct != NULL ? direct + p0 : NULL};
   return SL_STATUS_OK;
 }
@@ -101,8 +106,8 @@ sl_status sl__readplan_piece(sl__readplan *rp, const sl__piece *P, uint32_t piec
   if (P->rows <= 1) {
     for (uint64_t a = p0; a < p1 && st == SL_STATUS_OK; a += chunk) {
       uint64_t b = p1 - a < chunk ? p1 : a + chunk;
-      st = add_op(rp, piece, T, a, b, bucket, bucket_off + (a - p0), T->offset + P->src_off + a, b - a, direct,
-                  chunk, err);
+      st = add_op(rp, piece, T, a, b, bucket, bucket_off + (a - p0), T->offset + P->src_off + a, b - a,
+                  direct, chunk, err);
     }
     return st;
   }
@@ -129,8 +134,8 @@ sl_status sl__readplan_piece(sl__readplan *rp, const sl__piece *P, uint32_t piec
     uint64_t row_end = (a / rb + 1) * rb;
     uint64_t b = row_end < p1 ? row_end : p1;
     b = b - a > chunk ? a + chunk : b;
-    st = add_op(rp, piece, T, a, b, bucket, bucket_off + (a - p0), T->offset + sl__src_of(P, a), b - a, NULL, chunk,
-                err);
+    st = add_op(rp, piece, T, a, b, bucket, bucket_off + (a - p0), T->offset + sl__src_of(P, a), b - a, NULL,
+                chunk, err);
     a = b;
   }
   return st;

@@ -16,14 +16,14 @@
 
 typedef struct sl__delivery {
   uint32_t piece;
-  uint64_t p0, p1;       /* packed byte range [p0, p1) of the piece */
-  uint32_t bucket;       /* the rank's bucket index, or SL_NONE for local copies */
-  uint64_t bucket_off;   /* bucket byte of packed byte p0 */
+  uint64_t p0, p1;     /* packed byte range [p0, p1) of the piece */
+  uint32_t bucket;     /* the rank's bucket index, or SL_NONE for local copies */
+  uint64_t bucket_off; /* bucket byte of packed byte p0 */
 } sl__delivery;
 
 typedef struct sl__read_op {
   uint32_t file;
-  uint64_t offset;       /* absolute file offset */
+  uint64_t offset; /* absolute file offset */
   uint64_t len;
   uint64_t useful;       /* bytes delivered (len - useful = covering bytes) */
   uint32_t first, count; /* deliveries */
@@ -32,8 +32,8 @@ typedef struct sl__read_op {
 } sl__read_op;
 
 typedef struct sl__readplan {
-  sl__vec ops;           /* sl__read_op */
-  sl__vec dels;          /* sl__delivery */
+  sl__vec ops;  /* sl__read_op */
+  sl__vec dels; /* sl__delivery */
 } sl__readplan;
 
 void sl__readplan_init(sl__readplan *rp);
@@ -52,10 +52,10 @@ uint64_t sl__src_of(const sl__piece *P, uint64_t p);
 /* Segments of a packed byte range [p0, p1) of a piece with rows of row_bytes: a partial first
  * row, a block of whole rows, a partial last row (at most 3). */
 typedef struct sl__segment {
-  uint64_t row;    /* first row */
-  uint64_t col;    /* byte offset in the row */
-  uint64_t len;    /* bytes per row */
-  uint64_t rows;   /* rows in this segment */
+  uint64_t row;  /* first row */
+  uint64_t col;  /* byte offset in the row */
+  uint64_t len;  /* bytes per row */
+  uint64_t rows; /* rows in this segment */
 } sl__segment;
 int sl__segments(uint64_t row_bytes, uint64_t p0, uint64_t p1, sl__segment out[3]);
 
@@ -64,7 +64,7 @@ void sl__readplan_widen(uint64_t off, uint64_t len, uint64_t align, uint64_t *wo
 
 /* Copies the packed bytes of delivery d out of buf, which holds file bytes from file offset
  * buf_off (tensor T's data starts at T->offset), into out (d->p1 - d->p0 bytes). */
-void sl__readplan_extract(const sl__piece *P, const sl__cat_tensor *T, const sl__delivery *d, const uint8_t *buf,
-                          uint64_t buf_off, uint8_t *out);
+void sl__readplan_extract(const sl__piece *P, const sl__cat_tensor *T, const sl__delivery *d,
+                          const uint8_t *buf, uint64_t buf_off, uint8_t *out);
 
 #endif

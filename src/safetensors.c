@@ -28,8 +28,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define ST_MAX_DEPTH 128   /* deepest accepted nesting; the top-level object is depth 1 */
-#define ST_NAME_SHOWN 200  /* bytes of a name quoted in a message */
+#define ST_MAX_DEPTH 128  /* deepest accepted nesting; the top-level object is depth 1 */
+#define ST_NAME_SHOWN 200 /* bytes of a name quoted in a message */
 
 /* A decoded string at the arena's top: s[len] == '\0'; it may hold U+0000 (checked by callers). */
 typedef struct st_str {
@@ -38,21 +38,23 @@ typedef struct st_str {
 } st_str;
 
 typedef struct st_scan {
-  const uint8_t *p;   /* the N header bytes */
-  size_t n;           /* N */
-  size_t pos;         /* next byte to read, relative to p */
-  const char *what;   /* the file, for messages */
+  const uint8_t *p; /* the N header bytes */
+  size_t n;         /* N */
+  size_t pos;       /* next byte to read, relative to p */
+  const char *what; /* the file, for messages */
   sl__err *err;
-  char *arena;        /* decoded strings, n + 1 bytes */
-  size_t arena_used;  /* committed bytes */
-  sl__vec tensors;    /* sl__st_tensor, in header order */
-  sl__vec meta;       /* sl__st_meta, in first-seen key order */
-  sl__strmap names;   /* tensor name → index into tensors (duplicates) */
-  sl__strmap keys;    /* metadata key → index into meta (a repeated key keeps the last value) */
-  bool have_meta;     /* __metadata__ was seen */
+  char *arena;       /* decoded strings, n + 1 bytes */
+  size_t arena_used; /* committed bytes */
+  sl__vec tensors;   /* sl__st_tensor, in header order */
+  sl__vec meta;      /* sl__st_meta, in first-seen key order */
+  sl__strmap names;  /* tensor name → index into tensors (duplicates) */
+  sl__strmap keys;   /* metadata key → index into meta (a repeated key keeps the last value) */
+  bool have_meta;    /* __metadata__ was seen */
 } st_scan;
 
-static int shown(size_t len) { return (int)(len < ST_NAME_SHOWN ? len : ST_NAME_SHOWN); }
+static int shown(size_t len) {
+  return (int)(len < ST_NAME_SHOWN ? len : ST_NAME_SHOWN);
+}
 
 /* Records an ST_HEADER_JSON error at the current position. */
 static sl_status SL_PRINTF(2, 3) scan_fail(st_scan *s, const char *fmt, ...) {
@@ -126,7 +128,9 @@ static void scan_ws(st_scan *s) {
   }
 }
 
-static bool scan_at(const st_scan *s, uint8_t c) { return s->pos < s->n && s->p[s->pos] == c; }
+static bool scan_at(const st_scan *s, uint8_t c) {
+  return s->pos < s->n && s->p[s->pos] == c;
+}
 
 /* Consumes byte c (after whitespace) or fails naming what was expected. */
 static sl_status scan_expect(st_scan *s, uint8_t c, const char *where) {
@@ -212,8 +216,8 @@ static sl_status scan_u_escape(st_scan *s, uint32_t *cp) {
   if (*cp < 0xD800 || *cp > 0xDBFF)
     return SL_STATUS_OK;
   uint32_t low = 0;
-  if (s->n - s->pos < 6 || s->p[s->pos] != '\\' || s->p[s->pos + 1] != 'u' || !hex4(s->p + s->pos + 2, &low) ||
-      low < 0xDC00 || low > 0xDFFF)
+  if (s->n - s->pos < 6 || s->p[s->pos] != '\\' || s->p[s->pos + 1] != 'u' ||
+      !hex4(s->p + s->pos + 2, &low) || low < 0xDC00 || low > 0xDFFF)
     return scan_fail(s, "high surrogate \\u%04x is not followed by a low surrogate", *cp);
   s->pos += 6;
   *cp = 0x10000 + ((*cp - 0xD800) << 10) + (low - 0xDC00);
@@ -272,7 +276,9 @@ static sl_status scan_string(st_scan *s, st_str *out) {
 }
 
 /* Keeps the string just decoded at the arena's top. */
-static void scan_commit(st_scan *s, const st_str *str) { s->arena_used += str->len + 1; }
+static void scan_commit(st_scan *s, const st_str *str) {
+  s->arena_used += str->len + 1;
+}
 
 static bool str_is(const st_str *str, const char *lit) {
   size_t n = strlen(lit);
@@ -287,7 +293,9 @@ static sl_status scan_literal(st_scan *s, const char *lit) {
   return SL_STATUS_OK;
 }
 
-static bool is_digit(uint8_t c) { return c >= '0' && c <= '9'; }
+static bool is_digit(uint8_t c) {
+  return c >= '0' && c <= '9';
+}
 
 /* A JSON number: -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)? */
 static sl_status scan_number(st_scan *s) {
@@ -380,7 +388,8 @@ static sl_status scan_u64(st_scan *s, const st_str *tname, const char *field, ui
     while (s->pos < s->n && is_digit(s->p[s->pos])) {
       uint64_t d = (uint64_t)(s->p[s->pos] - '0');
       if (sl__mul_overflow(v, 10, &v) || sl__add_overflow(v, d, &v))
-        return scan_fail(s, "tensor '%.*s': integer in %s exceeds 2^64-1", shown(tname->len), tname->s, field);
+        return scan_fail(s, "tensor '%.*s': integer in %s exceeds 2^64-1", shown(tname->len), tname->s,
+                         field);
       s->pos++;
     }
   }
@@ -393,13 +402,13 @@ static sl_status scan_u64(st_scan *s, const st_str *tname, const char *field, ui
 }
 
 /* [u64, ...] with at most max elements; *count receives the number read. */
-static sl_status scan_u64_array(st_scan *s, const st_str *tname, const char *field, uint64_t *vals, uint32_t max,
-                                uint32_t *count) {
+static sl_status scan_u64_array(st_scan *s, const st_str *tname, const char *field, uint64_t *vals,
+                                uint32_t max, uint32_t *count) {
   *count = 0;
   scan_ws(s);
   if (!scan_at(s, '['))
-    return scan_fail(s, "tensor '%.*s': %s must be an array of unsigned integers", shown(tname->len), tname->s,
-                     field);
+    return scan_fail(s, "tensor '%.*s': %s must be an array of unsigned integers", shown(tname->len),
+                     tname->s, field);
   s->pos++;
   scan_ws(s);
   if (scan_at(s, ']')) {
@@ -409,7 +418,8 @@ static sl_status scan_u64_array(st_scan *s, const st_str *tname, const char *fie
   bool more = true;
   while (more) {
     if (*count == max)
-      return scan_fail(s, "tensor '%.*s': %s has more than %u elements", shown(tname->len), tname->s, field, max);
+      return scan_fail(s, "tensor '%.*s': %s has more than %u elements", shown(tname->len), tname->s, field,
+                       max);
     sl_status st = scan_u64(s, tname, field, &vals[*count]);
     if (st != SL_STATUS_OK)
       return st;
@@ -460,7 +470,8 @@ static sl_status scan_tensor(st_scan *s, st_str *name) {
     while (f < F_OTHER && !str_is(&field, field_names[f]))
       f++;
     if (f != F_OTHER && have[f])
-      return scan_fail(s, "tensor '%.*s': field \"%s\" given twice", shown(name->len), name->s, field_names[f]);
+      return scan_fail(s, "tensor '%.*s': field \"%s\" given twice", shown(name->len), name->s,
+                       field_names[f]);
     if (f != F_OTHER)
       have[f] = true;
     if (f == F_DTYPE) {
@@ -470,7 +481,8 @@ static sl_status scan_tensor(st_scan *s, st_str *name) {
         return scan_fail(s, "tensor '%.*s': dtype must be a string", shown(name->len), name->s);
       st = scan_string(s, &dt);
       if (st == SL_STATUS_OK && !sl__dtype_parse(dt.s, dt.len, &t.dtype))
-        return scan_fail(s, "tensor '%.*s': unknown dtype '%.*s'", shown(name->len), name->s, shown(dt.len), dt.s);
+        return scan_fail(s, "tensor '%.*s': unknown dtype '%.*s'", shown(name->len), name->s, shown(dt.len),
+                         dt.s);
     } else if (f == F_SHAPE) {
       st = scan_u64_array(s, name, "shape", t.shape, SL_ST_MAX_DIMS, &t.ndim);
     } else if (f == F_OFFSETS) {
@@ -478,8 +490,8 @@ static sl_status scan_tensor(st_scan *s, st_str *name) {
       uint32_t count = 0;
       st = scan_u64_array(s, name, "data_offsets", off, 2, &count);
       if (st == SL_STATUS_OK && count != 2)
-        return scan_fail(s, "tensor '%.*s': data_offsets must have exactly 2 elements, has %u", shown(name->len),
-                         name->s, count);
+        return scan_fail(s, "tensor '%.*s': data_offsets must have exactly 2 elements, has %u",
+                         shown(name->len), name->s, count);
       t.begin = off[0];
       t.end = off[1];
     } else {
@@ -492,7 +504,8 @@ static sl_status scan_tensor(st_scan *s, st_str *name) {
   }
   for (int f = F_DTYPE; f < F_OTHER; f++) {
     if (!have[f])
-      return scan_fail(s, "tensor '%.*s': field \"%s\" is missing", shown(name->len), name->s, field_names[f]);
+      return scan_fail(s, "tensor '%.*s': field \"%s\" is missing", shown(name->len), name->s,
+                       field_names[f]);
   }
   sl__st_tensor *slot = sl__vec_push(&s->tensors);
   if (slot == NULL)
@@ -584,8 +597,9 @@ static sl_status scan_header(st_scan *s) {
   }
   scan_ws(s);
   if (s->pos < s->n)
-    return scan_fail(s, "unexpected byte 0x%02x after the header object (only spaces, tabs and newlines may follow)",
-                     s->p[s->pos]);
+    return scan_fail(
+        s, "unexpected byte 0x%02x after the header object (only spaces, tabs and newlines may follow)",
+        s->p[s->pos]);
   return SL_STATUS_OK;
 }
 
@@ -603,11 +617,11 @@ static sl_status check_length(const uint8_t *prefix, size_t prefix_len, uint64_t
                               uint64_t *n, sl__err *err) {
   if (file_size < 8)
     return sl__err_set(err, SL_STATUS_ST_HEADER_TOO_SMALL,
-                       "%s: header too small (%llu bytes; a safetensors file starts with an 8-byte length)", what,
-                       (unsigned long long)file_size);
+                       "%s: header too small (%llu bytes; a safetensors file starts with an 8-byte length)",
+                       what, (unsigned long long)file_size);
   if (prefix_len < 8)
-    return sl__err_set(err, SL_STATUS_INVALID_ARGUMENT, "%s: %zu bytes given, the 8-byte length is needed", what,
-                       prefix_len);
+    return sl__err_set(err, SL_STATUS_INVALID_ARGUMENT, "%s: %zu bytes given, the 8-byte length is needed",
+                       what, prefix_len);
   *n = le64(prefix);
   bool too_large = *n > SL_ST_MAX_HEADER;
 #if SIZE_MAX < UINT64_MAX
@@ -662,22 +676,23 @@ static sl_status check_offsets(const sl__st_tensor *t, size_t count, const char 
   for (size_t i = 0; i < count; i++) {
     int nl = shown(t[i].name_len);
     if (t[i].begin != pos || t[i].end < t[i].begin)
-      return sl__err_set(err, SL_STATUS_ST_INVALID_OFFSET,
-                         "%s: invalid data offsets [%llu, %llu] for tensor '%.*s' (expected it to start at %llu)",
-                         what, (unsigned long long)t[i].begin, (unsigned long long)t[i].end, nl, t[i].name,
-                         (unsigned long long)pos);
+      return sl__err_set(
+          err, SL_STATUS_ST_INVALID_OFFSET,
+          "%s: invalid data offsets [%llu, %llu] for tensor '%.*s' (expected it to start at %llu)", what,
+          (unsigned long long)t[i].begin, (unsigned long long)t[i].end, nl, t[i].name,
+          (unsigned long long)pos);
     pos = t[i].end;
     uint64_t nbytes = 0;
     sl_status st = sl__st_nbytes(t[i].dtype, t[i].ndim, t[i].shape, &nbytes);
     if (st == SL_STATUS_ST_OVERFLOW)
       return sl__err_set(err, st, "%s: size of tensor '%.*s' overflows", what, nl, t[i].name);
     if (st == SL_STATUS_ST_MISALIGNED)
-      return sl__err_set(err, st, "%s: tensor '%.*s' (%s) does not end on a byte boundary", what, nl, t[i].name,
-                         sl__dtype_name(t[i].dtype));
+      return sl__err_set(err, st, "%s: tensor '%.*s' (%s) does not end on a byte boundary", what, nl,
+                         t[i].name, sl__dtype_name(t[i].dtype));
     if (t[i].end - t[i].begin != nbytes)
-      return sl__err_set(err, SL_STATUS_ST_TENSOR_INFO, "%s: tensor '%.*s': shape and dtype need %llu bytes, offsets give %llu",
-                         what, nl, t[i].name, (unsigned long long)nbytes,
-                         (unsigned long long)(t[i].end - t[i].begin));
+      return sl__err_set(err, SL_STATUS_ST_TENSOR_INFO,
+                         "%s: tensor '%.*s': shape and dtype need %llu bytes, offsets give %llu", what, nl,
+                         t[i].name, (unsigned long long)nbytes, (unsigned long long)(t[i].end - t[i].begin));
   }
   *data_len = pos;
   return SL_STATUS_OK;
@@ -728,8 +743,9 @@ sl_status sl__st_parse(const uint8_t *prefix, size_t prefix_len, uint64_t file_s
     goto fail;
   uint64_t end = 0;
   if (sl__add_overflow(8 + n, data_len, &end) || end != file_size) {
-    st = sl__err_set(err, SL_STATUS_ST_INCOMPLETE, "%s: data section covers %llu bytes, file has %llu after the header",
-                     what, (unsigned long long)data_len, (unsigned long long)(file_size - 8 - n));
+    st = sl__err_set(err, SL_STATUS_ST_INCOMPLETE,
+                     "%s: data section covers %llu bytes, file has %llu after the header", what,
+                     (unsigned long long)data_len, (unsigned long long)(file_size - 8 - n));
     goto fail;
   }
   if (s.meta.len > 1)
@@ -776,8 +792,9 @@ static sl_status read_exact(int fd, uint8_t *buf, size_t n, uint64_t offset, con
       return sl__err_set(err, SL_STATUS_IO, "cannot read %s at byte %llu: %s", path,
                          (unsigned long long)(offset + got), strerror(errno));
     if (r == 0)
-      return sl__err_set(err, SL_STATUS_IO, "cannot read %s at byte %llu: unexpected end of file (file shrank?)",
-                         path, (unsigned long long)(offset + got));
+      return sl__err_set(err, SL_STATUS_IO,
+                         "cannot read %s at byte %llu: unexpected end of file (file shrank?)", path,
+                         (unsigned long long)(offset + got));
     got += (size_t)r;
   }
   return SL_STATUS_OK;
@@ -811,7 +828,8 @@ sl_status sl__st_read_file(const char *path, sl__st_header *out, sl__err *err) {
     goto done;
   buf = malloc((size_t)n + 8);
   if (buf == NULL) {
-    st = sl__err_set(err, SL_STATUS_NOMEM, "%s: out of memory for a %llu-byte header", path, (unsigned long long)n);
+    st = sl__err_set(err, SL_STATUS_NOMEM, "%s: out of memory for a %llu-byte header", path,
+                     (unsigned long long)n);
     goto done;
   }
   memcpy(buf, len8, 8);

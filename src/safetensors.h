@@ -20,32 +20,32 @@
 #define SL_ST_MAX_DIMS 8              /* more dimensions → SL_STATUS_ST_HEADER_JSON */
 
 typedef struct sl__st_tensor {
-  const char *name;                /* NUL-terminated, points into sl__st_header.strings */
-  size_t name_len;                 /* bytes, without the NUL (names never contain NUL) */
+  const char *name; /* NUL-terminated, points into sl__st_header.strings */
+  size_t name_len;  /* bytes, without the NUL (names never contain NUL) */
   sl__dtype dtype;
   uint32_t ndim;
   uint64_t shape[SL_ST_MAX_DIMS];
-  uint64_t begin;                  /* data_offsets[0], relative to the data section */
-  uint64_t end;                    /* data_offsets[1] */
+  uint64_t begin; /* data_offsets[0], relative to the data section */
+  uint64_t end;   /* data_offsets[1] */
 } sl__st_tensor;
 
 /* A metadata entry. Keys and values are C strings: a U+0000 inside a key or value ends it there
  * (the reference accepts such metadata; shardload never needs it), so two keys equal up to a
  * U+0000 count as one, the last value kept. */
 typedef struct sl__st_meta {
-  const char *key;                 /* NUL-terminated, into strings */
+  const char *key; /* NUL-terminated, into strings */
   const char *value;
 } sl__st_meta;
 
 typedef struct sl__st_header {
-  uint64_t header_len;             /* N, as stored (padding included) */
-  uint64_t data_start;             /* 8 + N: absolute file offset of the data section */
-  uint64_t file_size;              /* F */
+  uint64_t header_len; /* N, as stored (padding included) */
+  uint64_t data_start; /* 8 + N: absolute file offset of the data section */
+  uint64_t file_size;  /* F */
   size_t n_tensors;
-  sl__st_tensor *tensors;          /* sorted by (begin, end, name bytes): data order */
+  sl__st_tensor *tensors; /* sorted by (begin, end, name bytes): data order */
   size_t n_meta;
-  sl__st_meta *meta;               /* __metadata__ entries, keys sorted bytewise, last value kept */
-  char *strings;                   /* arena holding every decoded name, key and value */
+  sl__st_meta *meta; /* __metadata__ entries, keys sorted bytewise, last value kept */
+  char *strings;     /* arena holding every decoded name, key and value */
 } sl__st_header;
 
 /* Validates a whole file given as its first bytes and its size. prefix holds at least
@@ -79,8 +79,8 @@ typedef struct sl__st_write_tensor {
   sl__dtype dtype;
   uint32_t ndim;
   uint64_t shape[SL_ST_MAX_DIMS];
-  const void *data;                /* host bytes */
-  uint64_t nbytes;                 /* must equal the shape's size: refused otherwise */
+  const void *data; /* host bytes */
+  uint64_t nbytes;  /* must equal the shape's size: refused otherwise */
 } sl__st_write_tensor;
 
 /* Builds the complete header (the 8-byte length, JSON, space padding) for the tensors in the

@@ -68,8 +68,9 @@ static sl_status write_part(const char *dir, uint32_t rank, uint32_t part, const
   sl__st_write_tensor *w = calloc(n + 1, sizeof *w);
   void **host = calloc(n + 1, sizeof *host);
   char *path = sl__asprintf("%s/model-rank-%u-part-%u.safetensors", dir, rank, part);
-  sl_status st = (w != NULL && host != NULL && path != NULL) ? SL_STATUS_OK
-                                                             : sl__err_set(err, SL_STATUS_NOMEM, "out of memory");
+  sl_status st = (w != NULL && host != NULL && path != NULL)
+                     ? SL_STATUS_OK
+                     : sl__err_set(err, SL_STATUS_NOMEM, "out of memory");
   for (size_t i = 0; i < n && st == SL_STATUS_OK; i++) {
     const sl__save_entry *e = &entries[idx[i]];
     w[i].name = e->name;
@@ -108,8 +109,8 @@ static int cmp_by_memory(const void *a, const void *b) {
   return strcmp(x->name, y->name);
 }
 
-sl_status sl__save_rank(const char *dir, uint32_t rank, const sl__save_entry *entries, size_t n, uint64_t max_part,
-                        sl__backend *backend, uint32_t *parts, sl__err *err) {
+sl_status sl__save_rank(const char *dir, uint32_t rank, const sl__save_entry *entries, size_t n,
+                        uint64_t max_part, sl__backend *backend, uint32_t *parts, sl__err *err) {
   *parts = 0;
   bool *keep = calloc(n + 1, sizeof *keep);
   size_t *order = calloc(n + 1, sizeof *order);
@@ -157,11 +158,13 @@ sl_status sl__save_rank(const char *dir, uint32_t rank, const sl__save_entry *en
 }
 
 static bool is_weight_name(const char *n) {
-  static const char *const ext[] = {".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".gguf", ".h5", ".msgpack", ".onnx"};
+  static const char *const ext[] = {".safetensors", ".bin", ".pt",      ".pth", ".ckpt",
+                                    ".gguf",        ".h5",  ".msgpack", ".onnx"};
   for (size_t i = 0; i < sizeof ext / sizeof ext[0]; i++)
     if (sl__str_ends_with(n, ext[i]))
       return true;
-  return strcmp(n, "model.safetensors.index.json") == 0 || strcmp(n, "consolidated.safetensors.index.json") == 0 ||
+  return strcmp(n, "model.safetensors.index.json") == 0 ||
+         strcmp(n, "consolidated.safetensors.index.json") == 0 ||
          strcmp(n, "pytorch_model.bin.index.json") == 0;
 }
 

@@ -17,7 +17,7 @@ typedef struct sl__save_entry {
   sl__dtype dtype;
   uint32_t ndim;
   uint64_t shape[8];
-  const void *data;     /* backend memory; entries with equal data and nbytes share memory */
+  const void *data; /* backend memory; entries with equal data and nbytes share memory */
   uint64_t nbytes;
 } sl__save_entry;
 
@@ -25,8 +25,8 @@ typedef struct sl__save_entry {
  * memory, the one whose name sorts first is kept); parts are filled greedily in table order up
  * to max_part bytes (a larger tensor gets a part of its own). Earlier parts of this rank in dir
  * are removed first. *parts receives the number of files written. */
-sl_status sl__save_rank(const char *dir, uint32_t rank, const sl__save_entry *entries, size_t n, uint64_t max_part,
-                        sl__backend *backend, uint32_t *parts, sl__err *err);
+sl_status sl__save_rank(const char *dir, uint32_t rank, const sl__save_entry *entries, size_t n,
+                        uint64_t max_part, sl__backend *backend, uint32_t *parts, sl__err *err);
 
 /* Rank 0: copies every top-level non-weight file of model_folder into dir (not *.safetensors,
  * *.bin, *.pt, *.pth, *.ckpt, *.gguf, *.h5, *.msgpack, *.onnx, nor the index files). */

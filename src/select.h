@@ -27,19 +27,19 @@ const char *sl__format_name(sl__format f);
 
 /* The selection options of one weight source. */
 typedef struct sl__select_opts {
-  sl__format format;               /* AUTO is resolved by the functions below */
-  bool fall_back_to_pt;            /* from the architecture spec; default true */
+  sl__format format;                          /* AUTO is resolved by the functions below */
+  bool fall_back_to_pt;                       /* from the architecture spec; default true */
   const char *const *allow_patterns_override; /* NULL-terminated, or NULL */
 } sl__select_opts;
 
 /* index_name: sl__select_dir sets it when the folder's index existed and was applied;
  * sl__select_names when the name list holds the format's index, for the caller to apply. */
 typedef struct sl__selection {
-  sl__format format;               /* the effective format (never AUTO) */
+  sl__format format; /* the effective format (never AUTO) */
   bool use_safetensors;
-  char *index_name;                /* index file used for de-duplication, or NULL (see above) */
+  char *index_name; /* index file used for de-duplication, or NULL (see above) */
   size_t n_files;
-  char **files;                    /* basenames, natural-sorted */
+  char **files; /* basenames, natural-sorted */
 } sl__selection;
 
 /* Frees what a selection owns and zeroes it; NULL and a zeroed struct are fine. */
@@ -57,8 +57,8 @@ sl__format sl__format_resolve_auto_dir(sl__format f, const char *folder);
  * to regular files). `what` is the model argument used in "Cannot find any model weights with
  * '<what>'". Index files are parsed and validated (SAFETENSORS.md §7): a weight_map value that is
  * not a plain relative name is an error; a value naming a file that does not exist is an error. */
-sl_status sl__select_dir(const char *folder, const sl__select_opts *opts, const char *what, sl__selection *out,
-                         sl__err *err);
+sl_status sl__select_dir(const char *folder, const sl__select_opts *opts, const char *what,
+                         sl__selection *out, sl__err *err);
 
 /* The pattern-matching part on a list of top-level names (the Hub's siblings), without the index
  * step: returns the matched names of the winning pattern (before index filtering and sorting).

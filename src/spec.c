@@ -22,10 +22,13 @@
 
 #define SPEC_MAX_BYTES (16u * 1024u * 1024u)
 
-static const char *const style_names[SL_STYLE_COUNT] = {
-    "replicated", "column", "row", "merged", "qkv", "vocab", "concat", "moe_w13", "moe_w2", "moe3d_w13", "moe3d_w2"};
+static const char *const style_names[SL_STYLE_COUNT] = {"replicated", "column",    "row",     "merged",
+                                                        "qkv",        "vocab",     "concat",  "moe_w13",
+                                                        "moe_w2",     "moe3d_w13", "moe3d_w2"};
 
-const char *sl__style_name(sl__style s) { return (unsigned)s < SL_STYLE_COUNT ? style_names[s] : "?"; }
+const char *sl__style_name(sl__style s) {
+  return (unsigned)s < SL_STYLE_COUNT ? style_names[s] : "?";
+}
 
 typedef struct ctx {
   const char *path;
@@ -61,7 +64,8 @@ static sl_status compile_item(ctx *c, const cJSON *item, const char *where, sl__
   if (cJSON_IsString(item)) {
     text = item->valuestring;
   } else if (cJSON_IsNumber(item)) {
-    if (item->valuedouble < 0 || item->valuedouble > 9e15 || item->valuedouble != (double)(int64_t)item->valuedouble)
+    if (item->valuedouble < 0 || item->valuedouble > 9e15 ||
+        item->valuedouble != (double)(int64_t)item->valuedouble)
       return spec_error(c, where, "a number must be a non-negative integer");
     snprintf(buf, sizeof buf, "%lld", (long long)item->valuedouble);
     text = buf;
@@ -124,7 +128,8 @@ static sl_status string_list(ctx *c, const cJSON *arr, const char *where, char *
   return SL_STATUS_OK;
 }
 
-static sl_status named_exprs(ctx *c, const cJSON *obj, const char *where, sl__named_expr **out, size_t *n_out) {
+static sl_status named_exprs(ctx *c, const cJSON *obj, const char *where, sl__named_expr **out,
+                             size_t *n_out) {
   *out = NULL;
   *n_out = 0;
   if (obj == NULL)
@@ -255,7 +260,8 @@ static sl_status check_parts(ctx *c, const sl__spec_param *p, const char *where)
 }
 
 static sl_status parse_param(ctx *c, const cJSON *obj, const char *where, sl__spec_param *p) {
-  static const char *const keys[] = {"name", "place", "when", "style", "heads", "vocab", "experts", "sources", NULL};
+  static const char *const keys[] = {"name",  "place",   "when",    "style", "heads",
+                                     "vocab", "experts", "sources", NULL};
   if (!cJSON_IsObject(obj))
     return spec_error(c, where, "a parameter must be an object");
   sl_status st = check_keys(c, obj, where, keys);
@@ -338,9 +344,21 @@ sl_status sl__spec_parse(const char *json, size_t len, const char *path, sl__spe
     cJSON_Delete(root);
     return sl__err_set(err, SL_STATUS_NOMEM, "out of memory");
   }
-  static const char *const keys[] = {"family", "architectures", "fall_back_to_pt", "allow_patterns_override", "vars",
-                                     "layer_vars", "num_layers", "experts", "n_group", "tie_word_embeddings",
-                                     "skip_layers", "skip_contains", "rename", "params", NULL};
+  static const char *const keys[] = {"family",
+                                     "architectures",
+                                     "fall_back_to_pt",
+                                     "allow_patterns_override",
+                                     "vars",
+                                     "layer_vars",
+                                     "num_layers",
+                                     "experts",
+                                     "n_group",
+                                     "tie_word_embeddings",
+                                     "skip_layers",
+                                     "skip_contains",
+                                     "rename",
+                                     "params",
+                                     NULL};
   s->path = sl__strdup(path);
   if (s->path == NULL)
     st = sl__err_set(err, SL_STATUS_NOMEM, "out of memory");
@@ -351,8 +369,8 @@ sl_status sl__spec_parse(const char *json, size_t len, const char *path, sl__spe
   if (st == SL_STATUS_OK)
     st = string_dup(&c, cJSON_GetObjectItemCaseSensitive(root, "family"), "family", &s->family);
   if (st == SL_STATUS_OK)
-    st = string_list(&c, cJSON_GetObjectItemCaseSensitive(root, "architectures"), "architectures", &s->architectures,
-                     &s->n_arch);
+    st = string_list(&c, cJSON_GetObjectItemCaseSensitive(root, "architectures"), "architectures",
+                     &s->architectures, &s->n_arch);
   if (st == SL_STATUS_OK) {
     const cJSON *fb = cJSON_GetObjectItemCaseSensitive(root, "fall_back_to_pt");
     if (fb != NULL && !cJSON_IsBool(fb))
@@ -392,8 +410,9 @@ sl_status sl__spec_parse(const char *json, size_t len, const char *path, sl__spe
   const cJSON *rn = cJSON_GetObjectItemCaseSensitive(root, "rename");
   if (st == SL_STATUS_OK && rn != NULL) {
     static const char *const rkeys[] = {"format", "map", NULL};
-    st = cJSON_IsObject(rn) ? check_keys(&c, rn, "rename", rkeys)
-                            : spec_error(&c, "rename", "expected {\"format\": ..., \"map\": [[FROM, TO], ...]}");
+    st = cJSON_IsObject(rn)
+             ? check_keys(&c, rn, "rename", rkeys)
+             : spec_error(&c, "rename", "expected {\"format\": ..., \"map\": [[FROM, TO], ...]}");
     if (st == SL_STATUS_OK)
       st = string_dup(&c, cJSON_GetObjectItemCaseSensitive(rn, "format"), "rename.format", &s->rename_format);
     const cJSON *map = cJSON_GetObjectItemCaseSensitive(rn, "map");
@@ -515,12 +534,15 @@ void sl__spec_free(sl__spec *s) {
 
 /* ---- search ---- */
 
-static int cmp_str(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
+static int cmp_str(const void *a, const void *b) {
+  return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
 
 /* Tries every *.json of dir (sorted); returns OK and *out on the first spec naming arch. Appends
  * the architectures seen to `known`. Invalid spec files are skipped with their error kept in
  * first_err (reported if nothing matches). */
-static sl_status search_dir(const char *dir, const char *arch, sl__spec **out, sl__buf *known, sl__err *first_err) {
+static sl_status search_dir(const char *dir, const char *arch, sl__spec **out, sl__buf *known,
+                            sl__err *first_err) {
   DIR *d = opendir(dir);
   if (d == NULL)
     return SL_STATUS_NOT_FOUND;
@@ -595,12 +617,13 @@ sl_status sl__spec_find(const char *architecture, sl__spec **out, sl__err *err) 
     sl__buf_free(&known);
     return SL_STATUS_OK;
   }
-  st = sl__err_set(err, SL_STATUS_ARCH,
-                   "unknown architecture '%s' (known: %s); describe it in a spec file and pass it with --arch "
-                   "FILE.json (see docs/SPECS.md)%s%s",
-                   architecture, known.len > 0 ? sl__buf_str(&known) : "none found",
-                   first_err.status != SL_STATUS_OK ? "; note: " : "",
-                   first_err.status != SL_STATUS_OK ? first_err.msg : "");
+  st =
+      sl__err_set(err, SL_STATUS_ARCH,
+                  "unknown architecture '%s' (known: %s); describe it in a spec file and pass it with --arch "
+                  "FILE.json (see docs/SPECS.md)%s%s",
+                  architecture, known.len > 0 ? sl__buf_str(&known) : "none found",
+                  first_err.status != SL_STATUS_OK ? "; note: " : "",
+                  first_err.status != SL_STATUS_OK ? first_err.msg : "");
   sl__buf_free(&known);
   return st;
 }

@@ -50,35 +50,35 @@ typedef struct sl__named_expr {
 } sl__named_expr;
 
 typedef struct sl__spec_source {
-  char *tensor;                    /* template: {layer}, {expert} */
-  char *part;                      /* "q", "k", "v", "w1", "w3", "w13" or NULL (merged/concat: order) */
+  char *tensor; /* template: {layer}, {expert} */
+  char *part;   /* "q", "k", "v", "w1", "w3", "w13" or NULL (merged/concat: order) */
   size_t ndim;
   sl__expr *shape[SL_SPEC_MAX_DIMS];
-  sl__expr *rotary_heads;          /* Mistral format: heads whose rows are permuted, or NULL */
+  sl__expr *rotary_heads; /* Mistral format: heads whose rows are permuted, or NULL */
 } sl__spec_source;
 
 typedef struct sl__spec_param {
-  char *name;                      /* template of the vllm parameter name */
+  char *name; /* template of the vllm parameter name */
   sl__place place;
-  sl__expr *when;                  /* NULL = always */
+  sl__expr *when; /* NULL = always */
   sl__style style;
-  sl__expr *q_heads;               /* qkv */
+  sl__expr *q_heads; /* qkv */
   sl__expr *kv_heads;
   sl__expr *head_dim;
-  sl__expr *v_head_dim;            /* NULL = head_dim */
-  sl__expr *vocab;                 /* vocab: unpadded vocabulary size */
-  sl__expr *experts;               /* moe: expert count (NULL = the spec's "experts") */
+  sl__expr *v_head_dim; /* NULL = head_dim */
+  sl__expr *vocab;      /* vocab: unpadded vocabulary size */
+  sl__expr *experts;    /* moe: expert count (NULL = the spec's "experts") */
   size_t n_sources;
   sl__spec_source *sources;
 } sl__spec_param;
 
 typedef struct sl__spec {
-  char *path;                      /* file it came from (messages) */
+  char *path; /* file it came from (messages) */
   char *family;
   size_t n_arch;
   char **architectures;
   bool fall_back_to_pt;
-  char **allow_patterns_override;  /* NULL-terminated or NULL */
+  char **allow_patterns_override; /* NULL-terminated or NULL */
   size_t n_vars;
   sl__named_expr *vars;
   size_t n_layer_vars;
@@ -87,13 +87,13 @@ typedef struct sl__spec {
   sl__expr *experts;
   sl__expr *n_group;
   sl__expr *tie_word_embeddings;
-  sl__expr *skip_layers_from;      /* NULL when absent */
+  sl__expr *skip_layers_from; /* NULL when absent */
   sl__expr *skip_layers_count;
   size_t n_skip_contains;
   char **skip_contains;
-  char *rename_format;             /* "mistral" or NULL */
+  char *rename_format; /* "mistral" or NULL */
   size_t n_rename;
-  char **rename_from;              /* templates with {layer} */
+  char **rename_from; /* templates with {layer} */
   char **rename_to;
   size_t n_params;
   sl__spec_param *params;

@@ -29,7 +29,7 @@
 
 typedef struct wr_entry {
   const sl__st_write_tensor *t;
-  size_t index;                    /* position in the caller's array */
+  size_t index; /* position in the caller's array */
 } wr_entry;
 
 /* Writer order: dtype descending, ties by name bytes ascending. */
@@ -47,21 +47,24 @@ static int cmp_meta_ptr(const void *a, const void *b) {
   return strcmp(x->key, y->key);
 }
 
-static bool is_utf8(const char *s) { return sl__st_utf8_check((const uint8_t *)s, strlen(s), NULL); }
+static bool is_utf8(const char *s) {
+  return sl__st_utf8_check((const uint8_t *)s, strlen(s), NULL);
+}
 
 /* Checks one tensor as every reader would. */
 static sl_status check_tensor(const sl__st_write_tensor *t, size_t i, sl__err *err) {
   if (t->name == NULL)
     return sl__err_set(err, SL_STATUS_INVALID_ARGUMENT, "safetensors writer: tensor #%zu has no name", i);
   if (!is_utf8(t->name))
-    return sl__err_set(err, SL_STATUS_INVALID_ARGUMENT, "safetensors writer: name of tensor #%zu is not valid UTF-8",
-                       i);
-  if (strcmp(t->name, "__metadata__") == 0)
     return sl__err_set(err, SL_STATUS_INVALID_ARGUMENT,
-                       "safetensors writer: a tensor cannot be named '__metadata__' (that key is the metadata map)");
+                       "safetensors writer: name of tensor #%zu is not valid UTF-8", i);
+  if (strcmp(t->name, "__metadata__") == 0)
+    return sl__err_set(
+        err, SL_STATUS_INVALID_ARGUMENT,
+        "safetensors writer: a tensor cannot be named '__metadata__' (that key is the metadata map)");
   if ((unsigned)t->dtype >= (unsigned)SL_DT_COUNT)
-    return sl__err_set(err, SL_STATUS_INVALID_ARGUMENT, "safetensors writer: tensor '%s' has unknown dtype %d",
-                       t->name, (int)t->dtype);
+    return sl__err_set(err, SL_STATUS_INVALID_ARGUMENT,
+                       "safetensors writer: tensor '%s' has unknown dtype %d", t->name, (int)t->dtype);
   if (t->ndim > SL_ST_MAX_DIMS)
     return sl__err_set(err, SL_STATUS_INVALID_ARGUMENT,
                        "safetensors writer: tensor '%s' has %u dimensions, at most %d are supported", t->name,
@@ -71,24 +74,26 @@ static sl_status check_tensor(const sl__st_write_tensor *t, size_t i, sl__err *e
   if (st == SL_STATUS_ST_OVERFLOW)
     return sl__err_set(err, st, "safetensors writer: size of tensor '%s' overflows", t->name);
   if (st == SL_STATUS_ST_MISALIGNED)
-    return sl__err_set(err, st, "safetensors writer: tensor '%s' (%s) does not end on a byte boundary", t->name,
-                       sl__dtype_name(t->dtype));
+    return sl__err_set(err, st, "safetensors writer: tensor '%s' (%s) does not end on a byte boundary",
+                       t->name, sl__dtype_name(t->dtype));
   if (nbytes != t->nbytes)
     return sl__err_set(err, SL_STATUS_ST_TENSOR_INFO,
-                       "safetensors writer: tensor '%s': shape and dtype need %" PRIu64 " bytes, %" PRIu64 " given",
+                       "safetensors writer: tensor '%s': shape and dtype need %" PRIu64 " bytes, %" PRIu64
+                       " given",
                        t->name, nbytes, t->nbytes);
   return SL_STATUS_OK;
 }
 
 /* Sorted pointers to the metadata entries; duplicates and bad strings refused. */
-static sl_status sort_meta(const sl__st_meta *meta, size_t n_meta, const sl__st_meta ***sorted, sl__err *err) {
+static sl_status sort_meta(const sl__st_meta *meta, size_t n_meta, const sl__st_meta ***sorted,
+                           sl__err *err) {
   *sorted = calloc(n_meta != 0 ? n_meta : 1, sizeof **sorted);
   if (*sorted == NULL)
     return sl__err_set(err, SL_STATUS_NOMEM, "safetensors writer: out of memory");
   for (size_t i = 0; i < n_meta; i++) {
     if (meta[i].key == NULL || meta[i].value == NULL)
-      return sl__err_set(err, SL_STATUS_INVALID_ARGUMENT, "safetensors writer: metadata entry #%zu has no %s", i,
-                         meta[i].key == NULL ? "key" : "value");
+      return sl__err_set(err, SL_STATUS_INVALID_ARGUMENT, "safetensors writer: metadata entry #%zu has no %s",
+                         i, meta[i].key == NULL ? "key" : "value");
     if (!is_utf8(meta[i].key) || !is_utf8(meta[i].value))
       return sl__err_set(err, SL_STATUS_INVALID_ARGUMENT,
                          "safetensors writer: metadata entry #%zu is not valid UTF-8", i);
@@ -105,7 +110,8 @@ static sl_status sort_meta(const sl__st_meta *meta, size_t n_meta, const sl__st_
 }
 
 /* The header JSON, tensors in the order of `entries`. */
-static bool print_json(sl__buf *b, const wr_entry *entries, size_t n, const sl__st_meta *const *meta, size_t n_meta) {
+static bool print_json(sl__buf *b, const wr_entry *entries, size_t n, const sl__st_meta *const *meta,
+                       size_t n_meta) {
   bool ok = sl__buf_putc(b, '{');
   if (n_meta > 0) {
     ok = ok && sl__buf_append(b, "\"__metadata__\":{", 16);
@@ -161,12 +167,14 @@ sl_status sl__st_build_header(const sl__st_write_tensor *tensors, size_t n, cons
     entries[i].index = i;
     st = check_tensor(&tensors[i], i, err);
     bool oom = false;
-    if (st == SL_STATUS_OK && !sl__strmap_put(&names, tensors[i].name, strlen(tensors[i].name), 0, NULL, &oom))
-      st = sl__err_set(err, oom ? SL_STATUS_NOMEM : SL_STATUS_INVALID_ARGUMENT, "safetensors writer: %s tensor '%s'",
-                       oom ? "out of memory adding" : "duplicate", tensors[i].name);
-    else if (st == SL_STATUS_OK && sl__add_overflow(data_len, tensors[i].nbytes, &data_len))
-      st = sl__err_set(err, SL_STATUS_ST_OVERFLOW, "safetensors writer: total data size overflows at tensor '%s'",
+    if (st == SL_STATUS_OK &&
+        !sl__strmap_put(&names, tensors[i].name, strlen(tensors[i].name), 0, NULL, &oom))
+      st = sl__err_set(err, oom ? SL_STATUS_NOMEM : SL_STATUS_INVALID_ARGUMENT,
+                       "safetensors writer: %s tensor '%s'", oom ? "out of memory adding" : "duplicate",
                        tensors[i].name);
+    else if (st == SL_STATUS_OK && sl__add_overflow(data_len, tensors[i].nbytes, &data_len))
+      st = sl__err_set(err, SL_STATUS_ST_OVERFLOW,
+                       "safetensors writer: total data size overflows at tensor '%s'", tensors[i].name);
   }
   if (st != SL_STATUS_OK)
     goto done;
@@ -222,7 +230,8 @@ static sl_status write_all(int fd, const void *data, uint64_t n, const char *pat
     if (w < 0 && errno == EINTR)
       continue;
     if (w <= 0)
-      return sl__err_set(err, SL_STATUS_IO, "cannot write %s: %s", path, w < 0 ? strerror(errno) : "no progress");
+      return sl__err_set(err, SL_STATUS_IO, "cannot write %s: %s", path,
+                         w < 0 ? strerror(errno) : "no progress");
     done += (uint64_t)w;
   }
   return SL_STATUS_OK;
@@ -253,7 +262,8 @@ static sl_status create_temp(const char *path, char **tmp, int *fd, sl__err *err
     free(*tmp);
     *tmp = NULL;
   }
-  return sl__err_set(err, SL_STATUS_IO, "cannot create a temporary file beside %s: every name tried exists", path);
+  return sl__err_set(err, SL_STATUS_IO, "cannot create a temporary file beside %s: every name tried exists",
+                     path);
 }
 
 sl_status sl__st_write_file(const char *path, const sl__st_write_tensor *tensors, size_t n,
@@ -268,8 +278,8 @@ sl_status sl__st_write_file(const char *path, const sl__st_write_tensor *tensors
     goto done;
   for (size_t i = 0; i < n; i++) {
     if (tensors[i].nbytes > 0 && tensors[i].data == NULL) {
-      st = sl__err_set(err, SL_STATUS_INVALID_ARGUMENT, "safetensors writer: tensor '%s' has no data (writing %s)",
-                       tensors[i].name, path);
+      st = sl__err_set(err, SL_STATUS_INVALID_ARGUMENT,
+                       "safetensors writer: tensor '%s' has no data (writing %s)", tensors[i].name, path);
       goto done;
     }
   }

@@ -19,8 +19,12 @@ void sl__track_free(sl__track *t) {
   memset(t, 0, sizeof *t);
 }
 
-static bool bit(const uint8_t *b, size_t i) { return (b[i / 8] >> (i % 8)) & 1u; }
-static void set_bit(uint8_t *b, size_t i) { b[i / 8] |= (uint8_t)(1u << (i % 8)); }
+static bool bit(const uint8_t *b, size_t i) {
+  return (b[i / 8] >> (i % 8)) & 1u;
+}
+static void set_bit(uint8_t *b, size_t i) {
+  b[i / 8] |= (uint8_t)(1u << (i % 8));
+}
 
 static const sl__catalog *sort_cat;
 static int cmp_tensor_name(const void *a, const void *b) {
@@ -57,13 +61,14 @@ static sl_status verdict(const sl__model *m, const sl__catalog *cat, const uint8
   return SL_STATUS_OK;
 }
 
-sl_status sl__track_precheck(const sl__model *m, const sl__catalog *cat, const sl__schedule *s, sl__track *out,
-                             sl__err *err) {
+sl_status sl__track_precheck(const sl__model *m, const sl__catalog *cat, const sl__schedule *s,
+                             sl__track *out, sl__err *err) {
   return verdict(m, cat, s->unit_needed, NULL, s->tensor_used, out, err);
 }
 
 sl_status sl__track_reduce(sl__comm *c, const sl__model *m, const sl__catalog *cat, const sl__schedule *s,
-                           const sl__rank_plan *plan, _Atomic uint64_t *copy_done, sl__track *out, sl__err *err) {
+                           const sl__rank_plan *plan, _Atomic uint64_t *copy_done, sl__track *out,
+                           sl__err *err) {
   size_t nu = m->n_units / 8 + 1;
   size_t nt = cat->n_tensors / 8 + 1;
   /* One buffer: NEED | FAIL | USED, reduced with a single allreduce. */
@@ -92,7 +97,8 @@ sl_status sl__track_reduce(sl__comm *c, const sl__model *m, const sl__catalog *c
   return st;
 }
 
-static void list(sl__buf *b, size_t n, const char *(*name)(const void *, size_t, char *, size_t), const void *ctx) {
+static void list(sl__buf *b, size_t n, const char *(*name)(const void *, size_t, char *, size_t),
+                 const void *ctx) {
   char extra[512];
   for (size_t i = 0; i < n && i < SHOW_NAMES; i++)
     sl__buf_appendf(b, "%s%s", i > 0 ? ", " : "", name(ctx, i, extra, sizeof extra));
@@ -131,7 +137,8 @@ bool sl__track_message(const sl__model *m, const sl__catalog *cat, const sl__tra
   sl__buf b;
   sl__buf_init(&b, 0);
   if (t->n_missing > 0) {
-    sl__buf_appendf(&b, "%zu weight%s not initialized from checkpoint: ", t->n_missing, t->n_missing == 1 ? "" : "s");
+    sl__buf_appendf(&b, "%zu weight%s not initialized from checkpoint: ", t->n_missing,
+                    t->n_missing == 1 ? "" : "s");
     list(&b, t->n_missing, missing_name, &ctx);
     *status = SL_STATUS_MISSING_WEIGHTS;
   }

@@ -18,23 +18,24 @@
 
 typedef struct sl__track {
   size_t n_missing;
-  uint32_t *missing;        /* unit indices, sorted by name */
+  uint32_t *missing; /* unit indices, sorted by name */
   size_t n_unexpected;
-  uint32_t *unexpected;     /* catalog tensor indices, sorted by name */
+  uint32_t *unexpected; /* catalog tensor indices, sorted by name */
   size_t n_ignored;
-  uint32_t *ignored;        /* catalog tensors (undeclared biases) */
-  size_t n_skipped;         /* catalog tensors skipped silently */
+  uint32_t *ignored; /* catalog tensors (undeclared biases) */
+  size_t n_skipped;  /* catalog tensors skipped silently */
 } sl__track;
 
 void sl__track_free(sl__track *t);
 
 /* From the schedule alone (units no rank is assigned, tensors no rank reads). */
-sl_status sl__track_precheck(const sl__model *m, const sl__catalog *cat, const sl__schedule *s, sl__track *out,
-                             sl__err *err);
+sl_status sl__track_precheck(const sl__model *m, const sl__catalog *cat, const sl__schedule *s,
+                             sl__track *out, sl__err *err);
 
 /* After the load: COLLECTIVE. copy_done holds the bytes delivered per copy of this rank. */
 sl_status sl__track_reduce(sl__comm *c, const sl__model *m, const sl__catalog *cat, const sl__schedule *s,
-                           const sl__rank_plan *plan, _Atomic uint64_t *copy_done, sl__track *out, sl__err *err);
+                           const sl__rank_plan *plan, _Atomic uint64_t *copy_done, sl__track *out,
+                           sl__err *err);
 
 /* "3 weights not initialized from checkpoint: a (→ param), b, … and N more" into buf;
  * returns false when both lists are empty. */

@@ -43,33 +43,33 @@ typedef struct engine {
   sl__transfer *t;
   sl__err *err;
   /* my pieces' local copies (CSR by piece) */
-  uint32_t *copy_start;  /* n_pieces + 1 */
+  uint32_t *copy_start; /* n_pieces + 1 */
   uint32_t *copy_list;
   /* my buckets in global order */
   uint32_t *my_buckets;
   size_t n_my_buckets;
   uint32_t *bucket_of_global; /* global bucket → my index (or SL_NONE) */
   /* reads */
-  sl__readplan rp;       /* read operations and their deliveries */
+  sl__readplan rp;            /* read operations and their deliveries */
   uint32_t *bucket_ops_start; /* my bucket → first op index in bucket_op_list */
   uint32_t *bucket_op_list;
-  sl__vec local_ops;     /* uint32_t op indices */
-  int *fds;              /* per file, -1 until opened */
+  sl__vec local_ops; /* uint32_t op indices */
+  int *fds;          /* per file, -1 until opened */
   /* bucket slots */
   void *slot_buf[BUCKET_SLOTS];
   uint64_t slot_bytes;
   /* pool */
   pthread_mutex_t mu;
   pthread_cond_t cv;
-  uint32_t *queue_hi;    /* op indices ready (bucket reads) */
+  uint32_t *queue_hi; /* op indices ready (bucket reads) */
   size_t hi_head, hi_tail;
-  uint32_t *queue_lo;    /* local reads */
+  uint32_t *queue_lo; /* local reads */
   size_t lo_head, lo_tail;
   uint32_t *bucket_left; /* per my bucket: read ops not finished */
   size_t local_left;
   bool stop;
   _Atomic bool failed;
-  sl__err pool_err;      /* first worker error */
+  sl__err pool_err; /* first worker error */
   pthread_t *threads;
   uint32_t n_threads;
   uint64_t staging_each; /* bytes per staging slot */
@@ -79,7 +79,7 @@ typedef struct engine {
   _Atomic uint64_t bytes_done;
   uint64_t bytes_total;
   double t_start;
-  _Atomic bool inject_error;  /* test hook: the next read fails (SHARDLOAD_INJECT_READ_ERROR) */
+  _Atomic bool inject_error; /* test hook: the next read fails (SHARDLOAD_INJECT_READ_ERROR) */
 } engine;
 
 /* Moves delivery d from a host buffer holding file bytes from file offset buf_off. */
@@ -97,8 +97,8 @@ static sl_status deliver_from_read(engine *e, int worker, int slot, const sl__de
     const uint8_t *src = buf + (base + sl__src_of(P, p) - buf_off);
     if (d->bucket != SL_NONE) {
       uint8_t *dst = (uint8_t *)e->slot_buf[d->bucket % BUCKET_SLOTS] + d->bucket_off + (p - d->p0);
-      sl_status st = t->backend->ops->upload(t->backend, worker, slot, dst, seg[k].len, src, sstride, seg[k].len,
-                                             seg[k].rows, werr);
+      sl_status st = t->backend->ops->upload(t->backend, worker, slot, dst, seg[k].len, src, sstride,
+                                             seg[k].len, seg[k].rows, werr);
       if (st != SL_STATUS_OK)
         return st;
       continue;
@@ -137,7 +137,8 @@ static sl_status scatter_bucket(engine *e, uint32_t mine) {
         const sl__copy *cp = &t->plan->copies[c];
         uint64_t dstride = P->rows <= 1 ? rb : cp->dst_stride;
         uint8_t *dst = (uint8_t *)t->param_ptr[cp->lparam] + cp->dst_off + seg[k].row * dstride + seg[k].col;
-        sl_status st = t->backend->ops->copy(t->backend, dst, dstride, src, seg[k].len, seg[k].len, seg[k].rows, e->err);
+        sl_status st =
+            t->backend->ops->copy(t->backend, dst, dstride, src, seg[k].len, seg[k].len, seg[k].rows, e->err);
         if (st != SL_STATUS_OK)
           return st;
         atomic_fetch_add(&t->copy_done[c], seg[k].len * seg[k].rows);
@@ -157,13 +158,13 @@ static sl_status plan_piece_reads(engine *e, const sl__piece *P, uint64_t p0, ui
                                   uint64_t bucket_off) {
   uint32_t piece = (uint32_t)(P - e->t->sched->pieces);
   uint8_t *direct = NULL;
-  if (bucket == SL_NONE && P->rows <= 1 && e->t->backend->host_addressable && e->t->strategy == SL_STRATEGY_AUTO &&
-      e->copy_start[piece + 1] - e->copy_start[piece] == 1) {
+  if (bucket == SL_NONE && P->rows <= 1 && e->t->backend->host_addressable &&
+      e->t->strategy == SL_STRATEGY_AUTO && e->copy_start[piece + 1] - e->copy_start[piece] == 1) {
     const sl__copy *cp = &e->t->plan->copies[e->copy_list[e->copy_start[piece]]];
     direct = (uint8_t *)e->t->param_ptr[cp->lparam] + cp->dst_off;
   }
-  return sl__readplan_piece(&e->rp, P, piece, &e->t->cat->tensors[P->tensor], p0, p1, bucket, bucket_off, direct,
-                            e->t->chunk, e->t->coalesce_gap, e->err);
+  return sl__readplan_piece(&e->rp, P, piece, &e->t->cat->tensors[P->tensor], p0, p1, bucket, bucket_off,
+                            direct, e->t->chunk, e->t->coalesce_gap, e->err);
 }
 
 static sl_status build_reads(engine *e) {
@@ -222,7 +223,6 @@ static sl_status build_reads(engine *e) {
  * 3. Reader pool
  * ------------------------------------------------------------------------------------------- */
 
-
 static sl_status open_files(engine *e) {
   sl__transfer *t = e->t;
   for (size_t i = 0; i < e->rp.ops.len; i++) {
@@ -235,7 +235,8 @@ static sl_status open_files(engine *e) {
       flags |= O_DIRECT;
     int fd = open(t->cat->files[f].path, flags);
     if (fd < 0 && want_direct && errno == EINVAL) {
-      SL_WARN("%s: the file system refuses O_DIRECT; reading it through the page cache", t->cat->files[f].path);
+      SL_WARN("%s: the file system refuses O_DIRECT; reading it through the page cache",
+              t->cat->files[f].path);
       fd = open(t->cat->files[f].path, O_RDONLY | O_CLOEXEC);
     }
     if (fd < 0)
@@ -243,33 +244,35 @@ static sl_status open_files(engine *e) {
     struct stat stt;
     if (fstat(fd, &stt) != 0 || (uint64_t)stt.st_size != t->cat->files[f].size) {
       close(fd);
-      return sl__err_set(e->err, SL_STATUS_IO, "%s changed since its header was read (size %lld, expected %llu)",
-                         t->cat->files[f].path, (long long)stt.st_size,
-                         (unsigned long long)t->cat->files[f].size);
+      return sl__err_set(
+          e->err, SL_STATUS_IO, "%s changed since its header was read (size %lld, expected %llu)",
+          t->cat->files[f].path, (long long)stt.st_size, (unsigned long long)t->cat->files[f].size);
     }
     e->fds[f] = fd;
   }
   return SL_STATUS_OK;
 }
 
-static sl_status pread_full(engine *e, int fd, uint32_t f, uint8_t *buf, uint64_t len, uint64_t off, bool allow_short,
-                            sl__err *werr) {
+static sl_status pread_full(engine *e, int fd, uint32_t f, uint8_t *buf, uint64_t len, uint64_t off,
+                            bool allow_short, sl__err *werr) {
   uint64_t got = 0;
   if (atomic_exchange(&e->inject_error, false))
-    return sl__err_set(werr, SL_STATUS_IO, "read of %s at offset %llu failed: %s (injected by SHARDLOAD_INJECT_READ_ERROR)",
+    return sl__err_set(werr, SL_STATUS_IO,
+                       "read of %s at offset %llu failed: %s (injected by SHARDLOAD_INJECT_READ_ERROR)",
                        e->t->cat->files[f].path, (unsigned long long)off, strerror(EIO));
   while (got < len) {
     ssize_t r = pread(fd, buf + got, (size_t)(len - got), (off_t)(off + got));
     if (r < 0 && errno == EINTR)
       continue;
     if (r < 0)
-      return sl__err_set(werr, SL_STATUS_IO, "read of %s at offset %llu failed: %s",
-                         e->t->cat->files[f].path, (unsigned long long)(off + got), strerror(errno));
+      return sl__err_set(werr, SL_STATUS_IO, "read of %s at offset %llu failed: %s", e->t->cat->files[f].path,
+                         (unsigned long long)(off + got), strerror(errno));
     if (r == 0) {
       if (allow_short)
         break;
       return sl__err_set(werr, SL_STATUS_IO, "%s ended at offset %llu, %llu bytes before the expected end",
-                         e->t->cat->files[f].path, (unsigned long long)(off + got), (unsigned long long)(len - got));
+                         e->t->cat->files[f].path, (unsigned long long)(off + got),
+                         (unsigned long long)(len - got));
     }
     got += (uint64_t)r;
     atomic_fetch_add(&e->read_ops, 1);
@@ -278,7 +281,8 @@ static sl_status pread_full(engine *e, int fd, uint32_t f, uint8_t *buf, uint64_
 }
 
 /* Reads one operation into staging (or straight into its destination) and delivers it. */
-static sl_status run_op(engine *e, int worker, int slot, uint8_t *staging, const sl__read_op *op, sl__err *werr) {
+static sl_status run_op(engine *e, int worker, int slot, uint8_t *staging, const sl__read_op *op,
+                        sl__err *werr) {
   /* Files were opened by the main thread before the pool started (open_files). */
   int fd = e->fds[op->file];
   sl_status st = SL_STATUS_OK;
@@ -298,7 +302,8 @@ static sl_status run_op(engine *e, int worker, int slot, uint8_t *staging, const
       sl__readplan_widen(op->offset, op->len, DIRECT_ALIGN, &off, &len);
     st = pread_full(e, fd, op->file, staging, len, off, widened, werr);
     for (uint32_t i = 0; i < op->count && st == SL_STATUS_OK; i++)
-      st = deliver_from_read(e, worker, slot, &SL_VEC_AT(&e->rp.dels, sl__delivery, op->first + i), staging, off, werr);
+      st = deliver_from_read(e, worker, slot, &SL_VEC_AT(&e->rp.dels, sl__delivery, op->first + i), staging,
+                             off, werr);
     /* Alignment widening is read but not needed: it counts as covering bytes. */
     atomic_fetch_add(&e->bytes_read, len - op->len);
     atomic_fetch_add(&e->bytes_covering, len - op->len);
@@ -395,11 +400,11 @@ static void *worker_main(void *arg) {
  * them (a deep queue, like fio), each thread with its own ring and aligned staging slots, and
  * deliver them as they complete. */
 typedef struct inflight {
-  uint32_t op;      /* SL_NONE when the slot is free */
-  uint64_t off;     /* file range read: the operation's, widened to O_DIRECT alignment */
+  uint32_t op;  /* SL_NONE when the slot is free */
+  uint64_t off; /* file range read: the operation's, widened to O_DIRECT alignment */
   uint64_t len;
-  uint64_t got;     /* bytes read so far (short reads are resubmitted) */
-  uint8_t *dst;     /* the slot's staging buffer */
+  uint64_t got; /* bytes read so far (short reads are resubmitted) */
+  uint8_t *dst; /* the slot's staging buffer */
 } inflight;
 
 static sl_status uring_submit_rest(engine *e, sl__uring *u, uint32_t slot, const inflight *f, sl__err *werr) {
@@ -437,7 +442,8 @@ static void *uring_worker_main(void *arg) {
   while (st == SL_STATUS_OK) {
     /* Fill free slots from the queues (bucket reads first). */
     pthread_mutex_lock(&e->mu);
-    while (busy == 0 && !e->stop && !atomic_load(&e->failed) && e->hi_head == e->hi_tail && e->lo_head == e->lo_tail)
+    while (busy == 0 && !e->stop && !atomic_load(&e->failed) && e->hi_head == e->hi_tail &&
+           e->lo_head == e->lo_tail)
       pthread_cond_wait(&e->cv, &e->mu);
     bool quit = (busy == 0 && e->stop) || atomic_load(&e->failed);
     uint32_t take[URING_DEPTH];
@@ -467,8 +473,9 @@ static void *uring_worker_main(void *arg) {
     inflight *f = &fl[slot];
     const sl__read_op *op = &SL_VEC_AT(&e->rp.ops, sl__read_op, f->op);
     if (res < 0) {
-      st = sl__err_set(&werr, SL_STATUS_IO, "read of %s at offset %llu failed: %s", e->t->cat->files[op->file].path,
-                       (unsigned long long)(op->offset + f->got), strerror(-res));
+      st = sl__err_set(&werr, SL_STATUS_IO, "read of %s at offset %llu failed: %s",
+                       e->t->cat->files[op->file].path, (unsigned long long)(op->offset + f->got),
+                       strerror(-res));
       break;
     }
     uint64_t needed = op->offset + op->len - f->off;
@@ -489,7 +496,8 @@ static void *uring_worker_main(void *arg) {
       st = sl__err_set(&werr, SL_STATUS_IO, "read of %s failed: %s (injected by SHARDLOAD_INJECT_READ_ERROR)",
                        e->t->cat->files[op->file].path, strerror(EIO));
     for (uint32_t i = 0; i < op->count && st == SL_STATUS_OK; i++)
-      st = deliver_from_read(e, w, 0, &SL_VEC_AT(&e->rp.dels, sl__delivery, op->first + i), f->dst, f->off, &werr);
+      st = deliver_from_read(e, w, 0, &SL_VEC_AT(&e->rp.dels, sl__delivery, op->first + i), f->dst, f->off,
+                             &werr);
     /* The slot is reused right away: its uploads must be complete. */
     if (st == SL_STATUS_OK)
       st = be->ops->upload_wait(be, w, 0, &werr);
@@ -582,7 +590,9 @@ static sl_status wait_for(engine *e, bool (*pred)(engine *, void *), void *arg, 
   return SL_STATUS_OK;
 }
 
-static bool bucket_ready(engine *e, void *arg) { return e->bucket_left[*(size_t *)arg] == 0; }
+static bool bucket_ready(engine *e, void *arg) {
+  return e->bucket_left[*(size_t *)arg] == 0;
+}
 static bool locals_done(engine *e, void *arg) {
   (void)arg;
   return e->local_left == 0;
@@ -694,8 +704,8 @@ sl_status sl__transfer_run(sl__transfer *t, sl__transfer_stats *stats, sl__err *
    * read of that rank fail, to exercise the failure agreement. */
   const char *inject = getenv("SHARDLOAD_INJECT_READ_ERROR");
   uint64_t inject_rank = 0;
-  atomic_init(&e.inject_error,
-              inject != NULL && sl__parse_u64(inject, &inject_rank) && inject_rank == (uint64_t)t->comm->rank);
+  atomic_init(&e.inject_error, inject != NULL && sl__parse_u64(inject, &inject_rank) &&
+                                   inject_rank == (uint64_t)t->comm->rank);
   pthread_mutex_init(&e.mu, NULL);
   pthread_cond_init(&e.cv, NULL);
   double t0 = sl__now();
@@ -751,7 +761,8 @@ sl_status sl__transfer_run(sl__transfer *t, sl__transfer_stats *stats, sl__err *
     }
     double tb = sl__now();
     int root = group_rank_of(t->sched, b->group, b->reader);
-    st = t->backend->ops->bcast(t->backend, b->group, e.slot_buf[j % BUCKET_SLOTS], b->nbytes, root, &aborted, err);
+    st = t->backend->ops->bcast(t->backend, b->group, e.slot_buf[j % BUCKET_SLOTS], b->nbytes, root, &aborted,
+                                err);
     t_bcast += sl__now() - tb;
     if (st != SL_STATUS_OK || aborted)
       break;
@@ -788,8 +799,8 @@ sl_status sl__transfer_run(sl__transfer *t, sl__transfer_stats *stats, sl__err *
   if (st != SL_STATUS_OK)
     sl__comm_abort_raise(t->comm);
   if (st == SL_STATUS_OK && aborted)
-    st = sl__err_set(err, SL_STATUS_PEER_FAILED, "another rank failed during the load (rank %d raised the abort)",
-                     t->comm->abort_from);
+    st = sl__err_set(err, SL_STATUS_PEER_FAILED,
+                     "another rank failed during the load (rank %d raised the abort)", t->comm->abort_from);
   stats->bytes_read = atomic_load(&e.bytes_read);
   stats->bytes_covering = atomic_load(&e.bytes_covering);
   stats->read_ops = atomic_load(&e.read_ops);

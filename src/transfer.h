@@ -19,16 +19,16 @@
 #include <stdint.h>
 
 typedef struct sl__transfer_stats {
-  uint64_t bytes_read;        /* bytes pread from storage (covering and alignment included) */
-  uint64_t bytes_covering;    /* bytes read only to cover gaps */
-  uint64_t bytes_received;    /* bucket bytes received from other readers */
-  uint64_t bytes_sent;        /* bucket bytes this rank broadcast as root */
-  uint64_t read_ops;          /* pread calls */
+  uint64_t bytes_read;     /* bytes pread from storage (covering and alignment included) */
+  uint64_t bytes_covering; /* bytes read only to cover gaps */
+  uint64_t bytes_received; /* bucket bytes received from other readers */
+  uint64_t bytes_sent;     /* bucket bytes this rank broadcast as root */
+  uint64_t read_ops;       /* pread calls */
   uint32_t files_opened;
-  uint32_t buckets;           /* buckets this rank took part in */
-  double read_seconds;        /* from the first read to the last local read done */
-  double bcast_seconds;       /* time inside broadcasts (waiting included) */
-  double seconds;             /* whole transfer */
+  uint32_t buckets;     /* buckets this rank took part in */
+  double read_seconds;  /* from the first read to the last local read done */
+  double bcast_seconds; /* time inside broadcasts (waiting included) */
+  double seconds;       /* whole transfer */
 } sl__transfer_stats;
 
 typedef struct sl__transfer {
@@ -37,14 +37,14 @@ typedef struct sl__transfer {
   const sl__rank_plan *plan;
   sl__backend *backend;
   sl__comm *comm;
-  void *const *param_ptr;     /* per local parameter: its memory (aliases share it) */
+  void *const *param_ptr; /* per local parameter: its memory (aliases share it) */
   uint32_t workers;
-  uint64_t chunk;             /* largest single read */
+  uint64_t chunk; /* largest single read */
   uint64_t coalesce_gap;
-  uint64_t staging_bytes;     /* cap of staging memory (reader slots and bucket slots) */
+  uint64_t staging_bytes; /* cap of staging memory (reader slots and bucket slots) */
   sl__strategy strategy;
-  bool progress;              /* print progress on stderr (rank 0, TTY) */
-  _Atomic uint64_t *copy_done;/* per copy of the plan: bytes delivered (for tracking) */
+  bool progress;               /* print progress on stderr (rank 0, TTY) */
+  _Atomic uint64_t *copy_done; /* per copy of the plan: bytes delivered (for tracking) */
 } sl__transfer;
 
 /* Runs the transfer. Returns this rank's status; on failure the abort channel has been raised.

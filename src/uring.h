@@ -15,7 +15,8 @@ typedef struct sl__uring sl__uring;
 sl_status sl__uring_create(unsigned depth, sl__uring **out, sl__err *err);
 void sl__uring_destroy(sl__uring *u);
 /* Queues a read of len bytes at off into buf; user comes back with its completion. */
-sl_status sl__uring_read(sl__uring *u, int fd, void *buf, uint32_t len, uint64_t off, uint64_t user, sl__err *err);
+sl_status sl__uring_read(sl__uring *u, int fd, void *buf, uint32_t len, uint64_t off, uint64_t user,
+                         sl__err *err);
 /* Submits what was queued. */
 sl_status sl__uring_submit(sl__uring *u, sl__err *err);
 /* Waits for one completion: *res is bytes read, or -errno. */

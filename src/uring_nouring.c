@@ -6,14 +6,18 @@
 sl_status sl__uring_create(unsigned depth, sl__uring **out, sl__err *err) {
   (void)depth;
   *out = NULL;
-  return sl__err_set(err, SL_STATUS_UNSUPPORTED,
-                     "--load-strategy io_uring: this shardload was built without liburing (install liburing-dev and "
-                     "rebuild, or use auto or direct)");
+  return sl__err_set(
+      err, SL_STATUS_UNSUPPORTED,
+      "--load-strategy io_uring: this shardload was built without liburing (install liburing-dev and "
+      "rebuild, or use auto or direct)");
 }
 
-void sl__uring_destroy(sl__uring *u) { (void)u; }
+void sl__uring_destroy(sl__uring *u) {
+  (void)u;
+}
 
-sl_status sl__uring_read(sl__uring *u, int fd, void *buf, uint32_t len, uint64_t off, uint64_t user, sl__err *err) {
+sl_status sl__uring_read(sl__uring *u, int fd, void *buf, uint32_t len, uint64_t off, uint64_t user,
+                         sl__err *err) {
   (void)u;
   (void)fd;
   (void)buf;

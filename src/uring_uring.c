@@ -21,7 +21,8 @@ sl_status sl__uring_create(unsigned depth, sl__uring **out, sl__err *err) {
   if (rc < 0) {
     free(u);
     return sl__err_set(err, SL_STATUS_UNSUPPORTED,
-                       "io_uring is not available here (%s); use --load-strategy auto or direct", strerror(-rc));
+                       "io_uring is not available here (%s); use --load-strategy auto or direct",
+                       strerror(-rc));
   }
   *out = u;
   return SL_STATUS_OK;
@@ -34,7 +35,8 @@ void sl__uring_destroy(sl__uring *u) {
   free(u);
 }
 
-sl_status sl__uring_read(sl__uring *u, int fd, void *buf, uint32_t len, uint64_t off, uint64_t user, sl__err *err) {
+sl_status sl__uring_read(sl__uring *u, int fd, void *buf, uint32_t len, uint64_t off, uint64_t user,
+                         sl__err *err) {
   struct io_uring_sqe *sqe = io_uring_get_sqe(&u->ring);
   if (sqe == NULL) {
     io_uring_submit(&u->ring);

@@ -62,7 +62,9 @@ bool sl__buf_append(sl__buf *b, const void *data, size_t n) {
   return true;
 }
 
-bool sl__buf_putc(sl__buf *b, char c) { return sl__buf_append(b, &c, 1); }
+bool sl__buf_putc(sl__buf *b, char c) {
+  return sl__buf_append(b, &c, 1);
+}
 
 bool sl__buf_appendf(sl__buf *b, const char *fmt, ...) {
   va_list ap;
@@ -95,21 +97,39 @@ bool sl__buf_json_str(sl__buf *b, const char *s) {
     if (*p == '\0')
       break;
     switch (*p) {
-    case '"': ok = ok && sl__buf_append(b, "\\\"", 2); break;
-    case '\\': ok = ok && sl__buf_append(b, "\\\\", 2); break;
-    case '\b': ok = ok && sl__buf_append(b, "\\b", 2); break;
-    case '\f': ok = ok && sl__buf_append(b, "\\f", 2); break;
-    case '\n': ok = ok && sl__buf_append(b, "\\n", 2); break;
-    case '\r': ok = ok && sl__buf_append(b, "\\r", 2); break;
-    case '\t': ok = ok && sl__buf_append(b, "\\t", 2); break;
-    default: ok = ok && sl__buf_appendf(b, "\\u%04x", *p); break;
+    case '"':
+      ok = ok && sl__buf_append(b, "\\\"", 2);
+      break;
+    case '\\':
+      ok = ok && sl__buf_append(b, "\\\\", 2);
+      break;
+    case '\b':
+      ok = ok && sl__buf_append(b, "\\b", 2);
+      break;
+    case '\f':
+      ok = ok && sl__buf_append(b, "\\f", 2);
+      break;
+    case '\n':
+      ok = ok && sl__buf_append(b, "\\n", 2);
+      break;
+    case '\r':
+      ok = ok && sl__buf_append(b, "\\r", 2);
+      break;
+    case '\t':
+      ok = ok && sl__buf_append(b, "\\t", 2);
+      break;
+    default:
+      ok = ok && sl__buf_appendf(b, "\\u%04x", *p);
+      break;
     }
     p++;
   }
   return sl__buf_putc(b, '"') && ok;
 }
 
-const char *sl__buf_str(sl__buf *b) { return b->data != NULL ? b->data : ""; }
+const char *sl__buf_str(sl__buf *b) {
+  return b->data != NULL ? b->data : "";
+}
 
 char *sl__buf_take(sl__buf *b) {
   char *p = b->data;
@@ -123,7 +143,9 @@ char *sl__buf_take(sl__buf *b) {
 
 /* ---- strings ---- */
 
-char *sl__strdup(const char *s) { return s != NULL ? sl__strndup(s, strlen(s)) : NULL; }
+char *sl__strdup(const char *s) {
+  return s != NULL ? sl__strndup(s, strlen(s)) : NULL;
+}
 
 char *sl__strndup(const char *s, size_t n) {
   char *p = malloc(n + 1);
@@ -285,7 +307,9 @@ uint64_t sl__hash_bytes(const void *data, size_t n) {
   return h;
 }
 
-void sl__strmap_init(sl__strmap *m) { memset(m, 0, sizeof *m); }
+void sl__strmap_init(sl__strmap *m) {
+  memset(m, 0, sizeof *m);
+}
 
 void sl__strmap_free(sl__strmap *m) {
   free(m->keys);

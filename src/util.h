@@ -21,11 +21,11 @@ static inline bool sl__add_overflow(uint64_t a, uint64_t b, uint64_t *out) {
 
 /* ---- growable byte buffer ---- */
 typedef struct sl__buf {
-  char *data;      /* NUL-terminated when len > 0 or after sl__buf_str */
-  size_t len;      /* bytes used */
-  size_t cap;      /* bytes allocated */
-  size_t max;      /* refuse to grow beyond this many bytes (0 = SIZE_MAX / 2) */
-  bool failed;     /* an append failed (out of memory or above max): the content is incomplete */
+  char *data;  /* NUL-terminated when len > 0 or after sl__buf_str */
+  size_t len;  /* bytes used */
+  size_t cap;  /* bytes allocated */
+  size_t max;  /* refuse to grow beyond this many bytes (0 = SIZE_MAX / 2) */
+  bool failed; /* an append failed (out of memory or above max): the content is incomplete */
 } sl__buf;
 
 void sl__buf_init(sl__buf *b, size_t max);
@@ -73,7 +73,7 @@ typedef struct sl__strmap {
   const char **keys;
   size_t *key_lens;
   uint32_t *values;
-  size_t cap;   /* power of two */
+  size_t cap; /* power of two */
   size_t count;
 } sl__strmap;
 

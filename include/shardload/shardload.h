@@ -39,60 +39,60 @@ extern "C" {
 /* ---------------------------------------------------------------------------------------------
  * 1. Status codes. Append-only: a value never changes meaning. X(NAME, "message").
  * ------------------------------------------------------------------------------------------- */
-#define SL_STATUS_MAP(X)                                                                         \
-  X(OK, "success")                                                                               \
-  X(INTERNAL, "internal error")                                                                  \
-  X(INVALID_ARGUMENT, "invalid argument")                                                        \
-  X(CONFIG, "invalid configuration")                                                             \
-  X(NOMEM, "out of memory")                                                                      \
-  X(IO, "input/output error")                                                                    \
-  X(NOT_FOUND, "not found")                                                                      \
-  X(UNSUPPORTED, "not supported")                                                                \
-  X(ST_HEADER_TOO_SMALL, "safetensors file too small for a header")                             \
-  X(ST_HEADER_TOO_LARGE, "safetensors header length too large")                                 \
-  X(ST_HEADER_LENGTH, "safetensors header length exceeds the file")                             \
-  X(ST_HEADER_UTF8, "safetensors header is not valid UTF-8")                                    \
-  X(ST_HEADER_JSON, "safetensors header is not valid")                                          \
-  X(ST_INVALID_OFFSET, "safetensors tensor has invalid data offsets")                           \
-  X(ST_OVERFLOW, "safetensors tensor size overflows")                                           \
-  X(ST_MISALIGNED, "safetensors tensor does not end on a byte boundary")                        \
-  X(ST_TENSOR_INFO, "safetensors tensor shape and offsets disagree")                            \
-  X(ST_INCOMPLETE, "safetensors data section does not match the file size")                     \
-  X(INDEX, "invalid safetensors index file")                                                     \
-  X(NO_WEIGHTS, "cannot find any model weights")                                                 \
-  X(DUPLICATE_TENSOR, "duplicate tensor name")                                                   \
-  X(PICKLE, "pickle checkpoints are not supported")                                              \
-  X(MODEL_CONFIG, "invalid model config.json")                                                   \
-  X(ARCH, "architecture spec error")                                                             \
-  X(SHAPE, "tensor shape mismatch")                                                              \
-  X(DIVISIBILITY, "size not divisible by the parallel layout")                                   \
-  X(LAYOUT, "invalid parallel layout")                                                           \
-  X(QUANTIZATION, "unsupported quantization")                                                    \
-  X(MISSING_WEIGHTS, "weights not initialized from checkpoint")                                  \
-  X(UNEXPECTED_WEIGHTS, "checkpoint tensors consumed by no rank")                                \
-  X(MPI, "MPI error")                                                                            \
-  X(PEER_FAILED, "another rank failed")                                                          \
-  X(CUDA, "CUDA error")                                                                          \
-  X(NO_DEVICE, "no CUDA device available")                                                       \
-  X(NCCL, "NCCL error")                                                                          \
-  X(HUB_REVISION_NOT_FOUND, "revision not found on the Hub")                                     \
-  X(HUB_ENTRY_NOT_FOUND, "file not found in the repository")                                     \
-  X(HUB_GATED, "gated repository")                                                               \
-  X(HUB_DISABLED, "access to the repository is disabled")                                        \
-  X(HUB_REPO_NOT_FOUND, "repository not found")                                                  \
-  X(HUB_BAD_TOKEN, "invalid Hub token")                                                          \
-  X(HUB_FORBIDDEN, "forbidden by the Hub")                                                       \
-  X(HUB_NOT_FOUND, "not found on the Hub")                                                       \
-  X(HUB_BAD_REQUEST, "bad request to the Hub")                                                   \
-  X(HUB_HTTP, "HTTP error from the Hub")                                                         \
-  X(HUB_NETWORK, "network error")                                                                \
-  X(HUB_TLS, "TLS error")                                                                        \
-  X(HUB_PROXY, "proxy error")                                                                    \
-  X(HUB_OFFLINE, "not in the cache and offline mode is on")                                      \
-  X(HUB_CHECKSUM, "downloaded file failed its checksum")                                         \
-  X(HUB_SIZE, "downloaded file has the wrong size")                                              \
-  X(HUB_METADATA, "unexpected reply from the Hub")                                               \
-  X(HUB_INVALID_NAME, "invalid repository id, revision or path")                                 \
+#define SL_STATUS_MAP(X)                                                                                     \
+  X(OK, "success")                                                                                           \
+  X(INTERNAL, "internal error")                                                                              \
+  X(INVALID_ARGUMENT, "invalid argument")                                                                    \
+  X(CONFIG, "invalid configuration")                                                                         \
+  X(NOMEM, "out of memory")                                                                                  \
+  X(IO, "input/output error")                                                                                \
+  X(NOT_FOUND, "not found")                                                                                  \
+  X(UNSUPPORTED, "not supported")                                                                            \
+  X(ST_HEADER_TOO_SMALL, "safetensors file too small for a header")                                          \
+  X(ST_HEADER_TOO_LARGE, "safetensors header length too large")                                              \
+  X(ST_HEADER_LENGTH, "safetensors header length exceeds the file")                                          \
+  X(ST_HEADER_UTF8, "safetensors header is not valid UTF-8")                                                 \
+  X(ST_HEADER_JSON, "safetensors header is not valid")                                                       \
+  X(ST_INVALID_OFFSET, "safetensors tensor has invalid data offsets")                                        \
+  X(ST_OVERFLOW, "safetensors tensor size overflows")                                                        \
+  X(ST_MISALIGNED, "safetensors tensor does not end on a byte boundary")                                     \
+  X(ST_TENSOR_INFO, "safetensors tensor shape and offsets disagree")                                         \
+  X(ST_INCOMPLETE, "safetensors data section does not match the file size")                                  \
+  X(INDEX, "invalid safetensors index file")                                                                 \
+  X(NO_WEIGHTS, "cannot find any model weights")                                                             \
+  X(DUPLICATE_TENSOR, "duplicate tensor name")                                                               \
+  X(PICKLE, "pickle checkpoints are not supported")                                                          \
+  X(MODEL_CONFIG, "invalid model config.json")                                                               \
+  X(ARCH, "architecture spec error")                                                                         \
+  X(SHAPE, "tensor shape mismatch")                                                                          \
+  X(DIVISIBILITY, "size not divisible by the parallel layout")                                               \
+  X(LAYOUT, "invalid parallel layout")                                                                       \
+  X(QUANTIZATION, "unsupported quantization")                                                                \
+  X(MISSING_WEIGHTS, "weights not initialized from checkpoint")                                              \
+  X(UNEXPECTED_WEIGHTS, "checkpoint tensors consumed by no rank")                                            \
+  X(MPI, "MPI error")                                                                                        \
+  X(PEER_FAILED, "another rank failed")                                                                      \
+  X(CUDA, "CUDA error")                                                                                      \
+  X(NO_DEVICE, "no CUDA device available")                                                                   \
+  X(NCCL, "NCCL error")                                                                                      \
+  X(HUB_REVISION_NOT_FOUND, "revision not found on the Hub")                                                 \
+  X(HUB_ENTRY_NOT_FOUND, "file not found in the repository")                                                 \
+  X(HUB_GATED, "gated repository")                                                                           \
+  X(HUB_DISABLED, "access to the repository is disabled")                                                    \
+  X(HUB_REPO_NOT_FOUND, "repository not found")                                                              \
+  X(HUB_BAD_TOKEN, "invalid Hub token")                                                                      \
+  X(HUB_FORBIDDEN, "forbidden by the Hub")                                                                   \
+  X(HUB_NOT_FOUND, "not found on the Hub")                                                                   \
+  X(HUB_BAD_REQUEST, "bad request to the Hub")                                                               \
+  X(HUB_HTTP, "HTTP error from the Hub")                                                                     \
+  X(HUB_NETWORK, "network error")                                                                            \
+  X(HUB_TLS, "TLS error")                                                                                    \
+  X(HUB_PROXY, "proxy error")                                                                                \
+  X(HUB_OFFLINE, "not in the cache and offline mode is on")                                                  \
+  X(HUB_CHECKSUM, "downloaded file failed its checksum")                                                     \
+  X(HUB_SIZE, "downloaded file has the wrong size")                                                          \
+  X(HUB_METADATA, "unexpected reply from the Hub")                                                           \
+  X(HUB_INVALID_NAME, "invalid repository id, revision or path")                                             \
   X(HUB_CACHE, "Hub cache error")
 
 typedef enum sl_status {
@@ -217,16 +217,16 @@ const char *sl_loader_summary(sl_loader *loader);
 typedef struct sl_dryrun sl_dryrun;
 
 typedef struct sl_rank_stats {
-  uint64_t bytes_needed;    /* bytes of the rank's local parameters (zero padding excluded) */
-  uint64_t bytes_read;      /* bytes this rank reads from storage (covering bytes included) */
-  uint64_t bytes_covering;  /* extra bytes read only to cover gaps between coalesced ranges */
-  uint64_t bytes_received;  /* bytes that arrive by broadcast from other ranks */
-  uint64_t bytes_sent;      /* bytes this rank broadcasts (counted once per broadcast) */
-  uint64_t bytes_local;     /* bytes of the local table (padding included) */
-  uint64_t bytes_naive;     /* what reading every touched tensor whole would cost this rank */
-  uint32_t files_opened;    /* files this rank reads from */
-  uint32_t params;          /* entries in the local table */
-  uint32_t experts_local;   /* local experts per MoE layer (0 for dense models) */
+  uint64_t bytes_needed;   /* bytes of the rank's local parameters (zero padding excluded) */
+  uint64_t bytes_read;     /* bytes this rank reads from storage (covering bytes included) */
+  uint64_t bytes_covering; /* extra bytes read only to cover gaps between coalesced ranges */
+  uint64_t bytes_received; /* bytes that arrive by broadcast from other ranks */
+  uint64_t bytes_sent;     /* bytes this rank broadcasts (counted once per broadcast) */
+  uint64_t bytes_local;    /* bytes of the local table (padding included) */
+  uint64_t bytes_naive;    /* what reading every touched tensor whole would cost this rank */
+  uint32_t files_opened;   /* files this rank reads from */
+  uint32_t params;         /* entries in the local table */
+  uint32_t experts_local;  /* local experts per MoE layer (0 for dense models) */
 } sl_rank_stats;
 
 /* On failure *out is NULL and sl_config_error(config) holds the message. */

@@ -11,10 +11,10 @@
 #include <stdbool.h>
 
 typedef struct sl_cli_args {
-  const char *positional;   /* MODEL / FILE / REPO */
-  bool json;                /* --json */
-  bool help;                /* --help */
-  int world;                /* --world N (plan), 0 when absent */
+  const char *positional; /* MODEL / FILE / REPO */
+  bool json;              /* --json */
+  bool help;              /* --help */
+  int world;              /* --world N (plan), 0 when absent */
 } sl_cli_args;
 
 /* Parses argv[1..] into config and args; returns 0, or 2 after printing a usage error to stderr.

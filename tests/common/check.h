@@ -17,45 +17,45 @@ extern int sl_test_rank; /* -1 outside MPI */
 
 void sl_test_fail(const char *file, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
-#define CHECK(cond)                                                                                \
-  do {                                                                                             \
-    sl_test_checks++;                                                                              \
-    if (!(cond))                                                                                   \
-      sl_test_fail(__FILE__, __LINE__, "CHECK(%s)", #cond);                                        \
+#define CHECK(cond)                                                                                          \
+  do {                                                                                                       \
+    sl_test_checks++;                                                                                        \
+    if (!(cond))                                                                                             \
+      sl_test_fail(__FILE__, __LINE__, "CHECK(%s)", #cond);                                                  \
   } while (0)
 
-#define CHECKF(cond, ...)                                                                          \
-  do {                                                                                             \
-    sl_test_checks++;                                                                              \
-    if (!(cond))                                                                                   \
-      sl_test_fail(__FILE__, __LINE__, __VA_ARGS__);                                               \
+#define CHECKF(cond, ...)                                                                                    \
+  do {                                                                                                       \
+    sl_test_checks++;                                                                                        \
+    if (!(cond))                                                                                             \
+      sl_test_fail(__FILE__, __LINE__, __VA_ARGS__);                                                         \
   } while (0)
 
-#define CHECK_EQ_U64(a, b)                                                                         \
-  do {                                                                                             \
-    uint64_t a_ = (uint64_t)(a), b_ = (uint64_t)(b);                                               \
-    sl_test_checks++;                                                                              \
-    if (a_ != b_)                                                                                  \
-      sl_test_fail(__FILE__, __LINE__, "%s == %s: %llu != %llu", #a, #b, (unsigned long long)a_,    \
-                   (unsigned long long)b_);                                                        \
+#define CHECK_EQ_U64(a, b)                                                                                   \
+  do {                                                                                                       \
+    uint64_t a_ = (uint64_t)(a), b_ = (uint64_t)(b);                                                         \
+    sl_test_checks++;                                                                                        \
+    if (a_ != b_)                                                                                            \
+      sl_test_fail(__FILE__, __LINE__, "%s == %s: %llu != %llu", #a, #b, (unsigned long long)a_,             \
+                   (unsigned long long)b_);                                                                  \
   } while (0)
 
-#define CHECK_STR(a, b)                                                                            \
-  do {                                                                                             \
-    const char *a_ = (a), *b_ = (b);                                                               \
-    sl_test_checks++;                                                                              \
-    if (a_ == NULL || b_ == NULL || strcmp(a_, b_) != 0)                                           \
-      sl_test_fail(__FILE__, __LINE__, "%s == %s: \"%s\" != \"%s\"", #a, #b, a_ ? a_ : "(null)",    \
-                   b_ ? b_ : "(null)");                                                            \
+#define CHECK_STR(a, b)                                                                                      \
+  do {                                                                                                       \
+    const char *a_ = (a), *b_ = (b);                                                                         \
+    sl_test_checks++;                                                                                        \
+    if (a_ == NULL || b_ == NULL || strcmp(a_, b_) != 0)                                                     \
+      sl_test_fail(__FILE__, __LINE__, "%s == %s: \"%s\" != \"%s\"", #a, #b, a_ ? a_ : "(null)",             \
+                   b_ ? b_ : "(null)");                                                                      \
   } while (0)
 
 /* Checks that haystack contains needle. */
-#define CHECK_CONTAINS(haystack, needle)                                                           \
-  do {                                                                                             \
-    const char *h_ = (haystack), *n_ = (needle);                                                   \
-    sl_test_checks++;                                                                              \
-    if (h_ == NULL || strstr(h_, n_) == NULL)                                                      \
-      sl_test_fail(__FILE__, __LINE__, "\"%s\" does not contain \"%s\"", h_ ? h_ : "(null)", n_);   \
+#define CHECK_CONTAINS(haystack, needle)                                                                     \
+  do {                                                                                                       \
+    const char *h_ = (haystack), *n_ = (needle);                                                             \
+    sl_test_checks++;                                                                                        \
+    if (h_ == NULL || strstr(h_, n_) == NULL)                                                                \
+      sl_test_fail(__FILE__, __LINE__, "\"%s\" does not contain \"%s\"", h_ ? h_ : "(null)", n_);            \
   } while (0)
 
 int sl_test_finish(void);

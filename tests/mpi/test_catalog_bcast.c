@@ -23,7 +23,9 @@ static void check_model(sl__comm *c, const char *name) {
   size_t len = 0;
   sl_status st = SL_STATUS_OK;
   if (c->rank == 0) {
-    sl__catalog_opts o = {.folder = dir, .what = name, .select = {.format = SL_FORMAT_AUTO, .fall_back_to_pt = true},
+    sl__catalog_opts o = {.folder = dir,
+                          .what = name,
+                          .select = {.format = SL_FORMAT_AUTO, .fall_back_to_pt = true},
                           .require_config = true};
     st = sl__catalog_build(&o, &cat, &err);
     if (st == SL_STATUS_OK)
@@ -91,7 +93,8 @@ int main(int argc, char **argv) {
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
   sl_test_rank = c.rank;
-  static const char *const models[] = {"llama", "qwen3", "mixtral", "deepseek_v3_fp8", "mistral_consolidated"};
+  static const char *const models[] = {"llama", "qwen3", "mixtral", "deepseek_v3_fp8",
+                                       "mistral_consolidated"};
   for (size_t i = 0; i < sizeof models / sizeof models[0]; i++)
     check_model(&c, models[i]);
   /* rank 0 fails: everybody agrees, with rank 0's message */

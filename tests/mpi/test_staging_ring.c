@@ -73,8 +73,9 @@ static sl_status d_alloc_staging(sl__backend *b, uint64_t n, void **out, sl__err
   return SL_STATUS_OK;
 }
 
-static sl_status d_upload(sl__backend *b, int worker, int slot, void *dst, uint64_t dst_stride, const void *src,
-                          uint64_t src_stride, uint64_t row_bytes, uint64_t rows, sl__err *err) {
+static sl_status d_upload(sl__backend *b, int worker, int slot, void *dst, uint64_t dst_stride,
+                          const void *src, uint64_t src_stride, uint64_t row_bytes, uint64_t rows,
+                          sl__err *err) {
   deferred *d = b->impl;
   if (worker < 0 || worker >= MAX_WORKERS || slot < 0 || slot >= SL_STAGING_RING_DEPTH)
     return sl__err_set(err, SL_STATUS_INTERNAL, "upload from worker %d slot %d out of range", worker, slot);
@@ -113,7 +114,8 @@ static sl_status d_copy(sl__backend *b, void *dst, uint64_t dst_stride, const vo
   return SL_STATUS_OK;
 }
 
-static sl_status d_bcast(sl__backend *b, uint32_t g, void *buf, uint64_t n, int root, bool *aborted, sl__err *err) {
+static sl_status d_bcast(sl__backend *b, uint32_t g, void *buf, uint64_t n, int root, bool *aborted,
+                         sl__err *err) {
   return sl__comm_group_bcast(b->comm, g, buf, n, root, aborted, err);
 }
 
@@ -139,10 +141,18 @@ static void d_destroy(sl__backend *b) {
   free(b);
 }
 
-static const sl__backend_ops deferred_ops = {
-    .name = "deferred", .alloc = d_alloc, .release = d_release, .alloc_staging = d_alloc_staging,
-    .release_staging = d_release, .upload = d_upload, .upload_wait = d_upload_wait, .copy = d_copy,
-    .bcast = d_bcast, .download = d_download, .sync = d_sync, .destroy = d_destroy};
+static const sl__backend_ops deferred_ops = {.name = "deferred",
+                                             .alloc = d_alloc,
+                                             .release = d_release,
+                                             .alloc_staging = d_alloc_staging,
+                                             .release_staging = d_release,
+                                             .upload = d_upload,
+                                             .upload_wait = d_upload_wait,
+                                             .copy = d_copy,
+                                             .bcast = d_bcast,
+                                             .download = d_download,
+                                             .sync = d_sync,
+                                             .destroy = d_destroy};
 
 static sl__backend *deferred_create(sl__comm *comm) {
   sl__backend *b = calloc(1, sizeof *b);
@@ -204,9 +214,18 @@ static result run(sl__comm *c, sl__prepared *p, const sl__plan_opts *po, uint32_
     if (plan.lparams[i].alias_of != SL_NONE)
       r.data[i] = r.data[plan.lparams[i].alias_of];
   _Atomic uint64_t *done = calloc(plan.n_copies + 1, sizeof *done);
-  sl__transfer t = {.cat = &p->cat, .sched = &sched, .plan = &plan, .backend = b, .comm = c, .param_ptr = r.data,
-                    .workers = workers, .chunk = po->read_chunk, .coalesce_gap = po->coalesce_gap,
-                    .staging_bytes = staging, .strategy = strategy, .copy_done = done};
+  sl__transfer t = {.cat = &p->cat,
+                    .sched = &sched,
+                    .plan = &plan,
+                    .backend = b,
+                    .comm = c,
+                    .param_ptr = r.data,
+                    .workers = workers,
+                    .chunk = po->read_chunk,
+                    .coalesce_gap = po->coalesce_gap,
+                    .staging_bytes = staging,
+                    .strategy = strategy,
+                    .copy_done = done};
   sl__transfer_stats stats;
   sl__comm_abort_arm(c, &err);
   r.st = sl__transfer_run(&t, &stats, &err);
@@ -267,7 +286,8 @@ static void check_fixture(sl__comm *c, const char *name, uint32_t tp, uint32_t d
   o.pp = pp;
   if (st == SL_STATUS_OK)
     st = sl__pp_starts(&o, p.model.n_layers, &starts, &err);
-  sl__plan_opts po = {.pp_starts = starts, .coalesce_gap = 4096, .bucket_bytes = 4096, .read_chunk = 4096 * 3};
+  sl__plan_opts po = {
+      .pp_starts = starts, .coalesce_gap = 4096, .bucket_bytes = 4096, .read_chunk = 4096 * 3};
   if (st == SL_STATUS_OK)
     st = sl__layout_init(&po.layout, tp, pp, dp, (uint32_t)c->size, &err);
   if (st == SL_STATUS_OK) {
@@ -282,8 +302,8 @@ static void check_fixture(sl__comm *c, const char *name, uint32_t tp, uint32_t d
         if (ref.data[i] == NULL)
           continue;
         CHECKF(memcmp(ref.data[i], got.data[i], (size_t)ref.nbytes[i]) == 0,
-               "%s tp=%u dp=%u pp=%u strategy %zu: parameter %zu differs through the deferred copy engine", name, tp,
-               dp, pp, k, i);
+               "%s tp=%u dp=%u pp=%u strategy %zu: parameter %zu differs through the deferred copy engine",
+               name, tp, dp, pp, k, i);
       }
       free_result(&got);
     }
@@ -308,7 +328,7 @@ int main(int argc, char **argv) {
   check_fixture(&c, "llama", n == 3 ? 1 : n, n == 3 ? 3 : 1, 1); /* tensor parallel (dp at 3 ranks) */
   check_fixture(&c, "qwen2", 1, n, 1);                           /* data parallel: everything broadcast */
   if (n % 2 == 0)
-    check_fixture(&c, "mixtral", n / 2, 1, 2);                   /* pipeline stages */
+    check_fixture(&c, "mixtral", n / 2, 1, 2); /* pipeline stages */
   check_fixture(&c, "deepseek_v2_lite", 1, n, 1);
   int rc = sl_test_finish_mpi(c.world);
   sl__comm_free(&c);

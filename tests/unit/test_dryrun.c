@@ -39,7 +39,8 @@ static void plan(const char *dir, int world, const char *tp, const char *dp) {
     sent += s.bytes_sent;
     with_experts += s.experts_local > 0;
     /* what a rank needs arrives either from its own reads or by broadcast */
-    CHECKF(s.bytes_needed <= s.bytes_read - s.bytes_covering + s.bytes_received, "rank %d needs more than it gets", r);
+    CHECKF(s.bytes_needed <= s.bytes_read - s.bytes_covering + s.bytes_received,
+           "rank %d needs more than it gets", r);
   }
   CHECK_EQ_U64(with_experts, world < 256 ? (uint64_t)world : 256u);
   const char *json = sl_dryrun_json(d);
@@ -68,7 +69,8 @@ static void plan(const char *dir, int world, const char *tp, const char *dp) {
   CHECK_EQ_U64(et1, et);
   /* the broadcast bytes received equal the bytes sent times the extra members */
   CHECK(recv >= sent);
-  fprintf(stderr, "world %d: planned in %.3f s, %llu expert tensors each read by one rank, amplification %.4f\n",
+  fprintf(stderr,
+          "world %d: planned in %.3f s, %llu expert tensors each read by one rank, amplification %.4f\n",
           world, seconds, et1, amp);
   sl_dryrun_destroy(d);
   sl_config_destroy(cfg);
@@ -78,7 +80,8 @@ int main(void) {
   const char *src = sl_test_env("SL_SOURCE_DIR", ".");
   char *dir = sl_test_mkdtemp("dsv3");
   char cmd[8192];
-  snprintf(cmd, sizeof cmd, "'%s/scripts/make-fixture' deepseek_v3_full '%s/m' --header-only >/dev/null", src, dir);
+  snprintf(cmd, sizeof cmd, "'%s/scripts/make-fixture' deepseek_v3_full '%s/m' --header-only >/dev/null", src,
+           dir);
   if (system(cmd) != 0) {
     fprintf(stderr, "SKIP: cannot generate the header-only DeepSeek-V3 (python3 missing?)\n");
     sl_test_rmtree(dir);

@@ -200,7 +200,8 @@ static void check_id(const char *name, bool has, uint64_t want) {
   bool got = sl__expert_id(name, &id);
   CHECKF(got == has, "expert_id(%s) presence", name);
   if (has && got)
-    CHECKF(id == want, "expert_id(%s) = %llu, want %llu", name, (unsigned long long)id, (unsigned long long)want);
+    CHECKF(id == want, "expert_id(%s) = %llu, want %llu", name, (unsigned long long)id,
+           (unsigned long long)want);
 }
 
 static void test_ids_and_skip(void) {

@@ -132,23 +132,35 @@ static void test_spec_errors(void) {
   check_spec_error("[]", "expected an object");
   snprintf(buf, sizeof buf, "%s\"params\":[], \"colour\":1}", head);
   check_spec_error(buf, "unknown key 'colour'");
-  snprintf(buf, sizeof buf, "%s\"params\":[{\"name\":\"a\",\"place\":\"nowhere\",\"style\":\"replicated\","
-                            "\"sources\":[{\"tensor\":\"a\",\"shape\":[1]}]}]}", head);
+  snprintf(buf, sizeof buf,
+           "%s\"params\":[{\"name\":\"a\",\"place\":\"nowhere\",\"style\":\"replicated\","
+           "\"sources\":[{\"tensor\":\"a\",\"shape\":[1]}]}]}",
+           head);
   check_spec_error(buf, "'place' must be one of");
-  snprintf(buf, sizeof buf, "%s\"params\":[{\"name\":\"a\",\"place\":\"embed\",\"style\":\"diagonal\","
-                            "\"sources\":[{\"tensor\":\"a\",\"shape\":[1]}]}]}", head);
+  snprintf(buf, sizeof buf,
+           "%s\"params\":[{\"name\":\"a\",\"place\":\"embed\",\"style\":\"diagonal\","
+           "\"sources\":[{\"tensor\":\"a\",\"shape\":[1]}]}]}",
+           head);
   check_spec_error(buf, "'style' must be one of");
-  snprintf(buf, sizeof buf, "%s\"params\":[{\"name\":\"a\",\"place\":\"embed\",\"style\":\"qkv\","
-                            "\"sources\":[{\"tensor\":\"a\",\"shape\":[1]}]}]}", head);
+  snprintf(buf, sizeof buf,
+           "%s\"params\":[{\"name\":\"a\",\"place\":\"embed\",\"style\":\"qkv\","
+           "\"sources\":[{\"tensor\":\"a\",\"shape\":[1]}]}]}",
+           head);
   check_spec_error(buf, "qkv takes three sources");
-  snprintf(buf, sizeof buf, "%s\"params\":[{\"name\":\"a\",\"place\":\"embed\",\"style\":\"replicated\","
-                            "\"sources\":[{\"tensor\":\"a\",\"shape\":[\"1 +\"]}]}]}", head);
+  snprintf(buf, sizeof buf,
+           "%s\"params\":[{\"name\":\"a\",\"place\":\"embed\",\"style\":\"replicated\","
+           "\"sources\":[{\"tensor\":\"a\",\"shape\":[\"1 +\"]}]}]}",
+           head);
   check_spec_error(buf, "invalid expression");
-  snprintf(buf, sizeof buf, "%s\"params\":[{\"name\":\"a\",\"place\":\"layer\",\"style\":\"replicated\","
-                            "\"sources\":[{\"tensor\":\"a\",\"shape\":[1]}]}]}", head);
+  snprintf(buf, sizeof buf,
+           "%s\"params\":[{\"name\":\"a\",\"place\":\"layer\",\"style\":\"replicated\","
+           "\"sources\":[{\"tensor\":\"a\",\"shape\":[1]}]}]}",
+           head);
   check_spec_error(buf, "needs {layer}");
-  snprintf(buf, sizeof buf, "%s\"params\":[{\"name\":\"a.{layer}\",\"place\":\"layer\",\"style\":\"moe_w2\","
-                            "\"sources\":[{\"tensor\":\"a.{layer}\",\"shape\":[1,1]}]}]}", head);
+  snprintf(buf, sizeof buf,
+           "%s\"params\":[{\"name\":\"a.{layer}\",\"place\":\"layer\",\"style\":\"moe_w2\","
+           "\"sources\":[{\"tensor\":\"a.{layer}\",\"shape\":[1,1]}]}]}",
+           head);
   check_spec_error(buf, "{expert}");
   check_spec_error("{\"family\":", "invalid JSON");
 }
@@ -183,9 +195,11 @@ static sl_status load_fixture(const char *name, const char *folder_override, loa
   cJSON_Delete(cfg);
   if (st != SL_STATUS_OK)
     return st;
-  sl__catalog_opts co = {.folder = dir, .what = dir,
+  sl__catalog_opts co = {.folder = dir,
+                         .what = dir,
                          .select = {.format = SL_FORMAT_AUTO, .fall_back_to_pt = out->spec->fall_back_to_pt},
-                         .require_config = true, .n_renames = out->spec->n_rename,
+                         .require_config = true,
+                         .n_renames = out->spec->n_rename,
                          .rename_from = (const char *const *)out->spec->rename_from,
                          .rename_to = (const char *const *)out->spec->rename_to,
                          .rename_format = out->spec->rename_format};
@@ -215,15 +229,18 @@ static void test_fixture_models(void) {
       {"llama_bias", "model.layers.1.mlp.gate_up_proj.bias", "model.layers.1.mlp.up_proj.bias", 35},
       {"qwen2", "model.layers.1.self_attn.qkv_proj.bias", "model.layers.1.self_attn.v_proj.bias", 27},
       {"qwen3", "model.layers.0.self_attn.q_norm.weight", "model.layers.0.self_attn.k_norm.weight", 24},
-      {"mistral_consolidated", "model.layers.1.mlp.gate_up_proj.weight", "model.layers.1.mlp.gate_proj.weight", 21},
+      {"mistral_consolidated", "model.layers.1.mlp.gate_up_proj.weight",
+       "model.layers.1.mlp.gate_proj.weight", 21},
       {"mixtral", "model.layers.1.block_sparse_moe.experts.w13_weight",
        "model.layers.1.block_sparse_moe.experts.7.w3.weight", 65},
-      {"qwen2_moe", "model.layers.2.mlp.shared_expert.gate_up_proj.weight", "model.layers.1.mlp.down_proj.weight", 79},
-      {"qwen3_moe", "model.layers.1.mlp.experts.w2_weight", "model.layers.1.mlp.experts.0.down_proj.weight", 69},
+      {"qwen2_moe", "model.layers.2.mlp.shared_expert.gate_up_proj.weight",
+       "model.layers.1.mlp.down_proj.weight", 79},
+      {"qwen3_moe", "model.layers.1.mlp.experts.w2_weight", "model.layers.1.mlp.experts.0.down_proj.weight",
+       69},
       {"deepseek_v2_lite", "model.layers.0.self_attn.kv_a_proj_with_mqa.weight",
        "model.layers.2.mlp.shared_experts.up_proj.weight", 83},
-      {"deepseek_v3", "model.layers.1.self_attn.fused_qkv_a_proj.weight", "model.layers.1.self_attn.q_a_proj.weight",
-       91},
+      {"deepseek_v3", "model.layers.1.self_attn.fused_qkv_a_proj.weight",
+       "model.layers.1.self_attn.q_a_proj.weight", 91},
       {"deepseek_v3_fp8", "model.layers.1.self_attn.fused_qkv_a_proj.weight_scale_inv",
        "model.layers.1.mlp.experts.3.up_proj.weight_scale_inv", 91},
   };
@@ -261,8 +278,8 @@ static void test_fixture_models(void) {
 static char *variant(const char *name, const char *args) {
   char *dir = sl_test_mkdtemp("model");
   char cmd[8192];
-  snprintf(cmd, sizeof cmd, "'%s/scripts/make-fixture' %s '%s/m' %s >/dev/null", sl_test_env("SL_SOURCE_DIR", "."),
-           name, dir, args);
+  snprintf(cmd, sizeof cmd, "'%s/scripts/make-fixture' %s '%s/m' %s >/dev/null",
+           sl_test_env("SL_SOURCE_DIR", "."), name, dir, args);
   if (system(cmd) != 0) {
     sl_test_rmtree(dir);
     free(dir);
@@ -271,7 +288,8 @@ static char *variant(const char *name, const char *args) {
   return dir;
 }
 
-static void check_model_error(const char *fixture, const char *args, sl_status want, const char *n1, const char *n2) {
+static void check_model_error(const char *fixture, const char *args, sl_status want, const char *n1,
+                              const char *n2) {
   char *dir = variant(fixture, args);
   CHECKF(dir != NULL, "make-fixture %s %s", fixture, args);
   if (dir == NULL)
@@ -289,8 +307,8 @@ static void check_model_error(const char *fixture, const char *args, sl_status w
       sl__model_free(&m);
     free_loaded(&l);
   }
-  CHECKF(st == want, "%s %s: status %s, want %s (%s)", fixture, args, sl_status_name(st), sl_status_name(want),
-         err.msg);
+  CHECKF(st == want, "%s %s: status %s, want %s (%s)", fixture, args, sl_status_name(st),
+         sl_status_name(want), err.msg);
   CHECK_CONTAINS(err.msg, n1);
   if (n2 != NULL)
     CHECK_CONTAINS(err.msg, n2);
@@ -303,7 +321,8 @@ static void test_errors(void) {
                     "unknown architecture 'GPT2LMHeadModel'", "--arch FILE.json");
   check_model_error("llama", "--set-config intermediate_size=100", SL_STATUS_SHAPE,
                     "tensor 'model.layers.0.mlp.gate_proj.weight' has shape [128, 64]", "intermediate_size");
-  check_model_error("llama", "--unset-config vocab_size", SL_STATUS_MODEL_CONFIG, "no field 'vocab_size'", NULL);
+  check_model_error("llama", "--unset-config vocab_size", SL_STATUS_MODEL_CONFIG, "no field 'vocab_size'",
+                    NULL);
   check_model_error("deepseek_v3", "--set-config 'quantization_config={\"quant_method\":\"gptq\"}'",
                     SL_STATUS_QUANTIZATION, "unsupported quantization method 'gptq'", NULL);
   check_model_error("deepseek_v3_fp8", "--drop model.layers.1.self_attn.o_proj.weight_scale_inv",

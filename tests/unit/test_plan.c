@@ -20,7 +20,8 @@
 
 static const char *SPEC =
     "{\"family\":\"synthetic\",\"architectures\":[\"SyntheticMoe\"],\"fall_back_to_pt\":false,"
-    "\"vars\":{\"H\":\"hidden_size\",\"V\":\"vocab_size\",\"E\":\"num_experts\",\"Im\":\"moe_intermediate_size\"},"
+    "\"vars\":{\"H\":\"hidden_size\",\"V\":\"vocab_size\",\"E\":\"num_experts\",\"Im\":\"moe_intermediate_"
+    "size\"},"
     "\"experts\":\"E\",\"params\":["
     "{\"name\":\"model.embed_tokens.weight\",\"place\":\"embed\",\"style\":\"vocab\",\"vocab\":\"V\","
     " \"sources\":[{\"tensor\":\"model.embed_tokens.weight\",\"shape\":[\"V\",\"H\"]}]},"
@@ -29,13 +30,17 @@ static const char *SPEC =
     "{\"name\":\"model.layers.{layer}.self_attn.q_proj.weight\",\"place\":\"layer\",\"style\":\"column\","
     " \"sources\":[{\"tensor\":\"model.layers.{layer}.self_attn.q_proj.weight\",\"shape\":[\"H\",\"H\"]}]},"
     "{\"name\":\"model.layers.{layer}.mlp.experts.w13_weight\",\"place\":\"layer\",\"style\":\"moe_w13\","
-    " \"sources\":[{\"tensor\":\"model.layers.{layer}.mlp.experts.{expert}.gate_proj.weight\",\"part\":\"w1\","
+    " \"sources\":[{\"tensor\":\"model.layers.{layer}.mlp.experts.{expert}.gate_proj.weight\",\"part\":"
+    "\"w1\","
     "\"shape\":[\"Im\",\"H\"]},{\"tensor\":\"model.layers.{layer}.mlp.experts.{expert}.up_proj.weight\","
     "\"part\":\"w3\",\"shape\":[\"Im\",\"H\"]}]},"
     "{\"name\":\"model.layers.{layer}.mlp.experts.w2_weight\",\"place\":\"layer\",\"style\":\"moe_w2\","
-    " \"sources\":[{\"tensor\":\"model.layers.{layer}.mlp.experts.{expert}.down_proj.weight\",\"shape\":[\"H\",\"Im\"]}]},"
-    "{\"name\":\"model.layers.{layer}.mlp.shared_experts.gate_proj.weight\",\"place\":\"layer\",\"style\":\"column\","
-    " \"sources\":[{\"tensor\":\"model.layers.{layer}.mlp.shared_experts.gate_proj.weight\",\"shape\":[\"Im\",\"H\"]}]}"
+    " \"sources\":[{\"tensor\":\"model.layers.{layer}.mlp.experts.{expert}.down_proj.weight\",\"shape\":["
+    "\"H\",\"Im\"]}]},"
+    "{\"name\":\"model.layers.{layer}.mlp.shared_experts.gate_proj.weight\",\"place\":\"layer\",\"style\":"
+    "\"column\","
+    " \"sources\":[{\"tensor\":\"model.layers.{layer}.mlp.shared_experts.gate_proj.weight\",\"shape\":["
+    "\"Im\",\"H\"]}]}"
     "]}";
 
 static const char *CONFIG = "{\"architectures\":[\"SyntheticMoe\"],\"hidden_size\":64,\"vocab_size\":100,"
@@ -49,7 +54,8 @@ typedef struct fixture {
 
 static int add(sl__st_write_tensor *t, int n, const char *name, uint64_t d0, uint64_t d1, uint32_t ndim) {
   static uint8_t zeros[128 * 64 * 2];
-  t[n] = (sl__st_write_tensor){.name = name, .dtype = SL_DT_BF16, .ndim = ndim, .shape = {d0, d1}, .data = zeros};
+  t[n] = (sl__st_write_tensor){
+      .name = name, .dtype = SL_DT_BF16, .ndim = ndim, .shape = {d0, d1}, .data = zeros};
   t[n].nbytes = d0 * (ndim == 2 ? d1 : 1) * 2;
   return n + 1;
 }
@@ -83,15 +89,19 @@ static int make_fixture(fixture *f) {
   snprintf(path, sizeof path, "%s/config.json", f->dir);
   if (sl_test_write_file(path, CONFIG, strlen(CONFIG)) != 0)
     return -1;
-  sl__catalog_opts co = {.folder = f->dir, .what = f->dir, .select = {.format = SL_FORMAT_AUTO}, .require_config = true};
-  if (sl__catalog_build(&co, &f->cat, &err) != SL_STATUS_OK || sl__spec_parse(SPEC, strlen(SPEC), "synthetic", &f->spec, &err) != SL_STATUS_OK) {
+  sl__catalog_opts co = {
+      .folder = f->dir, .what = f->dir, .select = {.format = SL_FORMAT_AUTO}, .require_config = true};
+  if (sl__catalog_build(&co, &f->cat, &err) != SL_STATUS_OK ||
+      sl__spec_parse(SPEC, strlen(SPEC), "synthetic", &f->spec, &err) != SL_STATUS_OK) {
     fprintf(stderr, "setup: %s\n", err.msg);
     return -1;
   }
   return 0;
 }
 
-static bool is_expert_tensor(const char *name, uint64_t *id) { return sl__expert_id(name, id); }
+static bool is_expert_tensor(const char *name, uint64_t *id) {
+  return sl__expert_id(name, id);
+}
 
 /* Plans every rank of (tp, dp, ep) and checks which expert tensors each rank's copies touch. */
 static void check_layout(fixture *f, uint32_t tp, uint32_t dp, bool ep, uint32_t expect_per_rank) {
@@ -100,7 +110,10 @@ static void check_layout(fixture *f, uint32_t tp, uint32_t dp, bool ep, uint32_t
   sl__err_clear(&err);
   CHECKF(sl__model_build(f->spec, &f->cat, SL_LAYOUT_VLLM, &m, &err) == SL_STATUS_OK, "model: %s", err.msg);
   uint32_t starts[2] = {0, 1};
-  sl__plan_opts o = {.pp_starts = starts, .enable_ep = ep, .coalesce_gap = 4096, .bucket_bytes = 1 << 20,
+  sl__plan_opts o = {.pp_starts = starts,
+                     .enable_ep = ep,
+                     .coalesce_gap = 4096,
+                     .bucket_bytes = 1 << 20,
                      .read_chunk = 1 << 20};
   CHECK(sl__layout_init(&o.layout, tp, 1, dp, tp * dp, &err) == SL_STATUS_OK);
   uint32_t world = tp * dp;
@@ -113,8 +126,8 @@ static void check_layout(fixture *f, uint32_t tp, uint32_t dp, bool ep, uint32_t
       touched[p.copies[c].tensor] = 1;
     uint32_t experts_touched = 0;
     bool dense_ok = true;
-    sl__expert_set local = {.all = !ep || world == 1, .experts = 8, .ep = world, .e = p.ctx.e,
-                            .placement = SL_PLACEMENT_LINEAR};
+    sl__expert_set local = {
+        .all = !ep || world == 1, .experts = 8, .ep = world, .e = p.ctx.e, .placement = SL_PLACEMENT_LINEAR};
     for (size_t t = 0; t < f->cat.n_tensors; t++) {
       const char *name = f->cat.tensors[t].name;
       uint64_t id = 0;
@@ -124,7 +137,8 @@ static void check_layout(fixture *f, uint32_t tp, uint32_t dp, bool ep, uint32_t
         if (ep && world > 1) {
           uint64_t first = (uint64_t)r * (8 / world);
           bool mine = id >= first && id < first + 8 / world;
-          CHECKF(touched[t] == mine, "tp=%u dp=%u ep=%d rank %u: %s touched=%d", tp, dp, ep, r, name, touched[t]);
+          CHECKF(touched[t] == mine, "tp=%u dp=%u ep=%d rank %u: %s touched=%d", tp, dp, ep, r, name,
+                 touched[t]);
         }
         /* The invariant of §4.5: no tensor the skip predicate drops is in the plan. */
         CHECKF(!(touched[t] && sl__expert_skip(name, &local)), "rank %u reads skipped %s", r, name);
@@ -135,8 +149,8 @@ static void check_layout(fixture *f, uint32_t tp, uint32_t dp, bool ep, uint32_t
         dense_ok = dense_ok && touched[t];
       }
     }
-    CHECKF(experts_touched == expect_per_rank, "tp=%u dp=%u ep=%d rank %u touches %u expert tensors, want %u", tp, dp,
-           ep, r, experts_touched, expect_per_rank);
+    CHECKF(experts_touched == expect_per_rank, "tp=%u dp=%u ep=%d rank %u touches %u expert tensors, want %u",
+           tp, dp, ep, r, experts_touched, expect_per_rank);
     CHECKF(dense_ok, "tp=%u dp=%u ep=%d rank %u misses a dense or shared tensor", tp, dp, ep, r);
     free(touched);
     sl__rank_plan_free(&p);
@@ -149,7 +163,8 @@ static void check_layout(fixture *f, uint32_t tp, uint32_t dp, bool ep, uint32_t
   free(covered);
   /* The schedule: each piece one reader; bytes read (without covering) equal the distinct bytes. */
   sl__schedule s;
-  CHECKF(sl__schedule_build(&m, &f->cat, &o, SL_NONE, NULL, &s, &err) == SL_STATUS_OK, "schedule: %s", err.msg);
+  CHECKF(sl__schedule_build(&m, &f->cat, &o, SL_NONE, NULL, &s, &err) == SL_STATUS_OK, "schedule: %s",
+         err.msg);
   uint64_t read = 0;
   uint64_t cover = 0;
   for (uint32_t r = 0; r < world; r++) {
@@ -172,9 +187,9 @@ int main(void) {
   check_layout(&f, 1, 1, false, 24);
   check_layout(&f, 2, 1, false, 24); /* no EP: every rank slices every expert */
   check_layout(&f, 1, 2, false, 24);
-  check_layout(&f, 2, 1, true, 12);  /* EP=2: experts 0-3 on rank 0, 4-7 on rank 1 */
+  check_layout(&f, 2, 1, true, 12); /* EP=2: experts 0-3 on rank 0, 4-7 on rank 1 */
   check_layout(&f, 1, 2, true, 12);
-  check_layout(&f, 8, 1, true, 3);   /* EP=8: one expert each */
+  check_layout(&f, 8, 1, true, 3); /* EP=8: one expert each */
   check_layout(&f, 4, 2, true, 3);
   sl__catalog_free(&f.cat);
   sl__spec_free(f.spec);

@@ -19,7 +19,9 @@
 
 #define FILE_BYTES (3u << 20)
 
-static uint8_t byte_at(uint64_t pos) { return (uint8_t)((pos * 2654435761u) >> 13 ^ (pos >> 7)); }
+static uint8_t byte_at(uint64_t pos) {
+  return (uint8_t)((pos * 2654435761u) >> 13 ^ (pos >> 7));
+}
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 static uint64_t rnd(uint64_t n) {
@@ -37,15 +39,20 @@ typedef struct one_case {
 
 static void run_case(int fd, const one_case *c, int idx) {
   sl__cat_tensor T = {.name = "t", .file = 0, .offset = c->tensor_off};
-  sl__piece P = {.tensor = 0, .src_off = c->src_off, .rows = c->rows, .row_bytes = c->row_bytes,
-                 .src_stride = c->rows <= 1 ? c->row_bytes : c->stride, .nbytes = c->rows * c->row_bytes};
+  sl__piece P = {.tensor = 0,
+                 .src_off = c->src_off,
+                 .rows = c->rows,
+                 .row_bytes = c->row_bytes,
+                 .src_stride = c->rows <= 1 ? c->row_bytes : c->stride,
+                 .nbytes = c->rows * c->row_bytes};
   sl__readplan rp;
   sl__readplan_init(&rp);
   sl__err err;
   sl__err_clear(&err);
   /* Two ranges of the piece (like two bucket items), plus a second piece right after it. */
   uint64_t split = P.nbytes > 1 ? 1 + rnd(P.nbytes - 1) : P.nbytes;
-  CHECK(sl__readplan_piece(&rp, &P, 0, &T, 0, split, SL_NONE, 0, NULL, c->chunk, c->gap, &err) == SL_STATUS_OK);
+  CHECK(sl__readplan_piece(&rp, &P, 0, &T, 0, split, SL_NONE, 0, NULL, c->chunk, c->gap, &err) ==
+        SL_STATUS_OK);
   CHECK(sl__readplan_piece(&rp, &P, 0, &T, split, P.nbytes, SL_NONE, split, NULL, c->chunk, c->gap, &err) ==
         SL_STATUS_OK);
   uint8_t *packed = calloc(P.nbytes + 1, 1);
@@ -54,8 +61,8 @@ static void run_case(int fd, const one_case *c, int idx) {
   uint64_t useful_total = 0;
   for (size_t i = 0; i < rp.ops.len; i++) {
     const sl__read_op *op = &SL_VEC_AT(&rp.ops, sl__read_op, i);
-    CHECKF(op->len <= c->chunk || op->count == 1, "case %d: operation of %llu bytes above the chunk %llu", idx,
-           (unsigned long long)op->len, (unsigned long long)c->chunk);
+    CHECKF(op->len <= c->chunk || op->count == 1, "case %d: operation of %llu bytes above the chunk %llu",
+           idx, (unsigned long long)op->len, (unsigned long long)c->chunk);
     uint64_t off = op->offset;
     uint64_t len = op->len;
     if (c->widen) {
@@ -94,7 +101,8 @@ static void run_case(int fd, const one_case *c, int idx) {
       bad++;
     }
   }
-  CHECKF(bad == 0, "case %d: %llu wrong bytes, first at %llu (rows %llu x %llu, stride %llu, chunk %llu, gap %llu)",
+  CHECKF(bad == 0,
+         "case %d: %llu wrong bytes, first at %llu (rows %llu x %llu, stride %llu, chunk %llu, gap %llu)",
          idx, (unsigned long long)bad, (unsigned long long)first_bad, (unsigned long long)c->rows,
          (unsigned long long)c->row_bytes, (unsigned long long)c->stride, (unsigned long long)c->chunk,
          (unsigned long long)c->gap);
@@ -149,7 +157,8 @@ static void test_merging(void) {
   sl__readplan_init(&rp);
   sl__readplan_piece(&rp, &big, 0, &T, 0, 1000, SL_NONE, 0, dst, 300, 4096, &err);
   CHECK_EQ_U64(rp.ops.len, 4);
-  CHECK(SL_VEC_AT(&rp.ops, sl__read_op, 3).len == 100 && SL_VEC_AT(&rp.ops, sl__read_op, 3).direct_dst == dst + 900);
+  CHECK(SL_VEC_AT(&rp.ops, sl__read_op, 3).len == 100 &&
+        SL_VEC_AT(&rp.ops, sl__read_op, 3).direct_dst == dst + 900);
   /* strided: covering when gaps are small, row by row otherwise */
   sl__piece rows = {.src_off = 3, .rows = 5, .row_bytes = 8, .src_stride = 12, .nbytes = 40};
   CHECK(sl__piece_covering(&rows, 4096, 1 << 20));

@@ -49,7 +49,9 @@ static sl__buf hz_n(const char *hdr, size_t len, size_t k) {
   return b;
 }
 
-static sl__buf hz(const char *hdr, size_t k) { return hz_n(hdr, strlen(hdr), k); }
+static sl__buf hz(const char *hdr, size_t k) {
+  return hz_n(hdr, strlen(hdr), k);
+}
 
 /* Raw bytes. */
 static sl__buf raw(const void *p, size_t n) {
@@ -64,8 +66,8 @@ static sl__buf raw(const void *p, size_t n) {
 
 /* `"name":{"dtype":"DT","shape":SHAPE,"data_offsets":[b,e]}` appended to b (with a leading ','
  * unless first). */
-static void put_tensor(sl__buf *b, bool first, const char *name, const char *dt, const char *shape, uint64_t begin,
-                       uint64_t end) {
+static void put_tensor(sl__buf *b, bool first, const char *name, const char *dt, const char *shape,
+                       uint64_t begin, uint64_t end) {
   sl__buf_appendf(b, "%s\"%s\":{\"dtype\":\"%s\",\"shape\":%s,\"data_offsets\":[%" PRIu64 ",%" PRIu64 "]}",
                   first ? "" : ",", name, dt, shape, begin, end);
 }
@@ -92,8 +94,8 @@ static void check_table(const char *what, const sl__st_header *h, const want_ten
            sl__dtype_name(w[i].dtype));
     CHECKF(t->ndim == w[i].ndim, "%s: tensor %zu ndim %u, expected %u", what, i, t->ndim, w[i].ndim);
     for (uint32_t d = 0; d < w[i].ndim && d < SL_ST_MAX_DIMS; d++)
-      CHECKF(t->shape[d] == w[i].shape[d], "%s: tensor %zu shape[%u] = %" PRIu64 ", expected %" PRIu64, what, i, d,
-             t->shape[d], w[i].shape[d]);
+      CHECKF(t->shape[d] == w[i].shape[d], "%s: tensor %zu shape[%u] = %" PRIu64 ", expected %" PRIu64, what,
+             i, d, t->shape[d], w[i].shape[d]);
     CHECKF(t->begin == w[i].begin && t->end == w[i].end,
            "%s: tensor %zu offsets [%" PRIu64 ",%" PRIu64 "], expected [%" PRIu64 ",%" PRIu64 "]", what, i,
            t->begin, t->end, w[i].begin, w[i].end);
@@ -108,7 +110,8 @@ static void expect_h(const char *what, sl__buf *b, sl_status want, const char *t
   sl__err_clear(&err);
   const uint8_t *p = b->data != NULL ? (const uint8_t *)b->data : (const uint8_t *)"";
   sl_status st = sl__st_parse(p, b->len, b->len, what, &local, &err);
-  CHECKF(st == want, "%s: status %s, expected %s (%s)", what, sl_status_name(st), sl_status_name(want), err.msg);
+  CHECKF(st == want, "%s: status %s, expected %s (%s)", what, sl_status_name(st), sl_status_name(want),
+         err.msg);
   if (want != SL_STATUS_OK) {
     n_defects++;
     CHECK_CONTAINS(err.msg, what);
@@ -117,7 +120,8 @@ static void expect_h(const char *what, sl__buf *b, sl_status want, const char *t
       snprintf(quoted, sizeof quoted, "'%s'", tensor);
       CHECK_CONTAINS(err.msg, quoted);
     }
-    CHECKF(local.n_tensors == 0 && local.tensors == NULL && local.strings == NULL, "%s: output not zeroed", what);
+    CHECKF(local.n_tensors == 0 && local.tensors == NULL && local.strings == NULL, "%s: output not zeroed",
+           what);
   }
   if (st == SL_STATUS_OK && h != NULL)
     *h = local;
@@ -140,10 +144,10 @@ static void expect_ok(const char *what, sl__buf b, const want_tensor *w, size_t 
   sl__st_header_free(&h);
 }
 
-#define OK_HDR(what, hdr, k, ...)                                                                             \
-  do {                                                                                                        \
-    const want_tensor w_[] = {__VA_ARGS__};                                                                   \
-    expect_ok(what, hz(hdr, k), w_, sizeof w_ / sizeof w_[0]);                                                \
+#define OK_HDR(what, hdr, k, ...)                                                                            \
+  do {                                                                                                       \
+    const want_tensor w_[] = {__VA_ARGS__};                                                                  \
+    expect_ok(what, hz(hdr, k), w_, sizeof w_ / sizeof w_[0]);                                               \
   } while (0)
 
 /* ---- §8 rows ---- */
@@ -185,10 +189,12 @@ static void rows_basic(void) {
   const char *r14 = "{\"test\":{\"dtype\":\"I32\",\"shape\":[2,2],\"data_offsets\":[0, 4]}}";
   CHECK_EQ_U64(strlen(r14), 60);
   expect("row 14", hz(r14, 0), SL_STATUS_ST_TENSOR_INFO, "test");
-  const char *r15 = "{\"test\":{\"dtype\":\"I32\",\"shape\":[2,18446744073709551614],\"data_offsets\":[0,16]}}";
+  const char *r15 =
+      "{\"test\":{\"dtype\":\"I32\",\"shape\":[2,18446744073709551614],\"data_offsets\":[0,16]}}";
   CHECK_EQ_U64(strlen(r15), 79);
   expect("row 15", hz(r15, 16), SL_STATUS_ST_OVERFLOW, "test");
-  const char *r16 = "{\"test\":{\"dtype\":\"I32\",\"shape\":[2,9223372036854775807],\"data_offsets\":[0,16]}}";
+  const char *r16 =
+      "{\"test\":{\"dtype\":\"I32\",\"shape\":[2,9223372036854775807],\"data_offsets\":[0,16]}}";
   CHECK_EQ_U64(strlen(r16), 78);
   expect("row 16", hz(r16, 16), SL_STATUS_ST_OVERFLOW, "test");
 
@@ -253,8 +259,8 @@ static void rows_metadata(void) {
   expect("row 27 number", hz("{\"__metadata__\":{\"x\":1}}", 0), SL_STATUS_ST_HEADER_JSON, NULL);
   expect("row 27 string", hz("{\"__metadata__\":\"str\"}", 0), SL_STATUS_ST_HEADER_JSON, NULL);
   expect("row 28", hz("{\"__metadata__\":{},\"__metadata__\":{}}", 0), SL_STATUS_ST_HEADER_JSON, NULL);
-  expect("metadata null twice", hz("{\"__metadata__\":null,\"__metadata__\":null}", 0), SL_STATUS_ST_HEADER_JSON,
-         NULL);
+  expect("metadata null twice", hz("{\"__metadata__\":null,\"__metadata__\":null}", 0),
+         SL_STATUS_ST_HEADER_JSON, NULL);
   expect("metadata null value", hz("{\"__metadata__\":{\"x\":null}}", 0), SL_STATUS_ST_HEADER_JSON, NULL);
   expect("metadata array", hz("{\"__metadata__\":[]}", 0), SL_STATUS_ST_HEADER_JSON, NULL);
 
@@ -285,9 +291,11 @@ static void rows_schema(void) {
   char hdr[512];
   snprintf(hdr, sizeof hdr, "{%s,%s}", a2, a2);
   expect("row 29", hz(hdr, 8), SL_STATUS_ST_HEADER_JSON, NULL);
-  expect("row 30", hz("{\"a\":{\"dtype\":\"F32\",\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8),
+  expect("row 30",
+         hz("{\"a\":{\"dtype\":\"F32\",\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8),
          SL_STATUS_ST_HEADER_JSON, NULL);
-  expect("shape twice", hz("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"shape\":[2],\"data_offsets\":[0,8]}}", 8),
+  expect("shape twice",
+         hz("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"shape\":[2],\"data_offsets\":[0,8]}}", 8),
          SL_STATUS_ST_HEADER_JSON, NULL);
   expect("offsets twice",
          hz("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8],\"data_offsets\":[0,8]}}", 8),
@@ -380,16 +388,18 @@ static void rows_integers(void) {
   for (size_t i = 0; i < sizeof bad_offsets / sizeof bad_offsets[0]; i++) {
     char hdr[256];
     char what[64];
-    snprintf(hdr, sizeof hdr, "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":%s}}", bad_offsets[i]);
+    snprintf(hdr, sizeof hdr, "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":%s}}",
+             bad_offsets[i]);
     snprintf(what, sizeof what, "row 37 offsets %s", bad_offsets[i]);
     expect(what, hz(hdr, 8), SL_STATUS_ST_HEADER_JSON, "a");
   }
-  static const char *const bad_shapes[] = {"[2.0]", "[-1]", "[01]", "[1.]", "null", "[\"2\"]", "[{}]", "[2e0]",
-                                           "[ 1 , ]", "[+1]", "2", "[[2]]", "[true]"};
+  static const char *const bad_shapes[] = {"[2.0]", "[-1]",    "[01]", "[1.]", "null",  "[\"2\"]", "[{}]",
+                                           "[2e0]", "[ 1 , ]", "[+1]", "2",    "[[2]]", "[true]"};
   for (size_t i = 0; i < sizeof bad_shapes / sizeof bad_shapes[0]; i++) {
     char hdr[256];
     char what[64];
-    snprintf(hdr, sizeof hdr, "{\"a\":{\"dtype\":\"F32\",\"shape\":%s,\"data_offsets\":[0,8]}}", bad_shapes[i]);
+    snprintf(hdr, sizeof hdr, "{\"a\":{\"dtype\":\"F32\",\"shape\":%s,\"data_offsets\":[0,8]}}",
+             bad_shapes[i]);
     snprintf(what, sizeof what, "row 38 shape %s", bad_shapes[i]);
     expect(what, hz(hdr, 8), SL_STATUS_ST_HEADER_JSON, NULL);
   }
@@ -403,20 +413,24 @@ static void rows_integers(void) {
     expect(what, hz(hdr, 4), SL_STATUS_ST_HEADER_JSON, NULL);
   }
   /* 2^64−1 is a valid integer: the offsets then disagree with the shape. */
-  expect("offsets [0,2^64-1]", hz("{\"a\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0,18446744073709551615]}}", 4),
+  expect("offsets [0,2^64-1]",
+         hz("{\"a\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0,18446744073709551615]}}", 4),
          SL_STATUS_ST_TENSOR_INFO, "a");
   /* Exact u64 parsing, where a double would round. */
-  OK_HDR("exact integers",
-         "{\"a\":{\"dtype\":\"U8\",\"shape\":[0,9007199254740993,18446744073709551614],\"data_offsets\":[0,0]}}", 0,
-         {"a", SL_DT_U8, 3, {0, 9007199254740993ULL, 18446744073709551614ULL}, 0, 0});
-  OK_HDR("row 39", "{\"a\":{\"extra\":[1.5,{\"k\":null}],\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8],"
-         "\"more\":{\"x\":[true,false,-0.5e-3,\"s\\n\",{}]}}}", 8,
-         {"a", SL_DT_F32, 1, {2}, 0, 8});
-  expect("row 40 no data_offsets", hz("{\"a\":{\"dtype\":\"F32\",\"shape\":[2]}}", 8), SL_STATUS_ST_HEADER_JSON,
+  OK_HDR(
+      "exact integers",
+      "{\"a\":{\"dtype\":\"U8\",\"shape\":[0,9007199254740993,18446744073709551614],\"data_offsets\":[0,0]}}",
+      0, {"a", SL_DT_U8, 3, {0, 9007199254740993ULL, 18446744073709551614ULL}, 0, 0});
+  OK_HDR("row 39",
+         "{\"a\":{\"extra\":[1.5,{\"k\":null}],\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8],"
+         "\"more\":{\"x\":[true,false,-0.5e-3,\"s\\n\",{}]}}}",
+         8, {"a", SL_DT_F32, 1, {2}, 0, 8});
+  expect("row 40 no data_offsets", hz("{\"a\":{\"dtype\":\"F32\",\"shape\":[2]}}", 8),
+         SL_STATUS_ST_HEADER_JSON, "a");
+  expect("row 40 no shape", hz("{\"a\":{\"dtype\":\"F32\",\"data_offsets\":[0,8]}}", 8),
+         SL_STATUS_ST_HEADER_JSON, "a");
+  expect("row 40 no dtype", hz("{\"a\":{\"shape\":[2],\"data_offsets\":[0,8]}}", 8), SL_STATUS_ST_HEADER_JSON,
          "a");
-  expect("row 40 no shape", hz("{\"a\":{\"dtype\":\"F32\",\"data_offsets\":[0,8]}}", 8), SL_STATUS_ST_HEADER_JSON,
-         "a");
-  expect("row 40 no dtype", hz("{\"a\":{\"shape\":[2],\"data_offsets\":[0,8]}}", 8), SL_STATUS_ST_HEADER_JSON, "a");
   expect("row 40 dtype f32", hz("{\"a\":{\"dtype\":\"f32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8),
          SL_STATUS_ST_HEADER_JSON, "a");
   expect("row 40 empty tensor object", hz("{\"a\":{}}", 0), SL_STATUS_ST_HEADER_JSON, "a");
@@ -424,11 +438,13 @@ static void rows_integers(void) {
   expect("row 41 []", hz("[]", 0), SL_STATUS_ST_HEADER_JSON, NULL);
   expect("row 41 \"x\"", hz("\"x\"", 0), SL_STATUS_ST_HEADER_JSON, NULL);
   expect("tensor is an array", hz("{\"a\":[]}", 0), SL_STATUS_ST_HEADER_JSON, "a");
-  OK_HDR("row 42", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1,0,18446744073709551615],\"data_offsets\":[0,0]}}", 0,
-         {"a", SL_DT_F32, 3, {1, 0, U64MAX}, 0, 0});
-  expect("row 43", hz("{\"a\":{\"dtype\":\"F32\",\"shape\":[18446744073709551615,2,0],\"data_offsets\":[0,0]}}", 0),
+  OK_HDR("row 42", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1,0,18446744073709551615],\"data_offsets\":[0,0]}}",
+         0, {"a", SL_DT_F32, 3, {1, 0, U64MAX}, 0, 0});
+  expect("row 43",
+         hz("{\"a\":{\"dtype\":\"F32\",\"shape\":[18446744073709551615,2,0],\"data_offsets\":[0,0]}}", 0),
          SL_STATUS_ST_OVERFLOW, "a");
-  expect("row 44", hz("{\"a\":{\"dtype\":\"F32\",\"shape\":[4611686018427387904],\"data_offsets\":[0,0]}}", 0),
+  expect("row 44",
+         hz("{\"a\":{\"dtype\":\"F32\",\"shape\":[4611686018427387904],\"data_offsets\":[0,0]}}", 0),
          SL_STATUS_ST_OVERFLOW, "a");
   /* 8 dimensions are accepted, 9 are not. */
   OK_HDR("8 dims", "{\"a\":{\"dtype\":\"U8\",\"shape\":[1,2,1,2,1,2,1,2],\"data_offsets\":[0,16]}}", 16,
@@ -472,18 +488,22 @@ static void rows_names(void) {
          {"", SL_DT_U8, 1, {1}, 0, 1});
   OK_HDR("row 48 é", "{\"\xc3\xa9\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1,
          {"\xc3\xa9", SL_DT_U8, 1, {1}, 0, 1});
-  OK_HDR("row 48 surrogate pair", "{\"\\ud83d\\ude00\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1,
+  OK_HDR("row 48 surrogate pair",
+         "{\"\\ud83d\\ude00\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1,
          {"\xf0\x9f\x98\x80", SL_DT_U8, 1, {1}, 0, 1});
   OK_HDR("escapes decoded",
-         "{\"q\\\"b\\\\s\\/\\b\\f\\n\\r\\t\\u0041\\u00e9\\u20AC\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}",
+         "{\"q\\\"b\\\\s\\/"
+         "\\b\\f\\n\\r\\t\\u0041\\u00e9\\u20AC\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}",
          1, {"q\"b\\s/\b\f\n\r\tA\xc3\xa9\xe2\x82\xac", SL_DT_U8, 1, {1}, 0, 1});
-  expect("row 49 lone high surrogate", hz("{\"\\ud800\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1),
+  expect("row 49 lone high surrogate",
+         hz("{\"\\ud800\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1),
          SL_STATUS_ST_HEADER_JSON, NULL);
   expect("row 49 raw 0x01", hz("{\"a\x01\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1),
          SL_STATUS_ST_HEADER_JSON, NULL);
   expect("lone low surrogate", hz("{\"\\udc00\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1),
          SL_STATUS_ST_HEADER_JSON, NULL);
-  expect("high surrogate + BMP", hz("{\"\\ud800\\u0041\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1),
+  expect("high surrogate + BMP",
+         hz("{\"\\ud800\\u0041\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1),
          SL_STATUS_ST_HEADER_JSON, NULL);
   expect("invalid escape \\x", hz("{\"\\x41\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1),
          SL_STATUS_ST_HEADER_JSON, NULL);
@@ -519,8 +539,8 @@ static void rows_nesting(void) {
   h = nested(5000);
   expect("depth 5000", hz(h.data, 1), SL_STATUS_ST_HEADER_JSON, NULL);
   sl__buf_free(&h);
-  static const char *const bad_values[] = {"01", "tru", "nul", "1.e5", "-", "\"\x01\"", "[1 2]", "{\"k\"}",
-                                           "{1:2}", ".5", "1e", "[", "NaN", "'s'"};
+  static const char *const bad_values[] = {"01",      "tru",   "nul", "1.e5", "-", "\"\x01\"", "[1 2]",
+                                           "{\"k\"}", "{1:2}", ".5",  "1e",   "[", "NaN",      "'s'"};
   for (size_t i = 0; i < sizeof bad_values / sizeof bad_values[0]; i++) {
     char hdr[256];
     char what[64];
@@ -553,7 +573,9 @@ static void rows_api(void) {
 
 /* ---- files ---- */
 
-static char *tmp_path(const char *name) { return sl__path_join(tmpdir, name); }
+static char *tmp_path(const char *name) {
+  return sl__path_join(tmpdir, name);
+}
 
 static void expect_file(const char *name, const sl__buf *b, sl_status want) {
   char *path = tmp_path(name);
@@ -562,7 +584,8 @@ static void expect_file(const char *name, const sl__buf *b, sl_status want) {
   sl__err err;
   sl__err_clear(&err);
   sl_status st = sl__st_read_file(path, &h, &err);
-  CHECKF(st == want, "file %s: status %s, expected %s (%s)", name, sl_status_name(st), sl_status_name(want), err.msg);
+  CHECKF(st == want, "file %s: status %s, expected %s (%s)", name, sl_status_name(st), sl_status_name(want),
+         err.msg);
   if (st != SL_STATUS_OK)
     CHECK_CONTAINS(err.msg, path);
   sl__st_header_free(&h);
@@ -610,8 +633,9 @@ static void test_files(void) {
   /* Header-only sparse file: an 8 GiB tensor whose data was never written. */
   sl__buf hdr;
   sl__buf_init(&hdr, 0);
-  sl__buf_appendf(&hdr, "{\"__metadata__\":{\"format\":\"pt\"},\"big\":{\"dtype\":\"BF16\",\"shape\":[4096,1048576],"
-                        "\"data_offsets\":[0,8589934592]}}");
+  sl__buf_appendf(
+      &hdr, "{\"__metadata__\":{\"format\":\"pt\"},\"big\":{\"dtype\":\"BF16\",\"shape\":[4096,1048576],"
+            "\"data_offsets\":[0,8589934592]}}");
   b = hz(hdr.data, 0);
   char *path = tmp_path("sparse.safetensors");
   CHECK(sl_test_write_file(path, b.data, b.len) == 0);
@@ -619,7 +643,8 @@ static void test_files(void) {
   sl__err_clear(&err);
   double t0 = sl__now();
   CHECKF(sl__st_read_file(path, &h, &err) == SL_STATUS_OK, "sparse: %s", err.msg);
-  CHECKF(sl__now() - t0 < 1.0, "reading a header-only file took %.2f s: is the data section read?", sl__now() - t0);
+  CHECKF(sl__now() - t0 < 1.0, "reading a header-only file took %.2f s: is the data section read?",
+         sl__now() - t0);
   CHECK_EQ_U64(h.n_tensors, 1);
   CHECK_EQ_U64(h.file_size, b.len + 8589934592ULL);
   CHECK_EQ_U64(h.data_start, b.len);
@@ -656,8 +681,8 @@ static void dir_is_empty(const char *dir, const char *label) {
 /* Checks one §6 golden: build_header, write_file, and parse back. */
 static void golden(const char *label, const sl__st_write_tensor *t, size_t n, const sl__st_meta *m, size_t nm,
                    const char *json, size_t json_len, uint64_t want_n, const size_t *want_order) {
-  CHECKF(strlen(json) == json_len, "%s: the expected JSON has %zu bytes, the spec says %zu", label, strlen(json),
-         json_len);
+  CHECKF(strlen(json) == json_len, "%s: the expected JSON has %zu bytes, the spec says %zu", label,
+         strlen(json), json_len);
   sl__buf want;
   sl__buf_init(&want, 0);
   put_le64(&want, want_n);
@@ -679,7 +704,8 @@ static void golden(const char *label, const sl__st_write_tensor *t, size_t n, co
          "%s: header differs: got %zu bytes '%.*s'", label, hdr_len, (int)(hdr_len > 8 ? hdr_len - 8 : 0),
          hdr != NULL ? (const char *)hdr + 8 : "");
   for (size_t k = 0; k < n && order != NULL; k++)
-    CHECKF(order[k] == want_order[k], "%s: order[%zu] = %zu, expected %zu", label, k, order[k], want_order[k]);
+    CHECKF(order[k] == want_order[k], "%s: order[%zu] = %zu, expected %zu", label, k, order[k],
+           want_order[k]);
   free(hdr);
   free(order);
 
@@ -717,7 +743,8 @@ static void golden(const char *label, const sl__st_write_tensor *t, size_t n, co
     size_t i = 0;
     while (i < nm && strcmp(m[i].key, h.meta[k].key) != 0)
       i++;
-    CHECKF(i < nm && strcmp(m[i].value, h.meta[k].value) == 0, "%s: metadata '%s' differs", label, h.meta[k].key);
+    CHECKF(i < nm && strcmp(m[i].value, h.meta[k].value) == 0, "%s: metadata '%s' differs", label,
+           h.meta[k].key);
     if (k > 0)
       CHECKF(strcmp(h.meta[k - 1].key, h.meta[k].key) < 0, "%s: metadata keys not sorted", label);
   }
@@ -745,8 +772,8 @@ static void test_goldens(void) {
   }
   CHECK(f32[4 * 5 + 3] == 0x40 && f32[4 * 5 + 2] == 0xa0); /* 5.0f = 0x40a00000 */
   sl__st_write_tensor attn = {"attn.0", SL_DT_F32, 3, {1, 2, 3}, f32, 24};
-  golden("golden: attn.0", &attn, 1, NULL, 0, "{\"attn.0\":{\"dtype\":\"F32\",\"shape\":[1,2,3],\"data_offsets\":[0,24]}}",
-         64, 64, o1);
+  golden("golden: attn.0", &attn, 1, NULL, 0,
+         "{\"attn.0\":{\"dtype\":\"F32\",\"shape\":[1,2,3],\"data_offsets\":[0,24]}}", 64, 64, o1);
   sl__st_write_tensor attn0 = {"attn0", SL_DT_F32, 4, {1, 1, 2, 3}, f32, 24};
   golden("golden: attn0", &attn0, 1, NULL, 0,
          "{\"attn0\":{\"dtype\":\"F32\",\"shape\":[1,1,2,3],\"data_offsets\":[0,24]}}", 65, 72, o1);
@@ -770,9 +797,8 @@ static void test_goldens(void) {
   const uint8_t dx[2] = {0x21, 0x43};
   const uint8_t dy[1] = {1};
   const uint8_t dz[3] = {0xaa, 0xbb, 0xcc};
-  const sl__st_write_tensor sub[] = {{"x", SL_DT_F4, 1, {4}, dx, 2},
-                                     {"y", SL_DT_BOOL, 1, {1}, dy, 1},
-                                     {"z", SL_DT_F6_E2M3, 1, {4}, dz, 3}};
+  const sl__st_write_tensor sub[] = {
+      {"x", SL_DT_F4, 1, {4}, dx, 2}, {"y", SL_DT_BOOL, 1, {1}, dy, 1}, {"z", SL_DT_F6_E2M3, 1, {4}, dz, 3}};
   const size_t o3[] = {2, 0, 1};
   golden("golden: sub-byte", sub, 3, NULL, 0,
          "{\"z\":{\"dtype\":\"F6_E2M3\",\"shape\":[4],\"data_offsets\":[0,3]},"
@@ -787,11 +813,12 @@ static void test_goldens(void) {
                                      {"B", SL_DT_F32, 2, {0, 5}, NULL, 0},
                                      {"A", SL_DT_F32, 1, {1}, d4, 4}};
   const size_t oe[] = {2, 1, 0};
-  const char *esc_json = "{\"__metadata__\":{\"a\":\"\\u0001\\u001f\x7f\",\"b\":\"tab\\there\",\"\xc3\xa9\":\"q\\\"\\\\/\"},"
-                         "\"A\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
-                         "\"B\":{\"dtype\":\"F32\",\"shape\":[0,5],\"data_offsets\":[4,4]},"
-                         "\"n\\\"a\\\\m\\b\\f\\n\\r\\t\\u0001\\u001f/\xc3\xa9\":{\"dtype\":\"F32\",\"shape\":[],"
-                         "\"data_offsets\":[4,8]}}";
+  const char *esc_json =
+      "{\"__metadata__\":{\"a\":\"\\u0001\\u001f\x7f\",\"b\":\"tab\\there\",\"\xc3\xa9\":\"q\\\"\\\\/\"},"
+      "\"A\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+      "\"B\":{\"dtype\":\"F32\",\"shape\":[0,5],\"data_offsets\":[4,4]},"
+      "\"n\\\"a\\\\m\\b\\f\\n\\r\\t\\u0001\\u001f/\xc3\xa9\":{\"dtype\":\"F32\",\"shape\":[],"
+      "\"data_offsets\":[4,8]}}";
   size_t esc_len = strlen(esc_json);
   uint64_t esc_n = (esc_len + 7) / 8 * 8;
   golden("golden: escapes", esc, 3, meta, 3, esc_json, esc_len, esc_n, oe);
@@ -805,7 +832,8 @@ static void refuse(const char *label, const sl__st_write_tensor *t, size_t n, co
   sl__err err;
   sl__err_clear(&err);
   sl_status st = sl__st_write_file(path, t, n, m, nm, &err);
-  CHECKF(st == want, "%s: status %s, expected %s (%s)", label, sl_status_name(st), sl_status_name(want), err.msg);
+  CHECKF(st == want, "%s: status %s, expected %s (%s)", label, sl_status_name(st), sl_status_name(want),
+         err.msg);
   CHECKF(err.msg[0] != '\0', "%s: no message", label);
   CHECKF(access(path, F_OK) != 0, "%s: the target exists after a refused write", label);
   dir_is_empty(tmpdir, label);
@@ -907,8 +935,9 @@ static uint64_t rnd(void) {
   return rng;
 }
 
-static const char *const pieces[] = {"a", "layer.", "\xc3\xa9", "\xf0\x9f\x98\x80", "\"", "\\", "\n", "\t", "\x01",
-                                     "\x1f", "/", "\x7f", "\xe4\xb8\xad", " ", "weight", "\b", "\f", "\r", "_", "0"};
+static const char *const pieces[] = {
+    "a",    "layer.",       "\xc3\xa9", "\xf0\x9f\x98\x80", "\"", "\\", "\n", "\t", "\x01", "\x1f", "/",
+    "\x7f", "\xe4\xb8\xad", " ",        "weight",           "\b", "\f", "\r", "_",  "0"};
 #define N_PIECES (sizeof pieces / sizeof pieces[0])
 
 static void random_text(sl__buf *b, int max_pieces) {
@@ -968,8 +997,8 @@ static void roundtrip_once(int iter) {
   sl__err_clear(&err);
   st = sl__st_read_file(p1, &h, &err);
   CHECKF(st == SL_STATUS_OK, "round trip %d: read: %s", iter, err.msg);
-  CHECKF(h.n_tensors == n && h.n_meta == nm, "round trip %d: %zu tensors, %zu metadata; expected %zu, %zu", iter,
-         h.n_tensors, h.n_meta, n, nm);
+  CHECKF(h.n_tensors == n && h.n_meta == nm, "round trip %d: %zu tensors, %zu metadata; expected %zu, %zu",
+         iter, h.n_tensors, h.n_meta, n, nm);
 
   /* The same table, and the data where the header says. */
   for (size_t k = 0; k < h.n_tensors && bytes1 != NULL; k++) {
@@ -981,17 +1010,19 @@ static void roundtrip_once(int iter) {
     if (i == n)
       continue;
     CHECKF(r->dtype == t[i].dtype && r->ndim == t[i].ndim &&
-               memcmp(r->shape, t[i].shape, t[i].ndim * sizeof(uint64_t)) == 0 && r->end - r->begin == t[i].nbytes,
+               memcmp(r->shape, t[i].shape, t[i].ndim * sizeof(uint64_t)) == 0 &&
+               r->end - r->begin == t[i].nbytes,
            "round trip %d: tensor '%s' differs", iter, r->name);
-    CHECKF(h.data_start + r->end <= len1 && memcmp(bytes1 + h.data_start + r->begin, t[i].data, t[i].nbytes) == 0,
+    CHECKF(h.data_start + r->end <= len1 &&
+               memcmp(bytes1 + h.data_start + r->begin, t[i].data, t[i].nbytes) == 0,
            "round trip %d: data of '%s' differs", iter, r->name);
   }
   for (size_t k = 0; k < h.n_meta; k++) {
     size_t i = 0;
     while (i < nm && strcmp(meta[i].key, h.meta[k].key) != 0)
       i++;
-    CHECKF(i < nm && strcmp(meta[i].value, h.meta[k].value) == 0, "round trip %d: metadata '%s' differs", iter,
-           h.meta[k].key);
+    CHECKF(i < nm && strcmp(meta[i].value, h.meta[k].value) == 0, "round trip %d: metadata '%s' differs",
+           iter, h.meta[k].key);
     if (k > 0)
       CHECKF(strcmp(h.meta[k - 1].key, h.meta[k].key) < 0, "round trip %d: metadata not sorted", iter);
   }
