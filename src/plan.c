@@ -589,6 +589,22 @@ static sl_status slice_replicated(slicer *s, local_shape *ls, char *desc, size_t
   return slab(s, 0, 0, view_rows(src), 1, 0, s->lcols, 0, 0);
 }
 
+/* One slicing function per style (the MoE styles share one). */
+typedef sl_status (*slice_fn)(slicer *s, local_shape *ls, char *desc, size_t dcap);
+static const slice_fn slicers[SL_STYLE_COUNT] = {
+    [SL_STYLE_REPLICATED] = slice_replicated,
+    [SL_STYLE_COLUMN] = slice_column,
+    [SL_STYLE_ROW] = slice_row,
+    [SL_STYLE_MERGED] = slice_merged,
+    [SL_STYLE_QKV] = slice_qkv,
+    [SL_STYLE_VOCAB] = slice_vocab,
+    [SL_STYLE_CONCAT] = slice_concat,
+    [SL_STYLE_MOE_W13] = slice_moe,
+    [SL_STYLE_MOE_W2] = slice_moe,
+    [SL_STYLE_MOE3D_W13] = slice_moe,
+    [SL_STYLE_MOE3D_W2] = slice_moe,
+};
+
 /* ---------------------------------------------------------------------------------------------
  * 3. Rank plan
  * ------------------------------------------------------------------------------------------- */
@@ -669,38 +685,8 @@ sl_status sl__plan_rank(const sl__model *m, const sl__catalog *cat, const sl__pl
     local_shape ls;
     memset(&ls, 0, sizeof ls);
     char desc[192] = "";
-    switch (p->style) {
-    case SL_STYLE_REPLICATED:
-      st = slice_replicated(&s, &ls, desc, sizeof desc);
-      break;
-    case SL_STYLE_COLUMN:
-      st = slice_column(&s, &ls, desc, sizeof desc);
-      break;
-    case SL_STYLE_ROW:
-      st = slice_row(&s, &ls, desc, sizeof desc);
-      break;
-    case SL_STYLE_MERGED:
-      st = slice_merged(&s, &ls, desc, sizeof desc);
-      break;
-    case SL_STYLE_QKV:
-      st = slice_qkv(&s, &ls, desc, sizeof desc);
-      break;
-    case SL_STYLE_VOCAB:
-      st = slice_vocab(&s, &ls, desc, sizeof desc);
-      break;
-    case SL_STYLE_CONCAT:
-      st = slice_concat(&s, &ls, desc, sizeof desc);
-      break;
-    case SL_STYLE_MOE_W13:
-    case SL_STYLE_MOE_W2:
-    case SL_STYLE_MOE3D_W13:
-    case SL_STYLE_MOE3D_W2:
-      st = slice_moe(&s, &ls, desc, sizeof desc);
-      break;
-    case SL_STYLE_COUNT:
-      st = sl__err_set(err, SL_STATUS_INTERNAL, "bad style");
-      break;
-    }
+    st = (unsigned)p->style < SL_STYLE_COUNT ? slicers[p->style](&s, &ls, desc, sizeof desc)
+                                             : sl__err_set(err, SL_STATUS_INTERNAL, "bad style");
     if (st != SL_STATUS_OK)
       break;
     lp = &SL_VEC_AT(&lparams, sl__lparam, li);
