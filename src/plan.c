@@ -179,41 +179,28 @@ static sl_status slab(slicer *s, uint32_t si, uint64_t row0, uint64_t nrows, uin
   return SL_STATUS_OK;
 }
 
-/* Weight-unit row count → the parameter's own units (blocks for scales). Full-dimension counts
- * map to the source's actual size (a partial last block), sliced ones must divide exactly. */
-static sl_status map_rows(slicer *s, const sl__msrc *src, uint64_t wfull, uint64_t count, uint64_t *out) {
+/* Weight units → the parameter's own units along dim (0 rows, 1 columns): blocks for fp8 scale
+ * parameters, unchanged otherwise. A count that spans the whole weight dimension (wfull) maps to
+ * the scale's actual size, whose last block may be partial; any other count, and every offset,
+ * must be a whole number of blocks. */
+static sl_status to_units(slicer *s, const sl__msrc *src, int dim, uint64_t wfull, uint64_t x, bool offset,
+                          uint64_t *out) {
   if (!is_scale(s->p)) {
-    *out = count;
+    *out = x;
     return SL_STATUS_OK;
   }
-  if (count == wfull) {
-    *out = src->shape[0];
+  if (!offset && x == wfull) {
+    *out = src->shape[dim];
     return SL_STATUS_OK;
   }
-  if (count % s->p->block_rows != 0)
+  uint64_t block = dim == 0 ? s->p->block_rows : s->p->block_cols;
+  if (x % block != 0)
     return sl__err_set(
         s->err, SL_STATUS_DIVISIBILITY,
-        "%s: a slice of %llu rows is not a multiple of the fp8 block of %llu rows (choose another "
-        "tp/dp or enable expert parallelism)",
-        src->name, (unsigned long long)count, (unsigned long long)s->p->block_rows);
-  *out = count / s->p->block_rows;
-  return SL_STATUS_OK;
-}
-
-static sl_status map_cols(slicer *s, const sl__msrc *src, uint64_t wfull, uint64_t count, uint64_t *out) {
-  if (!is_scale(s->p)) {
-    *out = count;
-    return SL_STATUS_OK;
-  }
-  if (count == wfull) {
-    *out = src->shape[1];
-    return SL_STATUS_OK;
-  }
-  if (count % s->p->block_cols != 0)
-    return sl__err_set(s->err, SL_STATUS_DIVISIBILITY,
-                       "%s: a slice of %llu columns is not a multiple of the fp8 block of %llu columns",
-                       src->name, (unsigned long long)count, (unsigned long long)s->p->block_cols);
-  *out = count / s->p->block_cols;
+        "%s: a slice at %llu %s is not a multiple of the fp8 block of %llu (choose another tp/dp "
+        "or enable expert parallelism)",
+        src->name, (unsigned long long)x, dim == 0 ? "rows" : "columns", (unsigned long long)block);
+  *out = x / block;
   return SL_STATUS_OK;
 }
 
@@ -235,17 +222,11 @@ static void set_shape_like(local_shape *ls, const sl__msrc *s) {
   memcpy(ls->shape, s->shape, sizeof ls->shape);
 }
 
-/* Rows [start, start + count) of a weight-unit range, mapped (slicing positions must divide). */
+/* Rows [start, start + count) of a weight-unit range, in the parameter's units. */
 static sl_status map_range(slicer *s, const sl__msrc *src, uint64_t wfull, uint64_t start, uint64_t count,
                            uint64_t *a, uint64_t *n) {
-  sl_status st = map_rows(s, src, wfull, count, n);
-  if (st == SL_STATUS_OK && count == wfull && start == 0) {
-    *a = 0;
-    return SL_STATUS_OK;
-  }
-  if (st == SL_STATUS_OK)
-    st = map_rows(s, src, wfull == start ? wfull + 1 : wfull, start, a);
-  return st;
+  sl_status st = to_units(s, src, 0, wfull, count, false, n);
+  return st == SL_STATUS_OK ? to_units(s, src, 0, wfull, start, true, a) : st;
 }
 
 static sl_status slice_column(slicer *s, local_shape *ls, char *desc, size_t dcap) {
@@ -292,9 +273,9 @@ static sl_status slice_row(slicer *s, local_shape *ls, char *desc, size_t dcap) 
   uint64_t per = C / T;
   uint64_t n = 0;
   uint64_t a = 0;
-  sl_status st = map_cols(s, src, C, per, &n);
+  sl_status st = to_units(s, src, 1, C, per, false, &n);
   if (st == SL_STATUS_OK)
-    st = per == C ? SL_STATUS_OK : map_cols(s, src, C + 1, (uint64_t)s->x->r * per, &a);
+    st = to_units(s, src, 1, C, (uint64_t)s->x->r * per, true, &a);
   if (st != SL_STATUS_OK)
     return st;
   ls->shape[1] = n;
@@ -506,9 +487,11 @@ static sl_status slice_moe(slicer *s, local_shape *ls, char *desc, size_t dcap) 
   if (fused3d && is_scale(p))
     return sl__err_set(s->err, SL_STATUS_QUANTIZATION,
                        "%s: fp8 scales of fused 3-D experts are not supported", p->name);
-  sl_status st = w2 ? map_cols(s, s0, wcols(p, s0), Ip, &un) : map_rows(s, s0, wrows(p, s0), Ip, &un);
-  if (st == SL_STATUS_OK && Ip != Im)
-    st = w2 ? map_cols(s, s0, wcols(p, s0) + 1, start, &ua) : map_rows(s, s0, wrows(p, s0) + 1, start, &ua);
+  int dim = w2 ? 1 : 0;
+  uint64_t wfull = w2 ? wcols(p, s0) : wrows(p, s0);
+  sl_status st = to_units(s, s0, dim, wfull, Ip, false, &un);
+  if (st == SL_STATUS_OK)
+    st = to_units(s, s0, dim, wfull, start, true, &ua);
   if (st != SL_STATUS_OK)
     return st;
   if (fused3d && Ip == Im)
