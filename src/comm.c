@@ -302,11 +302,6 @@ sl_status sl__comm_gather(sl__comm *c, const void *rec, size_t rec_bytes, void *
   return rc == MPI_SUCCESS ? SL_STATUS_OK : mpi_fail(err, rc, "MPI_Gather of statistics");
 }
 
-sl_status sl__comm_max_double(sl__comm *c, double *v, sl__err *err) {
-  int rc = MPI_Allreduce(MPI_IN_PLACE, v, 1, MPI_DOUBLE, MPI_MAX, c->world);
-  return rc == MPI_SUCCESS ? SL_STATUS_OK : mpi_fail(err, rc, "MPI_Allreduce of timings");
-}
-
 int sl__comm_local_rank(sl__comm *c) {
   MPI_Comm node;
   if (MPI_Comm_split_type(c->world, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &node) != MPI_SUCCESS)

@@ -66,8 +66,6 @@ sl_status sl__comm_group_bcast(sl__comm *c, uint32_t g, void *buf, uint64_t nbyt
 sl_status sl__comm_allreduce_bor(sl__comm *c, uint8_t *bits, size_t nbytes, sl__err *err);
 /* Gathers one fixed-size record per rank on rank 0 (out: size × rec_bytes, only on rank 0). */
 sl_status sl__comm_gather(sl__comm *c, const void *rec, size_t rec_bytes, void *out, sl__err *err);
-/* Max over ranks of a double (phase timings). */
-sl_status sl__comm_max_double(sl__comm *c, double *v, sl__err *err);
 /* Node-local rank (ranks sharing memory with us), for picking a GPU. */
 int sl__comm_local_rank(sl__comm *c);
 

@@ -301,7 +301,7 @@ sl_config *sl__config_clone(const sl_config *cfg) {
   return c;
 }
 
-const char *sl__config_help(void) {
+const char *sl_config_keys(void) {
   static char help[8192];
   if (help[0] != '\0')
     return help;

@@ -27,7 +27,5 @@ char **sl__config_list(const sl_config *cfg, const char *key);
 void sl__config_free_list(char **list);
 /* A copy of every value set (not the message). NULL when out of memory. */
 sl_config *sl__config_clone(const sl_config *cfg);
-/* Help text of all keys, one per line ("key (type, default X): description"). */
-const char *sl__config_help(void);
 
 #endif

@@ -47,7 +47,6 @@ typedef bool (*sl__expr_lookup_fn)(void *ctx, const char *name, sl__val *out, sl
 /* Compiles text. `where` names the spec location for messages ("spec llama.json: vars.Hkv"). */
 sl_status sl__expr_compile(const char *text, const char *where, sl__expr **out, sl__err *err);
 void sl__expr_free(sl__expr *e);
-const char *sl__expr_text(const sl__expr *e);
 
 sl_status sl__expr_eval(const sl__expr *e, sl__expr_lookup_fn lookup, void *ctx, sl__val *out, sl__err *err);
 /* Evaluates and requires an integer ≥ 0 (sizes). */

@@ -137,6 +137,8 @@ void sl_config_destroy(sl_config *config);
 sl_status sl_config_set(sl_config *config, const char *key, const char *value);
 /* The value last set for key, or NULL (the default applies). Valid until the next set/destroy. */
 const char *sl_config_get(const sl_config *config, const char *key);
+/* Every configuration key with its default and meaning, one per line (static text). */
+const char *sl_config_keys(void);
 /* The message of the last failure of a call that took this config (sl_config_set,
  * sl_loader_create, sl_dryrun_create, sl_hub_download); "" when none. */
 const char *sl_config_error(const sl_config *config);

@@ -27,7 +27,8 @@ static void usage(FILE *out) {
       "Reading: --threads N, --extra-config JSON, --load-strategy auto|direct|io_uring, --staging-bytes N\n"
       "Output:  --device cpu|cuda, --save-sharded DIR, --report FILE.json, --no-strict, --quiet,\n"
       "         --list-params (print every rank's table)\n"
-      "Any configuration key can be given as --key-name VALUE (see the README).\n");
+      "Any configuration key can be given as --key-name VALUE:\n%s",
+      sl_config_keys());
 }
 
 /* Rank 0 prints each distinct failure message once; PEER_FAILED ranks only say they stopped. */
