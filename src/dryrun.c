@@ -62,15 +62,8 @@ sl_status sl_dryrun_create(sl_config *config, int world_size, sl_dryrun **out) {
   if (st == SL_STATUS_OK)
     st = sl__pp_starts(&d->opts, d->prep.model.n_layers, &d->pp_starts, &err);
   if (st == SL_STATUS_OK) {
-    sl__plan_opts po = {.layout = layout,
-                        .pp_starts = d->pp_starts,
-                        .enable_ep = d->opts.enable_ep,
-                        .placement = d->opts.placement,
-                        .eplb = d->opts.eplb,
-                        .redundant = d->opts.redundant,
-                        .coalesce_gap = d->opts.coalesce_gap,
-                        .bucket_bytes = sl__effective_bucket(&d->opts),
-                        .read_chunk = sl__effective_chunk(&d->opts)};
+    sl__plan_opts po;
+    sl__plan_opts_from(&d->opts, &layout, d->pp_starts, &po);
     st = sl__schedule_build(&d->prep.model, &d->prep.cat, &po, SL_NONE, NULL, &d->sched, &err);
   }
   if (st != SL_STATUS_OK) {

@@ -11,9 +11,27 @@
 
 #define SL_DTYPE_MAP(X)                                                                                      \
   X(BOOL, 8)                                                                                                 \
-  X(F4, 4) X(F6_E2M3, 6) X(F6_E3M2, 6) X(U8, 8) X(I8, 8) X(F8_E5M2, 8) X(F8_E4M3, 8) X(F8_E8M0, 8)           \
-      X(F8_E4M3FNUZ, 8) X(F8_E5M2FNUZ, 8) X(I16, 16) X(U16, 16) X(F16, 16) X(BF16, 16) X(I32, 32) X(U32, 32) \
-          X(F32, 32) X(C64, 64) X(F64, 64) X(I64, 64) X(U64, 64)
+  X(F4, 4)                                                                                                   \
+  X(F6_E2M3, 6)                                                                                              \
+  X(F6_E3M2, 6)                                                                                              \
+  X(U8, 8)                                                                                                   \
+  X(I8, 8)                                                                                                   \
+  X(F8_E5M2, 8)                                                                                              \
+  X(F8_E4M3, 8)                                                                                              \
+  X(F8_E8M0, 8)                                                                                              \
+  X(F8_E4M3FNUZ, 8)                                                                                          \
+  X(F8_E5M2FNUZ, 8)                                                                                          \
+  X(I16, 16)                                                                                                 \
+  X(U16, 16)                                                                                                 \
+  X(F16, 16)                                                                                                 \
+  X(BF16, 16)                                                                                                \
+  X(I32, 32)                                                                                                 \
+  X(U32, 32)                                                                                                 \
+  X(F32, 32)                                                                                                 \
+  X(C64, 64)                                                                                                 \
+  X(F64, 64)                                                                                                 \
+  X(I64, 64)                                                                                                 \
+  X(U64, 64)
 
 typedef enum sl__dtype {
 #define SL__DT_ENUM(name, bits) SL_DT_##name,

@@ -298,14 +298,7 @@ sl_status sl_loader_plan(sl_loader *l) {
   double t0 = sl__now();
   st = sl__pp_starts(&l->opts, l->prep.model.n_layers, &l->pp_starts, &l->err);
   if (st == SL_STATUS_OK) {
-    l->po.pp_starts = l->pp_starts;
-    l->po.enable_ep = l->opts.enable_ep;
-    l->po.placement = l->opts.placement;
-    l->po.eplb = l->opts.eplb;
-    l->po.redundant = l->opts.redundant;
-    l->po.coalesce_gap = l->opts.coalesce_gap;
-    l->po.bucket_bytes = sl__effective_bucket(&l->opts);
-    l->po.read_chunk = sl__effective_chunk(&l->opts);
+    sl__plan_opts_from(&l->opts, &l->po.layout, l->pp_starts, &l->po);
     st = sl__schedule_build(&l->prep.model, &l->prep.cat, &l->po, (uint32_t)l->comm.rank, &l->plan, &l->sched,
                             &l->err);
   }

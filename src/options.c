@@ -7,6 +7,7 @@
 #include "backend.h"
 #include "config.h"
 #include "log.h"
+#include "plan.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -133,4 +134,17 @@ uint64_t sl__effective_chunk(const sl__opts *o) {
   uint64_t fit = per > 4 * align ? (per - 2 * align) / align * align : 2 * align;
   uint64_t chunk = o->read_chunk < fit ? o->read_chunk : fit;
   return chunk > 0 ? chunk : align;
+}
+
+void sl__plan_opts_from(const sl__opts *o, const sl__layout *layout, const uint32_t *pp_starts,
+                        sl__plan_opts *out) {
+  *out = (sl__plan_opts){.layout = *layout,
+                         .pp_starts = pp_starts,
+                         .enable_ep = o->enable_ep,
+                         .placement = o->placement,
+                         .eplb = o->eplb,
+                         .redundant = o->redundant,
+                         .coalesce_gap = o->coalesce_gap,
+                         .bucket_bytes = sl__effective_bucket(o),
+                         .read_chunk = sl__effective_chunk(o)};
 }

@@ -56,6 +56,11 @@ uint64_t sl__effective_bucket(const sl__opts *o);
  * the staging budget. The planner and the read engine use the same value. */
 uint64_t sl__effective_chunk(const sl__opts *o);
 
+/* The planner's options from the loader's: one mapping for the loader and the dry run. */
+struct sl__plan_opts;
+void sl__plan_opts_from(const sl__opts *o, const sl__layout *layout, const uint32_t *pp_starts,
+                        struct sl__plan_opts *out);
+
 /* The pipeline split (explicit partition or vLLM's automatic one): pp + 1 boundaries, caller frees. */
 sl_status sl__pp_starts(const sl__opts *o, uint32_t layers, uint32_t **out, sl__err *err);
 

@@ -82,6 +82,30 @@ typedef struct engine {
   _Atomic bool inject_error; /* test hook: the next read fails (SHARDLOAD_INJECT_READ_ERROR) */
 } engine;
 
+/* Segment seg of piece P, whose first byte is at src (consecutive rows src_stride apart), into
+ * every local copy of the piece: uploaded from reader thread `worker` (slot `slot`), or copied
+ * within backend memory by the main thread (worker < 0). */
+static sl_status to_copies(engine *e, uint32_t piece, const sl__segment *seg, const uint8_t *src,
+                           uint64_t src_stride, int worker, int slot, sl__err *err) {
+  sl__transfer *t = e->t;
+  const sl__piece *P = &t->sched->pieces[piece];
+  uint64_t rb = P->rows <= 1 ? P->nbytes : P->row_bytes;
+  for (uint32_t ci = e->copy_start[piece]; ci < e->copy_start[piece + 1]; ci++) {
+    uint32_t c = e->copy_list[ci];
+    const sl__copy *cp = &t->plan->copies[c];
+    uint64_t dstride = P->rows <= 1 ? rb : cp->dst_stride;
+    uint8_t *dst = (uint8_t *)t->param_ptr[cp->lparam] + cp->dst_off + seg->row * dstride + seg->col;
+    sl_status st = worker >= 0 ? t->backend->ops->upload(t->backend, worker, slot, dst, dstride, src,
+                                                         src_stride, seg->len, seg->rows, err)
+                               : t->backend->ops->copy(t->backend, dst, dstride, src, src_stride, seg->len,
+                                                       seg->rows, err);
+    if (st != SL_STATUS_OK)
+      return st;
+    atomic_fetch_add(&t->copy_done[c], seg->len * seg->rows);
+  }
+  return SL_STATUS_OK;
+}
+
 /* Moves delivery d from a host buffer holding file bytes from file offset buf_off. */
 static sl_status deliver_from_read(engine *e, int worker, int slot, const sl__delivery *d, const uint8_t *buf,
                                    uint64_t buf_off, sl__err *werr) {
@@ -95,30 +119,21 @@ static sl_status deliver_from_read(engine *e, int worker, int slot, const sl__de
   for (int k = 0; k < n; k++) {
     uint64_t p = seg[k].row * rb + seg[k].col;
     const uint8_t *src = buf + (base + sl__src_of(P, p) - buf_off);
+    sl_status st;
     if (d->bucket != SL_NONE) {
       uint8_t *dst = (uint8_t *)e->slot_buf[d->bucket % BUCKET_SLOTS] + d->bucket_off + (p - d->p0);
-      sl_status st = t->backend->ops->upload(t->backend, worker, slot, dst, seg[k].len, src, sstride,
-                                             seg[k].len, seg[k].rows, werr);
-      if (st != SL_STATUS_OK)
-        return st;
-      continue;
+      st = t->backend->ops->upload(t->backend, worker, slot, dst, seg[k].len, src, sstride, seg[k].len,
+                                   seg[k].rows, werr);
+    } else {
+      st = to_copies(e, d->piece, &seg[k], src, sstride, worker, slot, werr);
     }
-    for (uint32_t ci = e->copy_start[d->piece]; ci < e->copy_start[d->piece + 1]; ci++) {
-      uint32_t c = e->copy_list[ci];
-      const sl__copy *cp = &t->plan->copies[c];
-      uint64_t dstride = P->rows <= 1 ? rb : cp->dst_stride;
-      uint8_t *dst = (uint8_t *)t->param_ptr[cp->lparam] + cp->dst_off + seg[k].row * dstride + seg[k].col;
-      sl_status st = t->backend->ops->upload(t->backend, worker, slot, dst, dstride, src, sstride, seg[k].len,
-                                             seg[k].rows, werr);
-      if (st != SL_STATUS_OK)
-        return st;
-      atomic_fetch_add(&t->copy_done[c], seg[k].len * seg[k].rows);
-    }
+    if (st != SL_STATUS_OK)
+      return st;
   }
   return SL_STATUS_OK;
 }
 
-/* After a broadcast: bucket items → local copies. */
+/* After a broadcast: bucket items (packed piece bytes) → local copies. */
 static sl_status scatter_bucket(engine *e, uint32_t mine) {
   sl__transfer *t = e->t;
   const sl__bucket *b = &t->sched->buckets[e->my_buckets[mine]];
@@ -131,18 +146,10 @@ static sl_status scatter_bucket(engine *e, uint32_t mine) {
     int n = sl__segments(rb, it->piece_off, it->piece_off + it->len, seg);
     for (int k = 0; k < n; k++) {
       uint64_t p = seg[k].row * rb + seg[k].col;
-      const uint8_t *src = slot + it->bucket_off + (p - it->piece_off);
-      for (uint32_t ci = e->copy_start[it->piece]; ci < e->copy_start[it->piece + 1]; ci++) {
-        uint32_t c = e->copy_list[ci];
-        const sl__copy *cp = &t->plan->copies[c];
-        uint64_t dstride = P->rows <= 1 ? rb : cp->dst_stride;
-        uint8_t *dst = (uint8_t *)t->param_ptr[cp->lparam] + cp->dst_off + seg[k].row * dstride + seg[k].col;
-        sl_status st =
-            t->backend->ops->copy(t->backend, dst, dstride, src, seg[k].len, seg[k].len, seg[k].rows, e->err);
-        if (st != SL_STATUS_OK)
-          return st;
-        atomic_fetch_add(&t->copy_done[c], seg[k].len * seg[k].rows);
-      }
+      sl_status st = to_copies(e, it->piece, &seg[k], slot + it->bucket_off + (p - it->piece_off), seg[k].len,
+                               -1, 0, e->err);
+      if (st != SL_STATUS_OK)
+        return st;
     }
   }
   return SL_STATUS_OK;

@@ -97,6 +97,37 @@ int sl_test_write_file(const char *path, const void *data, size_t n) {
   return (w == n && rc == 0) ? 0 : -1;
 }
 
+char *sl_test_read_file(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  if (f == NULL)
+    return NULL;
+  char *buf = NULL;
+  size_t cap = 0;
+  size_t n = 0;
+  for (;;) {
+    if (n == cap) {
+      size_t ncap = cap != 0 ? cap * 2 : 65536;
+      char *b = realloc(buf, ncap + 1);
+      if (b == NULL) {
+        free(buf);
+        fclose(f);
+        return NULL;
+      }
+      buf = b;
+      cap = ncap;
+    }
+    size_t r = fread(buf + n, 1, cap - n, f);
+    n += r;
+    if (r == 0)
+      break;
+  }
+  fclose(f);
+  buf[n] = '\0';
+  if (len != NULL)
+    *len = n;
+  return buf;
+}
+
 const char *sl_test_env(const char *name, const char *fallback) {
   const char *v = getenv(name);
   return (v != NULL && *v != '\0') ? v : fallback;

@@ -67,6 +67,8 @@ char *sl_test_mkdtemp(const char *tag);
 void sl_test_rmtree(const char *path);
 /* Writes bytes to path (creating parents). Returns 0 on success. */
 int sl_test_write_file(const char *path, const void *data, size_t n);
+/* The whole file, NUL-terminated (not counted in *len; len may be NULL), or NULL. Caller frees. */
+char *sl_test_read_file(const char *path, size_t *len);
 /* Environment variable or a default. */
 const char *sl_test_env(const char *name, const char *fallback);
 

@@ -33,32 +33,7 @@
 
 /* The whole file, or NULL. */
 static uint8_t *slurp(const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  if (f == NULL)
-    return NULL;
-  uint8_t *buf = NULL;
-  size_t cap = 0;
-  size_t n = 0;
-  for (;;) {
-    if (n == cap) {
-      size_t ncap = cap != 0 ? cap * 2 : 65536;
-      uint8_t *b = realloc(buf, ncap + 1);
-      if (b == NULL) {
-        free(buf);
-        fclose(f);
-        return NULL;
-      }
-      buf = b;
-      cap = ncap;
-    }
-    size_t r = fread(buf + n, 1, cap - n, f);
-    n += r;
-    if (r == 0)
-      break;
-  }
-  fclose(f);
-  *len = n;
-  return buf;
+  return (uint8_t *)sl_test_read_file(path, len);
 }
 
 static bool file_exists(const char *path) {

@@ -39,33 +39,7 @@ static char *join(const char *a, const char *b) {
 
 /* The whole file, or NULL. */
 static unsigned char *slurp(const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  if (f == NULL)
-    return NULL;
-  unsigned char *buf = NULL;
-  size_t cap = 0;
-  size_t n = 0;
-  for (;;) {
-    if (n == cap) {
-      size_t ncap = cap != 0 ? cap * 2 : 65536;
-      unsigned char *b = realloc(buf, ncap + 1);
-      if (b == NULL) {
-        free(buf);
-        fclose(f);
-        return NULL;
-      }
-      buf = b;
-      cap = ncap;
-    }
-    size_t r = fread(buf + n, 1, cap - n, f);
-    n += r;
-    if (r == 0)
-      break;
-  }
-  fclose(f);
-  buf[n] = '\0';
-  *len = n;
-  return buf;
+  return (unsigned char *)sl_test_read_file(path, len);
 }
 
 /* Copies the first keep bytes (all when keep == SIZE_MAX) of src to dst. */

@@ -181,13 +181,9 @@ static sl_status load_fixture(const char *name, const char *folder_override, loa
     snprintf(dir, sizeof dir, "%s/%s", sl_test_env("SL_FIXTURES", "fixtures"), name);
   char cfgpath[4200];
   snprintf(cfgpath, sizeof cfgpath, "%s/config.json", dir);
-  FILE *f = fopen(cfgpath, "rb");
-  char text[65536];
-  size_t n = f != NULL ? fread(text, 1, sizeof text - 1, f) : 0;
-  if (f != NULL)
-    fclose(f);
-  text[n] = '\0';
-  cJSON *cfg = cJSON_Parse(text);
+  char *text = sl_test_read_file(cfgpath, NULL);
+  cJSON *cfg = text != NULL ? cJSON_Parse(text) : NULL;
+  free(text);
   const char *arch = NULL;
   sl_status st = sl__model_architecture(cfg, &arch, err);
   if (st == SL_STATUS_OK)
