@@ -44,7 +44,8 @@ static const key_def keys[] = {
      "JSON object: enable_multithread_load, num_threads, "
      "enable_weights_track"},
     {"threads", T_POS, NULL, NULL, "reader threads per rank (default 8)"},
-    {"load_strategy", T_ENUM, "auto", "auto,direct,io_uring", "how bytes are read"},
+    {"load_strategy", T_ENUM, "auto", "auto,direct,io_uring,mmap", "how bytes are read"},
+    {"prefault", T_BOOL, "false", NULL, "touch host parameter memory before reading (timed as allocation)"},
     {"staging_bytes", T_POS, "268435456", NULL, "staging memory cap per rank, bytes"},
     {"read_chunk_bytes", T_POS, "16777216", NULL, "largest single read, bytes"},
     {"coalesce_gap_bytes", T_U64, "4096", NULL, "read across gaps up to this size to merge ranges"},

@@ -16,6 +16,7 @@
 #include "comm.h"
 #include "config.h"
 #include "figures.h"
+#include "filemap.h"
 #include "log.h"
 #include "options.h"
 #include "plan.h"
@@ -41,6 +42,7 @@ typedef struct rank_record {
   uint64_t bytes_read_planned;
   uint64_t peak_rss_bytes;
   uint64_t read_ops;
+  uint64_t bytes_mapped;
   double transfer_seconds;
   double read_seconds;
   double bcast_seconds;
@@ -64,6 +66,8 @@ struct sl_loader {
   sl_param *table;
   void **param_ptr; /* per local parameter (aliases point at their target's memory) */
   bool *bound;      /* the caller's buffer */
+  bool *mapped;     /* a mapping of its checkpoint bytes (load strategy mmap) */
+  sl__filemaps maps;
   _Atomic uint64_t *copy_done;
   sl__track track;
   bool have_track;
@@ -127,9 +131,10 @@ sl_status sl_loader_create(sl_config *config, MPI_Comm comm, sl_loader **out) {
 static void free_buffers(sl_loader *l) {
   if (l->param_ptr != NULL && l->backend != NULL) {
     for (size_t i = 0; i < l->plan.n_lparams; i++)
-      if (l->param_ptr[i] != NULL && !l->bound[i] && l->plan.lparams[i].alias_of == SL_NONE)
+      if (l->param_ptr[i] != NULL && !l->bound[i] && !l->mapped[i] && l->plan.lparams[i].alias_of == SL_NONE)
         l->backend->ops->release(l->backend, l->param_ptr[i]);
   }
+  sl__filemaps_free(&l->maps);
   free(l->param_ptr);
   l->param_ptr = NULL;
 }
@@ -141,6 +146,7 @@ void sl_loader_destroy(sl_loader *l) {
   if (l->backend != NULL)
     l->backend->ops->destroy(l->backend);
   free(l->bound);
+  free(l->mapped);
   free((void *)l->copy_done);
   free(l->table);
   free(l->records);
@@ -255,8 +261,10 @@ static sl_status build_table(sl_loader *l) {
   l->table = calloc(n + 1, sizeof *l->table);
   l->param_ptr = calloc(n + 1, sizeof *l->param_ptr);
   l->bound = calloc(n + 1, sizeof *l->bound);
+  l->mapped = calloc(n + 1, sizeof *l->mapped);
   l->copy_done = calloc(l->plan.n_copies + 1, sizeof *l->copy_done);
-  if (l->table == NULL || l->param_ptr == NULL || l->bound == NULL || l->copy_done == NULL)
+  if (l->table == NULL || l->param_ptr == NULL || l->bound == NULL || l->mapped == NULL ||
+      l->copy_done == NULL)
     return sl__err_set(&l->err, SL_STATUS_NOMEM, "out of memory building the parameter table");
   for (size_t i = 0; i < l->plan.n_copies; i++)
     atomic_init(&l->copy_done[i], 0);
@@ -365,15 +373,29 @@ sl_status sl_loader_bind(sl_loader *l, const char *name, void *data, uint64_t nb
  * Load
  * ------------------------------------------------------------------------------------------- */
 
+/* Writes one byte of every page: the kernel's (and a hypervisor's) cost of the first touch is
+ * paid here instead of inside the reads. The memory is zero-filled, and stays so. */
+static void prefault(void *p, uint64_t nbytes) {
+  volatile uint8_t *b = p;
+  uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+  for (uint64_t k = 0; k < nbytes; k += page)
+    b[k] = 0;
+}
+
 static sl_status allocate(sl_loader *l) {
   sl_status st = SL_STATUS_OK;
+  if (l->opts.strategy == SL_STRATEGY_MMAP && l->backend->host_addressable)
+    st = sl__filemap_params(&l->prep.cat, &l->sched, &l->plan, l->bound, l->param_ptr, l->mapped, &l->maps,
+                            &l->err);
   for (size_t i = 0; i < l->plan.n_lparams && st == SL_STATUS_OK; i++) {
     const sl__lparam *lp = &l->plan.lparams[i];
-    if (lp->alias_of != SL_NONE || l->bound[i])
+    if (lp->alias_of != SL_NONE || l->bound[i] || l->mapped[i])
       continue;
     st = l->backend->ops->alloc(l->backend, lp->nbytes, &l->param_ptr[i], &l->err);
     if (st != SL_STATUS_OK)
       sl__err_prefix(&l->err, "allocating %s", l->table[i].name);
+    else if (l->opts.prefault && l->backend->host_addressable)
+      prefault(l->param_ptr[i], lp->nbytes);
   }
   for (size_t i = 0; i < l->plan.n_lparams && st == SL_STATUS_OK; i++) {
     const sl__lparam *lp = &l->plan.lparams[i];
@@ -458,6 +480,7 @@ sl_status sl_loader_load(sl_loader *l) {
                      .backend = l->backend,
                      .comm = &l->comm,
                      .param_ptr = l->param_ptr,
+                     .param_mapped = l->mapped,
                      .workers = l->opts.extra.num_threads,
                      .chunk = l->po.read_chunk,
                      .coalesce_gap = l->opts.coalesce_gap,
@@ -509,6 +532,7 @@ sl_status sl_loader_load(sl_loader *l) {
   rec.stats.files_opened = l->tstats.files_opened;
   rec.peak_rss_bytes = peak_rss_bytes();
   rec.read_ops = l->tstats.read_ops;
+  rec.bytes_mapped = l->maps.bytes_mapped;
   rec.transfer_seconds = l->tstats.seconds;
   rec.read_seconds = l->tstats.read_seconds;
   rec.bcast_seconds = l->tstats.bcast_seconds;
@@ -623,16 +647,17 @@ static void write_report(sl_loader *l, const sl__figures *f) {
   sl__buf_json_str(b, m->architecture != NULL ? m->architecture : "");
   sl__buf_appendf(b, ",\"family\":");
   sl__buf_json_str(b, m->family);
-  sl__buf_appendf(b,
-                  ",\"load_format\":\"%s\",\"layout\":\"%s\",\"device\":\"%s\",\"tp\":%u,\"pp\":%u,\"dp\":%u,"
-                  "\"expert_parallel\":%s,\"expert_placement\":\"%s\",\"eplb\":%s,\"threads\":%u,"
-                  "\"load_strategy\":\"%s\",\"files\":%zu,\"tensors\":%zu,\"checkpoint_bytes\":%llu,",
-                  sl__format_name(l->prep.cat.format), m->layout == SL_LAYOUT_VLLM ? "vllm" : "checkpoint",
-                  l->opts.device == SL_DEVICE_CUDA ? "cuda" : "cpu", l->opts.tp, l->opts.pp, l->opts.dp,
-                  l->opts.enable_ep ? "true" : "false", sl__placement_name(l->plan.ctx.placement),
-                  l->opts.eplb ? "true" : "false", l->opts.extra.num_threads,
-                  sl__strategy_name(l->opts.strategy), l->prep.cat.n_files, l->prep.cat.n_tensors,
-                  (unsigned long long)l->sched.checkpoint_bytes);
+  sl__buf_appendf(
+      b,
+      ",\"load_format\":\"%s\",\"layout\":\"%s\",\"device\":\"%s\",\"tp\":%u,\"pp\":%u,\"dp\":%u,"
+      "\"expert_parallel\":%s,\"expert_placement\":\"%s\",\"eplb\":%s,\"threads\":%u,"
+      "\"load_strategy\":\"%s\",\"prefault\":%s,\"files\":%zu,\"tensors\":%zu,\"checkpoint_bytes\":%llu,",
+      sl__format_name(l->prep.cat.format), m->layout == SL_LAYOUT_VLLM ? "vllm" : "checkpoint",
+      l->opts.device == SL_DEVICE_CUDA ? "cuda" : "cpu", l->opts.tp, l->opts.pp, l->opts.dp,
+      l->opts.enable_ep ? "true" : "false", sl__placement_name(l->plan.ctx.placement),
+      l->opts.eplb ? "true" : "false", l->opts.extra.num_threads, sl__strategy_name(l->opts.strategy),
+      l->opts.prefault ? "true" : "false", l->prep.cat.n_files, l->prep.cat.n_tensors,
+      (unsigned long long)l->sched.checkpoint_bytes);
   sl__buf_appendf(
       b,
       "\"phases\":{\"resolve_seconds\":%.6f,\"catalog_broadcast_seconds\":%.6f,\"model_seconds\":%.6f,"
@@ -655,14 +680,14 @@ static void write_report(sl_loader *l, const sl__figures *f) {
         "%s{\"rank\":%d,\"bytes_needed\":%llu,\"bytes_read\":%llu,\"bytes_read_planned\":%llu,"
         "\"bytes_covering\":%llu,\"bytes_received\":%llu,\"bytes_sent\":%llu,\"bytes_local\":%llu,"
         "\"bytes_naive\":%llu,\"files_opened\":%u,\"params\":%u,\"experts_local\":%u,\"read_ops\":%llu,"
-        "\"peak_rss_bytes\":%llu,\"transfer_seconds\":%.6f,\"broadcast_seconds\":%.6f}",
+        "\"bytes_mapped\":%llu,\"peak_rss_bytes\":%llu,\"transfer_seconds\":%.6f,\"broadcast_seconds\":%.6f}",
         r > 0 ? "," : "", r, (unsigned long long)rr->stats.bytes_needed,
         (unsigned long long)rr->stats.bytes_read, (unsigned long long)rr->bytes_read_planned,
         (unsigned long long)rr->stats.bytes_covering, (unsigned long long)rr->stats.bytes_received,
         (unsigned long long)rr->stats.bytes_sent, (unsigned long long)rr->stats.bytes_local,
         (unsigned long long)rr->stats.bytes_naive, rr->stats.files_opened, rr->stats.params,
-        rr->stats.experts_local, (unsigned long long)rr->read_ops, (unsigned long long)rr->peak_rss_bytes,
-        rr->transfer_seconds, rr->bcast_seconds);
+        rr->stats.experts_local, (unsigned long long)rr->read_ops, (unsigned long long)rr->bytes_mapped,
+        (unsigned long long)rr->peak_rss_bytes, rr->transfer_seconds, rr->bcast_seconds);
   }
   sl__buf_appendf(b, "],\"peak_rss_bytes_max\":%llu,\"staging_bytes\":%llu,", (unsigned long long)rss_max,
                   (unsigned long long)l->opts.staging_bytes);
@@ -697,6 +722,14 @@ static void write_summary(sl_loader *l, const sl__figures *f) {
       f->amplification_covering, bc, rate, l->have_track ? l->track.n_missing : 0,
       l->have_track ? l->track.n_unexpected : 0, l->have_track ? l->track.n_ignored : 0,
       l->have_track ? l->track.n_skipped : 0, rss);
+  uint64_t mapped = 0;
+  for (int r = 0; r < l->comm.size; r++)
+    mapped += l->records[r].bytes_mapped;
+  if (mapped > 0) {
+    char mp[32];
+    sl__fmt_bytes(mp, sizeof mp, mapped);
+    sl__buf_appendf(b, "  %s of the parameters are mappings of the checkpoint files (no copy)\n", mp);
+  }
 }
 
 const char *sl_loader_report_json(sl_loader *l) {

@@ -13,7 +13,17 @@
 #include <string.h>
 
 const char *sl__strategy_name(sl__strategy s) {
-  return s == SL_STRATEGY_DIRECT ? "direct" : s == SL_STRATEGY_IO_URING ? "io_uring" : "auto";
+  switch (s) {
+  case SL_STRATEGY_DIRECT:
+    return "direct";
+  case SL_STRATEGY_IO_URING:
+    return "io_uring";
+  case SL_STRATEGY_MMAP:
+    return "mmap";
+  case SL_STRATEGY_AUTO:
+    break;
+  }
+  return "auto";
 }
 
 static uint32_t u32_key(const sl_config *cfg, const char *key, sl__err *err, sl_status *st) {
@@ -71,7 +81,13 @@ sl_status sl__opts_from_config(const sl_config *cfg, sl__opts *o, sl__err *err) 
   const char *strategy = sl__config_str(cfg, "load_strategy");
   o->strategy = strcmp(strategy, "direct") == 0     ? SL_STRATEGY_DIRECT
                 : strcmp(strategy, "io_uring") == 0 ? SL_STRATEGY_IO_URING
+                : strcmp(strategy, "mmap") == 0     ? SL_STRATEGY_MMAP
                                                     : SL_STRATEGY_AUTO;
+  if (o->strategy == SL_STRATEGY_MMAP && o->device == SL_DEVICE_CUDA)
+    return sl__err_set(err, SL_STATUS_CONFIG,
+                       "load_strategy 'mmap' maps host parameters onto the checkpoint files; with device "
+                       "'cuda' use auto, direct or io_uring");
+  o->prefault = sl__config_bool(cfg, "prefault");
   uint32_t threads_flag = sl__config_is_set(cfg, "threads") ? u32_key(cfg, "threads", err, &st) : 0;
   if (st != SL_STATUS_OK)
     return st;

@@ -15,7 +15,14 @@
 #include <stdint.h>
 
 typedef enum sl__device { SL_DEVICE_CPU = 0, SL_DEVICE_CUDA } sl__device;
-typedef enum sl__strategy { SL_STRATEGY_AUTO = 0, SL_STRATEGY_DIRECT, SL_STRATEGY_IO_URING } sl__strategy;
+/* mmap: host parameters whose bytes are one contiguous range of a file this rank alone reads are
+ * private mappings of that file (no copy, no fresh memory); everything else is read as with auto. */
+typedef enum sl__strategy {
+  SL_STRATEGY_AUTO = 0,
+  SL_STRATEGY_DIRECT,
+  SL_STRATEGY_IO_URING,
+  SL_STRATEGY_MMAP
+} sl__strategy;
 
 typedef struct sl__opts {
   const char *model; /* strings point into the config */
@@ -32,6 +39,7 @@ typedef struct sl__opts {
   const char *arch;       /* "auto" or a spec file */
   sl__extra_config extra; /* num_threads, multithread, weights_track (strictness) */
   sl__strategy strategy;
+  bool prefault; /* touch host parameter memory while allocating (reads then measure alone) */
   uint64_t staging_bytes;
   uint64_t read_chunk;
   uint64_t coalesce_gap;

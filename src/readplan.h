@@ -29,6 +29,7 @@ typedef struct sl__read_op {
   uint32_t first, count; /* deliveries */
   uint32_t bucket;       /* bucket index, or SL_NONE */
   void *direct_dst;      /* non-NULL: read straight into this host memory (one delivery) */
+  bool populate;         /* direct_dst is a mapping of these file bytes: make it resident, no read */
 } sl__read_op;
 
 typedef struct sl__readplan {

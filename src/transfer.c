@@ -17,6 +17,7 @@
 #include "readplan.h"
 
 #include "figures.h"
+#include "filemap.h"
 #include "log.h"
 #include "uring.h"
 #include "util.h"
@@ -57,6 +58,7 @@ typedef struct engine {
   int *fds;          /* per file, -1 until opened */
   /* bucket slots */
   void *slot_buf[BUCKET_SLOTS];
+  bool slot_abandoned[BUCKET_SLOTS]; /* target of a broadcast an abort left unfinished */
   uint64_t slot_bytes;
   /* pool */
   pthread_mutex_t mu;
@@ -76,6 +78,7 @@ typedef struct engine {
   _Atomic uint64_t bytes_read;
   _Atomic uint64_t bytes_covering;
   _Atomic uint64_t read_ops;
+  _Atomic uint64_t bytes_mapped;
   _Atomic uint64_t bytes_done;
   uint64_t bytes_total;
   double t_start;
@@ -160,18 +163,26 @@ static sl_status scatter_bucket(engine *e, uint32_t mine) {
  * ------------------------------------------------------------------------------------------- */
 
 /* Read operations for packed range [p0, p1) of piece P (a whole piece, or one bucket item). A
- * local piece with one contiguous copy in host memory is read straight into the parameter. */
+ * local piece with one contiguous copy in host memory is read straight into the parameter, or,
+ * when that parameter is a mapping of the piece's bytes, populated in place. */
 static sl_status plan_piece_reads(engine *e, const sl__piece *P, uint64_t p0, uint64_t p1, uint32_t bucket,
                                   uint64_t bucket_off) {
   uint32_t piece = (uint32_t)(P - e->t->sched->pieces);
   uint8_t *direct = NULL;
-  if (bucket == SL_NONE && P->rows <= 1 && e->t->backend->host_addressable &&
-      e->t->strategy == SL_STRATEGY_AUTO && e->copy_start[piece + 1] - e->copy_start[piece] == 1) {
+  bool populate = false;
+  bool buffered = e->t->strategy == SL_STRATEGY_AUTO || e->t->strategy == SL_STRATEGY_MMAP;
+  if (bucket == SL_NONE && P->rows <= 1 && e->t->backend->host_addressable && buffered &&
+      e->copy_start[piece + 1] - e->copy_start[piece] == 1) {
     const sl__copy *cp = &e->t->plan->copies[e->copy_list[e->copy_start[piece]]];
     direct = (uint8_t *)e->t->param_ptr[cp->lparam] + cp->dst_off;
+    populate = e->t->param_mapped != NULL && e->t->param_mapped[cp->lparam];
   }
-  return sl__readplan_piece(&e->rp, P, piece, &e->t->cat->tensors[P->tensor], p0, p1, bucket, bucket_off,
-                            direct, e->t->chunk, e->t->coalesce_gap, e->err);
+  size_t first = e->rp.ops.len;
+  sl_status st = sl__readplan_piece(&e->rp, P, piece, &e->t->cat->tensors[P->tensor], p0, p1, bucket,
+                                    bucket_off, direct, e->t->chunk, e->t->coalesce_gap, e->err);
+  for (size_t i = first; i < e->rp.ops.len && populate; i++)
+    SL_VEC_AT(&e->rp.ops, sl__read_op, i).populate = true;
+  return st;
 }
 
 static sl_status build_reads(engine *e) {
@@ -237,7 +248,7 @@ static sl_status open_files(engine *e) {
     if (e->fds[f] >= 0)
       continue;
     int flags = O_RDONLY | O_CLOEXEC;
-    bool want_direct = t->strategy != SL_STRATEGY_AUTO;
+    bool want_direct = t->strategy == SL_STRATEGY_DIRECT || t->strategy == SL_STRATEGY_IO_URING;
     if (want_direct)
       flags |= O_DIRECT;
     int fd = open(t->cat->files[f].path, flags);
@@ -293,7 +304,19 @@ static sl_status run_op(engine *e, int worker, int slot, uint8_t *staging, const
   /* Files were opened by the main thread before the pool started (open_files). */
   int fd = e->fds[op->file];
   sl_status st = SL_STATUS_OK;
-  if (op->direct_dst != NULL) {
+  if (op->populate) {
+    st = atomic_exchange(&e->inject_error, false)
+             ? sl__err_set(werr, SL_STATUS_IO,
+                           "read of %s at offset %llu failed: %s (injected by SHARDLOAD_INJECT_READ_ERROR)",
+                           e->t->cat->files[op->file].path, (unsigned long long)op->offset, strerror(EIO))
+             : sl__filemap_populate(op->direct_dst, op->len, e->t->cat->files[op->file].path, op->offset,
+                                    werr);
+    if (st == SL_STATUS_OK) {
+      const sl__delivery *d = &SL_VEC_AT(&e->rp.dels, sl__delivery, op->first);
+      atomic_fetch_add(&e->t->copy_done[e->copy_list[e->copy_start[d->piece]]], op->len);
+      atomic_fetch_add(&e->bytes_mapped, op->len);
+    }
+  } else if (op->direct_dst != NULL) {
     st = pread_full(e, fd, op->file, op->direct_dst, op->len, op->offset, false, werr);
     if (st == SL_STATUS_OK) {
       const sl__delivery *d = &SL_VEC_AT(&e->rp.dels, sl__delivery, op->first);
@@ -468,7 +491,10 @@ static void *uring_worker_main(void *arg) {
       /* The files are opened with O_DIRECT: aligned ranges into aligned staging, trimmed after. */
       sl__readplan_widen(op->offset, op->len, DIRECT_ALIGN, &fl[k].off, &fl[k].len);
       st = uring_submit_rest(e, u, k, &fl[k], &werr);
-      busy++;
+      if (st == SL_STATUS_OK)
+        busy++;
+      else
+        fl[k].op = SL_NONE;
     }
     if (st != SL_STATUS_OK || busy == 0)
       continue;
@@ -483,6 +509,8 @@ static void *uring_worker_main(void *arg) {
       st = sl__err_set(&werr, SL_STATUS_IO, "read of %s at offset %llu failed: %s",
                        e->t->cat->files[op->file].path, (unsigned long long)(op->offset + f->got),
                        strerror(-res));
+      f->op = SL_NONE; /* completed: nothing of it is in flight any more */
+      busy--;
       break;
     }
     uint64_t needed = op->offset + op->len - f->off;
@@ -493,10 +521,16 @@ static void *uring_worker_main(void *arg) {
     if (at_end && f->got < needed) {
       st = sl__err_set(&werr, SL_STATUS_IO, "%s ended at offset %llu, before the expected end",
                        e->t->cat->files[op->file].path, (unsigned long long)(f->off + f->got));
+      f->op = SL_NONE;
+      busy--;
       break;
     }
     if (!at_end && f->got < f->len) {
       st = uring_submit_rest(e, u, (uint32_t)slot, f, &werr);
+      if (st != SL_STATUS_OK) {
+        f->op = SL_NONE; /* the rest was not submitted */
+        busy--;
+      }
       continue;
     }
     if (atomic_exchange(&e->inject_error, false))
@@ -624,8 +658,10 @@ static void engine_free(engine *e) {
         close(e->fds[f]);
   }
   free(e->fds);
+  /* A broadcast abandoned by an abort may still write into its bucket whenever MPI progresses
+   * (in any later MPI call of this process): that bucket is deliberately never released. */
   for (int s = 0; s < BUCKET_SLOTS; s++)
-    if (e->slot_buf[s] != NULL)
+    if (e->slot_buf[s] != NULL && !e->slot_abandoned[s])
       e->t->backend->ops->release(e->t->backend, e->slot_buf[s]);
   free(e->queue_hi);
   free(e->queue_lo);
@@ -706,6 +742,7 @@ sl_status sl__transfer_run(sl__transfer *t, sl__transfer_stats *stats, sl__err *
   atomic_init(&e.bytes_read, 0);
   atomic_init(&e.bytes_covering, 0);
   atomic_init(&e.read_ops, 0);
+  atomic_init(&e.bytes_mapped, 0);
   atomic_init(&e.bytes_done, 0);
   /* Test hook (like sqlite's fault injection): SHARDLOAD_INJECT_READ_ERROR=<rank> makes the first
    * read of that rank fail, to exercise the failure agreement. */
@@ -771,6 +808,8 @@ sl_status sl__transfer_run(sl__transfer *t, sl__transfer_stats *stats, sl__err *
     st = t->backend->ops->bcast(t->backend, b->group, e.slot_buf[j % BUCKET_SLOTS], b->nbytes, root, &aborted,
                                 err);
     t_bcast += sl__now() - tb;
+    if (aborted)
+      e.slot_abandoned[j % BUCKET_SLOTS] = true;
     if (st != SL_STATUS_OK || aborted)
       break;
     stats->buckets++;
@@ -811,6 +850,7 @@ sl_status sl__transfer_run(sl__transfer *t, sl__transfer_stats *stats, sl__err *
   stats->bytes_read = atomic_load(&e.bytes_read);
   stats->bytes_covering = atomic_load(&e.bytes_covering);
   stats->read_ops = atomic_load(&e.read_ops);
+  stats->bytes_mapped = atomic_load(&e.bytes_mapped);
   for (size_t f = 0; e.fds != NULL && f < t->cat->n_files; f++)
     stats->files_opened += e.fds[f] >= 0;
   stats->bcast_seconds = t_bcast;

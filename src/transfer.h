@@ -24,6 +24,7 @@ typedef struct sl__transfer_stats {
   uint64_t bytes_received; /* bucket bytes received from other readers */
   uint64_t bytes_sent;     /* bucket bytes this rank broadcast as root */
   uint64_t read_ops;       /* pread calls */
+  uint64_t bytes_mapped;   /* of bytes_read: populated mappings (mmap strategy), not copied */
   uint32_t files_opened;
   uint32_t buckets;     /* buckets this rank took part in */
   double read_seconds;  /* from the first read to the last local read done */
@@ -38,6 +39,7 @@ typedef struct sl__transfer {
   sl__backend *backend;
   sl__comm *comm;
   void *const *param_ptr; /* per local parameter: its memory (aliases share it) */
+  const bool *param_mapped; /* per local parameter: a mapping of its file bytes (filemap.h), or NULL */
   uint32_t workers;
   uint64_t chunk; /* largest single read */
   uint64_t coalesce_gap;

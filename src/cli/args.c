@@ -19,6 +19,7 @@ static const flag flags[] = {
     {"--enable-eplb", "enable_eplb", "true"},
     {"--offline", "offline", "true"},
     {"--quiet", "quiet", "true"},
+    {"--prefault", "prefault", "true"},
     {"--no-strict", "strict", "false"},
     {"--all", "download_all", "true"},
     {"--save-sharded", "save_sharded", NULL},

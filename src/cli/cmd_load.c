@@ -24,7 +24,8 @@ static void usage(FILE *out) {
       "Model:   --arch auto|FILE.json, --layout vllm|checkpoint, --load-format "
       "auto|hf|safetensors|mistral|pt\n"
       "Hub:     --revision REV, --cache-dir DIR, --offline\n"
-      "Reading: --threads N, --extra-config JSON, --load-strategy auto|direct|io_uring, --staging-bytes N\n"
+      "Reading: --threads N, --extra-config JSON, --load-strategy auto|direct|io_uring|mmap,\n"
+      "         --staging-bytes N, --prefault\n"
       "Output:  --device cpu|cuda, --save-sharded DIR, --report FILE.json, --no-strict, --quiet,\n"
       "         --list-params (print every rank's table)\n"
       "Any configuration key can be given as --key-name VALUE:\n%s",

@@ -15,8 +15,9 @@
  *                       heads, fp8 blocks at tp 4, more stages than layers) are refused by the plan,
  *                       before any byte is read: DIVISIBILITY / LAYOUT naming the size, no report
  *   test_world_mismatch (e) tp*pp*dp != world: sl_loader_create fails with LAYOUT naming the sizes
- *   test_read_error     (f) SHARDLOAD_INJECT_READ_ERROR=<rank>: that rank's first read fails; every
- *                       rank returns within 30 s, the failing one IO, the others PEER_FAILED
+ *   test_read_error     (f) SHARDLOAD_INJECT_READ_ERROR=<rank>: that rank's first read fails (with
+ *                       each load strategy); every rank returns within 30 s, the failing one IO,
+ *                       the others PEER_FAILED
  *   test_many_missing   (g) 25 missing tensors: the message shows 20 names then "… and 5 more"
  */
 #include "check.h"
@@ -363,23 +364,27 @@ static void test_read_error(void) {
   char folder[1024];
   lc_fixture_path("llama", folder, sizeof folder);
   int failing[2] = {world - 1, 0};
-  for (int i = 0; i < (world > 1 ? 2 : 1); i++) {
+  /* Every strategy, so that the first read of a rank is a pread, an io_uring read or (mmap) the
+   * population of a mapped parameter. */
+  static const char *const strategies[4] = {"auto", "direct", "io_uring", "mmap"};
+  for (int i = 0; i < 4 * (world > 1 ? 2 : 1); i++) {
     char val[16];
-    snprintf(val, sizeof val, "%d", failing[i]);
+    snprintf(val, sizeof val, "%d", failing[i / 4]);
     setenv("SHARDLOAD_INJECT_READ_ERROR", val, 1);
     run r;
-    run_load(&r, folder, tp, 1, dp, NULL, false);
+    const char *kv[] = {"load_strategy", strategies[i % 4], NULL, NULL};
+    run_load(&r, folder, tp, 1, dp, kv, false);
     unsetenv("SHARDLOAD_INJECT_READ_ERROR");
-    if (lc_rank() == failing[i]) {
-      CHECKF(r.status == SL_STATUS_IO, "injected read error on this rank: %s (%s)", sl_status_name(r.status),
-             r.message);
+    if (lc_rank() == failing[i / 4]) {
+      CHECKF(r.status == SL_STATUS_IO, "%s: injected read error on this rank: %s (%s)", strategies[i % 4],
+             sl_status_name(r.status), r.message);
       CHECK_CONTAINS(r.message, "llama");
     } else {
       CHECKF(r.status == SL_STATUS_PEER_FAILED, "read error on rank %d: this rank returned %s (%s)",
-             failing[i], sl_status_name(r.status), r.message);
+             failing[i / 4], sl_status_name(r.status), r.message);
       CHECK_CONTAINS(r.message, "another rank failed");
     }
-    CHECKF(r.seconds < 30.0, "read error on rank %d: load took %.1f s to fail", failing[i], r.seconds);
+    CHECKF(r.seconds < 30.0, "read error on rank %d: load took %.1f s to fail", failing[i / 4], r.seconds);
     CHECK(r.loader == NULL || sl_loader_report_json(r.loader) == NULL || r.status == SL_STATUS_OK);
     run_free(&r);
   }
