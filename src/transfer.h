@@ -38,7 +38,7 @@ typedef struct sl__transfer {
   const sl__rank_plan *plan;
   sl__backend *backend;
   sl__comm *comm;
-  void *const *param_ptr; /* per local parameter: its memory (aliases share it) */
+  void *const *param_ptr;   /* per local parameter: its memory (aliases share it) */
   const bool *param_mapped; /* per local parameter: a mapping of its file bytes (filemap.h), or NULL */
   uint32_t workers;
   uint64_t chunk; /* largest single read */

@@ -15,21 +15,20 @@
 #define MSG_MAX 4096
 
 static void usage(FILE *out) {
-  fprintf(
-      out,
-      "usage: mpirun -np N shardload load MODEL [options]\n"
-      "MODEL is a folder with config.json and safetensors files, or a Hub repository id.\n"
-      "Layout:  --tp N --pp N --dp N (product = number of ranks), --enable-expert-parallel,\n"
-      "         --expert-placement linear|round_robin, --enable-eplb, --pp-layer-partition 4,6,6,4\n"
-      "Model:   --arch auto|FILE.json, --layout vllm|checkpoint, --load-format "
-      "auto|hf|safetensors|mistral|pt\n"
-      "Hub:     --revision REV, --cache-dir DIR, --offline\n"
-      "Reading: --threads N, --extra-config JSON, --load-strategy auto|direct|io_uring|mmap,\n"
-      "         --staging-bytes N, --prefault\n"
-      "Output:  --device cpu|cuda, --save-sharded DIR, --report FILE.json, --no-strict, --quiet,\n"
-      "         --list-params (print every rank's table)\n"
-      "Any configuration key can be given as --key-name VALUE:\n%s",
-      sl_config_keys());
+  fprintf(out,
+          "usage: mpirun -np N shardload load MODEL [options]\n"
+          "MODEL is a folder with config.json and safetensors files, or a Hub repository id.\n"
+          "Layout:  --tp N --pp N --dp N (product = number of ranks), --enable-expert-parallel,\n"
+          "         --expert-placement linear|round_robin, --enable-eplb, --pp-layer-partition 4,6,6,4\n"
+          "Model:   --arch auto|FILE.json, --layout vllm|checkpoint, --load-format "
+          "auto|hf|safetensors|mistral|pt\n"
+          "Hub:     --revision REV, --cache-dir DIR, --offline\n"
+          "Reading: --threads N, --extra-config JSON, --load-strategy auto|direct|io_uring|mmap,\n"
+          "         --staging-bytes N, --prefault\n"
+          "Output:  --device cpu|cuda, --save-sharded DIR, --report FILE.json, --no-strict, --quiet,\n"
+          "         --list-params (print every rank's table)\n"
+          "Any configuration key can be given as --key-name VALUE:\n%s",
+          sl_config_keys());
 }
 
 /* Rank 0 prints each distinct failure message once; PEER_FAILED ranks only say they stopped. */

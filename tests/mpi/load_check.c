@@ -414,8 +414,9 @@ static double json_double(const cJSON *obj, const char *key, bool *ok) {
 static void check_report(const char *label, const lc_case *c, const sl_ref_model *m, const char *json) {
   bool aligned = false; /* an O_DIRECT strategy */
   for (int i = 0; i + 1 < 8 && c->extra[i] != NULL; i += 2)
-    aligned = aligned || (strcmp(c->extra[i], "load_strategy") == 0 &&
-                          (strcmp(c->extra[i + 1], "direct") == 0 || strcmp(c->extra[i + 1], "io_uring") == 0));
+    aligned =
+        aligned || (strcmp(c->extra[i], "load_strategy") == 0 &&
+                    (strcmp(c->extra[i + 1], "direct") == 0 || strcmp(c->extra[i + 1], "io_uring") == 0));
   CHECKF(json != NULL, "%s: no report after a successful load", label);
   if (json == NULL)
     return;
