@@ -79,14 +79,20 @@ static void host_release(sl__backend *b, void *ptr) {
 }
 
 static void host_release_staging(sl__backend *b, void *ptr) {
-  (void)b;
-  free(ptr);
+  host_release(b, ptr);
 }
 
-/* Staging is page-aligned so that O_DIRECT reads can land in it. */
+/* Staging is page-aligned so that O_DIRECT reads can land in it. Large slots are mappings with
+ * huge pages like large parameters: every load touches its staging for the first time. */
 static sl_status host_alloc_staging(sl__backend *b, uint64_t nbytes, void **out, sl__err *err) {
-  (void)b;
   *out = NULL;
+  if (nbytes >= BIG_ALLOC) {
+    sl_status st = host_alloc(b, nbytes, out, err);
+    if (st != SL_STATUS_OK || ((uintptr_t)*out % 4096u) == 0)
+      return st;
+    host_release(b, *out); /* the unaligned fallback: use posix_memalign below */
+    *out = NULL;
+  }
   if (posix_memalign(out, 4096, nbytes > 0 ? (size_t)nbytes : 4096) != 0)
     return sl__err_set(err, SL_STATUS_NOMEM, "out of memory allocating %llu bytes of staging",
                        (unsigned long long)nbytes);
