@@ -41,6 +41,7 @@ typedef struct rank_record {
   sl_rank_stats stats;
   uint64_t bytes_read_planned;
   uint64_t peak_rss_bytes;
+  uint64_t rss_anon, rss_file, rss_shmem; /* at the end of the load */
   uint64_t read_ops;
   uint64_t bytes_mapped;
   double transfer_seconds;
@@ -414,6 +415,27 @@ static uint64_t peak_rss_bytes(void) {
   return (uint64_t)ru.ru_maxrss * 1024u;
 }
 
+/* Resident memory now, by kind (Linux /proc/self/status; zeros elsewhere): anonymous (allocated
+ * parameters, staging, heap), file pages (mmap strategy parameters, libraries), shared memory
+ * (MPI's intra-node transport). */
+static void rss_by_kind(uint64_t *anon, uint64_t *file, uint64_t *shmem) {
+  *anon = *file = *shmem = 0;
+  FILE *f = fopen("/proc/self/status", "r");
+  if (f == NULL)
+    return;
+  char line[256];
+  while (fgets(line, sizeof line, f) != NULL) {
+    unsigned long long kb = 0;
+    if (sscanf(line, "RssAnon: %llu kB", &kb) == 1)
+      *anon = kb * 1024u;
+    else if (sscanf(line, "RssFile: %llu kB", &kb) == 1)
+      *file = kb * 1024u;
+    else if (sscanf(line, "RssShmem: %llu kB", &kb) == 1)
+      *shmem = kb * 1024u;
+  }
+  fclose(f);
+}
+
 static void write_summary(sl_loader *l, const sl__figures *f);
 static void write_report(sl_loader *l, const sl__figures *f);
 
@@ -531,6 +553,7 @@ sl_status sl_loader_load(sl_loader *l) {
   rec.stats.bytes_sent = l->tstats.bytes_sent;
   rec.stats.files_opened = l->tstats.files_opened;
   rec.peak_rss_bytes = peak_rss_bytes();
+  rss_by_kind(&rec.rss_anon, &rec.rss_file, &rec.rss_shmem);
   rec.read_ops = l->tstats.read_ops;
   rec.bytes_mapped = l->maps.bytes_mapped;
   rec.transfer_seconds = l->tstats.seconds;
@@ -680,14 +703,16 @@ static void write_report(sl_loader *l, const sl__figures *f) {
         "%s{\"rank\":%d,\"bytes_needed\":%llu,\"bytes_read\":%llu,\"bytes_read_planned\":%llu,"
         "\"bytes_covering\":%llu,\"bytes_received\":%llu,\"bytes_sent\":%llu,\"bytes_local\":%llu,"
         "\"bytes_naive\":%llu,\"files_opened\":%u,\"params\":%u,\"experts_local\":%u,\"read_ops\":%llu,"
-        "\"bytes_mapped\":%llu,\"peak_rss_bytes\":%llu,\"transfer_seconds\":%.6f,\"broadcast_seconds\":%.6f}",
+        "\"bytes_mapped\":%llu,\"peak_rss_bytes\":%llu,\"rss_anon_bytes\":%llu,\"rss_file_bytes\":%llu,"
+        "\"rss_shmem_bytes\":%llu,\"transfer_seconds\":%.6f,\"broadcast_seconds\":%.6f}",
         r > 0 ? "," : "", r, (unsigned long long)rr->stats.bytes_needed,
         (unsigned long long)rr->stats.bytes_read, (unsigned long long)rr->bytes_read_planned,
         (unsigned long long)rr->stats.bytes_covering, (unsigned long long)rr->stats.bytes_received,
         (unsigned long long)rr->stats.bytes_sent, (unsigned long long)rr->stats.bytes_local,
         (unsigned long long)rr->stats.bytes_naive, rr->stats.files_opened, rr->stats.params,
         rr->stats.experts_local, (unsigned long long)rr->read_ops, (unsigned long long)rr->bytes_mapped,
-        (unsigned long long)rr->peak_rss_bytes, rr->transfer_seconds, rr->bcast_seconds);
+        (unsigned long long)rr->peak_rss_bytes, (unsigned long long)rr->rss_anon,
+        (unsigned long long)rr->rss_file, (unsigned long long)rr->rss_shmem, rr->transfer_seconds, rr->bcast_seconds);
   }
   sl__buf_appendf(b, "],\"peak_rss_bytes_max\":%llu,\"staging_bytes\":%llu,", (unsigned long long)rss_max,
                   (unsigned long long)l->opts.staging_bytes);
