@@ -69,8 +69,8 @@ static sl_status add_op(sl__readplan *rp, uint32_t piece, const sl__cat_tensor *
                         uint64_t chunk, sl__err *err) {
   if (rp->ops.len > 0 && direct == NULL) {
     sl__read_op *prev = &SL_VEC_AT(&rp->ops, sl__read_op, rp->ops.len - 1);
-    if (prev->file == T->file && prev->bucket == bucket && prev->offset + prev->len == off &&
-        prev->len + len <= chunk && prev->direct_dst == NULL) {
+    if (prev->rows == 1 && prev->file == T->file && prev->bucket == bucket &&
+        prev->offset + prev->len == off && prev->len + len <= chunk && prev->direct_dst == NULL) {
       sl__delivery *d = sl__vec_push(&rp->dels);
       if (d == NULL)
         return sl__err_set(err, SL_STATUS_NOMEM, "out of memory planning reads");
@@ -89,6 +89,7 @@ static sl_status add_op(sl__readplan *rp, uint32_t piece, const sl__cat_tensor *
   *op = (sl__read_op){.file = T->file,
                       .offset = off,
                       .len = len,
+                      .rows = 1,
                       .useful = p1 - p0,
                       .first = (uint32_t)(rp->dels.len - 1),
                       .count = 1,
@@ -97,9 +98,30 @@ static sl_status add_op(sl__readplan *rp, uint32_t piece, const sl__cat_tensor *
   return SL_STATUS_OK;
 }
 
+/* Appends a row run: n whole rows from packed byte p0, one delivery. */
+static sl_status add_run(sl__readplan *rp, const sl__piece *P, uint32_t piece, const sl__cat_tensor *T,
+                         uint64_t p0, uint64_t n, uint32_t bucket, uint64_t bucket_off, sl__err *err) {
+  sl__read_op *op = sl__vec_push(&rp->ops);
+  sl__delivery *d = sl__vec_push(&rp->dels);
+  if (op == NULL || d == NULL)
+    return sl__err_set(err, SL_STATUS_NOMEM, "out of memory planning reads");
+  uint64_t p1 = p0 + n * P->row_bytes;
+  *d = (sl__delivery){.piece = piece, .p0 = p0, .p1 = p1, .bucket = bucket, .bucket_off = bucket_off};
+  *op = (sl__read_op){.file = T->file,
+                      .offset = T->offset + sl__src_of(P, p0),
+                      .len = p1 - p0,
+                      .rows = (uint32_t)n,
+                      .stride = P->src_stride,
+                      .useful = p1 - p0,
+                      .first = (uint32_t)(rp->dels.len - 1),
+                      .count = 1,
+                      .bucket = bucket};
+  return SL_STATUS_OK;
+}
+
 sl_status sl__readplan_piece(sl__readplan *rp, const sl__piece *P, uint32_t piece, const sl__cat_tensor *T,
                              uint64_t p0, uint64_t p1, uint32_t bucket, uint64_t bucket_off, uint8_t *direct,
-                             uint64_t chunk, uint64_t coalesce_gap, sl__err *err) {
+                             uint64_t chunk, uint64_t coalesce_gap, bool row_runs, sl__err *err) {
   sl_status st = SL_STATUS_OK;
   if (chunk == 0)
     chunk = 1;
@@ -128,9 +150,18 @@ sl_status sl__readplan_piece(sl__readplan *rp, const sl__piece *P, uint32_t piec
     }
     return st;
   }
-  /* One operation per row (part). */
+  /* One operation per row (part), or row runs of whole rows. */
+  uint64_t per_run = row_runs ? chunk / rb : 0;
+  per_run = per_run < UINT32_MAX ? per_run : UINT32_MAX;
   uint64_t a = p0;
   while (a < p1 && st == SL_STATUS_OK) {
+    uint64_t whole = a % rb == 0 ? (p1 - a) / rb : 0;
+    if (per_run >= 2 && whole >= 2) {
+      uint64_t n = whole < per_run ? whole : per_run;
+      st = add_run(rp, P, piece, T, a, n, bucket, bucket_off + (a - p0), err);
+      a += n * rb;
+      continue;
+    }
     uint64_t row_end = (a / rb + 1) * rb;
     uint64_t b = row_end < p1 ? row_end : p1;
     b = b - a > chunk ? a + chunk : b;

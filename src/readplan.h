@@ -12,6 +12,7 @@
 #include "catalog.h"
 #include "plan.h"
 
+#include <stdbool.h>
 #include <stdint.h>
 
 typedef struct sl__delivery {
@@ -24,7 +25,10 @@ typedef struct sl__delivery {
 typedef struct sl__read_op {
   uint32_t file;
   uint64_t offset; /* absolute file offset */
-  uint64_t len;
+  uint64_t len;    /* bytes read (all rows of a row run) */
+  uint32_t rows;   /* 1, or a row run: `rows` reads of len / rows bytes, `stride` apart in the file,
+                      landing packed (one after the other) in the buffer; one delivery of whole rows */
+  uint64_t stride;
   uint64_t useful;       /* bytes delivered (len - useful = covering bytes) */
   uint32_t first, count; /* deliveries */
   uint32_t bucket;       /* bucket index, or SL_NONE */
@@ -42,10 +46,13 @@ void sl__readplan_free(sl__readplan *rp);
 
 /* Adds the operations reading packed range [p0, p1) of piece P (index `piece`, tensor T).
  * direct: host address of the piece's packed byte 0 in its single contiguous destination, or
- * NULL (then bytes go through staging). */
+ * NULL (then bytes go through staging). row_runs: whole rows read one by one (a strided piece that
+ * is not covered) become row runs of up to a chunk each instead of one operation per row, so that
+ * the plan's size follows the bytes, not the row count (not for O_DIRECT, whose reads must each be
+ * widened to blocks). */
 sl_status sl__readplan_piece(sl__readplan *rp, const sl__piece *P, uint32_t piece, const sl__cat_tensor *T,
                              uint64_t p0, uint64_t p1, uint32_t bucket, uint64_t bucket_off, uint8_t *direct,
-                             uint64_t chunk, uint64_t coalesce_gap, sl__err *err);
+                             uint64_t chunk, uint64_t coalesce_gap, bool row_runs, sl__err *err);
 
 /* Source position (bytes from the tensor's first byte) of packed byte p of piece P. */
 uint64_t sl__src_of(const sl__piece *P, uint64_t p);

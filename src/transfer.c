@@ -109,19 +109,20 @@ static sl_status to_copies(engine *e, uint32_t piece, const sl__segment *seg, co
   return SL_STATUS_OK;
 }
 
-/* Moves delivery d from a host buffer holding file bytes from file offset buf_off. */
+/* Moves delivery d from a host buffer holding file bytes from file offset buf_off, or (packed) the
+ * delivery's packed bytes themselves (a row run). */
 static sl_status deliver_from_read(engine *e, int worker, int slot, const sl__delivery *d, const uint8_t *buf,
-                                   uint64_t buf_off, sl__err *werr) {
+                                   uint64_t buf_off, bool packed, sl__err *werr) {
   sl__transfer *t = e->t;
   const sl__piece *P = &t->sched->pieces[d->piece];
   uint64_t base = t->cat->tensors[P->tensor].offset;
   uint64_t rb = P->rows <= 1 ? P->nbytes : P->row_bytes;
-  uint64_t sstride = P->rows <= 1 ? P->nbytes : P->src_stride;
+  uint64_t sstride = packed ? rb : P->rows <= 1 ? P->nbytes : P->src_stride;
   sl__segment seg[3];
   int n = sl__segments(rb, d->p0, d->p1, seg);
   for (int k = 0; k < n; k++) {
     uint64_t p = seg[k].row * rb + seg[k].col;
-    const uint8_t *src = buf + (base + sl__src_of(P, p) - buf_off);
+    const uint8_t *src = packed ? buf + (p - d->p0) : buf + (base + sl__src_of(P, p) - buf_off);
     sl_status st;
     if (d->bucket != SL_NONE) {
       uint8_t *dst = (uint8_t *)e->slot_buf[d->bucket % BUCKET_SLOTS] + d->bucket_off + (p - d->p0);
@@ -179,7 +180,7 @@ static sl_status plan_piece_reads(engine *e, const sl__piece *P, uint64_t p0, ui
   }
   size_t first = e->rp.ops.len;
   sl_status st = sl__readplan_piece(&e->rp, P, piece, &e->t->cat->tensors[P->tensor], p0, p1, bucket,
-                                    bucket_off, direct, e->t->chunk, e->t->coalesce_gap, e->err);
+                                    bucket_off, direct, e->t->chunk, e->t->coalesce_gap, buffered, e->err);
   for (size_t i = first; i < e->rp.ops.len && populate; i++)
     SL_VEC_AT(&e->rp.ops, sl__read_op, i).populate = true;
   return st;
@@ -323,6 +324,14 @@ static sl_status run_op(engine *e, int worker, int slot, uint8_t *staging, const
       uint32_t c = e->copy_list[e->copy_start[d->piece]];
       atomic_fetch_add(&e->t->copy_done[c], op->len);
     }
+  } else if (op->rows > 1) {
+    /* A row run (buffered strategies only): the rows land packed, one after the other. */
+    uint64_t row = op->len / op->rows;
+    for (uint32_t r = 0; r < op->rows && st == SL_STATUS_OK; r++)
+      st = pread_full(e, fd, op->file, staging + r * row, row, op->offset + r * op->stride, false, werr);
+    if (st == SL_STATUS_OK)
+      st = deliver_from_read(e, worker, slot, &SL_VEC_AT(&e->rp.dels, sl__delivery, op->first), staging, 0,
+                             true, werr);
   } else {
     uint64_t off = op->offset;
     uint64_t len = op->len;
@@ -333,7 +342,7 @@ static sl_status run_op(engine *e, int worker, int slot, uint8_t *staging, const
     st = pread_full(e, fd, op->file, staging, len, off, widened, werr);
     for (uint32_t i = 0; i < op->count && st == SL_STATUS_OK; i++)
       st = deliver_from_read(e, worker, slot, &SL_VEC_AT(&e->rp.dels, sl__delivery, op->first + i), staging,
-                             off, werr);
+                             off, false, werr);
     /* Alignment widening is read but not needed: it counts as covering bytes. */
     atomic_fetch_add(&e->bytes_read, len - op->len);
     atomic_fetch_add(&e->bytes_covering, len - op->len);
@@ -538,7 +547,7 @@ static void *uring_worker_main(void *arg) {
                        e->t->cat->files[op->file].path, strerror(EIO));
     for (uint32_t i = 0; i < op->count && st == SL_STATUS_OK; i++)
       st = deliver_from_read(e, w, 0, &SL_VEC_AT(&e->rp.dels, sl__delivery, op->first + i), f->dst, f->off,
-                             &werr);
+                             false, &werr);
     /* The slot is reused right away: its uploads must be complete. */
     if (st == SL_STATUS_OK)
       st = be->ops->upload_wait(be, w, 0, &werr);

@@ -1,7 +1,8 @@
 /*
  * test_readplan.c — the range scheduler of the read engine (src/readplan.c): pieces with odd
  * offsets, sizes and strides become read operations (chunked, coalesced across small gaps, read
- * row by row across large ones, merged when they touch); each operation is then really read from
+ * row by row across large ones — or as row runs, whole rows packed, for the buffered strategies —
+ * merged when they touch); each operation is then really read from
  * a file whose bytes are a function of their position — buffered, or O_DIRECT-style widened to
  * 4096-byte alignment and trimmed — and its deliveries extracted. Every delivered byte must equal
  * the independent computation, every packed byte of every piece must be delivered exactly once,
@@ -35,6 +36,7 @@ typedef struct one_case {
   uint64_t tensor_off, src_off, rows, row_bytes, stride;
   uint64_t chunk, gap;
   bool widen;
+  bool runs; /* row runs allowed (never together with widen, as in the engine) */
 } one_case;
 
 static void run_case(int fd, const one_case *c, int idx) {
@@ -51,18 +53,40 @@ static void run_case(int fd, const one_case *c, int idx) {
   sl__err_clear(&err);
   /* Two ranges of the piece (like two bucket items), plus a second piece right after it. */
   uint64_t split = P.nbytes > 1 ? 1 + rnd(P.nbytes - 1) : P.nbytes;
-  CHECK(sl__readplan_piece(&rp, &P, 0, &T, 0, split, SL_NONE, 0, NULL, c->chunk, c->gap, &err) ==
+  CHECK(sl__readplan_piece(&rp, &P, 0, &T, 0, split, SL_NONE, 0, NULL, c->chunk, c->gap, c->runs, &err) ==
         SL_STATUS_OK);
-  CHECK(sl__readplan_piece(&rp, &P, 0, &T, split, P.nbytes, SL_NONE, split, NULL, c->chunk, c->gap, &err) ==
-        SL_STATUS_OK);
+  CHECK(sl__readplan_piece(&rp, &P, 0, &T, split, P.nbytes, SL_NONE, split, NULL, c->chunk, c->gap, c->runs,
+                           &err) == SL_STATUS_OK);
   uint8_t *packed = calloc(P.nbytes + 1, 1);
   uint8_t *count = calloc(P.nbytes + 1, 1);
   uint64_t read_total = 0;
   uint64_t useful_total = 0;
+  uint64_t runs = 0;
   for (size_t i = 0; i < rp.ops.len; i++) {
     const sl__read_op *op = &SL_VEC_AT(&rp.ops, sl__read_op, i);
     CHECKF(op->len <= c->chunk || op->count == 1, "case %d: operation of %llu bytes above the chunk %llu",
            idx, (unsigned long long)op->len, (unsigned long long)c->chunk);
+    if (op->rows > 1) {
+      /* A row run: whole rows, one delivery, read row by row and packed. */
+      const sl__delivery *d = &SL_VEC_AT(&rp.dels, sl__delivery, op->first);
+      uint64_t row = op->len / op->rows;
+      CHECK(c->runs && !c->widen && op->count == 1 && op->direct_dst == NULL);
+      CHECK(row == P.row_bytes && op->stride == P.src_stride && op->len <= c->chunk);
+      CHECK(d->p0 % P.row_bytes == 0 && d->p1 - d->p0 == op->len && d->bucket_off == d->p0);
+      CHECK_EQ_U64(op->offset, T.offset + sl__src_of(&P, d->p0));
+      for (uint32_t r = 0; r < op->rows; r++) {
+        ssize_t got = pread(fd, packed + d->p0 + r * row, row, (off_t)(op->offset + r * op->stride));
+        CHECK(got == (ssize_t)row);
+      }
+      for (uint64_t p = d->p0; p < d->p1; p++)
+        count[p]++;
+      runs++;
+      read_total += op->len;
+      useful_total += op->useful;
+      CHECK_EQ_U64(op->useful, op->len);
+      continue;
+    }
+    CHECK(op->rows == 1);
     uint64_t off = op->offset;
     uint64_t len = op->len;
     if (c->widen) {
@@ -107,6 +131,10 @@ static void run_case(int fd, const one_case *c, int idx) {
          (unsigned long long)c->row_bytes, (unsigned long long)c->stride, (unsigned long long)c->chunk,
          (unsigned long long)c->gap);
   CHECK_EQ_U64(useful_total, P.nbytes);
+  /* Rows read one by one come as runs whenever two whole rows fit a chunk. */
+  if (c->runs && P.rows >= 5 && !sl__piece_covering(&P, c->gap, c->chunk) && 2 * P.row_bytes <= c->chunk)
+    CHECKF(runs > 0, "case %d: no row run for %llu rows of %llu bytes (chunk %llu)", idx,
+           (unsigned long long)P.rows, (unsigned long long)P.row_bytes, (unsigned long long)c->chunk);
   uint64_t predicted = sl__piece_read_bytes(&P, c->gap, c->chunk);
   CHECKF(read_total == predicted, "case %d: read %llu bytes, the plan predicts %llu", idx,
          (unsigned long long)read_total, (unsigned long long)predicted);
@@ -139,23 +167,23 @@ static void test_merging(void) {
   sl__readplan_init(&rp);
   sl__err err;
   sl__err_clear(&err);
-  sl__readplan_piece(&rp, &a, 0, &T, 0, 10, SL_NONE, 0, NULL, 1 << 20, 4096, &err);
-  sl__readplan_piece(&rp, &b, 1, &T, 0, 7, SL_NONE, 0, NULL, 1 << 20, 4096, &err);
-  sl__readplan_piece(&rp, &c, 2, &T, 0, 5, SL_NONE, 0, NULL, 1 << 20, 4096, &err);
+  sl__readplan_piece(&rp, &a, 0, &T, 0, 10, SL_NONE, 0, NULL, 1 << 20, 4096, false, &err);
+  sl__readplan_piece(&rp, &b, 1, &T, 0, 7, SL_NONE, 0, NULL, 1 << 20, 4096, false, &err);
+  sl__readplan_piece(&rp, &c, 2, &T, 0, 5, SL_NONE, 0, NULL, 1 << 20, 4096, false, &err);
   CHECK_EQ_U64(rp.ops.len, 2);
   CHECK_EQ_U64(SL_VEC_AT(&rp.ops, sl__read_op, 0).len, 17);
   CHECK_EQ_U64(SL_VEC_AT(&rp.ops, sl__read_op, 0).count, 2);
   /* a direct destination is never merged */
   uint8_t dst[1024];
-  sl__readplan_piece(&rp, &a, 0, &T, 0, 10, SL_NONE, 0, dst, 1 << 20, 4096, &err);
-  sl__readplan_piece(&rp, &b, 1, &T, 0, 7, SL_NONE, 0, NULL, 1 << 20, 4096, &err);
+  sl__readplan_piece(&rp, &a, 0, &T, 0, 10, SL_NONE, 0, dst, 1 << 20, 4096, false, &err);
+  sl__readplan_piece(&rp, &b, 1, &T, 0, 7, SL_NONE, 0, NULL, 1 << 20, 4096, false, &err);
   CHECK_EQ_U64(rp.ops.len, 4);
   CHECK(SL_VEC_AT(&rp.ops, sl__read_op, 2).direct_dst == dst);
   /* chunks */
   sl__piece big = {.src_off = 0, .rows = 1, .row_bytes = 1000, .src_stride = 1000, .nbytes = 1000};
   sl__readplan_free(&rp);
   sl__readplan_init(&rp);
-  sl__readplan_piece(&rp, &big, 0, &T, 0, 1000, SL_NONE, 0, dst, 300, 4096, &err);
+  sl__readplan_piece(&rp, &big, 0, &T, 0, 1000, SL_NONE, 0, dst, 300, 4096, false, &err);
   CHECK_EQ_U64(rp.ops.len, 4);
   CHECK(SL_VEC_AT(&rp.ops, sl__read_op, 3).len == 100 &&
         SL_VEC_AT(&rp.ops, sl__read_op, 3).direct_dst == dst + 900);
@@ -199,6 +227,7 @@ int main(void) {
     c.chunk = 1 + rnd(i % 5 == 0 ? 64 : 70000);
     c.gap = rnd(2) ? 4096 : rnd(64);
     c.widen = i % 2 == 1;
+    c.runs = i % 4 == 0;
     run_case(fd, &c, i);
   }
   if (fd >= 0)
