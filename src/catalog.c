@@ -13,8 +13,10 @@
 #include "log.h"
 #include "safetensors.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #define CONFIG_MAX_BYTES (64u * 1024u * 1024u)
 
@@ -118,6 +120,16 @@ static sl_status add_file_tensors(sl__catalog *c, const sl__catalog_opts *o, uin
 
 static bool is_pickle_name(const char *n) {
   return sl__str_ends_with(n, ".bin") || sl__str_ends_with(n, ".pt") || sl__str_ends_with(n, ".pth");
+}
+
+sl_status sl__cat_file_check(const sl__catalog *c, uint32_t f, int fd, sl__err *err) {
+  struct stat st;
+  if (fstat(fd, &st) != 0)
+    return sl__err_set(err, SL_STATUS_IO, "cannot stat %s: %s", c->files[f].path, strerror(errno));
+  if ((uint64_t)st.st_size != c->files[f].size)
+    return sl__err_set(err, SL_STATUS_IO, "%s changed since its header was read (size %lld, expected %llu)",
+                       c->files[f].path, (long long)st.st_size, (unsigned long long)c->files[f].size);
+  return SL_STATUS_OK;
 }
 
 sl_status sl__catalog_build(const sl__catalog_opts *o, sl__catalog *c, sl__err *err) {

@@ -60,6 +60,9 @@ typedef struct sl__catalog_opts {
 } sl__catalog_opts;
 
 sl_status sl__catalog_build(const sl__catalog_opts *opts, sl__catalog *out, sl__err *err);
+/* An open descriptor of file f still has the size the catalog recorded (a file replaced or
+ * truncated since its header was read must not be read at the old offsets). */
+sl_status sl__cat_file_check(const sl__catalog *c, uint32_t f, int fd, sl__err *err);
 void sl__catalog_free(sl__catalog *c);
 /* Index of the tensor named name, or SL_NONE. */
 uint32_t sl__catalog_find(const sl__catalog *c, const char *name);

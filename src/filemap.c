@@ -9,7 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 typedef struct mapper {
@@ -80,12 +79,10 @@ static sl_status file_fd(mapper *m, uint32_t f, int *fd) {
     int d = open(path, O_RDONLY | O_CLOEXEC);
     if (d < 0)
       return sl__err_set(m->err, SL_STATUS_IO, "cannot open %s: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(d, &st) != 0 || (uint64_t)st.st_size != m->cat->files[f].size) {
+    sl_status st = sl__cat_file_check(m->cat, f, d, m->err);
+    if (st != SL_STATUS_OK) {
       close(d);
-      return sl__err_set(m->err, SL_STATUS_IO,
-                         "%s changed since its header was read (size %lld, expected %llu)", path,
-                         (long long)st.st_size, (unsigned long long)m->cat->files[f].size);
+      return st;
     }
     m->fds[f] = d;
   }
@@ -94,18 +91,8 @@ static sl_status file_fd(mapper *m, uint32_t f, int *fd) {
 }
 
 static sl_status read_edge(mapper *m, int fd, uint32_t f, uint8_t *dst, uint64_t len, uint64_t off) {
-  uint64_t got = 0;
-  while (got < len) {
-    ssize_t r = pread(fd, dst + got, (size_t)(len - got), (off_t)(off + got));
-    if (r < 0 && errno == EINTR)
-      continue;
-    if (r <= 0)
-      return sl__err_set(m->err, SL_STATUS_IO, "read of %s at offset %llu failed: %s", m->cat->files[f].path,
-                         (unsigned long long)(off + got), r < 0 ? strerror(errno) : "unexpected end of file");
-    got += (uint64_t)r;
-  }
   m->out->bytes_edges += len;
-  return SL_STATUS_OK;
+  return sl__pread_full(fd, dst, len, off, false, m->cat->files[f].path, NULL, NULL, m->err);
 }
 
 /* Builds parameter i at page phase ph: a reservation of anonymous (zero) memory, the whole pages

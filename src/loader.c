@@ -712,7 +712,8 @@ static void write_report(sl_loader *l, const sl__figures *f) {
         (unsigned long long)rr->stats.bytes_naive, rr->stats.files_opened, rr->stats.params,
         rr->stats.experts_local, (unsigned long long)rr->read_ops, (unsigned long long)rr->bytes_mapped,
         (unsigned long long)rr->peak_rss_bytes, (unsigned long long)rr->rss_anon,
-        (unsigned long long)rr->rss_file, (unsigned long long)rr->rss_shmem, rr->transfer_seconds, rr->bcast_seconds);
+        (unsigned long long)rr->rss_file, (unsigned long long)rr->rss_shmem, rr->transfer_seconds,
+        rr->bcast_seconds);
   }
   sl__buf_appendf(b, "],\"peak_rss_bytes_max\":%llu,\"staging_bytes\":%llu,", (unsigned long long)rss_max,
                   (unsigned long long)l->opts.staging_bytes);

@@ -781,25 +781,6 @@ void sl__st_header_free(sl__st_header *h) {
 
 /* ---- the file ---- */
 
-static sl_status read_exact(int fd, uint8_t *buf, size_t n, uint64_t offset, const char *path, sl__err *err) {
-  size_t got = 0;
-  while (got < n) {
-    size_t chunk = n - got < ((size_t)1 << 30) ? n - got : ((size_t)1 << 30);
-    ssize_t r = pread(fd, buf + got, chunk, (off_t)(offset + got));
-    if (r < 0 && errno == EINTR)
-      continue;
-    if (r < 0)
-      return sl__err_set(err, SL_STATUS_IO, "cannot read %s at byte %llu: %s", path,
-                         (unsigned long long)(offset + got), strerror(errno));
-    if (r == 0)
-      return sl__err_set(err, SL_STATUS_IO,
-                         "cannot read %s at byte %llu: unexpected end of file (file shrank?)", path,
-                         (unsigned long long)(offset + got));
-    got += (size_t)r;
-  }
-  return SL_STATUS_OK;
-}
-
 sl_status sl__st_read_file(const char *path, sl__st_header *out, sl__err *err) {
   memset(out, 0, sizeof *out);
   uint8_t *buf = NULL;
@@ -819,7 +800,7 @@ sl_status sl__st_read_file(const char *path, sl__st_header *out, sl__err *err) {
   uint64_t file_size = (uint64_t)sb.st_size;
   uint8_t len8[8];
   size_t have = file_size < 8 ? (size_t)file_size : 8;
-  st = read_exact(fd, len8, have, 0, path, err);
+  st = sl__pread_full(fd, len8, have, 0, false, path, NULL, NULL, err);
   if (st != SL_STATUS_OK)
     goto done;
   uint64_t n = 0;
@@ -833,7 +814,7 @@ sl_status sl__st_read_file(const char *path, sl__st_header *out, sl__err *err) {
     goto done;
   }
   memcpy(buf, len8, 8);
-  st = read_exact(fd, buf + 8, (size_t)n, 8, path, err);
+  st = sl__pread_full(fd, buf + 8, n, 8, false, path, NULL, NULL, err);
   if (st != SL_STATUS_OK)
     goto done;
   st = sl__st_parse(buf, (size_t)n + 8, file_size, path, out, err);

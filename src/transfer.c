@@ -28,7 +28,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -260,43 +259,33 @@ static sl_status open_files(engine *e) {
     }
     if (fd < 0)
       return sl__err_set(e->err, SL_STATUS_IO, "cannot open %s: %s", t->cat->files[f].path, strerror(errno));
-    struct stat stt;
-    if (fstat(fd, &stt) != 0 || (uint64_t)stt.st_size != t->cat->files[f].size) {
+    sl_status st = sl__cat_file_check(t->cat, f, fd, e->err);
+    if (st != SL_STATUS_OK) {
       close(fd);
-      return sl__err_set(
-          e->err, SL_STATUS_IO, "%s changed since its header was read (size %lld, expected %llu)",
-          t->cat->files[f].path, (long long)stt.st_size, (unsigned long long)t->cat->files[f].size);
+      return st;
     }
     e->fds[f] = fd;
   }
   return SL_STATUS_OK;
 }
 
+/* The test hook: the first read of this rank fails (SHARDLOAD_INJECT_READ_ERROR). */
+static sl_status injected_failure(engine *e, uint32_t f, uint64_t off, sl__err *werr) {
+  if (!atomic_exchange(&e->inject_error, false))
+    return SL_STATUS_OK;
+  return sl__err_set(werr, SL_STATUS_IO,
+                     "read of %s at offset %llu failed: %s (injected by SHARDLOAD_INJECT_READ_ERROR)",
+                     e->t->cat->files[f].path, (unsigned long long)off, strerror(EIO));
+}
+
 static sl_status pread_full(engine *e, int fd, uint32_t f, uint8_t *buf, uint64_t len, uint64_t off,
                             bool allow_short, sl__err *werr) {
-  uint64_t got = 0;
-  if (atomic_exchange(&e->inject_error, false))
-    return sl__err_set(werr, SL_STATUS_IO,
-                       "read of %s at offset %llu failed: %s (injected by SHARDLOAD_INJECT_READ_ERROR)",
-                       e->t->cat->files[f].path, (unsigned long long)off, strerror(EIO));
-  while (got < len) {
-    ssize_t r = pread(fd, buf + got, (size_t)(len - got), (off_t)(off + got));
-    if (r < 0 && errno == EINTR)
-      continue;
-    if (r < 0)
-      return sl__err_set(werr, SL_STATUS_IO, "read of %s at offset %llu failed: %s", e->t->cat->files[f].path,
-                         (unsigned long long)(off + got), strerror(errno));
-    if (r == 0) {
-      if (allow_short)
-        break;
-      return sl__err_set(werr, SL_STATUS_IO, "%s ended at offset %llu, %llu bytes before the expected end",
-                         e->t->cat->files[f].path, (unsigned long long)(off + got),
-                         (unsigned long long)(len - got));
-    }
-    got += (uint64_t)r;
-    atomic_fetch_add(&e->read_ops, 1);
-  }
-  return SL_STATUS_OK;
+  sl_status st = injected_failure(e, f, off, werr);
+  uint64_t calls = 0;
+  if (st == SL_STATUS_OK)
+    st = sl__pread_full(fd, buf, len, off, allow_short, e->t->cat->files[f].path, NULL, &calls, werr);
+  atomic_fetch_add(&e->read_ops, calls);
+  return st;
 }
 
 /* Reads one operation into staging (or straight into its destination) and delivers it. */
@@ -306,12 +295,9 @@ static sl_status run_op(engine *e, int worker, int slot, uint8_t *staging, const
   int fd = e->fds[op->file];
   sl_status st = SL_STATUS_OK;
   if (op->populate) {
-    st = atomic_exchange(&e->inject_error, false)
-             ? sl__err_set(werr, SL_STATUS_IO,
-                           "read of %s at offset %llu failed: %s (injected by SHARDLOAD_INJECT_READ_ERROR)",
-                           e->t->cat->files[op->file].path, (unsigned long long)op->offset, strerror(EIO))
-             : sl__filemap_populate(op->direct_dst, op->len, e->t->cat->files[op->file].path, op->offset,
-                                    werr);
+    st = injected_failure(e, op->file, op->offset, werr);
+    if (st == SL_STATUS_OK)
+      st = sl__filemap_populate(op->direct_dst, op->len, e->t->cat->files[op->file].path, op->offset, werr);
     if (st == SL_STATUS_OK) {
       const sl__delivery *d = &SL_VEC_AT(&e->rp.dels, sl__delivery, op->first);
       atomic_fetch_add(&e->t->copy_done[e->copy_list[e->copy_start[d->piece]]], op->len);
@@ -542,9 +528,7 @@ static void *uring_worker_main(void *arg) {
       }
       continue;
     }
-    if (atomic_exchange(&e->inject_error, false))
-      st = sl__err_set(&werr, SL_STATUS_IO, "read of %s failed: %s (injected by SHARDLOAD_INJECT_READ_ERROR)",
-                       e->t->cat->files[op->file].path, strerror(EIO));
+    st = injected_failure(e, op->file, op->offset, &werr);
     for (uint32_t i = 0; i < op->count && st == SL_STATUS_OK; i++)
       st = deliver_from_read(e, w, 0, &SL_VEC_AT(&e->rp.dels, sl__delivery, op->first + i), f->dst, f->off,
                              false, &werr);

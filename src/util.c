@@ -201,6 +201,33 @@ bool sl__parse_u64(const char *s, uint64_t *out) {
   return true;
 }
 
+sl_status sl__pread_full(int fd, void *buf, uint64_t len, uint64_t off, bool allow_short, const char *path,
+                         uint64_t *got_out, uint64_t *calls, sl__err *err) {
+  uint8_t *p = buf;
+  uint64_t got = 0;
+  while (got < len) {
+    size_t want = len - got < ((uint64_t)1 << 30) ? (size_t)(len - got) : ((size_t)1 << 30);
+    ssize_t r = pread(fd, p + got, want, (off_t)(off + got));
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (calls != NULL)
+      (*calls)++;
+    if (r < 0)
+      return sl__err_set(err, SL_STATUS_IO, "read of %s at offset %llu failed: %s", path,
+                         (unsigned long long)(off + got), strerror(errno));
+    if (r == 0) {
+      if (allow_short)
+        break;
+      return sl__err_set(err, SL_STATUS_IO, "%s ended at offset %llu, %llu bytes before the expected end",
+                         path, (unsigned long long)(off + got), (unsigned long long)(len - got));
+    }
+    got += (uint64_t)r;
+  }
+  if (got_out != NULL)
+    *got_out = got;
+  return SL_STATUS_OK;
+}
+
 sl_status sl__read_file(const char *path, size_t max_bytes, char **out, size_t *out_len, sl__err *err) {
   *out = NULL;
   if (out_len != NULL)
@@ -230,18 +257,11 @@ sl_status sl__read_file(const char *path, size_t max_bytes, char **out, size_t *
     close(fd);
     return sl__err_set(err, SL_STATUS_NOMEM, "out of memory reading %s (%zu bytes)", path, n);
   }
-  size_t got = 0;
-  while (got < n) {
-    ssize_t r = pread(fd, p + got, n - got, (off_t)got);
-    if (r < 0 && errno == EINTR)
-      continue;
-    if (r <= 0) {
-      int e = r < 0 ? errno : EIO;
-      free(p);
-      close(fd);
-      return sl__err_set(err, SL_STATUS_IO, "cannot read %s: %s", path, r < 0 ? strerror(e) : "file shrank");
-    }
-    got += (size_t)r;
+  sl_status rd = sl__pread_full(fd, p, n, 0, false, path, NULL, NULL, err);
+  if (rd != SL_STATUS_OK) {
+    free(p);
+    close(fd);
+    return rd;
   }
   close(fd);
   p[n] = '\0';

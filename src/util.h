@@ -50,6 +50,11 @@ bool sl__str_starts_with(const char *s, const char *prefix);
 char *sl__path_join(const char *dir, const char *name);
 /* Parses a whole string as a decimal u64 (no sign, no spaces); false on any defect/overflow. */
 bool sl__parse_u64(const char *s, uint64_t *out);
+/* Reads len bytes of fd from offset off into buf, retrying short reads and EINTR. allow_short:
+ * the end of the file may come first (*got says how much arrived). calls (may be NULL) is
+ * incremented per read system call. Errors name path and the offset. */
+sl_status sl__pread_full(int fd, void *buf, uint64_t len, uint64_t off, bool allow_short, const char *path,
+                         uint64_t *got, uint64_t *calls, sl__err *err);
 /* Reads a whole file (at most max_bytes) into a NUL-terminated malloc'd buffer. */
 sl_status sl__read_file(const char *path, size_t max_bytes, char **out, size_t *out_len, sl__err *err);
 

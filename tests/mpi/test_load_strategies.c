@@ -18,6 +18,7 @@
 
 #include "shardload/shardload.h"
 
+#include <cjson/cJSON.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,17 +60,20 @@ static void test_all_layouts(void) {
   }
 }
 
-/* Sum over ranks of "key":N in the report's "ranks" array. */
+/* Sum over the report's "ranks" entries of the number under key (0 when missing). */
 static unsigned long long sum_ranks(const char *report, const char *key) {
-  const char *p = strstr(report, "\"ranks\":[");
-  unsigned long long total = 0;
-  char pat[64];
-  snprintf(pat, sizeof pat, "\"%s\":", key);
-  while (p != NULL && (p = strstr(p, pat)) != NULL) {
-    p += strlen(pat);
-    total += strtoull(p, NULL, 10);
+  cJSON *rep = cJSON_Parse(report);
+  const cJSON *ranks = cJSON_GetObjectItemCaseSensitive(rep, "ranks");
+  double total = 0;
+  const cJSON *r = NULL;
+  cJSON_ArrayForEach(r, ranks) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(r, key);
+    CHECKF(cJSON_IsNumber(v), "report rank entry without %s", key);
+    total += cJSON_IsNumber(v) ? v->valuedouble : 0;
   }
-  return total;
+  CHECKF(cJSON_IsArray(ranks), "report without a ranks array");
+  cJSON_Delete(rep);
+  return (unsigned long long)total;
 }
 
 static void test_mmap_maps(void) {
