@@ -32,12 +32,12 @@ endif()
 if(_sl_fuzz_ok)
   set(_sl_fuzz_sources
     ${_sl_fuzz_dir}/fuzz_header.c
-    ${PROJECT_SOURCE_DIR}/src/safetensors.c
-    ${PROJECT_SOURCE_DIR}/src/st_write.c
-    ${PROJECT_SOURCE_DIR}/src/err.c
-    ${PROJECT_SOURCE_DIR}/src/util.c
-    ${PROJECT_SOURCE_DIR}/src/dtype.c
-    ${PROJECT_SOURCE_DIR}/src/status.c)
+    ${PROJECT_SOURCE_DIR}/src/format/safetensors.c
+    ${PROJECT_SOURCE_DIR}/src/format/safetensors_write.c
+    ${PROJECT_SOURCE_DIR}/src/base/err.c
+    ${PROJECT_SOURCE_DIR}/src/base/util.c
+    ${PROJECT_SOURCE_DIR}/src/format/dtype.c
+    ${PROJECT_SOURCE_DIR}/src/api/status.c)
   set(_sl_fuzz_includes -I${PROJECT_SOURCE_DIR}/include -I${PROJECT_SOURCE_DIR}/src)
   foreach(dir ${MPI_C_INCLUDE_DIRS})
     list(APPEND _sl_fuzz_includes -I${dir})
@@ -45,8 +45,8 @@ if(_sl_fuzz_ok)
   add_custom_command(OUTPUT ${_sl_fuzz_bin}
     COMMAND ${SL_CLANG} -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -std=c11
             -D_GNU_SOURCE ${_sl_fuzz_includes} ${_sl_fuzz_sources} -o ${_sl_fuzz_bin}
-    DEPENDS ${_sl_fuzz_sources} ${PROJECT_SOURCE_DIR}/src/safetensors.h ${PROJECT_SOURCE_DIR}/src/util.h
-            ${PROJECT_SOURCE_DIR}/src/err.h ${PROJECT_SOURCE_DIR}/src/dtype.h
+    DEPENDS ${_sl_fuzz_sources} ${PROJECT_SOURCE_DIR}/src/format/safetensors.h ${PROJECT_SOURCE_DIR}/src/base/util.h
+            ${PROJECT_SOURCE_DIR}/src/base/err.h ${PROJECT_SOURCE_DIR}/src/format/dtype.h
             ${PROJECT_SOURCE_DIR}/include/shardload/shardload.h
     COMMENT "Building the libFuzzer target fuzz_header with ${SL_CLANG}"
     VERBATIM)

@@ -4,8 +4,8 @@
  * re-serialised with sl__st_build_header, which must succeed, parse again to the same table, and
  * re-serialise to the same bytes.
  */
-#include "safetensors.h"
-#include "util.h"
+#include "format/safetensors.h"
+#include "base/util.h"
 
 #include <stdio.h>
 #include <stdlib.h>

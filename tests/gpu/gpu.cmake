@@ -48,9 +48,9 @@ if(SL_HAVE_CUDA)
   # The same checks against the CPU stand-in: built from the backend's sources directly, linked
   # with cuda_mock.c instead of libcudart and libnccl (only their headers are used).
   add_executable(test_cuda_mock ${_sl_gpu_dir}/test_cuda_backend.c ${_sl_gpu_dir}/cuda_mock.c
-    ${PROJECT_SOURCE_DIR}/src/backend_cuda.c ${PROJECT_SOURCE_DIR}/src/cuda_logic_cuda.c
-    ${PROJECT_SOURCE_DIR}/src/comm.c ${PROJECT_SOURCE_DIR}/src/err.c ${PROJECT_SOURCE_DIR}/src/util.c
-    ${PROJECT_SOURCE_DIR}/src/log.c ${PROJECT_SOURCE_DIR}/src/status.c
+    ${PROJECT_SOURCE_DIR}/src/backend/cuda/backend.c ${PROJECT_SOURCE_DIR}/src/backend/cuda/logic.c
+    ${PROJECT_SOURCE_DIR}/src/engine/comm.c ${PROJECT_SOURCE_DIR}/src/base/err.c ${PROJECT_SOURCE_DIR}/src/base/util.c
+    ${PROJECT_SOURCE_DIR}/src/base/log.c ${PROJECT_SOURCE_DIR}/src/api/status.c
     ${PROJECT_SOURCE_DIR}/tests/common/check.c ${PROJECT_SOURCE_DIR}/tests/common/values.c)
   target_include_directories(test_cuda_mock PRIVATE ${PROJECT_SOURCE_DIR}/include ${PROJECT_SOURCE_DIR}/src
     ${PROJECT_SOURCE_DIR}/tests/common)
@@ -68,10 +68,10 @@ if(SL_HAVE_CUDA)
   add_test(NAME test_cuda_mock_shared COMMAND ${SL_MPIRUN} -np 2 $<TARGET_FILE:test_cuda_mock>)
   set_tests_properties(test_cuda_mock_shared PROPERTIES LABELS mpi TIMEOUT 120 PROCESSORS 2
     ENVIRONMENT "${_sl_mock_env};MOCK_CUDA_DEVICES=1;SL_TEST_SHARED_ONLY=1")
-  # The loader is written against the public API; until src/loader.c exists this test is not built.
-  if(EXISTS ${PROJECT_SOURCE_DIR}/src/loader.c)
+  # The loader is written against the public API; until src/api/loader.c exists this test is not built.
+  if(EXISTS ${PROJECT_SOURCE_DIR}/src/api/loader.c)
     sl_gpu_mpi_test(test_gpu_load gpu 1 2)
   else()
-    message(STATUS "shardload: src/loader.c not present yet: test_gpu_load not built")
+    message(STATUS "shardload: src/api/loader.c not present yet: test_gpu_load not built")
   endif()
 endif()

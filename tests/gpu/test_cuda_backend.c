@@ -1,5 +1,5 @@
 /*
- * test_cuda_backend.c — the CUDA backend's operations (backend.h) at any number of ranks (one GPU
+ * test_cuda_backend.c — the CUDA backend's operations (backend/backend.h) at any number of ranks (one GPU
  * per rank of a node), with a fake schedule: group 0 holds every rank, group 1 ranks 1..N-1
  * (from 3 ranks on), so that some ranks are not members:
  *   - alloc returns zero-filled device memory (also after the same memory was dirtied and freed);
@@ -17,9 +17,9 @@
  * Environment: SL_TEST_BCAST_BYTES (abort/timeout broadcasts, default 256 MiB), SL_TEST_SHARED_ONLY
  * (expect fewer GPUs than ranks: check the shared-GPU error and pass).
  */
-#include "backend.h"
+#include "backend/backend.h"
 #include "check.h"
-#include "cuda_backend.h"
+#include "backend/cuda/cuda_backend.h"
 #include "values.h"
 
 #include <cuda_runtime.h>

@@ -1,10 +1,10 @@
 /*
- * test_cuda_logic.c — the GPU-free decisions of the CUDA backend (cuda_backend.h), checked on any
+ * test_cuda_logic.c — the GPU-free decisions of the CUDA backend (backend/cuda/cuda_backend.h), checked on any
  * machine: SHARDLOAD_NCCL_TIMEOUT_S parsing, device choice, group positions (= NCCL ranks),
  * detection of two group members on one GPU, and how 2-D copies are issued.
  */
 #include "check.h"
-#include "cuda_backend.h"
+#include "backend/cuda/cuda_backend.h"
 
 #include <math.h>
 #include <stdio.h>

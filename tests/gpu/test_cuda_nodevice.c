@@ -6,7 +6,7 @@
  * a backend behind. Where a GPU is usable it prints "SKIP: ..." and exits 77 (test_cuda_backend.c
  * covers that case).
  */
-#include "backend.h"
+#include "backend/backend.h"
 #include "check.h"
 
 #include <stdlib.h>

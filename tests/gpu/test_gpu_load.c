@@ -6,7 +6,7 @@
  *   mpirun -np N test_gpu_load [MODEL...]      (default: llama qwen2 qwen3 mixtral deepseek_v2_lite)
  * Models are folders under $SL_FIXTURES. Without a usable GPU per rank: "SKIP: ..." and exit 77.
  */
-#include "backend.h"
+#include "backend/backend.h"
 #include "check.h"
 
 #include "shardload/shardload.h"

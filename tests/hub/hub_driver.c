@@ -9,9 +9,9 @@
  *   sl__hub_resolve (to report the counters); --public calls sl_hub_download instead.
  * Exit status: 0 on success, 1 on a resolution failure, 2 on a usage error.
  */
-#include "config.h"
-#include "hub.h"
-#include "util.h"
+#include "api/config.h"
+#include "hub/hub.h"
+#include "base/util.h"
 
 #include <stdio.h>
 #include <stdlib.h>

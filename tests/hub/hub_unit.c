@@ -5,10 +5,10 @@
  * temporary folder.
  */
 #include "check.h"
-#include "config.h"
-#include "hub.h"
-#include "hub_cache.h"
-#include "hub_http.h"
+#include "api/config.h"
+#include "hub/hub.h"
+#include "hub/cache.h"
+#include "hub/http.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -9,14 +9,14 @@
  * every parameter must be byte-identical; the host result itself is checked against an
  * independent reference by the other mpi tests. No GPU needed. Runs at 1, 2, 3 and 4 ranks.
  */
-#include "backend.h"
-#include "catalog.h"
+#include "backend/backend.h"
+#include "model/catalog.h"
 #include "check.h"
-#include "comm.h"
-#include "options.h"
-#include "plan.h"
-#include "prepare.h"
-#include "transfer.h"
+#include "engine/comm.h"
+#include "api/options.h"
+#include "plan/plan.h"
+#include "api/prepare.h"
+#include "engine/transfer.h"
 
 #include <pthread.h>
 #include <stdatomic.h>

@@ -4,7 +4,7 @@
  * merge with --threads and --no-strict.
  */
 #include "check.h"
-#include "extra_config.h"
+#include "api/extra_config.h"
 
 #include <string.h>
 

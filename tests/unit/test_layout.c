@@ -3,7 +3,7 @@
  * (expert placement, maps, effective placement, EPLB, expert ids, the skip predicate).
  */
 #include "check.h"
-#include "layout.h"
+#include "model/layout.h"
 
 #include <stdlib.h>
 #include <string.h>

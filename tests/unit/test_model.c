@@ -5,11 +5,11 @@
  * missing config field, shape mismatch with the config fields behind it, unsupported
  * quantization).
  */
-#include "catalog.h"
+#include "model/catalog.h"
 #include "check.h"
-#include "expr.h"
-#include "model.h"
-#include "spec.h"
+#include "model/expr.h"
+#include "model/model.h"
+#include "model/spec.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>

@@ -6,13 +6,13 @@
  * reads a tensor vLLM's filter would skip, and the plans together cover every expert tensor);
  * the schedule's single reader per byte.
  */
-#include "catalog.h"
+#include "model/catalog.h"
 #include "check.h"
-#include "layout.h"
-#include "model.h"
-#include "plan.h"
-#include "safetensors.h"
-#include "spec.h"
+#include "model/layout.h"
+#include "model/model.h"
+#include "plan/plan.h"
+#include "format/safetensors.h"
+#include "model/spec.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,5 +1,5 @@
 /*
- * test_readplan.c — the range scheduler of the read engine (src/readplan.c): pieces with odd
+ * test_readplan.c — the range scheduler of the read engine (src/plan/readplan.c): pieces with odd
  * offsets, sizes and strides become read operations (chunked, coalesced across small gaps, read
  * row by row across large ones — or as row runs, whole rows packed, for the buffered strategies —
  * merged when they touch); each operation is then really read from
@@ -9,8 +9,8 @@
  * and the bytes read must be the useful bytes plus the covering bytes the plan predicts.
  */
 #include "check.h"
-#include "plan.h"
-#include "readplan.h"
+#include "plan/plan.h"
+#include "plan/readplan.h"
 
 #include <fcntl.h>
 #include <stdio.h>

@@ -9,8 +9,8 @@
  *   test_roundtrip  seeded random tables: write → read → same table, rewrite → same bytes.
  */
 #include "check.h"
-#include "safetensors.h"
-#include "util.h"
+#include "format/safetensors.h"
+#include "base/util.h"
 
 #include <dirent.h>
 #include <fcntl.h>

@@ -5,7 +5,7 @@
  * path rules of HUB.md §6. Each case builds its model folder in a fresh temporary directory.
  */
 #include "check.h"
-#include "select.h"
+#include "model/file_select.h"
 
 #include <stdlib.h>
 #include <string.h>

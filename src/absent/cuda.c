@@ -1,0 +1,28 @@
+/*
+ * absent/cuda.c — the CUDA backend when shardload was built without CUDA and NCCL: every
+ * request for device memory is answered with a clear "unsupported" error.
+ */
+#include "backend/backend.h"
+
+#include <stdio.h>
+
+sl_status sl__backend_cuda_create(sl__comm *comm, int workers, int device, void *stream, void *nccl_comm,
+                                  const sl__schedule *sched, sl__backend **out, sl__err *err) {
+  (void)comm;
+  (void)workers;
+  (void)device;
+  (void)stream;
+  (void)nccl_comm;
+  (void)sched;
+  *out = NULL;
+  return sl__err_set(
+      err, SL_STATUS_UNSUPPORTED,
+      "--device cuda: this shardload was built without CUDA and NCCL (rebuild where the CUDA toolkit "
+      "and NCCL are installed, or use --device cpu)");
+}
+
+bool sl__cuda_available(char *why, size_t cap) {
+  if (why != NULL && cap > 0)
+    snprintf(why, cap, "shardload was built without CUDA support");
+  return false;
+}

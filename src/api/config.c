@@ -1,0 +1,323 @@
+/*
+ * api/config.c — the configuration table. Every key the library accepts is one row below: its type,
+ * its default and a short description. sl_config_set validates against the row (so the error
+ * names the key and what it accepts); loaders read typed values back with the getters.
+ */
+#include "api/config.h"
+
+#include "base/util.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+typedef enum { T_STR, T_BOOL, T_U64, T_POS, T_ENUM, T_DOUBLE, T_LIST } key_type;
+
+typedef struct key_def {
+  const char *name;
+  key_type type;
+  const char *dflt;    /* textual default, NULL = none */
+  const char *choices; /* T_ENUM: comma-separated, matched case-insensitively */
+  const char *help;
+} key_def;
+
+static const key_def keys[] = {
+    {"model", T_STR, NULL, NULL, "model folder or Hub repository id"},
+    {"revision", T_STR, "main", NULL, "Hub revision: branch, tag, refs/pr/N or commit"},
+    {"cache_dir", T_STR, NULL, NULL, "Hugging Face cache folder (default HF_HUB_CACHE, $HF_HOME/hub)"},
+    {"offline", T_BOOL, "false", NULL, "no network at all; resolve from the cache"},
+    {"quiet", T_BOOL, "false", NULL, "no progress output"},
+    {"load_format", T_ENUM, "auto", "auto,hf,safetensors,mistral,pt", "weight file selection"},
+    {"tp", T_POS, "1", NULL, "tensor-parallel size"},
+    {"pp", T_POS, "1", NULL, "pipeline-parallel size"},
+    {"dp", T_POS, "1", NULL, "data-parallel size"},
+    {"enable_expert_parallel", T_BOOL, "false", NULL, "whole experts per rank over dp*tp ranks"},
+    {"expert_placement", T_ENUM, "linear", "linear,round_robin", "expert placement strategy"},
+    {"enable_eplb", T_BOOL, "false", NULL, "expert-parallel load balancing (no expert filter)"},
+    {"num_redundant_experts", T_U64, "0", NULL, "EPLB redundant expert slots"},
+    {"arch", T_STR, "auto", NULL, "architecture spec: auto (from config.json) or a spec JSON file"},
+    {"layout", T_ENUM, "vllm", "vllm,checkpoint", "names and fusion of the local parameters"},
+    {"device", T_ENUM, "cpu", "cpu,cuda", "where the parameters land"},
+    {"cuda_device", T_STR, NULL, NULL, "CUDA device ordinal (default: node-local rank)"},
+    {"pp_layer_partition", T_STR, NULL, NULL, "explicit layers per stage, e.g. 4,6,6,4"},
+    {"extra_config", T_STR, NULL, NULL,
+     "JSON object: enable_multithread_load, num_threads, "
+     "enable_weights_track"},
+    {"threads", T_POS, NULL, NULL, "reader threads per rank (default 8)"},
+    {"load_strategy", T_ENUM, "auto", "auto,direct,io_uring,mmap", "how bytes are read"},
+    {"prefault", T_BOOL, "false", NULL, "touch host parameter memory before reading (timed as allocation)"},
+    {"staging_bytes", T_POS, "268435456", NULL, "staging memory cap per rank, bytes"},
+    {"read_chunk_bytes", T_POS, "16777216", NULL, "largest single read, bytes"},
+    {"coalesce_gap_bytes", T_U64, "4096", NULL, "read across gaps up to this size to merge ranges"},
+    {"bucket_bytes", T_POS, "67108864", NULL, "broadcast bucket size, bytes"},
+    {"save_sharded", T_STR, NULL, NULL, "write each rank's parameters to this folder"},
+    {"save_max_part_bytes", T_POS, "5368709120", NULL, "largest part file of save_sharded, bytes"},
+    {"report", T_STR, NULL, NULL, "JSON report file written by rank 0"},
+    {"strict", T_BOOL, "true", NULL, "missing or unexpected weights are errors"},
+    {"storage_gbps", T_DOUBLE, "2.0", NULL, "dry run: storage read GB/s per node"},
+    {"network_gbps", T_DOUBLE, "25.0", NULL, "dry run: network GB/s per node"},
+    {"ranks_per_node", T_POS, "8", NULL, "dry run: ranks per node"},
+    {"hub_token", T_STR, NULL, NULL, "Hub access token (default HF_TOKEN, token file)"},
+    {"hub_backoff_base_ms", T_U64, "1000", NULL, "unit of the retry backoff, milliseconds"},
+    {"hub_parallel_threshold", T_U64, "134217728", NULL, "files larger than this use ranged chunks"},
+    {"hub_chunk_bytes", T_POS, "67108864", NULL, "ranged download chunk size, bytes"},
+    {"hub_connections", T_POS, "8", NULL, "ranged chunks in flight per file"},
+    {"hub_parallel_files", T_POS, "4", NULL, "files downloaded at once"},
+    {"hub_verify", T_BOOL, "true", NULL, "check size and hash before publishing a blob"},
+    {"hub_lock_timeout_s", T_U64, "0", NULL, "give up waiting for a blob lock after this (0 = never)"},
+    {"download_all", T_BOOL, "false", NULL, "download every top-level non-weight file too"},
+    {"include", T_LIST, NULL, NULL, "extra glob patterns to download, newline-separated"},
+};
+
+#define N_KEYS (sizeof keys / sizeof keys[0])
+
+struct sl_config {
+  char *values[sizeof keys / sizeof keys[0]];
+  sl__err err;
+};
+
+static int key_index(const char *key) {
+  for (size_t i = 0; i < N_KEYS; i++) {
+    if (strcmp(keys[i].name, key) == 0)
+      return (int)i;
+  }
+  return -1;
+}
+
+static bool parse_bool(const char *v, bool *out) {
+  static const char *const t[] = {"1", "true", "yes", "on"};
+  static const char *const f[] = {"0", "false", "no", "off"};
+  for (size_t i = 0; i < 4; i++) {
+    if (strcasecmp(v, t[i]) == 0) {
+      *out = true;
+      return true;
+    }
+    if (strcasecmp(v, f[i]) == 0) {
+      *out = false;
+      return true;
+    }
+  }
+  return false;
+}
+
+static bool enum_match(const char *choices, const char *v) {
+  const char *p = choices;
+  size_t n = strlen(v);
+  while (*p != '\0') {
+    const char *comma = strchr(p, ',');
+    size_t len = comma != NULL ? (size_t)(comma - p) : strlen(p);
+    if (len == n && strncasecmp(p, v, n) == 0)
+      return true;
+    p += len + (comma != NULL ? 1 : 0);
+  }
+  return false;
+}
+
+static bool parse_double(const char *v, double *out) {
+  char *end = NULL;
+  double d = strtod(v, &end);
+  if (end == v || *end != '\0' || !(d > 0) || d > 1e12)
+    return false;
+  *out = d;
+  return true;
+}
+
+sl_status sl_config_create(sl_config **out) {
+  if (out == NULL)
+    return SL_STATUS_INVALID_ARGUMENT;
+  *out = calloc(1, sizeof **out);
+  return *out != NULL ? SL_STATUS_OK : SL_STATUS_NOMEM;
+}
+
+void sl_config_destroy(sl_config *config) {
+  if (config == NULL)
+    return;
+  for (size_t i = 0; i < N_KEYS; i++)
+    free(config->values[i]);
+  free(config);
+}
+
+static sl_status validate(const key_def *k, const char *value, sl__err *err) {
+  bool b;
+  uint64_t u;
+  double d;
+  switch (k->type) {
+  case T_STR:
+  case T_LIST:
+    return SL_STATUS_OK;
+  case T_BOOL:
+    if (parse_bool(value, &b))
+      return SL_STATUS_OK;
+    return sl__err_set(err, SL_STATUS_CONFIG,
+                       "%s: '%s' is not a boolean (accepted: true, false, 1, 0, yes, no)", k->name, value);
+  case T_U64:
+    if (sl__parse_u64(value, &u))
+      return SL_STATUS_OK;
+    return sl__err_set(err, SL_STATUS_CONFIG, "%s: '%s' is not a non-negative integer", k->name, value);
+  case T_POS:
+    if (sl__parse_u64(value, &u) && u >= 1 && u <= 0x7fffffffffffffffULL)
+      return SL_STATUS_OK;
+    return sl__err_set(err, SL_STATUS_CONFIG, "%s: '%s' is not a positive integer", k->name, value);
+  case T_DOUBLE:
+    if (parse_double(value, &d))
+      return SL_STATUS_OK;
+    return sl__err_set(err, SL_STATUS_CONFIG, "%s: '%s' is not a positive number", k->name, value);
+  case T_ENUM:
+    if (enum_match(k->choices, value))
+      return SL_STATUS_OK;
+    if (strcmp(k->name, "load_format") == 0)
+      return sl__err_set(err, SL_STATUS_CONFIG,
+                         "unknown load format '%s' (accepted: auto, hf, safetensors, mistral, pt)", value);
+    return sl__err_set(err, SL_STATUS_CONFIG, "%s: unknown value '%s' (accepted: %s)", k->name, value,
+                       k->choices);
+  }
+  return SL_STATUS_INTERNAL;
+}
+
+sl_status sl_config_set(sl_config *config, const char *key, const char *value) {
+  if (config == NULL || key == NULL || value == NULL)
+    return SL_STATUS_INVALID_ARGUMENT;
+  sl__err_clear(&config->err);
+  int i = key_index(key);
+  if (i < 0)
+    return sl__err_set(&config->err, SL_STATUS_CONFIG, "unknown configuration key '%s'", key);
+  sl_status st = validate(&keys[i], value, &config->err);
+  if (st != SL_STATUS_OK)
+    return st;
+  char *copy = sl__strdup(value);
+  if (copy == NULL)
+    return sl__err_set(&config->err, SL_STATUS_NOMEM, "out of memory");
+  free(config->values[i]);
+  config->values[i] = copy;
+  return SL_STATUS_OK;
+}
+
+const char *sl_config_get(const sl_config *config, const char *key) {
+  if (config == NULL || key == NULL)
+    return NULL;
+  int i = key_index(key);
+  return i >= 0 ? config->values[i] : NULL;
+}
+
+const char *sl_config_error(const sl_config *config) {
+  return config != NULL ? config->err.msg : "";
+}
+
+void sl__config_set_error(sl_config *cfg, const sl__err *err) {
+  if (cfg == NULL || err == NULL)
+    return;
+  sl__err_clear(&cfg->err);
+  sl__err_copy(&cfg->err, err);
+}
+
+void sl__config_clear_error(sl_config *cfg) {
+  if (cfg != NULL)
+    sl__err_clear(&cfg->err);
+}
+
+bool sl__config_is_set(const sl_config *cfg, const char *key) {
+  return sl_config_get(cfg, key) != NULL;
+}
+
+const char *sl__config_str(const sl_config *cfg, const char *key) {
+  int i = key_index(key);
+  if (i < 0)
+    return NULL;
+  if (cfg != NULL && cfg->values[i] != NULL)
+    return cfg->values[i];
+  return keys[i].dflt;
+}
+
+bool sl__config_bool(const sl_config *cfg, const char *key) {
+  const char *v = sl__config_str(cfg, key);
+  bool b = false;
+  if (v != NULL)
+    parse_bool(v, &b);
+  return b;
+}
+
+uint64_t sl__config_u64(const sl_config *cfg, const char *key) {
+  const char *v = sl__config_str(cfg, key);
+  uint64_t u = 0;
+  if (v != NULL)
+    sl__parse_u64(v, &u);
+  return u;
+}
+
+double sl__config_double(const sl_config *cfg, const char *key) {
+  const char *v = sl__config_str(cfg, key);
+  double d = 0;
+  if (v != NULL)
+    parse_double(v, &d);
+  return d;
+}
+
+char **sl__config_list(const sl_config *cfg, const char *key) {
+  const char *v = sl__config_str(cfg, key);
+  size_t n = 0;
+  for (const char *p = v; p != NULL && *p != '\0'; p++)
+    n += *p == '\n';
+  char **list = calloc(n + 2, sizeof *list);
+  if (list == NULL || v == NULL)
+    return list;
+  size_t k = 0;
+  const char *p = v;
+  while (*p != '\0') {
+    const char *nl = strchr(p, '\n');
+    size_t len = nl != NULL ? (size_t)(nl - p) : strlen(p);
+    if (len > 0) {
+      list[k] = sl__strndup(p, len);
+      if (list[k] == NULL) {
+        sl__config_free_list(list);
+        return NULL;
+      }
+      k++;
+    }
+    p += len + (nl != NULL ? 1 : 0);
+  }
+  return list;
+}
+
+void sl__config_free_list(char **list) {
+  if (list == NULL)
+    return;
+  for (char **p = list; *p != NULL; p++)
+    free(*p);
+  free(list);
+}
+
+sl_config *sl__config_clone(const sl_config *cfg) {
+  sl_config *c = calloc(1, sizeof *c);
+  if (c == NULL || cfg == NULL)
+    return c;
+  for (size_t i = 0; i < N_KEYS; i++) {
+    if (cfg->values[i] == NULL)
+      continue;
+    c->values[i] = sl__strdup(cfg->values[i]);
+    if (c->values[i] == NULL) {
+      sl_config_destroy(c);
+      return NULL;
+    }
+  }
+  return c;
+}
+
+const char *sl_config_keys(void) {
+  static char help[8192];
+  if (help[0] != '\0')
+    return help;
+  size_t off = 0;
+  for (size_t i = 0; i < N_KEYS && off < sizeof help; i++) {
+    int n = snprintf(help + off, sizeof help - off, "  %-24s %s%s%s\n", keys[i].name, keys[i].help,
+                     keys[i].dflt != NULL ? " (default " : "", keys[i].dflt != NULL ? keys[i].dflt : "");
+    if (n < 0)
+      break;
+    off += (size_t)n;
+    if (keys[i].dflt != NULL && off + 1 < sizeof help) {
+      help[off - 1] = ')';
+      help[off++] = '\n';
+      help[off] = '\0';
+    }
+  }
+  return help;
+}

@@ -1,0 +1,165 @@
+/*
+ * api/prepare.c — resolution of the model argument, spec choice, catalog and model (see api/prepare.h).
+ */
+#include "api/prepare.h"
+
+#include "api/config.h"
+#include "hub/hub.h"
+#include "base/log.h"
+#include "base/util.h"
+
+#include <cjson/cJSON.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define SPEC_MAX_BYTES (16u * 1024u * 1024u)
+#define CONFIG_MAX_BYTES (64u * 1024u * 1024u)
+
+void sl__prepared_free(sl__prepared *p) {
+  if (p == NULL)
+    return;
+  sl__catalog_free(&p->cat);
+  free(p->spec_text);
+  free(p->spec_path);
+  sl__spec_free(p->spec);
+  if (p->have_model)
+    sl__model_free(&p->model);
+  free(p->commit);
+  memset(p, 0, sizeof *p);
+}
+
+static bool is_dir(const char *path) {
+  struct stat st;
+  return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* The model folder: the argument itself, or the Hub snapshot it names. */
+static sl_status resolve_folder(const sl_config *cfg, const sl__opts *o, sl__prepared *p, char **folder,
+                                sl__err *err) {
+  if (is_dir(o->model)) {
+    *folder = sl__strdup(o->model);
+    return *folder != NULL ? SL_STATUS_OK : sl__err_set(err, SL_STATUS_NOMEM, "out of memory");
+  }
+  SL_INFO("resolving '%s' (process %ld): not a folder, trying the Hub", o->model, (long)getpid());
+  if (!sl__hub_valid_repo_id(o->model))
+    return sl__err_set(
+        err, SL_STATUS_NOT_FOUND,
+        "model '%s' is neither an existing folder nor a valid Hub repository id (namespace/name)", o->model);
+  sl__hub_opts ho;
+  char **include = NULL;
+  sl_status st = sl__hub_opts_from_config(cfg, &ho, &include, err);
+  if (st != SL_STATUS_OK)
+    return st;
+  ho.select.format = o->format;
+  sl__hub_result r;
+  memset(&r, 0, sizeof r);
+  st = sl__hub_resolve(o->model, &ho, &r, err);
+  sl__config_free_list(include);
+  if (st != SL_STATUS_OK)
+    return st;
+  *folder = r.snapshot_dir;
+  r.snapshot_dir = NULL;
+  p->commit = r.commit;
+  r.commit = NULL;
+  p->download_bytes = r.bytes_downloaded;
+  p->download_files = r.files_downloaded;
+  p->download_seconds = r.seconds;
+  sl__hub_result_free(&r);
+  return SL_STATUS_OK;
+}
+
+static sl_status choose_spec(const sl__opts *o, const char *folder, sl__prepared *p, sl__err *err) {
+  const char *path = NULL;
+  sl__spec *found = NULL;
+  sl_status st = SL_STATUS_OK;
+  if (strcmp(o->arch, "auto") != 0) {
+    path = o->arch;
+  } else {
+    char *cfg_path = sl__path_join(folder, "config.json");
+    char *text = NULL;
+    size_t len = 0;
+    st = cfg_path != NULL ? sl__read_file(cfg_path, CONFIG_MAX_BYTES, &text, &len, err)
+                          : sl__err_set(err, SL_STATUS_NOMEM, "out of memory");
+    if (st == SL_STATUS_NOT_FOUND) {
+      sl__err_clear(err);
+      st = sl__err_set(err, SL_STATUS_MODEL_CONFIG, "%s has no config.json (needed to know the architecture)",
+                       folder);
+    }
+    free(cfg_path);
+    cJSON *cfg = NULL;
+    if (st == SL_STATUS_OK) {
+      cfg = cJSON_ParseWithLength(text, len);
+      if (cfg == NULL || !cJSON_IsObject(cfg))
+        st = sl__err_set(err, SL_STATUS_MODEL_CONFIG, "%s/config.json is not a valid JSON object", folder);
+    }
+    free(text);
+    const char *arch = NULL;
+    if (st == SL_STATUS_OK)
+      st = sl__model_architecture(cfg, &arch, err);
+    if (st == SL_STATUS_OK)
+      st = sl__spec_find(arch, &found, err);
+    cJSON_Delete(cfg);
+    if (st != SL_STATUS_OK)
+      return st;
+    path = found->path;
+  }
+  p->spec_path = sl__strdup(path);
+  st = p->spec_path != NULL ? sl__read_file(path, SPEC_MAX_BYTES, &p->spec_text, &p->spec_len, err)
+                            : sl__err_set(err, SL_STATUS_NOMEM, "out of memory");
+  if (st != SL_STATUS_OK && st != SL_STATUS_NOMEM) {
+    if (err != NULL)
+      err->status = SL_STATUS_ARCH;
+    st = SL_STATUS_ARCH;
+  }
+  if (st == SL_STATUS_OK)
+    st = found != NULL ? SL_STATUS_OK : sl__spec_parse(p->spec_text, p->spec_len, p->spec_path, &found, err);
+  if (st == SL_STATUS_OK)
+    p->spec = found;
+  else
+    sl__spec_free(found);
+  return st;
+}
+
+sl_status sl__prepare_catalog(const sl_config *cfg, const sl__opts *o, sl__prepared *p, sl__err *err) {
+  memset(p, 0, sizeof *p);
+  char *folder = NULL;
+  sl_status st = resolve_folder(cfg, o, p, &folder, err);
+  if (st == SL_STATUS_OK)
+    st = choose_spec(o, folder, p, err);
+  if (st == SL_STATUS_OK) {
+    const sl__spec *s = p->spec;
+    sl__catalog_opts co = {
+        .folder = folder,
+        .what = o->model,
+        .select = {.format = o->format,
+                   .fall_back_to_pt = s->fall_back_to_pt,
+                   .allow_patterns_override = (const char *const *)s->allow_patterns_override},
+        .require_config = true,
+        .n_renames = s->n_rename,
+        .rename_from = (const char *const *)s->rename_from,
+        .rename_to = (const char *const *)s->rename_to,
+        .rename_format = s->rename_format,
+    };
+    st = sl__catalog_build(&co, &p->cat, err);
+  }
+  free(folder);
+  if (st != SL_STATUS_OK)
+    sl__prepared_free(p);
+  return st;
+}
+
+sl_status sl__prepare_model(const sl__opts *o, sl__prepared *p, sl__err *err) {
+  sl_status st = SL_STATUS_OK;
+  if (p->spec == NULL)
+    st = sl__spec_parse(p->spec_text, p->spec_len, p->spec_path != NULL ? p->spec_path : "(broadcast)",
+                        &p->spec, err);
+  if (st == SL_STATUS_OK)
+    st = sl__model_build(p->spec, &p->cat, o->layout, &p->model, err);
+  if (st == SL_STATUS_OK)
+    p->have_model = true;
+  if (st == SL_STATUS_OK && o->enable_ep && p->model.experts == 0)
+    SL_INFO("--enable-expert-parallel has no effect on %s: the model has no experts", p->model.family);
+  return st;
+}

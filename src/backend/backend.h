@@ -1,0 +1,77 @@
+/*
+ * backend/backend.h — where parameters live and how shared bytes travel between ranks. The read engine
+ * and the loader only talk to this table of operations:
+ *   host (backend/host.c): host memory, memcpy, MPI broadcast;
+ *   cuda (backend/cuda/backend.c, built with CUDA + NCCL): device memory, pinned staging, asynchronous
+ *        host-to-device copies, NCCL broadcast; absent/cuda.c answers "unsupported".
+ * Copies are 2-D: `rows` rows of `row_bytes`, consecutive rows `src_stride` / `dst_stride` apart.
+ */
+#ifndef SL_BACKEND_H
+#define SL_BACKEND_H
+
+#include "engine/comm.h"
+#include "base/err.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct sl__backend sl__backend;
+
+typedef struct sl__backend_ops {
+  const char *name;
+  /* Parameter and bucket memory, zero-filled. */
+  sl_status (*alloc)(sl__backend *b, uint64_t nbytes, void **out, sl__err *err);
+  void (*release)(sl__backend *b, void *ptr);
+  /* Host memory that reader threads read into (pinned on GPUs). */
+  sl_status (*alloc_staging)(sl__backend *b, uint64_t nbytes, void **out, sl__err *err);
+  void (*release_staging)(sl__backend *b, void *ptr);
+  /* Host staging → backend memory, from reader thread `worker` (0 .. workers-1) out of its
+   * staging buffer `slot` (0 .. ring depth-1). May be asynchronous: the read engine reuses a
+   * slot's bytes only after upload_wait(worker, slot) returned. */
+  sl_status (*upload)(sl__backend *b, int worker, int slot, void *dst, uint64_t dst_stride, const void *src,
+                      uint64_t src_stride, uint64_t row_bytes, uint64_t rows, sl__err *err);
+  sl_status (*upload_wait)(sl__backend *b, int worker, int slot, sl__err *err);
+  /* Backend memory → backend memory (bucket → parameter), from the main thread. */
+  sl_status (*copy)(sl__backend *b, void *dst, uint64_t dst_stride, const void *src, uint64_t src_stride,
+                    uint64_t row_bytes, uint64_t rows, sl__err *err);
+  /* Broadcast within schedule group g (root = rank inside the group), polled against the abort
+   * channel: *aborted set when the load must stop. */
+  sl_status (*bcast)(sl__backend *b, uint32_t g, void *buf, uint64_t nbytes, int root, bool *aborted,
+                     sl__err *err);
+  /* Backend memory → host memory (saving parameters, tests), synchronous. */
+  sl_status (*download)(sl__backend *b, void *host_dst, const void *src, uint64_t nbytes, sl__err *err);
+  /* Everything issued so far has completed. */
+  sl_status (*sync)(sl__backend *b, sl__err *err);
+  void (*destroy)(sl__backend *b);
+} sl__backend_ops;
+
+struct sl__backend {
+  const sl__backend_ops *ops;
+  sl__comm *comm;        /* MPI plumbing (groups created by the loader before any bcast) */
+  bool host_addressable; /* parameters are host memory: readers may pread straight into them */
+  int device;            /* CUDA device ordinal, -1 on the host */
+  void *impl;            /* backend private state */
+  bool failed;           /* set by the loader once the ranks agreed that a load failed: destroy
+                            then aborts NCCL communicators instead of finalizing them with peers */
+};
+
+/* Host backend: always available. */
+sl_status sl__backend_host_create(sl__comm *comm, int workers, sl__backend **out, sl__err *err);
+
+/* Staging slots per reader thread: reads into one slot overlap uploads from the others. */
+#define SL_STAGING_RING_DEPTH 2
+
+/* CUDA backend. device < 0: the node-local rank picks the GPU. stream / nccl_comm: the caller's
+ * cudaStream_t and ncclComm_t, or NULL to create them. Without CUDA support compiled in, or
+ * without a usable GPU: SL_STATUS_UNSUPPORTED / SL_STATUS_NO_DEVICE with a clear message. */
+sl_status sl__backend_cuda_create(sl__comm *comm, int workers, int device, void *stream, void *nccl_comm,
+                                  const sl__schedule *sched, sl__backend **out, sl__err *err);
+/* Whether a CUDA device is usable in this process (false, with the driver's message, if not). */
+bool sl__cuda_available(char *why, size_t cap);
+/* sl__backend_cuda_create is COLLECTIVE over comm (it agrees on its status, so every rank fails
+ * alike: the failing rank's message, "another rank failed: ..." elsewhere); it creates the
+ * schedule's group communicators (sl__comm_groups_create) when they do not exist yet. Its destroy
+ * is collective too unless b->failed is set (communicators are finalized together; at most 60 s,
+ * then aborted). */
+
+#endif

@@ -1,0 +1,62 @@
+/*
+ * backend/cuda/cuda_backend.h — the decisions of the CUDA backend that need no GPU: which device a rank uses,
+ * how long a GPU wait may last, each rank's place in the NCCL communicator of a broadcast group,
+ * which ranks would share one GPU inside a group, and how a 2-D copy is issued. Pure functions
+ * (backend/cuda/logic.c), so that a unit test checks them on machines without a GPU; backend/cuda/backend.c
+ * makes the CUDA and NCCL calls.
+ */
+#ifndef SL_CUDA_BACKEND_H
+#define SL_CUDA_BACKEND_H
+
+#include "base/err.h"
+#include "plan/plan.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* Environment variable: seconds a broadcast (or any GPU wait) may take before the backend gives
+ * up and aborts the NCCL communicator. */
+#define SL_CUDA_TIMEOUT_ENV "SHARDLOAD_NCCL_TIMEOUT_S"
+#define SL_CUDA_TIMEOUT_DEFAULT_S 600.0
+#define SL_CUDA_TIMEOUT_MAX_S 31536000.0 /* one year: anything above is a typo */
+
+/* Seconds from the text of SL_CUDA_TIMEOUT_ENV: NULL or "" → the default; otherwise a positive
+ * decimal number ("30", "0.5"). Anything else is SL_STATUS_CONFIG naming the variable. */
+sl_status sl__cuda_parse_timeout(const char *text, double *seconds, sl__err *err);
+
+/* The device ordinal: requested >= 0 → that one (it must exist); otherwise the node-local rank
+ * modulo count. count <= 0 or a missing ordinal: SL_STATUS_NO_DEVICE. */
+sl_status sl__cuda_pick_device(int requested, int local_rank, int count, int *out, sl__err *err);
+
+/* Position of rank among the members of schedule group g (= its rank in the group's NCCL
+ * communicator, members in group order), or -1 when it is not a member. */
+int sl__cuda_group_pos(const sl__schedule *s, size_t g, int rank);
+
+/* Where a rank's GPU is: two ranks with equal host and bus_id use the same GPU. */
+typedef struct sl__cuda_place {
+  char host[64];   /* host name (truncated) */
+  char bus_id[32]; /* PCI bus id of the device, e.g. "0000:1B:00.0" */
+  int device;      /* ordinal in that rank's process */
+} sl__cuda_place;
+
+/* NCCL cannot put two ranks of one communicator on one GPU. places: one per rank of the world
+ * (world = s->world entries). Error (SL_STATUS_NCCL) naming the first group, the two ranks and the
+ * GPU, when some group that `rank` belongs to has two members on one GPU. */
+sl_status sl__cuda_check_places(const sl__schedule *s, int rank, const sl__cuda_place *places, sl__err *err);
+
+/* How a 2-D copy of `rows` rows of `row_bytes` is issued. */
+typedef enum sl__cuda_copy_kind {
+  SL_CUDA_COPY_NONE = 0, /* nothing to copy */
+  SL_CUDA_COPY_FLAT,     /* one contiguous copy of rows * row_bytes */
+  SL_CUDA_COPY_2D,       /* cudaMemcpy2DAsync, in pieces of at most SL_CUDA_2D_MAX_ROWS rows */
+  SL_CUDA_COPY_ROWS      /* a pitch above the device's limit: one copy per row */
+} sl__cuda_copy_kind;
+
+#define SL_CUDA_2D_MAX_ROWS ((uint64_t)1 << 16)
+
+/* Decides the kind; a stride smaller than row_bytes (with rows > 1) or a size that overflows is
+ * SL_STATUS_INTERNAL. max_pitch: the device's largest pitch in bytes. */
+sl_status sl__cuda_copy_kind_of(uint64_t dst_stride, uint64_t src_stride, uint64_t row_bytes, uint64_t rows,
+                                uint64_t max_pitch, sl__cuda_copy_kind *out, sl__err *err);
+
+#endif

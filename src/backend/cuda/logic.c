@@ -1,0 +1,121 @@
+/*
+ * backend/cuda/logic.c — the GPU-free decisions of the CUDA backend (see backend/cuda/cuda_backend.h): timeout
+ * parsing, device choice, group positions, shared-GPU detection and the shape of 2-D copies.
+ * No CUDA or NCCL call in here; built with the CUDA backend only.
+ */
+#include "backend/cuda/cuda_backend.h"
+
+#include "base/util.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+sl_status sl__cuda_parse_timeout(const char *text, double *seconds, sl__err *err) {
+  *seconds = SL_CUDA_TIMEOUT_DEFAULT_S;
+  if (text == NULL || *text == '\0')
+    return SL_STATUS_OK;
+  char *end = NULL;
+  errno = 0;
+  double v = strtod(text, &end);
+  bool bad =
+      errno != 0 || end == text || *end != '\0' || !isfinite(v) || v <= 0.0 || v > SL_CUDA_TIMEOUT_MAX_S;
+  /* strtod accepts hex floats, "inf" and leading blanks: only plain decimals are meant here. */
+  for (const char *p = text; *p != '\0' && !bad; p++)
+    bad = !((*p >= '0' && *p <= '9') || *p == '.');
+  if (bad)
+    return sl__err_set(
+        err, SL_STATUS_CONFIG,
+        "%s='%s': expected a number of seconds greater than 0 and at most %.0f (e.g. 600 or 0.5)",
+        SL_CUDA_TIMEOUT_ENV, text, SL_CUDA_TIMEOUT_MAX_S);
+  *seconds = v;
+  return SL_STATUS_OK;
+}
+
+sl_status sl__cuda_pick_device(int requested, int local_rank, int count, int *out, sl__err *err) {
+  *out = -1;
+  if (count <= 0)
+    return sl__err_set(err, SL_STATUS_NO_DEVICE,
+                       "no CUDA device available (this process sees no CUDA device; check "
+                       "CUDA_VISIBLE_DEVICES, or use --device cpu)");
+  if (requested >= 0) {
+    if (requested >= count)
+      return sl__err_set(
+          err, SL_STATUS_NO_DEVICE,
+          "cuda_device %d does not exist: this process sees %d CUDA device%s (ordinals 0..%d); "
+          "check cuda_device and CUDA_VISIBLE_DEVICES",
+          requested, count, count == 1 ? "" : "s", count - 1);
+    *out = requested;
+    return SL_STATUS_OK;
+  }
+  *out = (local_rank < 0 ? 0 : local_rank) % count;
+  return SL_STATUS_OK;
+}
+
+int sl__cuda_group_pos(const sl__schedule *s, size_t g, int rank) {
+  if (g >= s->n_groups || rank < 0)
+    return -1;
+  const sl__group *gr = &s->groups[g];
+  const uint32_t *mem = &s->group_members[gr->off];
+  for (uint32_t j = 0; j < gr->n; j++)
+    if (mem[j] == (uint32_t)rank)
+      return (int)j;
+  return -1;
+}
+
+static bool same_gpu(const sl__cuda_place *a, const sl__cuda_place *b) {
+  return strncmp(a->host, b->host, sizeof a->host) == 0 &&
+         strncmp(a->bus_id, b->bus_id, sizeof a->bus_id) == 0;
+}
+
+sl_status sl__cuda_check_places(const sl__schedule *s, int rank, const sl__cuda_place *places, sl__err *err) {
+  for (size_t g = 0; g < s->n_groups; g++) {
+    if (sl__cuda_group_pos(s, g, rank) < 0)
+      continue;
+    const sl__group *gr = &s->groups[g];
+    const uint32_t *mem = &s->group_members[gr->off];
+    for (uint32_t i = 0; i < gr->n; i++) {
+      for (uint32_t j = i + 1; j < gr->n; j++) {
+        const sl__cuda_place *a = &places[mem[i]];
+        const sl__cuda_place *b = &places[mem[j]];
+        if (!same_gpu(a, b))
+          continue;
+        return sl__err_set(
+            err, SL_STATUS_NCCL,
+            "ranks %u and %u would share one GPU (host %.64s, PCI bus %.32s, device %d) in broadcast "
+            "group %zu, which NCCL does not support: start at most as many ranks per node as there "
+            "are GPUs, or give each rank its own device (cuda_device / CUDA_VISIBLE_DEVICES)",
+            mem[i], mem[j], a->host, a->bus_id, a->device, g);
+      }
+    }
+  }
+  return SL_STATUS_OK;
+}
+
+sl_status sl__cuda_copy_kind_of(uint64_t dst_stride, uint64_t src_stride, uint64_t row_bytes, uint64_t rows,
+                                uint64_t max_pitch, sl__cuda_copy_kind *out, sl__err *err) {
+  *out = SL_CUDA_COPY_NONE;
+  if (rows == 0 || row_bytes == 0)
+    return SL_STATUS_OK;
+  uint64_t total = 0;
+  if (sl__mul_overflow(row_bytes, rows, &total))
+    return sl__err_set(err, SL_STATUS_INTERNAL, "copy of %llu rows of %llu bytes overflows",
+                       (unsigned long long)rows, (unsigned long long)row_bytes);
+  if (rows == 1 || (dst_stride == row_bytes && src_stride == row_bytes)) {
+    *out = SL_CUDA_COPY_FLAT;
+    return SL_STATUS_OK;
+  }
+  if (dst_stride < row_bytes || src_stride < row_bytes)
+    return sl__err_set(
+        err, SL_STATUS_INTERNAL,
+        "2-D copy with a stride (destination %llu, source %llu) smaller than its rows (%llu bytes)",
+        (unsigned long long)dst_stride, (unsigned long long)src_stride, (unsigned long long)row_bytes);
+  uint64_t span = 0;
+  if (sl__mul_overflow(dst_stride > src_stride ? dst_stride : src_stride, rows, &span))
+    return sl__err_set(err, SL_STATUS_INTERNAL, "2-D copy of %llu rows with stride %llu overflows",
+                       (unsigned long long)rows,
+                       (unsigned long long)(dst_stride > src_stride ? dst_stride : src_stride));
+  *out = dst_stride > max_pitch || src_stride > max_pitch ? SL_CUDA_COPY_ROWS : SL_CUDA_COPY_2D;
+  return SL_STATUS_OK;
+}

@@ -1,0 +1,313 @@
+/*
+ * engine/comm.c — MPI plumbing of the loader (see engine/comm.h). Every communicator the library creates has
+ * MPI_ERRORS_RETURN so that an MPI failure becomes a status, never a process abort.
+ */
+#include "engine/comm.h"
+
+#include "base/log.h"
+#include "base/util.h"
+
+#include <limits.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ABORT_TAG 7071
+#define BLOB_PIECE ((size_t)1 << 30)
+
+static sl_status mpi_fail(sl__err *err, int rc, const char *what) {
+  char msg[MPI_MAX_ERROR_STRING] = "";
+  int len = 0;
+  MPI_Error_string(rc, msg, &len);
+  return sl__err_set(err, SL_STATUS_MPI, "%s failed: %s", what, msg);
+}
+
+sl_status sl__comm_init(sl__comm *c, MPI_Comm user, sl__err *err) {
+  memset(c, 0, sizeof *c);
+  c->world = MPI_COMM_NULL;
+  c->abort_comm = MPI_COMM_NULL;
+  c->abort_req = MPI_REQUEST_NULL;
+  c->abort_from = -1;
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized)
+    return sl__err_set(err, SL_STATUS_MPI, "MPI is not initialized: call MPI_Init before creating a loader");
+  int rc = MPI_Comm_dup(user, &c->world);
+  if (rc != MPI_SUCCESS)
+    return mpi_fail(err, rc, "MPI_Comm_dup");
+  MPI_Comm_set_errhandler(c->world, MPI_ERRORS_RETURN);
+  rc = MPI_Comm_dup(c->world, &c->abort_comm);
+  if (rc != MPI_SUCCESS) {
+    MPI_Comm_free(&c->world);
+    return mpi_fail(err, rc, "MPI_Comm_dup");
+  }
+  MPI_Comm_set_errhandler(c->abort_comm, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(c->world, &c->rank);
+  MPI_Comm_size(c->world, &c->size);
+  return SL_STATUS_OK;
+}
+
+static void free_groups(sl__comm *c) {
+  for (size_t i = 0; i < c->n_groups; i++)
+    if (c->groups[i] != MPI_COMM_NULL)
+      MPI_Comm_free(&c->groups[i]);
+  free(c->groups);
+  free(c->group_rank);
+  c->groups = NULL;
+  c->group_rank = NULL;
+  c->n_groups = 0;
+}
+
+void sl__comm_free(sl__comm *c) {
+  if (c == NULL)
+    return;
+  free_groups(c);
+  if (c->abort_req != MPI_REQUEST_NULL) {
+    MPI_Cancel(&c->abort_req);
+    MPI_Request_free(&c->abort_req);
+  }
+  if (c->abort_comm != MPI_COMM_NULL)
+    MPI_Comm_free(&c->abort_comm);
+  if (c->world != MPI_COMM_NULL)
+    MPI_Comm_free(&c->world);
+}
+
+sl_status sl__comm_agree(sl__comm *c, sl_status mine, sl__err *err, const char *phase) {
+  int me = mine != SL_STATUS_OK ? c->rank : c->size;
+  int first = c->size;
+  int rc = MPI_Allreduce(&me, &first, 1, MPI_INT, MPI_MIN, c->world);
+  if (rc != MPI_SUCCESS)
+    return mpi_fail(err, rc, "status agreement (MPI_Allreduce)");
+  if (first == c->size)
+    return SL_STATUS_OK;
+  struct {
+    int status;
+    char msg[SL_ERR_MSG_MAX];
+  } payload;
+  memset(&payload, 0, sizeof payload);
+  if (c->rank == first) {
+    payload.status = (int)mine;
+    snprintf(payload.msg, sizeof payload.msg, "%s", err != NULL ? err->msg : "");
+  }
+  rc = MPI_Bcast(&payload, (int)sizeof payload, MPI_BYTE, first, c->world);
+  if (rc != MPI_SUCCESS)
+    return mpi_fail(err, rc, "status agreement (MPI_Bcast)");
+  if (mine != SL_STATUS_OK)
+    return mine;
+  payload.msg[sizeof payload.msg - 1] = '\0';
+  return sl__err_set(err, SL_STATUS_PEER_FAILED, "another rank failed%s%s: rank %d: %s",
+                     phase != NULL ? " while " : "", phase != NULL ? phase : "", first, payload.msg);
+}
+
+sl_status sl__comm_bcast_blob(sl__comm *c, uint8_t **blob, size_t *len, int root, sl__err *err) {
+  uint64_t n = c->rank == root ? (uint64_t)*len : 0;
+  int rc = MPI_Bcast(&n, 1, MPI_UINT64_T, root, c->world);
+  if (rc != MPI_SUCCESS)
+    return mpi_fail(err, rc, "MPI_Bcast of a blob size");
+  uint8_t *buf = c->rank == root ? *blob : malloc(n > 0 ? (size_t)n : 1);
+  /* Every rank must take part in the data broadcast even if its allocation failed. */
+  uint8_t dummy[1];
+  bool oom = buf == NULL;
+  for (uint64_t off = 0; off < n; off += BLOB_PIECE) {
+    size_t piece = n - off < BLOB_PIECE ? (size_t)(n - off) : BLOB_PIECE;
+    if (oom) {
+      /* Receive into a bounded scratch buffer to stay in step. */
+      uint8_t *scratch = malloc(piece);
+      rc = MPI_Bcast(scratch != NULL ? scratch : dummy, scratch != NULL ? (int)piece : 0, MPI_BYTE, root,
+                     c->world);
+      free(scratch);
+    } else {
+      rc = MPI_Bcast(buf + off, (int)piece, MPI_BYTE, root, c->world);
+    }
+    if (rc != MPI_SUCCESS) {
+      if (c->rank != root)
+        free(buf);
+      return mpi_fail(err, rc, "MPI_Bcast of a blob");
+    }
+  }
+  if (oom)
+    return sl__err_set(err, SL_STATUS_NOMEM, "out of memory receiving %llu bytes", (unsigned long long)n);
+  if (c->rank != root) {
+    *blob = buf;
+    *len = (size_t)n;
+  }
+  return SL_STATUS_OK;
+}
+
+sl_status sl__comm_groups_create(sl__comm *c, const sl__schedule *s, sl__err *err) {
+  free_groups(c);
+  c->groups = calloc(s->n_groups + 1, sizeof *c->groups);
+  c->group_rank = calloc(s->n_groups + 1, sizeof *c->group_rank);
+  if (c->groups == NULL || c->group_rank == NULL) {
+    free_groups(c);
+    return sl__err_set(err, SL_STATUS_NOMEM, "out of memory creating broadcast groups");
+  }
+  c->n_groups = s->n_groups;
+  MPI_Group world_group;
+  MPI_Comm_group(c->world, &world_group);
+  sl_status st = SL_STATUS_OK;
+  for (size_t g = 0; g < s->n_groups; g++) {
+    c->groups[g] = MPI_COMM_NULL;
+    c->group_rank[g] = -1;
+    const sl__group *gr = &s->groups[g];
+    const uint32_t *mem = &s->group_members[gr->off];
+    int pos = -1;
+    for (uint32_t j = 0; j < gr->n; j++)
+      if ((int)mem[j] == c->rank)
+        pos = (int)j;
+    if (pos < 0)
+      continue;
+    /* Only members call MPI_Comm_create_group; every rank walks groups in the same order. */
+    int *ranks = malloc(gr->n * sizeof *ranks);
+    if (ranks == NULL) {
+      st = sl__err_set(err, SL_STATUS_NOMEM, "out of memory creating broadcast groups");
+      break;
+    }
+    for (uint32_t j = 0; j < gr->n; j++)
+      ranks[j] = (int)mem[j];
+    MPI_Group sub;
+    MPI_Group_incl(world_group, (int)gr->n, ranks, &sub);
+    free(ranks);
+    int rc = MPI_Comm_create_group(c->world, sub, (int)(g % 32000), &c->groups[g]);
+    MPI_Group_free(&sub);
+    if (rc != MPI_SUCCESS) {
+      st = mpi_fail(err, rc, "MPI_Comm_create_group");
+      break;
+    }
+    MPI_Comm_set_errhandler(c->groups[g], MPI_ERRORS_RETURN);
+    c->group_rank[g] = pos;
+  }
+  MPI_Group_free(&world_group);
+  return st;
+}
+
+sl_status sl__comm_abort_arm(sl__comm *c, sl__err *err) {
+  c->aborted = false;
+  c->raised = false;
+  c->abort_from = -1;
+  int rc = MPI_Irecv(&c->abort_buf, 1, MPI_INT, MPI_ANY_SOURCE, ABORT_TAG, c->abort_comm, &c->abort_req);
+  if (rc != MPI_SUCCESS)
+    return mpi_fail(err, rc, "MPI_Irecv (abort channel)");
+  c->armed = true;
+  return SL_STATUS_OK;
+}
+
+void sl__comm_abort_raise(sl__comm *c) {
+  if (!c->armed || c->raised)
+    return;
+  c->raised = true;
+  c->aborted = true;
+  if (c->abort_from < 0)
+    c->abort_from = c->rank;
+  c->abort_one = 1;
+  for (int r = 0; r < c->size; r++) {
+    if (r == c->rank)
+      continue;
+    /* Completion is not awaited: every receiver drains its messages in sl__comm_abort_disarm. */
+    MPI_Request req;
+    if (MPI_Isend(&c->abort_one, 1, MPI_INT, r, ABORT_TAG, c->abort_comm, &req) == MPI_SUCCESS)
+      MPI_Request_free(&req);
+  }
+}
+
+bool sl__comm_abort_check(sl__comm *c) {
+  if (!c->armed)
+    return false;
+  if (c->aborted)
+    return true;
+  int flag = 0;
+  MPI_Status status;
+  if (c->abort_req != MPI_REQUEST_NULL && MPI_Test(&c->abort_req, &flag, &status) == MPI_SUCCESS && flag) {
+    c->aborted = true;
+    c->abort_from = status.MPI_SOURCE;
+    c->abort_req = MPI_REQUEST_NULL;
+  }
+  return c->aborted;
+}
+
+sl_status sl__comm_abort_disarm(sl__comm *c, sl__err *err) {
+  if (!c->armed)
+    return SL_STATUS_OK;
+  c->armed = false;
+  /* How many ranks raised: each sent one message to every other rank. */
+  int raised = c->raised ? 1 : 0;
+  int total = 0;
+  int rc = MPI_Allreduce(&raised, &total, 1, MPI_INT, MPI_SUM, c->world);
+  if (rc != MPI_SUCCESS)
+    return mpi_fail(err, rc, "MPI_Allreduce (abort channel)");
+  int expect = total - raised;
+  if (c->abort_req == MPI_REQUEST_NULL) {
+    /* The posted receive already matched one message. */
+    expect--;
+  } else if (expect > 0) {
+    MPI_Wait(&c->abort_req, MPI_STATUS_IGNORE);
+    expect--;
+  } else {
+    MPI_Cancel(&c->abort_req);
+    MPI_Wait(&c->abort_req, MPI_STATUS_IGNORE);
+  }
+  c->abort_req = MPI_REQUEST_NULL;
+  for (int i = 0; i < expect; i++) {
+    int buf = 0;
+    MPI_Recv(&buf, 1, MPI_INT, MPI_ANY_SOURCE, ABORT_TAG, c->abort_comm, MPI_STATUS_IGNORE);
+  }
+  return SL_STATUS_OK;
+}
+
+sl_status sl__comm_group_bcast(sl__comm *c, uint32_t g, void *buf, uint64_t nbytes, int root, bool *aborted,
+                               sl__err *err) {
+  *aborted = false;
+  if (g >= c->n_groups || c->groups[g] == MPI_COMM_NULL)
+    return sl__err_set(err, SL_STATUS_INTERNAL, "broadcast in group %u that this rank is not part of", g);
+  if (nbytes > INT_MAX)
+    return sl__err_set(err, SL_STATUS_INTERNAL, "broadcast of %llu bytes exceeds one message",
+                       (unsigned long long)nbytes);
+  MPI_Request req;
+  int rc = MPI_Ibcast(buf, (int)nbytes, MPI_BYTE, root, c->groups[g], &req);
+  if (rc != MPI_SUCCESS)
+    return mpi_fail(err, rc, "MPI_Ibcast");
+  /* Open MPI progresses a non-blocking collective only inside MPI calls: poll without sleeping,
+   * yielding the core to the reader threads between polls (a sleep here cut the broadcast rate
+   * by more than ten times). */
+  for (;;) {
+    int flag = 0;
+    rc = MPI_Test(&req, &flag, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS)
+      return mpi_fail(err, rc, "MPI_Test of a broadcast");
+    if (flag)
+      return SL_STATUS_OK;
+    if (sl__comm_abort_check(c)) {
+      /* Leave the request behind: a non-blocking collective cannot be cancelled or freed, and
+       * its peers may never complete it. The communicator is released with the loader. */
+      c->abandoned = req;
+      *aborted = true;
+      return SL_STATUS_OK;
+    }
+    sched_yield();
+  }
+}
+
+sl_status sl__comm_allreduce_bor(sl__comm *c, uint8_t *bits, size_t nbytes, sl__err *err) {
+  for (size_t off = 0; off < nbytes; off += BLOB_PIECE) {
+    size_t piece = nbytes - off < BLOB_PIECE ? nbytes - off : BLOB_PIECE;
+    int rc = MPI_Allreduce(MPI_IN_PLACE, bits + off, (int)piece, MPI_BYTE, MPI_BOR, c->world);
+    if (rc != MPI_SUCCESS)
+      return mpi_fail(err, rc, "MPI_Allreduce of the weight bitmaps");
+  }
+  return SL_STATUS_OK;
+}
+
+sl_status sl__comm_gather(sl__comm *c, const void *rec, size_t rec_bytes, void *out, sl__err *err) {
+  int rc = MPI_Gather(rec, (int)rec_bytes, MPI_BYTE, out, (int)rec_bytes, MPI_BYTE, 0, c->world);
+  return rc == MPI_SUCCESS ? SL_STATUS_OK : mpi_fail(err, rc, "MPI_Gather of statistics");
+}
+
+int sl__comm_local_rank(sl__comm *c) {
+  MPI_Comm node;
+  if (MPI_Comm_split_type(c->world, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &node) != MPI_SUCCESS)
+    return 0;
+  int r = 0;
+  MPI_Comm_rank(node, &r);
+  MPI_Comm_free(&node);
+  return r;
+}

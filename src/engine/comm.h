@@ -1,0 +1,72 @@
+/*
+ * engine/comm.h — everything MPI: the loader's duplicated communicator, status agreement at the end of
+ * every phase, blob broadcast, the broadcast-group communicators of the schedule, bitmap
+ * reductions, statistics gathering, and an abort channel so that a rank that fails mid-load
+ * makes every other rank stop waiting (non-blocking broadcasts polled against it) instead of
+ * hanging. The library never calls MPI_Abort.
+ */
+#ifndef SL_COMM_H
+#define SL_COMM_H
+
+#include "base/err.h"
+#include "plan/plan.h"
+
+#include <mpi.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct sl__comm {
+  MPI_Comm world; /* duplicate of the caller's communicator, errors returned */
+  int rank;
+  int size;
+  MPI_Comm abort_comm;   /* abort messages travel here */
+  MPI_Request abort_req; /* posted receive of an abort message */
+  int abort_buf;
+  int abort_one; /* send buffer of abort messages (must outlive the sends) */
+  bool armed;
+  bool aborted;   /* some rank raised an abort (or we did) */
+  bool raised;    /* we raised it */
+  int abort_from; /* rank whose abort we saw first, or -1 */
+  size_t n_groups;
+  MPI_Comm *groups;      /* per schedule group: its communicator, MPI_COMM_NULL if not a member */
+  int *group_rank;       /* our rank in each group, -1 if not a member */
+  MPI_Request abandoned; /* a broadcast left unfinished by an abort (never waited for) */
+} sl__comm;
+
+sl_status sl__comm_init(sl__comm *c, MPI_Comm user, sl__err *err);
+void sl__comm_free(sl__comm *c);
+
+/* Every rank returns the same verdict. A failing rank keeps its own message; the others get
+ * SL_STATUS_PEER_FAILED "another rank failed: rank R: <its message>". `phase` names the step. */
+sl_status sl__comm_agree(sl__comm *c, sl_status mine, sl__err *err, const char *phase);
+
+/* Broadcasts a byte blob from root: on root *blob and *len are the input; elsewhere they receive a
+ * malloc'd copy. Sizes above INT_MAX travel in pieces. */
+sl_status sl__comm_bcast_blob(sl__comm *c, uint8_t **blob, size_t *len, int root, sl__err *err);
+
+/* Creates one communicator per schedule group (every rank calls it; creation follows the
+ * schedule's order, so it cannot deadlock). */
+sl_status sl__comm_groups_create(sl__comm *c, const sl__schedule *s, sl__err *err);
+
+/* Abort channel. arm: post the receive (collective-free); raise: tell every rank to stop;
+ * check: has anyone raised; disarm: COLLECTIVE, drains every abort message and cancels the
+ * pending receive. */
+sl_status sl__comm_abort_arm(sl__comm *c, sl__err *err);
+void sl__comm_abort_raise(sl__comm *c);
+bool sl__comm_abort_check(sl__comm *c);
+sl_status sl__comm_abort_disarm(sl__comm *c, sl__err *err);
+
+/* Broadcast of nbytes host bytes inside group g (root = rank within the group), as a
+ * non-blocking operation polled against the abort channel. *aborted is set (and OK returned)
+ * when an abort arrived before completion: the caller stops the load. */
+sl_status sl__comm_group_bcast(sl__comm *c, uint32_t g, void *buf, uint64_t nbytes, int root, bool *aborted,
+                               sl__err *err);
+
+/* Bitwise-OR allreduce of a byte array. */
+sl_status sl__comm_allreduce_bor(sl__comm *c, uint8_t *bits, size_t nbytes, sl__err *err);
+/* Gathers one fixed-size record per rank on rank 0 (out: size × rec_bytes, only on rank 0). */
+sl_status sl__comm_gather(sl__comm *c, const void *rec, size_t rec_bytes, void *out, sl__err *err);
+/* Node-local rank (ranks sharing memory with us), for picking a GPU. */
+int sl__comm_local_rank(sl__comm *c);
+
+#endif

@@ -1,0 +1,56 @@
+/*
+ * engine/transfer.h — executes one rank's part of the schedule: reads the pieces this rank is the
+ * reader of (a pool of threads, bounded staging), delivers bytes into local parameters or into
+ * broadcast buckets, and walks the global bucket order broadcasting and scattering buckets.
+ * Nothing here decides what to read: plan/plan.c did. A failure anywhere raises the abort channel so
+ * that no rank waits forever.
+ */
+#ifndef SL_TRANSFER_H
+#define SL_TRANSFER_H
+
+#include "backend/backend.h"
+#include "model/catalog.h"
+#include "engine/comm.h"
+#include "api/options.h"
+#include "plan/plan.h"
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct sl__transfer_stats {
+  uint64_t bytes_read;     /* bytes pread from storage (covering and alignment included) */
+  uint64_t bytes_covering; /* bytes read only to cover gaps */
+  uint64_t bytes_received; /* bucket bytes received from other readers */
+  uint64_t bytes_sent;     /* bucket bytes this rank broadcast as root */
+  uint64_t read_ops;       /* pread calls */
+  uint64_t bytes_mapped;   /* of bytes_read: populated mappings (mmap strategy), not copied */
+  uint32_t files_opened;
+  uint32_t buckets;     /* buckets this rank took part in */
+  double read_seconds;  /* from the first read to the last local read done */
+  double bcast_seconds; /* time inside broadcasts (waiting included) */
+  double seconds;       /* whole transfer */
+} sl__transfer_stats;
+
+typedef struct sl__transfer {
+  const sl__catalog *cat;
+  const sl__schedule *sched;
+  const sl__rank_plan *plan;
+  sl__backend *backend;
+  sl__comm *comm;
+  void *const *param_ptr;   /* per local parameter: its memory (aliases share it) */
+  const bool *param_mapped; /* per local parameter: a mapping of its file bytes (engine/filemap.h), or NULL */
+  uint32_t workers;
+  uint64_t chunk; /* largest single read */
+  uint64_t coalesce_gap;
+  uint64_t staging_bytes; /* cap of staging memory (reader slots and bucket slots) */
+  sl__strategy strategy;
+  bool progress;               /* print progress on stderr (rank 0, TTY) */
+  _Atomic uint64_t *copy_done; /* per copy of the plan: bytes delivered (for tracking) */
+} sl__transfer;
+
+/* Runs the transfer. Returns this rank's status; on failure the abort channel has been raised.
+ * Every rank must call it (it takes part in bucket broadcasts). */
+sl_status sl__transfer_run(sl__transfer *t, sl__transfer_stats *stats, sl__err *err);
+
+#endif

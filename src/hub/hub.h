@@ -1,0 +1,101 @@
+/*
+ * hub/hub.h — rank 0's Hugging Face Hub client (spec: HUB.md): resolves a repository id and revision
+ * to a snapshot folder in the shared cache, downloading with libcurl what a load needs.
+ * Only hub/http.c includes curl. Never called on ranks other than 0.
+ */
+#ifndef SL_HUB_H
+#define SL_HUB_H
+
+#include "base/err.h"
+#include "model/file_select.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct sl__hub_opts {
+  const char *cache_dir;       /* NULL → HF_HUB_CACHE, HUGGINGFACE_HUB_CACHE, $HF_HOME/hub */
+  const char *revision;        /* NULL → "main" */
+  const char *token;           /* config hub_token; NULL → environment / token file */
+  bool offline;                /* also true when HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE say so */
+  bool quiet;                  /* no progress output */
+  bool download_all;           /* `shardload download`: also every top-level non-weight file */
+  const char *const *include;  /* NULL-terminated extra glob patterns to download, or NULL
+                                  (fnmatch on every listed path, '*' crossing '/'; paths under
+                                  original/ only when the pattern starts with original/) */
+  sl__select_opts select;      /* load format and spec options for file selection */
+  uint64_t backoff_base_ms;    /* hub_backoff_base_ms, default 1000 */
+  uint64_t parallel_threshold; /* hub_parallel_threshold, default 128 MiB */
+  uint64_t chunk_bytes;        /* hub_chunk_bytes, default 64 MiB */
+  uint32_t connections;        /* hub_connections, default 8 */
+  uint32_t parallel_files;     /* hub_parallel_files, default 4 */
+  bool verify;                 /* hub_verify, default true */
+  uint64_t lock_timeout_s;     /* hub_lock_timeout_s, default 0 = wait forever */
+} sl__hub_opts;
+
+/* Sets every field to its default. */
+void sl__hub_opts_default(sl__hub_opts *o);
+
+typedef struct sl__hub_result {
+  char *snapshot_dir;        /* <cache>/models--ns--name/snapshots/<commit> */
+  char *commit;              /* hex40 */
+  sl__format format;         /* the effective load format (auto resolved on the listing) */
+  uint64_t bytes_downloaded; /* bytes fetched over the network in this call */
+  uint32_t files_downloaded;
+  double seconds;           /* wall time of the call */
+  bool from_cache_fallback; /* resolved from the cache after a network failure */
+} sl__hub_result;
+
+void sl__hub_result_free(sl__hub_result *r);
+
+/* A syntactically valid repository id (HUB.md §6). */
+bool sl__hub_valid_repo_id(const char *repo_id);
+
+/* A syntactically valid revision (HUB.md §6): non-empty, ≤ 255 bytes, no byte < 0x20, no '\\',
+ * no empty, "." or ".." segment between '/'. */
+bool sl__hub_valid_revision(const char *revision);
+
+/* s is exactly n lower-case hex digits (n = 40: a commit or git etag; 64: a sha256 etag). */
+bool sl__hub_is_hex(const char *s, size_t n);
+
+/* ---- environment (hub/env.c, HUB.md §1) ---- */
+
+/* What the environment and the options decide for one resolution. Strings are owned. */
+typedef struct sl__hub_env {
+  char *endpoint;          /* HF_ENDPOINT, trailing '/' removed */
+  char *cache_dir;         /* opts->cache_dir > HF_HUB_CACHE > HUGGINGFACE_HUB_CACHE > $HF_HOME/hub */
+  char *token;             /* cleaned token to send, or NULL */
+  bool offline;            /* opts->offline, HF_HUB_OFFLINE, TRANSFORMERS_OFFLINE */
+  bool disable_symlinks;   /* HF_HUB_DISABLE_SYMLINKS */
+  long etag_timeout_s;     /* HF_HUB_ETAG_TIMEOUT (HEAD), default 10 */
+  long download_timeout_s; /* HF_HUB_DOWNLOAD_TIMEOUT (GETs), default 10 */
+} sl__hub_env;
+
+/* Reads the environment. A non-integer timeout variable is SL_STATUS_CONFIG naming it. */
+sl_status sl__hub_env_load(const sl__hub_opts *opts, sl__hub_env *out, sl__err *err);
+void sl__hub_env_free(sl__hub_env *env);
+/* HUB.md §1 booleans: true iff value is, case-insensitively, 1, ON, YES or TRUE. NULL → false. */
+bool sl__hub_env_bool(const char *value);
+/* Removes every CR and LF, trims surrounding whitespace; NULL when nothing is left. Caller frees. */
+char *sl__hub_token_clean(const char *raw);
+
+/* ---- options from a configuration (hub/api.c) ---- */
+
+/* Fills out from the config keys revision, cache_dir, offline, quiet, load_format, hub_token,
+ * hub_backoff_base_ms, hub_parallel_threshold, hub_chunk_bytes, hub_connections,
+ * hub_parallel_files, hub_verify, hub_lock_timeout_s, download_all and include. The strings of
+ * out point into cfg (valid while cfg is unchanged), except the include list, which is returned
+ * in *owned_include (NULL-terminated; free it with sl__config_free_list after the last use of
+ * out). select.fall_back_to_pt is true and allow_patterns_override NULL (the loader overrides
+ * them from the architecture spec). */
+sl_status sl__hub_opts_from_config(const sl_config *cfg, sl__hub_opts *out, char ***owned_include,
+                                   sl__err *err);
+
+/* Resolves repo_id per HUB.md §3 (online) or §8 (offline / fallback) and downloads the files of
+ * the selection that are not already in the snapshot. Rank 0 only. Several processes may
+ * resolve into the same cache at once (per-blob locks). Requests: none offline or for a 40-hex revision whose
+ * snapshot is complete; otherwise the revision API, then a HEAD and a GET per missing file. On failure *out
+ * is zeroed and err names the repository, file, URL and status. Free *out with
+ * sl__hub_result_free. */
+sl_status sl__hub_resolve(const char *repo_id, const sl__hub_opts *opts, sl__hub_result *out, sl__err *err);
+
+#endif

@@ -1,0 +1,381 @@
+/*
+ * model/catalog.c — builds the catalog of a model folder (file selection, strict header reading,
+ * renaming, duplicate detection) and (de)serializes it as one blob for the broadcast.
+ *
+ * Blob layout (all integers little-endian):
+ *   "SLCAT001" | u32 format | u32 use_safetensors | str folder | u8 has_config | str config
+ *   | u64 n_files | n_files × (str path | str name | u64 size)
+ *   | u64 n_tensors | n_tensors × (str name | u32 file | u32 dtype | u32 ndim | ndim × u64 | u64 offset | u64
+ * nbytes) where str = u64 length + bytes (no NUL).
+ */
+#include "model/catalog.h"
+
+#include "base/log.h"
+#include "format/safetensors.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define CONFIG_MAX_BYTES (64u * 1024u * 1024u)
+
+void sl__catalog_free(sl__catalog *c) {
+  if (c == NULL)
+    return;
+  free(c->folder);
+  for (size_t i = 0; i < c->n_files; i++) {
+    free(c->files[i].path);
+    free(c->files[i].name);
+  }
+  free(c->files);
+  for (size_t i = 0; i < c->n_tensors; i++)
+    free(c->tensors[i].name);
+  free(c->tensors);
+  free(c->config_json);
+  sl__strmap_free(&c->by_name);
+  memset(c, 0, sizeof *c);
+}
+
+uint32_t sl__catalog_find(const sl__catalog *c, const char *name) {
+  uint32_t v = 0;
+  if (sl__strmap_get(&c->by_name, name, strlen(name), &v))
+    return v;
+  return SL_NONE;
+}
+
+char *sl__rename_apply(const char *name, const char *from, const char *to) {
+  /* from may contain one {layer}: it matches one or more ASCII digits. */
+  const char *ph = strstr(from, "{layer}");
+  if (ph == NULL)
+    return strcmp(name, from) == 0 ? sl__strdup(to) : NULL;
+  size_t pre = (size_t)(ph - from);
+  const char *post = ph + strlen("{layer}");
+  if (strncmp(name, from, pre) != 0)
+    return NULL;
+  const char *d = name + pre;
+  const char *e = d;
+  while (*e >= '0' && *e <= '9')
+    e++;
+  if (e == d || strcmp(e, post) != 0)
+    return NULL;
+  const char *tph = strstr(to, "{layer}");
+  if (tph == NULL)
+    return sl__strdup(to);
+  return sl__asprintf("%.*s%.*s%s", (int)(tph - to), to, (int)(e - d), d, tph + strlen("{layer}"));
+}
+
+static char *rename_name(const sl__catalog_opts *o, sl__format format, const char *name) {
+  if (o->rename_format != NULL && o->n_renames > 0) {
+    sl__format rf = SL_FORMAT_AUTO;
+    if (sl__format_parse(o->rename_format, &rf, NULL) == SL_STATUS_OK && rf == format) {
+      for (size_t i = 0; i < o->n_renames; i++) {
+        char *r = sl__rename_apply(name, o->rename_from[i], o->rename_to[i]);
+        if (r != NULL)
+          return r;
+      }
+    }
+  }
+  return sl__strdup(name);
+}
+
+static sl_status add_file_tensors(sl__catalog *c, const sl__catalog_opts *o, uint32_t fi,
+                                  const sl__st_header *h, size_t *cap, sl__err *err) {
+  if (c->n_tensors + h->n_tensors > *cap) {
+    size_t ncap = *cap != 0 ? *cap : 256;
+    while (ncap < c->n_tensors + h->n_tensors)
+      ncap *= 2;
+    sl__cat_tensor *t = realloc(c->tensors, ncap * sizeof *t);
+    if (t == NULL)
+      return sl__err_set(err, SL_STATUS_NOMEM, "out of memory cataloguing %s", c->files[fi].path);
+    c->tensors = t;
+    *cap = ncap;
+  }
+  for (size_t i = 0; i < h->n_tensors; i++) {
+    const sl__st_tensor *st = &h->tensors[i];
+    sl__cat_tensor *t = &c->tensors[c->n_tensors];
+    memset(t, 0, sizeof *t);
+    t->name = rename_name(o, c->format, st->name);
+    if (t->name == NULL)
+      return sl__err_set(err, SL_STATUS_NOMEM, "out of memory");
+    t->file = fi;
+    t->dtype = st->dtype;
+    t->ndim = st->ndim;
+    memcpy(t->shape, st->shape, sizeof(uint64_t) * st->ndim);
+    t->offset = h->data_start + st->begin;
+    t->nbytes = st->end - st->begin;
+    c->n_tensors++;
+    uint32_t existing = 0;
+    bool oom = false;
+    if (!sl__strmap_put(&c->by_name, t->name, strlen(t->name), (uint32_t)(c->n_tensors - 1), &existing,
+                        &oom)) {
+      if (oom)
+        return sl__err_set(err, SL_STATUS_NOMEM, "out of memory");
+      return sl__err_set(err, SL_STATUS_DUPLICATE_TENSOR, "duplicate tensor '%s' in %s and %s", t->name,
+                         c->files[c->tensors[existing].file].name, c->files[fi].name);
+    }
+  }
+  return SL_STATUS_OK;
+}
+
+static bool is_pickle_name(const char *n) {
+  return sl__str_ends_with(n, ".bin") || sl__str_ends_with(n, ".pt") || sl__str_ends_with(n, ".pth");
+}
+
+sl_status sl__cat_file_check(const sl__catalog *c, uint32_t f, int fd, sl__err *err) {
+  struct stat st;
+  if (fstat(fd, &st) != 0)
+    return sl__err_set(err, SL_STATUS_IO, "cannot stat %s: %s", c->files[f].path, strerror(errno));
+  if ((uint64_t)st.st_size != c->files[f].size)
+    return sl__err_set(err, SL_STATUS_IO, "%s changed since its header was read (size %lld, expected %llu)",
+                       c->files[f].path, (long long)st.st_size, (unsigned long long)c->files[f].size);
+  return SL_STATUS_OK;
+}
+
+sl_status sl__catalog_build(const sl__catalog_opts *o, sl__catalog *c, sl__err *err) {
+  memset(c, 0, sizeof *c);
+  sl__strmap_init(&c->by_name);
+  sl__selection sel;
+  memset(&sel, 0, sizeof sel);
+  sl__select_opts so = o->select;
+  so.format = sl__format_resolve_auto_dir(so.format, o->folder);
+  sl_status st = sl__select_dir(o->folder, &so, o->what != NULL ? o->what : o->folder, &sel, err);
+  if (st != SL_STATUS_OK)
+    return st;
+  c->folder = sl__strdup(o->folder);
+  c->format = sel.format;
+  c->use_safetensors = sel.use_safetensors;
+  c->files = calloc(sel.n_files + 1, sizeof *c->files);
+  if (c->folder == NULL || c->files == NULL) {
+    sl__selection_free(&sel);
+    sl__catalog_free(c);
+    return sl__err_set(err, SL_STATUS_NOMEM, "out of memory");
+  }
+  size_t cap = 0;
+  for (size_t i = 0; i < sel.n_files && st == SL_STATUS_OK; i++) {
+    sl__cat_file *f = &c->files[i];
+    f->name = sl__strdup(sel.files[i]);
+    f->path = sl__path_join(o->folder, sel.files[i]);
+    c->n_files++;
+    if (f->name == NULL || f->path == NULL) {
+      st = sl__err_set(err, SL_STATUS_NOMEM, "out of memory");
+      break;
+    }
+    if (!sel.use_safetensors && is_pickle_name(f->name)) {
+      if (!o->list_pickle)
+        st = sl__err_set(err, SL_STATUS_PICKLE,
+                         "pickle checkpoints are not supported: %s (convert to safetensors)", f->path);
+      continue;
+    }
+    sl__st_header h;
+    st = sl__st_read_file(f->path, &h, err);
+    if (st != SL_STATUS_OK)
+      break;
+    f->size = h.file_size;
+    st = add_file_tensors(c, o, (uint32_t)i, &h, &cap, err);
+    sl__st_header_free(&h);
+  }
+  sl__selection_free(&sel);
+  if (st == SL_STATUS_OK) {
+    char *cfg_path = sl__path_join(o->folder, "config.json");
+    sl__err cerr;
+    sl__err_clear(&cerr);
+    if (cfg_path == NULL) {
+      st = sl__err_set(err, SL_STATUS_NOMEM, "out of memory");
+    } else {
+      st = sl__read_file(cfg_path, CONFIG_MAX_BYTES, &c->config_json, &c->config_len, &cerr);
+      if (st == SL_STATUS_NOT_FOUND && !o->require_config) {
+        st = SL_STATUS_OK;
+      } else if (st == SL_STATUS_NOT_FOUND) {
+        st = sl__err_set(err, SL_STATUS_MODEL_CONFIG,
+                         "%s has no config.json (needed to know the architecture)", o->folder);
+      } else if (st != SL_STATUS_OK) {
+        sl__err_copy(err, &cerr);
+      }
+    }
+    free(cfg_path);
+  }
+  if (st != SL_STATUS_OK)
+    sl__catalog_free(c);
+  return st;
+}
+
+/* ---- blob ---- */
+
+static const char MAGIC[8] = {'S', 'L', 'C', 'A', 'T', '0', '0', '1'};
+
+static void put_u64(sl__buf *b, uint64_t v) {
+  uint8_t x[8];
+  for (int i = 0; i < 8; i++)
+    x[i] = (uint8_t)(v >> (8 * i));
+  sl__buf_append(b, x, 8);
+}
+
+static void put_u32(sl__buf *b, uint32_t v) {
+  uint8_t x[4];
+  for (int i = 0; i < 4; i++)
+    x[i] = (uint8_t)(v >> (8 * i));
+  sl__buf_append(b, x, 4);
+}
+
+static void put_str(sl__buf *b, const char *s, size_t n) {
+  put_u64(b, n);
+  sl__buf_append(b, s, n);
+}
+
+sl_status sl__catalog_serialize(const sl__catalog *c, uint8_t **blob, size_t *len, sl__err *err) {
+  sl__buf b;
+  sl__buf_init(&b, 0);
+  sl__buf_append(&b, MAGIC, sizeof MAGIC);
+  put_u32(&b, (uint32_t)c->format);
+  put_u32(&b, c->use_safetensors ? 1 : 0);
+  put_str(&b, c->folder, strlen(c->folder));
+  sl__buf_putc(&b, c->config_json != NULL ? 1 : 0);
+  put_str(&b, c->config_json != NULL ? c->config_json : "", c->config_json != NULL ? c->config_len : 0);
+  put_u64(&b, c->n_files);
+  for (size_t i = 0; i < c->n_files; i++) {
+    put_str(&b, c->files[i].path, strlen(c->files[i].path));
+    put_str(&b, c->files[i].name, strlen(c->files[i].name));
+    put_u64(&b, c->files[i].size);
+  }
+  put_u64(&b, c->n_tensors);
+  for (size_t i = 0; i < c->n_tensors; i++) {
+    const sl__cat_tensor *t = &c->tensors[i];
+    put_str(&b, t->name, strlen(t->name));
+    put_u32(&b, t->file);
+    put_u32(&b, (uint32_t)t->dtype);
+    put_u32(&b, t->ndim);
+    for (uint32_t d = 0; d < t->ndim; d++)
+      put_u64(&b, t->shape[d]);
+    put_u64(&b, t->offset);
+    put_u64(&b, t->nbytes);
+  }
+  if (b.failed) {
+    sl__buf_free(&b);
+    return sl__err_set(err, SL_STATUS_NOMEM, "out of memory serializing the catalog");
+  }
+  *len = b.len;
+  *blob = (uint8_t *)sl__buf_take(&b);
+  return SL_STATUS_OK;
+}
+
+typedef struct reader {
+  const uint8_t *p;
+  size_t left;
+  bool bad;
+} reader;
+
+static uint64_t get_u64(reader *r) {
+  if (r->left < 8) {
+    r->bad = true;
+    return 0;
+  }
+  uint64_t v = 0;
+  for (int i = 0; i < 8; i++)
+    v |= (uint64_t)r->p[i] << (8 * i);
+  r->p += 8;
+  r->left -= 8;
+  return v;
+}
+
+static uint32_t get_u32(reader *r) {
+  if (r->left < 4) {
+    r->bad = true;
+    return 0;
+  }
+  uint32_t v = 0;
+  for (int i = 0; i < 4; i++)
+    v |= (uint32_t)r->p[i] << (8 * i);
+  r->p += 4;
+  r->left -= 4;
+  return v;
+}
+
+static char *get_str(reader *r, size_t *len_out) {
+  uint64_t n = get_u64(r);
+  if (r->bad || n > r->left) {
+    r->bad = true;
+    return NULL;
+  }
+  char *s = sl__strndup((const char *)r->p, (size_t)n);
+  if (s == NULL) {
+    r->bad = true;
+    return NULL;
+  }
+  r->p += n;
+  r->left -= (size_t)n;
+  if (len_out != NULL)
+    *len_out = (size_t)n;
+  return s;
+}
+
+sl_status sl__catalog_deserialize(const uint8_t *blob, size_t len, sl__catalog *c, sl__err *err) {
+  memset(c, 0, sizeof *c);
+  sl__strmap_init(&c->by_name);
+  reader r = {.p = blob, .left = len};
+  if (len < sizeof MAGIC || memcmp(blob, MAGIC, sizeof MAGIC) != 0)
+    return sl__err_set(err, SL_STATUS_INTERNAL, "catalog blob has a bad magic");
+  r.p += sizeof MAGIC;
+  r.left -= sizeof MAGIC;
+  c->format = (sl__format)get_u32(&r);
+  c->use_safetensors = get_u32(&r) != 0;
+  c->folder = get_str(&r, NULL);
+  uint8_t has_config = r.left > 0 ? r.p[0] : 0;
+  if (r.left > 0) {
+    r.p++;
+    r.left--;
+  }
+  size_t clen = 0;
+  char *config = get_str(&r, &clen);
+  if (has_config) {
+    c->config_json = config;
+    c->config_len = clen;
+  } else {
+    free(config);
+  }
+  uint64_t nf = get_u64(&r);
+  /* Each file takes at least 24 bytes, each tensor at least 48: bound counts by the blob size. */
+  if (!r.bad && nf <= r.left / 24) {
+    c->files = calloc((size_t)nf + 1, sizeof *c->files);
+    for (uint64_t i = 0; c->files != NULL && i < nf && !r.bad; i++) {
+      c->files[i].path = get_str(&r, NULL);
+      c->files[i].name = get_str(&r, NULL);
+      c->files[i].size = get_u64(&r);
+      c->n_files++;
+    }
+    r.bad = r.bad || c->files == NULL;
+  } else {
+    r.bad = true;
+  }
+  uint64_t nt = get_u64(&r);
+  if (!r.bad && nt <= r.left / 48) {
+    c->tensors = calloc((size_t)nt + 1, sizeof *c->tensors);
+    for (uint64_t i = 0; c->tensors != NULL && i < nt && !r.bad; i++) {
+      sl__cat_tensor *t = &c->tensors[i];
+      t->name = get_str(&r, NULL);
+      c->n_tensors++;
+      t->file = get_u32(&r);
+      t->dtype = (sl__dtype)get_u32(&r);
+      t->ndim = get_u32(&r);
+      if (t->ndim > SL_CAT_MAX_DIMS || t->file >= c->n_files || (unsigned)t->dtype >= SL_DT_COUNT) {
+        r.bad = true;
+        break;
+      }
+      for (uint32_t d = 0; d < t->ndim; d++)
+        t->shape[d] = get_u64(&r);
+      t->offset = get_u64(&r);
+      t->nbytes = get_u64(&r);
+      bool oom = false;
+      if (!r.bad && !sl__strmap_put(&c->by_name, t->name, strlen(t->name), (uint32_t)i, NULL, &oom))
+        r.bad = true;
+    }
+    r.bad = r.bad || c->tensors == NULL;
+  } else {
+    r.bad = true;
+  }
+  if (r.bad || r.left != 0 || c->folder == NULL) {
+    sl__catalog_free(c);
+    return sl__err_set(err, SL_STATUS_INTERNAL, "catalog blob of %zu bytes is malformed", len);
+  }
+  return SL_STATUS_OK;
+}

@@ -1,0 +1,77 @@
+/*
+ * model/catalog.h — every tensor of every selected weight file (name, dtype, shape, file, absolute
+ * offset, byte length) plus config.json: what rank 0 parses once and broadcasts as one compact
+ * blob, so that thousands of ranks do not each hit the file system's metadata servers.
+ * Pure (no MPI): the broadcast lives in engine/comm.c.
+ */
+#ifndef SL_CATALOG_H
+#define SL_CATALOG_H
+
+#include "format/dtype.h"
+#include "base/err.h"
+#include "model/file_select.h"
+#include "base/util.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#define SL_NONE UINT32_MAX
+#define SL_CAT_MAX_DIMS 8
+
+typedef struct sl__cat_file {
+  char *path;    /* full path of the file */
+  char *name;    /* basename */
+  uint64_t size; /* bytes */
+} sl__cat_file;
+
+typedef struct sl__cat_tensor {
+  char *name;    /* after Mistral renaming (format mistral); the checkpoint name otherwise */
+  uint32_t file; /* index into files */
+  sl__dtype dtype;
+  uint32_t ndim;
+  uint64_t shape[SL_CAT_MAX_DIMS];
+  uint64_t offset; /* absolute byte offset in the file */
+  uint64_t nbytes;
+} sl__cat_tensor;
+
+typedef struct sl__catalog {
+  char *folder;      /* the model folder the files were selected from */
+  sl__format format; /* effective load format */
+  bool use_safetensors;
+  size_t n_files;
+  sl__cat_file *files; /* natural order */
+  size_t n_tensors;
+  sl__cat_tensor *tensors; /* file order, then offset order */
+  char *config_json;       /* config.json text, or NULL when absent */
+  size_t config_len;
+  sl__strmap by_name; /* name → tensor index */
+} sl__catalog;
+
+typedef struct sl__catalog_opts {
+  const char *folder;             /* model folder (local or a Hub snapshot) */
+  const char *what;               /* the model argument, for "Cannot find any model weights with ..." */
+  sl__select_opts select;         /* format AUTO is resolved on the folder */
+  bool list_pickle;               /* inspect: list .bin/.pt files instead of failing */
+  bool require_config;            /* config.json must exist */
+  size_t n_renames;               /* name renaming (Mistral consolidated → HF), applied when the */
+  const char *const *rename_from; /* effective format equals rename_format; {layer} matches digits */
+  const char *const *rename_to;
+  const char *rename_format;
+} sl__catalog_opts;
+
+sl_status sl__catalog_build(const sl__catalog_opts *opts, sl__catalog *out, sl__err *err);
+/* An open descriptor of file f still has the size the catalog recorded (a file replaced or
+ * truncated since its header was read must not be read at the old offsets). */
+sl_status sl__cat_file_check(const sl__catalog *c, uint32_t f, int fd, sl__err *err);
+void sl__catalog_free(sl__catalog *c);
+/* Index of the tensor named name, or SL_NONE. */
+uint32_t sl__catalog_find(const sl__catalog *c, const char *name);
+
+/* One self-describing little-endian blob; deserialize validates every length against the blob. */
+sl_status sl__catalog_serialize(const sl__catalog *c, uint8_t **blob, size_t *len, sl__err *err);
+sl_status sl__catalog_deserialize(const uint8_t *blob, size_t len, sl__catalog *out, sl__err *err);
+
+/* Applies one rename rule (template with {layer}) to name; returns a new string or NULL. */
+char *sl__rename_apply(const char *name, const char *from, const char *to);
+
+#endif

@@ -1,0 +1,97 @@
+/*
+ * model/model.h — a spec instantiated against config.json and the catalog: the complete, global list
+ * of parameters of the model in the chosen layout (vllm or checkpoint), each with its style,
+ * its style arguments and its checkpoint sources (resolved to catalog tensors and checked
+ * against their expected shapes), plus the expected set of checkpoint tensors used by tracking
+ * and the verdict on every catalog tensor that no parameter consumes (skipped or ignored).
+ * Pure: the same on every rank. Per-rank slicing happens in plan/plan.c.
+ */
+#ifndef SL_MODEL_H
+#define SL_MODEL_H
+
+#include "model/catalog.h"
+#include "model/spec.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+struct cJSON;
+
+typedef enum sl__layout_kind { SL_LAYOUT_VLLM = 0, SL_LAYOUT_CHECKPOINT } sl__layout_kind;
+
+typedef struct sl__msrc {
+  char *name;      /* checkpoint tensor name */
+  uint32_t tensor; /* catalog index, or SL_NONE when the checkpoint lacks it */
+  uint32_t unit;   /* index in the expected set, or SL_NONE (quantization scales) */
+  uint32_t part;   /* qkv 0/1/2; moe w1=0 w3=1 (w13 fused: 0); merged/concat: order */
+  uint32_t expert; /* global expert id of a per-expert source, else SL_NONE */
+  uint32_t ndim;
+  uint64_t shape[SL_SPEC_MAX_DIMS]; /* expected shape of this tensor */
+  uint64_t wshape[2];               /* scale sources: [rows, cols] of the weight they scale */
+  uint64_t rotary_heads;            /* > 0: Mistral-format rows to permute within heads */
+} sl__msrc;
+
+typedef struct sl__mparam {
+  char *name; /* in the active layout */
+  sl__style style;
+  sl__place place;
+  int32_t layer; /* -1 for embed/final/head */
+  sl__dtype dtype;
+  uint32_t ndim;
+  uint64_t shape[SL_SPEC_MAX_DIMS]; /* global (unsharded) shape; vllm vocab padded */
+  bool ckpt;                        /* checkpoint layout: sources kept separate */
+  /* style arguments (in weight elements) */
+  uint64_t q_heads; /* qkv, and head-divisibility of column/row (0 = none) */
+  uint64_t kv_heads;
+  uint64_t head_dim;
+  uint64_t v_head_dim;
+  uint64_t vocab;       /* unpadded vocabulary */
+  uint64_t experts;     /* E (moe) */
+  uint64_t expert_rows; /* Im (moe) */
+  uint32_t only_expert; /* checkpoint-layout per-expert parameter: its expert, else SL_NONE */
+  uint64_t block_rows;  /* fp8 scale parameter: block sizes of its weight, else 0 */
+  uint64_t block_cols;
+  uint32_t alias_of; /* tied lm_head: index of the embedding parameter, else SL_NONE */
+  size_t n_src;
+  sl__msrc *src; /* per-expert styles: expert-major, then part */
+  char *fields;  /* config.json fields behind the shapes (for messages) */
+} sl__mparam;
+
+typedef struct sl__model {
+  char *family;
+  char *architecture;
+  sl__layout_kind layout;
+  uint32_t n_layers;
+  uint64_t experts; /* E, 0 for dense models */
+  uint64_t n_group;
+  bool tied;
+  bool fp8;
+  uint64_t block_rows; /* fp8 weight_block_size */
+  uint64_t block_cols;
+  bool mistral_format; /* rotary permutation applies */
+  size_t n_params;
+  sl__mparam *params; /* table order: embed, layers (spec order within), final, head */
+  size_t n_units;
+  char **units;         /* expected set X, sorted bytewise */
+  uint32_t *unit_param; /* parameter each unit feeds */
+  uint8_t *tensor_fate; /* per catalog tensor: SL_FATE_* */
+} sl__model;
+
+enum {
+  SL_FATE_NONE = 0,     /* not consumed by any parameter: unexpected unless a plan reads it */
+  SL_FATE_CONSUMED = 1, /* a source of some parameter */
+  SL_FATE_SKIPPED = 2,  /* silently skipped (rotary buffers, tied lm_head, MTP layers) */
+  SL_FATE_IGNORED = 3   /* a bias the spec does not declare: listed as ignored */
+};
+
+/* Instantiates spec for the catalog's config.json in the given layout. */
+sl_status sl__model_build(const sl__spec *spec, const sl__catalog *cat, sl__layout_kind layout,
+                          sl__model *out, sl__err *err);
+void sl__model_free(sl__model *m);
+
+/* Parses the catalog's config.json (error naming the problem when absent or invalid). */
+sl_status sl__model_parse_config(const sl__catalog *cat, struct cJSON **out, sl__err *err);
+/* architectures[0] of config.json. */
+sl_status sl__model_architecture(const struct cJSON *config, const char **out, sl__err *err);
+
+#endif

@@ -1,0 +1,112 @@
+/*
+ * model/spec.h — architecture specs: JSON files (the *.json of specs/) that say, for a model family, which
+ * parameters exist, how each is split over ranks (its style) and which checkpoint tensors feed
+ * it, with sizes computed from config.json by expressions (model/expr.h). Loading a spec only parses
+ * and compiles it; model/model.c instantiates it against a config.json and a catalog.
+ *
+ * The format is documented in docs/SPECS.md. In short:
+ *   { "family", "architectures": [...], "fall_back_to_pt", "vars": {NAME: EXPR},
+ *     "layer_vars": {NAME: EXPR (may use `layer`)}, "num_layers", "experts", "n_group",
+ *     "tie_word_embeddings", "skip_layers": {"from", "count"}, "skip_contains": [...],
+ *     "rename": {"format": "mistral", "map": [[FROM, TO], ...]},
+ *     "params": [ { "name": TEMPLATE, "place": embed|layer|final|head, "when": EXPR,
+ *                   "style": ..., style arguments, "sources": [ {"tensor": TEMPLATE,
+ *                   "part": ..., "shape": [EXPR, ...], "rotary_heads": EXPR} ] } ] }
+ */
+#ifndef SL_SPEC_H
+#define SL_SPEC_H
+
+#include "base/err.h"
+#include "model/expr.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define SL_SPEC_MAX_DIMS 8
+
+typedef enum sl__style {
+  SL_STYLE_REPLICATED = 0,
+  SL_STYLE_COLUMN,
+  SL_STYLE_ROW,
+  SL_STYLE_MERGED,
+  SL_STYLE_QKV,
+  SL_STYLE_VOCAB,
+  SL_STYLE_CONCAT,
+  SL_STYLE_MOE_W13,
+  SL_STYLE_MOE_W2,
+  SL_STYLE_MOE3D_W13,
+  SL_STYLE_MOE3D_W2,
+  SL_STYLE_COUNT
+} sl__style;
+
+typedef enum sl__place { SL_PLACE_EMBED = 0, SL_PLACE_LAYER, SL_PLACE_FINAL, SL_PLACE_HEAD } sl__place;
+
+const char *sl__style_name(sl__style s);
+
+typedef struct sl__named_expr {
+  char *name;
+  sl__expr *expr;
+} sl__named_expr;
+
+typedef struct sl__spec_source {
+  char *tensor; /* template: {layer}, {expert} */
+  char *part;   /* "q", "k", "v", "w1", "w3", "w13" or NULL (merged/concat: order) */
+  size_t ndim;
+  sl__expr *shape[SL_SPEC_MAX_DIMS];
+  sl__expr *rotary_heads; /* Mistral format: heads whose rows are permuted, or NULL */
+} sl__spec_source;
+
+typedef struct sl__spec_param {
+  char *name; /* template of the vllm parameter name */
+  sl__place place;
+  sl__expr *when; /* NULL = always */
+  sl__style style;
+  sl__expr *q_heads; /* qkv */
+  sl__expr *kv_heads;
+  sl__expr *head_dim;
+  sl__expr *v_head_dim; /* NULL = head_dim */
+  sl__expr *vocab;      /* vocab: unpadded vocabulary size */
+  sl__expr *experts;    /* moe: expert count (NULL = the spec's "experts") */
+  size_t n_sources;
+  sl__spec_source *sources;
+} sl__spec_param;
+
+typedef struct sl__spec {
+  char *path; /* file it came from (messages) */
+  char *family;
+  size_t n_arch;
+  char **architectures;
+  bool fall_back_to_pt;
+  char **allow_patterns_override; /* NULL-terminated or NULL */
+  size_t n_vars;
+  sl__named_expr *vars;
+  size_t n_layer_vars;
+  sl__named_expr *layer_vars;
+  sl__expr *num_layers;
+  sl__expr *experts;
+  sl__expr *n_group;
+  sl__expr *tie_word_embeddings;
+  sl__expr *skip_layers_from; /* NULL when absent */
+  sl__expr *skip_layers_count;
+  size_t n_skip_contains;
+  char **skip_contains;
+  char *rename_format; /* "mistral" or NULL */
+  size_t n_rename;
+  char **rename_from; /* templates with {layer} */
+  char **rename_to;
+  size_t n_params;
+  sl__spec_param *params;
+} sl__spec;
+
+/* Parses and compiles a spec from JSON text; `path` names it in messages. */
+sl_status sl__spec_parse(const char *json, size_t len, const char *path, sl__spec **out, sl__err *err);
+sl_status sl__spec_load_file(const char *path, sl__spec **out, sl__err *err);
+void sl__spec_free(sl__spec *s);
+
+/* Finds the spec for an architecture name among the *.json files of the spec folders:
+ * $SHARDLOAD_SPECS (colon-separated), then the installed and the source-tree spec folders.
+ * Unknown architecture → SL_STATUS_ARCH naming the known ones and how to pass a spec file. */
+sl_status sl__spec_find(const char *architecture, sl__spec **out, sl__err *err);
+
+#endif

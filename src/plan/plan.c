@@ -1,0 +1,1282 @@
+/*
+ * plan/plan.c — per-rank plans and the merged schedule (see plan/plan.h).
+ *
+ * Organisation:
+ *   1. rank coordinates (TP, PP stage, EP/MoE-TP, expert slots)
+ *   2. slicing: one function per style turns a model parameter into "slabs" (row/column ranges
+ *      of a source's 2-D view placed at a row/column of the local parameter), and slab() turns a
+ *      slab into a byte copy. Scale parameters (fp8) slice in blocks of their weight.
+ *   3. the rank plan (table + copies)
+ *   4. the schedule: pieces (distinct source slices), members, readers, groups, buckets, stats.
+ */
+#include "plan/plan.h"
+
+#include "base/log.h"
+#include "base/util.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ---------------------------------------------------------------------------------------------
+ * 1. Rank coordinates
+ * ------------------------------------------------------------------------------------------- */
+
+sl_status sl__rank_ctx_init(const sl__model *m, const sl__plan_opts *o, uint32_t rank, sl__rank_ctx *x,
+                            sl__err *err) {
+  memset(x, 0, sizeof *x);
+  const sl__layout *l = &o->layout;
+  x->rank = rank;
+  x->c = sl__layout_coords(l, rank);
+  x->tp = l->tp;
+  x->r = x->c.tp_rank;
+  uint32_t p = x->c.pp_rank;
+  x->first_stage = p == 0;
+  x->last_stage = p + 1 == l->pp;
+  x->layer_start = o->pp_starts[p];
+  x->layer_end = o->pp_starts[p + 1];
+  uint32_t group = l->dp * l->tp;
+  uint32_t group_rank = x->c.dp_rank * l->tp + x->r;
+  x->ep = 1;
+  x->mt = 1;
+  x->placement = SL_PLACEMENT_LINEAR;
+  if (m->experts == 0) {
+    x->slots = 0;
+    return SL_STATUS_OK;
+  }
+  if (o->enable_ep && group > 1) {
+    x->ep = group;
+    x->e = group_rank;
+    x->placement = sl__placement_effective(o->placement, m->n_group, o->redundant, o->eplb);
+  } else {
+    x->mt = group;
+    x->mr = group_rank;
+  }
+  x->eplb = o->eplb;
+  if (o->eplb) {
+    if (m->layout == SL_LAYOUT_CHECKPOINT && o->redundant > 0)
+      return sl__err_set(err, SL_STATUS_CONFIG, "redundant experts need --layout vllm");
+    sl_status st = sl__eplb_check(m->experts, o->redundant, x->ep, err);
+    if (st != SL_STATUS_OK)
+      return st;
+    x->slots = (m->experts + o->redundant) / x->ep;
+    x->slot_base = (uint64_t)x->e * x->slots;
+    return SL_STATUS_OK;
+  }
+  x->slots = sl__ep_count(m->experts, x->ep, x->e, x->placement);
+  return SL_STATUS_OK;
+}
+
+static uint64_t slot_expert(const sl__model *m, const sl__rank_ctx *x, uint64_t k) {
+  if (x->eplb)
+    return sl__eplb_slot_expert(m->experts, x->slot_base + k);
+  return sl__ep_expert(m->experts, x->ep, x->e, x->placement, k);
+}
+
+/* Whether expert x is held by this rank (checkpoint layout: one parameter per expert). */
+static bool expert_local(const sl__model *m, const sl__rank_ctx *c, uint64_t x, uint64_t *slot) {
+  for (uint64_t k = 0; k < c->slots; k++) {
+    if (slot_expert(m, c, k) == x) {
+      *slot = k;
+      return true;
+    }
+  }
+  return false;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * 2. Slicing
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct slicer {
+  const sl__model *m;
+  const sl__catalog *cat;
+  const sl__rank_ctx *x;
+  const sl__mparam *p;
+  uint32_t lparam;
+  uint64_t lcols; /* elements per row of the local parameter's 2-D view */
+  uint32_t bits;
+  sl__vec *copies; /* sl__copy */
+  uint64_t *bytes_needed;
+  sl__err *err;
+} slicer;
+
+static uint64_t view_cols(const uint64_t *shape, uint32_t ndim) {
+  uint64_t c = 1;
+  for (uint32_t i = 1; i < ndim; i++)
+    c *= shape[i];
+  return c;
+}
+
+static uint64_t view_rows(const sl__msrc *s) {
+  if (s->ndim == 0)
+    return 1;
+  if (s->ndim == 3)
+    return s->shape[0] * s->shape[1];
+  return s->shape[0];
+}
+
+static uint64_t src_cols(const sl__msrc *s) {
+  if (s->ndim == 3)
+    return s->shape[2];
+  return view_cols(s->shape, s->ndim);
+}
+
+static bool is_scale(const sl__mparam *p) {
+  return p->block_rows != 0;
+}
+
+static sl_status not_divisible(slicer *s, const char *tensor, int dim, uint64_t size, uint64_t by,
+                               const char *what) {
+  return sl__err_set(s->err, SL_STATUS_DIVISIBILITY, "%s: dim %d (size %llu%s%s) not divisible by %llu",
+                     tensor, dim, (unsigned long long)size, what != NULL ? ", " : "",
+                     what != NULL ? what : "", (unsigned long long)by);
+}
+
+/* Emits the copy of rows [row0, row0 + nrows) (stepping row_step) × columns [col0, col0 + ncols)
+ * of source `si`'s 2-D view into the local 2-D view at (dst_row0, dst_col0). Element units of the
+ * source itself (for scales: blocks). */
+static sl_status slab(slicer *s, uint32_t si, uint64_t row0, uint64_t nrows, uint64_t row_step, uint64_t col0,
+                      uint64_t ncols, uint64_t dst_row0, uint64_t dst_col0) {
+  const sl__msrc *src = &s->p->src[si];
+  if (nrows == 0 || ncols == 0)
+    return SL_STATUS_OK;
+  if (src->tensor == SL_NONE)
+    return SL_STATUS_OK; /* missing tensor: tracking reports it */
+  uint64_t cols = src_cols(src);
+  uint64_t b = s->bits;
+  if ((cols * b) % 8 != 0 || (col0 * b) % 8 != 0 || (ncols * b) % 8 != 0 || (s->lcols * b) % 8 != 0 ||
+      (dst_col0 * b) % 8 != 0)
+    return sl__err_set(s->err, SL_STATUS_DIVISIBILITY,
+                       "slice of %s not byte-aligned (%s has %u bits per element)", src->name,
+                       sl__dtype_name(s->p->dtype), s->bits);
+  sl__copy *c = sl__vec_push(s->copies);
+  if (c == NULL)
+    return sl__err_set(s->err, SL_STATUS_NOMEM, "out of memory planning %s", s->p->name);
+  c->lparam = s->lparam;
+  c->tensor = src->tensor;
+  c->unit = src->unit;
+  c->piece = SL_NONE;
+  uint64_t src_row_bytes = cols * b / 8;
+  uint64_t dst_row_bytes = s->lcols * b / 8;
+  if (ncols == cols && row_step == 1 && dst_col0 == 0 && s->lcols == cols) {
+    c->rows = 1;
+    c->row_bytes = nrows * src_row_bytes;
+    c->src_off = row0 * src_row_bytes;
+    c->src_stride = c->row_bytes;
+    c->dst_off = dst_row0 * dst_row_bytes;
+    c->dst_stride = c->row_bytes;
+  } else {
+    c->rows = nrows;
+    c->row_bytes = ncols * b / 8;
+    c->src_off = row0 * src_row_bytes + col0 * b / 8;
+    c->src_stride = row_step * src_row_bytes;
+    c->dst_off = dst_row0 * dst_row_bytes + dst_col0 * b / 8;
+    c->dst_stride = dst_row_bytes;
+    if (nrows == 1)
+      c->src_stride = c->dst_stride = c->row_bytes;
+  }
+  *s->bytes_needed += c->rows * c->row_bytes;
+  return SL_STATUS_OK;
+}
+
+/* Weight units → the parameter's own units along dim (0 rows, 1 columns): blocks for fp8 scale
+ * parameters, unchanged otherwise. A count that spans the whole weight dimension (wfull) maps to
+ * the scale's actual size, whose last block may be partial; any other count, and every offset,
+ * must be a whole number of blocks. */
+static sl_status to_units(slicer *s, const sl__msrc *src, int dim, uint64_t wfull, uint64_t x, bool offset,
+                          uint64_t *out) {
+  if (!is_scale(s->p)) {
+    *out = x;
+    return SL_STATUS_OK;
+  }
+  if (!offset && x == wfull) {
+    *out = src->shape[dim];
+    return SL_STATUS_OK;
+  }
+  uint64_t block = dim == 0 ? s->p->block_rows : s->p->block_cols;
+  if (x % block != 0)
+    return sl__err_set(
+        s->err, SL_STATUS_DIVISIBILITY,
+        "%s: a slice at %llu %s is not a multiple of the fp8 block of %llu (choose another tp/dp "
+        "or enable expert parallelism)",
+        src->name, (unsigned long long)x, dim == 0 ? "rows" : "columns", (unsigned long long)block);
+  *out = x / block;
+  return SL_STATUS_OK;
+}
+
+/* Weight-unit dims of a source (for scales: of the weight it scales). */
+static uint64_t wrows(const sl__mparam *p, const sl__msrc *s) {
+  return p->block_rows ? s->wshape[0] : s->shape[0];
+}
+static uint64_t wcols(const sl__mparam *p, const sl__msrc *s) {
+  return p->block_rows ? s->wshape[1] : view_cols(s->shape, s->ndim);
+}
+
+typedef struct local_shape {
+  uint32_t ndim;
+  uint64_t shape[SL_SPEC_MAX_DIMS];
+} local_shape;
+
+static void set_shape_like(local_shape *ls, const sl__msrc *s) {
+  ls->ndim = s->ndim;
+  memcpy(ls->shape, s->shape, sizeof ls->shape);
+}
+
+/* Rows [start, start + count) of a weight-unit range, in the parameter's units. */
+static sl_status map_range(slicer *s, const sl__msrc *src, uint64_t wfull, uint64_t start, uint64_t count,
+                           uint64_t *a, uint64_t *n) {
+  sl_status st = to_units(s, src, 0, wfull, count, false, n);
+  return st == SL_STATUS_OK ? to_units(s, src, 0, wfull, start, true, a) : st;
+}
+
+static sl_status slice_column(slicer *s, local_shape *ls, char *desc, size_t dcap) {
+  const sl__msrc *src = &s->p->src[0];
+  uint64_t R = wrows(s->p, src);
+  uint32_t T = s->x->tp;
+  if (src->ndim == 0)
+    return sl__err_set(s->err, SL_STATUS_ARCH, "%s: a column-parallel tensor needs at least one dimension",
+                       src->name);
+  if (s->p->q_heads != 0 && s->p->q_heads % T != 0)
+    return not_divisible(s, src->name, 0, R, T, "heads not divisible");
+  if (R % T != 0)
+    return not_divisible(s, src->name, 0, R, T, NULL);
+  uint64_t per = R / T;
+  uint64_t a = 0;
+  uint64_t n = 0;
+  sl_status st = map_range(s, src, R, (uint64_t)s->x->r * per, per, &a, &n);
+  if (st != SL_STATUS_OK)
+    return st;
+  set_shape_like(ls, src);
+  ls->shape[0] = n;
+  s->lcols = src_cols(src);
+  snprintf(desc, dcap, "column: dim 0 [%llu, %llu) of %llu", (unsigned long long)a,
+           (unsigned long long)(a + n), (unsigned long long)src->shape[0]);
+  return slab(s, 0, a, n, 1, 0, s->lcols, 0, 0);
+}
+
+static sl_status slice_row(slicer *s, local_shape *ls, char *desc, size_t dcap) {
+  const sl__msrc *src = &s->p->src[0];
+  set_shape_like(ls, src);
+  if (src->ndim <= 1) {
+    s->lcols = src_cols(src);
+    snprintf(desc, dcap, "row-parallel bias: replicated");
+    return slab(s, 0, 0, view_rows(src), 1, 0, s->lcols, 0, 0);
+  }
+  if (src->ndim != 2)
+    return sl__err_set(s->err, SL_STATUS_ARCH, "%s: a row-parallel tensor must be 2-D", src->name);
+  uint64_t C = wcols(s->p, src);
+  uint32_t T = s->x->tp;
+  if (s->p->q_heads != 0 && s->p->q_heads % T != 0)
+    return not_divisible(s, src->name, 1, C, T, "heads not divisible");
+  if (C % T != 0)
+    return not_divisible(s, src->name, 1, C, T, NULL);
+  uint64_t per = C / T;
+  uint64_t n = 0;
+  uint64_t a = 0;
+  sl_status st = to_units(s, src, 1, C, per, false, &n);
+  if (st == SL_STATUS_OK)
+    st = to_units(s, src, 1, C, (uint64_t)s->x->r * per, true, &a);
+  if (st != SL_STATUS_OK)
+    return st;
+  ls->shape[1] = n;
+  s->lcols = n;
+  snprintf(desc, dcap, "row: dim 1 [%llu, %llu) of %llu", (unsigned long long)a, (unsigned long long)(a + n),
+           (unsigned long long)src->shape[1]);
+  return slab(s, 0, 0, src->shape[0], 1, a, n, 0, 0);
+}
+
+static sl_status slice_merged(slicer *s, local_shape *ls, char *desc, size_t dcap) {
+  uint32_t T = s->x->tp;
+  uint64_t rows = 0;
+  size_t off = (size_t)snprintf(desc, dcap, "merged:");
+  /* Local rows of each part first, so that the column width is known before any slab. */
+  set_shape_like(ls, &s->p->src[0]);
+  s->lcols = src_cols(&s->p->src[0]);
+  for (size_t k = 0; k < s->p->n_src; k++) {
+    const sl__msrc *src = &s->p->src[k];
+    uint64_t R = wrows(s->p, src);
+    if (R % T != 0)
+      return not_divisible(s, src->name, 0, R, T, NULL);
+    uint64_t per = R / T;
+    uint64_t a = 0;
+    uint64_t n = 0;
+    sl_status st = map_range(s, src, R, (uint64_t)s->x->r * per, per, &a, &n);
+    if (st == SL_STATUS_OK)
+      st = slab(s, (uint32_t)k, a, n, 1, 0, s->lcols, rows, 0);
+    if (st != SL_STATUS_OK)
+      return st;
+    if (off < dcap)
+      off += (size_t)snprintf(desc + off, dcap - off, " part %zu rows [%llu, %llu) of %llu at %llu;", k,
+                              (unsigned long long)a, (unsigned long long)(a + n),
+                              (unsigned long long)src->shape[0], (unsigned long long)rows);
+    rows += n;
+  }
+  ls->shape[0] = rows;
+  return SL_STATUS_OK;
+}
+
+static sl_status slice_concat(slicer *s, local_shape *ls, char *desc, size_t dcap) {
+  uint64_t rows = 0;
+  set_shape_like(ls, &s->p->src[0]);
+  s->lcols = src_cols(&s->p->src[0]);
+  for (size_t k = 0; k < s->p->n_src; k++) {
+    const sl__msrc *src = &s->p->src[k];
+    sl_status st = slab(s, (uint32_t)k, 0, src->shape[0], 1, 0, s->lcols, rows, 0);
+    if (st != SL_STATUS_OK)
+      return st;
+    rows += src->shape[0];
+  }
+  ls->shape[0] = rows;
+  snprintf(desc, dcap, "replicated: concatenation of %zu tensors", s->p->n_src);
+  return SL_STATUS_OK;
+}
+
+/* One Mistral-format head block: rows permuted within each head (new h*d + j*d/2 + i ← old
+ * h*d + 2i + j), as two strided slabs per head. */
+static sl_status permuted(slicer *s, uint32_t si, uint64_t row0, uint64_t nrows, uint64_t d,
+                          uint64_t dst_row0) {
+  if (d % 2 != 0)
+    return sl__err_set(s->err, SL_STATUS_SHAPE, "%s: head_dim %llu is odd, cannot undo the rotary interleave",
+                       s->p->src[si].name, (unsigned long long)d);
+  for (uint64_t h = 0; h < nrows / d; h++) {
+    for (uint64_t j = 0; j < 2; j++) {
+      sl_status st = slab(s, si, row0 + h * d + j, d / 2, 2, 0, s->lcols, dst_row0 + h * d + j * (d / 2), 0);
+      if (st != SL_STATUS_OK)
+        return st;
+    }
+  }
+  return SL_STATUS_OK;
+}
+
+static sl_status slice_qkv(slicer *s, local_shape *ls, char *desc, size_t dcap) {
+  const sl__mparam *p = s->p;
+  uint32_t T = s->x->tp;
+  uint64_t Hq = p->q_heads;
+  uint64_t Hkv = p->kv_heads;
+  uint64_t d = p->head_dim;
+  uint64_t dv = p->v_head_dim != 0 ? p->v_head_dim : d;
+  if (Hq == 0 || Hkv == 0 || d == 0)
+    return sl__err_set(s->err, SL_STATUS_MODEL_CONFIG, "%s: heads and head_dim must be positive", p->name);
+  if (Hq % T != 0)
+    return sl__err_set(s->err, SL_STATUS_DIVISIBILITY, "%s: %llu attention heads not divisible by tp %u",
+                       p->name, (unsigned long long)Hq, T);
+  uint64_t kvl = 0;
+  uint64_t R = 0;
+  if (T >= Hkv) {
+    if (T % Hkv != 0)
+      return sl__err_set(s->err, SL_STATUS_DIVISIBILITY,
+                         "%s: tp %u is not a multiple of %llu key/value heads", p->name, T,
+                         (unsigned long long)Hkv);
+    kvl = 1;
+    R = T / Hkv;
+  } else {
+    if (Hkv % T != 0)
+      return sl__err_set(s->err, SL_STATUS_DIVISIBILITY, "%s: %llu key/value heads not divisible by tp %u",
+                         p->name, (unsigned long long)Hkv, T);
+    kvl = Hkv / T;
+    R = 1;
+  }
+  uint64_t r = s->x->r;
+  uint64_t wn[3] = {(Hq / T) * d, kvl * d, kvl * dv};
+  uint64_t wstart[3] = {r * wn[0], (r / R) * wn[1], (r / R) * wn[2]};
+  uint64_t heads_local[3] = {Hq / T, kvl, kvl};
+  uint64_t a[3] = {0};
+  uint64_t n[3] = {0};
+  uint64_t dst[3] = {0};
+  set_shape_like(ls, &p->src[0]);
+  s->lcols = src_cols(&p->src[0]);
+  uint64_t rows = 0;
+  for (size_t k = 0; k < p->n_src; k++) {
+    const sl__msrc *src = &p->src[k];
+    uint32_t part = src->part;
+    if (part > 2)
+      return sl__err_set(s->err, SL_STATUS_INTERNAL, "qkv part out of range");
+    sl_status st = map_range(s, src, wrows(p, src), wstart[part], wn[part], &a[part], &n[part]);
+    if (st != SL_STATUS_OK)
+      return st;
+    dst[part] = p->ckpt ? 0 : rows;
+    rows += n[part];
+  }
+  if (p->ckpt)
+    rows = n[p->src[0].part];
+  ls->shape[0] = rows;
+  for (size_t k = 0; k < p->n_src; k++) {
+    const sl__msrc *src = &p->src[k];
+    uint32_t part = src->part;
+    sl_status st;
+    if (src->rotary_heads != 0 && part < 2 && !is_scale(p))
+      st = permuted(s, (uint32_t)k, a[part], n[part], n[part] / heads_local[part], dst[part]);
+    else
+      st = slab(s, (uint32_t)k, a[part], n[part], 1, 0, s->lcols, dst[part], 0);
+    if (st != SL_STATUS_OK)
+      return st;
+  }
+  snprintf(desc, dcap, "qkv: q rows [%llu, %llu), k rows [%llu, %llu), v rows [%llu, %llu)%s",
+           (unsigned long long)a[0], (unsigned long long)(a[0] + n[0]), (unsigned long long)a[1],
+           (unsigned long long)(a[1] + n[1]), (unsigned long long)a[2], (unsigned long long)(a[2] + n[2]),
+           R > 1 ? " (kv heads replicated)" : "");
+  return SL_STATUS_OK;
+}
+
+static sl_status slice_vocab(slicer *s, local_shape *ls, char *desc, size_t dcap) {
+  const sl__msrc *src = &s->p->src[0];
+  if (is_scale(s->p))
+    return sl__err_set(s->err, SL_STATUS_QUANTIZATION, "%s: quantized vocabulary is not supported",
+                       src->name);
+  uint64_t V = s->p->vocab;
+  uint64_t Vp = (V + 63) / 64 * 64;
+  uint32_t T = s->x->tp;
+  if (src->ndim == 0 || src->shape[0] != V)
+    return sl__err_set(s->err, SL_STATUS_SHAPE, "%s: expected %llu rows (vocab_size)", src->name,
+                       (unsigned long long)V);
+  if (Vp % T != 0)
+    return sl__err_set(s->err, SL_STATUS_DIVISIBILITY,
+                       "%s: dim 0 (padded vocabulary %llu, vocab_size %llu) not divisible by tp %u",
+                       src->name, (unsigned long long)Vp, (unsigned long long)V, T);
+  uint64_t per = Vp / T;
+  uint64_t a = (uint64_t)s->x->r * per;
+  uint64_t b = a + per;
+  a = a < V ? a : V;
+  b = b < V ? b : V;
+  set_shape_like(ls, src);
+  ls->shape[0] = s->p->ckpt ? b - a : per;
+  s->lcols = src_cols(src);
+  snprintf(desc, dcap, "vocab: rows [%llu, %llu) of %llu%s%llu zero rows", (unsigned long long)a,
+           (unsigned long long)b, (unsigned long long)V, s->p->ckpt ? ", no padding: " : " + ",
+           (unsigned long long)(s->p->ckpt ? 0 : per - (b - a)));
+  return slab(s, 0, a, b - a, 1, 0, s->lcols, 0, 0);
+}
+
+/* Describes the local experts as "{0..3}" or "{0,2,4}" (truncated). */
+static void describe_experts(const sl__model *m, const sl__rank_ctx *x, char *buf, size_t cap) {
+  size_t off = (size_t)snprintf(buf, cap, "{");
+  bool range = x->slots > 1;
+  for (uint64_t k = 1; k < x->slots && range; k++)
+    range = slot_expert(m, x, k) == slot_expert(m, x, k - 1) + 1;
+  if (x->slots == 0)
+    off += (size_t)snprintf(buf + off, cap - off, "}");
+  else if (range)
+    snprintf(buf + off, cap - off, "%llu..%llu}", (unsigned long long)slot_expert(m, x, 0),
+             (unsigned long long)slot_expert(m, x, x->slots - 1));
+  else {
+    for (uint64_t k = 0; k < x->slots && off + 24 < cap; k++)
+      off += (size_t)snprintf(buf + off, cap - off, "%s%llu", k > 0 ? "," : "",
+                              (unsigned long long)slot_expert(m, x, k));
+    if (off + 4 < cap)
+      snprintf(buf + off, cap - off, "}");
+  }
+}
+
+/* Per-expert sources (moe_w13 / moe_w2) and fused 3-D sources. */
+static sl_status slice_moe(slicer *s, local_shape *ls, char *desc, size_t dcap) {
+  const sl__mparam *p = s->p;
+  const sl__rank_ctx *x = s->x;
+  bool w2 = p->style == SL_STYLE_MOE_W2 || p->style == SL_STYLE_MOE3D_W2;
+  bool fused3d = p->style == SL_STYLE_MOE3D_W13 || p->style == SL_STYLE_MOE3D_W2;
+  bool ckpt_one = p->ckpt && p->only_expert != SL_NONE;
+  uint64_t Im = p->expert_rows;
+  if (Im % x->mt != 0)
+    return not_divisible(s, p->src[0].name, w2 ? 1 : 0, Im, x->mt,
+                         "expert intermediate size over the MoE tp ranks");
+  uint64_t Ip = Im / x->mt;
+  uint64_t start = (uint64_t)x->mr * Ip;
+  const sl__msrc *s0 = &p->src[0];
+  /* Units: rows of one part (w13) or columns (w2) of the local slab per expert. */
+  uint64_t un = 0;
+  uint64_t ua = 0;
+  if (fused3d && is_scale(p))
+    return sl__err_set(s->err, SL_STATUS_QUANTIZATION,
+                       "%s: fp8 scales of fused 3-D experts are not supported", p->name);
+  int dim = w2 ? 1 : 0;
+  uint64_t wfull = w2 ? wcols(p, s0) : wrows(p, s0);
+  sl_status st = to_units(s, s0, dim, wfull, Ip, false, &un);
+  if (st == SL_STATUS_OK)
+    st = to_units(s, s0, dim, wfull, start, true, &ua);
+  if (st != SL_STATUS_OK)
+    return st;
+  if (fused3d && Ip == Im)
+    un = Im;
+  uint64_t n_parts =
+      (p->style == SL_STYLE_MOE_W13 || (p->style == SL_STYLE_MOE3D_W13 && p->n_src == 2)) ? 2 : 1;
+  if (p->style == SL_STYLE_MOE3D_W13 && p->n_src == 1)
+    n_parts = 2; /* one fused source holding gate then up */
+  uint64_t parts_local = p->ckpt && !(p->style == SL_STYLE_MOE3D_W13 && p->n_src == 1) ? 1 : n_parts;
+  uint64_t H = 0;
+  uint64_t slots = ckpt_one ? 1 : x->slots;
+  if (w2) {
+    H = fused3d ? s0->shape[1] : s0->shape[0];
+    ls->ndim = ckpt_one ? 2 : 3;
+    ls->shape[0] = ckpt_one ? H : slots;
+    ls->shape[1] = ckpt_one ? un : H;
+    ls->shape[2] = un;
+    s->lcols = un;
+  } else {
+    H = fused3d ? s0->shape[2] : src_cols(s0);
+    ls->ndim = ckpt_one ? 2 : 3;
+    ls->shape[0] = ckpt_one ? un : slots;
+    ls->shape[1] = ckpt_one ? H : parts_local * un;
+    ls->shape[2] = H;
+    s->lcols = H;
+  }
+  for (uint64_t k = 0; k < slots; k++) {
+    uint64_t ex = ckpt_one ? p->only_expert : slot_expert(s->m, x, k);
+    for (size_t si = 0; si < p->n_src; si++) {
+      const sl__msrc *src = &p->src[si];
+      if (!fused3d && src->expert != ex)
+        continue;
+      if (w2) {
+        uint64_t row0 = fused3d ? ex * H : 0;
+        st = slab(s, (uint32_t)si, row0, H, 1, ua, un, k * H, 0);
+      } else if (fused3d && p->n_src == 1) {
+        uint64_t per_expert = 2 * Im;
+        for (uint64_t part = 0; part < 2 && st == SL_STATUS_OK; part++)
+          st =
+              slab(s, (uint32_t)si, ex * per_expert + part * Im + ua, un, 1, 0, H, k * 2 * un + part * un, 0);
+      } else {
+        uint64_t row0 = fused3d ? ex * Im : 0;
+        uint64_t part = parts_local == 1 ? 0 : src->part;
+        st = slab(s, (uint32_t)si, row0 + ua, un, 1, 0, H, k * parts_local * un + part * un, 0);
+      }
+      if (st != SL_STATUS_OK)
+        return st;
+    }
+  }
+  char ex[96];
+  if (ckpt_one)
+    snprintf(ex, sizeof ex, "{%u}", p->only_expert);
+  else
+    describe_experts(s->m, x, ex, sizeof ex);
+  snprintf(desc, dcap, "experts %s%s%s, %s [%llu, %llu) of %llu", ex, x->ep > 1 ? " (EP " : "",
+           x->ep > 1 ? sl__placement_name(x->placement) : "", w2 ? "cols" : "rows", (unsigned long long)ua,
+           (unsigned long long)(ua + un),
+           (unsigned long long)(is_scale(p) ? (w2 ? s0->shape[1] : s0->shape[0]) : Im));
+  if (x->ep > 1) {
+    size_t len = strlen(desc);
+    char *paren = strstr(desc, " (EP ");
+    if (paren != NULL && len + 2 < dcap) {
+      char *comma = strchr(paren, ',');
+      if (comma != NULL) {
+        memmove(comma + 1, comma, strlen(comma) + 1);
+        *comma = ')';
+      }
+    }
+  }
+  return SL_STATUS_OK;
+}
+
+static sl_status slice_replicated(slicer *s, local_shape *ls, char *desc, size_t dcap) {
+  const sl__msrc *src = &s->p->src[0];
+  set_shape_like(ls, src);
+  s->lcols = src_cols(src);
+  snprintf(desc, dcap, "replicated");
+  return slab(s, 0, 0, view_rows(src), 1, 0, s->lcols, 0, 0);
+}
+
+/* One slicing function per style (the MoE styles share one). */
+typedef sl_status (*slice_fn)(slicer *s, local_shape *ls, char *desc, size_t dcap);
+static const slice_fn slicers[SL_STYLE_COUNT] = {
+    [SL_STYLE_REPLICATED] = slice_replicated,
+    [SL_STYLE_COLUMN] = slice_column,
+    [SL_STYLE_ROW] = slice_row,
+    [SL_STYLE_MERGED] = slice_merged,
+    [SL_STYLE_QKV] = slice_qkv,
+    [SL_STYLE_VOCAB] = slice_vocab,
+    [SL_STYLE_CONCAT] = slice_concat,
+    [SL_STYLE_MOE_W13] = slice_moe,
+    [SL_STYLE_MOE_W2] = slice_moe,
+    [SL_STYLE_MOE3D_W13] = slice_moe,
+    [SL_STYLE_MOE3D_W2] = slice_moe,
+};
+
+/* ---------------------------------------------------------------------------------------------
+ * 3. Rank plan
+ * ------------------------------------------------------------------------------------------- */
+
+static bool held(const sl__model *m, const sl__mparam *p, const sl__rank_ctx *x) {
+  switch (p->place) {
+  case SL_PLACE_EMBED:
+    return x->first_stage || (m->tied && x->last_stage);
+  case SL_PLACE_LAYER:
+    return p->layer >= 0 && (uint32_t)p->layer >= x->layer_start && (uint32_t)p->layer < x->layer_end;
+  case SL_PLACE_FINAL:
+  case SL_PLACE_HEAD:
+    return x->last_stage;
+  }
+  return false;
+}
+
+void sl__rank_plan_free(sl__rank_plan *p) {
+  if (p == NULL)
+    return;
+  free(p->lparams);
+  free(p->copies);
+  memset(p, 0, sizeof *p);
+}
+
+sl_status sl__plan_rank(const sl__model *m, const sl__catalog *cat, const sl__plan_opts *o, uint32_t rank,
+                        bool with_table, sl__rank_plan *out, sl__err *err) {
+  memset(out, 0, sizeof *out);
+  sl_status st = sl__rank_ctx_init(m, o, rank, &out->ctx, err);
+  if (st != SL_STATUS_OK)
+    return st;
+  sl__vec lparams;
+  sl__vec copies;
+  sl__vec_init(&lparams, sizeof(sl__lparam));
+  sl__vec_init(&copies, sizeof(sl__copy));
+  uint32_t *local_of = calloc(m->n_params + 1, sizeof *local_of);
+  if (local_of == NULL)
+    st = sl__err_set(err, SL_STATUS_NOMEM, "out of memory");
+  for (size_t i = 0; i < m->n_params && st == SL_STATUS_OK; i++) {
+    const sl__mparam *p = &m->params[i];
+    local_of[i] = SL_NONE;
+    if (!held(m, p, &out->ctx))
+      continue;
+    uint64_t slot = 0;
+    if (p->ckpt && p->only_expert != SL_NONE && !expert_local(m, &out->ctx, p->only_expert, &slot))
+      continue;
+    sl__lparam *lp = sl__vec_push(&lparams);
+    if (lp == NULL) {
+      st = sl__err_set(err, SL_STATUS_NOMEM, "out of memory");
+      break;
+    }
+    uint32_t li = (uint32_t)(lparams.len - 1);
+    local_of[i] = li;
+    lp->mparam = (uint32_t)i;
+    lp->alias_of = SL_NONE;
+    if (p->alias_of != SL_NONE) {
+      lp->alias_of = local_of[p->alias_of];
+      if (lp->alias_of == SL_NONE) {
+        st = sl__err_set(err, SL_STATUS_INTERNAL, "%s: aliased parameter not held on this rank", p->name);
+        break;
+      }
+      const sl__lparam *target = &SL_VEC_AT(&lparams, sl__lparam, lp->alias_of);
+      lp->ndim = target->ndim;
+      memcpy(lp->shape, target->shape, sizeof lp->shape);
+      lp->nbytes = target->nbytes;
+      snprintf(lp->shard, sizeof lp->shard, "alias of %s", m->params[p->alias_of].name);
+      continue;
+    }
+    slicer s = {.m = m,
+                .cat = cat,
+                .x = &out->ctx,
+                .p = p,
+                .lparam = li,
+                .bits = sl__dtype_bits(p->dtype),
+                .copies = &copies,
+                .bytes_needed = &out->bytes_needed,
+                .err = err};
+    local_shape ls;
+    memset(&ls, 0, sizeof ls);
+    char desc[192] = "";
+    st = (unsigned)p->style < SL_STYLE_COUNT ? slicers[p->style](&s, &ls, desc, sizeof desc)
+                                             : sl__err_set(err, SL_STATUS_INTERNAL, "bad style");
+    if (st != SL_STATUS_OK)
+      break;
+    lp = &SL_VEC_AT(&lparams, sl__lparam, li);
+    lp->ndim = ls.ndim;
+    memcpy(lp->shape, ls.shape, sizeof lp->shape);
+    uint64_t elems = 1;
+    bool overflow = false;
+    for (uint32_t d = 0; d < ls.ndim; d++)
+      overflow = overflow || sl__mul_overflow(elems, ls.shape[d], &elems);
+    uint64_t bits = 0;
+    overflow = overflow || sl__mul_overflow(elems, sl__dtype_bits(p->dtype), &bits);
+    if (overflow || bits % 8 != 0) {
+      st = sl__err_set(err, SL_STATUS_DIVISIBILITY, "%s: local size overflows or is not byte-aligned",
+                       p->name);
+      break;
+    }
+    lp->nbytes = bits / 8;
+    out->bytes_local += lp->nbytes;
+    if (with_table)
+      snprintf(lp->shard, sizeof lp->shard, "%s", desc);
+  }
+  free(local_of);
+  if (st != SL_STATUS_OK) {
+    sl__vec_free(&lparams);
+    sl__vec_free(&copies);
+    return st;
+  }
+  out->lparams = lparams.data;
+  out->n_lparams = lparams.len;
+  out->copies = copies.data;
+  out->n_copies = copies.len;
+  return SL_STATUS_OK;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * 4. Schedule
+ * ------------------------------------------------------------------------------------------- */
+
+/* Rows are read as one covering range when the gap between them is at most coalesce_gap and
+ * no larger than the row itself (the waste never exceeds the useful bytes), and a row with its
+ * gap fits in one read: then a few wasted bytes replace many small reads. */
+bool sl__piece_covering(const sl__piece *p, uint64_t coalesce_gap, uint64_t chunk) {
+  if (p->rows <= 1)
+    return true;
+  uint64_t gap = p->src_stride - p->row_bytes;
+  return gap <= coalesce_gap && gap <= p->row_bytes && p->src_stride <= chunk;
+}
+
+uint64_t sl__piece_read_bytes(const sl__piece *p, uint64_t coalesce_gap, uint64_t chunk) {
+  if (p->rows <= 1 || !sl__piece_covering(p, coalesce_gap, chunk))
+    return p->nbytes;
+  return (p->rows - 1) * p->src_stride + p->row_bytes;
+}
+
+void sl__schedule_free(sl__schedule *s) {
+  if (s == NULL)
+    return;
+  free(s->pieces);
+  free(s->members);
+  free(s->groups);
+  free(s->group_members);
+  free(s->buckets);
+  free(s->items);
+  free(s->stats);
+  free(s->unit_needed);
+  free(s->tensor_used);
+  memset(s, 0, sizeof *s);
+}
+
+typedef struct piece_table {
+  uint32_t *slots; /* piece index + 1; 0 = empty */
+  size_t cap;
+  sl__vec pieces;    /* sl__piece */
+  sl__vec last_rank; /* uint32_t per piece: last rank appended as member */
+} piece_table;
+
+static uint64_t piece_hash(uint32_t tensor, const sl__copy *c) {
+  uint64_t k[5] = {tensor, c->src_off, c->src_stride, c->row_bytes, c->rows};
+  return sl__hash_bytes(k, sizeof k);
+}
+
+static bool piece_eq(const sl__piece *p, const sl__copy *c) {
+  return p->tensor == c->tensor && p->src_off == c->src_off && p->src_stride == c->src_stride &&
+         p->row_bytes == c->row_bytes && p->rows == c->rows;
+}
+
+static bool table_grow(piece_table *t) {
+  size_t cap = t->cap != 0 ? t->cap * 2 : 1024;
+  uint32_t *slots = calloc(cap, sizeof *slots);
+  if (slots == NULL)
+    return false;
+  for (size_t i = 0; i < t->pieces.len; i++) {
+    const sl__piece *p = &SL_VEC_AT(&t->pieces, sl__piece, i);
+    sl__copy c = {.tensor = p->tensor,
+                  .src_off = p->src_off,
+                  .src_stride = p->src_stride,
+                  .row_bytes = p->row_bytes,
+                  .rows = p->rows};
+    size_t j = piece_hash(p->tensor, &c) & (cap - 1);
+    while (slots[j] != 0)
+      j = (j + 1) & (cap - 1);
+    slots[j] = (uint32_t)i + 1;
+  }
+  free(t->slots);
+  t->slots = slots;
+  t->cap = cap;
+  return true;
+}
+
+/* Finds or inserts the piece of copy c; returns its index or SL_NONE when out of memory. */
+static uint32_t table_piece(piece_table *t, const sl__copy *c) {
+  if ((t->pieces.len + 1) * 2 > t->cap && !table_grow(t))
+    return SL_NONE;
+  size_t j = piece_hash(c->tensor, c) & (t->cap - 1);
+  while (t->slots[j] != 0) {
+    uint32_t i = t->slots[j] - 1;
+    if (piece_eq(&SL_VEC_AT(&t->pieces, sl__piece, i), c))
+      return i;
+    j = (j + 1) & (t->cap - 1);
+  }
+  sl__piece *p = sl__vec_push(&t->pieces);
+  uint32_t *lr = sl__vec_push(&t->last_rank);
+  if (p == NULL || lr == NULL)
+    return SL_NONE;
+  p->tensor = c->tensor;
+  p->src_off = c->src_off;
+  p->src_stride = c->src_stride;
+  p->row_bytes = c->row_bytes;
+  p->rows = c->rows;
+  p->nbytes = c->rows * c->row_bytes;
+  p->group = SL_NONE;
+  *lr = SL_NONE;
+  t->slots[j] = (uint32_t)(t->pieces.len - 1) + 1;
+  return (uint32_t)(t->pieces.len - 1);
+}
+
+static const sl__piece *sort_base;
+static int cmp_piece_idx(const void *a, const void *b) {
+  const sl__piece *x = &sort_base[*(const uint32_t *)a];
+  const sl__piece *y = &sort_base[*(const uint32_t *)b];
+  if (x->tensor != y->tensor)
+    return x->tensor < y->tensor ? -1 : 1;
+  if (x->src_off != y->src_off)
+    return x->src_off < y->src_off ? -1 : 1;
+  if (x->src_stride != y->src_stride)
+    return x->src_stride < y->src_stride ? -1 : 1;
+  if (x->row_bytes != y->row_bytes)
+    return x->row_bytes < y->row_bytes ? -1 : 1;
+  if (x->rows != y->rows)
+    return x->rows < y->rows ? -1 : 1;
+  return 0;
+}
+
+static int cmp_piece_size_desc(const void *a, const void *b) {
+  uint32_t ia = *(const uint32_t *)a;
+  uint32_t ib = *(const uint32_t *)b;
+  const sl__piece *x = &sort_base[ia];
+  const sl__piece *y = &sort_base[ib];
+  if (x->nbytes != y->nbytes)
+    return x->nbytes > y->nbytes ? -1 : 1;
+  return ia < ib ? -1 : (ia > ib ? 1 : 0);
+}
+
+typedef struct pair {
+  uint32_t piece;
+  uint32_t rank;
+} pair;
+
+/* Groups: distinct member lists of shared pieces. */
+static sl_status build_groups(sl__schedule *s, sl__err *err) {
+  size_t cap = 64;
+  uint32_t *slots = NULL;
+  sl__vec groups;
+  sl__vec gm;
+  sl__vec_init(&groups, sizeof(sl__group));
+  sl__vec_init(&gm, sizeof(uint32_t));
+  while (cap < s->n_pieces * 2)
+    cap *= 2;
+  slots = calloc(cap, sizeof *slots);
+  if (slots == NULL)
+    return sl__err_set(err, SL_STATUS_NOMEM, "out of memory building broadcast groups");
+  for (size_t i = 0; i < s->n_pieces; i++) {
+    sl__piece *p = &s->pieces[i];
+    if (p->n_members < 2)
+      continue;
+    const uint32_t *mem = &s->members[p->members_off];
+    size_t j = sl__hash_bytes(mem, p->n_members * sizeof *mem) & (cap - 1);
+    uint32_t found = SL_NONE;
+    while (slots[j] != 0) {
+      const sl__group *g = &SL_VEC_AT(&groups, sl__group, slots[j] - 1);
+      if (g->n == p->n_members &&
+          memcmp(&SL_VEC_AT(&gm, uint32_t, g->off), mem, p->n_members * sizeof *mem) == 0) {
+        found = slots[j] - 1;
+        break;
+      }
+      j = (j + 1) & (cap - 1);
+    }
+    if (found == SL_NONE) {
+      if ((groups.len + 1) * 2 > cap) {
+        /* Cannot happen: at most one group per piece and cap ≥ 2 × pieces. */
+        free(slots);
+        sl__vec_free(&groups);
+        sl__vec_free(&gm);
+        return sl__err_set(err, SL_STATUS_INTERNAL, "group table full");
+      }
+      sl__group *g = sl__vec_push(&groups);
+      if (g == NULL || !sl__vec_reserve(&gm, gm.len + p->n_members)) {
+        free(slots);
+        sl__vec_free(&groups);
+        sl__vec_free(&gm);
+        return sl__err_set(err, SL_STATUS_NOMEM, "out of memory building broadcast groups");
+      }
+      g->n = p->n_members;
+      g->off = gm.len;
+      memcpy((uint32_t *)gm.data + gm.len, mem, p->n_members * sizeof *mem);
+      gm.len += p->n_members;
+      found = (uint32_t)(groups.len - 1);
+      slots[j] = found + 1;
+    }
+    p->group = found;
+  }
+  free(slots);
+  s->groups = groups.data;
+  s->n_groups = groups.len;
+  s->group_members = gm.data;
+  return SL_STATUS_OK;
+}
+
+/* A tiny u64 → u32 map with update, for the open bucket of each (group, reader). */
+typedef struct u64map {
+  uint64_t *keys;
+  uint32_t *values; /* value + 1; 0 = empty */
+  size_t cap;
+  size_t count;
+} u64map;
+
+static bool u64map_set(u64map *m, uint64_t key, uint32_t value) {
+  if ((m->count + 1) * 2 > m->cap) {
+    size_t cap = m->cap != 0 ? m->cap * 2 : 64;
+    uint64_t *keys = calloc(cap, sizeof *keys);
+    uint32_t *values = calloc(cap, sizeof *values);
+    if (keys == NULL || values == NULL) {
+      free(keys);
+      free(values);
+      return false;
+    }
+    for (size_t i = 0; i < m->cap; i++) {
+      if (m->values[i] == 0)
+        continue;
+      size_t j = sl__hash_bytes(&m->keys[i], sizeof m->keys[i]) & (cap - 1);
+      while (values[j] != 0)
+        j = (j + 1) & (cap - 1);
+      keys[j] = m->keys[i];
+      values[j] = m->values[i];
+    }
+    free(m->keys);
+    free(m->values);
+    m->keys = keys;
+    m->values = values;
+    m->cap = cap;
+  }
+  size_t j = sl__hash_bytes(&key, sizeof key) & (m->cap - 1);
+  while (m->values[j] != 0 && m->keys[j] != key)
+    j = (j + 1) & (m->cap - 1);
+  if (m->values[j] == 0)
+    m->count++;
+  m->keys[j] = key;
+  m->values[j] = value + 1;
+  return true;
+}
+
+static bool u64map_get(const u64map *m, uint64_t key, uint32_t *value) {
+  if (m->cap == 0)
+    return false;
+  size_t j = sl__hash_bytes(&key, sizeof key) & (m->cap - 1);
+  while (m->values[j] != 0) {
+    if (m->keys[j] == key) {
+      *value = m->values[j] - 1;
+      return true;
+    }
+    j = (j + 1) & (m->cap - 1);
+  }
+  return false;
+}
+
+/* Shared pieces, in piece order, go into the open bucket of their (group, reader); a full bucket
+ * is closed and a new one opened (a piece larger than a bucket spans several). Buckets are
+ * numbered in creation order, which every rank computes identically. */
+static sl_status build_buckets(sl__schedule *s, uint64_t bucket_bytes, sl__err *err) {
+  sl__vec buckets;
+  sl__vec items;
+  sl__vec item_bucket;
+  sl__vec_init(&buckets, sizeof(sl__bucket));
+  sl__vec_init(&items, sizeof(sl__bucket_item));
+  sl__vec_init(&item_bucket, sizeof(uint32_t));
+  u64map open;
+  memset(&open, 0, sizeof open);
+  sl_status st = SL_STATUS_OK;
+  if (bucket_bytes == 0)
+    bucket_bytes = 64ull << 20;
+  for (size_t i = 0; i < s->n_pieces && st == SL_STATUS_OK; i++) {
+    const sl__piece *p = &s->pieces[i];
+    if (p->group == SL_NONE || p->nbytes == 0)
+      continue;
+    uint64_t key = ((uint64_t)p->group << 32) | p->reader;
+    uint32_t b = SL_NONE;
+    bool have = u64map_get(&open, key, &b);
+    uint64_t done = 0;
+    while (done < p->nbytes) {
+      sl__bucket *bk = have ? &SL_VEC_AT(&buckets, sl__bucket, b) : NULL;
+      if (bk == NULL || bk->nbytes >= bucket_bytes) {
+        bk = sl__vec_push(&buckets);
+        if (bk == NULL) {
+          st = SL_STATUS_NOMEM;
+          break;
+        }
+        bk->group = p->group;
+        bk->reader = p->reader;
+        b = (uint32_t)(buckets.len - 1);
+        have = true;
+        if (!u64map_set(&open, key, b)) {
+          st = SL_STATUS_NOMEM;
+          break;
+        }
+      }
+      uint64_t room = bucket_bytes - bk->nbytes;
+      uint64_t len = p->nbytes - done < room ? p->nbytes - done : room;
+      sl__bucket_item *it = sl__vec_push(&items);
+      uint32_t *ib = sl__vec_push(&item_bucket);
+      if (it == NULL || ib == NULL) {
+        st = SL_STATUS_NOMEM;
+        break;
+      }
+      it->piece = (uint32_t)i;
+      it->piece_off = done;
+      it->len = len;
+      it->bucket_off = bk->nbytes;
+      *ib = b;
+      bk->nbytes += len;
+      done += len;
+    }
+  }
+  free(open.keys);
+  free(open.values);
+  if (st != SL_STATUS_OK) {
+    sl__vec_free(&buckets);
+    sl__vec_free(&items);
+    sl__vec_free(&item_bucket);
+    return sl__err_set(err, SL_STATUS_NOMEM, "out of memory building broadcast buckets");
+  }
+  /* Counting sort of items by bucket (stable: piece order within a bucket). */
+  size_t nb = buckets.len;
+  uint64_t *count = calloc(nb + 1, sizeof *count);
+  sl__bucket_item *sorted = calloc(items.len + 1, sizeof *sorted);
+  if (count == NULL || sorted == NULL) {
+    free(count);
+    free(sorted);
+    sl__vec_free(&buckets);
+    sl__vec_free(&items);
+    sl__vec_free(&item_bucket);
+    return sl__err_set(err, SL_STATUS_NOMEM, "out of memory building broadcast buckets");
+  }
+  for (size_t i = 0; i < items.len; i++)
+    count[SL_VEC_AT(&item_bucket, uint32_t, i) + 1]++;
+  for (size_t b = 0; b < nb; b++)
+    count[b + 1] += count[b];
+  for (size_t b = 0; b < nb; b++) {
+    sl__bucket *bk = &SL_VEC_AT(&buckets, sl__bucket, b);
+    bk->first_item = count[b];
+    bk->n_items = (uint32_t)(count[b + 1] - count[b]);
+  }
+  for (size_t i = 0; i < items.len; i++) {
+    uint32_t b = SL_VEC_AT(&item_bucket, uint32_t, i);
+    sorted[count[b]++] = SL_VEC_AT(&items, sl__bucket_item, i);
+  }
+  free(count);
+  sl__vec_free(&items);
+  sl__vec_free(&item_bucket);
+  s->buckets = buckets.data;
+  s->n_buckets = buckets.len;
+  s->items = sorted;
+  s->n_items = 0;
+  for (size_t b = 0; b < nb; b++)
+    s->n_items += s->buckets[b].n_items;
+  return SL_STATUS_OK;
+}
+
+sl_status sl__schedule_build(const sl__model *m, const sl__catalog *cat, const sl__plan_opts *o,
+                             uint32_t own_rank, sl__rank_plan *own, sl__schedule *out, sl__err *err) {
+  memset(out, 0, sizeof *out);
+  if (own != NULL)
+    memset(own, 0, sizeof *own);
+  uint32_t W = o->layout.world;
+  out->world = W;
+  piece_table t;
+  memset(&t, 0, sizeof t);
+  sl__vec_init(&t.pieces, sizeof(sl__piece));
+  sl__vec_init(&t.last_rank, sizeof(uint32_t));
+  sl__vec pairs;
+  sl__vec_init(&pairs, sizeof(pair));
+  out->stats = calloc(W, sizeof *out->stats);
+  out->unit_needed = calloc(m->n_units / 8 + 1, 1);
+  out->tensor_used = calloc(cat->n_tensors / 8 + 1, 1);
+  uint32_t *tensor_seen = calloc(cat->n_tensors + 1, sizeof *tensor_seen);
+  sl_status st =
+      (out->stats != NULL && tensor_seen != NULL && out->unit_needed != NULL && out->tensor_used != NULL)
+          ? SL_STATUS_OK
+          : SL_STATUS_NOMEM;
+  if (st != SL_STATUS_OK)
+    sl__err_set(err, st, "out of memory planning %u ranks", W);
+  for (size_t i = 0; i < cat->n_tensors && tensor_seen != NULL; i++)
+    tensor_seen[i] = SL_NONE;
+  for (size_t i = 0; i < cat->n_tensors; i++)
+    out->checkpoint_bytes += cat->tensors[i].nbytes;
+  for (uint32_t rank = 0; rank < W && st == SL_STATUS_OK; rank++) {
+    sl__rank_plan rp;
+    bool mine = own != NULL && rank == own_rank;
+    st = sl__plan_rank(m, cat, o, rank, mine, &rp, err);
+    if (st != SL_STATUS_OK)
+      break;
+    sl_rank_stats *rs = &out->stats[rank];
+    rs->bytes_needed = rp.bytes_needed;
+    rs->bytes_local = rp.bytes_local;
+    rs->params = (uint32_t)rp.n_lparams;
+    rs->experts_local = (uint32_t)rp.ctx.slots;
+    for (size_t c = 0; c < rp.n_copies; c++) {
+      sl__copy *cp = &rp.copies[c];
+      uint32_t pi = table_piece(&t, cp);
+      if (pi == SL_NONE) {
+        st = sl__err_set(err, SL_STATUS_NOMEM, "out of memory planning %u ranks", W);
+        break;
+      }
+      cp->piece = pi;
+      if (cp->unit != SL_NONE)
+        out->unit_needed[cp->unit / 8] |= (uint8_t)(1u << (cp->unit % 8));
+      out->tensor_used[cp->tensor / 8] |= (uint8_t)(1u << (cp->tensor % 8));
+      uint32_t *last = &SL_VEC_AT(&t.last_rank, uint32_t, pi);
+      if (*last != rank) {
+        *last = rank;
+        pair *pr = sl__vec_push(&pairs);
+        if (pr == NULL) {
+          st = sl__err_set(err, SL_STATUS_NOMEM, "out of memory planning %u ranks", W);
+          break;
+        }
+        pr->piece = pi;
+        pr->rank = rank;
+        SL_VEC_AT(&t.pieces, sl__piece, pi).n_members++;
+      }
+      if (tensor_seen[cp->tensor] != rank) {
+        tensor_seen[cp->tensor] = rank;
+        out->naive_bytes += cat->tensors[cp->tensor].nbytes;
+        rs->bytes_naive += cat->tensors[cp->tensor].nbytes;
+      }
+    }
+    if (mine && st == SL_STATUS_OK)
+      *own = rp;
+    else
+      sl__rank_plan_free(&rp);
+  }
+  free(tensor_seen);
+  free(t.slots);
+  sl__vec_free(&t.last_rank);
+  size_t n = t.pieces.len;
+  uint32_t *order = NULL;
+  uint32_t *rank_of = NULL;
+  if (st == SL_STATUS_OK) {
+    order = calloc(n + 1, sizeof *order);
+    rank_of = calloc(n + 1, sizeof *rank_of);
+    out->pieces = calloc(n + 1, sizeof *out->pieces);
+    out->members = calloc(pairs.len + 1, sizeof *out->members);
+    if (order == NULL || rank_of == NULL || out->pieces == NULL || out->members == NULL)
+      st = sl__err_set(err, SL_STATUS_NOMEM, "out of memory planning %u ranks", W);
+  }
+  if (st == SL_STATUS_OK) {
+    for (uint32_t i = 0; i < n; i++)
+      order[i] = i;
+    sort_base = t.pieces.data;
+    qsort(order, n, sizeof *order, cmp_piece_idx);
+    for (uint32_t k = 0; k < n; k++) {
+      rank_of[order[k]] = k;
+      out->pieces[k] = SL_VEC_AT(&t.pieces, sl__piece, order[k]);
+    }
+    out->n_pieces = n;
+    /* Members: counting sort of the (piece, rank) pairs by new piece index (ranks ascending). */
+    uint64_t off = 0;
+    for (size_t k = 0; k < n; k++) {
+      out->pieces[k].members_off = off;
+      off += out->pieces[k].n_members;
+    }
+    uint64_t *fill = calloc(n + 1, sizeof *fill);
+    if (fill == NULL) {
+      st = sl__err_set(err, SL_STATUS_NOMEM, "out of memory planning %u ranks", W);
+    } else {
+      for (size_t i = 0; i < pairs.len; i++) {
+        const pair *pr = &SL_VEC_AT(&pairs, pair, i);
+        uint32_t k = rank_of[pr->piece];
+        out->members[out->pieces[k].members_off + fill[k]++] = pr->rank;
+      }
+      free(fill);
+    }
+    if (own != NULL)
+      for (size_t c = 0; c < own->n_copies; c++)
+        own->copies[c].piece = rank_of[own->copies[c].piece];
+  }
+  sl__vec_free(&pairs);
+  sl__vec_free(&t.pieces);
+  free(order);
+  free(rank_of);
+  /* Readers: exclusive pieces first, then shared ones largest first to the least-loaded member. */
+  uint64_t *load = st == SL_STATUS_OK ? calloc(W, sizeof *load) : NULL;
+  uint32_t *shared = st == SL_STATUS_OK ? calloc(n + 1, sizeof *shared) : NULL;
+  if (st == SL_STATUS_OK && (load == NULL || shared == NULL))
+    st = sl__err_set(err, SL_STATUS_NOMEM, "out of memory planning %u ranks", W);
+  size_t n_shared = 0;
+  for (size_t k = 0; k < n && st == SL_STATUS_OK; k++) {
+    sl__piece *p = &out->pieces[k];
+    out->unique_bytes += p->nbytes;
+    if (p->n_members == 1) {
+      p->reader = out->members[p->members_off];
+      load[p->reader] += p->nbytes;
+    } else {
+      shared[n_shared++] = (uint32_t)k;
+    }
+  }
+  if (st == SL_STATUS_OK) {
+    sort_base = out->pieces;
+    qsort(shared, n_shared, sizeof *shared, cmp_piece_size_desc);
+    for (size_t i = 0; i < n_shared; i++) {
+      sl__piece *p = &out->pieces[shared[i]];
+      const uint32_t *mem = &out->members[p->members_off];
+      uint32_t best = mem[0];
+      for (uint32_t j = 1; j < p->n_members; j++)
+        if (load[mem[j]] < load[best])
+          best = mem[j];
+      p->reader = best;
+      load[best] += p->nbytes;
+    }
+  }
+  free(load);
+  free(shared);
+  if (st == SL_STATUS_OK)
+    st = build_groups(out, err);
+  if (st == SL_STATUS_OK)
+    st = build_buckets(out, o->bucket_bytes, err);
+  /* Per-rank statistics. */
+  uint8_t *files = NULL;
+  if (st == SL_STATUS_OK && cat->n_files > 0) {
+    files = calloc(((size_t)W * cat->n_files + 7) / 8 + 1, 1);
+    if (files == NULL)
+      st = sl__err_set(err, SL_STATUS_NOMEM, "out of memory planning %u ranks", W);
+  }
+  for (size_t k = 0; k < out->n_pieces && st == SL_STATUS_OK; k++) {
+    const sl__piece *p = &out->pieces[k];
+    sl_rank_stats *rs = &out->stats[p->reader];
+    uint64_t rb = sl__piece_read_bytes(p, o->coalesce_gap, o->read_chunk);
+    rs->bytes_read += rb;
+    rs->bytes_covering += rb - p->nbytes;
+    size_t bit = (size_t)p->reader * cat->n_files + cat->tensors[p->tensor].file;
+    if (!(files[bit / 8] & (1u << (bit % 8)))) {
+      files[bit / 8] |= (uint8_t)(1u << (bit % 8));
+      rs->files_opened++;
+    }
+    if (p->n_members > 1) {
+      rs->bytes_sent += p->nbytes;
+      for (uint32_t j = 0; j < p->n_members; j++) {
+        uint32_t mrank = out->members[p->members_off + j];
+        if (mrank != p->reader)
+          out->stats[mrank].bytes_received += p->nbytes;
+      }
+    }
+  }
+  free(files);
+  /* Which tensors are read whole by exactly one rank (pieces are sorted by tensor). */
+  uint8_t *is_expert = st == SL_STATUS_OK ? calloc(cat->n_tensors + 1, 1) : NULL;
+  if (st == SL_STATUS_OK && is_expert == NULL)
+    st = sl__err_set(err, SL_STATUS_NOMEM, "out of memory planning %u ranks", W);
+  for (size_t i = 0; i < m->n_params && st == SL_STATUS_OK; i++) {
+    sl__style sty = m->params[i].style;
+    if (sty != SL_STYLE_MOE_W13 && sty != SL_STYLE_MOE_W2 && sty != SL_STYLE_MOE3D_W13 &&
+        sty != SL_STYLE_MOE3D_W2)
+      continue;
+    for (size_t j = 0; j < m->params[i].n_src; j++)
+      if (m->params[i].src[j].tensor != SL_NONE)
+        is_expert[m->params[i].src[j].tensor] = 1;
+  }
+  for (size_t k = 0; k < out->n_pieces && st == SL_STATUS_OK;) {
+    uint32_t tensor = out->pieces[k].tensor;
+    uint32_t reader = out->pieces[k].reader;
+    uint64_t bytes = 0;
+    bool one = true;
+    size_t j = k;
+    for (; j < out->n_pieces && out->pieces[j].tensor == tensor; j++) {
+      bytes += out->pieces[j].nbytes;
+      one = one && out->pieces[j].reader == reader;
+    }
+    one = one && bytes == cat->tensors[tensor].nbytes;
+    out->tensors_read++;
+    out->tensors_one_reader += one;
+    out->expert_tensors += is_expert[tensor];
+    out->expert_tensors_one_reader += is_expert[tensor] && one;
+    k = j;
+  }
+  free(is_expert);
+  if (st != SL_STATUS_OK) {
+    sl__schedule_free(out);
+    if (own != NULL)
+      sl__rank_plan_free(own);
+  }
+  return st;
+}

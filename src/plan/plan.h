@@ -1,0 +1,158 @@
+/*
+ * plan/plan.h — what each rank holds and where every byte comes from. Pure functions of (model,
+ * catalog, layout, rank): no MPI, no I/O, so any rank of any world size can be planned.
+ *
+ * Two levels:
+ *   - the rank plan: the rank's local parameter table (local shapes, bytes) and its copies, each
+ *     a strided byte copy from one checkpoint tensor into one local parameter;
+ *   - the schedule: the plans of all ranks merged. Identical source slices needed by several
+ *     ranks become one "piece" with exactly one reader (chosen to balance bytes); the others
+ *     receive it by broadcast in the group of ranks that need it, packed into buckets. Every rank
+ *     derives the same schedule, so no negotiation is needed at run time.
+ */
+#ifndef SL_PLAN_H
+#define SL_PLAN_H
+
+#include "model/layout.h"
+#include "model/model.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct sl__plan_opts {
+  sl__layout layout;
+  const uint32_t *pp_starts; /* pp + 1 layer boundaries */
+  bool enable_ep;
+  sl__placement placement; /* requested; the effective one is derived (LOADER.md §4.3) */
+  bool eplb;
+  uint64_t redundant;    /* EPLB redundant experts */
+  uint64_t coalesce_gap; /* read across gaps up to this many bytes */
+  uint64_t bucket_bytes; /* broadcast bucket size */
+  uint64_t read_chunk;   /* largest single read (effective: see sl__effective_chunk) */
+} sl__plan_opts;
+
+/* Per-rank derived coordinates. */
+typedef struct sl__rank_ctx {
+  uint32_t rank;
+  sl__coords c;
+  uint32_t tp, r;          /* dense tensor parallel */
+  uint32_t mt, mr;         /* MoE tensor parallel (dp*tp without EP, 1 with EP) */
+  uint32_t ep, e;          /* expert parallel size and rank (ep = 1: no EP) */
+  sl__placement placement; /* effective */
+  bool eplb;
+  uint64_t slots;     /* local expert slots (El) */
+  uint64_t slot_base; /* EPLB: first physical slot of this rank */
+  bool first_stage, last_stage;
+  uint32_t layer_start, layer_end;
+} sl__rank_ctx;
+
+typedef struct sl__lparam {
+  uint32_t mparam; /* index in the model */
+  uint32_t ndim;
+  uint64_t shape[SL_SPEC_MAX_DIMS]; /* local shape */
+  uint64_t nbytes;
+  uint32_t alias_of; /* local index of the entry whose memory it shares, or SL_NONE */
+  char shard[192];   /* human description of the slice */
+} sl__lparam;
+
+typedef struct sl__copy {
+  uint32_t lparam;     /* destination: local parameter index */
+  uint32_t tensor;     /* source: catalog tensor */
+  uint32_t unit;       /* expected-set unit this copy (partly) feeds, or SL_NONE */
+  uint64_t src_off;    /* bytes from the tensor's first byte */
+  uint64_t src_stride; /* bytes between consecutive rows in the source */
+  uint64_t row_bytes;  /* bytes per row */
+  uint64_t rows;
+  uint64_t dst_off; /* bytes from the parameter's first byte */
+  uint64_t dst_stride;
+  uint32_t piece; /* schedule piece (set by sl__schedule_build) */
+} sl__copy;
+
+typedef struct sl__rank_plan {
+  sl__rank_ctx ctx;
+  size_t n_lparams;
+  sl__lparam *lparams; /* table order */
+  size_t n_copies;
+  sl__copy *copies;
+  uint64_t bytes_needed; /* sum of copy bytes */
+  uint64_t bytes_local;  /* sum of local table bytes (aliases once, padding included) */
+} sl__rank_plan;
+
+sl_status sl__rank_ctx_init(const sl__model *m, const sl__plan_opts *o, uint32_t rank, sl__rank_ctx *out,
+                            sl__err *err);
+/* The plan of one rank. with_table = false skips the shard descriptions (dry runs). */
+sl_status sl__plan_rank(const sl__model *m, const sl__catalog *cat, const sl__plan_opts *o, uint32_t rank,
+                        bool with_table, sl__rank_plan *out, sl__err *err);
+void sl__rank_plan_free(sl__rank_plan *p);
+
+/* ---- schedule ---- */
+
+typedef struct sl__piece {
+  uint32_t tensor;
+  uint32_t reader; /* the one rank that reads it */
+  uint32_t group;  /* broadcast group, or SL_NONE when only the reader needs it */
+  uint32_t n_members;
+  uint64_t src_off, src_stride, row_bytes, rows;
+  uint64_t nbytes;      /* rows * row_bytes (packed size) */
+  uint64_t members_off; /* first member in sl__schedule.members */
+} sl__piece;
+
+typedef struct sl__group {
+  uint32_t n;   /* members (sorted ranks) */
+  uint64_t off; /* first member in sl__schedule.members */
+} sl__group;
+
+typedef struct sl__bucket_item {
+  uint32_t piece;
+  uint64_t piece_off; /* byte range [piece_off, piece_off + len) of the packed piece */
+  uint64_t len;
+  uint64_t bucket_off; /* where it sits in the bucket */
+} sl__bucket_item;
+
+typedef struct sl__bucket {
+  uint32_t group;
+  uint32_t reader;
+  uint64_t nbytes;
+  uint64_t first_item;
+  uint32_t n_items;
+} sl__bucket;
+
+typedef struct sl__schedule {
+  uint32_t world;
+  size_t n_pieces;
+  sl__piece *pieces; /* sorted by (tensor, src_off, geometry) */
+  uint32_t *members; /* member ranks of pieces (then of groups) */
+  size_t n_groups;
+  sl__group *groups;
+  uint32_t *group_members; /* ranks of groups */
+  size_t n_buckets;
+  sl__bucket *buckets; /* global order: every rank walks it the same way */
+  size_t n_items;
+  sl__bucket_item *items;
+  sl_rank_stats *stats;        /* per rank */
+  uint64_t unique_bytes;       /* sum of piece bytes (each source slice once) */
+  uint64_t naive_bytes;        /* sum over ranks of the full tensors they touch */
+  uint64_t checkpoint_bytes;   /* sum of catalog tensor bytes */
+  uint8_t *unit_needed;        /* bitmap over the model's expected set: some rank's plan feeds it */
+  uint8_t *tensor_used;        /* bitmap over the catalog: some rank reads it */
+  uint64_t tensors_read;       /* catalog tensors some rank reads */
+  uint64_t tensors_one_reader; /* of which read whole, each byte once, by one single rank */
+  uint64_t expert_tensors;     /* catalog tensors feeding expert parameters */
+  uint64_t expert_tensors_one_reader;
+} sl__schedule;
+
+/* Plans every rank of the layout and merges them. own_rank (or SL_NONE) receives its rank plan
+ * in *own with the pieces of its copies filled in. */
+sl_status sl__schedule_build(const sl__model *m, const sl__catalog *cat, const sl__plan_opts *o,
+                             uint32_t own_rank, sl__rank_plan *own, sl__schedule *out, sl__err *err);
+void sl__schedule_free(sl__schedule *s);
+
+/* ---- read extents (shared by the read engine and the dry-run statistics) ---- */
+
+/* How a piece is read: one covering range (rows merged across small gaps, see plan/plan.c, or a
+ * single contiguous row), or one range per row. chunk: the largest single read. */
+bool sl__piece_covering(const sl__piece *p, uint64_t coalesce_gap, uint64_t chunk);
+/* Bytes read for a piece, covering gaps included (exact: the read engine reads exactly this). */
+uint64_t sl__piece_read_bytes(const sl__piece *p, uint64_t coalesce_gap, uint64_t chunk);
+
+#endif
