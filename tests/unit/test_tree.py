@@ -1,0 +1,142 @@
+#!/usr/bin/env python3
+"""test_tree -- the source tree keeps the shape docs/ARCHITECTURE.md describes.
+
+Checks, over src/ (standard library only; SL_SOURCE_DIR or the repository around this file):
+  1. no source file over MAX_FILE_LINES lines;
+  2. no function over MAX_FUNC_LINES lines, unless most of it is one switch (a dispatcher);
+  3. the communicator layer (src/engine/comm.*) and the backends (src/backend/**) do not include
+     the planner's headers (plan/...): they take plain member lists, so they can be reasoned
+     about, and tested, without a schedule;
+  4. no macro constant is defined in two files (one owner for every number);
+  5. optional components are chosen by folder, not by a file-name suffix (*_cuda.c, *_uring.c);
+  6. the command-line tool (src/cli/) includes only the public header of the library.
+Exit 0 when every check holds; otherwise every violation is printed and the exit code is 1.
+"""
+
+import os
+import re
+import sys
+
+MAX_FILE_LINES = 800
+MAX_FUNC_LINES = 120
+ROOT = os.environ.get("SL_SOURCE_DIR") or os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SRC = os.path.join(ROOT, "src")
+
+FUNC_START = re.compile(r"^(?:static\s+)?(?:inline\s+)?[A-Za-z_][\w\s\*]*?\b([A-Za-z_]\w*)\s*\(")
+DEFINE = re.compile(r"^\s*#\s*define\s+([A-Za-z_]\w*)(?:\s+(\S.*?))?\s*(?:/\*.*)?$")
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
+
+
+def sources():
+    for dirpath, _, names in os.walk(SRC):
+        for name in sorted(names):
+            if name.endswith((".c", ".h")):
+                yield os.path.join(dirpath, name)
+
+
+def rel(path):
+    return os.path.relpath(path, ROOT)
+
+
+def functions(lines):
+    """Yields (name, first line index, line count, lines inside a switch) of each function body.
+
+    The project is clang-formatted: a definition starts at column 0 and its body closes with a
+    '}' at column 0. Brace depth is counted outside strings, characters and comments."""
+    i = 0
+    n = len(lines)
+    while i < n:
+        m = FUNC_START.match(lines[i])
+        if not m or lines[i].startswith(("typedef", "struct", "enum", "union", "#")):
+            i += 1
+            continue
+        # find the opening brace of the body (signature may span lines) or a ';' (a prototype)
+        j = i
+        while j < n and "{" not in strip_code(lines[j]) and ";" not in strip_code(lines[j]):
+            j += 1
+        if j >= n or ";" in strip_code(lines[j]).split("{")[0]:
+            i = j + 1
+            continue
+        depth = 0
+        switch_lines = 0
+        switch_depth = None
+        k = j
+        while k < n:
+            code = strip_code(lines[k])
+            if switch_depth is None and re.search(r"\bswitch\s*\(", code):
+                switch_depth = depth
+            if switch_depth is not None:
+                switch_lines += 1
+            depth += code.count("{") - code.count("}")
+            if switch_depth is not None and depth <= switch_depth and k > j and "}" in code:
+                switch_depth = None
+            if depth == 0 and k >= j and "}" in code:
+                break
+            k += 1
+        yield m.group(1), i, k - i + 1, switch_lines
+        i = k + 1
+
+
+def strip_code(line):
+    line = re.sub(r'"(\\.|[^"\\])*"', '""', line)
+    line = re.sub(r"'(\\.|[^'\\])*'", "''", line)
+    line = re.sub(r"/\*.*?\*/", "", line)
+    return line.split("//")[0]
+
+
+def main():
+    problems = []
+    defines = {}
+    aliases = []  # (file, name, other macro): a second name for a number that has an owner
+    for path in sources():
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().split("\n")
+        r = rel(path)
+        if len(lines) > MAX_FILE_LINES:
+            problems.append(f"{r}: {len(lines)} lines (at most {MAX_FILE_LINES}): split it by job")
+        if path.endswith(".c"):
+            for name, start, count, switch_lines in functions(lines):
+                if count > MAX_FUNC_LINES and switch_lines < count * 0.6:
+                    problems.append(f"{r}:{start + 1}: {name} is {count} lines (at most {MAX_FUNC_LINES} "
+                                    "unless it is a switch dispatcher): cut it into named steps")
+        base = os.path.basename(path)
+        if re.search(r"_(no)?(cuda|uring|hub)\.c$", base):
+            problems.append(f"{r}: optional components are chosen by folder, not by a file-name suffix")
+        in_comm_or_backend = r.startswith(os.path.join("src", "backend") + os.sep) or \
+            re.match(r"src/engine/comm\.[ch]$", r) is not None or r.startswith("src/absent/cuda")
+        in_cli = r.startswith(os.path.join("src", "cli") + os.sep)
+        guard = None
+        for line in lines:
+            m = INCLUDE.match(line)
+            if m:
+                inc = m.group(1)
+                if in_comm_or_backend and inc.startswith("plan/"):
+                    problems.append(f"{r}: includes \"{inc}\": the communicator and the backends take "
+                                    "member lists, not the planner's types")
+                if in_cli and "/" in inc and not inc.startswith("shardload/"):
+                    problems.append(f"{r}: includes \"{inc}\": the tool uses the public header only")
+            m = re.match(r"^\s*#\s*ifndef\s+(\w+)", line)
+            if m and guard is None:
+                guard = m.group(1)
+            m = DEFINE.match(line)
+            if m and m.group(1) != guard:
+                defines.setdefault(m.group(1), set()).add(r)
+                value = m.group(2) or ""
+                if re.fullmatch(r"[A-Z][A-Z0-9_]*", value):
+                    aliases.append((r, m.group(1), value))
+    for name, where in sorted(defines.items()):
+        if len(where) > 1:
+            problems.append(f"#define {name} appears in {len(where)} files ({', '.join(sorted(where))}): "
+                            "give it one owner")
+    for r, name, value in aliases:
+        if value in defines and r not in defines[value]:
+            problems.append(f"{r}: #define {name} {value} renames a constant owned by "
+                            f"{', '.join(sorted(defines[value]))}: use it under its own name")
+    for p in problems:
+        print(p)
+    print(f"{len(problems)} problem(s) in the source tree" if problems else "source tree: every check holds")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
