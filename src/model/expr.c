@@ -568,7 +568,7 @@ static bool eval_call(eval_ctx *c, const node *n, sl__val *out) {
           found = true;
       }
     } else if (a.kind != SL_VAL_NULL && a.kind != SL_VAL_MISSING) {
-      return bad(c, "'%s' is not a list", a.origin);
+      return bad(c, "%s: '%s' is not a list", f, a.origin != NULL ? a.origin : "the first argument");
     }
     out->kind = want == 2 ? SL_VAL_BOOL : SL_VAL_INT;
     out->i = want == 2 ? found : count;
@@ -719,7 +719,11 @@ static bool eval(eval_ctx *c, const node *n, sl__val *out) {
       return bad(c, "%lld is not divisible by %lld", (long long)x, (long long)y);
     }
     if (n->op == OP_MOD) {
+      /* Python's %, the partner of // (floor division): the result takes the divisor's sign,
+       * so (x // y) * y + x % y == x for every sign, as in the config files' own language. */
       r = x % y;
+      if (r != 0 && ((r < 0) != (y < 0)))
+        r += y;
     } else {
       r = x / y;
       if (n->op == OP_FDIV && (x % y != 0) && ((x < 0) != (y < 0)))
