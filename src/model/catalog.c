@@ -291,9 +291,12 @@ static uint32_t get_u32(reader *r) {
   return v;
 }
 
+/* len_out NULL: a name or a path, which may not contain a NUL; otherwise raw text (config.json). */
 static char *get_str(reader *r, size_t *len_out) {
   uint64_t n = get_u64(r);
-  if (r->bad || n > r->left) {
+  /* A NUL inside would silently shorten the name (and let two different blobs mean one
+   * catalog): names and paths never contain one. */
+  if (r->bad || n > r->left || (len_out == NULL && memchr(r->p, '\0', (size_t)n) != NULL)) {
     r->bad = true;
     return NULL;
   }
@@ -318,15 +321,19 @@ sl_status sl__catalog_deserialize(const uint8_t *blob, size_t len, sl__catalog *
   r.p += sizeof MAGIC;
   r.left -= sizeof MAGIC;
   c->format = (sl__format)get_u32(&r);
-  c->use_safetensors = get_u32(&r) != 0;
+  uint32_t use_safetensors = get_u32(&r);
+  c->use_safetensors = use_safetensors != 0;
   c->folder = get_str(&r, NULL);
   uint8_t has_config = r.left > 0 ? r.p[0] : 0;
+  /* Flags are written as 0 or 1: anything else is not a blob this code wrote. */
+  r.bad = r.bad || use_safetensors > 1 || has_config > 1;
   if (r.left > 0) {
     r.p++;
     r.left--;
   }
   size_t clen = 0;
   char *config = get_str(&r, &clen);
+  r.bad = r.bad || (!has_config && clen != 0);
   if (has_config) {
     c->config_json = config;
     c->config_len = clen;

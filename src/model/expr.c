@@ -39,6 +39,7 @@ typedef struct node {
   char *s;            /* identifier, string literal or function name */
   struct node **args; /* N_BIN: 2; N_NEG/N_NOT: 1; N_CALL: n */
   size_t nargs;
+  uint32_t height; /* levels of the tree below and including this node (a leaf is 1) */
 } node;
 
 struct sl__expr {
@@ -57,7 +58,18 @@ typedef struct parser {
   const char *where;
   sl__err *err;
   bool failed;
+  uint32_t depth; /* nesting of the recursive descent: parentheses, calls, unary operators */
 } parser;
+
+/* Limits of the language. Spec expressions are a few dozen characters; these bounds keep the
+ * recursive parser, evaluator and destructor far from the end of the stack whatever a spec file
+ * holds (a hostile "((((...))))" of 50,000 levels, or 100,000 "+0" terms that make a left-deep
+ * tree). A longer computation belongs in several named vars of the spec. */
+#define SL_EXPR_MAX_TEXT 4096 /* bytes of one expression */
+#define SL_EXPR_MAX_HEIGHT 64 /* levels of nesting, and of the compiled tree */
+#define SL_EXPR_MAX_ARGS 16   /* arguments of one function call */
+#define EXPR_STR_(x) #x
+#define EXPR_STR(x) EXPR_STR_(x) /* a limit spelled into its message at compile time */
 
 static void skip_ws(parser *p) {
   while (p->text[p->pos] == ' ' || p->text[p->pos] == '\t' || p->text[p->pos] == '\n')
@@ -66,8 +78,8 @@ static void skip_ws(parser *p) {
 
 static node *fail(parser *p, const char *what) {
   if (!p->failed)
-    sl__err_set(p->err, SL_STATUS_ARCH, "%s: invalid expression '%s' at offset %zu: %s", p->where, p->text,
-                p->pos, what);
+    sl__err_set(p->err, SL_STATUS_ARCH, "%s: invalid expression '%.*s%s' at offset %zu: %s", p->where,
+                (int)strnlen(p->text, 120), p->text, strnlen(p->text, 121) > 120 ? "..." : "", p->pos, what);
   p->failed = true;
   return NULL;
 }
@@ -98,7 +110,35 @@ static node *new_node(parser *p, node_kind kind, size_t nargs) {
   }
   n->kind = kind;
   n->nargs = nargs;
+  n->height = 1;
   return n;
+}
+
+/* Sets n's height from its arguments; false (and the parse fails) past the language's limit. */
+static bool set_height(parser *p, node *n) {
+  uint32_t h = 0;
+  for (size_t i = 0; i < n->nargs; i++)
+    h = n->args[i]->height > h ? n->args[i]->height : h;
+  n->height = h + 1;
+  if (n->height > (uint32_t)SL_EXPR_MAX_HEIGHT) {
+    fail(p, "nested deeper than " EXPR_STR(
+                SL_EXPR_MAX_HEIGHT) " levels (the limit of the spec "
+                                    "language: split the computation into several vars)");
+    return false;
+  }
+  return true;
+}
+
+/* Enters one level of the recursive descent; false past the limit (the caller returns NULL). */
+static bool enter(parser *p) {
+  if (p->depth >= (uint32_t)SL_EXPR_MAX_HEIGHT) {
+    fail(p, "nested deeper than " EXPR_STR(
+                SL_EXPR_MAX_HEIGHT) " levels (the limit of the spec "
+                                    "language: split the computation into several vars)");
+    return false;
+  }
+  p->depth++;
+  return true;
 }
 
 static bool accept(parser *p, const char *tok) {
@@ -139,6 +179,10 @@ static node *binary(parser *p, bin_op op, node *l, node *r) {
   n->op = op;
   n->args[0] = l;
   n->args[1] = r;
+  if (!set_height(p, n)) {
+    node_free(n);
+    return NULL;
+  }
   return n;
 }
 
@@ -147,7 +191,10 @@ static node *parse_primary(parser *p) {
   char c = p->text[p->pos];
   if (c == '(') {
     p->pos++;
+    if (!enter(p))
+      return NULL;
     node *n = parse_expr(p);
+    p->depth--;
     if (n != NULL && !accept(p, ")")) {
       node_free(n);
       return fail(p, "expected ')'");
@@ -211,10 +258,20 @@ static node *parse_primary(parser *p) {
         node_free(call);
         return fail(p, "out of memory");
       }
+      if (!enter(p)) {
+        node_free(call);
+        return NULL;
+      }
       if (!accept(p, ")")) {
         do {
+          if (call->nargs == (size_t)SL_EXPR_MAX_ARGS) {
+            node_free(call);
+            p->depth--;
+            return fail(p, "more than " EXPR_STR(SL_EXPR_MAX_ARGS) " arguments in one call");
+          }
           node *arg = parse_expr(p);
           if (arg == NULL) {
+            p->depth--;
             node_free(call);
             return NULL;
           }
@@ -222,6 +279,7 @@ static node *parse_primary(parser *p) {
           if (args == NULL) {
             node_free(arg);
             node_free(call);
+            p->depth--;
             return fail(p, "out of memory");
           }
           call->args = args;
@@ -229,8 +287,14 @@ static node *parse_primary(parser *p) {
         } while (accept(p, ","));
         if (!accept(p, ")")) {
           node_free(call);
+          p->depth--;
           return fail(p, "expected ')' or ','");
         }
+      }
+      p->depth--;
+      if (!set_height(p, call)) {
+        node_free(call);
+        return NULL;
       }
       static const char *const known[] = {"default", "contains", "len", "ceil_div", "pad", "min", "max"};
       bool ok = false;
@@ -257,7 +321,10 @@ static node *parse_primary(parser *p) {
 
 static node *parse_unary(parser *p) {
   if (accept(p, "-")) {
+    if (!enter(p))
+      return NULL;
     node *a = parse_unary(p);
+    p->depth--;
     if (a == NULL)
       return NULL;
     node *n = new_node(p, N_NEG, 1);
@@ -266,10 +333,17 @@ static node *parse_unary(parser *p) {
       return NULL;
     }
     n->args[0] = a;
+    if (!set_height(p, n)) {
+      node_free(n);
+      return NULL;
+    }
     return n;
   }
   if (accept(p, "!")) {
+    if (!enter(p))
+      return NULL;
     node *a = parse_unary(p);
+    p->depth--;
     if (a == NULL)
       return NULL;
     node *n = new_node(p, N_NOT, 1);
@@ -278,6 +352,10 @@ static node *parse_unary(parser *p) {
       return NULL;
     }
     n->args[0] = a;
+    if (!set_height(p, n)) {
+      node_free(n);
+      return NULL;
+    }
     return n;
   }
   return parse_primary(p);
@@ -345,6 +423,11 @@ static node *parse_expr(parser *p) {
 sl_status sl__expr_compile(const char *text, const char *where, sl__expr **out, sl__err *err) {
   *out = NULL;
   parser p = {.text = text, .where = where, .err = err};
+  if (strnlen(text, SL_EXPR_MAX_TEXT + 1) > SL_EXPR_MAX_TEXT)
+    return sl__err_set(err, SL_STATUS_ARCH,
+                       "%s: expression longer than %d bytes (the limit of the spec language: split "
+                       "the computation into several vars)",
+                       where, SL_EXPR_MAX_TEXT);
   node *root = parse_expr(&p);
   if (root != NULL) {
     skip_ws(&p);
@@ -485,7 +568,7 @@ static bool eval_call(eval_ctx *c, const node *n, sl__val *out) {
           found = true;
       }
     } else if (a.kind != SL_VAL_NULL && a.kind != SL_VAL_MISSING) {
-      return bad(c, "'%s' is not a list", a.origin);
+      return bad(c, "%s: '%s' is not a list", f, a.origin != NULL ? a.origin : "the first argument");
     }
     out->kind = want == 2 ? SL_VAL_BOOL : SL_VAL_INT;
     out->i = want == 2 ? found : count;
@@ -636,7 +719,11 @@ static bool eval(eval_ctx *c, const node *n, sl__val *out) {
       return bad(c, "%lld is not divisible by %lld", (long long)x, (long long)y);
     }
     if (n->op == OP_MOD) {
+      /* Python's %, the partner of // (floor division): the result takes the divisor's sign,
+       * so (x // y) * y + x % y == x for every sign, as in the config files' own language. */
       r = x % y;
+      if (r != 0 && ((r < 0) != (y < 0)))
+        r += y;
     } else {
       r = x / y;
       if (n->op == OP_FDIV && (x % y != 0) && ((x < 0) != (y < 0)))

@@ -11,6 +11,7 @@
  * when it fails, so a caller may always call sl__selection_free.
  */
 #include "model/file_select.h"
+#include "base/json.h"
 #include "base/util.h"
 
 #include <cjson/cJSON.h>
@@ -328,6 +329,11 @@ static sl_status parse_index(const char *json, size_t len, const char *what, ind
   if (len > SL_INDEX_MAX_BYTES)
     return sl__err_set(err, SL_STATUS_INDEX, "index %s is %zu bytes, more than the limit of %zu bytes", what,
                        len, SL_INDEX_MAX_BYTES);
+  char label[512];
+  snprintf(label, sizeof label, "index %s", what);
+  sl_status checked = sl__json_check(json, len, label, SL_STATUS_INDEX, err);
+  if (checked != SL_STATUS_OK)
+    return checked;
   const char *end = NULL;
   iv->root = cJSON_ParseWithLengthOpts(json, len, &end, false);
   if (iv->root == NULL) {

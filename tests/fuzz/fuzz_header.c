@@ -6,12 +6,12 @@
  */
 #include "format/safetensors.h"
 #include "base/util.h"
+#include "fuzz_common.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static void fail(const char *what, const char *msg) {
   fprintf(stderr, "fuzz_header: %s: %s\n", what, msg);
