@@ -242,12 +242,11 @@ static void test_division(void) {
   INT("6 % 3", 0);
   INT("0 % 3", 0);
   INT("hidden_size % 1000", 96);
-  /* KNOWN BUG (reported, see the test report): '%' truncates (C) while '//' floors (Python), so
-   * (x // y) * y + x % y != x for operands of different signs: -7 // 2 = -4 but -7 % 2 = -1
-   * (Python: 1), and 7 % -2 = 1 (Python: -1). These two expectations pin the current behaviour;
-   * when '%' is made to floor, change them to 1 and -1 and drop this comment. */
-  INT("-7 % 2", -1);
-  INT("7 % -2", 1);
+  /* '%' floors like '//' (Python's pair), so (x // y) * y + x % y == x for every sign. */
+  INT("-7 % 2", 1);
+  INT("7 % -2", -1);
+  INT("-7 % -2", -1);
+  INT("(-7 // 2) * 2 + -7 % 2", -7);
   /* Division by zero, for every division operator. */
   EVAL_ERR("1 / 0", "division by zero");
   EVAL_ERR("1 // 0", "division by zero");
@@ -369,8 +368,10 @@ static void test_functions(void) {
   INT("len(strlist)", 2);
   INT("len(not_in_config)", 0);
   INT("len(list) * 2", 6);
-  EVAL_ERR("contains(hidden_size, 1)", "'hidden_size' is not a list");
-  EVAL_ERR("len(name)", "'name' is not a list");
+  EVAL_ERR("contains(hidden_size, 1)", "contains: 'hidden_size' is not a list");
+  EVAL_ERR("len(name)", "len: 'name' is not a list");
+  EVAL_ERR("len(3)", "len: 'the first argument' is not a list");
+  EVAL_ERR("contains(3, 1)", "contains: 'the first argument' is not a list");
   EVAL_ERR("len(list, 1)", "len: wrong number of arguments");
   EVAL_ERR("len()", "len: wrong number of arguments");
   EVAL_ERR("contains(list)", "contains: wrong number of arguments");
