@@ -7,13 +7,13 @@
 #include <stdio.h>
 
 sl_status sl__backend_cuda_create(sl__comm *comm, int workers, int device, void *stream, void *nccl_comm,
-                                  const sl__schedule *sched, sl__backend **out, sl__err *err) {
+                                  const sl__comm_groups *groups, sl__backend **out, sl__err *err) {
   (void)comm;
   (void)workers;
   (void)device;
   (void)stream;
   (void)nccl_comm;
-  (void)sched;
+  (void)groups;
   *out = NULL;
   return sl__err_set(
       err, SL_STATUS_UNSUPPORTED,

@@ -9,22 +9,26 @@
  *             local parameters becomes visible (callers may bind their own buffers)
  *   load      allocate, pre-check missing/unexpected weights, transfer, reduce tracking bitmaps,
  *             gather statistics, write the report and the pre-sharded copy when configured
+ *
+ * Create, download and plan are the stages of the preparation pipeline (api/prepare.h), run with
+ * a hook that agrees between ranks after each stage; the reports are written by output/report.c.
  */
 #include "shardload/shardload.h"
 
-#include "backend/backend.h"
-#include "engine/comm.h"
 #include "api/config.h"
-#include "plan/stats.h"
-#include "engine/filemap.h"
-#include "base/log.h"
 #include "api/options.h"
-#include "plan/plan.h"
 #include "api/prepare.h"
-#include "output/save.h"
-#include "engine/coverage.h"
-#include "engine/transfer.h"
+#include "backend/backend.h"
+#include "base/log.h"
 #include "base/util.h"
+#include "engine/comm.h"
+#include "engine/coverage.h"
+#include "engine/filemap.h"
+#include "engine/transfer.h"
+#include "output/report.h"
+#include "output/save.h"
+#include "plan/plan.h"
+#include "plan/stats.h"
 
 #include <errno.h>
 #include <stdatomic.h>
@@ -36,30 +40,13 @@
 
 enum { STATE_CREATED = 0, STATE_CATALOG, STATE_PLANNED, STATE_LOADED, STATE_FAILED };
 
-/* What each rank sends to rank 0 after the load. */
-typedef struct rank_record {
-  sl_rank_stats stats;
-  uint64_t bytes_read_planned;
-  uint64_t peak_rss_bytes;
-  uint64_t rss_anon, rss_file, rss_shmem; /* at the end of the load */
-  uint64_t read_ops;
-  uint64_t bytes_mapped;
-  double transfer_seconds;
-  double read_seconds;
-  double bcast_seconds;
-} rank_record;
-
 struct sl_loader {
   sl_config *cfg; /* private copy: options point into it */
-  sl__opts opts;
   sl__comm comm;
   sl__err err;
   int state;
-  sl__prepared prep;
-  uint32_t *pp_starts;
-  sl__plan_opts po;
-  sl__rank_plan plan;
-  sl__schedule sched;
+  sl__pipeline pl;        /* options, layout, catalog, model, schedule, this rank's plan */
+  sl__comm_groups groups; /* the schedule's broadcast groups, for the communication layer */
   sl__backend *backend;
   int cuda_device;
   void *cuda_stream;
@@ -73,11 +60,13 @@ struct sl_loader {
   sl__track track;
   bool have_track;
   sl__transfer_stats tstats;
-  rank_record *records; /* rank 0: one per rank */
+  sl__rank_record *records; /* rank 0: one per rank */
   double t_resolve, t_catalog, t_model, t_plan, t_alloc, t_transfer, t_track, t_total;
   sl__buf report;
   sl__buf summary;
 };
+
+static sl_status advance(sl_loader *l, sl__prep_stage until);
 
 /* ---------------------------------------------------------------------------------------------
  * Create / destroy
@@ -104,35 +93,28 @@ sl_status sl_loader_create(sl_config *config, MPI_Comm comm, sl_loader **out) {
   }
   sl__log_set_rank(l->comm.rank);
   l->cfg = sl__config_clone(config);
-  if (l->cfg == NULL)
-    st = sl__err_set(&l->err, SL_STATUS_NOMEM, "out of memory");
-  if (st == SL_STATUS_OK)
-    st = sl__opts_from_config(l->cfg, &l->opts, &l->err);
-  sl__layout layout;
-  if (st == SL_STATUS_OK)
-    st = sl__layout_init(&layout, l->opts.tp, l->opts.pp, l->opts.dp, (uint32_t)l->comm.size, &l->err);
-  if (st == SL_STATUS_OK && l->opts.device == SL_DEVICE_CUDA) {
-    char why[512];
-    if (!sl__cuda_available(why, sizeof why))
-      st = sl__err_set(&l->err, SL_STATUS_NO_DEVICE, "--device cuda: no CUDA device available (%s)", why);
-  }
-  st = sl__comm_agree(&l->comm, st, &l->err, "checking the configuration");
+  if (l->cfg != NULL)
+    st = advance(l, SL_PREP_OPTIONS);
+  else
+    st = sl__comm_agree(&l->comm, sl__err_set(&l->err, SL_STATUS_NOMEM, "out of memory"), &l->err,
+                        "checking the configuration");
   if (st != SL_STATUS_OK) {
     sl__config_set_error(config, &l->err);
     sl__comm_free(&l->comm);
+    sl__pipeline_free(&l->pl);
     sl_config_destroy(l->cfg);
     free(l);
     return st;
   }
-  l->po.layout = layout;
   *out = l;
   return SL_STATUS_OK;
 }
 
 static void free_buffers(sl_loader *l) {
   if (l->param_ptr != NULL && l->backend != NULL) {
-    for (size_t i = 0; i < l->plan.n_lparams; i++)
-      if (l->param_ptr[i] != NULL && !l->bound[i] && !l->mapped[i] && l->plan.lparams[i].alias_of == SL_NONE)
+    for (size_t i = 0; i < l->pl.plan.n_lparams; i++)
+      if (l->param_ptr[i] != NULL && !l->bound[i] && !l->mapped[i] &&
+          l->pl.plan.lparams[i].alias_of == SL_NONE)
         l->backend->ops->release(l->backend, l->param_ptr[i]);
   }
   sl__filemaps_free(&l->maps);
@@ -152,10 +134,8 @@ void sl_loader_destroy(sl_loader *l) {
   free(l->table);
   free(l->records);
   sl__track_free(&l->track);
-  sl__rank_plan_free(&l->plan);
-  sl__schedule_free(&l->sched);
-  free(l->pp_starts);
-  sl__prepared_free(&l->prep);
+  sl__prepare_groups_free(&l->groups);
+  sl__pipeline_free(&l->pl);
   sl__buf_free(&l->report);
   sl__buf_free(&l->summary);
   sl__comm_free(&l->comm);
@@ -204,8 +184,79 @@ static sl_status begin(sl_loader *l) {
 }
 
 /* ---------------------------------------------------------------------------------------------
- * Download: catalog on rank 0, broadcast, model everywhere
+ * Download and plan: the preparation pipeline, agreed between ranks after every stage
  * ------------------------------------------------------------------------------------------- */
+
+/* After the catalog stage (built on rank 0 only): rank 0 sends the catalog and the spec's text to
+ * every rank. */
+static sl_status share_catalog(sl_loader *l, sl_status st, double t0) {
+  uint8_t *blob = NULL;
+  size_t blob_len = 0;
+  if (st == SL_STATUS_OK && l->comm.rank == 0)
+    st = sl__catalog_serialize(&l->pl.prep.cat, &blob, &blob_len, &l->err);
+  l->t_resolve = sl__now() - t0;
+  st = sl__comm_agree(&l->comm, st, &l->err, "resolving the model");
+  if (st != SL_STATUS_OK) {
+    free(blob);
+    return st;
+  }
+  double t1 = sl__now();
+  st = sl__comm_bcast_blob(&l->comm, &blob, &blob_len, 0, &l->err);
+  uint8_t *spec = (uint8_t *)l->pl.prep.spec_text;
+  size_t spec_len = l->pl.prep.spec_len;
+  if (st == SL_STATUS_OK)
+    st = sl__comm_bcast_blob(&l->comm, &spec, &spec_len, 0, &l->err);
+  if (st == SL_STATUS_OK && l->comm.rank != 0) {
+    l->pl.prep.spec_text = (char *)spec;
+    l->pl.prep.spec_len = spec_len;
+    st = sl__catalog_deserialize(blob, blob_len, &l->pl.prep.cat, &l->err);
+  }
+  free(blob);
+  st = sl__comm_agree(&l->comm, st, &l->err, "receiving the catalog");
+  l->t_catalog = sl__now() - t1;
+  return st;
+}
+
+static sl_status build_table(sl_loader *l);
+
+/* The pipeline's hook: every stage ends with an agreement between ranks (and its timing). */
+static sl_status after_stage(void *ctx, sl__prep_stage stage, sl_status st, double t0, sl__err *err) {
+  sl_loader *l = ctx;
+  switch (stage) {
+  case SL_PREP_OPTIONS:
+    if (st == SL_STATUS_OK && l->pl.opts.device == SL_DEVICE_CUDA) {
+      char why[512];
+      if (!sl__cuda_available(why, sizeof why))
+        st = sl__err_set(err, SL_STATUS_NO_DEVICE, "--device cuda: no CUDA device available (%s)", why);
+    }
+    return sl__comm_agree(&l->comm, st, err, "checking the configuration");
+  case SL_PREP_CATALOG:
+    return share_catalog(l, st, t0);
+  case SL_PREP_MODEL:
+    st = sl__comm_agree(&l->comm, st, err, "instantiating the architecture spec");
+    l->t_model = sl__now() - t0;
+    return st;
+  case SL_PREP_PLAN:
+    if (st == SL_STATUS_OK)
+      st = build_table(l);
+    st = sl__comm_agree(&l->comm, st, err, "planning");
+    l->t_plan = sl__now() - t0;
+    return st;
+  case SL_PREP_NONE:
+    break;
+  }
+  return st;
+}
+
+static sl_status advance(sl_loader *l, sl__prep_stage until) {
+  sl__prep_driver d = {.cfg = l->cfg,
+                       .world = (uint32_t)l->comm.size,
+                       .rank = (uint32_t)l->comm.rank,
+                       .builds_catalog = l->comm.rank == 0,
+                       .after = after_stage,
+                       .ctx = l};
+  return sl__pipeline_run(&l->pl, &d, until, &l->err);
+}
 
 sl_status sl_loader_download(sl_loader *l) {
   if (l == NULL)
@@ -213,65 +264,28 @@ sl_status sl_loader_download(sl_loader *l) {
   sl_status st = begin(l);
   if (st != SL_STATUS_OK || l->state >= STATE_CATALOG)
     return st;
-  double t0 = sl__now();
-  uint8_t *blob = NULL;
-  size_t blob_len = 0;
-  if (l->comm.rank == 0) {
-    st = sl__prepare_catalog(l->cfg, &l->opts, &l->prep, &l->err);
-    if (st == SL_STATUS_OK)
-      st = sl__catalog_serialize(&l->prep.cat, &blob, &blob_len, &l->err);
-  }
-  l->t_resolve = sl__now() - t0;
-  st = sl__comm_agree(&l->comm, st, &l->err, "resolving the model");
-  if (st != SL_STATUS_OK) {
-    free(blob);
-    return fail(l, st);
-  }
-  double t1 = sl__now();
-  st = sl__comm_bcast_blob(&l->comm, &blob, &blob_len, 0, &l->err);
-  uint8_t *spec = (uint8_t *)l->prep.spec_text;
-  size_t spec_len = l->prep.spec_len;
-  if (st == SL_STATUS_OK)
-    st = sl__comm_bcast_blob(&l->comm, &spec, &spec_len, 0, &l->err);
-  if (st == SL_STATUS_OK && l->comm.rank != 0) {
-    l->prep.spec_text = (char *)spec;
-    l->prep.spec_len = spec_len;
-    st = sl__catalog_deserialize(blob, blob_len, &l->prep.cat, &l->err);
-  }
-  free(blob);
-  st = sl__comm_agree(&l->comm, st, &l->err, "receiving the catalog");
-  l->t_catalog = sl__now() - t1;
-  if (st != SL_STATUS_OK)
-    return fail(l, st);
-  double t2 = sl__now();
-  st = sl__prepare_model(&l->opts, &l->prep, &l->err);
-  st = sl__comm_agree(&l->comm, st, &l->err, "instantiating the architecture spec");
-  l->t_model = sl__now() - t2;
+  st = advance(l, SL_PREP_MODEL);
   if (st != SL_STATUS_OK)
     return fail(l, st);
   l->state = STATE_CATALOG;
   return SL_STATUS_OK;
 }
 
-/* ---------------------------------------------------------------------------------------------
- * Plan and table
- * ------------------------------------------------------------------------------------------- */
-
 static sl_status build_table(sl_loader *l) {
-  size_t n = l->plan.n_lparams;
+  size_t n = l->pl.plan.n_lparams;
   l->table = calloc(n + 1, sizeof *l->table);
   l->param_ptr = calloc(n + 1, sizeof *l->param_ptr);
   l->bound = calloc(n + 1, sizeof *l->bound);
   l->mapped = calloc(n + 1, sizeof *l->mapped);
-  l->copy_done = calloc(l->plan.n_copies + 1, sizeof *l->copy_done);
+  l->copy_done = calloc(l->pl.plan.n_copies + 1, sizeof *l->copy_done);
   if (l->table == NULL || l->param_ptr == NULL || l->bound == NULL || l->mapped == NULL ||
       l->copy_done == NULL)
     return sl__err_set(&l->err, SL_STATUS_NOMEM, "out of memory building the parameter table");
-  for (size_t i = 0; i < l->plan.n_copies; i++)
+  for (size_t i = 0; i < l->pl.plan.n_copies; i++)
     atomic_init(&l->copy_done[i], 0);
   for (size_t i = 0; i < n; i++) {
-    const sl__lparam *lp = &l->plan.lparams[i];
-    const sl__mparam *mp = &l->prep.model.params[lp->mparam];
+    const sl__lparam *lp = &l->pl.plan.lparams[i];
+    const sl__mparam *mp = &l->pl.prep.model.params[lp->mparam];
     sl_param *p = &l->table[i];
     p->name = mp->name;
     p->dtype = sl__dtype_name(mp->dtype);
@@ -280,8 +294,8 @@ static sl_status build_table(sl_loader *l) {
     memcpy(p->local_shape, lp->shape, sizeof p->local_shape);
     p->ndim = lp->ndim;
     if (mp->alias_of != SL_NONE) {
-      memcpy(p->global_shape, l->prep.model.params[mp->alias_of].shape, sizeof p->global_shape);
-      p->alias_of = l->prep.model.params[mp->alias_of].name;
+      memcpy(p->global_shape, l->pl.prep.model.params[mp->alias_of].shape, sizeof p->global_shape);
+      p->alias_of = l->pl.prep.model.params[mp->alias_of].name;
     } else {
       memcpy(p->global_shape, mp->shape, sizeof p->global_shape);
       /* Per-expert parameters of the vllm layout are [E, ...] globally. */
@@ -304,21 +318,11 @@ sl_status sl_loader_plan(sl_loader *l) {
     if (st != SL_STATUS_OK)
       return st;
   }
-  double t0 = sl__now();
-  st = sl__pp_starts(&l->opts, l->prep.model.n_layers, &l->pp_starts, &l->err);
-  if (st == SL_STATUS_OK) {
-    sl__plan_opts_from(&l->opts, &l->po.layout, l->pp_starts, &l->po);
-    st = sl__schedule_build(&l->prep.model, &l->prep.cat, &l->po, (uint32_t)l->comm.rank, &l->plan, &l->sched,
-                            &l->err);
-  }
-  if (st == SL_STATUS_OK)
-    st = build_table(l);
-  st = sl__comm_agree(&l->comm, st, &l->err, "planning");
-  l->t_plan = sl__now() - t0;
+  st = advance(l, SL_PREP_PLAN);
   if (st != SL_STATUS_OK)
     return fail(l, st);
-  if (l->prep.model.experts > 0 && l->opts.enable_ep && l->plan.ctx.ep > 1 &&
-      l->plan.ctx.placement != l->opts.placement)
+  if (l->pl.prep.model.experts > 0 && l->pl.opts.enable_ep && l->pl.plan.ctx.ep > 1 &&
+      l->pl.plan.ctx.placement != l->pl.opts.placement)
     SL_WARN(
         "expert placement round_robin needs expert groups (n_group > 1), no redundant experts and no EPLB; "
         "using linear");
@@ -327,11 +331,11 @@ sl_status sl_loader_plan(sl_loader *l) {
 }
 
 size_t sl_loader_param_count(const sl_loader *l) {
-  return (l != NULL && l->state >= STATE_PLANNED && l->state != STATE_FAILED) ? l->plan.n_lparams : 0;
+  return (l != NULL && l->state >= STATE_PLANNED && l->state != STATE_FAILED) ? l->pl.plan.n_lparams : 0;
 }
 
 const sl_param *sl_loader_param(const sl_loader *l, size_t index) {
-  if (l == NULL || l->table == NULL || index >= l->plan.n_lparams)
+  if (l == NULL || l->table == NULL || index >= l->pl.plan.n_lparams)
     return NULL;
   return &l->table[index];
 }
@@ -339,7 +343,7 @@ const sl_param *sl_loader_param(const sl_loader *l, size_t index) {
 const sl_param *sl_loader_find(const sl_loader *l, const char *name) {
   if (l == NULL || l->table == NULL || name == NULL)
     return NULL;
-  for (size_t i = 0; i < l->plan.n_lparams; i++)
+  for (size_t i = 0; i < l->pl.plan.n_lparams; i++)
     if (strcmp(l->table[i].name, name) == 0)
       return &l->table[i];
   return NULL;
@@ -354,10 +358,10 @@ sl_status sl_loader_bind(sl_loader *l, const char *name, void *data, uint64_t nb
   if (l->state != STATE_PLANNED)
     return sl__err_set(&l->err, SL_STATUS_INVALID_ARGUMENT,
                        "sl_loader_bind(%s): bind after sl_loader_plan and before sl_loader_load", name);
-  for (size_t i = 0; i < l->plan.n_lparams; i++) {
+  for (size_t i = 0; i < l->pl.plan.n_lparams; i++) {
     if (strcmp(l->table[i].name, name) != 0)
       continue;
-    if (l->plan.lparams[i].alias_of != SL_NONE)
+    if (l->pl.plan.lparams[i].alias_of != SL_NONE)
       return sl__err_set(&l->err, SL_STATUS_INVALID_ARGUMENT,
                          "%s shares the memory of %s: bind that one instead", name, l->table[i].alias_of);
     if (nbytes != l->table[i].nbytes)
@@ -370,10 +374,6 @@ sl_status sl_loader_bind(sl_loader *l, const char *name, void *data, uint64_t nb
   return sl__err_set(&l->err, SL_STATUS_NOT_FOUND, "this rank holds no parameter named '%s'", name);
 }
 
-/* ---------------------------------------------------------------------------------------------
- * Load
- * ------------------------------------------------------------------------------------------- */
-
 /* Writes one byte of every page: the kernel's (and a hypervisor's) cost of the first touch is
  * paid here instead of inside the reads. The memory is zero-filled, and stays so. */
 static void prefault(void *p, uint64_t nbytes) {
@@ -385,21 +385,21 @@ static void prefault(void *p, uint64_t nbytes) {
 
 static sl_status allocate(sl_loader *l) {
   sl_status st = SL_STATUS_OK;
-  if (l->opts.strategy == SL_STRATEGY_MMAP && l->backend->host_addressable)
-    st = sl__filemap_params(&l->prep.cat, &l->sched, &l->plan, l->bound, l->param_ptr, l->mapped, &l->maps,
-                            &l->err);
-  for (size_t i = 0; i < l->plan.n_lparams && st == SL_STATUS_OK; i++) {
-    const sl__lparam *lp = &l->plan.lparams[i];
+  if (l->pl.opts.strategy == SL_STRATEGY_MMAP && l->backend->host_addressable)
+    st = sl__filemap_params(&l->pl.prep.cat, &l->pl.sched, &l->pl.plan, l->bound, l->param_ptr, l->mapped,
+                            &l->maps, &l->err);
+  for (size_t i = 0; i < l->pl.plan.n_lparams && st == SL_STATUS_OK; i++) {
+    const sl__lparam *lp = &l->pl.plan.lparams[i];
     if (lp->alias_of != SL_NONE || l->bound[i] || l->mapped[i])
       continue;
     st = l->backend->ops->alloc(l->backend, lp->nbytes, &l->param_ptr[i], &l->err);
     if (st != SL_STATUS_OK)
       sl__err_prefix(&l->err, "allocating %s", l->table[i].name);
-    else if (l->opts.prefault && l->backend->host_addressable)
+    else if (l->pl.opts.prefault && l->backend->host_addressable)
       prefault(l->param_ptr[i], lp->nbytes);
   }
-  for (size_t i = 0; i < l->plan.n_lparams && st == SL_STATUS_OK; i++) {
-    const sl__lparam *lp = &l->plan.lparams[i];
+  for (size_t i = 0; i < l->pl.plan.n_lparams && st == SL_STATUS_OK; i++) {
+    const sl__lparam *lp = &l->pl.plan.lparams[i];
     if (lp->alias_of != SL_NONE)
       l->param_ptr[i] = l->param_ptr[lp->alias_of];
     l->table[i].data = l->param_ptr[i];
@@ -436,17 +436,218 @@ static void rss_by_kind(uint64_t *anon, uint64_t *file, uint64_t *shmem) {
   fclose(f);
 }
 
-static void write_summary(sl_loader *l, const sl__figures *f);
-static void write_report(sl_loader *l, const sl__figures *f);
-
 static sl_status create_backend(sl_loader *l) {
-  uint32_t workers = l->opts.extra.num_threads;
-  if (l->opts.device == SL_DEVICE_CUDA) {
-    int dev = l->cuda_device >= 0 ? l->cuda_device : l->opts.cuda_device;
-    return sl__backend_cuda_create(&l->comm, (int)workers, dev, l->cuda_stream, l->nccl_comm, &l->sched,
+  uint32_t workers = l->pl.opts.extra.num_threads;
+  if (l->pl.opts.device == SL_DEVICE_CUDA) {
+    int dev = l->cuda_device >= 0 ? l->cuda_device : l->pl.opts.cuda_device;
+    return sl__backend_cuda_create(&l->comm, (int)workers, dev, l->cuda_stream, l->nccl_comm, &l->groups,
                                    &l->backend, &l->err);
   }
   return sl__backend_host_create(&l->comm, (int)workers, &l->backend, &l->err);
+}
+
+/* Missing and unexpected weights are known from the plan alone: fail before reading. */
+static sl_status precheck_weights(sl_loader *l) {
+  const sl__prepared *p = &l->pl.prep;
+  sl__track pre;
+  sl_status st = sl__track_precheck(&p->model, &p->cat, &l->pl.sched, &pre, &l->err);
+  if (st == SL_STATUS_OK) {
+    char msg[SL_ERR_MSG_MAX];
+    sl_status verdict = SL_STATUS_OK;
+    if (sl__track_message(&p->model, &p->cat, &pre, msg, sizeof msg, &verdict)) {
+      if (l->pl.opts.extra.weights_track)
+        st = sl__err_set(&l->err, verdict, "%s", msg);
+      else if (l->comm.rank == 0)
+        SL_WARN("%s (loading anyway: strict checking is off)", msg);
+    }
+    sl__track_free(&pre);
+  }
+  return sl__comm_agree(&l->comm, st, &l->err, "checking the weights against the plan");
+}
+
+/* Group communicators first (the CUDA backend builds its NCCL communicators over them), then the
+ * backend and the parameter memory. */
+static sl_status allocate_phase(sl_loader *l) {
+  double t0 = sl__now();
+  sl_status st = sl__prepare_groups(&l->pl.sched, &l->groups, &l->err);
+  if (st == SL_STATUS_OK)
+    st = sl__comm_groups_create(&l->comm, &l->groups, &l->err);
+  st = sl__comm_agree(&l->comm, st, &l->err, "creating broadcast groups");
+  if (st != SL_STATUS_OK)
+    return st;
+  st = create_backend(l);
+  if (st == SL_STATUS_OK)
+    st = allocate(l);
+  st = sl__comm_agree(&l->comm, st, &l->err, "allocating parameters");
+  l->t_alloc = sl__now() - t0;
+  return st;
+}
+
+/* The transfer, with the abort channel armed so that a failing rank stops everyone. */
+static sl_status transfer_phase(sl_loader *l) {
+  double t0 = sl__now();
+  sl_status st = sl__comm_abort_arm(&l->comm, &l->err);
+  const sl__opts *o = &l->pl.opts;
+  sl__transfer tr = {.cat = &l->pl.prep.cat,
+                     .sched = &l->pl.sched,
+                     .plan = &l->pl.plan,
+                     .backend = l->backend,
+                     .comm = &l->comm,
+                     .param_ptr = l->param_ptr,
+                     .param_mapped = l->mapped,
+                     .workers = o->extra.num_threads,
+                     .chunk = l->pl.po.read_chunk,
+                     .coalesce_gap = o->coalesce_gap,
+                     .staging_bytes = o->staging_bytes,
+                     .strategy = o->strategy,
+                     .progress = l->comm.rank == 0 && !o->quiet && isatty(2),
+                     .copy_done = l->copy_done};
+  if (st == SL_STATUS_OK)
+    st = sl__transfer_run(&tr, &l->tstats, &l->err);
+  sl__err derr;
+  sl__err_clear(&derr);
+  sl_status dst = sl__comm_abort_disarm(&l->comm, &derr);
+  if (st == SL_STATUS_OK && dst != SL_STATUS_OK) {
+    sl__err_copy(&l->err, &derr);
+    st = dst;
+  }
+  st = sl__comm_agree(&l->comm, st, &l->err, "loading");
+  l->t_transfer = sl__now() - t0;
+  return st;
+}
+
+/* Tracking over all ranks: what no rank loaded, what nothing consumed. */
+static sl_status track_phase(sl_loader *l) {
+  double t0 = sl__now();
+  const sl__prepared *p = &l->pl.prep;
+  sl_status st = sl__track_reduce(&l->comm, &p->model, &p->cat, &l->pl.sched, &l->pl.plan, l->copy_done,
+                                  &l->track, &l->err);
+  l->have_track = st == SL_STATUS_OK;
+  if (st == SL_STATUS_OK) {
+    char msg[SL_ERR_MSG_MAX];
+    sl_status verdict = SL_STATUS_OK;
+    if (sl__track_message(&p->model, &p->cat, &l->track, msg, sizeof msg, &verdict)) {
+      if (l->pl.opts.extra.weights_track)
+        st = sl__err_set(&l->err, verdict, "%s", msg);
+      else if (l->comm.rank == 0)
+        SL_WARN("%s", msg);
+    }
+  }
+  st = sl__comm_agree(&l->comm, st, &l->err, "tracking weights");
+  l->t_track = sl__now() - t0;
+  return st;
+}
+
+/* This rank's figures: the planned ones, with the transfer's actual counts. */
+static void own_record(const sl_loader *l, sl__rank_record *rec) {
+  memset(rec, 0, sizeof *rec);
+  rec->stats = l->pl.sched.stats[l->comm.rank];
+  rec->bytes_read_planned = rec->stats.bytes_read;
+  rec->stats.bytes_read = l->tstats.bytes_read;
+  rec->stats.bytes_covering = l->tstats.bytes_covering;
+  rec->stats.bytes_received = l->tstats.bytes_received;
+  rec->stats.bytes_sent = l->tstats.bytes_sent;
+  rec->stats.files_opened = l->tstats.files_opened;
+  rec->peak_rss_bytes = peak_rss_bytes();
+  rss_by_kind(&rec->rss_anon, &rec->rss_file, &rec->rss_shmem);
+  rec->read_ops = l->tstats.read_ops;
+  rec->bytes_mapped = l->maps.bytes_mapped;
+  rec->transfer_seconds = l->tstats.seconds;
+  rec->read_seconds = l->tstats.read_seconds;
+  rec->bcast_seconds = l->tstats.bcast_seconds;
+}
+
+/* Rank 0: the report and the summary, from every rank's record. */
+static void write_reports(sl_loader *l) {
+  sl_rank_stats *stats = calloc((size_t)l->comm.size, sizeof *stats);
+  if (stats == NULL)
+    return;
+  const sl__opts *o = &l->pl.opts;
+  const sl__prepared *p = &l->pl.prep;
+  for (int r = 0; r < l->comm.size; r++)
+    stats[r] = l->records[r].stats;
+  sl__figures f;
+  sl__figures_compute(stats, (uint32_t)l->comm.size, l->pl.sched.unique_bytes, o->storage_gbps,
+                      o->network_gbps, o->ranks_per_node, &f);
+  sl__load_report r = {
+      .setup = {.model = o->model,
+                .cat = &p->cat,
+                .m = &p->model,
+                .sched = &l->pl.sched,
+                .tp = o->tp,
+                .pp = o->pp,
+                .dp = o->dp,
+                .expert_parallel = o->enable_ep},
+      .commit = p->commit,
+      .download_bytes = p->download_bytes,
+      .download_files = p->download_files,
+      .download_seconds = p->download_seconds,
+      .device = o->device == SL_DEVICE_CUDA ? "cuda" : "cpu",
+      .placement = l->pl.plan.ctx.placement,
+      .eplb = o->eplb,
+      .threads = o->extra.num_threads,
+      .strategy = sl__strategy_name(o->strategy),
+      .prefault = o->prefault,
+      .staging_bytes = o->staging_bytes,
+      .t_resolve = l->t_resolve,
+      .t_catalog = l->t_catalog,
+      .t_model = l->t_model,
+      .t_plan = l->t_plan,
+      .t_alloc = l->t_alloc,
+      .t_transfer = l->t_transfer,
+      .t_track = l->t_track,
+      .t_total = l->t_total,
+      .world = l->comm.size,
+      .ranks = l->records,
+      .fig = &f,
+      .track = l->have_track ? &l->track : NULL,
+  };
+  sl__buf_free(&l->report);
+  sl__buf_init(&l->report, 0);
+  sl__report_load_json(&r, &l->report);
+  sl__buf_free(&l->summary);
+  sl__buf_init(&l->summary, 0);
+  sl__report_load_summary(&r, &l->summary);
+  free(stats);
+}
+
+/* Statistics to rank 0, which writes the report and the summary. t0: when the load started. */
+static sl_status statistics_phase(sl_loader *l, double t0) {
+  sl_status st = SL_STATUS_OK;
+  sl__rank_record rec;
+  own_record(l, &rec);
+  if (l->comm.rank == 0) {
+    l->records = calloc((size_t)l->comm.size, sizeof *l->records);
+    if (l->records == NULL)
+      st = sl__err_set(&l->err, SL_STATUS_NOMEM, "out of memory gathering statistics");
+  }
+  /* Every rank joins the gather; rank 0 receives into a scratch buffer if its allocation failed. */
+  sl__rank_record scratch_rec;
+  sl_status gst = sl__comm_gather(
+      &l->comm, &rec, sizeof rec,
+      l->comm.rank == 0 ? (void *)(l->records != NULL ? l->records : &scratch_rec) : NULL, &l->err);
+  if (l->comm.rank == 0 && l->records == NULL && gst == SL_STATUS_OK)
+    gst = SL_STATUS_NOMEM;
+  st = st == SL_STATUS_OK ? gst : st;
+  l->state = STATE_LOADED;
+  l->t_total = sl__now() - t0 + l->t_resolve + l->t_catalog + l->t_model;
+  if (st == SL_STATUS_OK && l->comm.rank == 0)
+    write_reports(l);
+  return sl__comm_agree(&l->comm, st, &l->err, "gathering statistics");
+}
+
+/* Rank 0 writes the report file, when configured. */
+static sl_status report_file_phase(sl_loader *l) {
+  sl_status st = SL_STATUS_OK;
+  const char *path = l->pl.opts.report;
+  if (path != NULL && l->comm.rank == 0) {
+    FILE *fp = fopen(path, "w");
+    if (fp == NULL || fputs(sl__buf_str(&l->report), fp) == EOF)
+      st = sl__err_set(&l->err, SL_STATUS_IO, "cannot write the report %s: %s", path, strerror(errno));
+    if (fp != NULL && fclose(fp) != 0 && st == SL_STATUS_OK)
+      st = sl__err_set(&l->err, SL_STATUS_IO, "cannot write the report %s: %s", path, strerror(errno));
+  }
+  return sl__comm_agree(&l->comm, st, &l->err, "writing the report");
 }
 
 sl_status sl_loader_load(sl_loader *l) {
@@ -463,148 +664,23 @@ sl_status sl_loader_load(sl_loader *l) {
     if (st != SL_STATUS_OK)
       return st;
   }
-  /* Missing and unexpected weights are known from the plan alone: fail before reading. */
-  sl__track pre;
-  st = sl__track_precheck(&l->prep.model, &l->prep.cat, &l->sched, &pre, &l->err);
-  if (st == SL_STATUS_OK) {
-    char msg[SL_ERR_MSG_MAX];
-    sl_status verdict = SL_STATUS_OK;
-    if (sl__track_message(&l->prep.model, &l->prep.cat, &pre, msg, sizeof msg, &verdict)) {
-      if (l->opts.extra.weights_track)
-        st = sl__err_set(&l->err, verdict, "%s", msg);
-      else if (l->comm.rank == 0)
-        SL_WARN("%s (loading anyway: strict checking is off)", msg);
-    }
-    sl__track_free(&pre);
-  }
-  st = sl__comm_agree(&l->comm, st, &l->err, "checking the weights against the plan");
-  if (st != SL_STATUS_OK)
-    return fail(l, st);
-  double t1 = sl__now();
-  /* Group communicators first: the CUDA backend builds its NCCL communicators over them. */
-  st = sl__comm_groups_create(&l->comm, &l->sched, &l->err);
-  st = sl__comm_agree(&l->comm, st, &l->err, "creating broadcast groups");
-  if (st != SL_STATUS_OK)
-    return fail(l, st);
-  st = create_backend(l);
+  st = precheck_weights(l);
   if (st == SL_STATUS_OK)
-    st = allocate(l);
-  st = sl__comm_agree(&l->comm, st, &l->err, "allocating parameters");
-  l->t_alloc = sl__now() - t1;
-  if (st != SL_STATUS_OK)
-    return fail(l, st);
-  /* Transfer, with the abort channel armed so that a failing rank stops everyone. */
-  double t2 = sl__now();
-  st = sl__comm_abort_arm(&l->comm, &l->err);
-  sl__transfer tr = {.cat = &l->prep.cat,
-                     .sched = &l->sched,
-                     .plan = &l->plan,
-                     .backend = l->backend,
-                     .comm = &l->comm,
-                     .param_ptr = l->param_ptr,
-                     .param_mapped = l->mapped,
-                     .workers = l->opts.extra.num_threads,
-                     .chunk = l->po.read_chunk,
-                     .coalesce_gap = l->opts.coalesce_gap,
-                     .staging_bytes = l->opts.staging_bytes,
-                     .strategy = l->opts.strategy,
-                     .progress = l->comm.rank == 0 && !l->opts.quiet && isatty(2),
-                     .copy_done = l->copy_done};
+    st = allocate_phase(l);
   if (st == SL_STATUS_OK)
-    st = sl__transfer_run(&tr, &l->tstats, &l->err);
-  sl__err derr;
-  sl__err_clear(&derr);
-  sl_status dst = sl__comm_abort_disarm(&l->comm, &derr);
-  if (st == SL_STATUS_OK && dst != SL_STATUS_OK) {
-    sl__err_copy(&l->err, &derr);
-    st = dst;
-  }
-  st = sl__comm_agree(&l->comm, st, &l->err, "loading");
-  l->t_transfer = sl__now() - t2;
+    st = transfer_phase(l);
+  if (st == SL_STATUS_OK)
+    st = track_phase(l);
+  if (st == SL_STATUS_OK)
+    st = statistics_phase(l, t0);
   if (st != SL_STATUS_OK)
     return fail(l, st);
-  /* Tracking over all ranks. */
-  double t3 = sl__now();
-  st = sl__track_reduce(&l->comm, &l->prep.model, &l->prep.cat, &l->sched, &l->plan, l->copy_done, &l->track,
-                        &l->err);
-  l->have_track = st == SL_STATUS_OK;
-  if (st == SL_STATUS_OK) {
-    char msg[SL_ERR_MSG_MAX];
-    sl_status verdict = SL_STATUS_OK;
-    if (sl__track_message(&l->prep.model, &l->prep.cat, &l->track, msg, sizeof msg, &verdict)) {
-      if (l->opts.extra.weights_track)
-        st = sl__err_set(&l->err, verdict, "%s", msg);
-      else if (l->comm.rank == 0)
-        SL_WARN("%s", msg);
-    }
-  }
-  st = sl__comm_agree(&l->comm, st, &l->err, "tracking weights");
-  l->t_track = sl__now() - t3;
-  if (st != SL_STATUS_OK)
-    return fail(l, st);
-  /* Statistics to rank 0. */
-  rank_record rec;
-  memset(&rec, 0, sizeof rec);
-  rec.stats = l->sched.stats[l->comm.rank];
-  rec.bytes_read_planned = rec.stats.bytes_read;
-  rec.stats.bytes_read = l->tstats.bytes_read;
-  rec.stats.bytes_covering = l->tstats.bytes_covering;
-  rec.stats.bytes_received = l->tstats.bytes_received;
-  rec.stats.bytes_sent = l->tstats.bytes_sent;
-  rec.stats.files_opened = l->tstats.files_opened;
-  rec.peak_rss_bytes = peak_rss_bytes();
-  rss_by_kind(&rec.rss_anon, &rec.rss_file, &rec.rss_shmem);
-  rec.read_ops = l->tstats.read_ops;
-  rec.bytes_mapped = l->maps.bytes_mapped;
-  rec.transfer_seconds = l->tstats.seconds;
-  rec.read_seconds = l->tstats.read_seconds;
-  rec.bcast_seconds = l->tstats.bcast_seconds;
-  if (l->comm.rank == 0) {
-    l->records = calloc((size_t)l->comm.size, sizeof *l->records);
-    if (l->records == NULL)
-      st = sl__err_set(&l->err, SL_STATUS_NOMEM, "out of memory gathering statistics");
-  }
-  /* Every rank joins the gather; rank 0 receives into a scratch buffer if its allocation failed. */
-  rank_record scratch_rec;
-  sl_status gst = sl__comm_gather(
-      &l->comm, &rec, sizeof rec,
-      l->comm.rank == 0 ? (void *)(l->records != NULL ? l->records : &scratch_rec) : NULL, &l->err);
-  if (l->comm.rank == 0 && l->records == NULL && gst == SL_STATUS_OK)
-    gst = SL_STATUS_NOMEM;
-  st = st == SL_STATUS_OK ? gst : st;
-  l->state = STATE_LOADED;
-  l->t_total = sl__now() - t0 + l->t_resolve + l->t_catalog + l->t_model;
-  if (st == SL_STATUS_OK && l->comm.rank == 0) {
-    sl_rank_stats *stats = calloc((size_t)l->comm.size, sizeof *stats);
-    if (stats != NULL) {
-      for (int r = 0; r < l->comm.size; r++)
-        stats[r] = l->records[r].stats;
-      sl__figures f;
-      sl__figures_compute(stats, (uint32_t)l->comm.size, l->sched.unique_bytes, l->opts.storage_gbps,
-                          l->opts.network_gbps, l->opts.ranks_per_node, &f);
-      write_report(l, &f);
-      write_summary(l, &f);
-      free(stats);
-    }
-  }
-  st = sl__comm_agree(&l->comm, st, &l->err, "gathering statistics");
-  if (st != SL_STATUS_OK)
-    return fail(l, st);
-  /* Report file and pre-sharded copy, when configured. */
-  if (l->opts.report != NULL && l->comm.rank == 0) {
-    FILE *fp = fopen(l->opts.report, "w");
-    if (fp == NULL || fputs(sl__buf_str(&l->report), fp) == EOF)
-      st = sl__err_set(&l->err, SL_STATUS_IO, "cannot write the report %s: %s", l->opts.report,
-                       strerror(errno));
-    if (fp != NULL && fclose(fp) != 0 && st == SL_STATUS_OK)
-      st = sl__err_set(&l->err, SL_STATUS_IO, "cannot write the report %s: %s", l->opts.report,
-                       strerror(errno));
-  }
-  st = sl__comm_agree(&l->comm, st, &l->err, "writing the report");
+  /* Report file and pre-sharded copy, when configured (their failure leaves the load usable). */
+  st = report_file_phase(l);
   if (st != SL_STATUS_OK)
     return st;
-  if (l->opts.save_dir != NULL)
-    return sl_loader_save_sharded(l, l->opts.save_dir);
+  if (l->pl.opts.save_dir != NULL)
+    return sl_loader_save_sharded(l, l->pl.opts.save_dir);
   return SL_STATUS_OK;
 }
 
@@ -626,14 +702,14 @@ sl_status sl_loader_save_sharded(sl_loader *l, const char *dir) {
   st = sl__comm_agree(&l->comm, st, &l->err, "creating the output folder");
   if (st != SL_STATUS_OK)
     return st;
-  size_t n = l->plan.n_lparams;
+  size_t n = l->pl.plan.n_lparams;
   sl__save_entry *entries = calloc(n + 1, sizeof *entries);
   if (entries == NULL)
     st = sl__err_set(&l->err, SL_STATUS_NOMEM, "out of memory");
   for (size_t i = 0; i < n && st == SL_STATUS_OK; i++) {
-    const sl__lparam *lp = &l->plan.lparams[i];
+    const sl__lparam *lp = &l->pl.plan.lparams[i];
     entries[i] = (sl__save_entry){.name = l->table[i].name,
-                                  .dtype = l->prep.model.params[lp->mparam].dtype,
+                                  .dtype = l->pl.prep.model.params[lp->mparam].dtype,
                                   .ndim = lp->ndim,
                                   .data = l->param_ptr[i],
                                   .nbytes = lp->nbytes};
@@ -641,121 +717,12 @@ sl_status sl_loader_save_sharded(sl_loader *l, const char *dir) {
   }
   uint32_t parts = 0;
   if (st == SL_STATUS_OK)
-    st = sl__save_rank(dir, (uint32_t)l->comm.rank, entries, n, l->opts.save_max_part, l->backend, &parts,
+    st = sl__save_rank(dir, (uint32_t)l->comm.rank, entries, n, l->pl.opts.save_max_part, l->backend, &parts,
                        &l->err);
   free(entries);
   if (st == SL_STATUS_OK && l->comm.rank == 0)
-    st = sl__save_copy_extras(l->prep.cat.folder, dir, &l->err);
+    st = sl__save_copy_extras(l->pl.prep.cat.folder, dir, &l->err);
   return sl__comm_agree(&l->comm, st, &l->err, "saving the sharded copy");
-}
-
-/* ---------------------------------------------------------------------------------------------
- * Report and summary (rank 0)
- * ------------------------------------------------------------------------------------------- */
-
-static void write_report(sl_loader *l, const sl__figures *f) {
-  sl__buf *b = &l->report;
-  const sl__model *m = &l->prep.model;
-  sl__buf_free(b);
-  sl__buf_init(b, 0);
-  sl__buf_appendf(b, "{\"shardload_version\":\"%s\",\"model\":", SL_VERSION_STRING);
-  sl__buf_json_str(b, l->opts.model);
-  sl__buf_appendf(b, ",\"folder\":");
-  sl__buf_json_str(b, l->prep.cat.folder);
-  if (l->prep.commit != NULL) {
-    sl__buf_appendf(b, ",\"commit\":");
-    sl__buf_json_str(b, l->prep.commit);
-  }
-  sl__buf_appendf(b, ",\"architecture\":");
-  sl__buf_json_str(b, m->architecture != NULL ? m->architecture : "");
-  sl__buf_appendf(b, ",\"family\":");
-  sl__buf_json_str(b, m->family);
-  sl__buf_appendf(
-      b,
-      ",\"load_format\":\"%s\",\"layout\":\"%s\",\"device\":\"%s\",\"tp\":%u,\"pp\":%u,\"dp\":%u,"
-      "\"expert_parallel\":%s,\"expert_placement\":\"%s\",\"eplb\":%s,\"threads\":%u,"
-      "\"load_strategy\":\"%s\",\"prefault\":%s,\"files\":%zu,\"tensors\":%zu,\"checkpoint_bytes\":%llu,",
-      sl__format_name(l->prep.cat.format), m->layout == SL_LAYOUT_VLLM ? "vllm" : "checkpoint",
-      l->opts.device == SL_DEVICE_CUDA ? "cuda" : "cpu", l->opts.tp, l->opts.pp, l->opts.dp,
-      l->opts.enable_ep ? "true" : "false", sl__placement_name(l->plan.ctx.placement),
-      l->opts.eplb ? "true" : "false", l->opts.extra.num_threads, sl__strategy_name(l->opts.strategy),
-      l->opts.prefault ? "true" : "false", l->prep.cat.n_files, l->prep.cat.n_tensors,
-      (unsigned long long)l->sched.checkpoint_bytes);
-  sl__buf_appendf(
-      b,
-      "\"phases\":{\"resolve_seconds\":%.6f,\"catalog_broadcast_seconds\":%.6f,\"model_seconds\":%.6f,"
-      "\"plan_seconds\":%.6f,\"allocate_seconds\":%.6f,\"transfer_seconds\":%.6f,\"track_seconds\":%.6f,"
-      "\"total_seconds\":%.6f},",
-      l->t_resolve, l->t_catalog, l->t_model, l->t_plan, l->t_alloc, l->t_transfer, l->t_track, l->t_total);
-  sl__buf_appendf(b, "\"download\":{\"bytes\":%llu,\"files\":%u,\"seconds\":%.6f},",
-                  (unsigned long long)l->prep.download_bytes, l->prep.download_files,
-                  l->prep.download_seconds);
-  sl__buf_appendf(b, "\"schedule\":{\"pieces\":%zu,\"broadcast_groups\":%zu,\"buckets\":%zu},",
-                  l->sched.n_pieces, l->sched.n_groups, l->sched.n_buckets);
-  sl__figures_json(b, f);
-  uint64_t rss_max = 0;
-  sl__buf_appendf(b, "\"ranks\":[");
-  for (int r = 0; r < l->comm.size; r++) {
-    const rank_record *rr = &l->records[r];
-    rss_max = rr->peak_rss_bytes > rss_max ? rr->peak_rss_bytes : rss_max;
-    sl__buf_appendf(
-        b,
-        "%s{\"rank\":%d,\"bytes_needed\":%llu,\"bytes_read\":%llu,\"bytes_read_planned\":%llu,"
-        "\"bytes_covering\":%llu,\"bytes_received\":%llu,\"bytes_sent\":%llu,\"bytes_local\":%llu,"
-        "\"bytes_naive\":%llu,\"files_opened\":%u,\"params\":%u,\"experts_local\":%u,\"read_ops\":%llu,"
-        "\"bytes_mapped\":%llu,\"peak_rss_bytes\":%llu,\"rss_anon_bytes\":%llu,\"rss_file_bytes\":%llu,"
-        "\"rss_shmem_bytes\":%llu,\"transfer_seconds\":%.6f,\"broadcast_seconds\":%.6f}",
-        r > 0 ? "," : "", r, (unsigned long long)rr->stats.bytes_needed,
-        (unsigned long long)rr->stats.bytes_read, (unsigned long long)rr->bytes_read_planned,
-        (unsigned long long)rr->stats.bytes_covering, (unsigned long long)rr->stats.bytes_received,
-        (unsigned long long)rr->stats.bytes_sent, (unsigned long long)rr->stats.bytes_local,
-        (unsigned long long)rr->stats.bytes_naive, rr->stats.files_opened, rr->stats.params,
-        rr->stats.experts_local, (unsigned long long)rr->read_ops, (unsigned long long)rr->bytes_mapped,
-        (unsigned long long)rr->peak_rss_bytes, (unsigned long long)rr->rss_anon,
-        (unsigned long long)rr->rss_file, (unsigned long long)rr->rss_shmem, rr->transfer_seconds,
-        rr->bcast_seconds);
-  }
-  sl__buf_appendf(b, "],\"peak_rss_bytes_max\":%llu,\"staging_bytes\":%llu,", (unsigned long long)rss_max,
-                  (unsigned long long)l->opts.staging_bytes);
-  if (l->have_track)
-    sl__track_json(m, &l->prep.cat, &l->track, b);
-  else
-    sl__buf_appendf(b, "\"missing\":[],\"unexpected\":[],\"ignored\":[],\"skipped_count\":0");
-  sl__buf_appendf(b, "}\n");
-}
-
-static void write_summary(sl_loader *l, const sl__figures *f) {
-  sl__buf *b = &l->summary;
-  sl__buf_free(b);
-  sl__buf_init(b, 0);
-  char need[32], rd[32], bc[32], rss[32];
-  uint64_t rss_max = 0;
-  for (int r = 0; r < l->comm.size; r++)
-    rss_max = l->records[r].peak_rss_bytes > rss_max ? l->records[r].peak_rss_bytes : rss_max;
-  sl__fmt_bytes(need, sizeof need, f->unique);
-  sl__fmt_bytes(rd, sizeof rd, f->read);
-  sl__fmt_bytes(bc, sizeof bc, f->received);
-  sl__fmt_bytes(rss, sizeof rss, rss_max);
-  double rate = l->t_transfer > 0 ? (double)f->needed / l->t_transfer / 1e9 : 0;
-  sl__buf_appendf(
-      b,
-      "shardload: loaded %s (%s) on %d rank%s (tp=%u pp=%u dp=%u%s) in %.2f s\n"
-      "  %s needed, %s read (amplification %.2f, %.2f with covering bytes), %s broadcast, %.2f GB/s\n"
-      "  missing %zu, unexpected %zu, ignored %zu, skipped %zu; peak RSS per rank %s\n",
-      l->opts.model, l->prep.model.architecture != NULL ? l->prep.model.architecture : "?", l->comm.size,
-      l->comm.size == 1 ? "" : "s", l->opts.tp, l->opts.pp, l->opts.dp,
-      l->opts.enable_ep ? ", expert parallel" : "", l->t_total, need, rd, f->amplification,
-      f->amplification_covering, bc, rate, l->have_track ? l->track.n_missing : 0,
-      l->have_track ? l->track.n_unexpected : 0, l->have_track ? l->track.n_ignored : 0,
-      l->have_track ? l->track.n_skipped : 0, rss);
-  uint64_t mapped = 0;
-  for (int r = 0; r < l->comm.size; r++)
-    mapped += l->records[r].bytes_mapped;
-  if (mapped > 0) {
-    char mp[32];
-    sl__fmt_bytes(mp, sizeof mp, mapped);
-    sl__buf_appendf(b, "  %s of the parameters are mappings of the checkpoint files (no copy)\n", mp);
-  }
 }
 
 const char *sl_loader_report_json(sl_loader *l) {

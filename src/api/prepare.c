@@ -4,9 +4,9 @@
 #include "api/prepare.h"
 
 #include "api/config.h"
-#include "hub/hub.h"
 #include "base/log.h"
 #include "base/util.h"
+#include "hub/hub.h"
 
 #include <cjson/cJSON.h>
 #include <stdlib.h>
@@ -162,4 +162,78 @@ sl_status sl__prepare_model(const sl__opts *o, sl__prepared *p, sl__err *err) {
   if (st == SL_STATUS_OK && o->enable_ep && p->model.experts == 0)
     SL_INFO("--enable-expert-parallel has no effect on %s: the model has no experts", p->model.family);
   return st;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * The pipeline
+ * ------------------------------------------------------------------------------------------- */
+
+static sl_status run_stage(sl__pipeline *p, const sl__prep_driver *d, sl__prep_stage stage, sl__err *err) {
+  switch (stage) {
+  case SL_PREP_OPTIONS: {
+    sl_status st = sl__opts_from_config(d->cfg, &p->opts, err);
+    if (st == SL_STATUS_OK)
+      st = sl__layout_init(&p->layout, p->opts.tp, p->opts.pp, p->opts.dp, d->world, err);
+    return st;
+  }
+  case SL_PREP_CATALOG:
+    return d->builds_catalog ? sl__prepare_catalog(d->cfg, &p->opts, &p->prep, err) : SL_STATUS_OK;
+  case SL_PREP_MODEL:
+    return sl__prepare_model(&p->opts, &p->prep, err);
+  case SL_PREP_PLAN: {
+    sl_status st = sl__pp_starts(&p->opts, p->prep.model.n_layers, &p->pp_starts, err);
+    if (st != SL_STATUS_OK)
+      return st;
+    sl__plan_opts_from(&p->opts, &p->layout, p->pp_starts, &p->po);
+    return sl__schedule_build(&p->prep.model, &p->prep.cat, &p->po, d->rank,
+                              d->rank == SL_NONE ? NULL : &p->plan, &p->sched, err);
+  }
+  case SL_PREP_NONE:
+    break;
+  }
+  return SL_STATUS_OK;
+}
+
+sl_status sl__pipeline_run(sl__pipeline *p, const sl__prep_driver *d, sl__prep_stage until, sl__err *err) {
+  while (p->done < until) {
+    sl__prep_stage stage = (sl__prep_stage)(p->done + 1);
+    double t0 = sl__now();
+    sl_status st = run_stage(p, d, stage, err);
+    if (d->after != NULL)
+      st = d->after(d->ctx, stage, st, t0, err);
+    if (st != SL_STATUS_OK)
+      return st;
+    p->done = stage;
+  }
+  return SL_STATUS_OK;
+}
+
+void sl__pipeline_free(sl__pipeline *p) {
+  if (p == NULL)
+    return;
+  sl__rank_plan_free(&p->plan);
+  sl__schedule_free(&p->sched);
+  free(p->pp_starts);
+  sl__prepared_free(&p->prep);
+  memset(p, 0, sizeof *p);
+}
+
+sl_status sl__prepare_groups(const sl__schedule *s, sl__comm_groups *out, sl__err *err) {
+  sl__comm_group *g = calloc(s->n_groups + 1, sizeof *g);
+  out->n = 0;
+  out->group = g;
+  if (g == NULL)
+    return sl__err_set(err, SL_STATUS_NOMEM, "out of memory creating broadcast groups");
+  for (size_t i = 0; i < s->n_groups; i++)
+    g[i] = (sl__comm_group){.n = s->groups[i].n, .members = &s->group_members[s->groups[i].off]};
+  out->n = s->n_groups;
+  return SL_STATUS_OK;
+}
+
+void sl__prepare_groups_free(sl__comm_groups *g) {
+  if (g == NULL)
+    return;
+  free((void *)g->group);
+  g->group = NULL;
+  g->n = 0;
 }

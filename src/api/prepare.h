@@ -1,16 +1,25 @@
 /*
- * api/prepare.h — from a model argument to an instantiated model: resolution (local folder or Hub
- * snapshot), the choice of the architecture spec, the catalog, then the model. Split in two so
- * that rank 0 does the file-system and network part once and every rank builds the model from
- * what rank 0 broadcasts (the catalog blob and the spec's text).
+ * api/prepare.h — the preparation pipeline shared by the loader and the dry run, from a
+ * configuration to a plan: options → layout → catalog → model → pipeline stages → schedule (and
+ * this rank's plan). sl__pipeline_run runs the stages in order; the loader runs it across ranks
+ * (rank 0 alone builds the catalog, each stage ends in an agreement through the driver's hook),
+ * the dry run in one process.
+ *
+ * The catalog and model stages: resolution (local folder or Hub snapshot), the choice of the
+ * architecture spec, the catalog, then the model. Split in two so that rank 0 does the
+ * file-system and network part once and every rank builds the model from what rank 0 broadcasts
+ * (the catalog blob and the spec's text).
  */
 #ifndef SL_PREPARE_H
 #define SL_PREPARE_H
 
-#include "model/catalog.h"
-#include "model/model.h"
 #include "api/options.h"
+#include "engine/comm.h"
+#include "model/catalog.h"
+#include "model/layout.h"
+#include "model/model.h"
 #include "model/spec.h"
+#include "plan/plan.h"
 
 typedef struct sl__prepared {
   sl__catalog cat;
@@ -31,5 +40,49 @@ sl_status sl__prepare_catalog(const sl_config *cfg, const sl__opts *o, sl__prepa
 /* Every rank: parse the spec text and instantiate the model from the catalog. */
 sl_status sl__prepare_model(const sl__opts *o, sl__prepared *p, sl__err *err);
 void sl__prepared_free(sl__prepared *p);
+
+/* The stages of the pipeline, in order: each needs the ones before. */
+typedef enum sl__prep_stage {
+  SL_PREP_NONE = 0,
+  SL_PREP_OPTIONS, /* typed options checked; the layout of the world */
+  SL_PREP_CATALOG, /* model resolved, spec chosen, catalog built (where the driver builds it) */
+  SL_PREP_MODEL,   /* the spec instantiated over the catalog */
+  SL_PREP_PLAN,    /* pipeline stages, the schedule of all ranks, this rank's plan */
+} sl__prep_stage;
+
+/* Everything the pipeline has prepared so far (zero-initialized before the first run). */
+typedef struct sl__pipeline {
+  sl__prep_stage done; /* the last stage completed */
+  sl__opts opts;
+  sl__layout layout;
+  sl__prepared prep; /* catalog, spec, model */
+  uint32_t *pp_starts;
+  sl__plan_opts po;
+  sl__rank_plan plan; /* this rank's; empty without a rank (dry run) */
+  sl__schedule sched;
+} sl__pipeline;
+
+/* How the stages run: in one process (dry run) or in one rank of a job (loader). */
+typedef struct sl__prep_driver {
+  const sl_config *cfg;
+  uint32_t world;
+  uint32_t rank;       /* this rank, whose plan is kept; SL_NONE: no rank (dry run) */
+  bool builds_catalog; /* this process resolves the model and builds the catalog */
+  /* Called after every stage, failed or not, with its status and the time it started
+   * (sl__now()); returns the status to go on with. The loader agrees between ranks here, and
+   * after the catalog stage broadcasts rank 0's catalog. NULL: the stage's own status. */
+  sl_status (*after)(void *ctx, sl__prep_stage stage, sl_status st, double t_start, sl__err *err);
+  void *ctx;
+} sl__prep_driver;
+
+/* Runs the stages after p->done up to `until`; stops at the first failure (p->done says how far
+ * it got). */
+sl_status sl__pipeline_run(sl__pipeline *p, const sl__prep_driver *d, sl__prep_stage until, sl__err *err);
+void sl__pipeline_free(sl__pipeline *p);
+
+/* The broadcast groups of a schedule as the communication layer takes them (member lists that
+ * point into the schedule); out->group is allocated: sl__prepare_groups_free. */
+sl_status sl__prepare_groups(const sl__schedule *s, sl__comm_groups *out, sl__err *err);
+void sl__prepare_groups_free(sl__comm_groups *g);
 
 #endif

@@ -2,15 +2,15 @@
  * backend/backend.h — where parameters live and how shared bytes travel between ranks. The read engine
  * and the loader only talk to this table of operations:
  *   host (backend/host.c): host memory, memcpy, MPI broadcast;
- *   cuda (backend/cuda/backend.c, built with CUDA + NCCL): device memory, pinned staging, asynchronous
+ *   cuda (backend/cuda/, built with CUDA + NCCL): device memory, pinned staging, asynchronous
  *        host-to-device copies, NCCL broadcast; absent/cuda.c answers "unsupported".
  * Copies are 2-D: `rows` rows of `row_bytes`, consecutive rows `src_stride` / `dst_stride` apart.
  */
 #ifndef SL_BACKEND_H
 #define SL_BACKEND_H
 
-#include "engine/comm.h"
 #include "base/err.h"
+#include "engine/comm.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -34,7 +34,7 @@ typedef struct sl__backend_ops {
   /* Backend memory → backend memory (bucket → parameter), from the main thread. */
   sl_status (*copy)(sl__backend *b, void *dst, uint64_t dst_stride, const void *src, uint64_t src_stride,
                     uint64_t row_bytes, uint64_t rows, sl__err *err);
-  /* Broadcast within schedule group g (root = rank inside the group), polled against the abort
+  /* Broadcast within broadcast group g (root = rank inside the group), polled against the abort
    * channel: *aborted set when the load must stop. */
   sl_status (*bcast)(sl__backend *b, uint32_t g, void *buf, uint64_t nbytes, int root, bool *aborted,
                      sl__err *err);
@@ -65,13 +65,13 @@ sl_status sl__backend_host_create(sl__comm *comm, int workers, sl__backend **out
  * cudaStream_t and ncclComm_t, or NULL to create them. Without CUDA support compiled in, or
  * without a usable GPU: SL_STATUS_UNSUPPORTED / SL_STATUS_NO_DEVICE with a clear message. */
 sl_status sl__backend_cuda_create(sl__comm *comm, int workers, int device, void *stream, void *nccl_comm,
-                                  const sl__schedule *sched, sl__backend **out, sl__err *err);
+                                  const sl__comm_groups *groups, sl__backend **out, sl__err *err);
 /* Whether a CUDA device is usable in this process (false, with the driver's message, if not). */
 bool sl__cuda_available(char *why, size_t cap);
 /* sl__backend_cuda_create is COLLECTIVE over comm (it agrees on its status, so every rank fails
  * alike: the failing rank's message, "another rank failed: ..." elsewhere); it creates the
- * schedule's group communicators (sl__comm_groups_create) when they do not exist yet. Its destroy
- * is collective too unless b->failed is set (communicators are finalized together; at most 60 s,
- * then aborted). */
+ * broadcast groups' communicators (sl__comm_groups_create) when they do not exist yet (groups:
+ * NULL for none). Its destroy is collective too unless b->failed is set (communicators are
+ * finalized together; at most 60 s, then aborted). */
 
 #endif

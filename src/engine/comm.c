@@ -134,23 +134,23 @@ sl_status sl__comm_bcast_blob(sl__comm *c, uint8_t **blob, size_t *len, int root
   return SL_STATUS_OK;
 }
 
-sl_status sl__comm_groups_create(sl__comm *c, const sl__schedule *s, sl__err *err) {
+sl_status sl__comm_groups_create(sl__comm *c, const sl__comm_groups *groups, sl__err *err) {
   free_groups(c);
-  c->groups = calloc(s->n_groups + 1, sizeof *c->groups);
-  c->group_rank = calloc(s->n_groups + 1, sizeof *c->group_rank);
+  c->groups = calloc(groups->n + 1, sizeof *c->groups);
+  c->group_rank = calloc(groups->n + 1, sizeof *c->group_rank);
   if (c->groups == NULL || c->group_rank == NULL) {
     free_groups(c);
     return sl__err_set(err, SL_STATUS_NOMEM, "out of memory creating broadcast groups");
   }
-  c->n_groups = s->n_groups;
+  c->n_groups = groups->n;
   MPI_Group world_group;
   MPI_Comm_group(c->world, &world_group);
   sl_status st = SL_STATUS_OK;
-  for (size_t g = 0; g < s->n_groups; g++) {
+  for (size_t g = 0; g < groups->n; g++) {
     c->groups[g] = MPI_COMM_NULL;
     c->group_rank[g] = -1;
-    const sl__group *gr = &s->groups[g];
-    const uint32_t *mem = &s->group_members[gr->off];
+    const sl__comm_group *gr = &groups->group[g];
+    const uint32_t *mem = gr->members;
     int pos = -1;
     for (uint32_t j = 0; j < gr->n; j++)
       if ((int)mem[j] == c->rank)

@@ -9,11 +9,25 @@
 #define SL_COMM_H
 
 #include "base/err.h"
-#include "plan/plan.h"
 
 #include <mpi.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
+
+/* One broadcast group: the world ranks that receive the same bytes, sorted. A member's position
+ * in `members` is its rank in the group's communicators (MPI and NCCL). */
+typedef struct sl__comm_group {
+  uint32_t n;
+  const uint32_t *members;
+} sl__comm_group;
+
+/* The broadcast groups of a load, numbered in the one order every rank walks: group g is
+ * group[g]. The loader derives them from the schedule. */
+typedef struct sl__comm_groups {
+  size_t n;
+  const sl__comm_group *group;
+} sl__comm_groups;
 
 typedef struct sl__comm {
   MPI_Comm world; /* duplicate of the caller's communicator, errors returned */
@@ -28,7 +42,7 @@ typedef struct sl__comm {
   bool raised;    /* we raised it */
   int abort_from; /* rank whose abort we saw first, or -1 */
   size_t n_groups;
-  MPI_Comm *groups;      /* per schedule group: its communicator, MPI_COMM_NULL if not a member */
+  MPI_Comm *groups;      /* per broadcast group: its communicator, MPI_COMM_NULL if not a member */
   int *group_rank;       /* our rank in each group, -1 if not a member */
   MPI_Request abandoned; /* a broadcast left unfinished by an abort (never waited for) */
 } sl__comm;
@@ -44,9 +58,9 @@ sl_status sl__comm_agree(sl__comm *c, sl_status mine, sl__err *err, const char *
  * malloc'd copy. Sizes above INT_MAX travel in pieces. */
 sl_status sl__comm_bcast_blob(sl__comm *c, uint8_t **blob, size_t *len, int root, sl__err *err);
 
-/* Creates one communicator per schedule group (every rank calls it; creation follows the
- * schedule's order, so it cannot deadlock). */
-sl_status sl__comm_groups_create(sl__comm *c, const sl__schedule *s, sl__err *err);
+/* Creates one communicator per broadcast group (every rank calls it; creation follows the groups'
+ * order, the same on every rank, so it cannot deadlock). */
+sl_status sl__comm_groups_create(sl__comm *c, const sl__comm_groups *groups, sl__err *err);
 
 /* Abort channel. arm: post the receive (collective-free); raise: tell every rank to stop;
  * check: has anyone raised; disarm: COLLECTIVE, drains every abort message and cancels the

@@ -10,7 +10,7 @@
  * the target, so a reader that mapped the old file never sees it truncated; the temporary file is
  * removed on any failure.
  */
-#include "format/safetensors.h"
+#include "format/safetensors_write.h"
 
 #include "base/util.h"
 

@@ -3,8 +3,8 @@
  */
 #include "output/save.h"
 
-#include "format/safetensors.h"
 #include "base/util.h"
+#include "format/safetensors_write.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -5,6 +5,7 @@
  * re-serialise to the same bytes.
  */
 #include "format/safetensors.h"
+#include "format/safetensors_write.h"
 #include "base/util.h"
 #include "fuzz_common.h"
 

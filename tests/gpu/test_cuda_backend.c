@@ -18,8 +18,8 @@
  * (expect fewer GPUs than ranks: check the shared-GPU error and pass).
  */
 #include "backend/backend.h"
-#include "check.h"
 #include "backend/cuda/cuda_backend.h"
+#include "check.h"
 #include "values.h"
 
 #include <cuda_runtime.h>
@@ -33,26 +33,24 @@ static int size;
 
 /* Group 0: every rank; group 1 (3 ranks or more): ranks 1..size-1. Members in rank order. */
 static uint32_t members[128];
-static sl__group groups[2];
+static sl__comm_group groups[2];
 
-static sl__schedule test_schedule(void) {
-  sl__schedule s;
+static sl__comm_groups test_groups(void) {
+  sl__comm_groups s;
   memset(&s, 0, sizeof s);
   for (int r = 0; r < size; r++)
     members[r] = (uint32_t)r;
   groups[0].n = (uint32_t)size;
-  groups[0].off = 0;
-  s.n_groups = 1;
+  groups[0].members = members;
+  s.n = 1;
   if (size >= 3) {
     for (int r = 1; r < size; r++)
       members[size + r - 1] = (uint32_t)r;
     groups[1].n = (uint32_t)size - 1;
-    groups[1].off = (uint64_t)size;
-    s.n_groups = 2;
+    groups[1].members = &members[size];
+    s.n = 2;
   }
-  s.world = (uint32_t)size;
-  s.groups = groups;
-  s.group_members = members;
+  s.group = groups;
   return s;
 }
 
@@ -175,7 +173,7 @@ static void test_upload_copy(sl__backend *b) {
 
 /* Broadcasts from every root of every group this rank belongs to (members walk the groups in
  * the same order, so no rank waits for one that is elsewhere). */
-static void test_bcast(sl__backend *b, const sl__schedule *s) {
+static void test_bcast(sl__backend *b, const sl__comm_groups *s) {
   sl__err err;
   sl__err_clear(&err);
   const size_t n = ((size_t)1 << 20) + 7;
@@ -190,11 +188,11 @@ static void test_bcast(sl__backend *b, const sl__schedule *s) {
     return;
   }
   int broadcasts = 0;
-  for (uint32_t g = 0; g < s->n_groups; g++) {
+  for (uint32_t g = 0; g < s->n; g++) {
     int pos = sl__cuda_group_pos(s, g, rank);
     if (pos < 0)
       continue;
-    for (int root = (int)s->groups[g].n - 1; root >= 0; root--) {
+    for (int root = (int)s->group[g].n - 1; root >= 0; root--) {
       char name[32];
       snprintf(name, sizeof name, "bcast.%u.%d", g, root);
       CHECK(cudaMemset(dev, 0, n) == cudaSuccess);
@@ -221,8 +219,8 @@ static void test_bcast(sl__backend *b, const sl__schedule *s) {
   CHECK(!aborted);
   /* A group that does not exist, or that this rank is not in: an internal error. */
   sl__err_clear(&err);
-  CHECK(b->ops->bcast(b, (uint32_t)s->n_groups, dev, 8, 0, &aborted, &err) == SL_STATUS_INTERNAL);
-  if (s->n_groups > 1 && rank == 0) {
+  CHECK(b->ops->bcast(b, (uint32_t)s->n, dev, 8, 0, &aborted, &err) == SL_STATUS_INTERNAL);
+  if (s->n > 1 && rank == 0) {
     sl__err_clear(&err);
     CHECK(b->ops->bcast(b, 1, dev, 8, 0, &aborted, &err) == SL_STATUS_INTERNAL);
     CHECK_CONTAINS(err.msg, "not part of");
@@ -234,7 +232,7 @@ static void test_bcast(sl__backend *b, const sl__schedule *s) {
 
 /* The caller's NCCL communicator over every rank (same order): group communicators are split
  * from it, and it survives the backend. */
-static void test_split(sl__comm *c, const sl__schedule *s, int device) {
+static void test_split(sl__comm *c, const sl__comm_groups *s, int device) {
   sl__err err;
   sl__err_clear(&err);
   ncclUniqueId id;
@@ -269,7 +267,7 @@ static void test_split(sl__comm *c, const sl__schedule *s, int device) {
 }
 
 /* Rank 1 stops (abort channel raised) and never joins the broadcast; the others must return. */
-static void test_abort(sl__comm *c, const sl__schedule *s) {
+static void test_abort(sl__comm *c, const sl__comm_groups *s) {
   sl__err err;
   sl__err_clear(&err);
   sl__backend *b = NULL;
@@ -308,7 +306,7 @@ static void test_abort(sl__comm *c, const sl__schedule *s) {
 }
 
 /* Rank 1 skips a broadcast without raising anything: the others give up after the timeout. */
-static void test_timeout(sl__comm *c, const sl__schedule *s) {
+static void test_timeout(sl__comm *c, const sl__comm_groups *s) {
   sl__err err;
   sl__err_clear(&err);
   setenv("SHARDLOAD_NCCL_TIMEOUT_S", "2", 1);
@@ -350,7 +348,7 @@ static int node_size(void) {
   return n;
 }
 
-static int run_gpu(sl__comm *c, const sl__schedule *s) {
+static int run_gpu(sl__comm *c, const sl__comm_groups *s) {
   char why[512];
   int have = sl__cuda_available(why, sizeof why) ? 1 : 0;
   int count = 0;
@@ -421,7 +419,7 @@ int main(int argc, char **argv) {
   sl__err err;
   sl__err_clear(&err);
   sl__comm c;
-  sl__schedule s = test_schedule();
+  sl__comm_groups s = test_groups();
   int rc = 1;
   if (sl__comm_init(&c, MPI_COMM_WORLD, &err) != SL_STATUS_OK ||
       sl__comm_groups_create(&c, &s, &err) != SL_STATUS_OK) {

@@ -1,10 +1,10 @@
 /*
- * test_cuda_logic.c — the GPU-free decisions of the CUDA backend (backend/cuda/cuda_backend.h), checked on any
- * machine: SHARDLOAD_NCCL_TIMEOUT_S parsing, device choice, group positions (= NCCL ranks),
- * detection of two group members on one GPU, and how 2-D copies are issued.
+ * test_cuda_logic.c — the GPU-free decisions of the CUDA backend (backend/cuda/cuda_backend.h), checked on
+ * any machine: SHARDLOAD_NCCL_TIMEOUT_S parsing, device choice, group positions (= NCCL ranks), detection of
+ * two group members on one GPU, and how 2-D copies are issued.
  */
-#include "check.h"
 #include "backend/cuda/cuda_backend.h"
+#include "check.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -71,20 +71,16 @@ static void test_pick_device(void) {
 /* Groups: 0 = {0,1}, 1 = {2,3}, 2 = {1,3}, 3 = {0,2}, 4 = {0,1,2,3} (members sorted, as the
  * schedule makes them). */
 static uint32_t members[] = {0, 1, 2, 3, 1, 3, 0, 2, 0, 1, 2, 3};
-static sl__group groups[] = {{2, 0}, {2, 2}, {2, 4}, {2, 6}, {4, 8}};
+static sl__comm_group groups[] = {
+    {2, &members[0]}, {2, &members[2]}, {2, &members[4]}, {2, &members[6]}, {4, &members[8]}};
 
-static sl__schedule make_schedule(size_t n_groups) {
-  sl__schedule s;
-  memset(&s, 0, sizeof s);
-  s.world = 4;
-  s.n_groups = n_groups;
-  s.groups = groups;
-  s.group_members = members;
+static sl__comm_groups make_groups(size_t n_groups) {
+  sl__comm_groups s = {.n = n_groups, .group = groups};
   return s;
 }
 
 static void test_group_pos(void) {
-  sl__schedule s = make_schedule(5);
+  sl__comm_groups s = make_groups(5);
   int expect[5][4] = {{0, 1, -1, -1}, {-1, -1, 0, 1}, {-1, 0, -1, 1}, {0, -1, 1, -1}, {0, 1, 2, 3}};
   for (size_t g = 0; g < 5; g++)
     for (int r = 0; r < 4; r++)
@@ -108,7 +104,7 @@ static void test_places(void) {
   /* Rank 3 sits on rank 1's GPU; rank 2 has the same bus id as rank 0 but on another host. */
   sl__cuda_place places[4] = {place("a", "0000:01:00.0", 0), place("a", "0000:02:00.0", 1),
                               place("b", "0000:01:00.0", 0), place("a", "0000:02:00.0", 1)};
-  sl__schedule four = make_schedule(4); /* groups 0..3: only group 2 = {1,3} shares a GPU */
+  sl__comm_groups four = make_groups(4); /* groups 0..3: only group 2 = {1,3} shares a GPU */
   bool expect_error[4] = {false, true, false, true};
   for (int r = 0; r < 4; r++) {
     sl__err err;
@@ -122,7 +118,7 @@ static void test_places(void) {
       CHECK_CONTAINS(err.msg, "broadcast group 2");
     }
   }
-  sl__schedule five = make_schedule(5); /* group 4 holds everyone: every rank sees it */
+  sl__comm_groups five = make_groups(5); /* group 4 holds everyone: every rank sees it */
   for (int r = 0; r < 4; r++) {
     sl__err err;
     sl__err_clear(&err);
@@ -134,7 +130,7 @@ static void test_places(void) {
     sl__err_clear(&err);
     CHECKF(sl__cuda_check_places(&five, r, places, &err) == SL_STATUS_OK, "rank %d: %s", r, err.msg);
   }
-  sl__schedule none = make_schedule(0);
+  sl__comm_groups none = make_groups(0);
   sl__err err;
   sl__err_clear(&err);
   CHECK(sl__cuda_check_places(&none, 0, places, &err) == SL_STATUS_OK);

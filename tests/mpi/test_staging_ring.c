@@ -9,14 +9,14 @@
  * every parameter must be byte-identical; the host result itself is checked against an
  * independent reference by the other mpi tests. No GPU needed. Runs at 1, 2, 3 and 4 ranks.
  */
+#include "api/options.h"
+#include "api/prepare.h"
 #include "backend/backend.h"
-#include "model/catalog.h"
 #include "check.h"
 #include "engine/comm.h"
-#include "api/options.h"
-#include "plan/plan.h"
-#include "api/prepare.h"
 #include "engine/transfer.h"
+#include "model/catalog.h"
+#include "plan/plan.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -187,8 +187,11 @@ static result run(sl__comm *c, sl__prepared *p, const sl__plan_opts *po, uint32_
   sl__rank_plan plan;
   sl__schedule sched;
   r.st = sl__schedule_build(&p->model, &p->cat, po, (uint32_t)c->rank, &plan, &sched, &err);
+  sl__comm_groups groups = {0};
   if (r.st == SL_STATUS_OK)
-    r.st = sl__comm_groups_create(c, &sched, &err);
+    r.st = sl__prepare_groups(&sched, &groups, &err);
+  if (r.st == SL_STATUS_OK)
+    r.st = sl__comm_groups_create(c, &groups, &err);
   sl__backend *b = NULL;
   if (r.st == SL_STATUS_OK) {
     if (use_deferred)
@@ -253,6 +256,7 @@ static result run(sl__comm *c, sl__prepared *p, const sl__plan_opts *po, uint32_
       r.data[i] = NULL;
   free((void *)done);
   b->ops->destroy(b);
+  sl__prepare_groups_free(&groups);
   sl__rank_plan_free(&plan);
   sl__schedule_free(&sched);
   return r;

@@ -12,6 +12,7 @@
 #include "model/model.h"
 #include "plan/plan.h"
 #include "format/safetensors.h"
+#include "format/safetensors_write.h"
 #include "model/spec.h"
 
 #include <stdio.h>

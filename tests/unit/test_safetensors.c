@@ -10,6 +10,7 @@
  */
 #include "check.h"
 #include "format/safetensors.h"
+#include "format/safetensors_write.h"
 #include "base/util.h"
 
 #include <dirent.h>

@@ -9,7 +9,7 @@
 #define SL_CUDA_BACKEND_H
 
 #include "base/err.h"
-#include "plan/plan.h"
+#include "engine/comm.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -28,9 +28,9 @@ sl_status sl__cuda_parse_timeout(const char *text, double *seconds, sl__err *err
  * modulo count. count <= 0 or a missing ordinal: SL_STATUS_NO_DEVICE. */
 sl_status sl__cuda_pick_device(int requested, int local_rank, int count, int *out, sl__err *err);
 
-/* Position of rank among the members of schedule group g (= its rank in the group's NCCL
+/* Position of rank among the members of broadcast group g (= its rank in the group's NCCL
  * communicator, members in group order), or -1 when it is not a member. */
-int sl__cuda_group_pos(const sl__schedule *s, size_t g, int rank);
+int sl__cuda_group_pos(const sl__comm_groups *groups, size_t g, int rank);
 
 /* Where a rank's GPU is: two ranks with equal host and bus_id use the same GPU. */
 typedef struct sl__cuda_place {
@@ -39,10 +39,11 @@ typedef struct sl__cuda_place {
   int device;      /* ordinal in that rank's process */
 } sl__cuda_place;
 
-/* NCCL cannot put two ranks of one communicator on one GPU. places: one per rank of the world
- * (world = s->world entries). Error (SL_STATUS_NCCL) naming the first group, the two ranks and the
- * GPU, when some group that `rank` belongs to has two members on one GPU. */
-sl_status sl__cuda_check_places(const sl__schedule *s, int rank, const sl__cuda_place *places, sl__err *err);
+/* NCCL cannot put two ranks of one communicator on one GPU. places: one per rank of the world.
+ * Error (SL_STATUS_NCCL) naming the first group, the two ranks and the GPU, when some group that
+ * `rank` belongs to has two members on one GPU. */
+sl_status sl__cuda_check_places(const sl__comm_groups *groups, int rank, const sl__cuda_place *places,
+                                sl__err *err);
 
 /* How a 2-D copy of `rows` rows of `row_bytes` is issued. */
 typedef enum sl__cuda_copy_kind {

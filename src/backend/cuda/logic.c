@@ -1,7 +1,7 @@
 /*
- * backend/cuda/logic.c — the GPU-free decisions of the CUDA backend (see backend/cuda/cuda_backend.h): timeout
- * parsing, device choice, group positions, shared-GPU detection and the shape of 2-D copies.
- * No CUDA or NCCL call in here; built with the CUDA backend only.
+ * backend/cuda/logic.c — the GPU-free decisions of the CUDA backend (see backend/cuda/cuda_backend.h):
+ * timeout parsing, device choice, group positions, shared-GPU detection and the shape of 2-D copies. No CUDA
+ * or NCCL call in here; built with the CUDA backend only.
  */
 #include "backend/cuda/cuda_backend.h"
 
@@ -53,11 +53,11 @@ sl_status sl__cuda_pick_device(int requested, int local_rank, int count, int *ou
   return SL_STATUS_OK;
 }
 
-int sl__cuda_group_pos(const sl__schedule *s, size_t g, int rank) {
-  if (g >= s->n_groups || rank < 0)
+int sl__cuda_group_pos(const sl__comm_groups *groups, size_t g, int rank) {
+  if (g >= groups->n || rank < 0)
     return -1;
-  const sl__group *gr = &s->groups[g];
-  const uint32_t *mem = &s->group_members[gr->off];
+  const sl__comm_group *gr = &groups->group[g];
+  const uint32_t *mem = gr->members;
   for (uint32_t j = 0; j < gr->n; j++)
     if (mem[j] == (uint32_t)rank)
       return (int)j;
@@ -69,12 +69,13 @@ static bool same_gpu(const sl__cuda_place *a, const sl__cuda_place *b) {
          strncmp(a->bus_id, b->bus_id, sizeof a->bus_id) == 0;
 }
 
-sl_status sl__cuda_check_places(const sl__schedule *s, int rank, const sl__cuda_place *places, sl__err *err) {
-  for (size_t g = 0; g < s->n_groups; g++) {
-    if (sl__cuda_group_pos(s, g, rank) < 0)
+sl_status sl__cuda_check_places(const sl__comm_groups *groups, int rank, const sl__cuda_place *places,
+                                sl__err *err) {
+  for (size_t g = 0; g < groups->n; g++) {
+    if (sl__cuda_group_pos(groups, g, rank) < 0)
       continue;
-    const sl__group *gr = &s->groups[g];
-    const uint32_t *mem = &s->group_members[gr->off];
+    const sl__comm_group *gr = &groups->group[g];
+    const uint32_t *mem = gr->members;
     for (uint32_t i = 0; i < gr->n; i++) {
       for (uint32_t j = i + 1; j < gr->n; j++) {
         const sl__cuda_place *a = &places[mem[i]];

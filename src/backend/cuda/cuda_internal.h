@@ -1,0 +1,116 @@
+/*
+ * backend/cuda/cuda_internal.h — what the files of the CUDA backend share: the check macros through
+ * which every CUDA and NCCL call goes (they return SL_STATUS_CUDA / SL_STATUS_NCCL naming the call,
+ * file:line and the library's message; never exit, never abort), the backend's state, the polled
+ * waits, and the functions one file gives the others:
+ *   backend.c  creation (collective), teardown, the table of operations, errors and local waits;
+ *   memory.c   device and pinned memory, host-to-device uploads, 2-D copies, downloads, sync;
+ *   nccl.c     the NCCL communicators of the broadcast groups (creation, finalization) and
+ *              broadcasts polled against the abort channel and a deadline.
+ * Included by those files only.
+ */
+#ifndef SL_CUDA_INTERNAL_H
+#define SL_CUDA_INTERNAL_H
+
+#include "backend/backend.h"
+#include "backend/cuda/cuda_backend.h"
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* Errors as statuses with the library's message (backend.c). ctx (or NULL) says what the call
+ * was for, e.g. "broadcast group 3 (4 ranks)". */
+sl_status sl__cuda_fail(sl__err *err, cudaError_t e, int device, const char *call, const char *file,
+                        int line);
+sl_status sl__nccl_fail(sl__err *err, ncclResult_t r, const char *ctx, const char *call, const char *file,
+                        int line);
+
+/* `dev` names the device in the message. */
+#define CUDA_CHECK(err, dev, call)                                                                           \
+  do {                                                                                                       \
+    cudaError_t e_ = (call);                                                                                 \
+    if (e_ != cudaSuccess)                                                                                   \
+      return sl__cuda_fail((err), e_, (dev), #call, __FILE__, __LINE__);                                     \
+  } while (0)
+
+/* NCCL_CHECK: the call must succeed. NCCL_START: a call on a non-blocking communicator, which may
+ * also answer ncclInProgress (the caller then polls ncclCommGetAsyncError). */
+#define NCCL_CHECK(err, call)                                                                                \
+  do {                                                                                                       \
+    ncclResult_t r_ = (call);                                                                                \
+    if (r_ != ncclSuccess)                                                                                   \
+      return sl__nccl_fail((err), r_, NULL, #call, __FILE__, __LINE__);                                      \
+  } while (0)
+
+#define NCCL_START(err, call)                                                                                \
+  do {                                                                                                       \
+    ncclResult_t r_ = (call);                                                                                \
+    if (r_ != ncclSuccess && r_ != ncclInProgress)                                                           \
+      return sl__nccl_fail((err), r_, NULL, #call, __FILE__, __LINE__);                                      \
+  } while (0)
+
+/* The backend's state. */
+typedef struct cuda_state {
+  int device;                   /* CUDA ordinal */
+  cudaStream_t main;            /* device copies and broadcasts (the caller's stream when given) */
+  bool own_main;                /* main was created here */
+  int workers;                  /* reader threads */
+  cudaStream_t *worker_streams; /* [workers]: uploads of each reader thread */
+  cudaEvent_t *slot_events;     /* [workers * SL_STAGING_RING_DEPTH]: last upload out of each slot */
+  size_t n_groups;              /* broadcast groups */
+  ncclComm_t *nccl;             /* [n_groups]: our communicator, NULL when not a member or aborted */
+  bool *nccl_aborted;           /* [n_groups]: aborted after an abort, an error or a timeout */
+  ncclComm_t parent;            /* the caller's communicator (never destroyed here), or NULL */
+  double timeout_s;             /* longest wait, seconds (SHARDLOAD_NCCL_TIMEOUT_S) */
+  uint64_t max_pitch;           /* largest pitch of a 2-D copy, bytes */
+  bool failed;                  /* a communicator was aborted or broke: tear down with ncclCommAbort */
+} cuda_state;
+
+static inline cuda_state *state_of(sl__backend *b) {
+  return (cuda_state *)b->impl;
+}
+
+/* ---- waits (backend.c) ---- */
+
+/* Busy polls before the first sleep: short operations finish without a context switch. */
+#define SL_CUDA_SPINS_BEFORE_NAP 64
+
+/* A short sleep between polls: GPU work progresses on its own. */
+void sl__cuda_nap(const sl__backend *b);
+/* Waits for an event (ev != NULL) or for everything issued on a stream. Local work only: no abort
+ * channel (reader threads call it, and a host-to-device copy depends on no other rank). */
+sl_status sl__cuda_wait_local(sl__backend *b, cudaEvent_t ev, cudaStream_t stream, const char *what,
+                              sl__err *err);
+
+/* ---- operations on memory (memory.c): see sl__backend_ops ---- */
+
+sl_status sl__cuda_alloc(sl__backend *b, uint64_t nbytes, void **out, sl__err *err);
+void sl__cuda_release(sl__backend *b, void *ptr);
+sl_status sl__cuda_alloc_staging(sl__backend *b, uint64_t nbytes, void **out, sl__err *err);
+void sl__cuda_release_staging(sl__backend *b, void *ptr);
+sl_status sl__cuda_upload(sl__backend *b, int worker, int slot, void *dst, uint64_t dst_stride,
+                          const void *src, uint64_t src_stride, uint64_t row_bytes, uint64_t rows,
+                          sl__err *err);
+sl_status sl__cuda_upload_wait(sl__backend *b, int worker, int slot, sl__err *err);
+sl_status sl__cuda_copy(sl__backend *b, void *dst, uint64_t dst_stride, const void *src, uint64_t src_stride,
+                        uint64_t row_bytes, uint64_t rows, sl__err *err);
+sl_status sl__cuda_download(sl__backend *b, void *host_dst, const void *src, uint64_t nbytes, sl__err *err);
+sl_status sl__cuda_sync(sl__backend *b, sl__err *err);
+
+/* ---- NCCL (nccl.c) ---- */
+
+sl_status sl__cuda_bcast(sl__backend *b, uint32_t g, void *buf, uint64_t nbytes, int root, bool *aborted,
+                         sl__err *err);
+/* COLLECTIVE: every rank learns where the others' GPUs are; two members of one group on one GPU,
+ * or a caller's NCCL communicator on some ranks only, is an error. */
+sl_status sl__cuda_check_placement(sl__backend *b, const sl__comm_groups *groups, sl__err *err);
+/* COLLECTIVE: our NCCL communicator of every group we belong to, split from the caller's
+ * communicator when one was given, else from ids exchanged over the groups' MPI communicators. */
+sl_status sl__cuda_create_comms(sl__backend *b, const sl__comm_groups *groups, sl__err *err);
+/* Finalizes (or, after a failure, aborts) every communicator; at most 60 s. */
+void sl__cuda_release_comms(sl__backend *b);
+
+#endif

@@ -1,0 +1,186 @@
+/*
+ * backend/cuda/memory.c — the CUDA backend's operations on memory (see backend/backend.h): device
+ * parameter and bucket memory (zero-filled), pinned staging, host-to-device uploads on the reader
+ * threads' streams with one event per staging slot, device-to-device 2-D copies on the main
+ * stream, synchronous downloads, and the final sync.
+ */
+#include "backend/cuda/cuda_internal.h"
+
+#include "base/log.h"
+
+#include <stdlib.h>
+
+sl_status sl__cuda_alloc(sl__backend *b, uint64_t nbytes, void **out, sl__err *err) {
+  cuda_state *st = state_of(b);
+  *out = NULL;
+  size_t n = nbytes > 0 ? (size_t)nbytes : 1;
+  CUDA_CHECK(err, st->device, cudaSetDevice(st->device));
+  void *p = NULL;
+  cudaError_t e = cudaMalloc(&p, n);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    size_t free_bytes = 0;
+    size_t total_bytes = 0;
+    if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess)
+      (void)cudaGetLastError();
+    return sl__err_set(
+        err, SL_STATUS_CUDA,
+        "cudaMalloc of %llu bytes on CUDA device %d failed: %s (%s); %llu of %llu bytes free on the "
+        "device",
+        (unsigned long long)nbytes, st->device, cudaGetErrorString(e), cudaGetErrorName(e),
+        (unsigned long long)free_bytes, (unsigned long long)total_bytes);
+  }
+  /* Zero rows of a padded vocabulary rely on zero-filled memory. The fill must be complete before
+   * any upload on a reader stream (which is not ordered with the main stream) can touch it. */
+  e = cudaMemsetAsync(p, 0, n, st->main);
+  sl_status s = e == cudaSuccess ? SL_STATUS_OK
+                                 : sl__cuda_fail(err, e, st->device, "cudaMemsetAsync", __FILE__, __LINE__);
+  if (s == SL_STATUS_OK)
+    s = sl__cuda_wait_local(b, NULL, st->main, "zero-filling new device memory", err);
+  if (s != SL_STATUS_OK) {
+    (void)cudaFree(p);
+    return s;
+  }
+  *out = p;
+  return SL_STATUS_OK;
+}
+
+void sl__cuda_release(sl__backend *b, void *ptr) {
+  cuda_state *st = state_of(b);
+  if (ptr == NULL)
+    return;
+  (void)cudaSetDevice(st->device);
+  cudaError_t e = cudaFree(ptr);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    SL_WARN("cudaFree on CUDA device %d: %s", st->device, cudaGetErrorString(e));
+  }
+}
+
+sl_status sl__cuda_alloc_staging(sl__backend *b, uint64_t nbytes, void **out, sl__err *err) {
+  cuda_state *st = state_of(b);
+  *out = NULL;
+  size_t n = nbytes > 0 ? (size_t)nbytes : 1;
+  CUDA_CHECK(err, st->device, cudaSetDevice(st->device));
+  void *p = NULL;
+  cudaError_t e = cudaHostAlloc(&p, n, cudaHostAllocPortable);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return sl__err_set(
+        err, SL_STATUS_CUDA,
+        "cudaHostAlloc of %llu bytes of pinned staging memory failed: %s (%s); lower staging_bytes "
+        "or the number of reader threads",
+        (unsigned long long)nbytes, cudaGetErrorString(e), cudaGetErrorName(e));
+  }
+  *out = p;
+  return SL_STATUS_OK;
+}
+
+void sl__cuda_release_staging(sl__backend *b, void *ptr) {
+  cuda_state *st = state_of(b);
+  if (ptr == NULL)
+    return;
+  (void)cudaSetDevice(st->device);
+  cudaError_t e = cudaFreeHost(ptr);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    SL_WARN("cudaFreeHost: %s", cudaGetErrorString(e));
+  }
+}
+
+/* Issues one 2-D copy on stream s (either direction: cudaMemcpyDefault infers it from the
+ * pointers, so pageable host memory works too, only slower). */
+static sl_status issue_copy(cuda_state *st, cudaStream_t s, void *dst, uint64_t dst_stride, const void *src,
+                            uint64_t src_stride, uint64_t row_bytes, uint64_t rows, sl__err *err) {
+  sl__cuda_copy_kind kind = SL_CUDA_COPY_NONE;
+  sl_status res = sl__cuda_copy_kind_of(dst_stride, src_stride, row_bytes, rows, st->max_pitch, &kind, err);
+  if (res != SL_STATUS_OK)
+    return res;
+  char *d = (char *)dst;
+  const char *sp = (const char *)src;
+  switch (kind) {
+  case SL_CUDA_COPY_NONE:
+    break;
+  case SL_CUDA_COPY_FLAT:
+    CUDA_CHECK(err, st->device, cudaMemcpyAsync(d, sp, (size_t)(row_bytes * rows), cudaMemcpyDefault, s));
+    break;
+  case SL_CUDA_COPY_2D:
+    for (uint64_t r = 0; r < rows; r += SL_CUDA_2D_MAX_ROWS) {
+      uint64_t n = rows - r < SL_CUDA_2D_MAX_ROWS ? rows - r : SL_CUDA_2D_MAX_ROWS;
+      CUDA_CHECK(err, st->device,
+                 cudaMemcpy2DAsync(d + r * dst_stride, (size_t)dst_stride, sp + r * src_stride,
+                                   (size_t)src_stride, (size_t)row_bytes, (size_t)n, cudaMemcpyDefault, s));
+    }
+    break;
+  case SL_CUDA_COPY_ROWS:
+    for (uint64_t r = 0; r < rows; r++)
+      CUDA_CHECK(
+          err, st->device,
+          cudaMemcpyAsync(d + r * dst_stride, sp + r * src_stride, (size_t)row_bytes, cudaMemcpyDefault, s));
+    break;
+  }
+  return SL_STATUS_OK;
+}
+
+static sl_status slot_index(cuda_state *st, int worker, int slot, size_t *out, sl__err *err) {
+  if (worker < 0 || worker >= st->workers || slot < 0 || slot >= SL_STAGING_RING_DEPTH)
+    return sl__err_set(err, SL_STATUS_INTERNAL,
+                       "upload from reader %d slot %d: the backend has %d readers of %d slots", worker, slot,
+                       st->workers, SL_STAGING_RING_DEPTH);
+  *out = (size_t)worker * SL_STAGING_RING_DEPTH + (size_t)slot;
+  return SL_STATUS_OK;
+}
+
+sl_status sl__cuda_upload(sl__backend *b, int worker, int slot, void *dst, uint64_t dst_stride,
+                          const void *src, uint64_t src_stride, uint64_t row_bytes, uint64_t rows,
+                          sl__err *err) {
+  cuda_state *st = state_of(b);
+  size_t idx = 0;
+  sl_status res = slot_index(st, worker, slot, &idx, err);
+  if (res != SL_STATUS_OK)
+    return res;
+  /* The current device is per thread: reader threads start on device 0. */
+  CUDA_CHECK(err, st->device, cudaSetDevice(st->device));
+  cudaStream_t s = st->worker_streams[worker];
+  res = issue_copy(st, s, dst, dst_stride, src, src_stride, row_bytes, rows, err);
+  if (res != SL_STATUS_OK)
+    return res;
+  /* Re-recording covers every earlier upload of the slot: they precede it on the same stream. */
+  CUDA_CHECK(err, st->device, cudaEventRecord(st->slot_events[idx], s));
+  return SL_STATUS_OK;
+}
+
+sl_status sl__cuda_upload_wait(sl__backend *b, int worker, int slot, sl__err *err) {
+  cuda_state *st = state_of(b);
+  size_t idx = 0;
+  sl_status res = slot_index(st, worker, slot, &idx, err);
+  if (res != SL_STATUS_OK)
+    return res;
+  CUDA_CHECK(err, st->device, cudaSetDevice(st->device));
+  return sl__cuda_wait_local(b, st->slot_events[idx], NULL, "a host-to-device upload", err);
+}
+
+sl_status sl__cuda_copy(sl__backend *b, void *dst, uint64_t dst_stride, const void *src, uint64_t src_stride,
+                        uint64_t row_bytes, uint64_t rows, sl__err *err) {
+  cuda_state *st = state_of(b);
+  CUDA_CHECK(err, st->device, cudaSetDevice(st->device));
+  return issue_copy(st, st->main, dst, dst_stride, src, src_stride, row_bytes, rows, err);
+}
+
+/* Device → host, synchronous (saving parameters): the main stream first, so that the bytes are
+ * those of the finished load. */
+sl_status sl__cuda_download(sl__backend *b, void *host_dst, const void *src, uint64_t nbytes, sl__err *err) {
+  cuda_state *st = state_of(b);
+  CUDA_CHECK(err, st->device, cudaSetDevice(st->device));
+  CUDA_CHECK(err, st->device, cudaStreamSynchronize(st->main));
+  CUDA_CHECK(err, st->device, cudaMemcpy(host_dst, src, (size_t)nbytes, cudaMemcpyDeviceToHost));
+  return SL_STATUS_OK;
+}
+sl_status sl__cuda_sync(sl__backend *b, sl__err *err) {
+  cuda_state *st = state_of(b);
+  CUDA_CHECK(err, st->device, cudaSetDevice(st->device));
+  sl_status res = sl__cuda_wait_local(b, NULL, st->main, "device copies", err);
+  for (int w = 0; w < st->workers && res == SL_STATUS_OK; w++)
+    res = sl__cuda_wait_local(b, NULL, st->worker_streams[w], "host-to-device uploads", err);
+  return res;
+}

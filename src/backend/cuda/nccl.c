@@ -1,0 +1,348 @@
+/*
+ * backend/cuda/nccl.c — the CUDA backend's NCCL side: one non-blocking communicator per broadcast
+ * group this rank belongs to (made from ids exchanged over the group's MPI communicator, or split
+ * from the caller's communicator), the GPU placement check that precedes them, broadcasts polled
+ * against NCCL errors, the abort channel and a deadline (a broadcast that must stop aborts its
+ * communicator), and their finalization at teardown.
+ */
+#include "backend/cuda/cuda_internal.h"
+
+#include "base/log.h"
+#include "base/util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static void abort_group(cuda_state *st, size_t g) {
+  if (g >= st->n_groups || st->nccl[g] == NULL)
+    return;
+  ncclResult_t r = ncclCommAbort(st->nccl[g]);
+  if (r != ncclSuccess)
+    SL_WARN("ncclCommAbort of broadcast group %zu: %s", g, ncclGetErrorString(r));
+  st->nccl[g] = NULL;
+  st->nccl_aborted[g] = true;
+  st->failed = true;
+}
+
+/* Polls until a non-blocking communicator has finished its pending NCCL call (creation,
+ * finalization): ncclSuccess, an error, or the deadline. */
+static ncclResult_t wait_comm_idle(sl__backend *b, ncclComm_t c, double deadline, bool *timed_out) {
+  *timed_out = false;
+  for (int spins = 0;; spins++) {
+    ncclResult_t state = ncclSuccess;
+    ncclResult_t r = ncclCommGetAsyncError(c, &state);
+    if (r != ncclSuccess)
+      return r;
+    if (state != ncclInProgress)
+      return state;
+    if (sl__now() > deadline) {
+      *timed_out = true;
+      return ncclInProgress;
+    }
+    if (spins >= SL_CUDA_SPINS_BEFORE_NAP)
+      sl__cuda_nap(b);
+  }
+}
+sl_status sl__cuda_bcast(sl__backend *b, uint32_t g, void *buf, uint64_t nbytes, int root, bool *aborted,
+                         sl__err *err) {
+  cuda_state *st = state_of(b);
+  *aborted = false;
+  if (g >= st->n_groups || st->nccl[g] == NULL)
+    return sl__err_set(err, SL_STATUS_INTERNAL,
+                       g < st->n_groups && st->nccl_aborted[g]
+                           ? "broadcast in group %u, whose NCCL communicator was aborted earlier"
+                           : "broadcast in group %u that this rank is not part of",
+                       g);
+  if (nbytes == 0)
+    return SL_STATUS_OK;
+  CUDA_CHECK(err, st->device, cudaSetDevice(st->device));
+  ncclComm_t c = st->nccl[g];
+  ncclResult_t r = ncclBroadcast(buf, buf, (size_t)nbytes, ncclUint8, root, c, st->main);
+  if (r != ncclSuccess && r != ncclInProgress) {
+    char ctx[128];
+    snprintf(ctx, sizeof ctx, "broadcast of %llu bytes in group %u from root %d", (unsigned long long)nbytes,
+             g, root);
+    sl_status res = sl__nccl_fail(err, r, ctx, "ncclBroadcast", __FILE__, __LINE__);
+    abort_group(st, g);
+    return res;
+  }
+  /* Done when NCCL has enqueued the operation (state no longer in progress) and the stream has
+   * run it; meanwhile watch for NCCL errors, other ranks' aborts and the deadline. */
+  double deadline = sl__now() + st->timeout_s;
+  for (int spins = 0;; spins++) {
+    ncclResult_t state = ncclSuccess;
+    r = ncclCommGetAsyncError(c, &state);
+    if (r == ncclSuccess && state != ncclSuccess && state != ncclInProgress)
+      r = state;
+    if (r != ncclSuccess) {
+      const char *last = ncclGetLastError(NULL);
+      sl_status res =
+          sl__err_set(err, SL_STATUS_NCCL,
+                      "ncclBroadcast of %llu bytes in broadcast group %u (root %d) failed: %s%s%s; the "
+                      "group's NCCL communicator was aborted",
+                      (unsigned long long)nbytes, g, root, ncclGetErrorString(r),
+                      last != NULL && *last != '\0' ? "; NCCL says: " : "", last != NULL ? last : "");
+      abort_group(st, g);
+      return res;
+    }
+    if (state == ncclSuccess) {
+      cudaError_t e = cudaStreamQuery(st->main);
+      if (e == cudaSuccess)
+        return SL_STATUS_OK;
+      if (e != cudaErrorNotReady) {
+        abort_group(st, g);
+        return sl__cuda_fail(err, e, st->device, "cudaStreamQuery (after ncclBroadcast)", __FILE__, __LINE__);
+      }
+    }
+    if (sl__comm_abort_check(b->comm)) {
+      abort_group(st, g);
+      *aborted = true;
+      return SL_STATUS_OK;
+    }
+    if (sl__now() > deadline) {
+      abort_group(st, g);
+      return sl__err_set(
+          err, SL_STATUS_NCCL,
+          "ncclBroadcast of %llu bytes in broadcast group %u (root %d) did not complete within %.1f s "
+          "(a rank of the group may be stuck or gone; raise %s to wait longer); the group's NCCL "
+          "communicator was aborted",
+          (unsigned long long)nbytes, g, root, st->timeout_s, SL_CUDA_TIMEOUT_ENV);
+    }
+    if (spins >= SL_CUDA_SPINS_BEFORE_NAP)
+      sl__cuda_nap(b);
+  }
+}
+/* Longest wait for communicators to finalize at teardown: a rank that never comes costs this. */
+#define FINALIZE_MAX_S 60.0
+
+void sl__cuda_release_comms(sl__backend *b) {
+  cuda_state *st = state_of(b);
+  /* After a failure (ours, or an abort raised by any rank) peers may never finalize: abort. */
+  bool abort_all = st->failed || b->failed || (b->comm != NULL && b->comm->aborted);
+  bool *finalizing = calloc(st->n_groups + 1, sizeof *finalizing);
+  if (finalizing == NULL)
+    abort_all = true;
+  for (size_t g = 0; g < st->n_groups; g++) {
+    if (st->nccl[g] == NULL || abort_all)
+      continue;
+    /* Non-blocking: start every finalization first, then wait, so their order does not matter. */
+    ncclResult_t r = ncclCommFinalize(st->nccl[g]);
+    if (r == ncclSuccess || r == ncclInProgress)
+      finalizing[g] = true;
+  }
+  double wait_s = st->timeout_s < FINALIZE_MAX_S ? st->timeout_s : FINALIZE_MAX_S;
+  double deadline = sl__now() + wait_s;
+  for (size_t g = 0; g < st->n_groups; g++) {
+    if (st->nccl[g] == NULL)
+      continue;
+    bool timed_out = false;
+    ncclResult_t r = finalizing != NULL && finalizing[g]
+                         ? wait_comm_idle(b, st->nccl[g], deadline, &timed_out)
+                         : ncclInternalError;
+    if (r == ncclSuccess) {
+      r = ncclCommDestroy(st->nccl[g]);
+      if (r != ncclSuccess)
+        SL_WARN("ncclCommDestroy of broadcast group %zu: %s", g, ncclGetErrorString(r));
+      st->nccl[g] = NULL;
+      continue;
+    }
+    if (timed_out)
+      SL_WARN("NCCL communicator of broadcast group %zu did not finalize within %.1f s: aborting it", g,
+              wait_s);
+    else if (!abort_all)
+      SL_WARN("finalizing the NCCL communicator of broadcast group %zu: %s: aborting it", g,
+              ncclGetErrorString(r));
+    abort_group(st, g);
+  }
+  free(finalizing);
+}
+
+/* Every rank learns where every other rank's GPU is (two members of one group on one GPU is an
+ * error NCCL would report far less clearly) and whether every rank passed its own NCCL
+ * communicator (the two ways of creating group communicators cannot be mixed). */
+typedef struct placement {
+  sl__cuda_place place;
+  int32_t has_parent;
+} placement;
+
+sl_status sl__cuda_check_placement(sl__backend *b, const sl__comm_groups *groups, sl__err *err) {
+  cuda_state *st = state_of(b);
+  sl__comm *c = b->comm;
+  if (groups->n == 0)
+    return SL_STATUS_OK;
+  placement mine;
+  memset(&mine, 0, sizeof mine);
+  mine.place.device = st->device;
+  mine.has_parent = st->parent != NULL;
+  if (gethostname(mine.place.host, sizeof mine.place.host - 1) != 0)
+    snprintf(mine.place.host, sizeof mine.place.host, "?");
+  CUDA_CHECK(err, st->device,
+             cudaDeviceGetPCIBusId(mine.place.bus_id, (int)sizeof mine.place.bus_id, st->device));
+  placement *all = calloc((size_t)c->size, sizeof *all);
+  sl__cuda_place *places = calloc((size_t)c->size, sizeof *places);
+  sl_status res = SL_STATUS_OK;
+  if (all == NULL || places == NULL) {
+    res = sl__err_set(err, SL_STATUS_NOMEM, "out of memory gathering GPU placements");
+  } else {
+    int rc = MPI_Allgather(&mine, (int)sizeof mine, MPI_BYTE, all, (int)sizeof mine, MPI_BYTE, c->world);
+    if (rc != MPI_SUCCESS)
+      res = sl__err_set(err, SL_STATUS_MPI, "MPI_Allgather of GPU placements failed (error %d)", rc);
+  }
+  int with_parent = 0;
+  for (int r = 0; res == SL_STATUS_OK && r < c->size; r++) {
+    places[r] = all[r].place;
+    with_parent += all[r].has_parent != 0;
+  }
+  if (res == SL_STATUS_OK && with_parent != 0 && with_parent != c->size)
+    res = sl__err_set(
+        err, SL_STATUS_INVALID_ARGUMENT,
+        "an NCCL communicator was passed to the loader on %d of %d ranks: pass one on every rank or on "
+        "none",
+        with_parent, c->size);
+  if (res == SL_STATUS_OK)
+    res = sl__cuda_check_places(groups, c->rank, places, err);
+  free(all);
+  free(places);
+  return res;
+}
+
+static const char *group_ctx(char *buf, size_t cap, const sl__comm_groups *groups, size_t g) {
+  snprintf(buf, cap, "broadcast group %zu (%u ranks)", g, groups->group[g].n);
+  return buf;
+}
+
+/* Our NCCL communicators, from NCCL ids that each group's first member makes and broadcasts over
+ * the group's MPI communicator. Every rank walks the groups in schedule order; the inits are
+ * non-blocking and batched in NCCL groups, then polled until ready. */
+typedef struct id_msg {
+  int32_t ok; /* the root made an id */
+  ncclUniqueId id;
+} id_msg;
+
+#define INIT_BATCH 256 /* communicator inits per ncclGroupStart/End (NCCL allows 2048 operations) */
+
+static sl_status create_comms_by_id(sl__backend *b, const sl__comm_groups *groups, sl__err *err) {
+  cuda_state *st = state_of(b);
+  sl__comm *c = b->comm;
+  id_msg *msgs = calloc(groups->n + 1, sizeof *msgs);
+  if (msgs == NULL)
+    return sl__comm_agree(c, sl__err_set(err, SL_STATUS_NOMEM, "out of memory creating NCCL ids"), err,
+                          "exchanging NCCL ids");
+  sl_status res = SL_STATUS_OK;
+  for (size_t g = 0; g < groups->n; g++) {
+    int pos = sl__cuda_group_pos(groups, g, c->rank);
+    if (pos < 0)
+      continue;
+    if (pos == 0) {
+      /* A root that cannot make an id still broadcasts (ok = 0), so that no member waits. */
+      ncclResult_t r = ncclGetUniqueId(&msgs[g].id);
+      msgs[g].ok = r == ncclSuccess;
+      if (r != ncclSuccess)
+        res = sl__nccl_fail(err, r, NULL, "ncclGetUniqueId", __FILE__, __LINE__);
+    }
+    int rc = MPI_Bcast(&msgs[g], (int)sizeof msgs[g], MPI_BYTE, 0, c->groups[g]);
+    if (rc != MPI_SUCCESS) {
+      res = sl__err_set(err, SL_STATUS_MPI,
+                        "MPI_Bcast of the NCCL id of broadcast group %zu failed (error %d)", g, rc);
+      break;
+    }
+    if (!msgs[g].ok && res == SL_STATUS_OK)
+      res = sl__err_set(err, SL_STATUS_NCCL,
+                        "broadcast group %zu: its first rank could not create an NCCL id", g);
+  }
+  res = sl__comm_agree(c, res, err, "exchanging NCCL ids");
+  if (res != SL_STATUS_OK) {
+    free(msgs);
+    return res;
+  }
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  char ctx[96];
+  size_t g = 0;
+  while (g < groups->n && res == SL_STATUS_OK) {
+    ncclResult_t r = ncclGroupStart();
+    if (r != ncclSuccess) {
+      res = sl__nccl_fail(err, r, NULL, "ncclGroupStart", __FILE__, __LINE__);
+      break;
+    }
+    for (int batch = 0; g < groups->n && batch < INIT_BATCH; g++) {
+      int pos = sl__cuda_group_pos(groups, g, c->rank);
+      if (pos < 0)
+        continue;
+      batch++;
+      r = ncclCommInitRankConfig(&st->nccl[g], (int)groups->group[g].n, msgs[g].id, pos, &config);
+      if (r != ncclSuccess && r != ncclInProgress && res == SL_STATUS_OK)
+        res = sl__nccl_fail(err, r, group_ctx(ctx, sizeof ctx, groups, g), "ncclCommInitRankConfig", __FILE__,
+                            __LINE__);
+    }
+    r = ncclGroupEnd(); /* with non-blocking communicators: returns at once (ncclInProgress) */
+    if (r != ncclSuccess && r != ncclInProgress && res == SL_STATUS_OK)
+      res = sl__nccl_fail(err, r, "creating NCCL communicators", "ncclGroupEnd", __FILE__, __LINE__);
+  }
+  free(msgs);
+  double deadline = sl__now() + st->timeout_s;
+  for (size_t k = 0; k < groups->n && res == SL_STATUS_OK; k++) {
+    if (st->nccl[k] == NULL)
+      continue;
+    bool timed_out = false;
+    ncclResult_t r = wait_comm_idle(b, st->nccl[k], deadline, &timed_out);
+    if (timed_out)
+      res = sl__err_set(
+          err, SL_STATUS_NCCL,
+          "the NCCL communicator of broadcast group %zu (%u ranks) was not ready within %.1f s (raise %s "
+          "to wait longer)",
+          k, groups->group[k].n, st->timeout_s, SL_CUDA_TIMEOUT_ENV);
+    else if (r != ncclSuccess)
+      res = sl__nccl_fail(err, r, group_ctx(ctx, sizeof ctx, groups, k), "ncclCommInitRankConfig", __FILE__,
+                          __LINE__);
+  }
+  return res;
+}
+
+/* Our NCCL communicators split from the caller's (which spans the loader's ranks): one split per
+ * group, every rank in schedule order, non-members with NCCL_SPLIT_NOCOLOR. */
+static sl_status create_comms_by_split(sl__backend *b, const sl__comm_groups *groups, sl__err *err) {
+  cuda_state *st = state_of(b);
+  sl__comm *c = b->comm;
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  char ctx[96];
+  double deadline = sl__now() + st->timeout_s;
+  for (size_t g = 0; g < groups->n; g++) {
+    int pos = sl__cuda_group_pos(groups, g, c->rank);
+    /* NCCL writes the new communicator when the split completes, possibly from its own thread:
+     * straight into the state, which outlives any wait here. */
+    st->nccl[g] = NULL;
+    NCCL_START(err, ncclCommSplit(st->parent, pos >= 0 ? 0 : NCCL_SPLIT_NOCOLOR, pos >= 0 ? pos : 0,
+                                  &st->nccl[g], &config));
+    /* With a non-blocking parent the split completes in the background: the parent reports it. */
+    bool timed_out = false;
+    ncclResult_t r = wait_comm_idle(b, st->parent, deadline, &timed_out);
+    if (timed_out)
+      return sl__err_set(err, SL_STATUS_NCCL,
+                         "splitting broadcast group %zu from the caller's NCCL communicator did not "
+                         "finish within %.1f s (raise %s to wait longer)",
+                         g, st->timeout_s, SL_CUDA_TIMEOUT_ENV);
+    if (r != ncclSuccess)
+      return sl__nccl_fail(err, r, group_ctx(ctx, sizeof ctx, groups, g), "ncclCommSplit", __FILE__,
+                           __LINE__);
+    if ((pos >= 0) != (st->nccl[g] != NULL))
+      return sl__err_set(err, SL_STATUS_NCCL, "ncclCommSplit %s a communicator for broadcast group %zu",
+                         pos >= 0 ? "gave no" : "unexpectedly gave", g);
+    if (st->nccl[g] != NULL) {
+      r = wait_comm_idle(b, st->nccl[g], deadline, &timed_out);
+      if (timed_out || r != ncclSuccess)
+        return sl__err_set(err, SL_STATUS_NCCL,
+                           "the NCCL communicator split for broadcast group %zu is not usable: %s", g,
+                           timed_out ? "not ready in time" : ncclGetErrorString(r));
+    }
+  }
+  return SL_STATUS_OK;
+}
+
+sl_status sl__cuda_create_comms(sl__backend *b, const sl__comm_groups *groups, sl__err *err) {
+  return state_of(b)->parent != NULL ? create_comms_by_split(b, groups, err)
+                                     : create_comms_by_id(b, groups, err);
+}

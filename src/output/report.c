@@ -1,0 +1,197 @@
+/*
+ * output/report.c — the JSON reports and human summaries of a load and of a dry run (see
+ * output/report.h). The JSON is written by hand, in a fixed key order, so that reports compare
+ * byte for byte across runs and versions.
+ */
+#include "output/report.h"
+
+#include "model/file_select.h"
+#include "shardload/shardload.h"
+
+#include <stdio.h>
+
+static const char *layout_name(const sl__model *m) {
+  return m->layout == SL_LAYOUT_VLLM ? "vllm" : "checkpoint";
+}
+
+static const char *json_bool(bool v) {
+  return v ? "true" : "false";
+}
+
+static const char *architecture(const sl__model *m, const char *unknown) {
+  return m->architecture != NULL ? m->architecture : unknown;
+}
+
+/* `"tp":..,"pp":..,"dp":..,"expert_parallel":..`: both reports state the parallel sizes so. */
+static void parallel_json(sl__buf *b, const sl__report_setup *s) {
+  sl__buf_appendf(b, "\"tp\":%u,\"pp\":%u,\"dp\":%u,\"expert_parallel\":%s", s->tp, s->pp, s->dp,
+                  json_bool(s->expert_parallel));
+}
+
+/* `"pieces":..,"broadcast_groups":..,"buckets":..`: the schedule's counts. */
+static void schedule_json(sl__buf *b, const sl__schedule *sc) {
+  sl__buf_appendf(b, "\"pieces\":%zu,\"broadcast_groups\":%zu,\"buckets\":%zu", sc->n_pieces, sc->n_groups,
+                  sc->n_buckets);
+}
+
+static uint64_t peak_rss_max(const sl__load_report *r) {
+  uint64_t rss_max = 0;
+  for (int i = 0; i < r->world; i++)
+    rss_max = r->ranks[i].peak_rss_bytes > rss_max ? r->ranks[i].peak_rss_bytes : rss_max;
+  return rss_max;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Load
+ * ------------------------------------------------------------------------------------------- */
+
+static void load_header_json(const sl__load_report *r, sl__buf *b) {
+  const sl__report_setup *s = &r->setup;
+  sl__buf_appendf(b, "{\"shardload_version\":\"%s\",\"model\":", SL_VERSION_STRING);
+  sl__buf_json_str(b, s->model);
+  sl__buf_appendf(b, ",\"folder\":");
+  sl__buf_json_str(b, s->cat->folder);
+  if (r->commit != NULL) {
+    sl__buf_appendf(b, ",\"commit\":");
+    sl__buf_json_str(b, r->commit);
+  }
+  sl__buf_appendf(b, ",\"architecture\":");
+  sl__buf_json_str(b, architecture(s->m, ""));
+  sl__buf_appendf(b, ",\"family\":");
+  sl__buf_json_str(b, s->m->family);
+  sl__buf_appendf(b, ",\"load_format\":\"%s\",\"layout\":\"%s\",\"device\":\"%s\",",
+                  sl__format_name(s->cat->format), layout_name(s->m), r->device);
+  parallel_json(b, s);
+  sl__buf_appendf(
+      b,
+      ",\"expert_placement\":\"%s\",\"eplb\":%s,\"threads\":%u,\"load_strategy\":\"%s\",\"prefault\":%s,"
+      "\"files\":%zu,\"tensors\":%zu,\"checkpoint_bytes\":%llu,",
+      sl__placement_name(r->placement), json_bool(r->eplb), r->threads, r->strategy, json_bool(r->prefault),
+      s->cat->n_files, s->cat->n_tensors, (unsigned long long)s->sched->checkpoint_bytes);
+  sl__buf_appendf(
+      b,
+      "\"phases\":{\"resolve_seconds\":%.6f,\"catalog_broadcast_seconds\":%.6f,\"model_seconds\":%.6f,"
+      "\"plan_seconds\":%.6f,\"allocate_seconds\":%.6f,\"transfer_seconds\":%.6f,\"track_seconds\":%.6f,"
+      "\"total_seconds\":%.6f},",
+      r->t_resolve, r->t_catalog, r->t_model, r->t_plan, r->t_alloc, r->t_transfer, r->t_track, r->t_total);
+  sl__buf_appendf(b, "\"download\":{\"bytes\":%llu,\"files\":%u,\"seconds\":%.6f},",
+                  (unsigned long long)r->download_bytes, r->download_files, r->download_seconds);
+  sl__buf_appendf(b, "\"schedule\":{");
+  schedule_json(b, s->sched);
+  sl__buf_appendf(b, "},");
+}
+
+static void load_ranks_json(const sl__load_report *r, sl__buf *b) {
+  sl__buf_appendf(b, "\"ranks\":[");
+  for (int i = 0; i < r->world; i++) {
+    const sl__rank_record *rr = &r->ranks[i];
+    sl__buf_appendf(
+        b,
+        "%s{\"rank\":%d,\"bytes_needed\":%llu,\"bytes_read\":%llu,\"bytes_read_planned\":%llu,"
+        "\"bytes_covering\":%llu,\"bytes_received\":%llu,\"bytes_sent\":%llu,\"bytes_local\":%llu,"
+        "\"bytes_naive\":%llu,\"files_opened\":%u,\"params\":%u,\"experts_local\":%u,\"read_ops\":%llu,"
+        "\"bytes_mapped\":%llu,\"peak_rss_bytes\":%llu,\"rss_anon_bytes\":%llu,\"rss_file_bytes\":%llu,"
+        "\"rss_shmem_bytes\":%llu,\"transfer_seconds\":%.6f,\"broadcast_seconds\":%.6f}",
+        i > 0 ? "," : "", i, (unsigned long long)rr->stats.bytes_needed,
+        (unsigned long long)rr->stats.bytes_read, (unsigned long long)rr->bytes_read_planned,
+        (unsigned long long)rr->stats.bytes_covering, (unsigned long long)rr->stats.bytes_received,
+        (unsigned long long)rr->stats.bytes_sent, (unsigned long long)rr->stats.bytes_local,
+        (unsigned long long)rr->stats.bytes_naive, rr->stats.files_opened, rr->stats.params,
+        rr->stats.experts_local, (unsigned long long)rr->read_ops, (unsigned long long)rr->bytes_mapped,
+        (unsigned long long)rr->peak_rss_bytes, (unsigned long long)rr->rss_anon,
+        (unsigned long long)rr->rss_file, (unsigned long long)rr->rss_shmem, rr->transfer_seconds,
+        rr->bcast_seconds);
+  }
+  sl__buf_appendf(b, "],");
+}
+
+void sl__report_load_json(const sl__load_report *r, sl__buf *b) {
+  load_header_json(r, b);
+  sl__figures_json(b, r->fig);
+  load_ranks_json(r, b);
+  sl__buf_appendf(b, "\"peak_rss_bytes_max\":%llu,\"staging_bytes\":%llu,",
+                  (unsigned long long)peak_rss_max(r), (unsigned long long)r->staging_bytes);
+  if (r->track != NULL)
+    sl__track_json(r->setup.m, r->setup.cat, r->track, b);
+  else
+    sl__buf_appendf(b, "\"missing\":[],\"unexpected\":[],\"ignored\":[],\"skipped_count\":0");
+  sl__buf_appendf(b, "}\n");
+}
+
+void sl__report_load_summary(const sl__load_report *r, sl__buf *b) {
+  const sl__report_setup *s = &r->setup;
+  const sl__figures *f = r->fig;
+  const sl__track *t = r->track;
+  char need[32], rd[32], bc[32], rss[32];
+  sl__fmt_bytes(need, sizeof need, f->unique);
+  sl__fmt_bytes(rd, sizeof rd, f->read);
+  sl__fmt_bytes(bc, sizeof bc, f->received);
+  sl__fmt_bytes(rss, sizeof rss, peak_rss_max(r));
+  double rate = r->t_transfer > 0 ? (double)f->needed / r->t_transfer / 1e9 : 0;
+  sl__buf_appendf(
+      b,
+      "shardload: loaded %s (%s) on %d rank%s (tp=%u pp=%u dp=%u%s) in %.2f s\n"
+      "  %s needed, %s read (amplification %.2f, %.2f with covering bytes), %s broadcast, %.2f GB/s\n"
+      "  missing %zu, unexpected %zu, ignored %zu, skipped %zu; peak RSS per rank %s\n",
+      s->model, architecture(s->m, "?"), r->world, r->world == 1 ? "" : "s", s->tp, s->pp, s->dp,
+      s->expert_parallel ? ", expert parallel" : "", r->t_total, need, rd, f->amplification,
+      f->amplification_covering, bc, rate, t != NULL ? t->n_missing : 0, t != NULL ? t->n_unexpected : 0,
+      t != NULL ? t->n_ignored : 0, t != NULL ? t->n_skipped : 0, rss);
+  uint64_t mapped = 0;
+  for (int i = 0; i < r->world; i++)
+    mapped += r->ranks[i].bytes_mapped;
+  if (mapped > 0) {
+    char mp[32];
+    sl__fmt_bytes(mp, sizeof mp, mapped);
+    sl__buf_appendf(b, "  %s of the parameters are mappings of the checkpoint files (no copy)\n", mp);
+  }
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Dry run
+ * ------------------------------------------------------------------------------------------- */
+
+void sl__report_plan_json(const sl__plan_report *r, sl__buf *b) {
+  const sl__report_setup *s = &r->setup;
+  const sl__schedule *sc = s->sched;
+  sl__buf_appendf(b, "{\"model\":");
+  sl__buf_json_str(b, s->model);
+  sl__buf_appendf(b, ",\"architecture\":");
+  sl__buf_json_str(b, architecture(s->m, ""));
+  sl__buf_appendf(b, ",\"layout\":\"%s\",", layout_name(s->m));
+  parallel_json(b, s);
+  sl__buf_appendf(b,
+                  ",\"experts\":%llu,\"layers\":%u,\"checkpoint_bytes\":%llu,\"files\":%zu,\"tensors\":%zu,"
+                  "\"planning_seconds\":%.3f,",
+                  (unsigned long long)s->m->experts, s->m->n_layers, (unsigned long long)sc->checkpoint_bytes,
+                  s->cat->n_files, s->cat->n_tensors, r->seconds);
+  schedule_json(b, sc);
+  sl__buf_appendf(b,
+                  ",\"tensors_read\":%llu,\"tensors_read_by_one_rank\":%llu,\"expert_tensors\":%llu,"
+                  "\"expert_tensors_read_by_one_rank\":%llu,",
+                  (unsigned long long)sc->tensors_read, (unsigned long long)sc->tensors_one_reader,
+                  (unsigned long long)sc->expert_tensors, (unsigned long long)sc->expert_tensors_one_reader);
+  sl__figures_json(b, r->fig);
+  sl__figures_ranks_json(b, sc->stats, r->world);
+  sl__buf_appendf(b, "}\n");
+}
+
+void sl__report_plan_summary(const sl__plan_report *r, sl__buf *b) {
+  const sl__report_setup *s = &r->setup;
+  const sl__schedule *sc = s->sched;
+  const sl__model *m = s->m;
+  char ck[32];
+  sl__fmt_bytes(ck, sizeof ck, sc->checkpoint_bytes);
+  sl__buf_appendf(b,
+                  "model: %s (%s, %u layers, %llu experts), %zu files, %zu tensors, %s\n"
+                  "layout: tp=%u pp=%u dp=%u%s, %s parameters\n"
+                  "planned in %.3f s: %zu distinct slices, %zu broadcast groups, %zu buckets\n"
+                  "tensors read whole by one rank: %llu of %llu; expert tensors: %llu of %llu\n",
+                  s->model, architecture(m, "?"), m->n_layers, (unsigned long long)m->experts,
+                  s->cat->n_files, s->cat->n_tensors, ck, s->tp, s->pp, s->dp,
+                  s->expert_parallel ? " with expert parallelism" : "", layout_name(m), r->seconds,
+                  sc->n_pieces, sc->n_groups, sc->n_buckets, (unsigned long long)sc->tensors_one_reader,
+                  (unsigned long long)sc->tensors_read, (unsigned long long)sc->expert_tensors_one_reader,
+                  (unsigned long long)sc->expert_tensors);
+  sl__figures_table(b, r->fig, sc->stats, 64);
+}

@@ -1,0 +1,79 @@
+/*
+ * output/report.h — the reports of a load and of a dry run: the JSON document (`--report`,
+ * sl_loader_report_json, `shardload plan --json`) and the human summary. Plain inputs, filled by
+ * the loader (rank 0, after the statistics were gathered) and by the dry run; the parts both
+ * state (model, layout, parallel sizes, the schedule's counts) are written by the same code.
+ */
+#ifndef SL_REPORT_H
+#define SL_REPORT_H
+
+#include "base/util.h"
+#include "engine/coverage.h"
+#include "model/catalog.h"
+#include "model/layout.h"
+#include "model/model.h"
+#include "plan/plan.h"
+#include "plan/stats.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* What each rank sends to rank 0 after the load (one entry of the report's "ranks"). */
+typedef struct sl__rank_record {
+  sl_rank_stats stats;
+  uint64_t bytes_read_planned;
+  uint64_t peak_rss_bytes;
+  uint64_t rss_anon, rss_file, rss_shmem; /* at the end of the load */
+  uint64_t read_ops;
+  uint64_t bytes_mapped;
+  double transfer_seconds;
+  double read_seconds;
+  double bcast_seconds;
+} sl__rank_record;
+
+/* What both reports describe. */
+typedef struct sl__report_setup {
+  const char *model; /* the model argument */
+  const sl__catalog *cat;
+  const sl__model *m;
+  const sl__schedule *sched;
+  uint32_t tp, pp, dp;
+  bool expert_parallel;
+} sl__report_setup;
+
+/* A load. */
+typedef struct sl__load_report {
+  sl__report_setup setup;
+  const char *commit; /* Hub commit, or NULL for a local folder */
+  uint64_t download_bytes;
+  uint32_t download_files;
+  double download_seconds;
+  const char *device; /* "cpu" or "cuda" */
+  sl__placement placement;
+  bool eplb;
+  uint32_t threads;
+  const char *strategy;
+  bool prefault;
+  uint64_t staging_bytes;
+  double t_resolve, t_catalog, t_model, t_plan, t_alloc, t_transfer, t_track, t_total;
+  int world;
+  const sl__rank_record *ranks; /* [world] */
+  const sl__figures *fig;
+  const sl__track *track; /* NULL: weights were not tracked */
+} sl__load_report;
+
+void sl__report_load_json(const sl__load_report *r, sl__buf *b);
+void sl__report_load_summary(const sl__load_report *r, sl__buf *b);
+
+/* A dry run. */
+typedef struct sl__plan_report {
+  sl__report_setup setup;
+  uint32_t world;
+  double seconds; /* planning time */
+  const sl__figures *fig;
+} sl__plan_report;
+
+void sl__report_plan_json(const sl__plan_report *r, sl__buf *b);
+void sl__report_plan_summary(const sl__plan_report *r, sl__buf *b);
+
+#endif
