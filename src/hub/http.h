@@ -2,7 +2,7 @@
  * hub/http.h — the HTTP side of the Hub client (HUB.md §2, §4, §5, §7): URL encoding, the API GET,
  * the metadata HEAD, single-stream and parallel ranged downloads into a file descriptor, bounded
  * retries and the mapping of HTTP and network failures to SL_STATUS_HUB_* codes.
- * hub/http.c is the only file of the project that includes <curl/curl.h>.
+ * Only the hub/http*.c files include <curl/curl.h> (through their private hub/http_xfer.h).
  *
  * Threads: one sl__http is shared read-only by all download threads; each thread uses its own
  * sl__http_client. Every wait and transfer stops early when *cancel becomes non-zero.

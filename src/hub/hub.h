@@ -1,7 +1,7 @@
 /*
  * hub/hub.h — rank 0's Hugging Face Hub client (spec: HUB.md): resolves a repository id and revision
  * to a snapshot folder in the shared cache, downloading with libcurl what a load needs.
- * Only hub/http.c includes curl. Never called on ranks other than 0.
+ * Only the hub/http*.c files include curl. Never called on ranks other than 0.
  */
 #ifndef SL_HUB_H
 #define SL_HUB_H

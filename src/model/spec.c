@@ -331,6 +331,113 @@ static sl_status parse_param(ctx *c, const cJSON *obj, const char *where, sl__sp
   return check_parts(c, p, w);
 }
 
+/* family, architectures, fall_back_to_pt and allow_patterns_override. */
+static sl_status parse_identity(ctx *c, const cJSON *root, sl__spec *s) {
+  sl_status st = string_dup(c, cJSON_GetObjectItemCaseSensitive(root, "family"), "family", &s->family);
+  if (st == SL_STATUS_OK)
+    st = string_list(c, cJSON_GetObjectItemCaseSensitive(root, "architectures"), "architectures",
+                     &s->architectures, &s->n_arch);
+  if (st == SL_STATUS_OK) {
+    const cJSON *fb = cJSON_GetObjectItemCaseSensitive(root, "fall_back_to_pt");
+    if (fb != NULL && !cJSON_IsBool(fb))
+      st = spec_error(c, "fall_back_to_pt", "expected true or false");
+    s->fall_back_to_pt = fb == NULL || cJSON_IsTrue(fb);
+  }
+  const cJSON *apo = cJSON_GetObjectItemCaseSensitive(root, "allow_patterns_override");
+  if (st == SL_STATUS_OK && apo != NULL)
+    st = string_list(c, apo, "allow_patterns_override", &s->allow_patterns_override, NULL);
+  return st;
+}
+
+/* vars, layer_vars and the model-wide expressions (each with its default). */
+static sl_status parse_exprs(ctx *c, const cJSON *root, sl__spec *s) {
+  sl_status st = named_exprs(c, cJSON_GetObjectItemCaseSensitive(root, "vars"), "vars", &s->vars, &s->n_vars);
+  if (st == SL_STATUS_OK)
+    st = named_exprs(c, cJSON_GetObjectItemCaseSensitive(root, "layer_vars"), "layer_vars", &s->layer_vars,
+                     &s->n_layer_vars);
+  if (st == SL_STATUS_OK)
+    st = opt_expr(c, root, "num_layers", "top level", "num_hidden_layers", &s->num_layers);
+  if (st == SL_STATUS_OK)
+    st = opt_expr(c, root, "experts", "top level", "0", &s->experts);
+  if (st == SL_STATUS_OK)
+    st = opt_expr(c, root, "n_group", "top level", "default(n_group, 1)", &s->n_group);
+  if (st == SL_STATUS_OK)
+    st = opt_expr(c, root, "tie_word_embeddings", "top level", "default(tie_word_embeddings, false)",
+                  &s->tie_word_embeddings);
+  return st;
+}
+
+/* skip_layers {"from", "count"} and skip_contains. */
+static sl_status parse_skips(ctx *c, const cJSON *root, sl__spec *s) {
+  sl_status st = SL_STATUS_OK;
+  const cJSON *skl = cJSON_GetObjectItemCaseSensitive(root, "skip_layers");
+  if (skl != NULL) {
+    static const char *const skeys[] = {"from", "count", NULL};
+    st = cJSON_IsObject(skl) ? check_keys(c, skl, "skip_layers", skeys)
+                             : spec_error(c, "skip_layers", "expected {\"from\": EXPR, \"count\": EXPR}");
+    if (st == SL_STATUS_OK)
+      st = opt_expr(c, skl, "from", "skip_layers", "num_hidden_layers", &s->skip_layers_from);
+    if (st == SL_STATUS_OK)
+      st = opt_expr(c, skl, "count", "skip_layers", "0", &s->skip_layers_count);
+  }
+  const cJSON *sc = cJSON_GetObjectItemCaseSensitive(root, "skip_contains");
+  if (st == SL_STATUS_OK && sc != NULL)
+    st = string_list(c, sc, "skip_contains", &s->skip_contains, &s->n_skip_contains);
+  return st;
+}
+
+/* rename {"format", "map": [[FROM, TO], ...]} (optional). */
+static sl_status parse_rename(ctx *c, const cJSON *root, sl__spec *s) {
+  const cJSON *rn = cJSON_GetObjectItemCaseSensitive(root, "rename");
+  if (rn == NULL)
+    return SL_STATUS_OK;
+  static const char *const rkeys[] = {"format", "map", NULL};
+  sl_status st = cJSON_IsObject(rn)
+                     ? check_keys(c, rn, "rename", rkeys)
+                     : spec_error(c, "rename", "expected {\"format\": ..., \"map\": [[FROM, TO], ...]}");
+  if (st == SL_STATUS_OK)
+    st = string_dup(c, cJSON_GetObjectItemCaseSensitive(rn, "format"), "rename.format", &s->rename_format);
+  const cJSON *map = cJSON_GetObjectItemCaseSensitive(rn, "map");
+  if (st == SL_STATUS_OK && !cJSON_IsArray(map))
+    st = spec_error(c, "rename.map", "expected an array of [FROM, TO] pairs");
+  if (st != SL_STATUS_OK)
+    return st;
+  s->n_rename = (size_t)cJSON_GetArraySize(map);
+  s->rename_from = calloc(s->n_rename + 1, sizeof *s->rename_from);
+  s->rename_to = calloc(s->n_rename + 1, sizeof *s->rename_to);
+  if (s->rename_from == NULL || s->rename_to == NULL)
+    st = sl__err_set(c->err, SL_STATUS_NOMEM, "out of memory");
+  for (size_t i = 0; i < s->n_rename && st == SL_STATUS_OK; i++) {
+    const cJSON *pair = cJSON_GetArrayItem(map, (int)i);
+    if (!cJSON_IsArray(pair) || cJSON_GetArraySize(pair) != 2) {
+      st = spec_error(c, "rename.map", "each entry must be [FROM, TO]");
+      break;
+    }
+    st = string_dup(c, cJSON_GetArrayItem(pair, 0), "rename.map", &s->rename_from[i]);
+    if (st == SL_STATUS_OK)
+      st = string_dup(c, cJSON_GetArrayItem(pair, 1), "rename.map", &s->rename_to[i]);
+  }
+  return st;
+}
+
+/* params: a non-empty array of parameters. */
+static sl_status parse_params(ctx *c, const cJSON *root, sl__spec *s) {
+  const cJSON *params = cJSON_GetObjectItemCaseSensitive(root, "params");
+  if (!cJSON_IsArray(params) || cJSON_GetArraySize(params) < 1)
+    return spec_error(c, "params", "expected a non-empty array of parameters");
+  s->n_params = (size_t)cJSON_GetArraySize(params);
+  s->params = calloc(s->n_params, sizeof *s->params);
+  if (s->params == NULL)
+    return sl__err_set(c->err, SL_STATUS_NOMEM, "out of memory");
+  sl_status st = SL_STATUS_OK;
+  for (size_t i = 0; i < s->n_params && st == SL_STATUS_OK; i++) {
+    char w[64];
+    snprintf(w, sizeof w, "params[%zu]", i);
+    st = parse_param(c, cJSON_GetArrayItem(params, (int)i), w, &s->params[i]);
+  }
+  return st;
+}
+
 sl_status sl__spec_parse(const char *json, size_t len, const char *path, sl__spec **out, sl__err *err) {
   *out = NULL;
   ctx c = {.path = path, .err = err};
@@ -367,89 +474,15 @@ sl_status sl__spec_parse(const char *json, size_t len, const char *path, sl__spe
   if (st == SL_STATUS_OK)
     st = check_keys(&c, root, "top level", keys);
   if (st == SL_STATUS_OK)
-    st = string_dup(&c, cJSON_GetObjectItemCaseSensitive(root, "family"), "family", &s->family);
+    st = parse_identity(&c, root, s);
   if (st == SL_STATUS_OK)
-    st = string_list(&c, cJSON_GetObjectItemCaseSensitive(root, "architectures"), "architectures",
-                     &s->architectures, &s->n_arch);
-  if (st == SL_STATUS_OK) {
-    const cJSON *fb = cJSON_GetObjectItemCaseSensitive(root, "fall_back_to_pt");
-    if (fb != NULL && !cJSON_IsBool(fb))
-      st = spec_error(&c, "fall_back_to_pt", "expected true or false");
-    s->fall_back_to_pt = fb == NULL || cJSON_IsTrue(fb);
-  }
-  const cJSON *apo = cJSON_GetObjectItemCaseSensitive(root, "allow_patterns_override");
-  if (st == SL_STATUS_OK && apo != NULL)
-    st = string_list(&c, apo, "allow_patterns_override", &s->allow_patterns_override, NULL);
+    st = parse_exprs(&c, root, s);
   if (st == SL_STATUS_OK)
-    st = named_exprs(&c, cJSON_GetObjectItemCaseSensitive(root, "vars"), "vars", &s->vars, &s->n_vars);
+    st = parse_skips(&c, root, s);
   if (st == SL_STATUS_OK)
-    st = named_exprs(&c, cJSON_GetObjectItemCaseSensitive(root, "layer_vars"), "layer_vars", &s->layer_vars,
-                     &s->n_layer_vars);
+    st = parse_rename(&c, root, s);
   if (st == SL_STATUS_OK)
-    st = opt_expr(&c, root, "num_layers", "top level", "num_hidden_layers", &s->num_layers);
-  if (st == SL_STATUS_OK)
-    st = opt_expr(&c, root, "experts", "top level", "0", &s->experts);
-  if (st == SL_STATUS_OK)
-    st = opt_expr(&c, root, "n_group", "top level", "default(n_group, 1)", &s->n_group);
-  if (st == SL_STATUS_OK)
-    st = opt_expr(&c, root, "tie_word_embeddings", "top level", "default(tie_word_embeddings, false)",
-                  &s->tie_word_embeddings);
-  const cJSON *skl = cJSON_GetObjectItemCaseSensitive(root, "skip_layers");
-  if (st == SL_STATUS_OK && skl != NULL) {
-    static const char *const skeys[] = {"from", "count", NULL};
-    st = cJSON_IsObject(skl) ? check_keys(&c, skl, "skip_layers", skeys)
-                             : spec_error(&c, "skip_layers", "expected {\"from\": EXPR, \"count\": EXPR}");
-    if (st == SL_STATUS_OK)
-      st = opt_expr(&c, skl, "from", "skip_layers", "num_hidden_layers", &s->skip_layers_from);
-    if (st == SL_STATUS_OK)
-      st = opt_expr(&c, skl, "count", "skip_layers", "0", &s->skip_layers_count);
-  }
-  const cJSON *sc = cJSON_GetObjectItemCaseSensitive(root, "skip_contains");
-  if (st == SL_STATUS_OK && sc != NULL)
-    st = string_list(&c, sc, "skip_contains", &s->skip_contains, &s->n_skip_contains);
-  const cJSON *rn = cJSON_GetObjectItemCaseSensitive(root, "rename");
-  if (st == SL_STATUS_OK && rn != NULL) {
-    static const char *const rkeys[] = {"format", "map", NULL};
-    st = cJSON_IsObject(rn)
-             ? check_keys(&c, rn, "rename", rkeys)
-             : spec_error(&c, "rename", "expected {\"format\": ..., \"map\": [[FROM, TO], ...]}");
-    if (st == SL_STATUS_OK)
-      st = string_dup(&c, cJSON_GetObjectItemCaseSensitive(rn, "format"), "rename.format", &s->rename_format);
-    const cJSON *map = cJSON_GetObjectItemCaseSensitive(rn, "map");
-    if (st == SL_STATUS_OK && !cJSON_IsArray(map))
-      st = spec_error(&c, "rename.map", "expected an array of [FROM, TO] pairs");
-    if (st == SL_STATUS_OK) {
-      s->n_rename = (size_t)cJSON_GetArraySize(map);
-      s->rename_from = calloc(s->n_rename + 1, sizeof *s->rename_from);
-      s->rename_to = calloc(s->n_rename + 1, sizeof *s->rename_to);
-      if (s->rename_from == NULL || s->rename_to == NULL)
-        st = sl__err_set(err, SL_STATUS_NOMEM, "out of memory");
-      for (size_t i = 0; i < s->n_rename && st == SL_STATUS_OK; i++) {
-        const cJSON *pair = cJSON_GetArrayItem(map, (int)i);
-        if (!cJSON_IsArray(pair) || cJSON_GetArraySize(pair) != 2) {
-          st = spec_error(&c, "rename.map", "each entry must be [FROM, TO]");
-          break;
-        }
-        st = string_dup(&c, cJSON_GetArrayItem(pair, 0), "rename.map", &s->rename_from[i]);
-        if (st == SL_STATUS_OK)
-          st = string_dup(&c, cJSON_GetArrayItem(pair, 1), "rename.map", &s->rename_to[i]);
-      }
-    }
-  }
-  const cJSON *params = cJSON_GetObjectItemCaseSensitive(root, "params");
-  if (st == SL_STATUS_OK && (!cJSON_IsArray(params) || cJSON_GetArraySize(params) < 1))
-    st = spec_error(&c, "params", "expected a non-empty array of parameters");
-  if (st == SL_STATUS_OK) {
-    s->n_params = (size_t)cJSON_GetArraySize(params);
-    s->params = calloc(s->n_params, sizeof *s->params);
-    if (s->params == NULL)
-      st = sl__err_set(err, SL_STATUS_NOMEM, "out of memory");
-    for (size_t i = 0; i < s->n_params && st == SL_STATUS_OK; i++) {
-      char w[64];
-      snprintf(w, sizeof w, "params[%zu]", i);
-      st = parse_param(&c, cJSON_GetArrayItem(params, (int)i), w, &s->params[i]);
-    }
-  }
+    st = parse_params(&c, root, s);
   cJSON_Delete(root);
   if (st != SL_STATUS_OK) {
     sl__spec_free(s);

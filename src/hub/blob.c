@@ -1,0 +1,264 @@
+/*
+ * hub/blob.c — one blob of the cache (HUB.md §5, §5.4, §9): downloaded into a temp file (parallel
+ * ranged chunks for large files, else one stream resumed across runs), its size and hash checked
+ * (sha256 for hex64 etags, git blob sha1 for hex40), then renamed into blobs/<etag>. Only a
+ * single-stream temp file that holds bytes worth resuming is kept after a failure.
+ */
+#include "hub/run.h"
+
+#include "base/log.h"
+#include "base/util.h"
+#include "hub/cache.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <openssl/evp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define SL_HUB_HASH_BUF ((size_t)4 << 20)
+
+/* ---------------------------------------------------------------------------------------------
+ * hashing (§5.4): sha256 for hex64 etags, git blob sha1 for hex40
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct file_dl {
+  sl__hub_run *run;
+  const char *path; /* repository path (messages, progress) */
+  uint64_t size;    /* expected bytes */
+  bool git;         /* etag is a git blob id (sha1) */
+  EVP_MD_CTX *md;   /* running hash of the single stream, or NULL */
+  uint64_t done;    /* bytes of the file present so far */
+} file_dl;
+
+static bool hash_start(file_dl *f) {
+  if (f->md == NULL)
+    return true;
+  if (EVP_DigestInit_ex(f->md, f->git ? EVP_sha1() : EVP_sha256(), NULL) != 1)
+    return false;
+  if (!f->git)
+    return true;
+  char prefix[48];
+  int n = snprintf(prefix, sizeof prefix, "blob %llu", (unsigned long long)f->size);
+  return EVP_DigestUpdate(f->md, prefix, (size_t)n + 1) == 1; /* the NUL is part of the git header */
+}
+
+static void hash_hex(EVP_MD_CTX *md, char out[65]) {
+  unsigned char d[EVP_MAX_MD_SIZE];
+  unsigned int n = 0;
+  static const char hex[] = "0123456789abcdef";
+  out[0] = '\0';
+  if (EVP_DigestFinal_ex(md, d, &n) != 1)
+    return;
+  for (unsigned int i = 0; i < n && i < 32; i++) {
+    out[2 * i] = hex[d[i] >> 4];
+    out[2 * i + 1] = hex[d[i] & 15];
+  }
+  out[2 * (n < 32 ? n : 32)] = '\0';
+}
+
+static void sink_reset(void *user) {
+  file_dl *f = user;
+  hash_start(f);
+  f->done = 0;
+}
+
+static void sink_data(void *user, uint64_t offset, const void *bytes, size_t n) {
+  file_dl *f = user;
+  (void)offset;
+  if (f->md != NULL)
+    EVP_DigestUpdate(f->md, bytes, n);
+  f->done += n;
+  sl__hub_run *r = f->run;
+  pthread_mutex_lock(&r->mu);
+  r->bytes_downloaded += n;
+  r->prog.bytes += n;
+  snprintf(r->prog.current, sizeof r->prog.current, "%s", f->path);
+  r->prog.current_done = f->done;
+  r->prog.current_size = f->size;
+  sl__hub_progress_draw(&r->prog, false);
+  pthread_mutex_unlock(&r->mu);
+}
+
+/* Feeds the first n bytes of fd to the running hash (resume of a single stream, or the whole file
+ * after a parallel download). */
+static sl_status hash_fd(file_dl *f, int fd, uint64_t n, const char *tmp, sl__err *err) {
+  char *buf = malloc(SL_HUB_HASH_BUF);
+  if (buf == NULL)
+    return sl__err_set(err, SL_STATUS_NOMEM, "out of memory hashing %s", tmp);
+  uint64_t off = 0;
+  sl_status st = SL_STATUS_OK;
+  while (off < n) {
+    size_t want = n - off < SL_HUB_HASH_BUF ? (size_t)(n - off) : SL_HUB_HASH_BUF;
+    ssize_t r = pread(fd, buf, want, (off_t)off);
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r <= 0) {
+      st = sl__err_set(err, SL_STATUS_HUB_CACHE, "cannot read %s: %s", tmp,
+                       r < 0 ? strerror(errno) : "file shrank");
+      break;
+    }
+    EVP_DigestUpdate(f->md, buf, (size_t)r);
+    off += (uint64_t)r;
+  }
+  free(buf);
+  return st;
+}
+
+/* §5.4 steps 1–2 on an open temp file. */
+static sl_status verify_temp(file_dl *f, int fd, const char *etag, const char *tmp, sl__err *err) {
+  struct stat st;
+  if (fstat(fd, &st) != 0)
+    return sl__err_set(err, SL_STATUS_HUB_CACHE, "cannot stat %s: %s", tmp, strerror(errno));
+  if ((uint64_t)st.st_size != f->size)
+    return sl__err_set(err, SL_STATUS_HUB_SIZE, "size mismatch for %s: expected %llu, got %llu", f->path,
+                       (unsigned long long)f->size, (unsigned long long)st.st_size);
+  if (f->md == NULL)
+    return SL_STATUS_OK;
+  char got[65];
+  hash_hex(f->md, got);
+  if (strcmp(got, etag) != 0)
+    return sl__err_set(err, SL_STATUS_HUB_CHECKSUM,
+                       "checksum mismatch for %s: the Hub announced %s %s, the "
+                       "downloaded content has %s",
+                       f->path, f->git ? "git blob id" : "sha256", etag, got);
+  return SL_STATUS_OK;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * one blob
+ * ------------------------------------------------------------------------------------------- */
+
+/* A failed download keeps its single-stream temp only when it may be resumed (network give-up). */
+static bool temp_resumable(sl_status st) {
+  return st != SL_STATUS_HUB_SIZE && st != SL_STATUS_HUB_CHECKSUM && st != SL_STATUS_HUB_METADATA;
+}
+
+/* Parallel chunks into blobs/<etag>.<8hex>.incomplete. *fallback = the server ignores ranges. */
+static sl_status download_parallel(sl__hub_run *r, file_dl *f, const sl__http_meta *m, const char *blob,
+                                   bool *fallback, sl__err *err) {
+  char hex[9];
+  sl__cache_random_hex(hex);
+  char *tmp = sl__asprintf("%s/blobs/%s.%s.incomplete", r->repo_dir, m->etag, hex);
+  if (tmp == NULL)
+    return sl__err_set(err, SL_STATUS_NOMEM, "out of memory downloading %s", f->path);
+  int fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+  if (fd < 0) {
+    sl_status s = sl__err_set(err, SL_STATUS_HUB_CACHE, "cannot create %s: %s", tmp, strerror(errno));
+    free(tmp);
+    return s;
+  }
+  sl_status st = SL_STATUS_OK;
+  if (ftruncate(fd, (off_t)m->size) != 0)
+    st = sl__err_set(err, SL_STATUS_HUB_CACHE, "cannot size %s to %llu bytes: %s", tmp,
+                     (unsigned long long)m->size, strerror(errno));
+  sl__http_sink sink = {NULL, sink_data, f};
+  bool no_ranges = false;
+  if (st == SL_STATUS_OK)
+    st = sl__http_fetch_chunks(&r->http, m->location, f->path, fd, m->size, r->opts->chunk_bytes,
+                               r->opts->connections, &sink, &no_ranges, err);
+  if (st == SL_STATUS_UNSUPPORTED && no_ranges) {
+    if (m->size > SL_HTTP_HUGE_BYTES)
+      st = sl__err_set(err, SL_STATUS_HUB_HTTP,
+                       "%s: the server ignores Range requests and the file has %llu bytes "
+                       "(more than 50 GB): a download without ranges is not attempted [GET %s]",
+                       f->path, (unsigned long long)m->size, m->location);
+    else
+      *fallback = true;
+  }
+  if (st == SL_STATUS_OK && f->md != NULL &&
+      (!hash_start(f) || hash_fd(f, fd, m->size, tmp, err) != SL_STATUS_OK))
+    st = err->status != SL_STATUS_OK ? err->status : sl__err_set(err, SL_STATUS_INTERNAL, "hashing failed");
+  if (st == SL_STATUS_OK)
+    st = verify_temp(f, fd, m->etag, tmp, err);
+  close(fd);
+  if (st == SL_STATUS_OK && rename(tmp, blob) != 0)
+    st = sl__err_set(err, SL_STATUS_HUB_CACHE, "cannot rename %s to %s: %s", tmp, blob, strerror(errno));
+  if (st != SL_STATUS_OK || *fallback)
+    unlink(tmp);
+  free(tmp);
+  if (*fallback) {
+    SL_INFO("%s: the server ignores Range requests; downloading it as one stream", f->path);
+    sl__err_clear(err);
+    return SL_STATUS_OK;
+  }
+  return st;
+}
+
+/* Single stream into blobs/<etag>.incomplete (resumed across runs). */
+static sl_status download_stream(sl__hub_run *r, sl__http_client *c, file_dl *f, const sl__http_meta *m,
+                                 const char *blob, sl__err *err) {
+  char *tmp = sl__asprintf("%s/blobs/%s.incomplete", r->repo_dir, m->etag);
+  if (tmp == NULL)
+    return sl__err_set(err, SL_STATUS_NOMEM, "out of memory downloading %s", f->path);
+  int fd = open(tmp, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0666);
+  if (fd < 0) {
+    sl_status s = sl__err_set(err, SL_STATUS_HUB_CACHE, "cannot open %s: %s", tmp, strerror(errno));
+    free(tmp);
+    return s;
+  }
+  sl_status st = SL_STATUS_OK;
+  struct stat sb;
+  uint64_t have = 0;
+  if (fstat(fd, &sb) != 0)
+    st = sl__err_set(err, SL_STATUS_HUB_CACHE, "cannot stat %s: %s", tmp, strerror(errno));
+  else
+    have = (uint64_t)sb.st_size;
+  if (st == SL_STATUS_OK && have > m->size) {
+    if (ftruncate(fd, 0) != 0)
+      st = sl__err_set(err, SL_STATUS_HUB_CACHE, "cannot truncate %s: %s", tmp, strerror(errno));
+    have = 0;
+  }
+  if (st == SL_STATUS_OK && f->md != NULL && !hash_start(f))
+    st = sl__err_set(err, SL_STATUS_INTERNAL, "cannot start hashing %s", f->path);
+  if (st == SL_STATUS_OK && have > 0 && f->md != NULL)
+    st = hash_fd(f, fd, have, tmp, err);
+  f->done = have;
+  if (st == SL_STATUS_OK && have > 0)
+    SL_INFO("%s: resuming a partial download at byte %llu of %llu", f->path, (unsigned long long)have,
+            (unsigned long long)m->size);
+  sl__http_sink sink = {sink_reset, sink_data, f};
+  if (st == SL_STATUS_OK && have < m->size)
+    st = sl__http_fetch_stream(c, m->location, f->path, fd, have, m->size, &sink, err);
+  if (st == SL_STATUS_OK)
+    st = verify_temp(f, fd, m->etag, tmp, err);
+  bool empty = fstat(fd, &sb) == 0 && sb.st_size == 0;
+  close(fd);
+  if (st == SL_STATUS_OK && rename(tmp, blob) != 0)
+    st = sl__err_set(err, SL_STATUS_HUB_CACHE, "cannot rename %s to %s: %s", tmp, blob, strerror(errno));
+  if (st != SL_STATUS_OK && (!temp_resumable(st) || empty))
+    unlink(tmp); /* kept only when it holds bytes worth resuming */
+  free(tmp);
+  return st;
+}
+
+/* Downloads, verifies and publishes blobs/<etag>; the caller holds the blob's lock. */
+sl_status sl__hub_download_blob(sl__hub_run *r, sl__http_client *c, const char *path, const sl__http_meta *m,
+                                const char *blob, sl__err *err) {
+  file_dl f = {r, path, m->size, strlen(m->etag) == 40, NULL, 0};
+  if (r->opts->verify) {
+    f.md = EVP_MD_CTX_new();
+    if (f.md == NULL)
+      return sl__err_set(err, SL_STATUS_NOMEM, "out of memory hashing %s", path);
+  }
+  pthread_mutex_lock(&r->mu);
+  r->prog.total += m->size;
+  pthread_mutex_unlock(&r->mu);
+  sl_status st = SL_STATUS_OK;
+  bool parallel = m->size > r->opts->parallel_threshold || m->size > SL_HTTP_HUGE_BYTES;
+  bool fallback = false;
+  if (m->size > 0 && parallel)
+    st = download_parallel(r, &f, m, blob, &fallback, err);
+  if (st == SL_STATUS_OK && (m->size == 0 || !parallel || fallback))
+    st = download_stream(r, c, &f, m, blob, err);
+  EVP_MD_CTX_free(f.md);
+  if (st == SL_STATUS_OK) {
+    pthread_mutex_lock(&r->mu);
+    r->files_downloaded++;
+    pthread_mutex_unlock(&r->mu);
+  }
+  return st;
+}

@@ -1,0 +1,85 @@
+/*
+ * hub/run.h — the state of one Hub resolution, shared by the files of the downloader (not part of
+ * the Hub client's interface, which is hub/hub.h):
+ *   hub/hub.c      the entry point and the online resolution (revision API, listing, selection);
+ *   hub/offline.c  resolution from the cache alone (offline mode, fallback, known commits);
+ *   hub/jobs.c     the download jobs: up to hub_parallel_files workers, one file each at a time,
+ *                  and the progress line;
+ *   hub/blob.c     one blob: download into a temp file, verification, publication into blobs/.
+ */
+#ifndef SL_HUB_RUN_H
+#define SL_HUB_RUN_H
+
+#include "hub/http.h"
+#include "hub/hub.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#define SL_HUB_INDEX_MAX ((size_t)256 << 20) /* largest accepted weight index file */
+
+/* One file to make present in the snapshot. */
+typedef struct sl__hub_job {
+  char *path;    /* repository path */
+  bool optional; /* EntryNotFound leaves a .no_exist marker instead of failing */
+  bool absent;   /* it was optional and the Hub does not have it */
+} sl__hub_job;
+
+/* The progress line (stderr, rank 0 only: the Hub client runs nowhere else). */
+typedef struct sl__hub_progress {
+  bool enabled; /* stderr is a TTY and not quiet */
+  bool drawn;   /* a line was printed (needs a final newline) */
+  double start;
+  double last_draw;
+  uint64_t bytes; /* network bytes received in this call */
+  uint64_t total; /* expected bytes of the files whose HEAD is known */
+  uint32_t files_done;
+  uint32_t files_total;
+  char current[96]; /* file of the last update */
+  uint64_t current_done;
+  uint64_t current_size;
+} sl__hub_progress;
+
+/* One call of sl__hub_resolve. */
+typedef struct sl__hub_run {
+  const char *repo_id;
+  const char *revision;
+  const sl__hub_opts *opts;
+  sl__hub_env env;
+  sl__http http;
+  char *repo_dir;     /* <cache>/models--ns--name */
+  char *lock_dir;     /* <cache>/.locks/models--ns--name */
+  char *snapshot_dir; /* <repo_dir>/snapshots/<commit> */
+  char commit[41];
+  atomic_int cancel;  /* set by the first failing worker */
+  pthread_mutex_t mu; /* guards everything below */
+  sl__err err;        /* first failure of a worker */
+  sl__hub_job *jobs;
+  size_t n_jobs;
+  size_t next_job;
+  uint64_t bytes_downloaded;
+  uint32_t files_downloaded;
+  sl__hub_progress prog;
+} sl__hub_run;
+
+/* Draws the progress line at most 4 times a second (force: now); called with run->mu held. */
+void sl__hub_progress_draw(sl__hub_progress *p, bool force);
+/* Draws the final line and ends it, when one was drawn. */
+void sl__hub_progress_end(sl__hub_progress *p);
+
+/* Fetches r->jobs[first .. n_jobs) with up to hub_parallel_files threads; the first failure
+ * cancels the others and is returned. */
+sl_status sl__hub_run_jobs(sl__hub_run *r, size_t first, sl__err *err);
+
+/* Downloads, verifies and publishes blobs/<etag> of the file `path` described by m; the caller
+ * holds the blob's lock. */
+sl_status sl__hub_download_blob(sl__hub_run *r, sl__http_client *c, const char *path, const sl__http_meta *m,
+                                const char *blob, sl__err *err);
+
+/* §8: the snapshot of repo@revision from the cache alone. Errors are HUB_OFFLINE naming what is
+ * missing. */
+sl_status sl__hub_resolve_cache(sl__hub_run *r, sl__hub_result *out, sl__err *err);
+
+#endif

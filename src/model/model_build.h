@@ -1,0 +1,74 @@
+/*
+ * model/model_build.h — internals of the model builder shared by its files (the interface is
+ * model/model.h):
+ *   model/model.c         the entry points, the expression environment (spec vars, layer vars,
+ *                         config.json fields) and the model-wide values read from config.json;
+ *   model/model_param.c   the parameters: each spec parameter instantiated in the vllm layout
+ *                         (sources resolved in the catalog and shape-checked), fp8 scale
+ *                         companions, tied aliases, and the derivation of the checkpoint layout;
+ *   model/model_expect.c  the expected set of checkpoint tensors and the fate of every catalog
+ *                         tensor that no parameter consumes.
+ */
+#ifndef SL_MODEL_BUILD_H
+#define SL_MODEL_BUILD_H
+
+#include "base/util.h"
+#include "model/expr.h"
+#include "model/model.h"
+
+#include <cjson/cJSON.h>
+
+/* What expressions see: spec vars and layer vars (memoized) and config.json. */
+typedef struct sl__model_env {
+  const sl__spec *spec;
+  const cJSON *config;
+  bool in_layer;
+  int64_t layer;
+  sl__val *vars;      /* memo of spec vars */
+  uint8_t *var_state; /* 0 unknown, 1 evaluating, 2 known */
+  sl__val *lvars;     /* memo of layer vars for the current layer */
+  uint8_t *lvar_state;
+} sl__model_env;
+
+/* One sl__model_build call. */
+typedef struct sl__model_builder {
+  sl__model_env e;
+  const sl__catalog *cat;
+  sl__model *m;
+  sl__vec params; /* sl__mparam */
+  sl__dtype default_dtype;
+  sl__err *err;
+} sl__model_builder;
+
+/* ---- the environment (model/model.c) ---- */
+
+/* The sl__expr_lookup_fn of the environment (ctx: sl__model_env): "layer", layer vars, spec vars,
+ * then config.json fields (dotted names walk objects). */
+bool sl__model_lookup(void *ctx, const char *name, sl__val *out, sl__err *err);
+/* Enters layer `layer` (-1: outside any layer); layer vars are evaluated afresh. */
+void sl__model_env_enter_layer(sl__model_env *e, int64_t layer);
+/* Appends the config.json fields an expression depends on (through vars) to buf. */
+void sl__model_config_fields(const sl__model_env *e, const sl__expr *x, char *buf, size_t cap, int depth);
+
+/* ---- the parameters (model/model_param.c) ---- */
+
+/* Instantiates spec parameter sp (at layer, or -1) in the vllm layout, with its fp8 scale
+ * companion right after it when its weights are fp8. */
+sl_status sl__model_build_param(sl__model_builder *b, const sl__spec_param *sp, int64_t layer);
+/* Tied lm_head: an alias of the embedding parameter. */
+sl_status sl__model_build_alias(sl__model_builder *b, const sl__spec_param *sp);
+/* Rewrites b->params (vllm layout) into the checkpoint layout: one parameter per source tensor. */
+sl_status sl__model_to_checkpoint_layout(sl__model_builder *b);
+/* Frees what one parameter owns. */
+void sl__model_mparam_free(sl__mparam *p);
+
+/* ---- expected set and fates (model/model_expect.c) ---- */
+
+/* The expected set (units, sorted bytewise) and each source's unit; a tensor feeding two
+ * parameters is a spec error. */
+sl_status sl__model_build_units(sl__model_builder *b);
+/* The fate of every catalog tensor: consumed, skipped (rotary buffers, tied lm_head, skipped
+ * layers, the spec's skip_contains), ignored (an undeclared bias of a consumed weight) or none. */
+sl_status sl__model_build_fates(sl__model_builder *b);
+
+#endif

@@ -1,0 +1,2 @@
+# tests/unit/workers.cmake — the thread group helper (base/workers.h).
+sl_unit_test(test_workers)
