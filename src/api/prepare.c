@@ -14,8 +14,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define SPEC_MAX_BYTES (16u * 1024u * 1024u)
-#define CONFIG_MAX_BYTES (64u * 1024u * 1024u)
 
 void sl__prepared_free(sl__prepared *p) {
   if (p == NULL)
@@ -80,7 +78,7 @@ static sl_status choose_spec(const sl__opts *o, const char *folder, sl__prepared
     char *cfg_path = sl__path_join(folder, "config.json");
     char *text = NULL;
     size_t len = 0;
-    st = cfg_path != NULL ? sl__read_file(cfg_path, CONFIG_MAX_BYTES, &text, &len, err)
+    st = cfg_path != NULL ? sl__read_file(cfg_path, SL_CONFIG_MAX_BYTES, &text, &len, err)
                           : sl__err_set(err, SL_STATUS_NOMEM, "out of memory");
     if (st == SL_STATUS_NOT_FOUND) {
       sl__err_clear(err);
@@ -106,7 +104,7 @@ static sl_status choose_spec(const sl__opts *o, const char *folder, sl__prepared
     path = found->path;
   }
   p->spec_path = sl__strdup(path);
-  st = p->spec_path != NULL ? sl__read_file(path, SPEC_MAX_BYTES, &p->spec_text, &p->spec_len, err)
+  st = p->spec_path != NULL ? sl__read_file(path, SL_SPEC_MAX_BYTES, &p->spec_text, &p->spec_len, err)
                             : sl__err_set(err, SL_STATUS_NOMEM, "out of memory");
   if (st != SL_STATUS_OK && st != SL_STATUS_NOMEM) {
     if (err != NULL)

@@ -18,7 +18,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#define CONFIG_MAX_BYTES (64u * 1024u * 1024u)
 
 void sl__catalog_free(sl__catalog *c) {
   if (c == NULL)
@@ -183,7 +182,7 @@ sl_status sl__catalog_build(const sl__catalog_opts *o, sl__catalog *c, sl__err *
     if (cfg_path == NULL) {
       st = sl__err_set(err, SL_STATUS_NOMEM, "out of memory");
     } else {
-      st = sl__read_file(cfg_path, CONFIG_MAX_BYTES, &c->config_json, &c->config_len, &cerr);
+      st = sl__read_file(cfg_path, SL_CONFIG_MAX_BYTES, &c->config_json, &c->config_len, &cerr);
       if (st == SL_STATUS_NOT_FOUND && !o->require_config) {
         st = SL_STATUS_OK;
       } else if (st == SL_STATUS_NOT_FOUND) {

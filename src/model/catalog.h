@@ -16,6 +16,8 @@
 #include <stdint.h>
 
 #define SL_NONE UINT32_MAX
+/* The largest config.json read (real ones are KiB; the JSON limits of base/json.h bound the rest). */
+#define SL_CONFIG_MAX_BYTES (64u * 1024u * 1024u)
 #define SL_CAT_MAX_DIMS 8
 
 typedef struct sl__cat_file {

@@ -20,7 +20,6 @@
 #define SL_SPECS_BUILD_DIR ""
 #endif
 
-#define SPEC_MAX_BYTES (16u * 1024u * 1024u)
 
 static const char *const style_names[SL_STYLE_COUNT] = {"replicated", "column",    "row",     "merged",
                                                         "qkv",        "vocab",     "concat",  "moe_w13",
@@ -495,7 +494,7 @@ sl_status sl__spec_parse(const char *json, size_t len, const char *path, sl__spe
 sl_status sl__spec_load_file(const char *path, sl__spec **out, sl__err *err) {
   char *text = NULL;
   size_t len = 0;
-  sl_status st = sl__read_file(path, SPEC_MAX_BYTES, &text, &len, err);
+  sl_status st = sl__read_file(path, SL_SPEC_MAX_BYTES, &text, &len, err);
   if (st != SL_STATUS_OK) {
     if (err != NULL && err->status == st && st != SL_STATUS_NOMEM)
       err->status = SL_STATUS_ARCH;

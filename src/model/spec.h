@@ -16,6 +16,9 @@
 #ifndef SL_SPEC_H
 #define SL_SPEC_H
 
+/* The largest spec file read (a spec is a few KiB; the bound keeps a wrong path from costing memory). */
+#define SL_SPEC_MAX_BYTES (16u * 1024u * 1024u)
+
 #include "base/err.h"
 #include "model/expr.h"
 
