@@ -1,8 +1,8 @@
 /*
  * format/safetensors.h — strict reading and byte-exact writing of safetensors files
- * (spec: SAFETENSORS.md). Pure: no MPI, no CUDA, no network.
+ * (spec: docs/spec/SAFETENSORS.md). Pure: no MPI, no CUDA, no network.
  *
- * The reader runs every check of SAFETENSORS.md §4 in its order; the first failing check decides
+ * The reader runs every check of docs/spec/SAFETENSORS.md §4 in its order; the first failing check decides
  * the status (SL_STATUS_ST_*), and the message names the file and, where one is involved, the
  * tensor. Nothing is allocated from a length before it is validated.
  */
@@ -72,7 +72,7 @@ sl_status sl__st_nbytes(sl__dtype dtype, uint32_t ndim, const uint64_t *shape, u
  * *bad_at (may be NULL) receives the offset of the first byte of the bad sequence. */
 bool sl__st_utf8_check(const uint8_t *p, size_t n, size_t *bad_at);
 
-/* ---- writer (SAFETENSORS.md §6) ---- */
+/* ---- writer (docs/spec/SAFETENSORS.md §6) ---- */
 
 typedef struct sl__st_write_tensor {
   const char *name;

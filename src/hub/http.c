@@ -1,5 +1,5 @@
 /*
- * hub/http.c — libcurl requests of the Hub client (HUB.md §2, §4, §5, §7). The only file that
+ * hub/http.c — libcurl requests of the Hub client (docs/spec/HUB.md §2, §4, §5, §7). The only file that
  * includes curl.
  *
  * Organisation:
@@ -7,9 +7,10 @@
  *   xfer         one request's state: response headers (reset at each status line), a body
  *                buffer for API replies and error pages, or a file target written with pwrite;
  *   mapping      HTTP replies and curl failures → SL_STATUS_HUB_* with URL, status, X-Error-Message
- *                and request id in the message (§7.1);
- *   requests     the API GET and the metadata HEAD (buffered, retried per §7.2);
- *   streams      §5.2 single stream with resume, and §5.3 parallel chunks on one curl multi handle.
+ *                and request id in the message (docs/spec/HUB.md §7.1);
+ *   requests     the API GET and the metadata HEAD (buffered, retried per docs/spec/HUB.md §7.2);
+ *   streams      docs/spec/HUB.md §5.2 single stream with resume, and §5.3 parallel chunks on one curl multi
+ *                handle.
  * No request sets CURLOPT_TIMEOUT: a connect timeout plus a low-speed limit (1 byte/s over the
  * timeout) detect stalls without bounding long bodies. CURLOPT_UNRESTRICTED_AUTH stays off.
  */
@@ -623,7 +624,7 @@ static sl_status xfer_setup(xfer *x, const char *url, bool head, bool follow, lo
 }
 
 /* ---------------------------------------------------------------------------------------------
- * mapping of failures (§7.1)
+ * mapping of failures (docs/spec/HUB.md §7.1)
  * ------------------------------------------------------------------------------------------- */
 
 typedef enum url_kind { URL_API, URL_RESOLVE, URL_OTHER } url_kind;
@@ -783,8 +784,8 @@ static sl_status http_error(const xfer *x, url_kind kind, const char *method, co
  * ------------------------------------------------------------------------------------------- */
 
 /* Performs a buffered request, retrying retryable statuses and transient network failures per
- * §7.2. Returns OK with the last reply in x (any status, *retries = retries made), or an error
- * for network failures. */
+ * docs/spec/HUB.md §7.2. Returns OK with the last reply in x (any status, *retries = retries made), or an
+ * error for network failures. */
 static sl_status buffered_request(sl__http_client *c, xfer *x, bool head, const char *url, const char *what,
                                   long first_timeout, long later_timeout, unsigned *retries, sl__err *err) {
   const sl__http *h = c->h;
@@ -841,7 +842,7 @@ sl_status sl__http_get_api(sl__http_client *c, const char *url, const char *what
   return st;
 }
 
-/* Reads the §4 fields of a final HEAD reply. */
+/* Reads the docs/spec/HUB.md §4 fields of a final HEAD reply. */
 static sl_status head_fields(const xfer *x, const char *url, const char *file, sl__http_meta *out,
                              sl__err *err) {
   bool redirect = x->status >= 300 && x->status < 400;
@@ -942,7 +943,7 @@ sl_status sl__http_head(sl__http_client *c, const char *url, const char *file, s
 }
 
 /* ---------------------------------------------------------------------------------------------
- * §5.2 single stream
+ * docs/spec/HUB.md §5.2 single stream
  * ------------------------------------------------------------------------------------------- */
 
 /* After a broken attempt: the dead counter and the wait (1 unit after progress, else backoff).
@@ -1064,7 +1065,7 @@ sl_status sl__http_fetch_stream(sl__http_client *c, const char *url, const char 
 }
 
 /* ---------------------------------------------------------------------------------------------
- * §5.3 parallel chunks
+ * docs/spec/HUB.md §5.3 parallel chunks
  * ------------------------------------------------------------------------------------------- */
 
 typedef struct chunk {

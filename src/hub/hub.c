@@ -1,5 +1,5 @@
 /*
- * hub/hub.c — rank 0's resolution of a Hub repository into a snapshot folder (HUB.md §3, §5.4, §8).
+ * hub/hub.c — rank 0's resolution of a Hub repository into a snapshot folder (docs/spec/HUB.md §3, §5.4, §8).
  *
  * Organisation:
  *   options      defaults of sl__hub_opts, freeing of results;
@@ -137,7 +137,7 @@ static void progress_end(progress *p) {
 }
 
 /* ---------------------------------------------------------------------------------------------
- * hashing (§5.4): sha256 for hex64 etags, git blob sha1 for hex40
+ * hashing (docs/spec/HUB.md §5.4): sha256 for hex64 etags, git blob sha1 for hex40
  * ------------------------------------------------------------------------------------------- */
 
 typedef struct file_dl {
@@ -223,7 +223,7 @@ static sl_status hash_fd(file_dl *f, int fd, uint64_t n, const char *tmp, sl__er
   return st;
 }
 
-/* §5.4 steps 1–2 on an open temp file. */
+/* docs/spec/HUB.md §5.4 steps 1–2 on an open temp file. */
 static sl_status verify_temp(file_dl *f, int fd, const char *etag, const char *tmp, sl__err *err) {
   struct stat st;
   if (fstat(fd, &st) != 0)
@@ -517,7 +517,7 @@ static sl_status run_jobs(hub_run *r, size_t first, sl__err *err) {
 }
 
 /* ---------------------------------------------------------------------------------------------
- * resolution from the cache (§8)
+ * resolution from the cache (docs/spec/HUB.md §8)
  * ------------------------------------------------------------------------------------------- */
 
 /* The file names of a trees/<commit>.json with "format_version": 1 ("files" or "entries": strings,
@@ -573,7 +573,8 @@ static sl_status read_tree(const char *repo_dir, const char *commit, cJSON **roo
   return st;
 }
 
-/* §8 step 3: with a tree file, every file the weight selection needs must be in the snapshot. */
+/* docs/spec/HUB.md §8 step 3: with a tree file, every file the weight selection needs must be in the
+ * snapshot. */
 static sl_status check_tree(hub_run *r, const char *commit, const char *snap, sl__err *err) {
   cJSON *root = NULL;
   sl__vec names;
@@ -619,8 +620,8 @@ static sl_status check_tree(hub_run *r, const char *commit, const char *snap, sl
   return st;
 }
 
-/* §8: the snapshot of repo@revision from the cache alone. Errors are HUB_OFFLINE naming what is
- * missing. */
+/* docs/spec/HUB.md §8: the snapshot of repo@revision from the cache alone. Errors are HUB_OFFLINE naming what
+ * is missing. */
 static sl_status resolve_cache(hub_run *r, sl__hub_result *out, sl__err *err) {
   const char *rev = r->revision;
   char commit[41];
@@ -671,7 +672,7 @@ static sl_status resolve_cache(hub_run *r, sl__hub_result *out, sl__err *err) {
 }
 
 /* ---------------------------------------------------------------------------------------------
- * online resolution (§3)
+ * online resolution (docs/spec/HUB.md §3)
  * ------------------------------------------------------------------------------------------- */
 
 /* Parses the revision API reply: sha and sibling paths (pointing into root). */
