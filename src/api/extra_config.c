@@ -1,5 +1,5 @@
 /*
- * api/extra_config.c — parses and validates `--extra-config JSON` (LOADER.md §2).
+ * api/extra_config.c — parses and validates `--extra-config JSON` (docs/spec/FILES.md §6).
  *
  * cJSON parses the text; what cJSON does not keep is recovered from the text itself:
  *   - repeated keys (cJSON keeps both members): found by walking the members with a map;

@@ -1,5 +1,5 @@
 /*
- * api/extra_config.h — the `--extra-config JSON` object (LOADER.md §2): enable_multithread_load,
+ * api/extra_config.h — the `--extra-config JSON` object (docs/spec/FILES.md §6): enable_multithread_load,
  * num_threads, enable_weights_track, validated in the order of the spec and merged with the
  * --threads and --no-strict flags. Pure parsing: no MPI, no I/O.
  */
@@ -24,7 +24,7 @@ typedef struct sl__extra_config {
  * or 0 when not given. no_strict = --no-strict given. Fills out with the effective values:
  * num_threads = threads_flag, else num_threads, else 8; weights_track = false if no_strict or
  * enable_weights_track false, else true. Errors → SL_STATUS_CONFIG, the first failing rule of
- * LOADER.md §2 in its order (object, duplicate keys, unknown keys, types, strategy, flags); on an
+ * docs/spec/FILES.md §6 in its order (object, duplicate keys, unknown keys, types, strategy, flags); on an
  * error out holds what the flags alone give. Thread-safe apart from cJSON's global error position. */
 sl_status sl__extra_config_parse(const char *json, const char *load_format_name, const char *load_strategy,
                                  uint32_t threads_flag, bool no_strict, sl__extra_config *out, sl__err *err);

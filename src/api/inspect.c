@@ -1,7 +1,7 @@
 /*
  * api/inspect.c — the model-inspection API (section 6 of shardload.h): opens a single safetensors file
  * or a model folder, lists the selected weight files and every tensor of their headers, and
- * collects non-fatal findings about the folder's index file (SAFETENSORS.md §7).
+ * collects non-fatal findings about the folder's index file (docs/spec/FILES.md §5).
  *
  * Organisation:
  *   - error_message: turns a failure into "FILE: KIND: detail" (the form `shardload inspect` prints)
@@ -204,7 +204,7 @@ static uint32_t file_index(const sl__catalog *c, const char *name) {
   return SL_NONE;
 }
 
-/* SAFETENSORS.md §7: an index entry naming a tensor absent from the file it maps to, and a header
+/* docs/spec/FILES.md §5: an index entry naming a tensor absent from the file it maps to, and a header
  * tensor the index maps to another file or not at all. The index was validated by the selection;
  * a failure to re-read it here is itself reported as a warning. */
 static sl_status index_warnings(const sl__catalog *c, warn_list *w, sl__err *err) {

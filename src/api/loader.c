@@ -1,6 +1,6 @@
 /*
- * api/loader.c — the public loader API: the pipeline of DESIGN.md driven phase by phase, each phase
- * ending with an agreement between ranks on its status.
+ * api/loader.c — the public loader API: the pipeline of docs/spec/DESIGN.md §2 driven phase by phase, each
+ * phase ending with an agreement between ranks on its status.
  *
  *   create    copy and validate the configuration, duplicate the communicator
  *   download  rank 0 resolves the model and builds the catalog; it and the spec text are

@@ -1,6 +1,6 @@
 /*
  * api/options.c — sl__opts from a configuration: typed values, defaults, and the checks that need
- * several keys at once (LOADER.md §2, §10).
+ * several keys at once (docs/spec/FILES.md §6, docs/spec/EXPERTS.md §6).
  */
 #include "api/options.h"
 

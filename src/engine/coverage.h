@@ -1,6 +1,6 @@
 /*
- * engine/coverage.h — missing and unexpected weights (LOADER.md §7). The expected set is the model's
- * units; every rank contributes bitmaps (units its plan feeds, units it finished copying,
+ * engine/coverage.h — missing and unexpected weights (docs/spec/TRACKING.md §1–§3). The expected set is the
+ * model's units; every rank contributes bitmaps (units its plan feeds, units it finished copying,
  * catalog tensors it read) that are OR-reduced over all ranks. The verdict is the same on every
  * rank. A pure pre-check from the schedule runs before any byte is read.
  */

@@ -1,6 +1,6 @@
 /*
  * format/dtype.h — the 22 safetensors element types. The enum value IS the writer's sort order
- * (SAFETENSORS.md §2), so sorting by it reproduces the reference serializer.
+ * (docs/spec/SAFETENSORS.md §2), so sorting by it reproduces the reference serializer.
  */
 #ifndef SL_DTYPE_H
 #define SL_DTYPE_H

@@ -1,14 +1,14 @@
 /*
- * format/safetensors.c — the strict safetensors reader (SAFETENSORS.md §1–§5).
+ * format/safetensors.c — the strict safetensors reader (docs/spec/SAFETENSORS.md §1–§5).
  *
- * Organisation, in the order of the checks of §4:
+ * Organisation, in the order of the checks of docs/spec/SAFETENSORS.md §4:
  *   check_length    checks 1–3 on the 8-byte length field (shared with sl__st_read_file, which runs
  *                   them before allocating anything);
  *   sl__st_utf8_check  check 4 over all N header bytes, padding included (format/safetensors_json.c);
  *   scan_*          check 5: one pass over (ptr, len) for the fixed schema — top object, tensor
  *                   objects, the __metadata__ map — on the JSON tokens of format/safetensors_json.c,
  *                   whose validating skipper handles ignored values. This is deliberately not cJSON
- *                   (see §5.1);
+ *                   (see docs/spec/SAFETENSORS.md §5.1);
  *   check_offsets   checks 6a–6e over the table sorted by (begin, end, name bytes), then check 7.
  * Decoded strings live in one arena (see format/safetensors_json.h). Byte positions in messages
  * are file offsets.

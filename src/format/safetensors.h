@@ -1,8 +1,8 @@
 /*
- * format/safetensors.h — strict reading of safetensors files (spec: SAFETENSORS.md); the writer
+ * format/safetensors.h — strict reading of safetensors files (spec: docs/spec/SAFETENSORS.md); the writer
  * is format/safetensors_write.h. Pure: no MPI, no CUDA, no network.
  *
- * The reader runs every check of SAFETENSORS.md §4 in its order; the first failing check decides
+ * The reader runs every check of docs/spec/SAFETENSORS.md §4 in its order; the first failing check decides
  * the status (SL_STATUS_ST_*), and the message names the file and, where one is involved, the
  * tensor. Nothing is allocated from a length before it is validated.
  */

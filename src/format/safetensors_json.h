@@ -1,8 +1,8 @@
 /*
  * format/safetensors_json.h — the JSON lexical layer of the strict header scanner (check 5 of
- * SAFETENSORS.md §4), shared by format/safetensors.c, which reads the fixed schema (top object,
+ * docs/spec/SAFETENSORS.md §4), shared by format/safetensors.c, which reads the fixed schema (top object,
  * tensor objects, __metadata__), and format/safetensors_json.c (strings, literals, numbers, the
- * validating skipper, and the UTF-8 check of step 4). Not cJSON: see §5.1.
+ * validating skipper, and the UTF-8 check of step 4). Not cJSON: see docs/spec/SAFETENSORS.md §5.1.
  *
  * Decoded strings live in one arena of N + 1 bytes: a decoded JSON string plus its NUL is always
  * shorter than its quoted source, and the sources are disjoint, so the arena never grows. A string

@@ -1,6 +1,6 @@
 /*
  * format/safetensors_write.c — the safetensors writer, byte-identical to the reference serializer
- * (SAFETENSORS.md §6).
+ * (docs/spec/SAFETENSORS.md §6).
  *
  * sl__st_build_header validates the tensors (sizes in bits, as the reader does, through
  * sl__st_nbytes), orders them by dtype descending then name bytes, assigns contiguous offsets and

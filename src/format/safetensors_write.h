@@ -1,5 +1,5 @@
 /*
- * format/safetensors_write.h — byte-exact writing of safetensors files (SAFETENSORS.md §6): the
+ * format/safetensors_write.h — byte-exact writing of safetensors files (docs/spec/SAFETENSORS.md §6): the
  * header builder and the file writer of format/safetensors_write.c, byte-identical to the
  * reference serializer. Pure: no MPI, no CUDA, no network.
  */

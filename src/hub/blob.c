@@ -1,5 +1,5 @@
 /*
- * hub/blob.c — one blob of the cache (HUB.md §5, §5.4, §9): downloaded into a temp file (parallel
+ * hub/blob.c — one blob of the cache (docs/spec/HUB.md §5, §5.4, §9): downloaded into a temp file (parallel
  * ranged chunks for large files, else one stream resumed across runs), its size and hash checked
  * (sha256 for hex64 etags, git blob sha1 for hex40), then renamed into blobs/<etag>. Only a
  * single-stream temp file that holds bytes worth resuming is kept after a failure.
@@ -22,7 +22,7 @@
 #define SL_HUB_HASH_BUF ((size_t)4 << 20)
 
 /* ---------------------------------------------------------------------------------------------
- * hashing (§5.4): sha256 for hex64 etags, git blob sha1 for hex40
+ * hashing (docs/spec/HUB.md §5.4): sha256 for hex64 etags, git blob sha1 for hex40
  * ------------------------------------------------------------------------------------------- */
 
 typedef struct file_dl {
@@ -108,7 +108,7 @@ static sl_status hash_fd(file_dl *f, int fd, uint64_t n, const char *tmp, sl__er
   return st;
 }
 
-/* §5.4 steps 1–2 on an open temp file. */
+/* docs/spec/HUB.md §5.4 steps 1–2 on an open temp file. */
 static sl_status verify_temp(file_dl *f, int fd, const char *etag, const char *tmp, sl__err *err) {
   struct stat st;
   if (fstat(fd, &st) != 0)

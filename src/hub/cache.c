@@ -1,5 +1,5 @@
 /*
- * hub/cache.c — the on-disk Hugging Face cache (HUB.md §9, §10): names, refs, pointers, markers,
+ * hub/cache.c — the on-disk Hugging Face cache (docs/spec/HUB.md §9, §10): names, refs, pointers, markers,
  * CACHEDIR.TAG and flock locks. Every file that other processes may read appears atomically: it is
  * written under a temporary name and renamed into place.
  */
@@ -330,7 +330,7 @@ bool sl__cache_no_exist(const char *repo_dir, const char *commit, const char *pa
 }
 
 /* ---------------------------------------------------------------------------------------------
- * locks (§10)
+ * locks (docs/spec/HUB.md §10)
  * ------------------------------------------------------------------------------------------- */
 
 static void sleep_ms(unsigned ms) {

@@ -1,8 +1,8 @@
 /*
- * hub/cache.h — the Hugging Face cache on disk (HUB.md §8–§10), shared with the Python
+ * hub/cache.h — the Hugging Face cache on disk (docs/spec/HUB.md §8–§10), shared with the Python
  * huggingface_hub: folder names, refs, blobs and their temp files, snapshot pointers (relative
  * symlinks or regular files), .no_exist markers, CACHEDIR.TAG and the per-blob flock locks.
- * No network here. Every name passed in was validated by the caller (HUB.md §6).
+ * No network here. Every name passed in was validated by the caller (docs/spec/HUB.md §6).
  */
 #ifndef SL_HUB_CACHE_H
 #define SL_HUB_CACHE_H
@@ -37,8 +37,8 @@ char *sl__cache_pointer_target(const char *path, const char *etag);
 /* The snapshot file exists: a regular file, or a symlink to one (a dangling link is missing). */
 bool sl__cache_file_present(const char *file_path);
 
-/* Creates the pointer snapshots/<commit>/<path> → blobs/<etag> (§9.3). With copy_mode (symlinks
- * disabled) or when symlink() is refused, the snapshot gets a regular file: the blob is moved there
+/* Creates the pointer snapshots/<commit>/<path> → blobs/<etag> (docs/spec/HUB.md §9.3). With copy_mode
+ * (symlinks disabled) or when symlink() is refused, the snapshot gets a regular file: the blob is moved there
  * when move_blob, copied otherwise. */
 sl_status sl__cache_link_pointer(const char *repo_dir, const char *commit, const char *path, const char *etag,
                                  bool copy_mode, bool move_blob, sl__err *err);
@@ -52,7 +52,7 @@ bool sl__cache_no_exist(const char *repo_dir, const char *commit, const char *pa
 /* 8 random lower-case hex digits + NUL. */
 void sl__cache_random_hex(char out[9]);
 
-/* A held blob lock (§10). */
+/* A held blob lock (docs/spec/HUB.md §10). */
 typedef struct sl__cache_lock {
   char *path; /* lock file */
   int fd;     /* flock'ed descriptor, or -1 for a soft lock */

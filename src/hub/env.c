@@ -1,7 +1,7 @@
 /*
- * hub/env.c — the Hub client's view of the environment (HUB.md §1): endpoint, cache root, token,
+ * hub/env.c — the Hub client's view of the environment (docs/spec/HUB.md §1): endpoint, cache root, token,
  * offline mode, symlink policy and timeouts, with their precedence; plus the syntax checks of
- * repository ids and revisions (§6) that gate every path built from them.
+ * repository ids and revisions (docs/spec/HUB.md §6) that gate every path built from them.
  *
  * Organisation: small parsers (booleans, integers, token cleaning, `~`/`$VAR` expansion) first,
  * then sl__hub_env_load, which applies the precedence rules in the order the spec lists them.
@@ -22,7 +22,7 @@
 #define SL_HUB_REVISION_MAX 255
 
 /* ---------------------------------------------------------------------------------------------
- * syntax checks (HUB.md §6)
+ * syntax checks (docs/spec/HUB.md §6)
  * ------------------------------------------------------------------------------------------- */
 
 bool sl__hub_is_hex(const char *s, size_t n) {

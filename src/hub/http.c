@@ -1,5 +1,5 @@
 /*
- * hub/http.c — the HTTP client of the Hub (HUB.md §2, §4, §7): libcurl's process-wide set-up,
+ * hub/http.c — the HTTP client of the Hub (docs/spec/HUB.md §2, §4, §7): libcurl's process-wide set-up,
  * the shared settings (sl__http) and each thread's connection cache (sl__http_client), and the
  * pure helpers: URL encoding, etag normalisation, origins, retry waits, fallback eligibility.
  *
@@ -7,10 +7,10 @@
  *   hub/http_xfer.c     one request's state: response headers (reset at each status line), a body
  *                       buffer for API replies and error pages, or a file target written with pwrite;
  *   hub/http_error.c    HTTP replies and curl failures -> SL_STATUS_HUB_* with URL, status,
- *                       X-Error-Message and request id in the message (§7.1);
- *   hub/http_request.c  the API GET and the metadata HEAD (buffered, retried per §7.2);
- *   hub/http_stream.c   §5.2 single stream with resume;
- *   hub/http_chunks.c   §5.3 parallel chunks on one curl multi handle.
+ *                       X-Error-Message and request id in the message (docs/spec/HUB.md §7.1);
+ *   hub/http_request.c  the API GET and the metadata HEAD (buffered, retried per docs/spec/HUB.md §7.2);
+ *   hub/http_stream.c   docs/spec/HUB.md §5.2 single stream with resume;
+ *   hub/http_chunks.c   docs/spec/HUB.md §5.3 parallel chunks on one curl multi handle.
  * Only these files include curl.
  */
 #include "hub/http_xfer.h"

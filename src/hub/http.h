@@ -1,5 +1,5 @@
 /*
- * hub/http.h — the HTTP side of the Hub client (HUB.md §2, §4, §5, §7): URL encoding, the API GET,
+ * hub/http.h — the HTTP side of the Hub client (docs/spec/HUB.md §2, §4, §5, §7): URL encoding, the API GET,
  * the metadata HEAD, single-stream and parallel ranged downloads into a file descriptor, bounded
  * retries and the mapping of HTTP and network failures to SL_STATUS_HUB_* codes.
  * Only the hub/http*.c files include <curl/curl.h> (through their private hub/http_xfer.h).
@@ -52,12 +52,12 @@ typedef struct sl__http_client {
 sl_status sl__http_client_init(sl__http_client *c, const sl__http *h, sl__err *err);
 void sl__http_client_free(sl__http_client *c);
 
-/* GET of an API URL (retried per §7.2, redirects followed); the body (≤ 64 MiB) is left in body.
- * `what` describes the request in messages (e.g. "revision 'main' of org/name"). */
+/* GET of an API URL (retried per docs/spec/HUB.md §7.2, redirects followed); the body (≤ 64 MiB) is left in
+ * body. `what` describes the request in messages (e.g. "revision 'main' of org/name"). */
 sl_status sl__http_get_api(sl__http_client *c, const char *url, const char *what, sl__buf *body,
                            sl__err *err);
 
-/* Metadata of one file (§4). */
+/* Metadata of one file (docs/spec/HUB.md §4). */
 typedef struct sl__http_meta {
   char commit[41]; /* X-Repo-Commit; also filled from an error reply when present */
   char etag[65];   /* normalised: hex40 or hex64 */
@@ -67,8 +67,9 @@ typedef struct sl__http_meta {
 
 void sl__http_meta_free(sl__http_meta *m);
 
-/* HEAD on a resolve URL per §4, with relative redirects followed (token kept) and the retry rule of
- * §7.2 (first attempt with the etag timeout, later ones with 60 s). `file` names the file. */
+/* HEAD on a resolve URL per docs/spec/HUB.md §4, with relative redirects followed (token kept) and the retry
+ * rule of docs/spec/HUB.md §7.2 (first attempt with the etag timeout, later ones with 60 s). `file` names the
+ * file. */
 sl_status sl__http_head(sl__http_client *c, const char *url, const char *file, sl__http_meta *out,
                         sl__err *err);
 
@@ -79,15 +80,15 @@ typedef struct sl__http_sink {
   void *user;
 } sl__http_sink;
 
-/* §5.2 single stream: fd holds `have` (< size) bytes already (passed to the sink by the caller);
- * appends until it holds `size` bytes, resuming with Range after breaks. On failure the status
+/* docs/spec/HUB.md §5.2 single stream: fd holds `have` (< size) bytes already (passed to the sink by the
+ * caller); appends until it holds `size` bytes, resuming with Range after breaks. On failure the status
  * says whether the partial file may be kept: HUB_NETWORK / HUB_HTTP (give-up) keep it;
  * HUB_SIZE means the server disagrees on the size. */
 sl_status sl__http_fetch_stream(sl__http_client *c, const char *url, const char *file, int fd, uint64_t have,
                                 uint64_t size, const sl__http_sink *sink, sl__err *err);
 
-/* §5.3 parallel ranged chunks of chunk_bytes, at most `connections` in flight, pwrite into fd
- * (already ftruncate'd to size). When the server answers a chunk with 200 (no range support),
+/* docs/spec/HUB.md §5.3 parallel ranged chunks of chunk_bytes, at most `connections` in flight, pwrite into
+ * fd (already ftruncate'd to size). When the server answers a chunk with 200 (no range support),
  * returns SL_STATUS_UNSUPPORTED with *no_ranges = true and no message recorded. */
 sl_status sl__http_fetch_chunks(const sl__http *h, const char *url, const char *file, int fd, uint64_t size,
                                 uint64_t chunk_bytes, uint32_t connections, const sl__http_sink *sink,
@@ -95,18 +96,20 @@ sl_status sl__http_fetch_chunks(const sl__http *h, const char *url, const char *
 
 /* ---- pure helpers (exposed for tests) ---- */
 
-/* §2 enc (keep_slash false) / encpath (true): bytes outside A-Z a-z 0-9 _ . - ~ become %XX. */
+/* docs/spec/HUB.md §2 enc (keep_slash false) / encpath (true): bytes outside A-Z a-z 0-9 _ . - ~ become %XX.
+ * */
 char *sl__http_url_encode(const char *s, bool keep_slash);
-/* §4 etag normalisation: drop leading 'W' and '/', then leading/trailing '"'; true when the
+/* docs/spec/HUB.md §4 etag normalisation: drop leading 'W' and '/', then leading/trailing '"'; true when the
  * result is hex40 or hex64 (copied to out). */
 bool sl__http_etag_normalize(const char *raw, char out[65]);
-/* §7.2 wait before retry `retry` (1-based) in backoff units, from the status and the RateLimit
- * and Retry-After headers (NULL when absent), capped at SL_HTTP_MAX_WAIT_UNITS. */
+/* docs/spec/HUB.md §7.2 wait before retry `retry` (1-based) in backoff units, from the status and the
+ * RateLimit and Retry-After headers (NULL when absent), capped at SL_HTTP_MAX_WAIT_UNITS. */
 uint64_t sl__http_retry_wait_units(unsigned retry, long status, const char *retry_after,
                                    const char *ratelimit);
-/* The Authorization rule of §5.1: url has the endpoint's host (case-insensitive) and port. */
+/* The Authorization rule of docs/spec/HUB.md §5.1: url has the endpoint's host (case-insensitive) and port.
+ * */
 bool sl__http_same_origin(const sl__http *h, const char *url);
-/* Whether an error kind lets the resolution fall back to the cache (§7.1 last column). */
+/* Whether an error kind lets the resolution fall back to the cache (docs/spec/HUB.md §7.1 last column). */
 bool sl__http_fallback_eligible(sl_status status);
 
 #endif

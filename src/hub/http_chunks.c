@@ -1,7 +1,7 @@
 /*
- * hub/http_chunks.c — §5.3 of HUB.md: a large file downloaded as ranged chunks of chunk_bytes, at
- * most `connections` in flight on one curl multi handle, each written with pwrite at its offset.
- * Each slot keeps its own retry and break counters and resumes its chunk from the bytes it already
+ * hub/http_chunks.c — docs/spec/HUB.md §5.3 of docs/spec/HUB.md: a large file downloaded as ranged chunks of
+ * chunk_bytes, at most `connections` in flight on one curl multi handle, each written with pwrite at its
+ * offset. Each slot keeps its own retry and break counters and resumes its chunk from the bytes it already
  * wrote; a slot that must wait (backoff) is restarted by the loop when its time comes. A chunk
  * answered with 200 means the server ignores ranges: the caller then falls back to one stream.
  */

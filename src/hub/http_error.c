@@ -1,7 +1,7 @@
 /*
- * hub/http_error.c — the mapping of HTTP replies and curl failures to SL_STATUS_HUB_* (HUB.md
- * §7.1): curl codes classified as transient, TLS, proxy or fatal; error replies by X-Error-Code,
- * X-Error-Message and status, with URL, status, retries, request id and the API's error text in
+ * hub/http_error.c — the mapping of HTTP replies and curl failures to SL_STATUS_HUB_* (docs/spec/HUB.md
+ * docs/spec/HUB.md §7.1): curl codes classified as transient, TLS, proxy or fatal; error replies by
+ * X-Error-Code, X-Error-Message and status, with URL, status, retries, request id and the API's error text in
  * the message.
  */
 #include "hub/http_xfer.h"

@@ -1,6 +1,6 @@
 /*
  * hub/http_request.c — the buffered requests of the Hub client: the API GET (revision listing)
- * and the metadata HEAD of a file (HUB.md §4), both retried per §7.2, the HEAD following relative
+ * and the metadata HEAD of a file (docs/spec/HUB.md §4), both retried per §7.2, the HEAD following relative
  * redirects itself so that the token is kept on the endpoint's origin.
  */
 #include "hub/http_xfer.h"
@@ -12,8 +12,8 @@
 #include <string.h>
 
 /* Performs a buffered request, retrying retryable statuses and transient network failures per
- * §7.2. Returns OK with the last reply in x (any status, *retries = retries made), or an error
- * for network failures. */
+ * docs/spec/HUB.md §7.2. Returns OK with the last reply in x (any status, *retries = retries made), or an
+ * error for network failures. */
 static sl_status buffered_request(sl__http_client *c, sl__http_xfer *x, bool head, const char *url,
                                   const char *what, long first_timeout, long later_timeout, unsigned *retries,
                                   sl__err *err) {
@@ -71,7 +71,7 @@ sl_status sl__http_get_api(sl__http_client *c, const char *url, const char *what
   return st;
 }
 
-/* Reads the §4 fields of a final HEAD reply. */
+/* Reads the docs/spec/HUB.md §4 fields of a final HEAD reply. */
 static sl_status head_fields(const sl__http_xfer *x, const char *url, const char *file, sl__http_meta *out,
                              sl__err *err) {
   bool redirect = x->status >= 300 && x->status < 400;

@@ -1,8 +1,8 @@
 /*
- * hub/http_stream.c — §5.2 of HUB.md: a file downloaded as one stream, appended to a file that
- * may already hold a prefix, resumed with a Range after every break. Status replies are retried
- * per §7.2; breaks that bring no byte are counted, and SL_HTTP_MAX_DEAD_ATTEMPTS of them in a row
- * give up (the partial file is kept for a later run). A 416 on a resumed range restarts once from
+ * hub/http_stream.c — docs/spec/HUB.md §5.2 of docs/spec/HUB.md: a file downloaded as one stream, appended to
+ * a file that may already hold a prefix, resumed with a Range after every break. Status replies are retried
+ * per docs/spec/HUB.md §7.2; breaks that bring no byte are counted, and SL_HTTP_MAX_DEAD_ATTEMPTS of them in
+ * a row give up (the partial file is kept for a later run). A 416 on a resumed range restarts once from
  * byte 0.
  */
 #include "hub/http_xfer.h"

@@ -65,7 +65,7 @@ sl_status sl__http_xfer_setup(sl__http_xfer *x, const char *url, bool head, bool
 /* Value of response header `name` (case-insensitive) of the last reply, or NULL. */
 const char *sl__http_hdr_get(const sl__http_xfer *x, const char *name);
 
-/* ---- failures (hub/http_error.c, HUB.md §7.1) ---- */
+/* ---- failures (hub/http_error.c, docs/spec/HUB.md §7.1) ---- */
 
 typedef enum sl__http_url_kind { SL_HTTP_URL_API, SL_HTTP_URL_RESOLVE, SL_HTTP_URL_OTHER } sl__http_url_kind;
 
@@ -90,7 +90,7 @@ sl_status sl__http_reply_error(const sl__http_xfer *x, sl__http_url_kind kind, c
 bool sl__http_cancelled(const sl__http *h);
 /* Sleeps units x backoff_base_ms, waking early on cancellation. */
 void sl__http_wait_units(const sl__http *h, uint64_t units);
-/* 408, 429, 500, 502, 503, 504: retried per §7.2. */
+/* 408, 429, 500, 502, 503, 504: retried per docs/spec/HUB.md §7.2. */
 bool sl__http_status_retryable(long code);
 /* "scheme://host:port" of base + the path of a relative Location (its query and fragment dropped). */
 char *sl__http_join_relative(const char *base, const char *location);

@@ -1,5 +1,5 @@
 /*
- * hub/hub.c — rank 0's resolution of a Hub repository into a snapshot folder (HUB.md §3, §8): the
+ * hub/hub.c — rank 0's resolution of a Hub repository into a snapshot folder (docs/spec/HUB.md §3, §8): the
  * entry point, and the online resolution: revision API -> validation of every listed path -> file
  * selection on the listing (index first) -> downloads of what is not in the snapshot yet.
  * Every name from the network is validated before a path is built from it; nothing is written
@@ -24,7 +24,7 @@
 #define SL_HUB_LISTING_MAX_FILES 1000000 /* a repository listing longer than this is refused */
 
 /* ---------------------------------------------------------------------------------------------
- * online resolution (§3)
+ * online resolution (docs/spec/HUB.md §3)
  * ------------------------------------------------------------------------------------------- */
 
 /* Parses the revision API reply: sha and sibling paths (pointing into root). */

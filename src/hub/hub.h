@@ -1,6 +1,6 @@
 /*
- * hub/hub.h — rank 0's Hugging Face Hub client (spec: HUB.md): resolves a repository id and revision
- * to a snapshot folder in the shared cache, downloading with libcurl what a load needs.
+ * hub/hub.h — rank 0's Hugging Face Hub client (spec: docs/spec/HUB.md): resolves a repository id and
+ * revision to a snapshot folder in the shared cache, downloading with libcurl what a load needs.
  * Only the hub/http*.c files include curl. Never called on ranks other than 0.
  */
 #ifndef SL_HUB_H
@@ -47,17 +47,17 @@ typedef struct sl__hub_result {
 
 void sl__hub_result_free(sl__hub_result *r);
 
-/* A syntactically valid repository id (HUB.md §6). */
+/* A syntactically valid repository id (docs/spec/HUB.md §6). */
 bool sl__hub_valid_repo_id(const char *repo_id);
 
-/* A syntactically valid revision (HUB.md §6): non-empty, ≤ 255 bytes, no byte < 0x20, no '\\',
+/* A syntactically valid revision (docs/spec/HUB.md §6): non-empty, ≤ 255 bytes, no byte < 0x20, no '\\',
  * no empty, "." or ".." segment between '/'. */
 bool sl__hub_valid_revision(const char *revision);
 
 /* s is exactly n lower-case hex digits (n = 40: a commit or git etag; 64: a sha256 etag). */
 bool sl__hub_is_hex(const char *s, size_t n);
 
-/* ---- environment (hub/env.c, HUB.md §1) ---- */
+/* ---- environment (hub/env.c, docs/spec/HUB.md §1) ---- */
 
 /* What the environment and the options decide for one resolution. Strings are owned. */
 typedef struct sl__hub_env {
@@ -73,7 +73,7 @@ typedef struct sl__hub_env {
 /* Reads the environment. A non-integer timeout variable is SL_STATUS_CONFIG naming it. */
 sl_status sl__hub_env_load(const sl__hub_opts *opts, sl__hub_env *out, sl__err *err);
 void sl__hub_env_free(sl__hub_env *env);
-/* HUB.md §1 booleans: true iff value is, case-insensitively, 1, ON, YES or TRUE. NULL → false. */
+/* docs/spec/HUB.md §1 booleans: true iff value is, case-insensitively, 1, ON, YES or TRUE. NULL → false. */
 bool sl__hub_env_bool(const char *value);
 /* Removes every CR and LF, trims surrounding whitespace; NULL when nothing is left. Caller frees. */
 char *sl__hub_token_clean(const char *raw);
@@ -90,7 +90,7 @@ char *sl__hub_token_clean(const char *raw);
 sl_status sl__hub_opts_from_config(const sl_config *cfg, sl__hub_opts *out, char ***owned_include,
                                    sl__err *err);
 
-/* Resolves repo_id per HUB.md §3 (online) or §8 (offline / fallback) and downloads the files of
+/* Resolves repo_id per docs/spec/HUB.md §3 (online) or §8 (offline / fallback) and downloads the files of
  * the selection that are not already in the snapshot. Rank 0 only. Several processes may
  * resolve into the same cache at once (per-blob locks). Requests: none offline or for a 40-hex revision whose
  * snapshot is complete; otherwise the revision API, then a HEAD and a GET per missing file. On failure *out

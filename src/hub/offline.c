@@ -1,5 +1,5 @@
 /*
- * hub/offline.c — resolution of a repository from the Hugging Face cache alone (HUB.md §8): in
+ * hub/offline.c — resolution of a repository from the Hugging Face cache alone (docs/spec/HUB.md §8): in
  * offline mode, as the fallback after a network failure, and first for a 40-hex revision (no
  * request when its snapshot is complete). The commit comes from refs/<revision>; a trees/<commit>.json
  * listing, when present, says which files the weight selection needs in the snapshot.
@@ -70,7 +70,8 @@ static sl_status read_tree(const char *repo_dir, const char *commit, cJSON **roo
   return st;
 }
 
-/* §8 step 3: with a tree file, every file the weight selection needs must be in the snapshot. */
+/* docs/spec/HUB.md §8 step 3: with a tree file, every file the weight selection needs must be in the
+ * snapshot. */
 static sl_status check_tree(sl__hub_run *r, const char *commit, const char *snap, sl__err *err) {
   cJSON *root = NULL;
   sl__vec names;
@@ -116,8 +117,8 @@ static sl_status check_tree(sl__hub_run *r, const char *commit, const char *snap
   return st;
 }
 
-/* §8: the snapshot of repo@revision from the cache alone. Errors are HUB_OFFLINE naming what is
- * missing. */
+/* docs/spec/HUB.md §8: the snapshot of repo@revision from the cache alone. Errors are HUB_OFFLINE naming what
+ * is missing. */
 sl_status sl__hub_resolve_cache(sl__hub_run *r, sl__hub_result *out, sl__err *err) {
   const char *rev = r->revision;
   char commit[41];

@@ -78,8 +78,8 @@ sl_status sl__hub_run_jobs(sl__hub_run *r, size_t first, sl__err *err);
 sl_status sl__hub_download_blob(sl__hub_run *r, sl__http_client *c, const char *path, const sl__http_meta *m,
                                 const char *blob, sl__err *err);
 
-/* §8: the snapshot of repo@revision from the cache alone. Errors are HUB_OFFLINE naming what is
- * missing. */
+/* docs/spec/HUB.md §8: the snapshot of repo@revision from the cache alone. Errors are HUB_OFFLINE naming what
+ * is missing. */
 sl_status sl__hub_resolve_cache(sl__hub_run *r, sl__hub_result *out, sl__err *err);
 
 #endif

@@ -1,11 +1,12 @@
 /*
- * model/file_select.c — which weight files of a model folder are loaded (LOADER.md §1.1–§1.3).
+ * model/file_select.c — which weight files of a model folder are loaded (docs/spec/FILES.md §1–§3).
  *
  * Organisation, in pipeline order:
- *   formats      sl__format_parse / _name / _index_name and the pattern list of a format (§1.1);
- *   auto         Mistral detection on a path list or by walking a local folder (§1.3);
- *   matching     first pattern with a match wins, fnmatch(3) with FNM_PERIOD (§1.2 step 4);
- *   index        weight_map parsing and validation (SAFETENSORS.md §7), de-duplication (step 5);
+ *   formats      sl__format_parse / _name / _index_name and the pattern list of a format
+ *                (docs/spec/FILES.md §1);
+ *   auto         Mistral detection on a path list or by walking a local folder (docs/spec/FILES.md §3);
+ *   matching     first pattern with a match wins, fnmatch(3) with FNM_PERIOD (docs/spec/FILES.md §2 step 4);
+ *   index        weight_map parsing and validation (docs/spec/FILES.md §5), de-duplication (step 5);
  *   finishing    trainer-file filter, "Cannot find any model weights", natural sort (steps 5–7).
  * Pure file-system logic: no MPI, no network. Every function leaves its output freed and zeroed
  * when it fails, so a caller may always call sl__selection_free.
@@ -321,7 +322,7 @@ static sl_status mark_effective(const cJSON *wm, size_t n, bool *effective, cons
   return st;
 }
 
-/* Parses and validates an index (SAFETENSORS.md §7); `what` names it in messages. */
+/* Parses and validates an index (docs/spec/FILES.md §5); `what` names it in messages. */
 static sl_status parse_index(const char *json, size_t len, const char *what, index_values *iv, sl__err *err) {
   memset(iv, 0, sizeof *iv);
   sl__vec_init(&iv->values, sizeof(const char *));
@@ -439,7 +440,8 @@ static sl_status check_indexed_files_exist(const char *folder, const char *index
   return SL_STATUS_OK;
 }
 
-/* §1.2 step 5 (safetensors branch) on a local folder: applies folder/<index file> when present. */
+/* docs/spec/FILES.md §2 step 5 (safetensors branch) on a local folder: applies folder/<index file> when
+ * present. */
 static sl_status apply_index_file(const char *folder, sl__selection *sel, sl__err *err) {
   const char *index_name = sl__format_index_name(sel->format);
   if (index_name == NULL)
@@ -605,7 +607,7 @@ sl_status sl__select_finish(sl__selection *sel, const char *what, sl__err *err) 
 }
 
 /* ---------------------------------------------------------------------------------------------
- * path validation (HUB.md §6, file paths)
+ * path validation (docs/spec/HUB.md §6, file paths)
  * ------------------------------------------------------------------------------------------- */
 
 static bool is_ascii_letter(char c) {

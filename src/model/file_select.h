@@ -1,5 +1,5 @@
 /*
- * model/file_select.h — which weight files of a model folder are loaded (LOADER.md §1): load formats,
+ * model/file_select.h — which weight files of a model folder are loaded (docs/spec/FILES.md): load formats,
  * pattern priority, Mistral detection, index de-duplication, trainer-file filter, natural sort.
  * Pure file-system logic: no MPI, no network. The Hub client reuses the name-list entry points
  * on a repository's file listing.
@@ -53,9 +53,9 @@ sl__format sl__format_resolve_auto(sl__format f, const char *const *paths, size_
  * folders are not entered; a folder that cannot be listed contributes nothing (as os.walk). */
 sl__format sl__format_resolve_auto_dir(sl__format f, const char *folder);
 
-/* LOADER.md §1.2 steps 2–7 on a local folder (non-recursive listing, regular files or symlinks
+/* docs/spec/FILES.md §2 steps 2–7 on a local folder (non-recursive listing, regular files or symlinks
  * to regular files). `what` is the model argument used in "Cannot find any model weights with
- * '<what>'". Index files are parsed and validated (SAFETENSORS.md §7): a weight_map value that is
+ * '<what>'". Index files are parsed and validated (docs/spec/FILES.md §5): a weight_map value that is
  * not a plain relative name is an error; a value naming a file that does not exist is an error. */
 sl_status sl__select_dir(const char *folder, const sl__select_opts *opts, const char *what,
                          sl__selection *out, sl__err *err);
@@ -75,17 +75,17 @@ sl_status sl__select_names(const char *const *names, size_t n_names, const sl__s
 sl_status sl__select_apply_index(sl__selection *sel, const char *index_json, size_t len, const char *what,
                                  sl__err *err);
 
-/* Trainer-file filter and natural sort (§1.2 step 5 "otherwise" branch and step 7). */
+/* Trainer-file filter and natural sort (docs/spec/FILES.md §2 step 5 "otherwise" branch and step 7). */
 void sl__select_filter_trainer_files(sl__selection *sel);
 void sl__select_sort(sl__selection *sel);
 
-/* §1.2 steps 5 (trainer filter, when !use_safetensors), 6 and 7 on a matched (and index-filtered)
- * selection: SL_STATUS_NO_WEIGHTS "Cannot find any model weights with '<what>'" when nothing is
- * left, else the files are sorted. sl__select_dir ends with it; the Hub client calls it after
+/* docs/spec/FILES.md §2 steps 5 (trainer filter, when !use_safetensors), 6 and 7 on a matched (and
+ * index-filtered) selection: SL_STATUS_NO_WEIGHTS "Cannot find any model weights with '<what>'" when nothing
+ * is left, else the files are sorted. sl__select_dir ends with it; the Hub client calls it after
  * sl__select_names and sl__select_apply_index. */
 sl_status sl__select_finish(sl__selection *sel, const char *what, sl__err *err);
 
-/* Natural-order comparison of two basenames (LOADER.md §1.4), ties by bytes. */
+/* Natural-order comparison of two basenames (docs/spec/FILES.md §4), ties by bytes. */
 int sl__natural_cmp(const char *a, const char *b);
 
 /* The index file name of a format (NULL for pt). */

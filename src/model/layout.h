@@ -1,6 +1,6 @@
 /*
- * model/layout.h — the parallel layout as pure arithmetic (LOADER.md §3, §4): rank ↔ (dp, pp, tp)
- * coordinates, pipeline layer split (automatic or explicit), expert placement (linear,
+ * model/layout.h — the parallel layout as pure arithmetic (docs/spec/LAYOUTS.md §1–§2, docs/spec/EXPERTS.md):
+ * rank ↔ (dp, pp, tp) coordinates, pipeline layer split (automatic or explicit), expert placement (linear,
  * round_robin, EPLB slots), the expert id of a checkpoint name and vLLM's expert skip predicate.
  */
 #ifndef SL_LAYOUT_H
@@ -36,7 +36,7 @@ typedef enum sl__placement { SL_PLACEMENT_LINEAR = 0, SL_PLACEMENT_ROUND_ROBIN }
 
 sl_status sl__placement_parse(const char *s, sl__placement *out, sl__err *err);
 const char *sl__placement_name(sl__placement p);
-/* LOADER.md §4.3: round_robin only with n_group > 1, no redundant experts and EPLB off. */
+/* docs/spec/EXPERTS.md §3: round_robin only with n_group > 1, no redundant experts and EPLB off. */
 sl__placement sl__placement_effective(sl__placement requested, uint64_t n_group, uint64_t redundant,
                                       bool eplb);
 
@@ -52,7 +52,7 @@ int64_t sl__ep_slot(uint64_t experts, uint32_t ep, uint32_t e, sl__placement p, 
 sl_status sl__eplb_check(uint64_t experts, uint64_t redundant, uint32_t ep, sl__err *err);
 uint64_t sl__eplb_slot_expert(uint64_t experts, uint64_t slot);
 
-/* LOADER.md §4.5: the first ".experts.<digits>." in name → *id. */
+/* docs/spec/EXPERTS.md §5: the first ".experts.<digits>." in name → *id. */
 bool sl__expert_id(const char *name, uint64_t *id);
 
 /* The set of local experts of one rank, for the skip predicate. all = no filtering. */

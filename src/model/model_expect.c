@@ -1,6 +1,6 @@
 /*
- * model/model_expect.c — what the tracking of LOADER.md §7 checks a load against: the expected set
- * of checkpoint tensors (every source of every parameter but fp8 scales, sorted bytewise, each
+ * model/model_expect.c — what the tracking of docs/spec/TRACKING.md §1–§3 checks a load against: the expected
+ * set of checkpoint tensors (every source of every parameter but fp8 scales, sorted bytewise, each
  * feeding exactly one parameter) and the fate of the catalog tensors no parameter consumes
  * (silently skipped, listed as ignored, or unexpected).
  */

@@ -1,5 +1,5 @@
 /*
- * model/natsort.c — the natural order of weight file names (LOADER.md §1.4).
+ * model/natsort.c — the natural order of weight file names (docs/spec/FILES.md §4).
  *
  * The key of a name is its basename split into maximal runs of ASCII digits and of non-digits,
  * always starting with a (possibly empty) non-digit run. Keys are compared run by run: non-digit

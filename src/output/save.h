@@ -1,6 +1,6 @@
 /*
  * output/save.h — `--save-sharded DIR`: each rank writes its local parameters as
- * DIR/model-rank-{rank}-part-{part}.safetensors (LOADER.md §8), and rank 0 copies the model's
+ * DIR/model-rank-{rank}-part-{part}.safetensors (docs/spec/TRACKING.md §4), and rank 0 copies the model's
  * non-weight files, so that a pre-sharded copy can be loaded by anything that reads safetensors.
  */
 #ifndef SL_SAVE_H

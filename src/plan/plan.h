@@ -23,7 +23,7 @@ typedef struct sl__plan_opts {
   sl__layout layout;
   const uint32_t *pp_starts; /* pp + 1 layer boundaries */
   bool enable_ep;
-  sl__placement placement; /* requested; the effective one is derived (LOADER.md §4.3) */
+  sl__placement placement; /* requested; the effective one is derived (docs/spec/EXPERTS.md §3) */
   bool eplb;
   uint64_t redundant;    /* EPLB redundant experts */
   uint64_t coalesce_gap; /* read across gaps up to this many bytes */

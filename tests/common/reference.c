@@ -1,15 +1,17 @@
 /*
- * reference.c — the independent reference of spec/LOADER.md's slicing rules (see reference.h).
+ * reference.c — the independent reference of docs/spec/LAYOUTS.md's slicing rules (see reference.h).
  *
  * Organisation:
  *   1. small helpers (messages, config.json getters, segment lists, interval unions)
- *   2. the model: tensor headers through sl_model_open, Mistral renaming (§6.4), config values
- *   3. the parameter definitions of each family, written from the tables of §6.3–§6.7: one
- *      definition per (vLLM parameter, layer) with its style and its source tensors; fp8 scale
- *      companions are derived from their weights (§6.7)
- *   4. a rank's table: layout (§3), experts (§4), then every definition the rank's stage holds,
- *      sliced by its style (§5) in the vllm layout or per source tensor in the checkpoint layout
- *      (§6.1); each parameter becomes a list of segments (source tensor + offset, or zeros)
+ *   2. the model: tensor headers through sl_model_open, Mistral renaming (docs/spec/ARCHITECTURES.md §3),
+ *      config values
+ *   3. the parameter definitions of each family, written from the tables of docs/spec/ARCHITECTURES.md §2–§6:
+ *      one definition per (vLLM parameter, layer) with its style and its source tensors; fp8 scale
+ *      companions are derived from their weights (docs/spec/ARCHITECTURES.md §6)
+ *   4. a rank's table: layout (docs/spec/LAYOUTS.md §1–§2), experts (docs/spec/EXPERTS.md), then every
+ *      definition the rank's stage holds, sliced by its style (docs/spec/LAYOUTS.md §3) in the vllm layout or
+ *      per source tensor in the checkpoint layout (docs/spec/LAYOUTS.md §4); each parameter becomes a list of
+ *      segments (source tensor + offset, or zeros)
  *   5. cluster figures from the tables of every rank
  *
  * Sizes are small (fixtures under 1 MB), so clarity wins over speed: segments are emitted row by
@@ -65,7 +67,7 @@ typedef enum family {
 
 typedef struct rtensor {
   char *file_name; /* name in the checkpoint file (key of the value function) */
-  char *name;      /* Hugging Face name (Mistral names renamed, §6.4) */
+  char *name;      /* Hugging Face name (Mistral names renamed, docs/spec/ARCHITECTURES.md §3) */
   char dtype[24];
   uint32_t bits;
   uint32_t ndim;
@@ -83,17 +85,17 @@ typedef struct rdef {
   int wsrc[MAX_SRC]; /* weights whose slice boundaries apply (== src unless scale) */
   int *esrc[2];      /* per-expert styles: tensor of expert x for part k */
   int *ewsrc[2];
-  bool perm[MAX_SRC];  /* Mistral rotary row permutation (§6.4) */
+  bool perm[MAX_SRC];  /* Mistral rotary row permutation (docs/spec/ARCHITECTURES.md §3) */
   uint64_t hq, hkv, d; /* qkv */
   uint64_t vocab;      /* vocab: V */
-  bool scale;          /* fp8 scale companion (§6.7): boundaries in blocks */
+  bool scale;          /* fp8 scale companion (docs/spec/ARCHITECTURES.md §6): boundaries in blocks */
   uint64_t bn, bk;
 } rdef;
 
 struct sl_ref_model {
   char *folder;
   family fam;
-  bool mistral; /* load format auto resolves to mistral (§1.3) */
+  bool mistral; /* load format auto resolves to mistral (docs/spec/FILES.md §3) */
   size_t n_tensors;
   rtensor *tensors;
   int *by_name; /* tensor indices sorted by Hugging Face name */
@@ -297,7 +299,7 @@ static int find_tensor(const sl_ref_model *m, const char *name) {
   return -1;
 }
 
-/* §6.4: consolidated name → Hugging Face name (a copy; unknown names are kept). */
+/* docs/spec/ARCHITECTURES.md §3: consolidated name → Hugging Face name (a copy; unknown names are kept). */
 static char *mistral_rename(const char *raw) {
   static const char *const top[][2] = {{"tok_embeddings.weight", "model.embed_tokens.weight"},
                                        {"norm.weight", "model.norm.weight"},
@@ -329,7 +331,7 @@ static char *mistral_rename(const char *raw) {
   return xstrdup(raw);
 }
 
-/* §1.3 (top level only, which is where the fixtures keep their files). */
+/* docs/spec/FILES.md §3 (top level only, which is where the fixtures keep their files). */
 static bool has_consolidated(const char *folder) {
   DIR *dir = opendir(folder);
   if (dir == NULL)
@@ -391,7 +393,7 @@ static bool load_tensors(sl_ref_model *m) {
 }
 
 /* ---------------------------------------------------------------------------------------------
- * 3. Parameter definitions per family (§6.3–§6.7)
+ * 3. Parameter definitions per family (docs/spec/ARCHITECTURES.md §2–§6)
  * ------------------------------------------------------------------------------------------- */
 
 static rdef *def_new(sl_ref_model *m, style st, place at, uint32_t layer, const char *name) {
@@ -477,7 +479,8 @@ static void layer_merged(sl_ref_model *m, uint32_t layer, const char *vname, con
   def_src(m, d, s1, false);
 }
 
-/* §6.3 attention of Llama / Mistral / Qwen2 / Qwen3 (and the MoE families that reuse it). */
+/* docs/spec/ARCHITECTURES.md §2 attention of Llama / Mistral / Qwen2 / Qwen3 (and the MoE families that reuse
+ * it). */
 static void llama_attention(sl_ref_model *m, uint32_t layer, bool qkv_bias, bool o_bias, bool qk_norm) {
   layer_one(m, ST_REPLICATED, layer, "input_layernorm.weight");
   const char *kinds[2] = {"weight", "bias"};
@@ -494,7 +497,7 @@ static void llama_attention(sl_ref_model *m, uint32_t layer, bool qkv_bias, bool
     for (int i = 0; i < 3; i++) {
       char src[256];
       snprintf(src, sizeof src, "model.layers.%u.self_attn.%s.%s", layer, parts[i], kinds[k]);
-      /* §6.4: wq and wk rows are permuted in the mistral format. */
+      /* docs/spec/ARCHITECTURES.md §3: wq and wk rows are permuted in the mistral format. */
       def_src(m, d, src, m->mistral && k == 0 && i < 2);
     }
   }
@@ -517,7 +520,7 @@ static void dense_mlp(sl_ref_model *m, uint32_t layer, bool bias) {
     layer_one(m, ST_REPLICATED, layer, "mlp.down_proj.bias");
 }
 
-/* Stacked experts: vname w13 from gate/up per expert, w2 from down (§5.3). */
+/* Stacked experts: vname w13 from gate/up per expert, w2 from down (docs/spec/LAYOUTS.md §3.5). */
 static void expert_pair(sl_ref_model *m, uint32_t layer, const char *vprefix, const char *w1, const char *w3,
                         const char *w2) {
   char name[256];
@@ -644,7 +647,8 @@ static void family_layer(sl_ref_model *m, const cJSON *cfg, uint32_t layer) {
   }
 }
 
-/* §6.7: each F8 weight gets a companion "<name>_scale_inv" following the weight's style in blocks. */
+/* docs/spec/ARCHITECTURES.md §6: each F8 weight gets a companion "<name>_scale_inv" following the weight's
+ * style in blocks. */
 static void add_scales(sl_ref_model *m) {
   size_t n = m->n_defs;
   for (size_t i = 0; i < n && m->st == SL_STATUS_OK; i++) {
@@ -914,7 +918,7 @@ bool sl_ref_stage_layers(uint32_t layers, uint32_t stages, uint32_t stage, uint3
 typedef struct ctx {
   const sl_ref_model *m;
   uint64_t T, r;   /* dense TP size and rank */
-  uint64_t Mt, mr; /* MoE TP size and rank (§4.1) */
+  uint64_t Mt, mr; /* MoE TP size and rank (docs/spec/EXPERTS.md §1) */
   uint32_t n_local;
   const uint32_t *local; /* local expert ids */
   bool ckpt;
@@ -991,7 +995,7 @@ static sl_ref_param *entry_new(ctx *c, const char *name, const rtensor *t, uint3
 }
 
 /* Rows [row0, row0 + n) of tensor t (rows of row_bytes bytes from byte base), placed at dst.
- * perm_d > 0: Mistral rotary permutation within heads of perm_d rows (§6.4). */
+ * perm_d > 0: Mistral rotary permutation within heads of perm_d rows (docs/spec/ARCHITECTURES.md §3). */
 static void copy_rows(ctx *c, sl_ref_param *p, size_t *cap, int t, uint64_t base, uint64_t rb, uint64_t row0,
                       uint64_t n, uint64_t dst, uint64_t perm_d) {
   if (p == NULL)
@@ -1040,7 +1044,7 @@ static void shape_rows(const rtensor *t, uint64_t rows, uint64_t *out) {
     out[k] = t->shape[k];
 }
 
-/* Divisibility checks of §5 for one definition (every rank checks every definition). */
+/* Divisibility checks of docs/spec/LAYOUTS.md §3 for one definition (every rank checks every definition). */
 static void check_def(ctx *c, const rdef *d) {
   uint64_t T = c->T;
   switch (d->st) {
@@ -1127,7 +1131,7 @@ static void check_def(ctx *c, const rdef *d) {
   }
 }
 
-/* §5.1: q rows, then k and v with GQA replication; checkpoint layout: three entries. */
+/* docs/spec/LAYOUTS.md §3.3: q rows, then k and v with GQA replication; checkpoint layout: three entries. */
 static void build_qkv(ctx *c, const rdef *d) {
   uint64_t T = c->T;
   uint64_t r = c->r;
@@ -1170,7 +1174,7 @@ static void build_qkv(ctx *c, const rdef *d) {
   }
 }
 
-/* §5.2 vocabulary: real rows then zero rows (vllm); real rows only (checkpoint). */
+/* docs/spec/LAYOUTS.md §3.4 vocabulary: real rows then zero rows (vllm); real rows only (checkpoint). */
 static void build_vocab(ctx *c, const rdef *d) {
   const rtensor *t = tens(c, d->src[0]);
   uint64_t V = d->vocab;
@@ -1221,7 +1225,7 @@ static void build_row(ctx *c, const rdef *d, const char *name) {
   copy_cols(c, p, &cap, d->src[0], 0, t->shape[0], row_bytes(t), cv(d, c->r * n, true) * eb, cols * eb, 0);
 }
 
-/* §5 merged: part k rows [r*sk/T, +sk/T) at local row (s0+...+s(k-1))/T. */
+/* docs/spec/LAYOUTS.md §3 merged: part k rows [r*sk/T, +sk/T) at local row (s0+...+s(k-1))/T. */
 static void build_merged(ctx *c, const rdef *d) {
   const rtensor *t0 = tens(c, d->src[0]);
   uint64_t rb = row_bytes(t0);
@@ -1280,7 +1284,8 @@ static void build_concat(ctx *c, const rdef *d) {
   }
 }
 
-/* §5.3 per-expert w1/w3 → w13 [El, 2*Ip, H]; checkpoint: one entry per local expert and part. */
+/* docs/spec/LAYOUTS.md §3.5 per-expert w1/w3 → w13 [El, 2*Ip, H]; checkpoint: one entry per local expert and
+ * part. */
 static void build_moe_w13(ctx *c, const rdef *d) {
   const rtensor *t0 = tens(c, d->esrc[0][0]);
   uint64_t im = tens(c, d->ewsrc[0][0])->shape[0];
@@ -1314,7 +1319,7 @@ static void build_moe_w13(ctx *c, const rdef *d) {
   }
 }
 
-/* §5.3 per-expert w2 [H, Im] → w2 [El, H, Ip] (columns of each row). */
+/* docs/spec/LAYOUTS.md §3.5 per-expert w2 [H, Im] → w2 [El, H, Ip] (columns of each row). */
 static void build_moe_w2(ctx *c, const rdef *d) {
   const rtensor *t0 = tens(c, d->esrc[0][0]);
   uint64_t im = tens(c, d->ewsrc[0][0])->shape[1];
@@ -1345,8 +1350,9 @@ static void build_moe_w2(ctx *c, const rdef *d) {
   }
 }
 
-/* §5.4 fused [E, 2*Im, H] (gate rows then up rows per expert) and [E, H, Im]: each local slab
- * as §5.3. The checkpoint layout keeps the source name with the same stacked layout. */
+/* docs/spec/LAYOUTS.md §3.6 fused [E, 2*Im, H] (gate rows then up rows per expert) and [E, H, Im]: each local
+ * slab as docs/spec/LAYOUTS.md §3.5. The checkpoint layout keeps the source name with the same stacked
+ * layout. */
 static void build_moe3d(ctx *c, const rdef *d) {
   const rtensor *t = tens(c, d->src[0]);
   const char *name = c->ckpt ? t->name : d->name;
@@ -1412,7 +1418,7 @@ static void build_def(ctx *c, const rdef *d) {
   }
 }
 
-/* The tied head (§3.3): an alias entry with the embedding's shape and content. */
+/* The tied head (docs/spec/LAYOUTS.md §2.3): an alias entry with the embedding's shape and content. */
 static void add_tied_head(ctx *c) {
   sl_ref_table *tab = c->tab;
   size_t embed = tab->count;
@@ -1470,7 +1476,7 @@ sl_status sl_ref_table_build(const sl_ref_model *m, const sl_ref_layout *lay, sl
   tab->layer_start = start;
   tab->layer_end = start + count;
   ctx c = {.m = m, .T = T, .r = r, .ckpt = lay->checkpoint_layout, .tab = tab, .msg = msg, .cap = cap};
-  /* §4.1 / §4.3: expert parallelism over the stage group of D*T ranks. */
+  /* docs/spec/EXPERTS.md §1 / §3: expert parallelism over the stage group of D*T ranks. */
   bool ep = lay->expert_parallel && D * T > 1 && m->E > 0;
   if (ep) {
     bool rr = lay->round_robin && m->n_group > 1;

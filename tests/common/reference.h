@@ -1,15 +1,16 @@
 /*
- * reference.h — an independent reference implementation of spec/LOADER.md's slicing rules, for the
+ * reference.h — an independent reference implementation of docs/spec/LAYOUTS.md's slicing rules, for the
  * multi-rank tests. Given a fixture folder and a parallel layout it computes, for any rank, the
  * table of local parameters the loader must produce: names, dtypes, global and local shapes,
  * aliases, and for every byte of every parameter where it comes from (a checkpoint tensor and a
  * byte offset in it, or zero padding). The expected bytes then follow from the fixtures' value
  * function (values.h), so any slice can be checked on any rank without reading the checkpoint.
  *
- * It is written straight from LOADER.md's tables (§3 layout, §4 experts, §5 styles, §6 families,
- * §6.7 fp8 scales) with hard-coded per-family parameter lists; it reads config.json with cJSON and
- * the tensor headers with the public inspection API (sl_model_open). It calls no internal (sl__)
- * function of the library and does not read the architecture spec files.
+ * It is written straight from docs/spec/LAYOUTS.md's tables (§1–§2 layout, docs/spec/EXPERTS.md experts,
+ * docs/spec/LAYOUTS.md §3 styles, docs/spec/ARCHITECTURES.md families, docs/spec/ARCHITECTURES.md §6 fp8
+ * scales) with hard-coded per-family parameter lists; it reads config.json with cJSON and the tensor headers
+ * with the public inspection API (sl_model_open). It calls no internal (sl__) function of the library and
+ * does not read the architecture spec files.
  *
  * Organisation: a model (config + tensor headers + the family's parameter definitions for every
  * layer) is opened once; a table is built for one (layout, rank); cluster figures (bytes needed,
@@ -26,12 +27,12 @@
 
 typedef struct sl_ref_model sl_ref_model;
 
-/* A parallel layout and one rank in it (LOADER.md §3.1: g = q*(P*T) + p*T + r). */
+/* A parallel layout and one rank in it (docs/spec/LAYOUTS.md §1: g = q*(P*T) + p*T + r). */
 typedef struct sl_ref_layout {
   int tp, pp, dp;         /* T, P, D */
   int rank;               /* global rank g */
   bool expert_parallel;   /* --enable-expert-parallel */
-  bool round_robin;       /* requested placement (the effective one follows §4.3) */
+  bool round_robin;       /* requested placement (the effective one follows docs/spec/EXPERTS.md §3) */
   bool checkpoint_layout; /* layout checkpoint instead of vllm */
 } sl_ref_layout;
 
@@ -116,11 +117,12 @@ void sl_ref_describe(const sl_ref_model *model, const sl_ref_param *p, uint64_t 
 sl_status sl_ref_cluster_compute(const sl_ref_model *model, const sl_ref_layout *layout, sl_ref_cluster *out,
                                  char *msg, size_t cap);
 
-/* Expert placement of LOADER.md §4.2: the ascending global ids held by EP rank e. Returns the
+/* Expert placement of docs/spec/EXPERTS.md §2: the ascending global ids held by EP rank e. Returns the
  * count written to ids (at most cap). */
 uint32_t sl_ref_expert_set(uint32_t experts, uint32_t ep_size, uint32_t ep_rank, bool round_robin,
                            uint32_t *ids, uint32_t cap);
-/* Pipeline split of §3.2 (automatic): first layer and count of stage p; false when L < P. */
+/* Pipeline split of docs/spec/LAYOUTS.md §2 (automatic): first layer and count of stage p; false when L < P.
+ * */
 bool sl_ref_stage_layers(uint32_t layers, uint32_t stages, uint32_t stage, uint32_t *start, uint32_t *count);
 
 #endif

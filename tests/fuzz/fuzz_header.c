@@ -1,5 +1,5 @@
 /*
- * fuzz_header.c — libFuzzer target for the safetensors reader (SAFETENSORS.md §4–§5). The input is
+ * fuzz_header.c — libFuzzer target for the safetensors reader (docs/spec/SAFETENSORS.md §4–§5). The input is
  * a whole file (file_size = size). Every rejection must carry a message; an accepted header is
  * re-serialised with sl__st_build_header, which must succeed, parse again to the same table, and
  * re-serialise to the same bytes.

@@ -1,8 +1,8 @@
 /*
- * hub_unit.c — the pure parts of the Hub client, without a server: HUB.md §6 validation goldens,
- * §2 URL encoding, §4 etag normalisation, §7.2 retry waits, §1 environment precedence, token
- * cleaning and booleans, §9 names and pointer targets, refs files, pointers and §10 locks in a
- * temporary folder.
+ * hub_unit.c — the pure parts of the Hub client, without a server: docs/spec/HUB.md §6 validation goldens,
+ * docs/spec/HUB.md §2 URL encoding, §4 etag normalisation, §7.2 retry waits, §1 environment precedence, token
+ * cleaning and booleans, docs/spec/HUB.md §9 names and pointer targets, refs files, pointers and §10 locks in
+ * a temporary folder.
  */
 #include "check.h"
 #include "api/config.h"

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""server.py -- a local, fault-injecting Hugging Face Hub for the `hub` tests (HUB.md §11).
+"""server.py -- a local, fault-injecting Hugging Face Hub for the `hub` tests (docs/spec/HUB.md §11).
 
 Two ThreadingHTTPServers on 127.0.0.1 with ports chosen by the OS: the "hub" (revision API,
 resolve URLs) and a "cdn" (where LFS files are redirected, as the real Hub does with signed URLs).

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""test_hub.py -- the `hub` tests: the Hub client against tests/hub/server.py (HUB.md §11).
+"""test_hub.py -- the `hub` tests: the Hub client against tests/hub/server.py (docs/spec/HUB.md §11).
 
 usage: test_hub.py --driver PATH [--cli PATH] GROUP...
   groups: basic, faults, parallel, errors, locks, cli (each a ctest test of its own)

@@ -463,7 +463,7 @@ static void check_report(const char *label, const lc_case *c, const sl_ref_model
   CHECKF(bcast == cl->bytes_broadcast, "%s: bytes_broadcast %llu, reference (sum needed - distinct) %llu",
          label, (unsigned long long)bcast, (unsigned long long)cl->bytes_broadcast);
   /* Dense model, data parallel only: every replica needs the whole checkpoint once. (With
-   * experts, slices differ between replicas, §4.1.) */
+   * experts, slices differ between replicas, docs/spec/EXPERTS.md §1.) */
   if (c->tp == 1 && c->pp == 1 && c->dp > 1 && sl_ref_num_experts(m) == 0)
     CHECKF(bcast == (uint64_t)(c->dp - 1) * unique, "%s: bytes_broadcast %llu != (dp-1) x %llu", label,
            (unsigned long long)bcast, (unsigned long long)unique);
@@ -572,7 +572,7 @@ bool lc_run(const lc_case *c, lc_result *keep) {
   CHECKF(lo == hi, "%s: ranks disagree on the load status (%s here)", rlabel, sl_status_name(st));
   bool good = false;
   if (c->expect != SL_STATUS_OK) {
-    /* A failure the reference does not model (e.g. EPLB slots not divisible, §4.4). */
+    /* A failure the reference does not model (e.g. EPLB slots not divisible, docs/spec/EXPERTS.md §4). */
     CHECKF(st == c->expect, "%s: load returned %s (%s), expected %s", rlabel, sl_status_name(st), message,
            sl_status_name(c->expect));
     if (c->expect_text != NULL)

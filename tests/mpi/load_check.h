@@ -69,7 +69,7 @@ void lc_tmpdir_remove(char *dir);
 bool lc_make_variant(const char *fixture, const char *dir, const char *args);
 
 /* COLLECTIVE. Rank 0 writes a synthetic Llama checkpoint into dir (created): H 16, 2 layers, 4
- * heads, 2 kv heads, I 32 and a vocabulary of 65 rows (LOADER.md §5.2's golden: at tp 4 the padded
+ * heads, 2 kv heads, I 32 and a vocabulary of 65 rows (docs/spec/LAYOUTS.md §3.4's golden: at tp 4 the padded
  * 128 rows give rank 2 one real row and rank 3 none), bytes from the value function. */
 bool lc_write_tiny_vocab65(const char *dir);
 

@@ -1,6 +1,6 @@
 /*
- * test_coverage.c — engine/coverage.c, missing and unexpected weight tracking (LOADER.md §7), on
- * hand-built models, catalogs, schedules and rank plans:
+ * test_coverage.c — engine/coverage.c, missing and unexpected weight tracking (docs/spec/TRACKING.md §1–§3),
+ * on hand-built models, catalogs, schedules and rank plans:
  *   - the pre-check from the schedule's bitmaps: missing units (sorted by name), unexpected
  *     tensors (sorted by name), ignored biases, the skipped count;
  *   - the collective reduction at the world size it runs with: each rank sets only what its own

@@ -11,14 +11,14 @@
  *   test_goldens       hand-computed cases that check the reference and the loader together:
  *                      llama padded vocabulary at tp 4 (rank 3: 58 real rows + 6 zero rows), qwen2
  *                      at tp 3 (rank 2: rows 128..189 + 2 zero rows), GQA replication at tp 4, the
- *                      Mistral rotary permutation of §6.4 on wq rows, read amplification 1.00 against
- *                      naive 4.00 at tp 4, tied qwen3 with pp 2 (embedding on both stages, lm_head an
- *                      alias on the last).
+ *                      Mistral rotary permutation of docs/spec/ARCHITECTURES.md §3 on wq rows, read
+ *                      amplification 1.00 against naive 4.00 at tp 4, tied qwen3 with pp 2 (embedding on both
+ *                      stages, lm_head an alias on the last).
  *   test_dense_ep      --enable-expert-parallel on a dense model has no effect.
- *   test_vocab65       a synthetic Llama with 65 vocabulary rows written by the test (§5.2's golden
- *                      "65, 4": rank 2 holds 1 real + 31 zero rows, rank 3 only zero rows; in the
- *                      checkpoint layout rank 3's slice has 0 rows and is still a table entry), at
- *                      every layout in both layouts.
+ *   test_vocab65       a synthetic Llama with 65 vocabulary rows written by the test
+ *                      (docs/spec/LAYOUTS.md §3.4's golden "65, 4": rank 2 holds 1 real + 31 zero rows, rank
+ *                      3 only zero rows; in the checkpoint layout rank 3's slice has 0 rows and is still a
+ *                      table entry), at every layout in both layouts.
  */
 #include "check.h"
 #include "load_check.h"
@@ -131,8 +131,8 @@ static void golden_qwen2_tp3(void) {
   lc_result_free(&res);
 }
 
-/* §6.4: in each head of d = 8 rows, new row j*(d/2) + i comes from old row 2*i + j, so local q rows
- * 0..7 of head 0 are old rows 0, 2, 4, 6, 1, 3, 5, 7 of layers.0.attention.wq.weight. */
+/* docs/spec/ARCHITECTURES.md §3: in each head of d = 8 rows, new row j*(d/2) + i comes from old row 2*i + j,
+ * so local q rows 0..7 of head 0 are old rows 0, 2, 4, 6, 1, 3, 5, 7 of layers.0.attention.wq.weight. */
 static void golden_mistral_permutation(void) {
   int world = lc_world();
   lc_case c = {
@@ -140,7 +140,7 @@ static void golden_mistral_permutation(void) {
   lc_result res;
   lc_run(&c, &res);
   if (res.status == SL_STATUS_OK) {
-    /* load format auto resolved to mistral (§1.3) */
+    /* load format auto resolved to mistral (docs/spec/FILES.md §3) */
     if (lc_rank() == 0)
       CHECK_CONTAINS(sl_loader_report_json(res.loader), "\"load_format\":\"mistral\"");
     const sl_param *q = sl_loader_find(res.loader, "model.layers.0.self_attn.qkv_proj.weight");

@@ -140,7 +140,8 @@ static void test_missing(void) {
   CHECK_CONTAINS(r.message, "model.layers.1.self_attn.k_proj.weight");
   run_free(&r);
   free(dir);
-  /* LOADER.md §10: a tied checkpoint with lm_head.weight but no embedding → the embedding is missing. */
+  /* docs/spec/TRACKING.md §5: a tied checkpoint with lm_head.weight but no embedding → the embedding is
+   * missing. */
   dir = variant("qwen3", "noembed", "--drop model.embed_tokens.weight");
   if (dir == NULL)
     return;
@@ -315,7 +316,7 @@ static void test_indivisible(void) {
     expect_refused("deepseek_v3_fp8", 4, 1, 1, NULL, SL_STATUS_DIVISIBILITY, "block", "24 rows");
     expect_refused("llama", 1, 4, 1, NULL, SL_STATUS_LAYOUT, "3 layers", "4 pipeline stages");
   }
-  /* §10: --enable-eplb requires --enable-expert-parallel. */
+  /* docs/spec/EXPERTS.md §6: --enable-eplb requires --enable-expert-parallel. */
   const char *eplb[] = {"enable_eplb", "true", NULL};
   char folder[1024];
   lc_fixture_path("mixtral", folder, sizeof folder);

@@ -7,16 +7,16 @@
  *                      fused3d (3-D expert tensors, spec tests/data/fused3d_spec.json): every
  *                      (tp, pp, dp) of the world size, without expert parallelism (experts sliced
  *                      over dp*tp ranks), with EP linear and with EP round_robin (effective only
- *                      when n_group > 1, §4.3), in both layouts; every rank's bytes against the
- *                      reference and rank 0's report against its figures (with coalescing off for
+ *                      when n_group > 1, docs/spec/EXPERTS.md §3), in both layouts; every rank's bytes
+ *                      against the reference and rank 0's report against its figures (with coalescing off for
  *                      the EP runs, so that a rank provably reads no byte of a non-local expert).
  *                      Invalid layouts (indivisible sizes, fp8 blocks, pp > layers) must be refused
  *                      with the reference's status.
- *   test_goldens       §4.2/§4.3/§9 items 10–11 through the loader: EP 2 on mixtral gives experts
- *                      0–3 to EP rank 0 and 4–7 to EP rank 1 (round_robin requested falls back to
+ *   test_goldens       docs/spec/EXPERTS.md §2/§3/§7 items 1–2 through the loader: EP 2 on mixtral gives
+ *                      experts 0–3 to EP rank 0 and 4–7 to EP rank 1 (round_robin requested falls back to
  *                      linear: no n_group); deepseek_v3 (n_group 2) with round_robin gives
  *                      {0,2,4,6} / {1,3,5,7}; qwen2_moe's 6 experts over EP 4 are 2,2,1,1; the
- *                      reference's expert sets against the tables of §4.2.
+ *                      reference's expert sets against the tables of docs/spec/EXPERTS.md §2.
  */
 #include "check.h"
 #include "load_check.h"
@@ -75,7 +75,7 @@ static void check_w13_slot(const char *what, const sl_param *p, uint64_t slot, c
 }
 
 /* EP over the stage group of size dp*tp == 2: mixtral experts 0..3 on EP rank 0, 4..7 on EP rank 1
- * (with round_robin requested too: mixtral has no n_group, §4.3); deepseek_v3 round_robin
+ * (with round_robin requested too: mixtral has no n_group, docs/spec/EXPERTS.md §3); deepseek_v3 round_robin
  * {0,2,4,6} / {1,3,5,7}. */
 static void golden_ep2(void) {
   int world = lc_world();
@@ -164,7 +164,7 @@ static void golden_uneven(void) {
   lc_result_free(&res);
 }
 
-/* The reference's placement against the tables of §4.2 (no loader). */
+/* The reference's placement against the tables of docs/spec/EXPERTS.md §2 (no loader). */
 static void golden_placement(void) {
   if (lc_rank() != 0)
     return;
@@ -185,7 +185,7 @@ static void golden_placement(void) {
   CHECK(n == 16 && ids[1] == 16 && ids[15] == 240);
 }
 
-/* §4.3/§4.4/§10: EPLB without redundant experts is linear placement (round_robin requested or
+/* docs/spec/EXPERTS.md §3/§4/§6: EPLB without redundant experts is linear placement (round_robin requested or
  * not, even with n_group > 1); round_robin without expert parallelism has no effect. The reference
  * is asked for the effective layout while the config asks for the other one. */
 static void golden_eplb_and_no_ep(void) {
@@ -196,7 +196,7 @@ static void golden_eplb_and_no_ep(void) {
   eplb.extra[2] = "expert_placement";
   eplb.extra[3] = "round_robin";
   if (8 % world != 0) {
-    /* §4.4: (E + R) % EP != 0 is an error, as in vLLM. */
+    /* docs/spec/EXPERTS.md §4: (E + R) % EP != 0 is an error, as in vLLM. */
     eplb.expect = SL_STATUS_LAYOUT;
     eplb.expect_text = "not divisible by the expert-parallel size";
   }

@@ -11,7 +11,7 @@
  * slices, misaligned fused parts); every rank then writes into every parameter it holds (a mapping is
  * private: the write must stay in memory), reads the write back, and a fresh load must still match the
  * reference (the files are unchanged). test_mmap_refused  mmap with device cuda is refused by
- * sl_loader_create (CONFIG, naming mmap); with enable_multithread_load as LOADER.md §2 rule 4 says.
+ * sl_loader_create (CONFIG, naming mmap); with enable_multithread_load as docs/spec/FILES.md §6 rule 4 says.
  */
 #include "check.h"
 #include "load_check.h"

@@ -1,5 +1,5 @@
 /*
- * test_save_sharded.c — pre-sharded output (LOADER.md §8, §9 item 15, §10) at the MPI world size it
+ * test_save_sharded.c — pre-sharded output (docs/spec/TRACKING.md §4, §6 item 2, §5) at the MPI world size it
  * runs with.
  *
  * Each case loads a model with save_sharded=<temporary folder> (or calls sl_loader_save_sharded
@@ -48,7 +48,8 @@ typedef struct expected_part {
   const sl_param *params[256];
 } expected_part;
 
-/* Table order, zero-size and aliases dropped, greedy split (§8, §10). Returns the part count. */
+/* Table order, zero-size and aliases dropped, greedy split (docs/spec/TRACKING.md §4, §5). Returns the part
+ * count. */
 static size_t expected_parts(const sl_loader *l, uint64_t limit, expected_part *parts, size_t cap) {
   size_t k = 0;
   uint64_t used = 0;

@@ -1,3 +1,3 @@
-# Weight file selection (LOADER.md §1) and the extra config (LOADER.md §2).
+# Weight file selection (docs/spec/FILES.md) and the extra config (docs/spec/FILES.md §6).
 sl_unit_test(test_select)
 sl_unit_test(test_extra_config)

@@ -1,5 +1,5 @@
 /*
- * test_extra_config.c — `--extra-config` parsing and validation (LOADER.md §2, §9 item 7): each
+ * test_extra_config.c — `--extra-config` parsing and validation (docs/spec/FILES.md §6, §7 item 7): each
  * valid key, the exact messages, the validation order, how num_threads must be written, and the
  * merge with --threads and --no-strict.
  */

@@ -80,7 +80,7 @@ DTYPE_BITS = {
     "F16": 16, "BF16": 16, "I32": 32, "U32": 32, "F32": 32, "C64": 64, "F64": 64, "I64": 64,
     "U64": 64,
 }
-# Writer order, lowest first (SAFETENSORS.md §2).
+# Writer order, lowest first (docs/spec/SAFETENSORS.md §2).
 DTYPE_ORDER = ["BOOL", "F4", "F6_E2M3", "F6_E3M2", "U8", "I8", "F8_E5M2", "F8_E4M3", "F8_E8M0",
                "F8_E4M3FNUZ", "F8_E5M2FNUZ", "I16", "U16", "F16", "BF16", "I32", "U32", "F32",
                "C64", "F64", "I64", "U64"]

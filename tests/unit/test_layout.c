@@ -1,6 +1,6 @@
 /*
- * test_layout.c — the goldens of LOADER.md §3 (ranks, pipeline split, partitions) and §4
- * (expert placement, maps, effective placement, EPLB, expert ids, the skip predicate).
+ * test_layout.c — the goldens of docs/spec/LAYOUTS.md §1–§2 (ranks, pipeline split, partitions) and
+ * docs/spec/EXPERTS.md (expert placement, maps, effective placement, EPLB, expert ids, the skip predicate).
  */
 #include "check.h"
 #include "model/layout.h"
@@ -167,7 +167,7 @@ static void test_experts(void) {
   /* ep <= 1: everything local */
   CHECK_EQ_U64(sl__ep_count(8, 1, 0, SL_PLACEMENT_LINEAR), 8);
   CHECK(sl__ep_slot(8, 1, 0, SL_PLACEMENT_LINEAR, 5) == 5);
-  /* effective placement (§4.3) */
+  /* effective placement (docs/spec/EXPERTS.md §3) */
   CHECK(sl__placement_effective(SL_PLACEMENT_ROUND_ROBIN, 1, 0, false) == SL_PLACEMENT_LINEAR); /* Mixtral */
   CHECK(sl__placement_effective(SL_PLACEMENT_ROUND_ROBIN, 8, 0, false) == SL_PLACEMENT_ROUND_ROBIN);
   CHECK(sl__placement_effective(SL_PLACEMENT_ROUND_ROBIN, 8, 2, false) == SL_PLACEMENT_LINEAR);

@@ -1,5 +1,5 @@
 /*
- * test_natsort.c — model/natsort.c: the natural order of weight file names (LOADER.md §1.4).
+ * test_natsort.c — model/natsort.c: the natural order of weight file names (docs/spec/FILES.md §4).
  * Digit runs compare as numbers (leading zeros stripped, any length), non-digit runs by bytes
  * (a prefix first), equal keys fall back to the basename bytes then the full path bytes; only
  * the basename counts for the key. Every pair is checked in both directions (antisymmetry), and

@@ -1,7 +1,7 @@
 /*
- * test_plan.c — plan-level checks that need no MPI (LOADER.md §9 items 10–11): on the synthetic
- * MoE checkpoint of §9.11 (embed [100,64], q_proj [64,64], input_layernorm [64], 8 experts with
- * gate/up [128,64] and down [64,128], one shared_experts.gate_proj), which expert tensors each
+ * test_plan.c — plan-level checks that need no MPI (docs/spec/EXPERTS.md §7 items 1–2): on the synthetic
+ * MoE checkpoint of docs/spec/EXPERTS.md §7 item 2 (embed [100,64], q_proj [64,64], input_layernorm [64], 8
+ * experts with gate/up [128,64] and down [64,128], one shared_experts.gate_proj), which expert tensors each
  * rank's plan reads without EP, with EP=2 and with EP=8; the skip-predicate invariant (no plan
  * reads a tensor vLLM's filter would skip, and the plans together cover every expert tensor);
  * the schedule's single reader per byte.
@@ -141,10 +141,11 @@ static void check_layout(fixture *f, uint32_t tp, uint32_t dp, bool ep, uint32_t
           CHECKF(touched[t] == mine, "tp=%u dp=%u ep=%d rank %u: %s touched=%d", tp, dp, ep, r, name,
                  touched[t]);
         }
-        /* The invariant of §4.5: no tensor the skip predicate drops is in the plan. */
+        /* The invariant of docs/spec/EXPERTS.md §5: no tensor the skip predicate drops is in the plan. */
         CHECKF(!(touched[t] && sl__expert_skip(name, &local)), "rank %u reads skipped %s", r, name);
       } else if (strcmp(name, "model.embed_tokens.weight") == 0 && p.ctx.r * (128 / tp) >= 100) {
-        /* padded vocabulary 128: this rank's rows are all padding (§5.2), nothing to read */
+        /* padded vocabulary 128: this rank's rows are all padding (docs/spec/LAYOUTS.md §3.4), nothing to
+         * read */
         CHECKF(!touched[t], "rank %u reads vocabulary rows it does not hold", r);
       } else {
         dense_ok = dense_ok && touched[t];

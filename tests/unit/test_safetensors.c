@@ -1,10 +1,12 @@
 /*
- * test_safetensors.c — the strict safetensors reader and the byte-exact writer (SAFETENSORS.md).
+ * test_safetensors.c — the strict safetensors reader and the byte-exact writer (docs/spec/SAFETENSORS.md).
  *
- *   rows_*          every row 1–50 of the §8 checklist as in-memory bytes with its expected status
- *                   (OK rows also check names, dtypes, shapes and offsets), plus more defects;
+ *   rows_*          every row 1–50 of the docs/spec/SAFETENSORS.md §7 checklist as in-memory bytes with its
+ *                   expected status (OK rows also check names, dtypes, shapes and offsets), plus more
+ *                   defects;
  *   test_files      some rows again through sl__st_read_file, I/O errors, a header-only sparse file;
- *   test_goldens    every writer golden of §6 byte for byte (header, file) and parsed back;
+ *   test_goldens    every writer golden of docs/spec/SAFETENSORS.md §6 byte for byte (header, file) and
+ *                   parsed back;
  *   test_refusals   what the writer refuses, leaving nothing behind;
  *   test_roundtrip  seeded random tables: write → read → same table, rewrite → same bytes.
  */
@@ -151,7 +153,7 @@ static void expect_ok(const char *what, sl__buf b, const want_tensor *w, size_t 
     expect_ok(what, hz(hdr, k), w_, sizeof w_ / sizeof w_[0]);                                               \
   } while (0)
 
-/* ---- §8 rows ---- */
+/* ---- docs/spec/SAFETENSORS.md §7 rows ---- */
 
 #define T60 "{\"test\":{\"dtype\":\"I32\",\"shape\":[2,2],\"data_offsets\":[0,16]}}"
 
@@ -679,7 +681,7 @@ static void dir_is_empty(const char *dir, const char *label) {
   closedir(d);
 }
 
-/* Checks one §6 golden: build_header, write_file, and parse back. */
+/* Checks one docs/spec/SAFETENSORS.md §6 golden: build_header, write_file, and parse back. */
 static void golden(const char *label, const sl__st_write_tensor *t, size_t n, const sl__st_meta *m, size_t nm,
                    const char *json, size_t json_len, uint64_t want_n, const size_t *want_order) {
   CHECKF(strlen(json) == json_len, "%s: the expected JSON has %zu bytes, the spec says %zu", label,

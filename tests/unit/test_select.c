@@ -1,8 +1,8 @@
 /*
- * test_select.c — weight file selection (LOADER.md §1.1–§1.4, §9 items 1–6): load formats, pattern
+ * test_select.c — weight file selection (docs/spec/FILES.md §1–§4, §7 items 1–6): load formats, pattern
  * priority and the pt fallback, auto → mistral, index de-duplication and validation, trainer-file
  * filter, natural sort, hidden files and symlinks, the name-list entry points, and the relative
- * path rules of HUB.md §6. Each case builds its model folder in a fresh temporary directory.
+ * path rules of docs/spec/HUB.md §6. Each case builds its model folder in a fresh temporary directory.
  */
 #include "check.h"
 #include "model/file_select.h"
@@ -120,7 +120,7 @@ static void expect_error(int line, const char *dir, sl__select_opts o, sl_status
 
 static const char *k_no_weights = "Cannot find any model weights with 'my/model'";
 
-/* ---- §9 item 1: formats ---- */
+/* ---- docs/spec/FILES.md §7 item 1: formats ---- */
 
 static void test_formats(void) {
   static const struct {
@@ -179,7 +179,7 @@ static void test_formats(void) {
   CHECK(sl__format_index_name(SL_FORMAT_PT) == NULL);
 }
 
-/* ---- §9 item 2: pattern priority, pt fallback ---- */
+/* ---- docs/spec/FILES.md §7 item 2: pattern priority, pt fallback ---- */
 
 static void test_pattern_priority(void) {
   char *dir = sl_test_mkdtemp("select");
@@ -239,7 +239,7 @@ static void test_pattern_priority(void) {
   free(dir);
 }
 
-/* ---- §9 item 3: auto → mistral ---- */
+/* ---- docs/spec/FILES.md §7 item 3: auto → mistral ---- */
 
 static void test_auto_mistral(void) {
   char *dir = sl_test_mkdtemp("select");
@@ -315,7 +315,7 @@ static void test_auto_mistral(void) {
   CHECK(sl__format_resolve_auto(SL_FORMAT_HF, top, 2) == SL_FORMAT_HF);
 }
 
-/* ---- §9 item 4: index de-duplication and validation ---- */
+/* ---- docs/spec/FILES.md §7 item 4: index de-duplication and validation ---- */
 
 static const char *k_two_shards_index = "{\"metadata\": {\"total_size\": \"12\", \"stray\": [1, 2]},\n"
                                         " \"weight_map\": {\"a\": \"model-00001-of-00002.safetensors\",\n"
@@ -510,7 +510,7 @@ static void test_apply_index_buffer(void) {
   sl__selection_free(&sel);
 }
 
-/* ---- §9 item 5: trainer-file filter ---- */
+/* ---- docs/spec/FILES.md §7 item 5: trainer-file filter ---- */
 
 static void test_trainer_filter(void) {
   char *dir = sl_test_mkdtemp("select");
@@ -556,7 +556,7 @@ static void test_trainer_filter(void) {
   free(dir);
 }
 
-/* ---- §9 item 6: natural sort, hidden files; symlinks and folders ---- */
+/* ---- docs/spec/FILES.md §7 item 6: natural sort, hidden files; symlinks and folders ---- */
 
 static void test_natural_cmp(void) {
   static const char *const ordered[] = {
@@ -768,7 +768,7 @@ static void test_select_names(void) {
   CHECK(zero.files == NULL && zero.n_files == 0);
 }
 
-/* ---- HUB.md §6 file-path goldens ---- */
+/* ---- docs/spec/HUB.md §6 file-path goldens ---- */
 
 static void test_relpath(void) {
   static const char *const bad[] = {"../x", "a/../b", "/etc/passwd", "C:x", "a\\b", "a//b", "./a", "",   "a/",

@@ -1,0 +1,4 @@
+# tests/unit/docrefs.cmake — every *.md name and § section cited in the repository exists
+# (docs/spec/README.md).
+sl_script_test(doc_refs unit ${CMAKE_CURRENT_LIST_DIR}/test_doc_refs.py)
+set_tests_properties(doc_refs PROPERTIES FIXTURES_REQUIRED "")
