@@ -506,7 +506,6 @@ sl_status sl_loader_load(sl_loader *l) {
                      .workers = l->opts.extra.num_threads,
                      .chunk = l->po.read_chunk,
                      .coalesce_gap = l->opts.coalesce_gap,
-                     .staging_bytes = l->opts.staging_bytes,
                      .strategy = l->opts.strategy,
                      .progress = l->comm.rank == 0 && !l->opts.quiet && isatty(2),
                      .copy_done = l->copy_done};

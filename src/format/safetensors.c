@@ -17,6 +17,7 @@
  */
 #include "format/safetensors.h"
 
+#include "base/hashmap.h"
 #include "base/util.h"
 
 #include <errno.h>
@@ -47,8 +48,8 @@ typedef struct st_scan {
   size_t arena_used; /* committed bytes */
   sl__vec tensors;   /* sl__st_tensor, in header order */
   sl__vec meta;      /* sl__st_meta, in first-seen key order */
-  sl__strmap names;  /* tensor name → index into tensors (duplicates) */
-  sl__strmap keys;   /* metadata key → index into meta (a repeated key keeps the last value) */
+  sl__hashmap names; /* tensor name → index into tensors (duplicates) */
+  sl__hashmap keys;  /* metadata key → index into meta (a repeated key keeps the last value) */
   bool have_meta;    /* __metadata__ was seen */
 } st_scan;
 
@@ -437,7 +438,7 @@ static sl_status scan_tensor(st_scan *s, st_str *name) {
     return scan_fail(s, "tensor name contains U+0000 (names must be C strings)");
   bool oom = false;
   uint32_t index = (uint32_t)s->tensors.len;
-  if (!sl__strmap_put(&s->names, name->s, name->len, index, NULL, &oom)) {
+  if (!sl__hashmap_put(&s->names, name->s, name->len, index, NULL, &oom)) {
     if (oom)
       return scan_nomem(s);
     return scan_fail(s, "duplicate tensor name '%.*s'", shown(name->len), name->s);
@@ -537,9 +538,9 @@ static sl_status scan_metadata(st_scan *s) {
       return st;
     size_t key_len = strlen(key.s);
     uint32_t index = (uint32_t)s->meta.len;
-    uint32_t existing = 0;
+    uint64_t existing = 0;
     bool oom = false;
-    if (sl__strmap_put(&s->keys, key.s, key_len, index, &existing, &oom)) {
+    if (sl__hashmap_put(&s->keys, key.s, key_len, index, &existing, &oom)) {
       scan_commit(s, &key);
       sl__st_meta *slot = sl__vec_push(&s->meta);
       if (slot == NULL)
@@ -548,7 +549,7 @@ static sl_status scan_metadata(st_scan *s) {
     } else if (oom) {
       return scan_nomem(s);
     } else {
-      index = existing;
+      index = (uint32_t)existing;
     }
     st = scan_expect(s, ':', "after a metadata key");
     if (st != SL_STATUS_OK)
@@ -721,8 +722,8 @@ sl_status sl__st_parse(const uint8_t *prefix, size_t prefix_len, uint64_t file_s
   s.err = err;
   sl__vec_init(&s.tensors, sizeof(sl__st_tensor));
   sl__vec_init(&s.meta, sizeof(sl__st_meta));
-  sl__strmap_init(&s.names);
-  sl__strmap_init(&s.keys);
+  sl__hashmap_init(&s.names, SL_HASHMAP_BORROW);
+  sl__hashmap_init(&s.keys, SL_HASHMAP_BORROW);
   s.arena = malloc(s.n + 1);
   if (s.arena == NULL) {
     st = sl__err_set(err, SL_STATUS_NOMEM, "%s: out of memory for a %zu-byte header", what, s.n);
@@ -731,8 +732,8 @@ sl_status sl__st_parse(const uint8_t *prefix, size_t prefix_len, uint64_t file_s
   st = scan_header(&s);
   if (st != SL_STATUS_OK)
     goto fail;
-  sl__strmap_free(&s.names);
-  sl__strmap_free(&s.keys);
+  sl__hashmap_free(&s.names);
+  sl__hashmap_free(&s.keys);
 
   sl__st_tensor *tensors = s.tensors.data;
   if (s.tensors.len > 1)
@@ -762,8 +763,8 @@ sl_status sl__st_parse(const uint8_t *prefix, size_t prefix_len, uint64_t file_s
   return SL_STATUS_OK;
 
 fail:
-  sl__strmap_free(&s.names);
-  sl__strmap_free(&s.keys);
+  sl__hashmap_free(&s.names);
+  sl__hashmap_free(&s.keys);
   sl__vec_free(&s.tensors);
   sl__vec_free(&s.meta);
   free(s.arena);
