@@ -9,6 +9,7 @@
  * Validation runs in the order of the spec and stops at the first failure.
  */
 #include "api/extra_config.h"
+#include "base/hashmap.h"
 #include "base/util.h"
 
 #include <cjson/cJSON.h>
@@ -113,12 +114,12 @@ static bool is_allowed_key(const char *key) {
 }
 
 static sl_status check_duplicates(const cJSON *root, sl__err *err) {
-  sl__strmap seen;
-  sl__strmap_init(&seen);
+  sl__hashmap seen;
+  sl__hashmap_init(&seen, SL_HASHMAP_BORROW);
   sl_status st = SL_STATUS_OK;
   for (const cJSON *c = root->child; c != NULL; c = c->next) {
     bool oom = false;
-    if (sl__strmap_put(&seen, c->string, strlen(c->string), 0, NULL, &oom))
+    if (sl__hashmap_put(&seen, c->string, strlen(c->string), 0, NULL, &oom))
       continue;
     if (oom)
       st = sl__err_set(err, SL_STATUS_NOMEM, "out of memory reading the extra config");
@@ -126,7 +127,7 @@ static sl_status check_duplicates(const cJSON *root, sl__err *err) {
       st = sl__err_set(err, SL_STATUS_CONFIG, "duplicate key '%s' in extra config", c->string);
     break;
   }
-  sl__strmap_free(&seen);
+  sl__hashmap_free(&seen);
   return st;
 }
 

@@ -14,6 +14,7 @@
 #include "api/config.h"
 #include "format/safetensors.h"
 #include "model/file_select.h"
+#include "base/hashmap.h"
 #include "base/util.h"
 
 #include <cjson/cJSON.h>
@@ -73,7 +74,7 @@ static sl_status open_file(const char *path, sl__catalog *c, sl__err *err) {
   if (st != SL_STATUS_OK)
     return st;
   memset(c, 0, sizeof *c);
-  sl__strmap_init(&c->by_name);
+  sl__hashmap_init(&c->by_name, SL_HASHMAP_BORROW);
   c->format = SL_FORMAT_SAFETENSORS;
   c->use_safetensors = true;
   c->files = calloc(1, sizeof *c->files);
@@ -224,8 +225,8 @@ static sl_status index_warnings(const sl__catalog *c, warn_list *w, sl__err *err
   sl__err rerr;
   sl__err_clear(&rerr);
   cJSON *root = NULL;
-  sl__strmap last; /* tensor name → ordinal of its last weight_map entry */
-  sl__strmap_init(&last);
+  sl__hashmap last; /* tensor name → ordinal of its last weight_map entry */
+  sl__hashmap_init(&last, SL_HASHMAP_BORROW);
   sl_status st = SL_STATUS_OK;
   if (sl__read_file(path, INDEX_MAX_BYTES, &json, &len, &rerr) != SL_STATUS_OK) {
     warn(w, "cannot re-read index %s: %s", index_name, rerr.msg);
@@ -247,16 +248,16 @@ static sl_status index_warnings(const sl__catalog *c, warn_list *w, sl__err *err
     bool oom = false;
     if (e->string == NULL)
       continue;
-    if (!sl__strmap_put(&last, e->string, strlen(e->string), (uint32_t)k, NULL, &oom) && oom) {
+    if (!sl__hashmap_put(&last, e->string, strlen(e->string), k, NULL, &oom) && oom) {
       st = sl__err_set(err, SL_STATUS_NOMEM, "out of memory checking index %s", index_name);
       goto done;
     }
   }
   k = 0;
   for (const cJSON *e = wm->child; e != NULL; e = e->next, k++) {
-    uint32_t ord = 0;
+    uint64_t ord = 0;
     if (e->string == NULL || !cJSON_IsString(e) ||
-        !sl__strmap_get(&last, e->string, strlen(e->string), &ord) || ord != (uint32_t)k)
+        !sl__hashmap_get(&last, e->string, strlen(e->string), &ord) || ord != k)
       continue;
     char name[512];
     char file[512];
@@ -276,15 +277,15 @@ static sl_status index_warnings(const sl__catalog *c, warn_list *w, sl__err *err
   }
   for (size_t i = 0; i < c->n_tensors; i++) {
     const sl__cat_tensor *t = &c->tensors[i];
-    uint32_t ord = 0;
+    uint64_t ord = 0;
     char name[512];
     char where[512];
-    if (!sl__strmap_get(&last, t->name, strlen(t->name), &ord))
+    if (!sl__hashmap_get(&last, t->name, strlen(t->name), &ord))
       warn(w, "tensor '%s' in %s is not listed in index %s", printable(t->name, name, sizeof name),
            printable(c->files[t->file].name, where, sizeof where), index_name);
   }
 done:
-  sl__strmap_free(&last);
+  sl__hashmap_free(&last);
   cJSON_Delete(root);
   free(json);
   free(path);

@@ -498,7 +498,6 @@ static sl_status transfer_phase(sl_loader *l) {
                      .workers = o->extra.num_threads,
                      .chunk = l->pl.po.read_chunk,
                      .coalesce_gap = o->coalesce_gap,
-                     .staging_bytes = o->staging_bytes,
                      .strategy = o->strategy,
                      .progress = l->comm.rank == 0 && !o->quiet && isatty(2),
                      .copy_done = l->copy_done};

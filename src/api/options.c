@@ -8,6 +8,7 @@
 #include "api/config.h"
 #include "base/log.h"
 #include "plan/plan.h"
+#include "engine/staging.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -128,28 +129,24 @@ sl_status sl__pp_starts(const sl__opts *o, uint32_t layers, uint32_t **out, sl__
   return SL_STATUS_OK;
 }
 
+/* The split of the staging budget (engine/staging.h) these options make. */
+static sl__staging staging_of(const sl__opts *o) {
+  sl__staging_req req = {.staging_bytes = o->staging_bytes,
+                         .bucket_bytes = o->bucket_bytes,
+                         .read_chunk = o->read_chunk,
+                         .workers = o->extra.num_threads,
+                         .uring = o->strategy == SL_STRATEGY_IO_URING};
+  sl__staging s;
+  sl__staging_split(&req, &s);
+  return s;
+}
+
 uint64_t sl__effective_bucket(const sl__opts *o) {
-  uint64_t bucket = o->bucket_bytes;
-  if (bucket > o->staging_bytes / 4)
-    bucket = o->staging_bytes / 4;
-  if (bucket > (1ull << 30))
-    bucket = 1ull << 30;
-  return bucket > 0 ? bucket : 1;
+  return staging_of(o).bucket_bytes;
 }
 
 uint64_t sl__effective_chunk(const sl__opts *o) {
-  const uint64_t align = 4096;
-  uint64_t slots =
-      o->strategy == SL_STRATEGY_IO_URING
-          ? SL_URING_DEPTH
-          : (uint64_t)(o->extra.num_threads > 0 ? o->extra.num_threads : 1) * SL_STAGING_RING_DEPTH;
-  uint64_t buckets = 2 * sl__effective_bucket(o);
-  uint64_t left = o->staging_bytes > buckets ? o->staging_bytes - buckets : o->staging_bytes / 2;
-  uint64_t per = left / slots;
-  /* Each slot holds a chunk plus two alignment blocks (O_DIRECT widening). */
-  uint64_t fit = per > 4 * align ? (per - 2 * align) / align * align : 2 * align;
-  uint64_t chunk = o->read_chunk < fit ? o->read_chunk : fit;
-  return chunk > 0 ? chunk : align;
+  return staging_of(o).chunk;
 }
 
 void sl__plan_opts_from(const sl__opts *o, const sl__layout *layout, const uint32_t *pp_starts,

@@ -54,7 +54,6 @@ typedef struct sl__opts {
 
 sl_status sl__opts_from_config(const sl_config *cfg, sl__opts *o, sl__err *err);
 const char *sl__strategy_name(sl__strategy s);
-#define SL_URING_DEPTH 32u /* reads in flight with the io_uring strategy */
 
 /* The broadcast bucket size: bucket_bytes capped to a quarter of the staging budget and to one
  * MPI message (1 GiB). */

@@ -11,6 +11,7 @@
 
 #include "base/err.h"
 #include "engine/comm.h"
+#include "engine/staging.h" /* SL_STAGING_RING_DEPTH: staging slots per reader thread */
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -57,9 +58,6 @@ struct sl__backend {
 
 /* Host backend: always available. */
 sl_status sl__backend_host_create(sl__comm *comm, int workers, sl__backend **out, sl__err *err);
-
-/* Staging slots per reader thread: reads into one slot overlap uploads from the others. */
-#define SL_STAGING_RING_DEPTH 2
 
 /* CUDA backend. device < 0: the node-local rank picks the GPU. stream / nccl_comm: the caller's
  * cudaStream_t and ncclComm_t, or NULL to create them. Without CUDA support compiled in, or

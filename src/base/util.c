@@ -311,7 +311,7 @@ void *sl__vec_push(sl__vec *v) {
   return p;
 }
 
-/* ---- map ---- */
+/* ---- hashing ---- */
 
 uint64_t sl__hash_bytes(const void *data, size_t n) {
   /* FNV-1a 64, then a final avalanche so that low bits are usable with power-of-two tables. */
@@ -325,87 +325,6 @@ uint64_t sl__hash_bytes(const void *data, size_t n) {
   h *= 0xff51afd7ed558ccdULL;
   h ^= h >> 33;
   return h;
-}
-
-void sl__strmap_init(sl__strmap *m) {
-  memset(m, 0, sizeof *m);
-}
-
-void sl__strmap_free(sl__strmap *m) {
-  free(m->keys);
-  free(m->key_lens);
-  free(m->values);
-  memset(m, 0, sizeof *m);
-}
-
-static bool strmap_grow(sl__strmap *m) {
-  size_t cap = m->cap != 0 ? m->cap * 2 : 64;
-  const char **keys = calloc(cap, sizeof *keys);
-  size_t *lens = calloc(cap, sizeof *lens);
-  uint32_t *values = calloc(cap, sizeof *values);
-  if (keys == NULL || lens == NULL || values == NULL) {
-    free(keys);
-    free(lens);
-    free(values);
-    return false;
-  }
-  for (size_t i = 0; i < m->cap; i++) {
-    if (m->keys[i] == NULL)
-      continue;
-    size_t j = sl__hash_bytes(m->keys[i], m->key_lens[i]) & (cap - 1);
-    while (keys[j] != NULL)
-      j = (j + 1) & (cap - 1);
-    keys[j] = m->keys[i];
-    lens[j] = m->key_lens[i];
-    values[j] = m->values[i];
-  }
-  free(m->keys);
-  free(m->key_lens);
-  free(m->values);
-  m->keys = keys;
-  m->key_lens = lens;
-  m->values = values;
-  m->cap = cap;
-  return true;
-}
-
-bool sl__strmap_put(sl__strmap *m, const char *key, size_t key_len, uint32_t value, uint32_t *existing,
-                    bool *oom) {
-  if (oom != NULL)
-    *oom = false;
-  if ((m->count + 1) * 2 > m->cap && !strmap_grow(m)) {
-    if (oom != NULL)
-      *oom = true;
-    return false;
-  }
-  size_t j = sl__hash_bytes(key, key_len) & (m->cap - 1);
-  while (m->keys[j] != NULL) {
-    if (m->key_lens[j] == key_len && memcmp(m->keys[j], key, key_len) == 0) {
-      if (existing != NULL)
-        *existing = m->values[j];
-      return false;
-    }
-    j = (j + 1) & (m->cap - 1);
-  }
-  m->keys[j] = key;
-  m->key_lens[j] = key_len;
-  m->values[j] = value;
-  m->count++;
-  return true;
-}
-
-bool sl__strmap_get(const sl__strmap *m, const char *key, size_t key_len, uint32_t *value) {
-  if (m->cap == 0)
-    return false;
-  size_t j = sl__hash_bytes(key, key_len) & (m->cap - 1);
-  while (m->keys[j] != NULL) {
-    if (m->key_lens[j] == key_len && memcmp(m->keys[j], key, key_len) == 0) {
-      *value = m->values[j];
-      return true;
-    }
-    j = (j + 1) & (m->cap - 1);
-  }
-  return false;
 }
 
 double sl__now(void) {

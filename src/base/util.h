@@ -1,6 +1,7 @@
 /*
  * base/util.h — small shared helpers: overflow-checked arithmetic, a growable byte buffer with an
- * explicit cap (curl's dynbuf idea), string helpers, a growable array and a string→index map.
+ * explicit cap (curl's dynbuf idea), string helpers, a growable array and a byte-string hash. The
+ * hash table itself is base/hashmap.h.
  */
 #ifndef SL_UTIL_H
 #define SL_UTIL_H
@@ -73,22 +74,7 @@ void *sl__vec_push(sl__vec *v);
 bool sl__vec_reserve(sl__vec *v, size_t n);
 #define SL_VEC_AT(v, type, i) (((type *)(v)->data)[i])
 
-/* ---- string → uint32 map (open addressing; keys are not copied: they must outlive the map) ---- */
-typedef struct sl__strmap {
-  const char **keys;
-  size_t *key_lens;
-  uint32_t *values;
-  size_t cap; /* power of two */
-  size_t count;
-} sl__strmap;
-
-void sl__strmap_init(sl__strmap *m);
-void sl__strmap_free(sl__strmap *m);
-/* Inserts key → value. If the key exists, returns false and stores its value in *existing. */
-bool sl__strmap_put(sl__strmap *m, const char *key, size_t key_len, uint32_t value, uint32_t *existing,
-                    bool *oom);
-/* Returns true and *value when found. */
-bool sl__strmap_get(const sl__strmap *m, const char *key, size_t key_len, uint32_t *value);
+/* ---- hashing (the hash of base/hashmap.h) ---- */
 uint64_t sl__hash_bytes(const void *data, size_t n);
 
 /* Monotonic seconds. */

@@ -2,16 +2,17 @@
  * engine/transfer.h — executes one rank's part of the schedule: reads the pieces this rank is the
  * reader of (a pool of threads, bounded staging), delivers bytes into local parameters or into
  * broadcast buckets, and walks the global bucket order broadcasting and scattering buckets.
- * Nothing here decides what to read: plan/plan.c did. A failure anywhere raises the abort channel so
- * that no rank waits forever.
+ * Nothing here decides what to read: plan/schedule.c did; engine/staging.h sizes the threads' staging.
+ * A failure anywhere raises the abort channel so that no rank waits forever. The engine's files, by
+ * job, are listed in engine/engine.h.
  */
 #ifndef SL_TRANSFER_H
 #define SL_TRANSFER_H
 
-#include "backend/backend.h"
-#include "model/catalog.h"
-#include "engine/comm.h"
 #include "api/options.h"
+#include "backend/backend.h"
+#include "engine/comm.h"
+#include "model/catalog.h"
 #include "plan/plan.h"
 
 #include <stdatomic.h>
@@ -43,7 +44,6 @@ typedef struct sl__transfer {
   uint32_t workers;
   uint64_t chunk; /* largest single read */
   uint64_t coalesce_gap;
-  uint64_t staging_bytes; /* cap of staging memory (reader slots and bucket slots) */
   sl__strategy strategy;
   bool progress;               /* print progress on stderr (rank 0, TTY) */
   _Atomic uint64_t *copy_done; /* per copy of the plan: bytes delivered (for tracking) */

@@ -89,7 +89,7 @@ static sl_status scan_tensor(sl__st_scan *s, sl__st_str *name) {
     return sl__st_scan_fail(s, "tensor name contains U+0000 (names must be C strings)");
   bool oom = false;
   uint32_t index = (uint32_t)s->tensors.len;
-  if (!sl__strmap_put(&s->names, name->s, name->len, index, NULL, &oom)) {
+  if (!sl__hashmap_put(&s->names, name->s, name->len, index, NULL, &oom)) {
     if (oom)
       return sl__st_scan_nomem(s);
     return sl__st_scan_fail(s, "duplicate tensor name '%.*s'", sl__st_shown(name->len), name->s);
@@ -189,9 +189,9 @@ static sl_status scan_metadata(sl__st_scan *s) {
       return st;
     size_t key_len = strlen(key.s);
     uint32_t index = (uint32_t)s->meta.len;
-    uint32_t existing = 0;
+    uint64_t existing = 0;
     bool oom = false;
-    if (sl__strmap_put(&s->keys, key.s, key_len, index, &existing, &oom)) {
+    if (sl__hashmap_put(&s->keys, key.s, key_len, index, &existing, &oom)) {
       sl__st_scan_commit(s, &key);
       sl__st_meta *slot = sl__vec_push(&s->meta);
       if (slot == NULL)
@@ -200,7 +200,7 @@ static sl_status scan_metadata(sl__st_scan *s) {
     } else if (oom) {
       return sl__st_scan_nomem(s);
     } else {
-      index = existing;
+      index = (uint32_t)existing;
     }
     st = sl__st_scan_expect(s, ':', "after a metadata key");
     if (st != SL_STATUS_OK)
@@ -373,8 +373,8 @@ sl_status sl__st_parse(const uint8_t *prefix, size_t prefix_len, uint64_t file_s
   s.err = err;
   sl__vec_init(&s.tensors, sizeof(sl__st_tensor));
   sl__vec_init(&s.meta, sizeof(sl__st_meta));
-  sl__strmap_init(&s.names);
-  sl__strmap_init(&s.keys);
+  sl__hashmap_init(&s.names, SL_HASHMAP_BORROW);
+  sl__hashmap_init(&s.keys, SL_HASHMAP_BORROW);
   s.arena = malloc(s.n + 1);
   if (s.arena == NULL) {
     st = sl__err_set(err, SL_STATUS_NOMEM, "%s: out of memory for a %zu-byte header", what, s.n);
@@ -383,8 +383,8 @@ sl_status sl__st_parse(const uint8_t *prefix, size_t prefix_len, uint64_t file_s
   st = scan_header(&s);
   if (st != SL_STATUS_OK)
     goto fail;
-  sl__strmap_free(&s.names);
-  sl__strmap_free(&s.keys);
+  sl__hashmap_free(&s.names);
+  sl__hashmap_free(&s.keys);
 
   sl__st_tensor *tensors = s.tensors.data;
   if (s.tensors.len > 1)
@@ -414,8 +414,8 @@ sl_status sl__st_parse(const uint8_t *prefix, size_t prefix_len, uint64_t file_s
   return SL_STATUS_OK;
 
 fail:
-  sl__strmap_free(&s.names);
-  sl__strmap_free(&s.keys);
+  sl__hashmap_free(&s.names);
+  sl__hashmap_free(&s.keys);
   sl__vec_free(&s.tensors);
   sl__vec_free(&s.meta);
   free(s.arena);

@@ -13,6 +13,7 @@
 #ifndef SL_SAFETENSORS_JSON_H
 #define SL_SAFETENSORS_JSON_H
 
+#include "base/hashmap.h"
 #include "base/util.h"
 #include "format/safetensors.h"
 
@@ -40,8 +41,8 @@ typedef struct sl__st_scan {
   size_t arena_used; /* committed bytes */
   sl__vec tensors;   /* sl__st_tensor, in header order */
   sl__vec meta;      /* sl__st_meta, in first-seen key order */
-  sl__strmap names;  /* tensor name → index into tensors (duplicates) */
-  sl__strmap keys;   /* metadata key → index into meta (a repeated key keeps the last value) */
+  sl__hashmap names; /* tensor name → index into tensors (duplicates) */
+  sl__hashmap keys;  /* metadata key → index into meta (a repeated key keeps the last value) */
   bool have_meta;    /* __metadata__ was seen */
 } sl__st_scan;
 

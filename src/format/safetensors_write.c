@@ -12,6 +12,7 @@
  */
 #include "format/safetensors_write.h"
 
+#include "base/hashmap.h"
 #include "base/util.h"
 
 #include <errno.h>
@@ -153,8 +154,8 @@ sl_status sl__st_build_header(const sl__st_write_tensor *tensors, size_t n, cons
   sl_status st = SL_STATUS_OK;
   wr_entry *entries = calloc(n != 0 ? n : 1, sizeof *entries);
   const sl__st_meta **sorted_meta = NULL;
-  sl__strmap names;
-  sl__strmap_init(&names);
+  sl__hashmap names;
+  sl__hashmap_init(&names, SL_HASHMAP_BORROW);
   sl__buf json;
   sl__buf_init(&json, 0);
   if (entries == NULL) {
@@ -168,7 +169,7 @@ sl_status sl__st_build_header(const sl__st_write_tensor *tensors, size_t n, cons
     st = check_tensor(&tensors[i], i, err);
     bool oom = false;
     if (st == SL_STATUS_OK &&
-        !sl__strmap_put(&names, tensors[i].name, strlen(tensors[i].name), 0, NULL, &oom))
+        !sl__hashmap_put(&names, tensors[i].name, strlen(tensors[i].name), 0, NULL, &oom))
       st = sl__err_set(err, oom ? SL_STATUS_NOMEM : SL_STATUS_INVALID_ARGUMENT,
                        "safetensors writer: %s tensor '%s'", oom ? "out of memory adding" : "duplicate",
                        tensors[i].name);
@@ -215,7 +216,7 @@ done:
     *order = NULL;
   }
   sl__buf_free(&json);
-  sl__strmap_free(&names);
+  sl__hashmap_free(&names);
   free(sorted_meta);
   free(entries);
   return st;

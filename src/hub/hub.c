@@ -8,6 +8,7 @@
 #include "hub/hub.h"
 
 #include "base/log.h"
+#include "base/hashmap.h"
 #include "base/util.h"
 #include "hub/cache.h"
 #include "hub/http.h"
@@ -69,9 +70,9 @@ static bool is_weight_like(const char *name) {
 }
 
 /* Appends path to the job list unless already there. */
-static sl_status add_job(sl__vec *jobs, sl__strmap *seen, const char *path, bool optional, sl__err *err) {
+static sl_status add_job(sl__vec *jobs, sl__hashmap *seen, const char *path, bool optional, sl__err *err) {
   bool oom = false;
-  if (!sl__strmap_put(seen, path, strlen(path), 0, NULL, &oom))
+  if (!sl__hashmap_put(seen, path, strlen(path), 0, NULL, &oom))
     return oom ? sl__err_set(err, SL_STATUS_NOMEM, "out of memory listing downloads") : SL_STATUS_OK;
   sl__hub_job *j = sl__vec_push(jobs);
   char *copy = sl__strdup(path);
@@ -113,8 +114,8 @@ static sl_status download_listing(sl__hub_run *r, const char *const *paths, size
     return st;
   sl__vec jobs;
   sl__vec_init(&jobs, sizeof(sl__hub_job));
-  sl__strmap seen;
-  sl__strmap_init(&seen);
+  sl__hashmap seen;
+  sl__hashmap_init(&seen, SL_HASHMAP_BORROW);
   /* The index first, alone: the weight selection depends on it. */
   if (st == SL_STATUS_OK && sel.index_name != NULL)
     st = add_job(&jobs, &seen, sel.index_name, true, err);
@@ -165,7 +166,7 @@ static sl_status download_listing(sl__hub_run *r, const char *const *paths, size
   sl__vec_free(&jobs);
   r->jobs = NULL;
   r->n_jobs = 0;
-  sl__strmap_free(&seen);
+  sl__hashmap_free(&seen);
   sl__selection_free(&sel);
   return st;
 }

@@ -32,14 +32,14 @@ void sl__catalog_free(sl__catalog *c) {
     free(c->tensors[i].name);
   free(c->tensors);
   free(c->config_json);
-  sl__strmap_free(&c->by_name);
+  sl__hashmap_free(&c->by_name);
   memset(c, 0, sizeof *c);
 }
 
 uint32_t sl__catalog_find(const sl__catalog *c, const char *name) {
-  uint32_t v = 0;
-  if (sl__strmap_get(&c->by_name, name, strlen(name), &v))
-    return v;
+  uint64_t v = 0;
+  if (sl__hashmap_get(&c->by_name, name, strlen(name), &v))
+    return (uint32_t)v;
   return SL_NONE;
 }
 
@@ -104,10 +104,9 @@ static sl_status add_file_tensors(sl__catalog *c, const sl__catalog_opts *o, uin
     t->offset = h->data_start + st->begin;
     t->nbytes = st->end - st->begin;
     c->n_tensors++;
-    uint32_t existing = 0;
+    uint64_t existing = 0;
     bool oom = false;
-    if (!sl__strmap_put(&c->by_name, t->name, strlen(t->name), (uint32_t)(c->n_tensors - 1), &existing,
-                        &oom)) {
+    if (!sl__hashmap_put(&c->by_name, t->name, strlen(t->name), c->n_tensors - 1, &existing, &oom)) {
       if (oom)
         return sl__err_set(err, SL_STATUS_NOMEM, "out of memory");
       return sl__err_set(err, SL_STATUS_DUPLICATE_TENSOR, "duplicate tensor '%s' in %s and %s", t->name,
@@ -133,7 +132,7 @@ sl_status sl__cat_file_check(const sl__catalog *c, uint32_t f, int fd, sl__err *
 
 sl_status sl__catalog_build(const sl__catalog_opts *o, sl__catalog *c, sl__err *err) {
   memset(c, 0, sizeof *c);
-  sl__strmap_init(&c->by_name);
+  sl__hashmap_init(&c->by_name, SL_HASHMAP_BORROW);
   sl__selection sel;
   memset(&sel, 0, sizeof sel);
   sl__select_opts so = o->select;
@@ -313,7 +312,7 @@ static char *get_str(reader *r, size_t *len_out) {
 
 sl_status sl__catalog_deserialize(const uint8_t *blob, size_t len, sl__catalog *c, sl__err *err) {
   memset(c, 0, sizeof *c);
-  sl__strmap_init(&c->by_name);
+  sl__hashmap_init(&c->by_name, SL_HASHMAP_BORROW);
   reader r = {.p = blob, .left = len};
   if (len < sizeof MAGIC || memcmp(blob, MAGIC, sizeof MAGIC) != 0)
     return sl__err_set(err, SL_STATUS_INTERNAL, "catalog blob has a bad magic");
@@ -372,7 +371,7 @@ sl_status sl__catalog_deserialize(const uint8_t *blob, size_t len, sl__catalog *
       t->offset = get_u64(&r);
       t->nbytes = get_u64(&r);
       bool oom = false;
-      if (!r.bad && !sl__strmap_put(&c->by_name, t->name, strlen(t->name), (uint32_t)i, NULL, &oom))
+      if (!r.bad && !sl__hashmap_put(&c->by_name, t->name, strlen(t->name), i, NULL, &oom))
         r.bad = true;
     }
     r.bad = r.bad || c->tensors == NULL;

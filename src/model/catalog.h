@@ -9,6 +9,7 @@
 
 #include "format/dtype.h"
 #include "base/err.h"
+#include "base/hashmap.h"
 #include "model/file_select.h"
 #include "base/util.h"
 
@@ -46,7 +47,7 @@ typedef struct sl__catalog {
   sl__cat_tensor *tensors; /* file order, then offset order */
   char *config_json;       /* config.json text, or NULL when absent */
   size_t config_len;
-  sl__strmap by_name; /* name → tensor index */
+  sl__hashmap by_name; /* name → tensor index */
 } sl__catalog;
 
 typedef struct sl__catalog_opts {

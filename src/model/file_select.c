@@ -13,6 +13,7 @@
  */
 #include "model/file_select.h"
 #include "base/json.h"
+#include "base/hashmap.h"
 #include "base/util.h"
 
 #include <cjson/cJSON.h>
@@ -275,15 +276,15 @@ sl_status sl__select_names(const char *const *names, size_t n_names, const sl__s
 
 /* The effective weight_map values of a parsed index: a repeated key keeps its last value. */
 typedef struct index_values {
-  cJSON *root;    /* owns the strings below */
-  sl__vec values; /* const char *: distinct values, in order of first appearance */
-  sl__strmap set; /* value → position in values */
+  cJSON *root;     /* owns the strings below */
+  sl__vec values;  /* const char *: distinct values, in order of first appearance */
+  sl__hashmap set; /* value → position in values */
 } index_values;
 
 static void index_values_free(index_values *iv) {
   cJSON_Delete(iv->root);
   sl__vec_free(&iv->values);
-  sl__strmap_free(&iv->set);
+  sl__hashmap_free(&iv->set);
   memset(iv, 0, sizeof *iv);
 }
 
@@ -305,19 +306,19 @@ static sl_status mark_effective(const cJSON *wm, size_t n, bool *effective, cons
   size_t i = 0;
   for (cJSON *c = wm->child; c != NULL; c = c->next)
     members[i++] = c;
-  sl__strmap keys;
-  sl__strmap_init(&keys);
+  sl__hashmap keys;
+  sl__hashmap_init(&keys, SL_HASHMAP_BORROW);
   sl_status st = SL_STATUS_OK;
   for (size_t k = n; k-- > 0;) {
     const char *key = members[k]->string != NULL ? members[k]->string : "";
     bool oom = false;
-    effective[k] = sl__strmap_put(&keys, key, strlen(key), (uint32_t)k, NULL, &oom);
+    effective[k] = sl__hashmap_put(&keys, key, strlen(key), k, NULL, &oom);
     if (oom) {
       st = sl__err_set(err, SL_STATUS_NOMEM, "out of memory reading index %s (%zu entries)", what, n);
       break;
     }
   }
-  sl__strmap_free(&keys);
+  sl__hashmap_free(&keys);
   free(members);
   return st;
 }
@@ -326,7 +327,7 @@ static sl_status mark_effective(const cJSON *wm, size_t n, bool *effective, cons
 static sl_status parse_index(const char *json, size_t len, const char *what, index_values *iv, sl__err *err) {
   memset(iv, 0, sizeof *iv);
   sl__vec_init(&iv->values, sizeof(const char *));
-  sl__strmap_init(&iv->set);
+  sl__hashmap_init(&iv->set, SL_HASHMAP_BORROW);
   if (len > SL_INDEX_MAX_BYTES)
     return sl__err_set(err, SL_STATUS_INDEX, "index %s is %zu bytes, more than the limit of %zu bytes", what,
                        len, SL_INDEX_MAX_BYTES);
@@ -380,7 +381,7 @@ static sl_status parse_index(const char *json, size_t len, const char *what, ind
       break;
     }
     bool oom = false;
-    if (!sl__strmap_put(&iv->set, value, strlen(value), (uint32_t)iv->values.len, NULL, &oom)) {
+    if (!sl__hashmap_put(&iv->set, value, strlen(value), iv->values.len, NULL, &oom)) {
       if (oom)
         st = sl__err_set(err, SL_STATUS_NOMEM, "out of memory reading index %s", what);
       continue;
@@ -400,8 +401,8 @@ static sl_status parse_index(const char *json, size_t len, const char *what, ind
 static void keep_indexed(sl__selection *sel, const index_values *iv) {
   size_t kept = 0;
   for (size_t i = 0; i < sel->n_files; i++) {
-    uint32_t pos = 0;
-    if (sl__strmap_get(&iv->set, sel->files[i], strlen(sel->files[i]), &pos)) {
+    uint64_t pos = 0;
+    if (sl__hashmap_get(&iv->set, sel->files[i], strlen(sel->files[i]), &pos)) {
       sel->files[kept++] = sel->files[i];
     } else {
       free(sel->files[i]);

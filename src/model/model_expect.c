@@ -5,6 +5,7 @@
  * (silently skipped, listed as ignored, or unexpected).
  */
 #include "model/model_build.h"
+#include "base/hashmap.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -34,13 +35,13 @@ sl_status sl__model_build_units(sl__model_builder *b) {
     }
   }
   qsort(m->units, m->n_units, sizeof *m->units, cmp_cstr);
-  sl__strmap map;
-  sl__strmap_init(&map);
+  sl__hashmap map;
+  sl__hashmap_init(&map, SL_HASHMAP_BORROW);
   for (size_t i = 0; i < m->n_units; i++) {
-    uint32_t prev = 0;
+    uint64_t prev = 0;
     bool oom = false;
-    if (!sl__strmap_put(&map, m->units[i], strlen(m->units[i]), (uint32_t)i, &prev, &oom)) {
-      sl__strmap_free(&map);
+    if (!sl__hashmap_put(&map, m->units[i], strlen(m->units[i]), i, &prev, &oom)) {
+      sl__hashmap_free(&map);
       if (oom)
         return sl__err_set(b->err, SL_STATUS_NOMEM, "out of memory");
       return sl__err_set(b->err, SL_STATUS_ARCH, "spec %s: checkpoint tensor '%s' feeds two parameters",
@@ -52,13 +53,13 @@ sl_status sl__model_build_units(sl__model_builder *b) {
       continue;
     for (size_t j = 0; j < m->params[i].n_src; j++) {
       sl__msrc *s = &m->params[i].src[j];
-      uint32_t u = SL_NONE;
-      sl__strmap_get(&map, s->name, strlen(s->name), &u);
-      s->unit = u;
+      uint64_t u = SL_NONE;
+      sl__hashmap_get(&map, s->name, strlen(s->name), &u);
+      s->unit = (uint32_t)u;
       m->unit_param[u] = (uint32_t)i;
     }
   }
-  sl__strmap_free(&map);
+  sl__hashmap_free(&map);
   return SL_STATUS_OK;
 }
 

@@ -9,6 +9,8 @@
  *     ranks become one "piece" with exactly one reader (chosen to balance bytes); the others
  *     receive it by broadcast in the group of ranks that need it, packed into buckets. Every rank
  *     derives the same schedule, so no negotiation is needed at run time.
+ * The rank plan is plan/slicing.c, the schedule plan/schedule.c; the staging budget that sizes
+ * read_chunk and bucket_bytes is engine/staging.h.
  */
 #ifndef SL_PLAN_H
 #define SL_PLAN_H
@@ -28,7 +30,7 @@ typedef struct sl__plan_opts {
   uint64_t redundant;    /* EPLB redundant experts */
   uint64_t coalesce_gap; /* read across gaps up to this many bytes */
   uint64_t bucket_bytes; /* broadcast bucket size */
-  uint64_t read_chunk;   /* largest single read (effective: see sl__effective_chunk) */
+  uint64_t read_chunk;   /* largest single read (effective: see sl__staging_split) */
 } sl__plan_opts;
 
 /* Per-rank derived coordinates. */
@@ -149,7 +151,7 @@ void sl__schedule_free(sl__schedule *s);
 
 /* ---- read extents (shared by the read engine and the dry-run statistics) ---- */
 
-/* How a piece is read: one covering range (rows merged across small gaps, see plan/plan.c, or a
+/* How a piece is read: one covering range (rows merged across small gaps, see plan/schedule.c, or a
  * single contiguous row), or one range per row. chunk: the largest single read. */
 bool sl__piece_covering(const sl__piece *p, uint64_t coalesce_gap, uint64_t chunk);
 /* Bytes read for a piece, covering gaps included (exact: the read engine reads exactly this). */

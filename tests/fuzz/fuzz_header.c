@@ -6,6 +6,7 @@
  */
 #include "format/safetensors.h"
 #include "format/safetensors_write.h"
+#include "base/hashmap.h"
 #include "base/util.h"
 #include "fuzz_common.h"
 
@@ -41,23 +42,23 @@ static sl__st_write_tensor *to_write(const sl__st_header *h, uint64_t *data_len)
 static void same_table(const sl__st_header *a, const sl__st_header *b) {
   if (a->n_tensors != b->n_tensors || a->n_meta != b->n_meta)
     fail("re-parse", "tensor or metadata count changed");
-  sl__strmap names;
-  sl__strmap_init(&names);
+  sl__hashmap names;
+  sl__hashmap_init(&names, SL_HASHMAP_BORROW);
   for (size_t k = 0; k < a->n_tensors; k++) {
-    if (!sl__strmap_put(&names, a->tensors[k].name, a->tensors[k].name_len, (uint32_t)k, NULL, NULL))
+    if (!sl__hashmap_put(&names, a->tensors[k].name, a->tensors[k].name_len, k, NULL, NULL))
       fail("re-parse", "duplicate name accepted");
   }
   for (size_t k = 0; k < b->n_tensors; k++) {
     const sl__st_tensor *y = &b->tensors[k];
-    uint32_t i = 0;
-    if (!sl__strmap_get(&names, y->name, y->name_len, &i))
+    uint64_t i = 0;
+    if (!sl__hashmap_get(&names, y->name, y->name_len, &i))
       fail("re-parse", "a tensor name changed");
     const sl__st_tensor *x = &a->tensors[i];
     if (x->dtype != y->dtype || x->ndim != y->ndim || memcmp(x->shape, y->shape, sizeof x->shape) != 0 ||
         x->end - x->begin != y->end - y->begin)
       fail("re-parse", "a tensor changed");
   }
-  sl__strmap_free(&names);
+  sl__hashmap_free(&names);
   for (size_t k = 0; k < a->n_meta; k++) {
     if (strcmp(a->meta[k].key, b->meta[k].key) != 0 || strcmp(a->meta[k].value, b->meta[k].value) != 0)
       fail("re-parse", "metadata changed");

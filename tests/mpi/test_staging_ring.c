@@ -179,7 +179,7 @@ typedef struct result {
   sl_status st;
 } result;
 
-static result run(sl__comm *c, sl__prepared *p, const sl__plan_opts *po, uint32_t workers, uint64_t staging,
+static result run(sl__comm *c, sl__prepared *p, const sl__plan_opts *po, uint32_t workers,
                   sl__strategy strategy, bool use_deferred, uint64_t *uploads) {
   result r = {0};
   sl__err err;
@@ -226,7 +226,6 @@ static result run(sl__comm *c, sl__prepared *p, const sl__plan_opts *po, uint32_
                     .workers = workers,
                     .chunk = po->read_chunk,
                     .coalesce_gap = po->coalesce_gap,
-                    .staging_bytes = staging,
                     .strategy = strategy,
                     .copy_done = done};
   sl__transfer_stats stats;
@@ -296,10 +295,10 @@ static void check_fixture(sl__comm *c, const char *name, uint32_t tp, uint32_t d
     st = sl__layout_init(&po.layout, tp, pp, dp, (uint32_t)c->size, &err);
   if (st == SL_STATUS_OK) {
     static const sl__strategy strategies[] = {SL_STRATEGY_AUTO, SL_STRATEGY_DIRECT, SL_STRATEGY_IO_URING};
-    result ref = run(c, &p, &po, 3, 1 << 20, SL_STRATEGY_AUTO, false, NULL);
+    result ref = run(c, &p, &po, 3, SL_STRATEGY_AUTO, false, NULL);
     for (size_t k = 0; k < 3; k++) {
       uint64_t uploads = 0;
-      result got = run(c, &p, &po, 3, 1 << 20, strategies[k], true, &uploads);
+      result got = run(c, &p, &po, 3, strategies[k], true, &uploads);
       CHECKF(got.st == SL_STATUS_OK && ref.st == SL_STATUS_OK, "%s strategy %zu: status", name, k);
       CHECK(uploads > 0);
       for (size_t i = 0; i < ref.n && i < got.n; i++) {

@@ -1,0 +1,90 @@
+/*
+ * engine/buckets.c — the bucket loop on the main thread (see engine/engine.h). Every rank walks
+ * its buckets in the schedule's global order, so the blocking order of group broadcasts is the
+ * same everywhere. SL_BUCKET_SLOTS bucket buffers rotate: the readers fill the next bucket while
+ * the current one is broadcast and scattered into local copies.
+ */
+#include "engine/engine.h"
+
+#include "base/util.h"
+
+/* After a broadcast: bucket items (packed piece bytes) → local copies. */
+static sl_status scatter_bucket(sl__engine *e, uint32_t mine) {
+  sl__transfer *t = e->t;
+  const sl__bucket *b = &t->sched->buckets[e->my_buckets[mine]];
+  const uint8_t *slot = e->slot_buf[mine % SL_BUCKET_SLOTS];
+  for (uint32_t i = 0; i < b->n_items; i++) {
+    const sl__bucket_item *it = &t->sched->items[b->first_item + i];
+    const sl__piece *P = &t->sched->pieces[it->piece];
+    uint64_t rb = P->rows <= 1 ? P->nbytes : P->row_bytes;
+    sl__segment seg[3];
+    int n = sl__segments(rb, it->piece_off, it->piece_off + it->len, seg);
+    for (int k = 0; k < n; k++) {
+      uint64_t p = seg[k].row * rb + seg[k].col;
+      sl_status st = sl__engine_to_copies(e, it->piece, &seg[k], slot + it->bucket_off + (p - it->piece_off),
+                                          seg[k].len, -1, 0, e->err);
+      if (st != SL_STATUS_OK)
+        return st;
+    }
+  }
+  return SL_STATUS_OK;
+}
+
+/* Queues the read operations of my bucket j for the readers (ahead of local reads). */
+static void push_bucket_ops(sl__engine *e, size_t j) {
+  pthread_mutex_lock(&e->mu);
+  for (uint32_t i = e->bucket_ops_start[j]; i < e->bucket_ops_start[j + 1]; i++)
+    e->queue_hi[e->hi_tail++] = e->bucket_op_list[i];
+  pthread_cond_broadcast(&e->cv);
+  pthread_mutex_unlock(&e->mu);
+}
+
+static int group_rank_of(const sl__schedule *s, uint32_t g, uint32_t rank) {
+  const sl__group *gr = &s->groups[g];
+  for (uint32_t j = 0; j < gr->n; j++)
+    if (s->group_members[gr->off + j] == rank)
+      return (int)j;
+  return -1;
+}
+
+static bool bucket_ready(sl__engine *e, void *arg) {
+  return e->bucket_left[*(size_t *)arg] == 0;
+}
+
+sl_status sl__engine_run_buckets(sl__engine *e, sl__transfer_stats *stats, double *t_bcast, bool *aborted) {
+  sl__transfer *t = e->t;
+  uint32_t me = (uint32_t)t->comm->rank;
+  sl_status st = SL_STATUS_OK;
+  for (size_t j = 0; j < SL_BUCKET_SLOTS && j < e->n_my_buckets; j++)
+    push_bucket_ops(e, j);
+  for (size_t j = 0; j < e->n_my_buckets && st == SL_STATUS_OK && !*aborted; j++) {
+    if (atomic_load(&e->failed))
+      break;
+    const sl__bucket *b = &t->sched->buckets[e->my_buckets[j]];
+    if (b->reader == me) {
+      st = sl__engine_wait_for(e, bucket_ready, &j, aborted);
+      if (st != SL_STATUS_OK || *aborted)
+        break;
+    }
+    double tb = sl__now();
+    int root = group_rank_of(t->sched, b->group, b->reader);
+    st = t->backend->ops->bcast(t->backend, b->group, e->slot_buf[j % SL_BUCKET_SLOTS], b->nbytes, root,
+                                aborted, e->err);
+    *t_bcast += sl__now() - tb;
+    if (*aborted)
+      e->slot_abandoned[j % SL_BUCKET_SLOTS] = true;
+    if (st != SL_STATUS_OK || *aborted)
+      break;
+    stats->buckets++;
+    if (b->reader == me)
+      stats->bytes_sent += b->nbytes;
+    else
+      stats->bytes_received += b->nbytes;
+    st = scatter_bucket(e, (uint32_t)j);
+    if (st == SL_STATUS_OK)
+      st = t->backend->ops->sync(t->backend, e->err);
+    if (st == SL_STATUS_OK && j + SL_BUCKET_SLOTS < e->n_my_buckets)
+      push_bucket_ops(e, j + SL_BUCKET_SLOTS);
+  }
+  return st;
+}

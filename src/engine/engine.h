@@ -1,0 +1,119 @@
+/*
+ * engine/engine.h — the state one transfer (engine/transfer.h) shares between the files that run
+ * it, by job:
+ *   engine/transfer.c      setup, the reader threads' start and stop, waits, progress, the run;
+ *   engine/reads.c         the read operations of this rank's pieces, and opening their files;
+ *   engine/deliver.c       read bytes → local parameter rows or bucket bytes;
+ *   engine/readers.c       the pread reader pool (a ring of staging slots per thread);
+ *   engine/uring_reader.c  the io_uring reader (O_DIRECT reads kept in flight);
+ *   engine/buckets.c       the bucket loop: wait for the reader, broadcast, scatter.
+ * Internal to the engine: nothing outside src/engine includes it.
+ *
+ * Data of a piece is thought of as its "packed" form: rows × row_bytes bytes in row order. A
+ * delivery moves the packed range [p0, p1) of a piece from a read buffer (source rows
+ * src_stride apart) either into a bucket (packed, contiguous) or into every local copy of the
+ * piece (rows dst_stride apart).
+ */
+#ifndef SL_ENGINE_H
+#define SL_ENGINE_H
+
+#include "engine/transfer.h"
+#include "plan/readplan.h"
+#include "engine/staging.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct sl__engine {
+  sl__transfer *t;
+  sl__err *err;
+  sl__staging staging; /* reader threads, slots per thread, slot size (engine/staging.h) */
+  /* my pieces' local copies (CSR by piece) */
+  uint32_t *copy_start; /* n_pieces + 1 */
+  uint32_t *copy_list;
+  /* my buckets in global order */
+  uint32_t *my_buckets;
+  size_t n_my_buckets;
+  /* reads */
+  sl__readplan rp;            /* read operations and their deliveries */
+  uint32_t *bucket_ops_start; /* my bucket → first op index in bucket_op_list */
+  uint32_t *bucket_op_list;
+  sl__vec local_ops; /* uint32_t op indices */
+  int *fds;          /* per file, -1 until opened */
+  /* bucket slots */
+  void *slot_buf[SL_BUCKET_SLOTS];
+  bool slot_abandoned[SL_BUCKET_SLOTS]; /* target of a broadcast an abort left unfinished */
+  uint64_t slot_bytes;
+  /* pool */
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  uint32_t *queue_hi; /* op indices ready (bucket reads) */
+  size_t hi_head, hi_tail;
+  uint32_t *queue_lo; /* local reads */
+  size_t lo_head, lo_tail;
+  uint32_t *bucket_left; /* per my bucket: read ops not finished */
+  size_t local_left;
+  bool stop;
+  _Atomic bool failed;
+  sl__err pool_err; /* first worker error */
+  pthread_t *threads;
+  uint32_t n_threads;
+  _Atomic uint64_t bytes_read;
+  _Atomic uint64_t bytes_covering;
+  _Atomic uint64_t read_ops;
+  _Atomic uint64_t bytes_mapped;
+  _Atomic uint64_t bytes_done;
+  uint64_t bytes_total;
+  double t_start;
+  _Atomic bool inject_error; /* test hook: the next read fails (SHARDLOAD_INJECT_READ_ERROR) */
+} sl__engine;
+
+/* A reader thread's argument. */
+typedef struct sl__engine_worker {
+  sl__engine *e;
+  int index;
+} sl__engine_worker;
+
+/* ---- reads.c ---- */
+/* The read operations of this rank: local pieces first, then bucket items in bucket order. */
+sl_status sl__engine_build_reads(sl__engine *e);
+/* Opens every file an operation reads (O_DIRECT for the direct and io_uring strategies). */
+sl_status sl__engine_open_files(sl__engine *e);
+
+/* ---- deliver.c ---- */
+/* Segment seg of piece `piece`, whose first byte is at src (rows src_stride apart), into every
+ * local copy of the piece: uploaded from reader thread `worker` (slot `slot`), or copied within
+ * backend memory by the main thread (worker < 0). */
+sl_status sl__engine_to_copies(sl__engine *e, uint32_t piece, const sl__segment *seg, const uint8_t *src,
+                               uint64_t src_stride, int worker, int slot, sl__err *err);
+/* Moves delivery d from a host buffer holding file bytes from file offset buf_off, or (packed) the
+ * delivery's packed bytes themselves (a row run). */
+sl_status sl__engine_deliver(sl__engine *e, int worker, int slot, const sl__delivery *d, const uint8_t *buf,
+                             uint64_t buf_off, bool packed, sl__err *werr);
+
+/* ---- readers.c ---- */
+/* The test hook: the first read of this rank fails (SHARDLOAD_INJECT_READ_ERROR). */
+sl_status sl__engine_injected_failure(sl__engine *e, uint32_t f, uint64_t off, sl__err *werr);
+/* Records a worker's error (the first one wins) and wakes everybody up. */
+void sl__engine_fail(sl__engine *e, const sl__err *werr);
+/* Counts operation op as finished (its bucket, or the local reads) and wakes the waiters. */
+void sl__engine_op_done(sl__engine *e, const sl__read_op *op);
+/* Thread body of the pread strategies (arg: sl__engine_worker). */
+void *sl__engine_pread_worker(void *arg);
+
+/* ---- uring_reader.c ---- */
+/* Thread body of the io_uring strategy (arg: sl__engine_worker). */
+void *sl__engine_uring_worker(void *arg);
+
+/* ---- buckets.c ---- */
+/* Walks this rank's buckets in the global order: waits for the reader's bytes (as reader),
+ * broadcasts, scatters into local copies. *t_bcast: seconds inside broadcasts. */
+sl_status sl__engine_run_buckets(sl__engine *e, sl__transfer_stats *stats, double *t_bcast, bool *aborted);
+
+/* ---- transfer.c ---- */
+/* Waits until pred holds, polling the abort channel (main thread only: it may call MPI). */
+sl_status sl__engine_wait_for(sl__engine *e, bool (*pred)(sl__engine *, void *), void *arg, bool *aborted);
+
+#endif

@@ -1,0 +1,160 @@
+/*
+ * engine/readers.c — the pread reader pool (see engine/engine.h): each thread takes operations
+ * from the queues (bucket reads before local reads), reads them into a ring of staging slots (or
+ * straight into their destination), and delivers them; uploads out of one slot overlap the read
+ * into the next. Also what every reader shares: the injected failure, failure and completion.
+ */
+#include "engine/engine.h"
+
+#include "engine/filemap.h"
+
+#include <errno.h>
+#include <string.h>
+
+sl_status sl__engine_injected_failure(sl__engine *e, uint32_t f, uint64_t off, sl__err *werr) {
+  if (!atomic_exchange(&e->inject_error, false))
+    return SL_STATUS_OK;
+  return sl__err_set(werr, SL_STATUS_IO,
+                     "read of %s at offset %llu failed: %s (injected by SHARDLOAD_INJECT_READ_ERROR)",
+                     e->t->cat->files[f].path, (unsigned long long)off, strerror(EIO));
+}
+
+void sl__engine_fail(sl__engine *e, const sl__err *werr) {
+  pthread_mutex_lock(&e->mu);
+  sl__err_copy(&e->pool_err, werr);
+  atomic_store(&e->failed, true);
+  pthread_cond_broadcast(&e->cv);
+  pthread_mutex_unlock(&e->mu);
+}
+
+void sl__engine_op_done(sl__engine *e, const sl__read_op *op) {
+  pthread_mutex_lock(&e->mu);
+  if (op->bucket != SL_NONE)
+    e->bucket_left[op->bucket]--;
+  else
+    e->local_left--;
+  pthread_cond_broadcast(&e->cv);
+  pthread_mutex_unlock(&e->mu);
+}
+
+static sl_status pread_full(sl__engine *e, int fd, uint32_t f, uint8_t *buf, uint64_t len, uint64_t off,
+                            bool allow_short, sl__err *werr) {
+  sl_status st = sl__engine_injected_failure(e, f, off, werr);
+  uint64_t calls = 0;
+  if (st == SL_STATUS_OK)
+    st = sl__pread_full(fd, buf, len, off, allow_short, e->t->cat->files[f].path, NULL, &calls, werr);
+  atomic_fetch_add(&e->read_ops, calls);
+  return st;
+}
+
+/* Reads one operation into staging (or straight into its destination) and delivers it. */
+static sl_status run_op(sl__engine *e, int worker, int slot, uint8_t *staging, const sl__read_op *op,
+                        sl__err *werr) {
+  /* Files were opened by the main thread before the pool started (sl__engine_open_files). */
+  int fd = e->fds[op->file];
+  sl_status st = SL_STATUS_OK;
+  if (op->populate) {
+    st = sl__engine_injected_failure(e, op->file, op->offset, werr);
+    if (st == SL_STATUS_OK)
+      st = sl__filemap_populate(op->direct_dst, op->len, e->t->cat->files[op->file].path, op->offset, werr);
+    if (st == SL_STATUS_OK) {
+      const sl__delivery *d = &SL_VEC_AT(&e->rp.dels, sl__delivery, op->first);
+      atomic_fetch_add(&e->t->copy_done[e->copy_list[e->copy_start[d->piece]]], op->len);
+      atomic_fetch_add(&e->bytes_mapped, op->len);
+    }
+  } else if (op->direct_dst != NULL) {
+    st = pread_full(e, fd, op->file, op->direct_dst, op->len, op->offset, false, werr);
+    if (st == SL_STATUS_OK) {
+      const sl__delivery *d = &SL_VEC_AT(&e->rp.dels, sl__delivery, op->first);
+      uint32_t c = e->copy_list[e->copy_start[d->piece]];
+      atomic_fetch_add(&e->t->copy_done[c], op->len);
+    }
+  } else if (op->rows > 1) {
+    /* A row run (buffered strategies only): the rows land packed, one after the other. */
+    uint64_t row = op->len / op->rows;
+    for (uint32_t r = 0; r < op->rows && st == SL_STATUS_OK; r++)
+      st = pread_full(e, fd, op->file, staging + r * row, row, op->offset + r * op->stride, false, werr);
+    if (st == SL_STATUS_OK)
+      st = sl__engine_deliver(e, worker, slot, &SL_VEC_AT(&e->rp.dels, sl__delivery, op->first), staging, 0,
+                              true, werr);
+  } else {
+    uint64_t off = op->offset;
+    uint64_t len = op->len;
+    bool widened = e->t->strategy == SL_STRATEGY_DIRECT;
+    /* O_DIRECT: aligned offset, length and buffer; the tail may be short at end of file. */
+    if (widened)
+      sl__readplan_widen(op->offset, op->len, e->staging.align, &off, &len);
+    st = pread_full(e, fd, op->file, staging, len, off, widened, werr);
+    for (uint32_t i = 0; i < op->count && st == SL_STATUS_OK; i++)
+      st = sl__engine_deliver(e, worker, slot, &SL_VEC_AT(&e->rp.dels, sl__delivery, op->first + i), staging,
+                              off, false, werr);
+    /* Alignment widening is read but not needed: it counts as covering bytes. */
+    atomic_fetch_add(&e->bytes_read, len - op->len);
+    atomic_fetch_add(&e->bytes_covering, len - op->len);
+  }
+  atomic_fetch_add(&e->bytes_read, op->len);
+  atomic_fetch_add(&e->bytes_covering, op->len - op->useful);
+  atomic_fetch_add(&e->bytes_done, op->useful);
+  return st;
+}
+
+/* The next operation (bucket reads first), or SL_NONE once the pool stops or failed. */
+static uint32_t next_op(sl__engine *e) {
+  pthread_mutex_lock(&e->mu);
+  while (!e->stop && !atomic_load(&e->failed) && e->hi_head == e->hi_tail && e->lo_head == e->lo_tail)
+    pthread_cond_wait(&e->cv, &e->mu);
+  uint32_t idx = SL_NONE;
+  if (!e->stop && !atomic_load(&e->failed))
+    idx = e->hi_head != e->hi_tail ? e->queue_hi[e->hi_head++] : e->queue_lo[e->lo_head++];
+  pthread_mutex_unlock(&e->mu);
+  return idx;
+}
+
+void *sl__engine_pread_worker(void *arg) {
+  sl__engine_worker *wa = arg;
+  sl__engine *e = wa->e;
+  int w = wa->index;
+  sl__backend *be = e->t->backend;
+  uint8_t *slots[SL_STAGING_RING_DEPTH] = {NULL};
+  bool used[SL_STAGING_RING_DEPTH] = {false};
+  sl__err werr;
+  sl__err_clear(&werr);
+  sl_status st = SL_STATUS_OK;
+  for (int s = 0; s < SL_STAGING_RING_DEPTH && st == SL_STATUS_OK; s++) {
+    void *p = NULL;
+    st = be->ops->alloc_staging(be, e->staging.slot_bytes, &p, &werr);
+    slots[s] = p;
+  }
+  if (st != SL_STATUS_OK)
+    sl__engine_fail(e, &werr);
+  int slot = 0;
+  for (uint32_t idx = next_op(e); idx != SL_NONE; idx = next_op(e)) {
+    const sl__read_op *op = &SL_VEC_AT(&e->rp.ops, sl__read_op, idx);
+    /* The slot's previous uploads must be finished before its bytes are overwritten. */
+    if (used[slot])
+      st = be->ops->upload_wait(be, w, slot, &werr);
+    used[slot] = false;
+    if (st == SL_STATUS_OK) {
+      st = run_op(e, w, slot, slots[slot], op, &werr);
+      used[slot] = op->direct_dst == NULL;
+    }
+    /* A bucket's bytes must have landed before the main thread broadcasts it. */
+    if (st == SL_STATUS_OK && op->bucket != SL_NONE && used[slot]) {
+      st = be->ops->upload_wait(be, w, slot, &werr);
+      used[slot] = false;
+    }
+    if (st != SL_STATUS_OK) {
+      sl__engine_fail(e, &werr);
+      break;
+    }
+    sl__engine_op_done(e, op);
+    slot = (slot + 1) % SL_STAGING_RING_DEPTH;
+  }
+  for (int s = 0; s < SL_STAGING_RING_DEPTH; s++) {
+    if (used[s] && be->ops->upload_wait(be, w, s, &werr) != SL_STATUS_OK)
+      sl__engine_fail(e, &werr);
+    if (slots[s] != NULL)
+      be->ops->release_staging(be, slots[s]);
+  }
+  return NULL;
+}

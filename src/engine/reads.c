@@ -1,0 +1,122 @@
+/*
+ * engine/reads.c — the read operations of this rank (see engine/engine.h): the pieces it reads
+ * alone first, in file order, then the items of the buckets it is the reader of, in bucket order;
+ * and the files they read, opened once before the readers start.
+ */
+#include "engine/engine.h"
+
+#include "base/log.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* Read operations for packed range [p0, p1) of piece P (a whole piece, or one bucket item). A
+ * local piece with one contiguous copy in host memory is read straight into the parameter, or,
+ * when that parameter is a mapping of the piece's bytes, populated in place. */
+static sl_status plan_piece_reads(sl__engine *e, const sl__piece *P, uint64_t p0, uint64_t p1,
+                                  uint32_t bucket, uint64_t bucket_off) {
+  uint32_t piece = (uint32_t)(P - e->t->sched->pieces);
+  uint8_t *direct = NULL;
+  bool populate = false;
+  bool buffered = e->t->strategy == SL_STRATEGY_AUTO || e->t->strategy == SL_STRATEGY_MMAP;
+  if (bucket == SL_NONE && P->rows <= 1 && e->t->backend->host_addressable && buffered &&
+      e->copy_start[piece + 1] - e->copy_start[piece] == 1) {
+    const sl__copy *cp = &e->t->plan->copies[e->copy_list[e->copy_start[piece]]];
+    direct = (uint8_t *)e->t->param_ptr[cp->lparam] + cp->dst_off;
+    populate = e->t->param_mapped != NULL && e->t->param_mapped[cp->lparam];
+  }
+  size_t first = e->rp.ops.len;
+  sl_status st = sl__readplan_piece(&e->rp, P, piece, &e->t->cat->tensors[P->tensor], p0, p1, bucket,
+                                    bucket_off, direct, e->t->chunk, e->t->coalesce_gap, buffered, e->err);
+  for (size_t i = first; i < e->rp.ops.len && populate; i++)
+    SL_VEC_AT(&e->rp.ops, sl__read_op, i).populate = true;
+  return st;
+}
+
+/* The queues' view of the operations: local ones, and per bucket its range of bucket ones. */
+static sl_status index_ops(sl__engine *e, size_t n_local) {
+  for (size_t i = 0; i < n_local; i++) {
+    uint32_t *x = sl__vec_push(&e->local_ops);
+    if (x == NULL)
+      return sl__err_set(e->err, SL_STATUS_NOMEM, "out of memory planning reads");
+    *x = (uint32_t)i;
+  }
+  e->bucket_op_list = calloc(e->rp.ops.len - n_local + 1, sizeof *e->bucket_op_list);
+  e->bucket_left = calloc(e->n_my_buckets + 1, sizeof *e->bucket_left);
+  if (e->bucket_op_list == NULL || e->bucket_left == NULL)
+    return sl__err_set(e->err, SL_STATUS_NOMEM, "out of memory planning reads");
+  for (size_t i = n_local; i < e->rp.ops.len; i++)
+    e->bucket_op_list[i - n_local] = (uint32_t)i;
+  for (size_t j = 0; j < e->n_my_buckets; j++)
+    e->bucket_left[j] = e->bucket_ops_start[j + 1] - e->bucket_ops_start[j];
+  e->local_left = n_local;
+  for (size_t i = 0; i < e->rp.ops.len; i++) {
+    const sl__read_op *op = &SL_VEC_AT(&e->rp.ops, sl__read_op, i);
+    e->bytes_total += op->useful;
+  }
+  return SL_STATUS_OK;
+}
+
+sl_status sl__engine_build_reads(sl__engine *e) {
+  sl__transfer *t = e->t;
+  const sl__schedule *s = t->sched;
+  uint32_t me = (uint32_t)t->comm->rank;
+  sl_status st = SL_STATUS_OK;
+  /* Local-only pieces first, in file order; then bucket items in bucket order. */
+  for (size_t k = 0; k < s->n_pieces && st == SL_STATUS_OK; k++) {
+    const sl__piece *P = &s->pieces[k];
+    if (P->reader != me || P->group != SL_NONE || P->nbytes == 0)
+      continue;
+    st = plan_piece_reads(e, P, 0, P->nbytes, SL_NONE, 0);
+  }
+  size_t n_local = e->rp.ops.len;
+  e->bucket_ops_start = calloc(e->n_my_buckets + 1, sizeof *e->bucket_ops_start);
+  if (st == SL_STATUS_OK && e->bucket_ops_start == NULL)
+    st = sl__err_set(e->err, SL_STATUS_NOMEM, "out of memory planning reads");
+  for (size_t j = 0; j < e->n_my_buckets && st == SL_STATUS_OK; j++) {
+    e->bucket_ops_start[j] = (uint32_t)(e->rp.ops.len - n_local);
+    const sl__bucket *b = &s->buckets[e->my_buckets[j]];
+    if (b->reader != me)
+      continue;
+    for (uint32_t i = 0; i < b->n_items && st == SL_STATUS_OK; i++) {
+      const sl__bucket_item *it = &s->items[b->first_item + i];
+      st = plan_piece_reads(e, &s->pieces[it->piece], it->piece_off, it->piece_off + it->len, (uint32_t)j,
+                            it->bucket_off);
+    }
+  }
+  if (st != SL_STATUS_OK)
+    return st;
+  e->bucket_ops_start[e->n_my_buckets] = (uint32_t)(e->rp.ops.len - n_local);
+  return index_ops(e, n_local);
+}
+
+sl_status sl__engine_open_files(sl__engine *e) {
+  sl__transfer *t = e->t;
+  for (size_t i = 0; i < e->rp.ops.len; i++) {
+    uint32_t f = SL_VEC_AT(&e->rp.ops, sl__read_op, i).file;
+    if (e->fds[f] >= 0)
+      continue;
+    int flags = O_RDONLY | O_CLOEXEC;
+    bool want_direct = t->strategy == SL_STRATEGY_DIRECT || t->strategy == SL_STRATEGY_IO_URING;
+    if (want_direct)
+      flags |= O_DIRECT;
+    int fd = open(t->cat->files[f].path, flags);
+    if (fd < 0 && want_direct && errno == EINVAL) {
+      SL_WARN("%s: the file system refuses O_DIRECT; reading it through the page cache",
+              t->cat->files[f].path);
+      fd = open(t->cat->files[f].path, O_RDONLY | O_CLOEXEC);
+    }
+    if (fd < 0)
+      return sl__err_set(e->err, SL_STATUS_IO, "cannot open %s: %s", t->cat->files[f].path, strerror(errno));
+    sl_status st = sl__cat_file_check(t->cat, f, fd, e->err);
+    if (st != SL_STATUS_OK) {
+      close(fd);
+      return st;
+    }
+    e->fds[f] = fd;
+  }
+  return SL_STATUS_OK;
+}
