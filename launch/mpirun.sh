@@ -1,18 +1,32 @@
 #!/usr/bin/env bash
-# Load a model on the nodes of a host file with Open MPI: one rank per GPU (or per socket on
-# CPU-only nodes), rank 0 on the first host downloads when the model is a Hub repository.
-# Usage: launch/mpirun.sh HOSTFILE RANKS MODEL [shardload load options...]
-#   launch/mpirun.sh hosts.txt 16 deepseek-ai/DeepSeek-V3 --tp 8 --pp 2 --device cuda
+# Load a model on the nodes of a host file with Open MPI. Ranks per node default to the GPUs of
+# this node (one per socket without GPUs); every variable a load needs (HF_*, SHARDLOAD_*,
+# CUDA_VISIBLE_DEVICES, NCCL_*, PATH, LD_LIBRARY_PATH) is forwarded to every rank. Rank 0 (first
+# host) downloads when the model is a Hub repository: the cache (HF_HUB_CACHE or --cache-dir)
+# and any model folder must be on storage every node sees at the same path.
+# Usage: launch/mpirun.sh HOSTFILE [--ranks-per-node N] MODEL [shardload load options...]
+#   launch/mpirun.sh hosts.txt deepseek-ai/DeepSeek-V3 --tp 8 --pp 2 --device cuda
+#   launch/mpirun.sh hosts.txt --ranks-per-node 2 /shared/models/Llama-3.1-8B --tp 2 --dp 2
 set -euo pipefail
-if [ $# -lt 3 ]; then
-  echo "usage: $0 HOSTFILE RANKS MODEL [options...]" >&2
-  exit 2
-fi
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/env.sh"
+usage() { echo "usage: $0 HOSTFILE [--ranks-per-node N] MODEL [shardload load options...]" >&2; exit 2; }
+[ $# -ge 2 ] || usage
 hostfile=$1
-ranks=$2
-model=$3
-shift 3
-# The Hugging Face cache must be on storage every node sees (HF_HUB_CACHE or --cache-dir).
-exec mpirun -np "$ranks" --hostfile "$hostfile" --map-by ppr:8:node --bind-to none \
-  -x HF_HUB_CACHE -x HF_HOME -x HF_TOKEN -x HF_ENDPOINT -x SHARDLOAD_LOG -x PATH -x LD_LIBRARY_PATH \
-  shardload load "$model" "$@"
+shift
+ppn=""
+if [ "$1" = "--ranks-per-node" ]; then
+  [ $# -ge 3 ] || usage
+  ppn=$2
+  shift 2
+fi
+model=$1
+shift
+ppn=${ppn:-$(sl_default_ranks_per_node)}
+nodes=$(grep -cv '^[[:space:]]*\(#\|$\)' "$hostfile")
+forward=()
+for v in $(sl_forwarded_vars); do
+  forward+=(-x "$v")
+done
+exec mpirun -np $((nodes * ppn)) --hostfile "$hostfile" --map-by "ppr:$ppn:node" --bind-to none \
+  "${forward[@]}" shardload load "$model" "$@"

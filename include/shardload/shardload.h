@@ -19,6 +19,34 @@
  * of the loader's communicator, in the same order. No function calls MPI_Init, exit or abort.
  * Handles are not thread-safe: use one handle from one thread at a time.
  */
+
+/*
+ * For integrators.
+ *
+ * Building against it: the header includes <mpi.h>, so compile with MPI's flags. CMake:
+ * find_package(shardload CONFIG) and link shardload::shardload (MPI comes with it); pkg-config:
+ * cc app.c $(pkg-config --cflags --libs shardload). The library finds its architecture specs in
+ * <libdir>/../share/shardload/specs relative to its own file, and in $SHARDLOAD_SPECS.
+ *
+ * MPI thread level: MPI_THREAD_FUNNELED or higher (MPI_Init_thread). The library starts reader
+ * (and download) threads of its own, but every MPI call it makes is made from the thread that
+ * called it. With FUNNELED that must be the thread that initialised MPI; with SERIALIZED or
+ * MULTIPLE any thread, one call on a loader at a time. The library never initialises or finalises
+ * MPI: create loaders after MPI_Init_thread and destroy them before MPI_Finalize.
+ *
+ * Thread safety: one handle must not be used from two threads at once. Distinct handles may be
+ * used from distinct threads, except that loaders used concurrently need MPI_THREAD_MULTIPLE
+ * (and distinct communicators), and the logging settings are process-wide: set them, and make a
+ * first call of sl_config_keys, before starting threads.
+ *
+ * Memory: the caller owns what it creates and frees it with the matching destroy/close. Every
+ * string and table the library returns (messages, sl_param entries and their data, reports,
+ * summaries, key lists) is owned by the library and stays valid as documented at each function,
+ * at the latest until the handle is destroyed; the exceptions, which the caller frees with
+ * free(), are said so (sl_model_open's error, sl_hub_download's snapshot folder). Buffers given
+ * to sl_loader_bind stay the caller's; the library never frees them. Strings passed in are
+ * copied (sl_config_set) or only read during the call.
+ */
 #ifndef SHARDLOAD_SHARDLOAD_H
 #define SHARDLOAD_SHARDLOAD_H
 
@@ -30,6 +58,9 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* The library is built with hidden symbols; what this header declares is its exported API. */
+#pragma GCC visibility push(default)
 
 #define SL_VERSION_MAJOR 0
 #define SL_VERSION_MINOR 1
@@ -281,6 +312,8 @@ const char *sl_model_warnings(const sl_model *model);
  * receives the snapshot folder; on failure the message is in sl_config_error(config).
  * ------------------------------------------------------------------------------------------- */
 sl_status sl_hub_download(sl_config *config, char **snapshot_dir);
+
+#pragma GCC visibility pop
 
 #ifdef __cplusplus
 }

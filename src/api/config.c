@@ -122,6 +122,60 @@ static bool parse_double(const char *v, double *out) {
   return true;
 }
 
+/* Byte counts (keys named *_bytes, and hub_parallel_threshold) accept a unit: K, M, G, T (also
+ * written KiB, MiB, GiB, TiB) are powers of 1024; KB, MB, GB, TB are powers of 1000 (dd's
+ * convention); B alone is bytes; case is ignored. With a unit the number may have a fraction (1.5G; up to
+ * six decimals), rounded down to whole bytes. Other integer keys take plain digits only. */
+static bool is_byte_key(const key_def *k) {
+  size_t n = strlen(k->name);
+  return (n > 6 && strcmp(k->name + n - 6, "_bytes") == 0) || strcmp(k->name, "hub_parallel_threshold") == 0;
+}
+
+static bool parse_count(const key_def *k, const char *v, uint64_t *out) {
+  if (sl__parse_u64(v, out))
+    return true;
+  if (!is_byte_key(k) || *v < '0' || *v > '9')
+    return false;
+  uint64_t whole = 0;
+  uint64_t frac = 0; /* the first six decimals, as an integer over frac_div */
+  uint64_t frac_div = 1;
+  const char *p = v;
+  for (; *p >= '0' && *p <= '9'; p++)
+    if (sl__mul_overflow(whole, 10, &whole) || sl__add_overflow(whole, (uint64_t)(*p - '0'), &whole))
+      return false;
+  if (*p == '.') {
+    p++;
+    if (*p < '0' || *p > '9')
+      return false;
+    for (; *p >= '0' && *p <= '9'; p++) {
+      if (frac_div < 1000000) {
+        frac = frac * 10 + (uint64_t)(*p - '0');
+        frac_div *= 10;
+      }
+    }
+  }
+  static const struct {
+    const char *name;
+    uint64_t mult;
+  } units[] = {{"k", 1ULL << 10}, {"kib", 1ULL << 10}, {"kb", 1000ULL},
+               {"m", 1ULL << 20}, {"mib", 1ULL << 20}, {"mb", 1000000ULL},
+               {"g", 1ULL << 30}, {"gib", 1ULL << 30}, {"gb", 1000000000ULL},
+               {"t", 1ULL << 40}, {"tib", 1ULL << 40}, {"tb", 1000000000000ULL},
+               {"b", 1ULL}};
+  uint64_t mult = 0;
+  for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
+    if (strcasecmp(p, units[i].name) == 0)
+      mult = units[i].mult;
+  if (mult == 0 || (mult == 1 && frac_div > 1))
+    return false;
+  /* frac < 10^6 and mult <= 2^40: frac * mult < 2^60, no overflow. */
+  uint64_t total = 0;
+  if (sl__mul_overflow(whole, mult, &total) || sl__add_overflow(total, frac * mult / frac_div, &total))
+    return false;
+  *out = total;
+  return true;
+}
+
 sl_status sl_config_create(sl_config **out) {
   if (out == NULL)
     return SL_STATUS_INVALID_ARGUMENT;
@@ -151,13 +205,15 @@ static sl_status validate(const key_def *k, const char *value, sl__err *err) {
     return sl__err_set(err, SL_STATUS_CONFIG,
                        "%s: '%s' is not a boolean (accepted: true, false, 1, 0, yes, no)", k->name, value);
   case T_U64:
-    if (sl__parse_u64(value, &u))
+    if (parse_count(k, value, &u))
       return SL_STATUS_OK;
-    return sl__err_set(err, SL_STATUS_CONFIG, "%s: '%s' is not a non-negative integer", k->name, value);
+    return sl__err_set(err, SL_STATUS_CONFIG, "%s: '%s' is not a non-negative integer%s", k->name, value,
+                       is_byte_key(k) ? " or byte count (e.g. 4096, 256M, 1.5GiB, 2GB)" : "");
   case T_POS:
-    if (sl__parse_u64(value, &u) && u >= 1 && u <= 0x7fffffffffffffffULL)
+    if (parse_count(k, value, &u) && u >= 1 && u <= 0x7fffffffffffffffULL)
       return SL_STATUS_OK;
-    return sl__err_set(err, SL_STATUS_CONFIG, "%s: '%s' is not a positive integer", k->name, value);
+    return sl__err_set(err, SL_STATUS_CONFIG, "%s: '%s' is not a positive integer%s", k->name, value,
+                       is_byte_key(k) ? " or byte count (e.g. 4096, 256M, 1.5GiB, 2GB)" : "");
   case T_DOUBLE:
     if (parse_double(value, &d))
       return SL_STATUS_OK;
@@ -238,9 +294,10 @@ bool sl__config_bool(const sl_config *cfg, const char *key) {
 
 uint64_t sl__config_u64(const sl_config *cfg, const char *key) {
   const char *v = sl__config_str(cfg, key);
+  int i = key_index(key);
   uint64_t u = 0;
-  if (v != NULL)
-    sl__parse_u64(v, &u);
+  if (v != NULL && i >= 0)
+    parse_count(&keys[i], v, &u);
   return u;
 }
 

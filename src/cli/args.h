@@ -1,7 +1,9 @@
 /*
  * args.h — command-line options → configuration keys, shared by the subcommands. A flag
- * `--some-key VALUE` sets the configuration key `some_key`; a few flags are booleans or have
- * their own names (table in args.c).
+ * `--some-key VALUE` (or `--some-key=VALUE`) sets the configuration key `some_key`; a few flags
+ * are booleans, have their own names or are vLLM's spellings (table in args.c). Each subcommand
+ * describes the keys it uses, which is what its --help lists; an unknown option is an error that
+ * names the nearest known one.
  */
 #ifndef SL_CLI_ARGS_H
 #define SL_CLI_ARGS_H
@@ -9,18 +11,37 @@
 #include "shardload/shardload.h"
 
 #include <stdbool.h>
+#include <stdio.h>
+
+/* Options of the tool itself (not configuration keys), accepted where a command lists them. */
+enum {
+  SL_CLI_JSON = 1u << 0,       /* --json */
+  SL_CLI_WORLD = 1u << 1,      /* --world N */
+  SL_CLI_LIST_PARAMS = 1u << 2 /* --list-params */
+};
+
+typedef struct sl_cli_command {
+  const char *name;        /* "load" */
+  const char *const *keys; /* configuration keys it uses, NULL-terminated (its --help lists them) */
+  unsigned options;        /* SL_CLI_* */
+} sl_cli_command;
+
+extern const sl_cli_command sl_cli_cmd_load;
+extern const sl_cli_command sl_cli_cmd_plan;
+extern const sl_cli_command sl_cli_cmd_inspect;
+extern const sl_cli_command sl_cli_cmd_download;
 
 typedef struct sl_cli_args {
   const char *positional; /* MODEL / FILE / REPO */
   bool json;              /* --json */
   bool help;              /* --help */
+  bool list_params;       /* --list-params */
   int world;              /* --world N (plan), 0 when absent */
 } sl_cli_args;
 
-/* Parses argv[1..] into config and args; returns 0, or 2 after printing a usage error to stderr.
- * allow_world: accept --world. */
-int sl_cli_parse(int argc, char **argv, sl_config *config, sl_cli_args *args, bool allow_world);
-/* Prints the option list (from the configuration table). */
-void sl_cli_print_options(void);
+/* Parses argv[1..] into config and args; returns 0, or 2 after printing a usage error to stderr. */
+int sl_cli_parse(int argc, char **argv, sl_config *config, sl_cli_args *args, const sl_cli_command *cmd);
+/* Prints the options of cmd: its keys as flags with their meaning and default, its aliases. */
+void sl_cli_print_options(FILE *out, const sl_cli_command *cmd);
 
 #endif

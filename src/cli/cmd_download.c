@@ -3,6 +3,7 @@
  * REPO needs (plus --include patterns and, with --all, every top-level non-weight file) and prints
  * the snapshot folder on stdout. Uses the public API only.
  */
+#include "args.h"
 #include "cli.h"
 
 #include "shardload/shardload.h"
@@ -16,123 +17,9 @@ static void download_usage(FILE *out) {
   fprintf(out, "usage: shardload download REPO [options]\n"
                "\n"
                "Downloads what loading the Hub repository REPO needs into the Hugging Face cache and\n"
-               "prints the snapshot folder.\n"
-               "\n"
-               "options:\n"
-               "  --revision R       branch, tag, refs/pr/N or commit (default main)\n"
-               "  --include PATTERN  also download the files matching PATTERN (repeatable)\n"
-               "  --all              also download every top-level file that is not a weight file\n"
-               "  --cache-dir DIR    cache folder (default HF_HUB_CACHE, else $HF_HOME/hub)\n"
-               "  --offline          no network: resolve from the cache only\n"
-               "  --load-format F    auto, hf, safetensors, mistral or pt (default auto)\n"
-               "  --quiet            no progress output\n");
-}
-
-/* Matches "--name VALUE" and "--name=VALUE"; *i is advanced past what was consumed. */
-static int take_value(int argc, char **argv, int *i, const char *name, const char **value) {
-  size_t n = strlen(name);
-  const char *arg = argv[*i];
-  if (strncmp(arg, name, n) != 0)
-    return 0;
-  if (arg[n] == '=') {
-    *value = arg + n + 1;
-    return 1;
-  }
-  if (arg[n] != '\0')
-    return 0;
-  if (*i + 1 >= argc) {
-    fprintf(stderr, "shardload download: %s needs a value\n", name);
-    return -1;
-  }
-  *i += 1;
-  *value = argv[*i];
-  return 1;
-}
-
-/* Appends pattern to a newline-separated list (the "include" config key). */
-static char *append_line(char *list, const char *pattern) {
-  size_t a = list != NULL ? strlen(list) : 0;
-  size_t b = strlen(pattern);
-  char *out = realloc(list, a + b + 2);
-  if (out == NULL) {
-    free(list);
-    return NULL;
-  }
-  if (a > 0)
-    out[a++] = '\n';
-  memcpy(out + a, pattern, b + 1);
-  return out;
-}
-
-typedef struct option_map {
-  const char *flag;
-  const char *key;
-} option_map;
-
-static const option_map k_value_options[] = {
-    {"--revision", "revision"},
-    {"--cache-dir", "cache_dir"},
-    {"--load-format", "load_format"},
-};
-
-static const option_map k_bool_options[] = {
-    {"--all", "download_all"},
-    {"--offline", "offline"},
-    {"--quiet", "quiet"},
-};
-
-/* Parses argv into config; returns 0, or 2 for a usage error (message printed). */
-static int parse_args(int argc, char **argv, sl_config *config, char **include, const char **repo) {
-  for (int i = 1; i < argc; i++) {
-    const char *arg = argv[i];
-    const char *value = NULL;
-    int r = take_value(argc, argv, &i, "--include", &value);
-    if (r < 0)
-      return 2;
-    if (r > 0) {
-      *include = append_line(*include, value);
-      if (*include == NULL) {
-        fprintf(stderr, "shardload download: out of memory\n");
-        return 2;
-      }
-      continue;
-    }
-    bool matched = false;
-    for (size_t k = 0; !matched && k < sizeof k_value_options / sizeof k_value_options[0]; k++) {
-      r = take_value(argc, argv, &i, k_value_options[k].flag, &value);
-      if (r < 0)
-        return 2;
-      if (r == 0)
-        continue;
-      matched = true;
-      if (sl_config_set(config, k_value_options[k].key, value) != SL_STATUS_OK) {
-        fprintf(stderr, "shardload download: %s\n", sl_config_error(config));
-        return 2;
-      }
-    }
-    for (size_t k = 0; !matched && k < sizeof k_bool_options / sizeof k_bool_options[0]; k++) {
-      if (strcmp(arg, k_bool_options[k].flag) != 0)
-        continue;
-      matched = true;
-      sl_config_set(config, k_bool_options[k].key, "true");
-    }
-    if (matched)
-      continue;
-    if (arg[0] == '-' && arg[1] != '\0') {
-      fprintf(stderr, "shardload download: unknown option '%s'\n", arg);
-      return 2;
-    }
-    if (*repo != NULL) {
-      fprintf(stderr, "shardload download: more than one repository given ('%s' and '%s')\n", *repo, arg);
-      return 2;
-    }
-    *repo = arg;
-  }
-  if (*repo == NULL) {
-    fprintf(stderr, "shardload download: a repository id is required\n");
-    return 2;
-  }
-  return 0;
+               "prints the snapshot folder. --include PATTERN is repeatable; --all also downloads every\n"
+               "top-level file that is not a weight file.\n");
+  sl_cli_print_options(out, &sl_cli_cmd_download);
 }
 
 int sl_cli_download(int argc, char **argv) {
@@ -147,15 +34,18 @@ int sl_cli_download(int argc, char **argv) {
     fprintf(stderr, "shardload download: out of memory\n");
     return 1;
   }
-  char *include = NULL;
-  const char *repo = NULL;
-  int rc = parse_args(argc, argv, config, &include, &repo);
-  if (rc == 0 && sl_config_set(config, "model", repo) != SL_STATUS_OK)
+  sl_cli_args args;
+  int rc = sl_cli_parse(argc, argv, config, &args, &sl_cli_cmd_download);
+  if (rc == 0 && args.positional == NULL) {
+    fprintf(stderr, "shardload download: a repository id is required\n");
     rc = 2;
-  if (rc == 0 && include != NULL && sl_config_set(config, "include", include) != SL_STATUS_OK)
+  }
+  if (rc == 0 && sl_config_set(config, "model", args.positional) != SL_STATUS_OK) {
+    fprintf(stderr, "shardload download: %s\n", sl_config_error(config));
     rc = 2;
+  }
   if (rc == 2)
-    download_usage(stderr);
+    fprintf(stderr, "run `shardload download --help` for the options\n");
   if (rc == 0) {
     char *snapshot = NULL;
     sl_status st = sl_hub_download(config, &snapshot);
@@ -167,7 +57,6 @@ int sl_cli_download(int argc, char **argv) {
     }
     free(snapshot);
   }
-  free(include);
   sl_config_destroy(config);
   return rc;
 }

@@ -40,6 +40,7 @@ static void usage(FILE *out) {
           "tensor (name, dtype, shape, bytes, offset, file), totals per dtype and warnings about the\n"
           "index file. --json prints the same as one JSON object. Exit status: 0 ok, 1 invalid or\n"
           "unreadable input (the message names the file and the error kind), 2 usage error.\n");
+  sl_cli_print_options(out, &sl_cli_cmd_inspect);
 }
 
 static bool ends_with(const char *s, const char *suffix) {
@@ -323,7 +324,7 @@ int sl_cli_inspect(int argc, char **argv) {
     return 1;
   }
   sl_cli_args args;
-  int rc = sl_cli_parse(argc, argv, cfg, &args, false);
+  int rc = sl_cli_parse(argc, argv, cfg, &args, &sl_cli_cmd_inspect);
   if (rc == 0 && args.help) {
     usage(stdout);
     sl_config_destroy(cfg);

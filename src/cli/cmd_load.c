@@ -15,20 +15,10 @@
 #define MSG_MAX 4096
 
 static void usage(FILE *out) {
-  fprintf(out,
-          "usage: mpirun -np N shardload load MODEL [options]\n"
-          "MODEL is a folder with config.json and safetensors files, or a Hub repository id.\n"
-          "Layout:  --tp N --pp N --dp N (product = number of ranks), --enable-expert-parallel,\n"
-          "         --expert-placement linear|round_robin, --enable-eplb, --pp-layer-partition 4,6,6,4\n"
-          "Model:   --arch auto|FILE.json, --layout vllm|checkpoint, --load-format "
-          "auto|hf|safetensors|mistral|pt\n"
-          "Hub:     --revision REV, --cache-dir DIR, --offline\n"
-          "Reading: --threads N, --extra-config JSON, --load-strategy auto|direct|io_uring|mmap,\n"
-          "         --staging-bytes N, --prefault\n"
-          "Output:  --device cpu|cuda, --save-sharded DIR, --report FILE.json, --no-strict, --quiet,\n"
-          "         --list-params (print every rank's table)\n"
-          "Any configuration key can be given as --key-name VALUE:\n%s",
-          sl_config_keys());
+  fprintf(out, "usage: mpirun -np N shardload load MODEL [options]\n"
+               "MODEL is a folder with config.json and safetensors files, or a Hub repository id.\n"
+               "tp * pp * dp must equal N; global rank = dp_rank*pp*tp + pp_rank*tp + tp_rank.\n");
+  sl_cli_print_options(out, &sl_cli_cmd_load);
 }
 
 /* Rank 0 prints each distinct failure message once; PEER_FAILED ranks only say they stopped. */
@@ -84,16 +74,6 @@ static void print_table(MPI_Comm comm, sl_loader *l) {
 }
 
 int sl_cli_load(int argc, char **argv) {
-  /* --list-params is a CLI-only flag: strip it before the generic parser. */
-  bool list = false;
-  int kept = 0;
-  for (int i = 0; i < argc; i++) {
-    if (strcmp(argv[i], "--list-params") == 0)
-      list = true;
-    else
-      argv[kept++] = argv[i];
-  }
-  argc = kept;
   int provided = 0;
   if (MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
     fprintf(stderr, "shardload load: MPI_Init failed\n");
@@ -106,7 +86,7 @@ int sl_cli_load(int argc, char **argv) {
   sl_cli_args args;
   memset(&args, 0, sizeof args);
   if (rc == 0)
-    rc = sl_cli_parse(argc, argv, cfg, &args, false);
+    rc = sl_cli_parse(argc, argv, cfg, &args, &sl_cli_cmd_load);
   if (rc == 0 && args.help) {
     if (rank == 0)
       usage(stdout);
@@ -116,7 +96,8 @@ int sl_cli_load(int argc, char **argv) {
   }
   if (rc == 0 && args.positional == NULL) {
     if (rank == 0)
-      usage(stderr);
+      fprintf(stderr,
+              "shardload load: a MODEL (folder or Hub repository id) is needed; see shardload load --help\n");
     rc = 2;
   }
   if (rc == 0 && sl_config_set(cfg, "model", args.positional) != SL_STATUS_OK)
@@ -134,8 +115,8 @@ int sl_cli_load(int argc, char **argv) {
   if (st != SL_STATUS_OK) {
     report_failure(MPI_COMM_WORLD, st, sl_config_error(cfg));
   } else {
-    st = list ? sl_loader_plan(l) : SL_STATUS_OK;
-    if (st == SL_STATUS_OK && list)
+    st = args.list_params ? sl_loader_plan(l) : SL_STATUS_OK;
+    if (st == SL_STATUS_OK && args.list_params)
       print_table(MPI_COMM_WORLD, l);
     if (st == SL_STATUS_OK)
       st = sl_loader_load(l);

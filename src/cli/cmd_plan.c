@@ -7,12 +7,11 @@
 #include <stdio.h>
 
 static void usage(FILE *out) {
-  fprintf(out, "usage: shardload plan MODEL --world N [--tp N] [--pp N] [--dp N] [--enable-expert-parallel]\n"
-               "       [--expert-placement linear|round_robin] [--layout vllm|checkpoint] [--load-format F]\n"
-               "       [--arch auto|FILE.json] [--pp-layer-partition 4,6,6,4] [--storage-gbps G]\n"
-               "       [--network-gbps G] [--ranks-per-node N] [--json]\n"
-               "Plans every rank from the safetensors headers alone and prints bytes read and received per\n"
-               "rank, files opened, read amplification and a predicted load time.\n");
+  fprintf(out, "usage: shardload plan MODEL --world N [--tp N] [--pp N] [--dp N] [options] [--json]\n"
+               "Plans every rank of a world of N ranks from the safetensors headers alone (no MPI, no\n"
+               "tensor data read) and prints bytes read and received per rank, files opened, read\n"
+               "amplification and a predicted load time. tp * pp * dp must equal N.\n");
+  sl_cli_print_options(out, &sl_cli_cmd_plan);
 }
 
 int sl_cli_plan(int argc, char **argv) {
@@ -20,14 +19,21 @@ int sl_cli_plan(int argc, char **argv) {
   if (sl_config_create(&cfg) != SL_STATUS_OK)
     return 1;
   sl_cli_args args;
-  int rc = sl_cli_parse(argc, argv, cfg, &args, true);
+  int rc = sl_cli_parse(argc, argv, cfg, &args, &sl_cli_cmd_plan);
   if (rc == 0 && args.help) {
     usage(stdout);
     sl_config_destroy(cfg);
     return 0;
   }
-  if (rc == 0 && (args.positional == NULL || args.world < 1)) {
-    usage(stderr);
+  if (rc == 0 && args.positional == NULL) {
+    fprintf(stderr,
+            "shardload plan: a MODEL (folder or Hub repository id) is needed; see shardload plan --help\n");
+    rc = 2;
+  }
+  if (rc == 0 && args.world < 1) {
+    fprintf(stderr,
+            "shardload plan: --world N is needed: the number of ranks to plan for (tp * pp * dp = N), "
+            "e.g. --world 8 --tp 8\n");
     rc = 2;
   }
   if (rc == 0 && sl_config_set(cfg, "model", args.positional) != SL_STATUS_OK)

@@ -10,15 +10,58 @@
 
 #include <cjson/cJSON.h>
 #include <dirent.h>
+#include <dlfcn.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
-#ifndef SL_SPECS_INSTALL_DIR
-#define SL_SPECS_INSTALL_DIR ""
+/* The bundled specs' folder relative to the folder of the library file (CMake computes it from
+ * the install directories; the build tree mirrors them), so that neither an installed nor a moved
+ * library depends on a path fixed at build time. */
+#ifndef SL_SPECS_RELATIVE
+#define SL_SPECS_RELATIVE "../share/shardload/specs"
 #endif
-#ifndef SL_SPECS_BUILD_DIR
-#define SL_SPECS_BUILD_DIR ""
-#endif
+
+/* Where the library (or, linked statically, the program) was loaded from: dladdr of an object of
+ * this file, else /proc/self/exe. Returns a malloc'd folder, or NULL. */
+static char *spec_own_dir(void) {
+  static const char anchor = 0;
+  Dl_info info;
+  char exe[4096];
+  const char *file = NULL;
+  if (dladdr(&anchor, &info) != 0 && info.dli_fname != NULL && strchr(info.dli_fname, '/') != NULL)
+    file = info.dli_fname;
+  if (file == NULL) {
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0)
+      return NULL;
+    exe[n] = '\0';
+    file = exe;
+  }
+  const char *slash = strrchr(file, '/');
+  size_t len = slash == file ? 1 : (size_t)(slash - file);
+  char *dir = malloc(len + 1);
+  if (dir != NULL) {
+    memcpy(dir, file, len);
+    dir[len] = '\0';
+  }
+  return dir;
+}
+
+/* The spec folders, colon-separated, in search order: $SHARDLOAD_SPECS (so that a user's folder
+ * can override a bundled spec), then the bundled specs next to the library. Caller frees. */
+static char *spec_search_path(void) {
+  sl__buf dirs;
+  sl__buf_init(&dirs, 0);
+  const char *env = getenv("SHARDLOAD_SPECS");
+  if (env != NULL && *env != '\0')
+    sl__buf_appendf(&dirs, "%s:", env);
+  char *own = spec_own_dir();
+  if (own != NULL)
+    sl__buf_appendf(&dirs, "%s/%s", own, SL_SPECS_RELATIVE);
+  free(own);
+  return sl__buf_take(&dirs);
+}
 
 
 static const char *const style_names[SL_STYLE_COUNT] = {"replicated", "column",    "row",     "merged",
@@ -627,13 +670,7 @@ sl_status sl__spec_find(const char *architecture, sl__spec **out, sl__err *err) 
   sl__buf_init(&known, 0);
   sl__err first_err;
   sl__err_clear(&first_err);
-  sl__buf dirs;
-  sl__buf_init(&dirs, 0);
-  const char *env = getenv("SHARDLOAD_SPECS");
-  if (env != NULL && *env != '\0')
-    sl__buf_appendf(&dirs, "%s:", env);
-  sl__buf_appendf(&dirs, "%s:%s", SL_SPECS_INSTALL_DIR, SL_SPECS_BUILD_DIR);
-  char *list = sl__buf_take(&dirs);
+  char *list = spec_search_path();
   sl_status st = SL_STATUS_NOT_FOUND;
   char *p = list;
   while (p != NULL && st != SL_STATUS_OK) {

@@ -1,0 +1,11 @@
+# tests/cli/cli.cmake — the command line's options (aliases, units, did you mean, per-command
+# help) and the byte-count units of the configuration.
+add_executable(test_config_units cli/test_config_units.c)
+target_link_libraries(test_config_units PRIVATE sl_testlib)
+target_compile_options(test_config_units PRIVATE ${SL_WARNINGS})
+target_compile_definitions(test_config_units PRIVATE _GNU_SOURCE)
+add_test(NAME test_config_units COMMAND test_config_units)
+set_tests_properties(test_config_units PROPERTIES LABELS "unit;cli" TIMEOUT 60 ENVIRONMENT "${SL_TEST_ENV}")
+
+sl_script_test(test_cli_args unit sh ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_cli_args.sh)
+set_tests_properties(test_cli_args PROPERTIES LABELS "unit;cli" TIMEOUT 180 PROCESSORS 2)
