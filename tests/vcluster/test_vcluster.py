@@ -13,8 +13,10 @@ the cluster down again (also on failure and on SIGINT/SIGTERM); every mpirun is 
              cuda_device default; per-node figures of the report), then a 24 MB model at tp=4 and
              tp=2 dp=2: per node, the bytes that crossed the node's link are at least what its ranks
              read and at most that plus what they received by broadcast (+ slack): a node reads
-             only its ranks' bytes.
-  3x1        3 nodes x 1 rank: vc_load at world 3 and the per-node link check at tp=1 dp=3... (pp=3).
+             only its ranks' bytes. (These clusters mount the storage without page cache,
+             `vcluster up --no-page-cache`, so that the link carries exactly what the ranks pread;
+             with the page cache, readahead and page granularity fetch more, see docs/TESTING.md.)
+  3x1        3 nodes x 1 rank: vc_load at world 3 and the per-node link check at pp=3 and dp=3.
   hub        3 nodes x 1 rank; the local test Hub runs on 127.0.0.1 inside node 0, so only node 0
              can reach it (checked: the other nodes get connection refused); a Hub load
              org/llama at dp=3 succeeds, the server saw exactly one client process (rank 0), no
@@ -125,7 +127,7 @@ def check_node_traffic(ctx, cl, ppn, layout, label):
 
 def group_2x2(ctx):
     ctx.add_model()
-    with vclib.Cluster(nodes=2, rate="1gbit", storage=ctx.export) as cl:
+    with vclib.Cluster(nodes=2, rate="1gbit", storage=ctx.export, no_page_cache=True) as cl:
         run_vc_load(ctx, cl, 2, "2x2")
         check_node_traffic(ctx, cl, 2, ["--tp", "4"], "2x2 tp=4")
         check_node_traffic(ctx, cl, 2, ["--tp", "2", "--dp", "2"], "2x2 tp=2 dp=2")
@@ -133,7 +135,7 @@ def group_2x2(ctx):
 
 def group_3x1(ctx):
     ctx.add_model()
-    with vclib.Cluster(nodes=3, rate="1gbit", storage=ctx.export) as cl:
+    with vclib.Cluster(nodes=3, rate="1gbit", storage=ctx.export, no_page_cache=True) as cl:
         run_vc_load(ctx, cl, 1, "3x1")
         check_node_traffic(ctx, cl, 1, ["--pp", "3"], "3x1 pp=3")
         check_node_traffic(ctx, cl, 1, ["--dp", "3"], "3x1 dp=3")

@@ -47,8 +47,10 @@ def skip_reason():
 
 
 class Cluster:
-    def __init__(self, nodes=2, rate=None, storage=None, local=None, storage_rate=None):
+    def __init__(self, nodes=2, rate=None, storage=None, local=None, storage_rate=None, no_page_cache=False):
         self.args = ["up", "--nodes", str(nodes)]
+        if no_page_cache:
+            self.args += ["--no-page-cache"]
         if rate:
             self.args += ["--rate", rate]
         if storage_rate:
