@@ -17,7 +17,8 @@ the cluster down again (also on failure and on SIGINT/SIGTERM); every mpirun is 
              `vcluster up --no-page-cache`, so that the link carries exactly what the ranks pread;
              with the page cache, readahead and page granularity fetch more, see docs/TESTING.md.)
   3x1        3 nodes x 1 rank: vc_load at world 3 and the per-node link check at pp=3 and dp=3.
-  hub        3 nodes x 1 rank; the local test Hub runs on 127.0.0.1 inside node 0, so only node 0
+  hub        3 nodes x 1 rank, nodes reading the machine's folders (--local: the Hub cache must be
+             shared and sshfs cannot hold its symbolic links); the local test Hub runs on 127.0.0.1 inside node 0, so only node 0
              can reach it (checked: the other nodes get connection refused); a Hub load
              org/llama at dp=3 succeeds, the server saw exactly one client process (rank 0), no
              other rank tried to resolve, and the pre-sharded copy equals a load from the folder.
@@ -163,7 +164,9 @@ except OSError as e:
 
 
 def group_hub(ctx):
-    with vclib.Cluster(nodes=3, rate="1gbit", storage=ctx.export) as cl:
+    # The nodes see the machine's folders (--local): the Hub cache that rank 0 fills must be
+    # shared, and sshfs cannot hold it (creating or reading its symbolic links fails).
+    with vclib.Cluster(nodes=3, rate="1gbit", local=ctx.export) as cl:
         work = os.path.join(ctx.export, "hub")
         os.makedirs(work)
         port_file = os.path.join(work, "ports.json")
