@@ -17,8 +17,8 @@
  * is given every advantage. Rank 0 prints one JSON line on stdout and a summary on stderr.
  *
  * Build (scripts/bench does it):
- *   mpicc -O2 -std=c11 -Iinclude scripts/bench_naive.c -Lbuild/src -lshardload \
- *         -Wl,-rpath,build/src -lpthread -o build/bench_naive
+ *   mpicc -O2 -std=c11 -Iinclude scripts/bench_naive.c -Lbuild/lib -lshardload \
+ *         -Wl,-rpath,build/lib -lpthread -o build/bench_naive
  * Usage: mpirun -np N bench_naive MODEL [--threads N] [--chunk-bytes N] [--slice N | --keep]
  */
 #define _GNU_SOURCE

@@ -313,6 +313,102 @@ const char *sl_model_warnings(const sl_model *model);
  * ------------------------------------------------------------------------------------------- */
 sl_status sl_hub_download(sl_config *config, char **snapshot_dir);
 
+
+/* ---------------------------------------------------------------------------------------------
+ * 8. Parameters for other runtimes (the Python package, DLPack consumers): element types as
+ * numbers, where each local parameter's bytes come from, parameter memory that outlives the
+ * loader, and an agreement between ranks. Existing calls are unchanged.
+ * ------------------------------------------------------------------------------------------- */
+
+/* The 22 safetensors element types, in the safetensors writer's order (values never change). */
+typedef enum sl_dtype {
+  SL_DTYPE_BOOL = 0,
+  SL_DTYPE_F4 = 1,
+  SL_DTYPE_F6_E2M3 = 2,
+  SL_DTYPE_F6_E3M2 = 3,
+  SL_DTYPE_U8 = 4,
+  SL_DTYPE_I8 = 5,
+  SL_DTYPE_F8_E5M2 = 6,
+  SL_DTYPE_F8_E4M3 = 7,
+  SL_DTYPE_F8_E8M0 = 8,
+  SL_DTYPE_F8_E4M3FNUZ = 9,
+  SL_DTYPE_F8_E5M2FNUZ = 10,
+  SL_DTYPE_I16 = 11,
+  SL_DTYPE_U16 = 12,
+  SL_DTYPE_F16 = 13,
+  SL_DTYPE_BF16 = 14,
+  SL_DTYPE_I32 = 15,
+  SL_DTYPE_U32 = 16,
+  SL_DTYPE_F32 = 17,
+  SL_DTYPE_C64 = 18,
+  SL_DTYPE_F64 = 19,
+  SL_DTYPE_I64 = 20,
+  SL_DTYPE_U64 = 21,
+  SL_DTYPE_COUNT
+} sl_dtype;
+
+/* The dtype of a table entry as a number (SL_DTYPE_COUNT for NULL or an unknown name). */
+sl_dtype sl_param_dtype_id(const sl_param *param);
+/* "BF16" for SL_DTYPE_BF16; NULL out of range. Static strings. */
+const char *sl_dtype_name(sl_dtype dtype);
+/* Bits per element (4, 6, 8 ... 64); 0 out of range. */
+uint32_t sl_dtype_bits(sl_dtype dtype);
+
+/* One source of a local parameter: `rows` rows of `row_bytes` bytes, taken from the checkpoint
+ * tensor `tensor` (rows src_stride bytes apart, starting src_offset bytes after the tensor's
+ * first byte) and written at dst_offset in the local parameter (rows dst_stride bytes apart).
+ * Together the sources of a parameter are exactly what it holds of the checkpoint (bytes covered
+ * by none are zero: vocabulary padding). An alias has no sources (its target has them). */
+typedef struct sl_param_source {
+  const char *tensor;                 /* checkpoint tensor name (owned by the loader) */
+  sl_dtype dtype;                     /* its element type */
+  uint32_t tensor_ndim;               /* its dimensions */
+  uint64_t tensor_shape[SL_MAX_DIMS]; /* its shape */
+  uint64_t src_offset;
+  uint64_t src_stride;
+  uint64_t row_bytes;
+  uint64_t rows;
+  uint64_t dst_offset;
+  uint64_t dst_stride;
+} sl_param_source;
+
+/* After sl_loader_plan: the number of sources of local parameter index (0 when out of range). */
+size_t sl_loader_param_source_count(sl_loader *loader, size_t index);
+/* Source k (0 .. count-1) of local parameter index. */
+sl_status sl_loader_param_source(sl_loader *loader, size_t index, size_t k, sl_param_source *out);
+
+/* A counted reference to the memory of one loaded parameter. After a successful sl_loader_load,
+ * sl_loader_param_retain hands one out: the memory stays valid (and is not freed by
+ * sl_loader_destroy) until the reference is released; the loader's other memory is freed as
+ * usual. Memory the caller bound stays the caller's: a reference to it keeps nothing alive.
+ * Not collective. sl_param_ref_release may be called from any thread, before or after
+ * sl_loader_destroy; release(NULL) is a no-op. With device=cuda, memory that outlives the loader
+ * is freed with cudaFree on release (the loader's NCCL communicators are then aborted at destroy,
+ * not finalized with the peers). */
+typedef struct sl_param_ref sl_param_ref;
+
+sl_status sl_loader_param_retain(sl_loader *loader, size_t index, sl_param_ref **out);
+void *sl_param_ref_data(const sl_param_ref *ref);
+void sl_param_ref_release(sl_param_ref *ref);
+
+/* DLPack: *managed_tensor receives a new DLManagedTensor (dlpack/dlpack.h, the legacy unversioned
+ * struct) viewing local parameter index after a successful load: data, device (kDLCPU or kDLCUDA
+ * with the ordinal), dtype, local shape, contiguous (strides NULL). It holds a reference as
+ * sl_loader_param_retain does; its deleter releases the reference and frees the struct. Types
+ * DLPack has no code for (F8_*, F4, F6_*) are exported as raw bytes: uint8 of shape [nbytes];
+ * BOOL as DLPack's bool when the header knows it, else uint8. SL_STATUS_UNSUPPORTED when the
+ * library was built without dlpack/dlpack.h (Debian: libdlpack-dev). Not collective. */
+sl_status sl_loader_param_dlpack(sl_loader *loader, size_t index, void **managed_tensor);
+/* The deleter of a DLManagedTensor made by sl_loader_param_dlpack (for callers that own one and
+ * drop it unconsumed); NULL is a no-op. */
+void sl_dlpack_free(void *managed_tensor);
+
+/* COLLECTIVE. An agreement on a check done outside the library (e.g. a caller's buffers checked
+ * against the plan before the load): every rank returns the same status; a failing rank's
+ * sl_loader_error is its own message, the others' "another rank failed: rank R: <message>". The
+ * loader stays usable: a failed agreement does not fail the loader. */
+sl_status sl_loader_agree(sl_loader *loader, sl_status status, const char *message);
+
 #pragma GCC visibility pop
 
 #ifdef __cplusplus

@@ -17,6 +17,7 @@
 
 #include "api/config.h"
 #include "api/options.h"
+#include "api/params.h"
 #include "api/prepare.h"
 #include "backend/backend.h"
 #include "base/log.h"
@@ -64,6 +65,7 @@ struct sl_loader {
   double t_resolve, t_catalog, t_model, t_plan, t_alloc, t_transfer, t_track, t_total;
   sl__buf report;
   sl__buf summary;
+  sl__params_state *params; /* api/params.c: parameter sources and memory handed out */
 };
 
 static sl_status advance(sl_loader *l, sl__prep_stage until);
@@ -125,6 +127,7 @@ static void free_buffers(sl_loader *l) {
 void sl_loader_destroy(sl_loader *l) {
   if (l == NULL)
     return;
+  sl__params_loader_destroy(l); /* memory still referenced is taken over, not freed here */
   free_buffers(l);
   if (l->backend != NULL)
     l->backend->ops->destroy(l->backend);
@@ -734,4 +737,21 @@ const char *sl_loader_summary(sl_loader *l) {
   if (l == NULL || l->state != STATE_LOADED || l->summary.len == 0)
     return NULL;
   return sl__buf_str(&l->summary);
+}
+
+/* api/params.h: the parts of the loader that api/params.c works on. */
+void sl__loader_view_of(sl_loader *l, sl__loader_view *out) {
+  *out = (sl__loader_view){.params = &l->params,
+                           .comm = &l->comm,
+                           .err = &l->err,
+                           .planned = l->state >= STATE_PLANNED && l->state != STATE_FAILED,
+                           .loaded = l->state == STATE_LOADED,
+                           .plan = &l->plan,
+                           .cat = &l->prep.cat,
+                           .table = l->table,
+                           .backend = &l->backend,
+                           .maps = &l->maps,
+                           .param_ptr = &l->param_ptr,
+                           .bound = l->bound,
+                           .mapped = l->mapped};
 }

@@ -1,0 +1,506 @@
+"""loader.py -- shardload.Loader: the C loader from Python, collective like the C API.
+
+    with shardload.Loader("/models/m", tp=2) as loader:      # every rank of comm
+        for p in loader.plan():                              # this rank's parameters
+            ...                                              # p.name, p.dtype, p.shape, p.slices
+        loader.bind("model.norm.weight", my_tensor)          # optional: the caller's memory
+        loader.load()                                        # collective
+        weights = loader.params()                            # name -> torch tensor (or numpy)
+
+Binding is checked against the plan (name, dtype, shape, contiguity, device) before any byte
+moves. A failed check is recorded and raised by load() on every rank (the failing rank's status
+and message; "another rank failed: rank R: ..." elsewhere), so that no rank waits for another.
+
+Loaded parameters are exported by DLPack: each Parameter has __dlpack__/__dlpack_device__, and the
+capsule holds a counted reference on the memory (sl_loader_param_retain), so a tensor made from
+it stays valid after the loader is closed. Memory the caller bound is never freed by shardload.
+"""
+
+import atexit
+import ctypes
+import json
+
+from . import _lib
+from .config import Config
+from .errors import (Error, InvalidArgumentError, NotFoundError, ShapeError, check,
+                     error_for)
+
+lib = _lib.lib
+
+# DLPack device types (dlpack.h).
+KDL_CPU = 1
+KDL_CUDA = 2
+
+# -------------------------------------------------------------------------------------------------
+# Communicators
+
+
+_mpi_initialized_here = False
+
+
+def _world_without_mpi4py():
+    """MPI_COMM_WORLD of Open MPI through ctypes (MPI_Init here when nobody did)."""
+    global _mpi_initialized_here
+    flag = ctypes.c_int(0)
+    lib.MPI_Initialized(ctypes.byref(flag))
+    if not flag.value:
+        if lib.MPI_Init(None, None) != 0:
+            raise error_for(31, "MPI_Init failed")  # SL_STATUS_MPI
+        _mpi_initialized_here = True
+        atexit.register(_finalize)
+    try:
+        return ctypes.addressof(ctypes.c_char.in_dll(lib, "ompi_mpi_comm_world"))
+    except ValueError:
+        raise InvalidArgumentError("without mpi4py shardload finds MPI_COMM_WORLD in Open MPI "
+                                   "only: install mpi4py (Debian: python3-mpi4py) and pass comm")
+
+
+def _finalize():
+    flag = ctypes.c_int(0)
+    lib.MPI_Finalized(ctypes.byref(flag))
+    if not flag.value:
+        lib.MPI_Finalize()
+
+
+def comm_handle(comm):
+    """(MPI_Comm as an integer, the object kept alive). comm: an mpi4py communicator or None
+    (mpi4py's COMM_WORLD, or Open MPI's world through ctypes when mpi4py is absent)."""
+    if comm is None:
+        try:
+            from mpi4py import MPI
+        except ImportError:
+            return _world_without_mpi4py(), None
+        comm = MPI.COMM_WORLD
+    if isinstance(comm, int):
+        return comm, None
+    from mpi4py import MPI
+    return MPI._handleof(comm), comm
+
+
+# -------------------------------------------------------------------------------------------------
+# Element types of torch and numpy
+
+
+def _torch_dtypes():
+    try:
+        import torch
+    except ImportError:
+        return {}
+    pairs = {"F32": "float32", "F64": "float64", "F16": "float16", "BF16": "bfloat16",
+             "I8": "int8", "U8": "uint8", "I16": "int16", "I32": "int32", "I64": "int64",
+             "BOOL": "bool", "C64": "complex64", "U16": "uint16", "U32": "uint32",
+             "U64": "uint64", "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2",
+             "F8_E4M3FNUZ": "float8_e4m3fnuz", "F8_E5M2FNUZ": "float8_e5m2fnuz",
+             "F8_E8M0": "float8_e8m0fnu"}
+    return {k: getattr(torch, v) for k, v in pairs.items() if hasattr(torch, v)}
+
+
+_NUMPY = {"F32": "float32", "F64": "float64", "F16": "float16", "I8": "int8", "U8": "uint8",
+          "I16": "int16", "U16": "uint16", "I32": "int32", "U32": "uint32", "I64": "int64",
+          "U64": "uint64", "BOOL": "bool", "C64": "complex64"}
+
+
+def numpy_dtype(dtype):
+    """numpy dtype of a safetensors dtype; types numpy lacks (BF16, F8_*) as unsigned integers of
+    the same width, F4/F6 as bytes."""
+    import numpy as np
+    if dtype in _NUMPY:
+        return np.dtype(_NUMPY[dtype])
+    if dtype == "BF16":
+        return np.dtype("uint16")
+    return np.dtype("uint8")
+
+
+def _describe(tensor):
+    """(kind, dtype string, shape, device type, device index, contiguous, data pointer, nbytes)."""
+    mod = type(tensor).__module__
+    if mod.startswith("torch"):
+        t = tensor.detach() if hasattr(tensor, "detach") else tensor
+        return ("torch", t.dtype, tuple(t.shape), t.device.type, t.device.index,
+                t.is_contiguous(), t.data_ptr(), t.numel() * t.element_size())
+    if mod.startswith("numpy"):
+        import numpy as np
+        a = np.asarray(tensor)
+        if not a.flags.writeable:
+            raise InvalidArgumentError("the numpy array is read-only")
+        return ("numpy", a.dtype, tuple(a.shape), "cpu", None, bool(a.flags.c_contiguous),
+                a.ctypes.data, a.nbytes)
+    raise InvalidArgumentError("bind takes a torch tensor or a numpy array, got %s" % type(tensor))
+
+
+def _dtype_ok(kind, have, want, raw_ok):
+    if kind == "torch":
+        expected = _torch_dtypes().get(want)
+        if expected is not None and have == expected:
+            return True
+        if expected is None and raw_ok:  # torch lacks the type: raw unsigned of the same width
+            return str(have) in ("torch.uint8", "torch.int16", "torch.uint16") and \
+                _width(str(have)) == _lib.lib.sl_dtype_bits(_dtype_id(want))
+        return False
+    return have == numpy_dtype(want) or (raw_ok and want not in _NUMPY and
+                                         have.itemsize * 8 == _lib.lib.sl_dtype_bits(_dtype_id(want)))
+
+
+def _width(torch_dtype_name):
+    return {"torch.uint8": 8, "torch.int16": 16, "torch.uint16": 16}.get(torch_dtype_name, 0)
+
+
+def _dtype_id(name):
+    for i in range(64):
+        n = _lib.text(lib.sl_dtype_name(i))
+        if n is None:
+            break
+        if n == name:
+            return i
+    return -1
+
+
+# -------------------------------------------------------------------------------------------------
+# Parameters
+
+
+_DLTENSOR = b"dltensor"
+_USED = b"used_dltensor"
+_Destructor = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+_api = ctypes.pythonapi
+_api.PyCapsule_New.restype = ctypes.py_object
+_api.PyCapsule_New.argtypes = [ctypes.c_void_p, ctypes.c_char_p, _Destructor]
+_api.PyCapsule_IsValid.restype = ctypes.c_int
+_api.PyCapsule_IsValid.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+_api.PyCapsule_GetPointer.restype = ctypes.c_void_p
+_api.PyCapsule_GetPointer.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+
+
+def _capsule_destructor(capsule):
+    # A consumer renames the capsule "used_dltensor" and owns the tensor then; an unconsumed
+    # capsule still named "dltensor" frees it here.
+    if _api.PyCapsule_IsValid(capsule, _DLTENSOR):
+        lib.sl_dlpack_free(_api.PyCapsule_GetPointer(capsule, _DLTENSOR))
+
+
+_capsule_destructor_c = _Destructor(_capsule_destructor)
+
+
+class Parameter:
+    """One local parameter of the plan. After the load it exports its memory by DLPack."""
+
+    def __init__(self, loader, index, p):
+        self._loader = loader
+        self.index = index
+        self.name = _lib.text(p.name)
+        self.dtype = _lib.text(p.dtype)
+        self.dtype_id = lib.sl_param_dtype_id(ctypes.byref(p))
+        self.dtype_bits = p.dtype_bits
+        self.shape = tuple(p.local_shape[d] for d in range(p.ndim))
+        self.global_shape = tuple(p.global_shape[d] for d in range(p.ndim))
+        self.nbytes = p.nbytes
+        self.shard = _lib.text(p.shard)
+        self.alias_of = _lib.text(p.alias_of)
+        self.device = loader.device
+        self.bound = False
+        self.slices = self._slices(loader, index)
+
+    @staticmethod
+    def _slices(loader, index):
+        """Where the bytes come from, machine-readable: one dict per source (sl_param_source):
+        the checkpoint tensor, its shape, the byte geometry, and (when the geometry is whole
+        elements of a 2-D view [prod(shape[:-1]), shape[-1]] of the tensor) the element slice
+        'start'/'stop'/'step' of that view and the local element offset 'dst_start'."""
+        out = []
+        n = lib.sl_loader_param_source_count(loader._h, index)
+        src = _lib.ParamSource()
+        for k in range(n):
+            check(lib.sl_loader_param_source(loader._h, index, k, ctypes.byref(src)))
+            shape = [src.tensor_shape[d] for d in range(src.tensor_ndim)]
+            d = {"tensor": _lib.text(src.tensor), "tensor_dtype": _lib.text(lib.sl_dtype_name(src.dtype)),
+                 "tensor_shape": shape, "src_offset": src.src_offset, "src_stride": src.src_stride,
+                 "row_bytes": src.row_bytes, "rows": src.rows, "dst_offset": src.dst_offset,
+                 "dst_stride": src.dst_stride}
+            bits = lib.sl_dtype_bits(src.dtype)
+            cols = shape[-1] if shape else 1
+            row = cols * bits // 8 if bits % 8 == 0 else 0
+            if row and src.src_offset % (bits // 8) == 0 and src.row_bytes % (bits // 8) == 0:
+                eb = bits // 8
+                r0, c0 = divmod(src.src_offset // eb, cols)
+                ncols = src.row_bytes // eb
+                step = src.src_stride // row if src.rows > 1 and src.src_stride % row == 0 else 1
+                if ncols > cols and c0 == 0 and ncols % cols == 0 and src.rows == 1:
+                    d.update(start=[r0, 0], stop=[r0 + ncols // cols, cols], step=[1, 1])
+                elif c0 + ncols <= cols and (src.rows == 1 or src.src_stride % row == 0):
+                    d.update(start=[r0, c0], stop=[r0 + (src.rows - 1) * step + 1, c0 + ncols],
+                             step=[step, 1])
+                d["dst_start"] = src.dst_offset // eb
+            out.append(d)
+        return out
+
+    def __repr__(self):
+        return "Parameter(%r, %s, shape=%s, %s)" % (self.name, self.dtype, list(self.shape),
+                                                     self.shard)
+
+    def as_dict(self):
+        return {"name": self.name, "dtype": self.dtype, "shape": list(self.shape),
+                "global_shape": list(self.global_shape), "nbytes": self.nbytes,
+                "shard": self.shard, "slices": self.slices, "device": self.device,
+                "alias_of": self.alias_of, "bound": self.bound}
+
+    # DLPack ---------------------------------------------------------------------------------
+
+    def __dlpack_device__(self):
+        p = self._loader._param(self.index)
+        return (KDL_CUDA, p.device) if p.device >= 0 else (KDL_CPU, 0)
+
+    def __dlpack__(self, stream=None, **kwargs):
+        """A 'dltensor' capsule on this parameter's memory, holding a reference on it. The load is
+        complete when load() returns (CUDA: synchronized), so stream needs no wait."""
+        self._loader._need_loaded()
+        managed = ctypes.c_void_p()
+        st = lib.sl_loader_param_dlpack(self._loader._h, self.index, ctypes.byref(managed))
+        check(st, self._loader._message)
+        try:
+            return _api.PyCapsule_New(managed, _DLTENSOR, _capsule_destructor_c)
+        except BaseException:
+            lib.sl_dlpack_free(managed)
+            raise
+
+    def torch(self):
+        """A torch tensor on the memory (zero-copy, by DLPack). Types DLPack lacks (F8_*, F4,
+        F6_*) arrive as uint8 bytes, viewed as torch's float8 type of that name when it has one."""
+        import torch
+        t = torch.utils.dlpack.from_dlpack(self)
+        want = _torch_dtypes().get(self.dtype)
+        if want is not None and t.dtype != want and self.dtype_bits == 8:
+            t = t.view(want).reshape(self.shape)
+        return t
+
+    def numpy(self):
+        """A numpy array on the memory (host only). numpy's own types through numpy.from_dlpack;
+        BF16 and F8 as unsigned integers of the same width, viewing the same bytes."""
+        import numpy as np
+        if self.device != "cpu":
+            raise InvalidArgumentError("%s is in CUDA memory: numpy needs host memory" % self.name)
+        if self.dtype in _NUMPY:
+            return np.from_dlpack(self)
+        dt = numpy_dtype(self.dtype)
+        shape = self.shape if self.dtype_bits % 8 == 0 else (self.nbytes,)
+        return np.asarray(_Retained(self, dt, shape))
+
+
+class _Retained:
+    """Host memory of one loaded parameter as numpy's array interface, holding a C reference
+    (sl_loader_param_retain) released when numpy drops the array: for types numpy lacks."""
+
+    def __init__(self, param, dtype, shape):
+        ref = ctypes.c_void_p()
+        check(lib.sl_loader_param_retain(param._loader._h, param.index, ctypes.byref(ref)),
+              param._loader._message)
+        self._ref = ref
+        self.__array_interface__ = {"data": (lib.sl_param_ref_data(ref), False),
+                                    "shape": tuple(shape), "typestr": dtype.str, "version": 3}
+
+    def __del__(self):
+        if getattr(self, "_ref", None):
+            lib.sl_param_ref_release(self._ref)
+            self._ref = None
+
+
+# -------------------------------------------------------------------------------------------------
+# Loader
+
+
+class Loader:
+    """Loader(model, comm=None, **config): COLLECTIVE over comm (an mpi4py communicator, default
+    COMM_WORLD). config: the C library's keys (shardload.Config.keys()), e.g. tp=2,
+    enable_expert_parallel=True, strict=False. A Config object may be passed as config=."""
+
+    def __init__(self, model, comm=None, config=None, **values):
+        cfg = config if config is not None else Config()
+        cfg.set("model", model)
+        for key, value in values.items():
+            cfg.set(key, value)
+        self._cfg = cfg
+        self._comm_int, self._comm_obj = comm_handle(comm)
+        handle = ctypes.c_void_p()
+        st = lib.sl_loader_create(cfg.handle, ctypes.c_void_p(self._comm_int), ctypes.byref(handle))
+        if st != 0:
+            raise error_for(st, cfg.error())
+        self._h = handle
+        self.device = cfg.get("device") or "cpu"
+        self._plan = None
+        self._by_name = {}
+        self._loaded = False
+        self._pending = None  # first failed bind: (status, message)
+        self._bound = {}      # name -> the caller's tensor (kept alive until load returns)
+
+    # plumbing ----------------------------------------------------------------------------------
+
+    def _message(self):
+        return _lib.text(lib.sl_loader_error(self._h)) if self._h else ""
+
+    def _check(self, st):
+        if st != 0:
+            raise error_for(st, self._message())
+
+    def _need_open(self):
+        if not self._h:
+            raise InvalidArgumentError("the loader is closed")
+
+    def _need_loaded(self):
+        self._need_open()
+        if not self._loaded:
+            raise InvalidArgumentError("call load() first")
+
+    def _param(self, index):
+        return lib.sl_loader_param(self._h, index).contents
+
+    # collective steps --------------------------------------------------------------------------
+
+    def plan(self):
+        """COLLECTIVE (the first time). The list of this rank's parameters (Parameter objects:
+        name, dtype, shape (local), global_shape, shard, slices, device, nbytes, alias_of)."""
+        self._need_open()
+        if self._plan is None:
+            self._check(lib.sl_loader_plan(self._h))
+            n = lib.sl_loader_param_count(self._h)
+            self._plan = [Parameter(self, i, self._param(i)) for i in range(n)]
+            self._by_name = {p.name: p for p in self._plan}
+        return list(self._plan)
+
+    def _fail_bind(self, status_cls, message):
+        if self._pending is None:
+            self._pending = (status_cls.status, message)
+
+    def bind(self, name, tensor):
+        """Not collective. The parameter `name` is written into `tensor` (torch tensor or numpy
+        array, CPU or CUDA, contiguous, of the planned dtype and local shape, on the loader's
+        device). Checked before any byte moves; a failure is raised by load() on every rank.
+        Returns True when the binding was accepted."""
+        self._need_open()
+        if self._plan is None:
+            raise InvalidArgumentError("call plan() before bind()")
+        if self._loaded:
+            raise InvalidArgumentError("bind(%s): bind before load()" % name)
+        p = self._by_name.get(name)
+        if p is None:
+            self._fail_bind(NotFoundError, "bind(%s): this rank holds no parameter of that name" % name)
+            return False
+        if p.alias_of is not None:
+            self._fail_bind(InvalidArgumentError, "bind(%s): it shares the memory of %s: bind that "
+                            "one instead" % (name, p.alias_of))
+            return False
+        try:
+            kind, dtype, shape, dev, dev_index, contiguous, ptr, nbytes = _describe(tensor)
+        except Error as e:
+            self._fail_bind(type(e), "bind(%s): %s" % (name, e.message))
+            return False
+        if not _dtype_ok(kind, dtype, p.dtype, True):
+            self._fail_bind(InvalidArgumentError, "bind(%s): the plan holds %s, the %s tensor is %s"
+                            % (name, p.dtype, kind, dtype))
+            return False
+        if tuple(shape) != tuple(p.shape):
+            self._fail_bind(ShapeError, "bind(%s): the plan holds local shape %s, the tensor has "
+                            "shape %s" % (name, list(p.shape), list(shape)))
+            return False
+        if not contiguous:
+            self._fail_bind(InvalidArgumentError, "bind(%s): the tensor is not contiguous" % name)
+            return False
+        want_dev = "cuda" if self.device == "cuda" else "cpu"
+        if dev != want_dev:
+            self._fail_bind(InvalidArgumentError, "bind(%s): the loader writes %s memory (device=%s), "
+                            "the tensor is on %s" % (name, want_dev, self.device, dev))
+            return False
+        st = lib.sl_loader_bind(self._h, name.encode(), ctypes.c_void_p(ptr), nbytes)
+        if st != 0:
+            self._fail_bind(type(error_for(st)), self._message())
+            return False
+        self._bound[name] = tensor
+        p.bound = True
+        # Bytes no source covers (vocabulary padding) must read zero; the C loader relies on
+        # zero-filled memory of its own and leaves a bound buffer's padding as it was.
+        if sum(s["rows"] * s["row_bytes"] for s in p.slices) < p.nbytes:
+            if kind == "torch":
+                tensor.detach().zero_()
+            else:
+                tensor.fill(0)
+        return True
+
+    def agree(self, error=None):
+        """COLLECTIVE. Raises on every rank when any rank passes an Error (or had a failed bind)."""
+        self._need_open()
+        status, message = (0, b"")
+        if error is not None:
+            status, message = error.status or 1, error.message.encode()
+        elif self._pending is not None:
+            status, message = self._pending[0], self._pending[1].encode()
+        self._check(lib.sl_loader_agree(self._h, status, message))
+
+    def load(self):
+        """COLLECTIVE. Agrees on the bindings, then loads; on failure every rank raises."""
+        self._need_open()
+        if self._plan is None:
+            self.plan()
+        try:
+            self.agree()
+        finally:
+            self._pending = None
+        self._check(lib.sl_loader_load(self._h))
+        self._loaded = True
+        for p in self._plan:
+            p.device = ("cuda:%d" % self._param(p.index).device) if self._param(p.index).device >= 0 \
+                else "cpu"
+        return self
+
+    def report(self):
+        """The JSON report as a dict (rank 0: cluster-wide; other ranks: their own figures)."""
+        self._need_loaded()
+        text = _lib.text(lib.sl_loader_report_json(self._h))
+        return json.loads(text) if text else {}
+
+    def summary(self):
+        self._need_loaded()
+        return _lib.text(lib.sl_loader_summary(self._h)) or ""
+
+    def params(self, kind=None):
+        """{name: tensor} of every local parameter. Bound ones are the caller's own tensors;
+        the others share the loader's memory by DLPack (zero-copy) and outlive close().
+        kind: "torch" (default when torch imports), "numpy" (host only) or "dlpack" (the
+        Parameter objects themselves)."""
+        self._need_loaded()
+        if kind is None:
+            try:
+                import torch  # noqa: F401
+                kind = "torch"
+            except ImportError:
+                kind = "numpy"
+        out = {}
+        for p in self._plan:
+            if p.name in self._bound:
+                out[p.name] = self._bound[p.name]
+            elif p.alias_of is not None and p.alias_of in self._bound:
+                out[p.name] = self._bound[p.alias_of]
+            elif kind == "dlpack":
+                out[p.name] = p
+            elif kind == "numpy":
+                out[p.name] = p.numpy()
+            else:
+                out[p.name] = p.torch()
+        return out
+
+    def close(self):
+        """COLLECTIVE. Destroys the C loader; tensors handed out stay valid."""
+        if getattr(self, "_h", None):
+            lib.sl_loader_destroy(self._h)
+            self._h = None
+        self._bound = {}
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass

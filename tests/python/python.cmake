@@ -1,0 +1,35 @@
+# Python package tests (label python): Debian's /usr/bin/python3 with python3-torch,
+# python3-mpi4py, python3-numpy (skipped, code 77, without them). The multi-rank scripts run under
+# scripts/mpirun-local, bounded by `timeout` and the test's TIMEOUT; the package is taken from
+# python/ (PYTHONPATH) and the library from the build (SHARDLOAD_LIBRARY).
+set(SL_PY /usr/bin/python3)
+set(SL_PY_FIXTURES ${PROJECT_BINARY_DIR}/fixtures-python)
+set(SL_PY_ENV ${SL_TEST_ENV}
+  "PYTHONPATH=${PROJECT_SOURCE_DIR}/python"
+  "SHARDLOAD_LIBRARY=$<TARGET_FILE:shardload>"
+  "SL_PY_FIXTURES=${SL_PY_FIXTURES}"
+  "OMPI_MCA_rmaps_base_oversubscribe=1")
+
+# The numeric fixtures (F32 numbers) the forward tests need.
+add_test(NAME python_fixtures COMMAND sh -c
+  "${PROJECT_SOURCE_DIR}/scripts/make-fixture llama_f32 ${SL_PY_FIXTURES}/llama_f32 && ${PROJECT_SOURCE_DIR}/scripts/make-fixture mixtral_f32 ${SL_PY_FIXTURES}/mixtral_f32")
+set_tests_properties(python_fixtures PROPERTIES FIXTURES_SETUP python_models LABELS python TIMEOUT 120)
+
+# sl_python_test(NAME SCRIPT NP...) — tests/python/SCRIPT under mpirun at each NP.
+function(sl_python_test name script)
+  foreach(np ${ARGN})
+    add_test(NAME ${name}_np${np} COMMAND timeout 280 ${SL_MPIRUN} -np ${np} ${SL_PY}
+      ${CMAKE_CURRENT_SOURCE_DIR}/python/${script})
+    set_tests_properties(${name}_np${np} PROPERTIES LABELS python TIMEOUT 300 PROCESSORS ${np}
+      FIXTURES_REQUIRED "models;python_models" ENVIRONMENT "${SL_PY_ENV}" SKIP_RETURN_CODE 77)
+  endforeach()
+endfunction()
+
+sl_python_test(python_load test_load.py 1 2 3 4)
+sl_python_test(python_errors test_errors.py 1 2 3 4)
+sl_python_test(python_forward test_forward.py 1 2 4)
+sl_python_test(python_rss test_rss.py 2)
+
+add_test(NAME python_install COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/python/test_install.sh)
+set_tests_properties(python_install PROPERTIES LABELS python TIMEOUT 300 SKIP_RETURN_CODE 77
+  ENVIRONMENT "${SL_TEST_ENV}")
