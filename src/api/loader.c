@@ -386,6 +386,37 @@ static void prefault(void *p, uint64_t nbytes) {
     b[k] = 0;
 }
 
+/* A caller's buffer is not zero-filled like ours: the bytes that no copy writes (the padded rows
+ * of a vocabulary) are zeroed here. Through the backend (a zeroed block copied over the
+ * buffer), so a bound device buffer is zeroed alike. */
+static sl_status zero_unwritten_bound(sl_loader *l) {
+  const sl__rank_plan *plan = &l->pl.plan;
+  uint64_t *written = calloc(plan->n_lparams + 1, sizeof *written);
+  if (written == NULL)
+    return sl__err_set(&l->err, SL_STATUS_NOMEM, "out of memory");
+  for (size_t c = 0; c < plan->n_copies; c++)
+    written[plan->copies[c].lparam] += plan->copies[c].rows * plan->copies[c].row_bytes;
+  sl_status st = SL_STATUS_OK;
+  for (size_t i = 0; i < plan->n_lparams && st == SL_STATUS_OK; i++) {
+    uint64_t nbytes = plan->lparams[i].nbytes;
+    if (!l->bound[i] || written[i] >= nbytes || nbytes == 0)
+      continue;
+    void *zeros = NULL;
+    st = l->backend->ops->alloc(l->backend, nbytes, &zeros, &l->err);
+    if (st == SL_STATUS_OK)
+      st = l->backend->ops->copy(l->backend, l->param_ptr[i], nbytes, zeros, nbytes, nbytes, 1, &l->err);
+    if (zeros != NULL) {
+      sl_status synced = l->backend->ops->sync(l->backend, &l->err);
+      st = st == SL_STATUS_OK ? synced : st;
+      l->backend->ops->release(l->backend, zeros);
+    }
+    if (st != SL_STATUS_OK)
+      sl__err_prefix(&l->err, "zeroing the padding of the bound buffer of %s", l->table[i].name);
+  }
+  free(written);
+  return st;
+}
+
 static sl_status allocate(sl_loader *l) {
   sl_status st = SL_STATUS_OK;
   if (l->pl.opts.strategy == SL_STRATEGY_MMAP && l->backend->host_addressable)
@@ -408,6 +439,8 @@ static sl_status allocate(sl_loader *l) {
     l->table[i].data = l->param_ptr[i];
     l->table[i].device = l->backend->device;
   }
+  if (st == SL_STATUS_OK)
+    st = zero_unwritten_bound(l);
   return st;
 }
 
