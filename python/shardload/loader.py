@@ -414,13 +414,7 @@ class Loader:
             return False
         self._bound[name] = tensor
         p.bound = True
-        # Bytes no source covers (vocabulary padding) must read zero; the C loader relies on
-        # zero-filled memory of its own and leaves a bound buffer's padding as it was.
-        if sum(s["rows"] * s["row_bytes"] for s in p.slices) < p.nbytes:
-            if kind == "torch":
-                tensor.detach().zero_()
-            else:
-                tensor.fill(0)
+        # Bytes no source covers (vocabulary padding) are zeroed by the C loader at load time.
         return True
 
     def agree(self, error=None):
