@@ -1,7 +1,8 @@
 /*
  * cmd_download.c — `shardload download REPO ...`: fills the Hugging Face cache with what a load of
- * REPO needs (plus --include patterns and, with --all, every top-level non-weight file) and prints
- * the snapshot folder on stdout. Uses the public API only.
+ * REPO needs plus every other top-level non-weight file (tokenizer, generation config, README…:
+ * docs/spec/HUB.md §3; --load-only leaves them out) and the --include patterns, and prints the
+ * snapshot folder on stdout. Uses the public API only.
  */
 #include "cli.h"
 
@@ -15,13 +16,15 @@
 static void download_usage(FILE *out) {
   fprintf(out, "usage: shardload download REPO [options]\n"
                "\n"
-               "Downloads what loading the Hub repository REPO needs into the Hugging Face cache and\n"
-               "prints the snapshot folder.\n"
+               "Downloads what loading the Hub repository REPO needs, and every other top-level file\n"
+               "that is not a weight file (tokenizer, generation config, README...), into the Hugging\n"
+               "Face cache and prints the snapshot folder.\n"
                "\n"
                "options:\n"
                "  --revision R       branch, tag, refs/pr/N or commit (default main)\n"
                "  --include PATTERN  also download the files matching PATTERN (repeatable)\n"
-               "  --all              also download every top-level file that is not a weight file\n"
+               "  --load-only        only what a load needs: config.json, the index, the weights\n"
+               "  --all              every top-level non-weight file too (the default)\n"
                "  --cache-dir DIR    cache folder (default HF_HUB_CACHE, else $HF_HOME/hub)\n"
                "  --offline          no network: resolve from the cache only\n"
                "  --load-format F    auto, hf, safetensors, mistral or pt (default auto)\n"
@@ -75,10 +78,17 @@ static const option_map k_value_options[] = {
     {"--load-format", "load_format"},
 };
 
-static const option_map k_bool_options[] = {
-    {"--all", "download_all"},
-    {"--offline", "offline"},
-    {"--quiet", "quiet"},
+typedef struct bool_option {
+  const char *flag;
+  const char *key;
+  const char *value;
+} bool_option;
+
+static const bool_option k_bool_options[] = {
+    {"--all", "download_all", "true"},
+    {"--load-only", "download_all", "false"},
+    {"--offline", "offline", "true"},
+    {"--quiet", "quiet", "true"},
 };
 
 /* Parses argv into config; returns 0, or 2 for a usage error (message printed). */
@@ -114,7 +124,7 @@ static int parse_args(int argc, char **argv, sl_config *config, char **include, 
       if (strcmp(arg, k_bool_options[k].flag) != 0)
         continue;
       matched = true;
-      sl_config_set(config, k_bool_options[k].key, "true");
+      sl_config_set(config, k_bool_options[k].key, k_bool_options[k].value);
     }
     if (matched)
       continue;
@@ -149,6 +159,9 @@ int sl_cli_download(int argc, char **argv) {
   }
   char *include = NULL;
   const char *repo = NULL;
+  /* docs/spec/HUB.md §3: `download` fetches the other top-level non-weight files too (a load
+   * fetches only what it reads); --load-only turns this off. */
+  sl_config_set(config, "download_all", "true");
   int rc = parse_args(argc, argv, config, &include, &repo);
   if (rc == 0 && sl_config_set(config, "model", repo) != SL_STATUS_OK)
     rc = 2;
