@@ -3,7 +3,8 @@
  * docs/spec/HUB.md §2 URL encoding, §4 etag normalisation, §7.2 retry waits, §1 environment precedence, token
  * cleaning and booleans, docs/spec/HUB.md §9 names and pointer targets, refs files, pointers and §10 locks in
  * a temporary folder; the parsers of the Hub's JSON and of refs, the removal of temporaries that killed
- * downloads left (§5.5), and the SIGINT/SIGTERM handlers, which must be gone when a resolution returns.
+ * downloads left (docs/spec/HUB.md §5.5), and the SIGINT/SIGTERM handlers, which must be gone when a
+ * resolution returns.
  */
 #include "api/config.h"
 #include "check.h"

@@ -1238,7 +1238,8 @@ def t_kill9(ctx):
     p.communicate(timeout=30)
     check(parallel_temps(sc), "kill9: the killed process left its parallel temporaries behind")
     # The next run (no fault): the stale temporaries are removed under their blobs' locks; the partial of
-    # the single stream is resumed (§5.2); the cache ends exactly as after a clean download.
+    # the single stream is resumed (docs/spec/HUB.md §5.2); the cache ends exactly as after a clean
+    # download.
     sc.serve()
     res = sc.run(*SIG_ARGS)
     expect_ok(sc, res, " (after kill -9)")
