@@ -308,7 +308,8 @@ const char *sl_model_warnings(const sl_model *model);
 /* ---------------------------------------------------------------------------------------------
  * 7. Hub download without loading. Fills the Hugging Face cache with what a load of the config's
  * "model" (a repository id) needs, plus the files matching "include" and, with download_all,
- * every other top-level non-weight file. No MPI. *snapshot_dir (freed by the caller with free())
+ * every other top-level non-weight file (the `shardload download` command sets download_all, as
+ * the Hub contract says a download does). No MPI. *snapshot_dir (freed by the caller with free())
  * receives the snapshot folder; on failure the message is in sl_config_error(config).
  * ------------------------------------------------------------------------------------------- */
 sl_status sl_hub_download(sl_config *config, char **snapshot_dir);

@@ -26,6 +26,7 @@ static const flag flags[] = {
     {"--prefault", "prefault", "true"},
     {"--no-strict", "strict", "false"},
     {"--all", "download_all", "true"},
+    {"--load-only", "download_all", "false"},
     {"--tensor-parallel-size", "tp", NULL},
     {"-tp", "tp", NULL},
     {"--pipeline-parallel-size", "pp", NULL},

@@ -1,7 +1,8 @@
 /*
  * cmd_download.c — `shardload download REPO ...`: fills the Hugging Face cache with what a load of
- * REPO needs (plus --include patterns and, with --all, every top-level non-weight file) and prints
- * the snapshot folder on stdout. Uses the public API only.
+ * REPO needs, every other top-level non-weight file (tokenizer, generation config, README: the Hub
+ * contract, docs/spec/HUB.md §3; --load-only leaves them out) and the --include patterns, and
+ * prints the snapshot folder on stdout. Uses the public API only.
  */
 #include "args.h"
 #include "cli.h"
@@ -16,9 +17,10 @@
 static void download_usage(FILE *out) {
   fprintf(out, "usage: shardload download REPO [options]\n"
                "\n"
-               "Downloads what loading the Hub repository REPO needs into the Hugging Face cache and\n"
-               "prints the snapshot folder. --include PATTERN is repeatable; --all also downloads every\n"
-               "top-level file that is not a weight file.\n");
+               "Downloads what loading the Hub repository REPO needs, and every other top-level file\n"
+               "that is not a weight file (tokenizer, generation config, README...), into the Hugging\n"
+               "Face cache and prints the snapshot folder. --load-only: only config.json, the index and\n"
+               "the weights. --include PATTERN (repeatable) adds files.\n");
   sl_cli_print_options(out, &sl_cli_cmd_download);
 }
 
@@ -34,6 +36,9 @@ int sl_cli_download(int argc, char **argv) {
     fprintf(stderr, "shardload download: out of memory\n");
     return 1;
   }
+  /* The contract's default: a download also fetches the non-weight files (a load, by contrast,
+   * fetches only what it reads); --load-only turns this off. */
+  sl_config_set(config, "download_all", "true");
   sl_cli_args args;
   int rc = sl_cli_parse(argc, argv, config, &args, &sl_cli_cmd_download);
   if (rc == 0 && args.positional == NULL) {

@@ -2,13 +2,15 @@
  * hub/blob.c — one blob of the cache (docs/spec/HUB.md §5, §5.4, §9): downloaded into a temp file (parallel
  * ranged chunks for large files, else one stream resumed across runs), its size and hash checked
  * (sha256 for hex64 etags, git blob sha1 for hex40), then renamed into blobs/<etag>. Only a
- * single-stream temp file that holds bytes worth resuming is kept after a failure.
+ * single-stream temp file that holds bytes worth resuming is kept after a failure: never after a
+ * full device (its space is what is missing) or SIGINT/SIGTERM (docs/spec/HUB.md §5.5).
  */
 #include "hub/run.h"
 
 #include "base/log.h"
 #include "base/util.h"
 #include "hub/cache.h"
+#include "hub/interrupt.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -17,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #define SL_HUB_HASH_BUF ((size_t)4 << 20)
@@ -32,6 +35,7 @@ typedef struct file_dl {
   bool git;         /* etag is a git blob id (sha1) */
   EVP_MD_CTX *md;   /* running hash of the single stream, or NULL */
   uint64_t done;    /* bytes of the file present so far */
+  int write_errno;  /* errno of a failed write to the temporary file, else 0 */
 } file_dl;
 
 static bool hash_start(file_dl *f) {
@@ -81,6 +85,52 @@ static void sink_data(void *user, uint64_t offset, const void *bytes, size_t n) 
   r->prog.current_size = f->size;
   sl__hub_progress_draw(&r->prog, false);
   pthread_mutex_unlock(&r->mu);
+}
+
+static void sink_write_failed(void *user, int errnum) {
+  file_dl *f = user;
+  f->write_errno = errnum;
+}
+
+/* The device (or the quota) is full: the temporary file is no use to a later run, which would
+ * hit the same wall, and it holds the very space that is missing. */
+static bool out_of_space(const file_dl *f) {
+  return f->write_errno == ENOSPC || f->write_errno == EDQUOT;
+}
+
+/* "240.2 kB", "1.5 GB": the order of magnitude a user compares with `df`. */
+static void human_size(uint64_t n, char *out, size_t cap) {
+  static const char *const units[] = {"B", "kB", "MB", "GB", "TB", "PB"};
+  double v = (double)n;
+  size_t u = 0;
+  while (v >= 1000.0 && u + 1 < sizeof units / sizeof units[0]) {
+    v /= 1000.0;
+    u++;
+  }
+  snprintf(out, cap, u == 0 ? "%.0f %s" : "%.1f %s", v, units[u]);
+}
+
+/* The error for out_of_space(f): what the file needs and where (the temporary was removed). */
+static sl_status no_space_error(sl__hub_run *r, const file_dl *f, sl__err *err) {
+  char *blobs = sl__path_join(r->repo_dir, "blobs");
+  struct statvfs vs;
+  char avail[96] = "";
+  if (blobs != NULL && statvfs(blobs, &vs) == 0)
+    snprintf(avail, sizeof avail, "; %llu bytes are free there now",
+             (unsigned long long)vs.f_bavail * (unsigned long long)vs.f_frsize);
+  char human[32];
+  human_size(f->size, human, sizeof human);
+  sl__err_clear(err); /* replaces the bare write error with what the user can act on */
+  sl_status st =
+      sl__err_set(err, SL_STATUS_HUB_CACHE,
+                  "not enough space to download %s into %s: the file needs %llu bytes (%s), and "
+                  "writing failed after %llu of them (%s)%s; the partial download was removed. Make "
+                  "room for %llu bytes there, or choose another cache folder (--cache-dir, "
+                  "HF_HUB_CACHE)",
+                  f->path, blobs != NULL ? blobs : r->repo_dir, (unsigned long long)f->size, human,
+                  (unsigned long long)f->done, strerror(f->write_errno), avail, (unsigned long long)f->size);
+  free(blobs);
+  return st;
 }
 
 /* Feeds the first n bytes of fd to the running hash (resume of a single stream, or the whole file
@@ -155,7 +205,7 @@ static sl_status download_parallel(sl__hub_run *r, file_dl *f, const sl__http_me
   if (ftruncate(fd, (off_t)m->size) != 0)
     st = sl__err_set(err, SL_STATUS_HUB_CACHE, "cannot size %s to %llu bytes: %s", tmp,
                      (unsigned long long)m->size, strerror(errno));
-  sl__http_sink sink = {NULL, sink_data, f};
+  sl__http_sink sink = {NULL, sink_data, f, sink_write_failed};
   bool no_ranges = false;
   if (st == SL_STATUS_OK)
     st = sl__http_fetch_chunks(&r->http, m->location, f->path, fd, m->size, r->opts->chunk_bytes,
@@ -180,6 +230,8 @@ static sl_status download_parallel(sl__hub_run *r, file_dl *f, const sl__http_me
   if (st != SL_STATUS_OK || *fallback)
     unlink(tmp);
   free(tmp);
+  if (st != SL_STATUS_OK && out_of_space(f))
+    return no_space_error(r, f, err);
   if (*fallback) {
     SL_INFO("%s: the server ignores Range requests; downloading it as one stream", f->path);
     sl__err_clear(err);
@@ -220,7 +272,7 @@ static sl_status download_stream(sl__hub_run *r, sl__http_client *c, file_dl *f,
   if (st == SL_STATUS_OK && have > 0)
     SL_INFO("%s: resuming a partial download at byte %llu of %llu", f->path, (unsigned long long)have,
             (unsigned long long)m->size);
-  sl__http_sink sink = {sink_reset, sink_data, f};
+  sl__http_sink sink = {sink_reset, sink_data, f, sink_write_failed};
   if (st == SL_STATUS_OK && have < m->size)
     st = sl__http_fetch_stream(c, m->location, f->path, fd, have, m->size, &sink, err);
   if (st == SL_STATUS_OK)
@@ -229,16 +281,20 @@ static sl_status download_stream(sl__hub_run *r, sl__http_client *c, file_dl *f,
   close(fd);
   if (st == SL_STATUS_OK && rename(tmp, blob) != 0)
     st = sl__err_set(err, SL_STATUS_HUB_CACHE, "cannot rename %s to %s: %s", tmp, blob, strerror(errno));
-  if (st != SL_STATUS_OK && (!temp_resumable(st) || empty))
-    unlink(tmp); /* kept only when it holds bytes worth resuming */
+  /* Kept only when it holds bytes worth resuming: not after a full device (the space is needed),
+   * nor after SIGINT/SIGTERM (docs/spec/HUB.md §5.5: an interrupted run leaves no temporaries). */
+  if (st != SL_STATUS_OK && (!temp_resumable(st) || empty || out_of_space(f) || sl__hub_interrupted()))
+    unlink(tmp);
   free(tmp);
+  if (st != SL_STATUS_OK && out_of_space(f))
+    return no_space_error(r, f, err);
   return st;
 }
 
 /* Downloads, verifies and publishes blobs/<etag>; the caller holds the blob's lock. */
 sl_status sl__hub_download_blob(sl__hub_run *r, sl__http_client *c, const char *path, const sl__http_meta *m,
                                 const char *blob, sl__err *err) {
-  file_dl f = {r, path, m->size, strlen(m->etag) == 40, NULL, 0};
+  file_dl f = {r, path, m->size, strlen(m->etag) == 40, NULL, 0, 0};
   if (r->opts->verify) {
     f.md = EVP_MD_CTX_new();
     if (f.md == NULL)
@@ -256,6 +312,8 @@ sl_status sl__hub_download_blob(sl__hub_run *r, sl__http_client *c, const char *
     st = download_stream(r, c, &f, m, blob, err);
   EVP_MD_CTX_free(f.md);
   if (st == SL_STATUS_OK) {
+    /* A single-stream partial of this blob (another client, another threshold) is now useless. */
+    sl__cache_remove_temps(r->repo_dir, m->etag, true);
     pthread_mutex_lock(&r->mu);
     r->files_downloaded++;
     pthread_mutex_unlock(&r->mu);

@@ -7,7 +7,9 @@
 
 #include "base/log.h"
 #include "base/util.h"
+#include "hub/interrupt.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
@@ -117,6 +119,24 @@ static bool is_space(char c) {
   return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
 }
 
+bool sl__cache_parse_ref(const char *text, size_t len, char commit[41]) {
+  size_t a = 0;
+  while (a < len && is_space(text[a]))
+    a++;
+  while (len > a && is_space(text[len - 1]))
+    len--;
+  if (len - a != 40)
+    return false;
+  for (size_t i = 0; i < 40; i++) {
+    char c = text[a + i];
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')))
+      return false;
+  }
+  memcpy(commit, text + a, 40);
+  commit[40] = '\0';
+  return true;
+}
+
 bool sl__cache_read_ref(const char *repo_dir, const char *revision, char commit[41]) {
   char *path = sl__asprintf("%s/refs/%s", repo_dir, revision);
   if (path == NULL)
@@ -129,18 +149,7 @@ bool sl__cache_read_ref(const char *repo_dir, const char *revision, char commit[
   free(path);
   if (!ok)
     return false;
-  size_t a = 0;
-  while (a < len && is_space(text[a]))
-    a++;
-  while (len > a && is_space(text[len - 1]))
-    len--;
-  ok = len - a == 40;
-  if (ok) {
-    memcpy(commit, text + a, 40);
-    commit[40] = '\0';
-    for (int i = 0; i < 40 && ok; i++)
-      ok = (commit[i] >= '0' && commit[i] <= '9') || (commit[i] >= 'a' && commit[i] <= 'f');
-  }
+  ok = sl__cache_parse_ref(text, len, commit);
   free(text);
   return ok;
 }
@@ -338,8 +347,9 @@ static void sleep_ms(unsigned ms) {
   nanosleep(&ts, NULL);
 }
 
-sl_status sl__cache_lock_acquire(const char *path, uint64_t timeout_s, atomic_int *cancel,
-                                 sl__cache_lock *out, sl__err *err) {
+/* The lock protocol of docs/spec/HUB.md §10; once: a single attempt (busy → HUB_CACHE). */
+static sl_status lock_acquire(const char *path, uint64_t timeout_s, atomic_int *cancel, bool once,
+                              sl__cache_lock *out, sl__err *err) {
   memset(out, 0, sizeof *out);
   out->fd = -1;
   sl_status st = sl__cache_mkparents(path, err);
@@ -352,7 +362,7 @@ sl_status sl__cache_lock_acquire(const char *path, uint64_t timeout_s, atomic_in
   double next_log = start + SL_LOCK_LOG_EVERY_S;
   bool soft = false;
   for (;;) {
-    if (cancel != NULL && atomic_load(cancel) != 0) {
+    if (sl__hub_interrupted() || (cancel != NULL && atomic_load(cancel) != 0)) {
       st = sl__err_set(err, SL_STATUS_HUB_CACHE, "waiting for the lock %s: cancelled", path);
       break;
     }
@@ -400,6 +410,10 @@ sl_status sl__cache_lock_acquire(const char *path, uint64_t timeout_s, atomic_in
         break;
       }
     }
+    if (once) {
+      st = sl__err_set(err, SL_STATUS_HUB_CACHE, "the lock %s is held by another process", path);
+      break;
+    }
     double now = sl__now();
     if (timeout_s > 0 && now - start >= (double)timeout_s) {
       st = sl__err_set(
@@ -421,6 +435,15 @@ sl_status sl__cache_lock_acquire(const char *path, uint64_t timeout_s, atomic_in
   return st;
 }
 
+sl_status sl__cache_lock_acquire(const char *path, uint64_t timeout_s, atomic_int *cancel,
+                                 sl__cache_lock *out, sl__err *err) {
+  return lock_acquire(path, timeout_s, cancel, false, out, err);
+}
+
+sl_status sl__cache_lock_try(const char *path, sl__cache_lock *out, sl__err *err) {
+  return lock_acquire(path, 0, NULL, true, out, err);
+}
+
 void sl__cache_lock_release(sl__cache_lock *lock) {
   if (lock == NULL || !lock->held)
     return;
@@ -432,4 +455,99 @@ void sl__cache_lock_release(sl__cache_lock *lock) {
   free(lock->path);
   memset(lock, 0, sizeof *lock);
   lock->fd = -1;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * temporaries left by interrupted downloads (docs/spec/HUB.md §5.5)
+ * ------------------------------------------------------------------------------------------- */
+
+/* name is "<etag>.<8 hex>.incomplete" (a parallel temporary); its etag is copied to etag. */
+static bool parallel_temp_name(const char *name, char etag[65]) {
+  size_t n = strlen(name);
+  static const char suffix[] = ".incomplete";
+  size_t sl = sizeof suffix - 1;
+  if (n < 40 + 1 + 8 + sl || strcmp(name + n - sl, suffix) != 0)
+    return false;
+  size_t e = n - sl - 8 - 1; /* length of the etag */
+  if ((e != 40 && e != 64) || name[e] != '.')
+    return false;
+  for (size_t i = 0; i < n - sl; i++) {
+    char c = name[i];
+    bool hex = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+    if (i != e && !hex)
+      return false;
+  }
+  memcpy(etag, name, e);
+  etag[e] = '\0';
+  return true;
+}
+
+/* Unlinks blobs/<name>, logging what it held. */
+static bool remove_temp(const char *blobs, const char *name) {
+  char *p = sl__path_join(blobs, name);
+  struct stat st;
+  bool removed = p != NULL && lstat(p, &st) == 0 && S_ISREG(st.st_mode) && unlink(p) == 0;
+  if (removed)
+    SL_INFO("removed %s (%llu bytes), left by an interrupted download", p, (unsigned long long)st.st_size);
+  free(p);
+  return removed;
+}
+
+size_t sl__cache_remove_temps(const char *repo_dir, const char *etag, bool with_partial) {
+  char *blobs = sl__path_join(repo_dir, "blobs");
+  DIR *d = blobs != NULL ? opendir(blobs) : NULL;
+  size_t removed = 0;
+  if (d != NULL) {
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+      char e[65];
+      if (parallel_temp_name(de->d_name, e) && strcmp(e, etag) == 0)
+        removed += remove_temp(blobs, de->d_name);
+    }
+    closedir(d);
+  }
+  if (with_partial && blobs != NULL) {
+    char *name = sl__asprintf("%s.incomplete", etag);
+    if (name != NULL)
+      removed += remove_temp(blobs, name);
+    free(name);
+  }
+  free(blobs);
+  return removed;
+}
+
+size_t sl__cache_sweep_temps(const char *repo_dir, const char *lock_dir) {
+  char *blobs = sl__path_join(repo_dir, "blobs");
+  DIR *d = blobs != NULL ? opendir(blobs) : NULL;
+  sl__vec etags;
+  sl__vec_init(&etags, 65);
+  if (d != NULL) {
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+      char e[65];
+      char *slot = parallel_temp_name(de->d_name, e) ? sl__vec_push(&etags) : NULL;
+      if (slot != NULL)
+        memcpy(slot, e, 65);
+    }
+    closedir(d);
+  }
+  size_t removed = 0;
+  for (size_t i = 0; i < etags.len; i++) {
+    const char *etag = (const char *)etags.data + i * 65;
+    char *lockp = sl__asprintf("%s/%s.lock", lock_dir, etag);
+    char *blob = sl__path_join(blobs, etag);
+    sl__cache_lock lock;
+    sl__err ignored;
+    sl__err_clear(&ignored);
+    /* A live downloader holds the blob's lock for as long as its temporary exists. */
+    if (lockp != NULL && blob != NULL && sl__cache_lock_try(lockp, &lock, &ignored) == SL_STATUS_OK) {
+      removed += sl__cache_remove_temps(repo_dir, etag, sl__cache_file_present(blob));
+      sl__cache_lock_release(&lock);
+    }
+    free(lockp);
+    free(blob);
+  }
+  sl__vec_free(&etags);
+  free(blobs);
+  return removed;
 }

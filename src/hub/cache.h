@@ -11,6 +11,7 @@
 
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 /* "models--" + repo id with '/' → "--" (caller frees). */
@@ -27,6 +28,10 @@ void sl__cache_write_tag(const char *cache_dir);
 
 /* Reads refs/<revision> of repo_dir (surrounding whitespace stripped); true when it holds a hex40. */
 bool sl__cache_read_ref(const char *repo_dir, const char *revision, char commit[41]);
+
+/* The content of a refs file, text[0..len) (any bytes): true when, surrounding whitespace
+ * stripped, it is exactly 40 lower-case hex digits, copied to commit with a NUL. Pure. */
+bool sl__cache_parse_ref(const char *text, size_t len, char commit[41]);
 
 /* Writes refs/<revision> = commit (no newline) via a temp file + rename, unless it already says so. */
 sl_status sl__cache_write_ref(const char *repo_dir, const char *revision, const char *commit, sl__err *err);
@@ -63,7 +68,20 @@ typedef struct sl__cache_lock {
  * *cancel non-zero (when cancel is not NULL) stops the wait with an error. */
 sl_status sl__cache_lock_acquire(const char *path, uint64_t timeout_s, atomic_int *cancel,
                                  sl__cache_lock *out, sl__err *err);
+/* One attempt at the lock at path, no wait: OK when acquired, HUB_CACHE when another process
+ * holds it. */
+sl_status sl__cache_lock_try(const char *path, sl__cache_lock *out, sl__err *err);
 /* Releases: unlink, then unlock and close. No-op when not held. */
 void sl__cache_lock_release(sl__cache_lock *lock);
+
+/* Removes the parallel temporaries blobs/<etag>.<8hex>.incomplete left by interrupted downloads
+ * (killed processes), and blobs/<etag>.incomplete too when with_partial. The caller holds the
+ * blob's lock, so no live process owns them. Returns how many files were removed. */
+size_t sl__cache_remove_temps(const char *repo_dir, const char *etag, bool with_partial);
+
+/* For every blob of repo_dir with a parallel temporary: when its lock is free (no live process
+ * downloads it), removes its temporaries under the lock, and its single-stream partial too when
+ * the blob itself is complete. Returns how many files were removed. */
+size_t sl__cache_sweep_temps(const char *repo_dir, const char *lock_dir);
 
 #endif

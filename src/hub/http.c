@@ -16,6 +16,7 @@
 #include "hub/http_xfer.h"
 
 #include "hub/hub.h"
+#include "hub/interrupt.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -198,8 +199,9 @@ char *sl__http_join_relative(const char *base, const char *location) {
   return out;
 }
 
+/* Another file failed (the run's cancel flag), or SIGINT/SIGTERM arrived (hub/interrupt.h). */
 bool sl__http_cancelled(const sl__http *h) {
-  return h->cancel != NULL && atomic_load(h->cancel) != 0;
+  return sl__hub_interrupted() || (h->cancel != NULL && atomic_load(h->cancel) != 0);
 }
 
 /* Sleeps units × backoff_base_ms, waking early on cancellation. */

@@ -78,6 +78,9 @@ typedef struct sl__http_sink {
   void (*reset)(void *user); /* the file was truncated to 0: forget what was passed */
   void (*data)(void *user, uint64_t offset, const void *bytes, size_t n);
   void *user;
+  /* Writing to the file failed with errnum (ENOSPC: the caller removes the partial file and says
+   * how much space the file needs); may be NULL. */
+  void (*write_failed)(void *user, int errnum);
 } sl__http_sink;
 
 /* docs/spec/HUB.md §5.2 single stream: fd holds `have` (< size) bytes already (passed to the sink by the

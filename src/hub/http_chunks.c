@@ -51,7 +51,7 @@ static sl_status chunk_finished(const sl__http *h, chunk *k, CURLcode rc, const 
     return SL_STATUS_UNSUPPORTED;
   }
   if (sl__http_cancelled(h))
-    return sl__err_set(err, SL_STATUS_HUB_NETWORK, "download of %s sl__http_cancelled", file);
+    return sl__err_set(err, SL_STATUS_HUB_NETWORK, "download of %s cancelled", file);
   sl__http_url_kind kind = sl__http_same_origin(h, url) ? SL_HTTP_URL_RESOLVE : SL_HTTP_URL_OTHER;
   if (rc == CURLE_OK && x->status == 206 && x->pos == k->b) {
     k->in_use = false;

@@ -6,6 +6,8 @@
  */
 #include "hub/http_xfer.h"
 
+#include "base/json.h"
+
 #include <cjson/cJSON.h>
 #include <stdlib.h>
 #include <string.h>
@@ -67,8 +69,11 @@ sl_status sl__http_net_error(const sl__http_xfer *x, CURLcode rc, const char *me
 static char *api_error_text(const sl__buf *body) {
   if (body->len == 0)
     return NULL;
-  cJSON *root = cJSON_ParseWithLength(body->data, body->len);
-  if (root == NULL)
+  cJSON *root = NULL;
+  sl__err ignored; /* an error page that is not JSON within limits simply has no API text */
+  sl__err_clear(&ignored);
+  if (sl__json_parse(body->data, body->len, "error reply", SL_STATUS_HUB_METADATA, &root, &ignored) !=
+      SL_STATUS_OK)
     return NULL;
   char *out = NULL;
   const cJSON *e = cJSON_GetObjectItemCaseSensitive(root, "error");

@@ -23,7 +23,7 @@ static sl_status buffered_request(sl__http_client *c, sl__http_xfer *x, bool hea
   for (unsigned attempt = 0;; attempt++) {
     *retries = attempt;
     if (sl__http_cancelled(h))
-      return sl__err_set(err, SL_STATUS_HUB_NETWORK, "%s: sl__http_cancelled", what);
+      return sl__err_set(err, SL_STATUS_HUB_NETWORK, "%s: cancelled", what);
     sl_status st = sl__http_xfer_setup(x, url, head, !head, attempt == 0 ? first_timeout : later_timeout,
                                        false, 0, 0, err);
     if (st != SL_STATUS_OK)
@@ -34,7 +34,7 @@ static sl_status buffered_request(sl__http_client *c, sl__http_xfer *x, bool hea
       return x->cb_err.status;
     }
     if (sl__http_cancelled(h))
-      return sl__err_set(err, SL_STATUS_HUB_NETWORK, "%s: sl__http_cancelled", what);
+      return sl__err_set(err, SL_STATUS_HUB_NETWORK, "%s: cancelled", what);
     if (rc != CURLE_OK) {
       if (sl__http_classify_curl(rc) != SL_HTTP_NET_TRANSIENT || attempt >= SL_HTTP_MAX_RETRIES)
         return sl__http_net_error(x, rc, method, url, what, attempt + 1, err);

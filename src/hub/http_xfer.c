@@ -203,8 +203,11 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *user) {
     if (w < 0 && errno == EINTR)
       continue;
     if (w <= 0) {
-      sl__err_set(&x->cb_err, SL_STATUS_HUB_CACHE, "cannot write the download of %s: %s", x->file,
-                  w < 0 ? strerror(errno) : "no space written");
+      int e = w < 0 ? errno : ENOSPC; /* a write that makes no progress: the device is full */
+      sl__err_set(&x->cb_err, SL_STATUS_HUB_CACHE, "cannot write the download of %s at byte %llu: %s",
+                  x->file, (unsigned long long)(x->pos + done), strerror(e));
+      if (x->sink != NULL && x->sink->write_failed != NULL)
+        x->sink->write_failed(x->sink->user, e);
       return 0;
     }
     done += (size_t)w;

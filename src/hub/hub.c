@@ -7,11 +7,13 @@
  */
 #include "hub/hub.h"
 
+#include "base/json.h"
 #include "base/log.h"
 #include "base/hashmap.h"
 #include "base/util.h"
 #include "hub/cache.h"
 #include "hub/http.h"
+#include "hub/interrupt.h"
 #include "hub/run.h"
 
 #include <cjson/cJSON.h>
@@ -28,10 +30,16 @@
  * online resolution (docs/spec/HUB.md §3)
  * ------------------------------------------------------------------------------------------- */
 
-/* Parses the revision API reply: sha and sibling paths (pointing into root). */
-static sl_status parse_revision(const sl__buf *body, const char *url, cJSON **root, char commit[41],
-                                sl__vec *paths, sl__err *err) {
-  *root = cJSON_ParseWithLength(body->data != NULL ? body->data : "", body->len);
+sl_status sl__hub_parse_revision(const char *text, size_t len, const char *url, cJSON **root, char commit[41],
+                                 sl__vec *paths, sl__err *err) {
+  char *what = sl__asprintf("unexpected reply from %s", url);
+  if (what == NULL)
+    return sl__err_set(err, SL_STATUS_NOMEM, "out of memory reading %s", url);
+  /* Untrusted: bounded depth and values, no escaped NUL that would cut a path short. */
+  sl_status st = sl__json_parse(text != NULL ? text : "", len, what, SL_STATUS_HUB_METADATA, root, err);
+  free(what);
+  if (st != SL_STATUS_OK)
+    return st;
   const cJSON *sha = cJSON_GetObjectItemCaseSensitive(*root, "sha");
   const cJSON *sib = cJSON_GetObjectItemCaseSensitive(*root, "siblings");
   if (!cJSON_IsObject(*root) || !cJSON_IsString(sha) || !sl__hub_is_hex(sha->valuestring, 40))
@@ -187,7 +195,8 @@ static sl_status resolve_online(sl__hub_run *r, sl__hub_result *out, sl__err *er
     st = sl__http_get_api(&c, url, what, &body, err);
   sl__http_client_free(&c);
   free(what);
-  if (st != SL_STATUS_OK && sl__http_fallback_eligible(st)) {
+  /* An interruption is not an outage: no fallback to the cache. */
+  if (st != SL_STATUS_OK && sl__http_fallback_eligible(st) && !sl__hub_interrupted()) {
     sl__err cache_err;
     sl__err_clear(&cache_err);
     if (sl__hub_resolve_cache(r, out, &cache_err) == SL_STATUS_OK) {
@@ -206,7 +215,7 @@ static sl_status resolve_online(sl__hub_run *r, sl__hub_result *out, sl__err *er
   sl__vec paths;
   sl__vec_init(&paths, sizeof(const char *));
   if (st == SL_STATUS_OK)
-    st = parse_revision(&body, url, &root, r->commit, &paths, err);
+    st = sl__hub_parse_revision(body.data, body.len, url, &root, r->commit, &paths, err);
   sl__buf_free(&body);
   const char *const *list = paths.data;
   for (size_t i = 0; st == SL_STATUS_OK && i < paths.len; i++) {
@@ -227,6 +236,7 @@ static sl_status resolve_online(sl__hub_run *r, sl__hub_result *out, sl__err *er
     st = sl__cache_mkdirs(r->repo_dir, err);
   if (st == SL_STATUS_OK) {
     sl__cache_write_tag(r->env.cache_dir);
+    sl__cache_sweep_temps(r->repo_dir, r->lock_dir); /* what killed downloads left */
     r->snapshot_dir = sl__asprintf("%s/snapshots/%s", r->repo_dir, r->commit);
     if (r->snapshot_dir == NULL)
       st = sl__err_set(err, SL_STATUS_NOMEM, "out of memory");
@@ -266,6 +276,7 @@ sl_status sl__hub_resolve(const char *repo_id, const sl__hub_opts *opts, sl__hub
   sl__hub_run *r = calloc(1, sizeof *r);
   if (r == NULL)
     return sl__err_set(err, SL_STATUS_NOMEM, "out of memory");
+  sl__hub_interrupt_begin();
   r->repo_id = repo_id;
   r->revision = revision;
   r->opts = opts;
@@ -302,6 +313,18 @@ sl_status sl__hub_resolve(const char *repo_id, const sl__hub_opts *opts, sl__hub
     sl__http_free(&r->http);
   }
   sl__hub_progress_end(&r->prog);
+  int sig = sl__hub_interrupt_end();
+  if (sig != 0) {
+    /* Whatever the workers reported (cancelled transfers, lock waits), the cause is the signal;
+     * the download loops have removed their temporaries by now. */
+    char buf[16];
+    sl__err_clear(err);
+    st =
+        sl__err_set(err, SL_STATUS_IO,
+                    "interrupted by %s while resolving %s@%s: the downloads stopped and their temporary "
+                    "files were removed from %s/blobs",
+                    sl__hub_signal_name(sig, buf), repo_id, revision, r->repo_dir != NULL ? r->repo_dir : "");
+  }
   if (st == SL_STATUS_OK) {
     out->bytes_downloaded = r->bytes_downloaded;
     out->files_downloaded = r->files_downloaded;

@@ -7,10 +7,13 @@
 #define SL_HUB_H
 
 #include "base/err.h"
+#include "base/util.h"
 #include "model/file_select.h"
 
 #include <stdbool.h>
 #include <stdint.h>
+
+struct cJSON;
 
 typedef struct sl__hub_opts {
   const char *cache_dir;       /* NULL → HF_HUB_CACHE, HUGGINGFACE_HUB_CACHE, $HF_HOME/hub */
@@ -18,7 +21,8 @@ typedef struct sl__hub_opts {
   const char *token;           /* config hub_token; NULL → environment / token file */
   bool offline;                /* also true when HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE say so */
   bool quiet;                  /* no progress output */
-  bool download_all;           /* `shardload download`: also every top-level non-weight file */
+  bool download_all;           /* also every top-level non-weight file (the default of
+                                  `shardload download`; a load fetches only what it reads) */
   const char *const *include;  /* NULL-terminated extra glob patterns to download, or NULL
                                   (fnmatch on every listed path, '*' crossing '/'; paths under
                                   original/ only when the pattern starts with original/) */
@@ -56,6 +60,23 @@ bool sl__hub_valid_revision(const char *revision);
 
 /* s is exactly n lower-case hex digits (n = 40: a commit or git etag; 64: a sha256 etag). */
 bool sl__hub_is_hex(const char *s, size_t n);
+
+/* ---- the Hub's JSON (pure parsers, no I/O; fuzzed by tests/fuzz/fuzz_hub_json.c) ---- */
+
+/* The revision API reply text[0..len) (docs/spec/HUB.md §2), parsed with sl__json_parse: commit gets
+ * the 40-hex "sha" and paths (a vec of const char *) every sibling's "rfilename", pointing into
+ * *root (free it with cJSON_Delete, also on failure). Errors are HUB_METADATA naming url.
+ * The paths are not validated here (the caller checks each with sl__relpath_is_safe). */
+sl_status sl__hub_parse_revision(const char *text, size_t len, const char *url, struct cJSON **root,
+                                 char commit[41], sl__vec *paths, sl__err *err);
+
+/* A trees/<commit>.json text[0..len) (docs/spec/HUB.md §9.4) named `what`: with "format_version": 1,
+ * *root is set and names (a vec of const char *, pointing into *root) gets the safe relative paths
+ * of its "files" or "entries" (strings, or objects with "path"/"rfilename"; non-file types
+ * skipped). Another version: OK with *root NULL. Not JSON within sl__json_parse's limits, or no
+ * numeric format_version: HUB_METADATA naming what (*root NULL). */
+sl_status sl__hub_parse_tree(const char *text, size_t len, const char *what, struct cJSON **root,
+                             sl__vec *names, sl__err *err);
 
 /* ---- environment (hub/env.c, docs/spec/HUB.md §1) ---- */
 

@@ -1,8 +1,9 @@
 /*
  * hub/jobs.c — the download jobs of one resolution: workers (up to hub_parallel_files threads)
  * take files from a shared list; for each, nothing when the snapshot has it, else the metadata
- * HEAD, the blob's lock, the download of a blob not yet in the cache (hub/blob.c) and the pointer
- * into snapshots/. The first failure cancels the others. Also the progress line on stderr.
+ * HEAD, the blob's lock (under which the temporaries a killed run left are removed), the download
+ * of a blob not yet in the cache (hub/blob.c) and the pointer into snapshots/. The first failure,
+ * or SIGINT/SIGTERM (hub/interrupt.h), stops the others. Also the progress line on stderr.
  */
 #include "hub/run.h"
 
@@ -10,6 +11,7 @@
 #include "base/util.h"
 #include "base/workers.h"
 #include "hub/cache.h"
+#include "hub/interrupt.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -126,6 +128,9 @@ static sl_status fetch_file(sl__hub_run *r, sl__http_client *c, sl__hub_job *jb,
     st = sl__cache_lock_acquire(lockp, r->opts->lock_timeout_s, &r->cancel, &lock, err);
   if (st == SL_STATUS_OK) {
     bool fresh = false;
+    /* Under the lock no live process owns a parallel temporary of this blob: any there was left by
+     * a killed download and holds as many bytes as the blob. */
+    sl__cache_remove_temps(r->repo_dir, m.etag, false);
     if (!sl__cache_file_present(blob)) {
       st = sl__hub_download_blob(r, c, path, &m, blob, err);
       fresh = true;
@@ -163,7 +168,7 @@ static void *worker_main(void *arg) {
   }
   for (;;) {
     pthread_mutex_lock(&r->mu);
-    bool stop = atomic_load(&r->cancel) != 0 || r->next_job >= r->n_jobs;
+    bool stop = atomic_load(&r->cancel) != 0 || sl__hub_interrupted() || r->next_job >= r->n_jobs;
     size_t i = r->next_job;
     if (!stop)
       r->next_job++;

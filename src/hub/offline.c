@@ -6,6 +6,7 @@
  */
 #include "hub/run.h"
 
+#include "base/json.h"
 #include "base/log.h"
 #include "base/util.h"
 #include "hub/cache.h"
@@ -17,29 +18,21 @@
 
 #define SL_HUB_TREE_MAX ((size_t)64 << 20) /* largest accepted trees/<commit>.json */
 
-/* The file names of a trees/<commit>.json with "format_version": 1 ("files" or "entries": strings,
- * or objects with "path"/"rfilename"; directories skipped). NULL root when absent or another
- * version. */
-static sl_status read_tree(const char *repo_dir, const char *commit, cJSON **root, sl__vec *names,
-                           sl__err *err) {
+sl_status sl__hub_parse_tree(const char *text, size_t len, const char *what, cJSON **root, sl__vec *names,
+                             sl__err *err) {
   *root = NULL;
-  char *path = sl__asprintf("%s/trees/%s.json", repo_dir, commit);
-  if (path == NULL)
-    return sl__err_set(err, SL_STATUS_NOMEM, "out of memory");
-  char *text = NULL;
-  size_t len = 0;
-  sl__err ignored;
-  sl__err_clear(&ignored);
-  bool found = sl__read_file(path, SL_HUB_TREE_MAX, &text, &len, &ignored) == SL_STATUS_OK;
-  sl_status st = SL_STATUS_OK;
-  cJSON *doc = found ? cJSON_ParseWithLength(text, len) : NULL;
-  free(text);
-  const cJSON *ver = doc != NULL ? cJSON_GetObjectItemCaseSensitive(doc, "format_version") : NULL;
-  if (found && (doc == NULL || !cJSON_IsNumber(ver)))
-    SL_WARN("ignoring %s: not a tree file with a format_version", path);
-  if (!cJSON_IsNumber(ver) || ver->valuedouble != 1) {
+  cJSON *doc = NULL;
+  sl_status st = sl__json_parse(text != NULL ? text : "", len, what, SL_STATUS_HUB_METADATA, &doc, err);
+  if (st != SL_STATUS_OK)
+    return st;
+  const cJSON *ver = cJSON_GetObjectItemCaseSensitive(doc, "format_version");
+  if (!cJSON_IsNumber(ver)) {
     cJSON_Delete(doc);
-    free(path);
+    return sl__err_set(err, SL_STATUS_HUB_METADATA, "%s: not a tree file (no numeric \"format_version\")",
+                       what);
+  }
+  if (ver->valuedouble != 1) {
+    cJSON_Delete(doc);
     return SL_STATUS_OK;
   }
   const cJSON *list = cJSON_GetObjectItemCaseSensitive(doc, "files");
@@ -60,13 +53,42 @@ static sl_status read_tree(const char *repo_dir, const char *commit, cJSON **roo
       continue;
     const char **slot = sl__vec_push(names);
     if (slot == NULL) {
-      st = sl__err_set(err, SL_STATUS_NOMEM, "out of memory reading %s", path);
-      break;
+      cJSON_Delete(doc);
+      return sl__err_set(err, SL_STATUS_NOMEM, "out of memory reading %s", what);
     }
     *slot = name;
   }
-  free(path);
   *root = doc;
+  return SL_STATUS_OK;
+}
+
+/* The file names of trees/<commit>.json (sl__hub_parse_tree); NULL root when absent, another
+ * version, or not a usable tree file (a warning: other clients wrote it, it is only a hint). */
+static sl_status read_tree(const char *repo_dir, const char *commit, cJSON **root, sl__vec *names,
+                           sl__err *err) {
+  *root = NULL;
+  char *path = sl__asprintf("%s/trees/%s.json", repo_dir, commit);
+  if (path == NULL)
+    return sl__err_set(err, SL_STATUS_NOMEM, "out of memory");
+  char *text = NULL;
+  size_t len = 0;
+  sl__err local;
+  sl__err_clear(&local);
+  bool found = sl__read_file(path, SL_HUB_TREE_MAX, &text, &len, &local) == SL_STATUS_OK;
+  sl_status st = SL_STATUS_OK;
+  if (found) {
+    sl__err_clear(&local);
+    st = sl__hub_parse_tree(text, len, path, root, names, &local);
+    if (st == SL_STATUS_NOMEM) {
+      sl__err_copy(err, &local);
+    } else if (st != SL_STATUS_OK) {
+      SL_WARN("ignoring %s", local.msg);
+      names->len = 0;
+      st = SL_STATUS_OK;
+    }
+  }
+  free(text);
+  free(path);
   return st;
 }
 

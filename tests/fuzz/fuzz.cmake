@@ -17,6 +17,8 @@
 
 set(_sl_fuzz_dir ${CMAKE_CURRENT_LIST_DIR})
 set(SL_FUZZ_TARGETS header expr spec config index extra_config options catalog_blob)
+list(APPEND SL_FUZZ_TARGETS hub_json) # Hub revision API replies and trees/<commit>.json (hub/hub.c, hub/offline.c)
+list(APPEND SL_FUZZ_TARGETS hub_ref) # refs files of the Hub cache (hub/cache.c)
 # Seconds each target runs in the suite: long enough to get past the seeds, short enough for CI.
 set(SL_FUZZ_SECONDS 20 CACHE STRING "Seconds each fuzz target runs under ctest")
 find_program(SL_CLANG NAMES clang clang-19 clang-18 clang-17 clang-16 clang-15 clang-14)

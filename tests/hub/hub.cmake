@@ -15,7 +15,7 @@ target_link_libraries(hub_driver PRIVATE sl_testlib)
 target_compile_options(hub_driver PRIVATE ${SL_WARNINGS})
 target_compile_definitions(hub_driver PRIVATE _GNU_SOURCE)
 
-set(SL_HUB_GROUPS basic faults parallel errors locks cli)
+set(SL_HUB_GROUPS basic faults parallel errors locks cli signals nospace)
 foreach(group ${SL_HUB_GROUPS})
   if(Python3_Interpreter_FOUND)
     add_test(NAME hub_${group}

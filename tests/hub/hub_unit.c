@@ -2,14 +2,19 @@
  * hub_unit.c — the pure parts of the Hub client, without a server: docs/spec/HUB.md §6 validation goldens,
  * docs/spec/HUB.md §2 URL encoding, §4 etag normalisation, §7.2 retry waits, §1 environment precedence, token
  * cleaning and booleans, docs/spec/HUB.md §9 names and pointer targets, refs files, pointers and §10 locks in
- * a temporary folder.
+ * a temporary folder; the parsers of the Hub's JSON and of refs, the removal of temporaries that killed
+ * downloads left (docs/spec/HUB.md §5.5), and the SIGINT/SIGTERM handlers, which must be gone when a
+ * resolution returns.
  */
-#include "check.h"
 #include "api/config.h"
-#include "hub/hub.h"
+#include "check.h"
 #include "hub/cache.h"
 #include "hub/http.h"
+#include "hub/hub.h"
+#include "hub/interrupt.h"
 
+#include <cjson/cJSON.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -493,6 +498,188 @@ static void test_cache(const char *tmp) {
   free(repo);
 }
 
+static void test_parse_ref(void) {
+  char c[41];
+  const char *sha = "0123456789abcdef0123456789abcdef01234567";
+  CHECK(sl__cache_parse_ref(sha, 40, c));
+  CHECK_STR(c, sha);
+  char buf[64];
+  snprintf(buf, sizeof buf, " \t%s\r\n", sha);
+  CHECK(sl__cache_parse_ref(buf, strlen(buf), c));
+  CHECK_STR(c, sha);
+  CHECK(!sl__cache_parse_ref(sha, 39, c));
+  CHECK(!sl__cache_parse_ref("0123456789ABCDEF0123456789abcdef01234567", 40, c));
+  CHECK(!sl__cache_parse_ref("", 0, c));
+  CHECK(!sl__cache_parse_ref("   \n", 4, c));
+  char nul[41];
+  memcpy(nul, sha, 40);
+  nul[20] = '\0'; /* a NUL inside is not a commit */
+  CHECK(!sl__cache_parse_ref(nul, 40, c));
+}
+
+static void test_parse_json(void) {
+  const char *url = "http://127.0.0.1:1/api/models/o/n/revision/main";
+  const char *good = "{\"sha\": \"0123456789abcdef0123456789abcdef01234567\", \"siblings\": "
+                     "[{\"rfilename\": \"config.json\"}, {\"rfilename\": \"a/b.json\"}]}";
+  cJSON *root = NULL;
+  char commit[41];
+  sl__vec paths;
+  sl__vec_init(&paths, sizeof(const char *));
+  sl__err err;
+  sl__err_clear(&err);
+  CHECK(sl__hub_parse_revision(good, strlen(good), url, &root, commit, &paths, &err) == SL_STATUS_OK);
+  CHECK(paths.len == 2 && strcmp(SL_VEC_AT(&paths, const char *, 1), "a/b.json") == 0);
+  CHECK_STR(commit, "0123456789abcdef0123456789abcdef01234567");
+  cJSON_Delete(root);
+  const char *bad[] = {
+      "{\"sha\": \"0123456789abcdef0123456789abcdef01234567\", \"siblings\": [{\"rfilename\": "
+      "\"a\\u0000b\"}]}",
+      "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]",
+      "{\"sha\": \"x\", \"siblings\": []}",
+      "{\"sha\": \"0123456789abcdef0123456789abcdef01234567\", \"siblings\": [1]}",
+      "{\"sha\": \"0123456789abcdef0123456789abcdef01234567\"",
+      ""};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    paths.len = 0;
+    sl__err_clear(&err);
+    root = NULL;
+    sl_status st = sl__hub_parse_revision(bad[i], strlen(bad[i]), url, &root, commit, &paths, &err);
+    CHECKF(st == SL_STATUS_HUB_METADATA, "bad reply %zu accepted (%d)", i, (int)st);
+    CHECK_CONTAINS(err.msg, url);
+    cJSON_Delete(root);
+  }
+  sl__vec_free(&paths);
+
+  sl__vec names;
+  sl__vec_init(&names, sizeof(const char *));
+  const char *tree = "{\"format_version\": 1, \"files\": [\"config.json\", {\"path\": \"x/y\", \"type\": "
+                     "\"file\"}, {\"path\": \"d\", \"type\": \"directory\"}, \"../evil\"]}";
+  sl__err_clear(&err);
+  CHECK(sl__hub_parse_tree(tree, strlen(tree), "tree", &root, &names, &err) == SL_STATUS_OK);
+  CHECK(root != NULL && names.len == 2);
+  cJSON_Delete(root);
+  names.len = 0;
+  const char *v2 = "{\"format_version\": 2}";
+  CHECK(sl__hub_parse_tree(v2, strlen(v2), "tree", &root, &names, &err) == SL_STATUS_OK);
+  CHECK(root == NULL && names.len == 0);
+  CHECK(sl__hub_parse_tree("{}", 2, "tree.json", &root, &names, &err) == SL_STATUS_HUB_METADATA);
+  CHECK_CONTAINS(err.msg, "tree.json");
+  sl__err_clear(&err);
+  const char *nul = "{\"format_version\": 1, \"files\": [\"a\\u0000\"]}";
+  CHECK(sl__hub_parse_tree(nul, strlen(nul), "t", &root, &names, &err) == SL_STATUS_HUB_METADATA);
+  CHECK(root == NULL);
+  sl__vec_free(&names);
+}
+
+/* Stale temporaries (docs/spec/HUB.md §5.5): only those of the blob, only when its lock is free. */
+static void test_temps(const char *tmp) {
+  const char *e1 = "1111111111111111111111111111111111111111111111111111111111111111";
+  const char *e2 = "2222222222222222222222222222222222222222";
+  char *repo = sl__asprintf("%s/temps/models--o--n", tmp);
+  char *locks = sl__asprintf("%s/temps/.locks/models--o--n", tmp);
+  const char *suffixes[] = {".0a1b2c3d.incomplete", ".deadbeef.incomplete", ".incomplete",
+                            ".zzzzzzzz.incomplete", ".0a1b2c3d.tmp"};
+  char *p1[5];
+  char *p2[5];
+  for (int i = 0; i < 5; i++) {
+    p1[i] = sl__asprintf("%s/blobs/%s%s", repo, e1, suffixes[i]);
+    p2[i] = sl__asprintf("%s/blobs/%s%s", repo, e2, suffixes[i]);
+    CHECK(sl_test_write_file(p1[i], "x", 1) == 0 && sl_test_write_file(p2[i], "y", 1) == 0);
+  }
+  CHECK(sl__cache_remove_temps(repo, e1, false) == 2);
+  CHECK(access(p1[0], F_OK) != 0 && access(p1[1], F_OK) != 0);
+  CHECK(access(p1[2], F_OK) == 0 && access(p1[3], F_OK) == 0 && access(p1[4], F_OK) == 0);
+  CHECK(access(p2[0], F_OK) == 0); /* another blob's temporaries are not touched */
+  CHECK(sl__cache_remove_temps(repo, e1, true) == 1 && access(p1[2], F_OK) != 0);
+
+  /* The sweep: a held lock protects its blob's temporaries; a free one does not. */
+  CHECK(sl_test_write_file(p1[0], "x", 1) == 0);
+  char *lock1 = sl__asprintf("%s/%s.lock", locks, e1);
+  sl__cache_lock held;
+  sl__err err;
+  sl__err_clear(&err);
+  CHECK(sl__cache_lock_acquire(lock1, 1, NULL, &held, &err) == SL_STATUS_OK);
+  sl__cache_lock other;
+  CHECK(sl__cache_lock_try(lock1, &other, &err) == SL_STATUS_HUB_CACHE);
+  CHECK_CONTAINS(err.msg, lock1);
+  char *blob2 = sl__asprintf("%s/blobs/%s", repo, e2);
+  CHECK(sl_test_write_file(blob2, "complete", 8) == 0);
+  CHECK(sl__cache_sweep_temps(repo, locks) == 3); /* e2: two parallel temps and the partial */
+  CHECK(access(p1[0], F_OK) == 0);
+  CHECK(access(p2[0], F_OK) != 0 && access(p2[1], F_OK) != 0 && access(p2[2], F_OK) != 0);
+  CHECK(access(p2[3], F_OK) == 0 && access(blob2, F_OK) == 0);
+  sl__cache_lock_release(&held);
+  CHECK(sl__cache_sweep_temps(repo, locks) == 1 && access(p1[0], F_OK) != 0);
+  for (int i = 0; i < 5; i++) {
+    free(p1[i]);
+    free(p2[i]);
+  }
+  free(blob2);
+  free(lock1);
+  free(repo);
+  free(locks);
+}
+
+static volatile sig_atomic_t g_app_signals;
+
+static void app_handler(int sig) {
+  (void)sig;
+  g_app_signals++;
+}
+
+static bool handler_is(int sig, void (*want)(int)) {
+  struct sigaction sa;
+  return sigaction(sig, NULL, &sa) == 0 && (sa.sa_flags & SA_SIGINFO) == 0 && sa.sa_handler == want;
+}
+
+/* SIGINT/SIGTERM during a resolution set a flag; afterwards the previous dispositions are back. */
+static void test_interrupt(const char *tmp) {
+  struct sigaction app;
+  memset(&app, 0, sizeof app);
+  app.sa_handler = app_handler;
+  sigemptyset(&app.sa_mask);
+  struct sigaction old_term;
+  struct sigaction old_int;
+  sigaction(SIGTERM, &app, &old_term);
+  struct sigaction ign;
+  memset(&ign, 0, sizeof ign);
+  ign.sa_handler = SIG_IGN;
+  sigaction(SIGINT, &ign, &old_int);
+
+  sl__hub_interrupt_begin();
+  CHECK(!handler_is(SIGTERM, app_handler));
+  CHECK(handler_is(SIGINT, SIG_IGN)); /* an ignored signal stays ignored */
+  CHECK(!sl__hub_interrupted());
+  raise(SIGTERM);
+  CHECK(sl__hub_interrupted() && sl__hub_interrupt_signal() == SIGTERM);
+  CHECK(g_app_signals == 0);
+  CHECK(sl__hub_interrupt_end() == SIGTERM);
+  CHECK(handler_is(SIGTERM, app_handler));
+  CHECK(g_app_signals == 1); /* the application's handler still saw it, after the cleanup */
+  CHECK(!sl__hub_interrupted());
+  char buf[16];
+  CHECK_STR(sl__hub_signal_name(SIGINT, buf), "SIGINT");
+
+  /* A whole resolution (offline, empty cache: it fails) leaves the handlers as they were. */
+  sl__hub_opts o;
+  sl__hub_opts_default(&o);
+  char *cache = sl__asprintf("%s/sigcache", tmp);
+  o.cache_dir = cache;
+  o.offline = true;
+  o.quiet = true;
+  sl__hub_result res;
+  sl__err err;
+  sl__err_clear(&err);
+  CHECK(sl__hub_resolve("o/n", &o, &res, &err) == SL_STATUS_HUB_OFFLINE);
+  CHECK(handler_is(SIGTERM, app_handler) && handler_is(SIGINT, SIG_IGN));
+  sigaction(SIGINT, &old_int, NULL);
+  sl__err_clear(&err);
+  CHECK(sl__hub_resolve("o/n", &o, &res, &err) == SL_STATUS_HUB_OFFLINE);
+  CHECK(handler_is(SIGINT, old_int.sa_handler));
+  sigaction(SIGTERM, &old_term, NULL);
+  free(cache);
+}
+
 int main(void) {
   char *tmp = sl_test_mkdtemp("hub-unit");
   if (tmp == NULL) {
@@ -508,6 +695,10 @@ int main(void) {
   test_origin();
   test_opts_from_config();
   test_cache(tmp);
+  test_parse_ref();
+  test_parse_json();
+  test_temps(tmp);
+  test_interrupt(tmp);
   sl_test_rmtree(tmp);
   free(tmp);
   return sl_test_finish();

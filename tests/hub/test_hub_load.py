@@ -4,9 +4,11 @@
 Rank 0 downloads a multi-shard fixture model into a fresh cache; all four ranks load it
 (tp=2 dp=2) and write a pre-sharded copy, which must be byte-identical to the copy written by the
 same load from the fixture folder itself (whose bytes the mpi tests check against an independent
-reference). The server's request log must show exactly one client process, rank 0's. A second run
-makes one request (the revision API); offline runs make none and a cache miss fails cleanly on
-every rank; a missing repository fails every rank with its own message.
+reference). The server's request log must show exactly one client process, rank 0's. The load
+fetches only what it reads (config.json, the index, the weights); `shardload download` afterwards
+adds the other top-level non-weight files (docs/spec/HUB.md §3). A second run makes one request (the
+revision API); offline runs make none and a cache miss fails cleanly on every rank; a missing
+repository fails every rank with its own message.
 """
 
 import json
@@ -75,6 +77,18 @@ def main():
             check(pids == {int(m.group(1))}, "the connecting process is rank 0 (%s vs %s)" % (pids, m.group(1)))
         downloads = [e for e in log if e["method"] == "GET" and ".safetensors" in e["path"] and e["port"] == "cdn"]
         check(len(downloads) >= 3, "the three shards were downloaded (%d GETs)" % len(downloads))
+        snap = os.path.join(work, "cache", "models--org--llama", "snapshots", sha)
+        fixture = sorted(n for n in os.listdir(model_dir) if os.path.isfile(os.path.join(model_dir, n)))
+        load_set = sorted(n for n in fixture if n == "config.json" or n.endswith(".safetensors")
+                          or n.endswith(".safetensors.index.json"))
+        extras = sorted(set(fixture) - set(load_set))
+        check(extras != [], "the fixture has top-level non-weight files (%s)" % fixture)
+        got = sorted(os.listdir(snap)) if os.path.isdir(snap) else []
+        check(got == load_set, "the load fetched only what it reads: %s (expected %s)" % (got, load_set))
+        rc, out, err = run([cli, "download", "org/llama", "--quiet"], env)
+        got = sorted(os.listdir(snap)) if os.path.isdir(snap) else []
+        check(rc == 0 and out.strip() == snap, "download succeeds (rc=%d): %s" % (rc, err[-1000:]))
+        check(got == fixture, "download added the top-level non-weight files: %s (expected %s)" % (got, fixture))
 
         # 2. the same load from the folder: identical pre-sharded bytes
         rc, _, err = run([mpirun, "-np", "4", cli, "load", model_dir] + layout +
