@@ -9,6 +9,7 @@
  * Validation runs in the order of the spec and stops at the first failure.
  */
 #include "api/extra_config.h"
+#include "base/json.h"
 #include "base/util.h"
 
 #include <cjson/cJSON.h>
@@ -16,7 +17,7 @@
 #include <string.h>
 
 #define SL_NUM_THREADS_DEFAULT 8u
-#define SL_NUM_THREADS_MAX 2147483647u
+#define SL_NUM_THREADS_MAX SL_THREADS_MAX
 #define SL_TOKEN_SHOWN_MAX 64 /* bytes of an offending value quoted in a message */
 
 static const char *const k_allowed_keys[] = {"enable_multithread_load", "enable_weights_track",
@@ -232,6 +233,10 @@ sl_status sl__extra_config_parse(const char *json, const char *load_format_name,
   cfg.multithread = -1;
   cfg.weights_track = true;
 
+  /* The limits of base/json.h before cJSON allocates anything (the text comes from the user). */
+  sl_status checked = sl__json_check(text, strlen(text), "extra config", SL_STATUS_CONFIG, err);
+  if (checked != SL_STATUS_OK)
+    return checked;
   const char *end = NULL;
   cJSON *root = cJSON_ParseWithOpts(text, &end, true);
   if (root == NULL) {

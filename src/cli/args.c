@@ -23,6 +23,7 @@ static const flag flags[] = {
     {"--no-strict", "strict", "false"},
     {"--all", "download_all", "true"},
     {"--save-sharded", "save_sharded", NULL},
+    {"--overwrite", "overwrite", "true"},
 };
 
 static void key_from_flag(const char *f, char *key, size_t cap) {

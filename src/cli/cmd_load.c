@@ -25,8 +25,9 @@ static void usage(FILE *out) {
           "Hub:     --revision REV, --cache-dir DIR, --offline\n"
           "Reading: --threads N, --extra-config JSON, --load-strategy auto|direct|io_uring|mmap,\n"
           "         --staging-bytes N, --prefault\n"
-          "Output:  --device cpu|cuda, --save-sharded DIR, --report FILE.json, --no-strict, --quiet,\n"
-          "         --list-params (print every rank's table)\n"
+          "Output:  --device cpu|cuda, --save-sharded DIR [--overwrite], --report FILE.json, --no-strict,\n"
+          "         --quiet,"
+          " --list-params (print every rank's table)\n"
           "Any configuration key can be given as --key-name VALUE:\n%s",
           sl_config_keys());
 }
