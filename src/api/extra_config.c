@@ -17,7 +17,6 @@
 #include <string.h>
 
 #define SL_NUM_THREADS_DEFAULT 8u
-#define SL_NUM_THREADS_MAX SL_THREADS_MAX
 #define SL_TOKEN_SHOWN_MAX 64 /* bytes of an offending value quoted in a message */
 
 static const char *const k_allowed_keys[] = {"enable_multithread_load", "enable_weights_track",
@@ -173,7 +172,7 @@ static bool parse_thread_count(token_span t, uint32_t *out) {
       return false;
     v = v * 10 + (uint64_t)(t.p[i] - '0');
   }
-  if (v > SL_NUM_THREADS_MAX)
+  if (v > SL_THREADS_MAX)
     return false;
   *out = (uint32_t)v;
   return true;
@@ -196,7 +195,7 @@ static sl_status check_types(const cJSON *root, const token_span *spans, sl__ext
         return sl__err_set(err, SL_STATUS_CONFIG,
                            "extra config key 'num_threads' must be an integer from 1 to %u, written without "
                            "fraction or exponent (got %.*s)",
-                           SL_NUM_THREADS_MAX, shown_length(t), t.p != NULL ? t.p : "");
+                           SL_THREADS_MAX, shown_length(t), t.p != NULL ? t.p : "");
       cfg->num_threads = v;
       cfg->num_threads_set = true;
       continue;

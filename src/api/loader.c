@@ -393,8 +393,9 @@ static sl_status allocate(sl_loader *l) {
     if (lp->alias_of != SL_NONE || l->bound[i] || l->mapped[i])
       continue;
     st = l->backend->ops->alloc(l->backend, lp->nbytes, &l->param_ptr[i], &l->err);
+    char q[SL_QUOTE_BUF];
     if (st != SL_STATUS_OK)
-      sl__err_prefix(&l->err, "allocating %s", l->table[i].name);
+      sl__err_prefix(&l->err, "allocating %s", sl__quote(l->table[i].name, q, sizeof q));
     else if (l->pl.opts.prefault && l->backend->host_addressable)
       prefault(l->param_ptr[i], lp->nbytes);
   }
