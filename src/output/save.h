@@ -3,7 +3,7 @@
  * DIR/model-rank-{rank}-part-{part}.safetensors (docs/spec/TRACKING.md §4), and rank 0 copies the model's
  * non-weight files, so that a pre-sharded copy can be loaded by anything that reads safetensors.
  *
- * A save is all or nothing. The loader (api/loader.c) drives these steps, agreeing between ranks
+ * A save is all or nothing (docs/spec/TRACKING.md §4.5). The loader (api/loader.c) drives these steps, agreeing between ranks
  * after each one:
  *   1. every rank plans its parts (sl__save_plan_build); rank 0 checks the folder for files of an
  *      older save that this one would not replace (sl__save_check_stale): refused, or removed
