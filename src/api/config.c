@@ -5,6 +5,7 @@
  */
 #include "api/config.h"
 
+#include "api/extra_config.h"
 #include "base/util.h"
 
 #include <stdlib.h>
@@ -20,6 +21,20 @@ typedef struct key_def {
   const char *choices; /* T_ENUM: comma-separated, matched case-insensitively */
   const char *help;
 } key_def;
+
+/* Upper bounds of numeric keys beyond their type's, which protect the process (threads: each one
+ * is a stack and a staging ring). */
+static const struct {
+  const char *name;
+  uint64_t max;
+} key_bounds[] = {{"threads", SL_THREADS_MAX}};
+
+static uint64_t key_max(const char *name) {
+  for (size_t i = 0; i < sizeof key_bounds / sizeof key_bounds[0]; i++)
+    if (strcmp(key_bounds[i].name, name) == 0)
+      return key_bounds[i].max;
+  return 0;
+}
 
 static const key_def keys[] = {
     {"model", T_STR, NULL, NULL, "model folder or Hub repository id"},
@@ -43,7 +58,7 @@ static const key_def keys[] = {
     {"extra_config", T_STR, NULL, NULL,
      "JSON object: enable_multithread_load, num_threads, "
      "enable_weights_track"},
-    {"threads", T_POS, NULL, NULL, "reader threads per rank (default 8)"},
+    {"threads", T_POS, NULL, NULL, "reader threads per rank (default 8, at most 1024)"},
     {"load_strategy", T_ENUM, "auto", "auto,direct,io_uring,mmap", "how bytes are read"},
     {"prefault", T_BOOL, "false", NULL, "touch host parameter memory before reading (timed as allocation)"},
     {"staging_bytes", T_POS, "268435456", NULL, "staging memory cap per rank, bytes"},
@@ -52,6 +67,8 @@ static const key_def keys[] = {
     {"bucket_bytes", T_POS, "67108864", NULL, "broadcast bucket size, bytes"},
     {"save_sharded", T_STR, NULL, NULL, "write each rank's parameters to this folder"},
     {"save_max_part_bytes", T_POS, "5368709120", NULL, "largest part file of save_sharded, bytes"},
+    {"overwrite", T_BOOL, "false", NULL,
+     "save_sharded: remove the files of an older save that this one does not replace"},
     {"report", T_STR, NULL, NULL, "JSON report file written by rank 0"},
     {"strict", T_BOOL, "true", NULL, "missing or unexpected weights are errors"},
     {"storage_gbps", T_DOUBLE, "2.0", NULL, "dry run: storage read GB/s per node"},
@@ -100,14 +117,21 @@ static bool parse_bool(const char *v, bool *out) {
   return false;
 }
 
-static bool enum_match(const char *choices, const char *v) {
+/* The choice v names (case-insensitively): start and len_out locate its canonical spelling in choices,
+ * which is what gets stored, so that readers of the value compare exact lower-case names. */
+static bool enum_match(const char *choices, const char *v, const char **start, size_t *len_out) {
   const char *p = choices;
   size_t n = strlen(v);
   while (*p != '\0') {
     const char *comma = strchr(p, ',');
     size_t len = comma != NULL ? (size_t)(comma - p) : strlen(p);
-    if (len == n && strncasecmp(p, v, n) == 0)
+    if (len == n && strncasecmp(p, v, n) == 0) {
+      if (start != NULL)
+        *start = p;
+      if (len_out != NULL)
+        *len_out = len;
       return true;
+    }
     p += len + (comma != NULL ? 1 : 0);
   }
   return false;
@@ -210,16 +234,19 @@ static sl_status validate(const key_def *k, const char *value, sl__err *err) {
     return sl__err_set(err, SL_STATUS_CONFIG, "%s: '%s' is not a non-negative integer%s", k->name, value,
                        is_byte_key(k) ? " or byte count (e.g. 4096, 256M, 1.5GiB, 2GB)" : "");
   case T_POS:
-    if (parse_count(k, value, &u) && u >= 1 && u <= 0x7fffffffffffffffULL)
-      return SL_STATUS_OK;
-    return sl__err_set(err, SL_STATUS_CONFIG, "%s: '%s' is not a positive integer%s", k->name, value,
-                       is_byte_key(k) ? " or byte count (e.g. 4096, 256M, 1.5GiB, 2GB)" : "");
+    if (!parse_count(k, value, &u) || u < 1 || u > 0x7fffffffffffffffULL)
+      return sl__err_set(err, SL_STATUS_CONFIG, "%s: '%s' is not a positive integer%s", k->name, value,
+                         is_byte_key(k) ? " or byte count (e.g. 4096, 256M, 1.5GiB, 2GB)" : "");
+    if (key_max(k->name) != 0 && u > key_max(k->name))
+      return sl__err_set(err, SL_STATUS_CONFIG, "%s: %s is above the limit of %llu", k->name, value,
+                         (unsigned long long)key_max(k->name));
+    return SL_STATUS_OK;
   case T_DOUBLE:
     if (parse_double(value, &d))
       return SL_STATUS_OK;
     return sl__err_set(err, SL_STATUS_CONFIG, "%s: '%s' is not a positive number", k->name, value);
   case T_ENUM:
-    if (enum_match(k->choices, value))
+    if (enum_match(k->choices, value, NULL, NULL))
       return SL_STATUS_OK;
     if (strcmp(k->name, "load_format") == 0)
       return sl__err_set(err, SL_STATUS_CONFIG,
@@ -240,7 +267,12 @@ sl_status sl_config_set(sl_config *config, const char *key, const char *value) {
   sl_status st = validate(&keys[i], value, &config->err);
   if (st != SL_STATUS_OK)
     return st;
-  char *copy = sl__strdup(value);
+  /* Enum values are stored in their canonical (table) spelling: "CUDA" is kept as "cuda". */
+  const char *canon = value;
+  size_t canon_len = strlen(value);
+  if (keys[i].type == T_ENUM)
+    enum_match(keys[i].choices, value, &canon, &canon_len);
+  char *copy = sl__strndup(canon, canon_len);
   if (copy == NULL)
     return sl__err_set(&config->err, SL_STATUS_NOMEM, "out of memory");
   free(config->values[i]);

@@ -10,6 +10,7 @@
  */
 #include "api/extra_config.h"
 #include "base/hashmap.h"
+#include "base/json.h"
 #include "base/util.h"
 
 #include <cjson/cJSON.h>
@@ -17,7 +18,6 @@
 #include <string.h>
 
 #define SL_NUM_THREADS_DEFAULT 8u
-#define SL_NUM_THREADS_MAX 2147483647u
 #define SL_TOKEN_SHOWN_MAX 64 /* bytes of an offending value quoted in a message */
 
 static const char *const k_allowed_keys[] = {"enable_multithread_load", "enable_weights_track",
@@ -173,7 +173,7 @@ static bool parse_thread_count(token_span t, uint32_t *out) {
       return false;
     v = v * 10 + (uint64_t)(t.p[i] - '0');
   }
-  if (v > SL_NUM_THREADS_MAX)
+  if (v > SL_THREADS_MAX)
     return false;
   *out = (uint32_t)v;
   return true;
@@ -196,7 +196,7 @@ static sl_status check_types(const cJSON *root, const token_span *spans, sl__ext
         return sl__err_set(err, SL_STATUS_CONFIG,
                            "extra config key 'num_threads' must be an integer from 1 to %u, written without "
                            "fraction or exponent (got %.*s)",
-                           SL_NUM_THREADS_MAX, shown_length(t), t.p != NULL ? t.p : "");
+                           SL_THREADS_MAX, shown_length(t), t.p != NULL ? t.p : "");
       cfg->num_threads = v;
       cfg->num_threads_set = true;
       continue;
@@ -233,6 +233,10 @@ sl_status sl__extra_config_parse(const char *json, const char *load_format_name,
   cfg.multithread = -1;
   cfg.weights_track = true;
 
+  /* The limits of base/json.h before cJSON allocates anything (the text comes from the user). */
+  sl_status checked = sl__json_check(text, strlen(text), "extra config", SL_STATUS_CONFIG, err);
+  if (checked != SL_STATUS_OK)
+    return checked;
   const char *end = NULL;
   cJSON *root = cJSON_ParseWithOpts(text, &end, true);
   if (root == NULL) {

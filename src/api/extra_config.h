@@ -11,6 +11,11 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+/* Reader threads per rank, from --threads or num_threads: each thread holds a stack and a ring of
+ * staging slots, and far more threads than cores only contend; without a bound, 100000 threads
+ * would be started until the process runs out of them. */
+#define SL_THREADS_MAX 1024u
+
 typedef struct sl__extra_config {
   int multithread;        /* enable_multithread_load: -1 unset, 0 false, 1 true */
   uint32_t num_threads;   /* read pool size: --threads, else num_threads, else 8 */

@@ -10,12 +10,15 @@
  *   - the public accessors
  * No MPI: this runs on one process and reads headers only.
  */
-#include "model/catalog.h"
 #include "api/config.h"
 #include "format/safetensors.h"
 #include "model/file_select.h"
 #include "base/hashmap.h"
+#include "base/json.h"
 #include "base/util.h"
+#include "format/safetensors.h"
+#include "model/catalog.h"
+#include "model/file_select.h"
 
 #include <cjson/cJSON.h>
 
@@ -232,7 +235,11 @@ static sl_status index_warnings(const sl__catalog *c, warn_list *w, sl__err *err
     warn(w, "cannot re-read index %s: %s", index_name, rerr.msg);
     goto done;
   }
-  root = cJSON_ParseWithLength(json, len);
+  /* The limits of base/json.h before cJSON allocates (the index is the checkpoint's). */
+  if (sl__json_parse(json, len, index_name, SL_STATUS_INDEX, &root, &rerr) != SL_STATUS_OK) {
+    warn(w, "%s", rerr.msg);
+    goto done;
+  }
   const cJSON *wm = last_member(root, "weight_map");
   if (!cJSON_IsObject(wm)) {
     warn(w, "index %s has no \"weight_map\" object", index_name);

@@ -427,8 +427,9 @@ static sl_status allocate(sl_loader *l) {
     if (lp->alias_of != SL_NONE || l->bound[i] || l->mapped[i])
       continue;
     st = l->backend->ops->alloc(l->backend, lp->nbytes, &l->param_ptr[i], &l->err);
+    char q[SL_QUOTE_BUF];
     if (st != SL_STATUS_OK)
-      sl__err_prefix(&l->err, "allocating %s", l->table[i].name);
+      sl__err_prefix(&l->err, "allocating %s", sl__quote(l->table[i].name, q, sizeof q));
     else if (l->pl.opts.prefault && l->backend->host_addressable)
       prefault(l->param_ptr[i], lp->nbytes);
   }
@@ -646,7 +647,8 @@ static void write_reports(sl_loader *l) {
   free(stats);
 }
 
-/* Statistics to rank 0, which writes the report and the summary. t0: when the load started. */
+/* Statistics to rank 0, which writes the report and the summary. t0: when the load's own phases
+ * (after planning) started. */
 static sl_status statistics_phase(sl_loader *l, double t0) {
   sl_status st = SL_STATUS_OK;
   sl__rank_record rec;
@@ -665,7 +667,9 @@ static sl_status statistics_phase(sl_loader *l, double t0) {
     gst = SL_STATUS_NOMEM;
   st = st == SL_STATUS_OK ? gst : st;
   l->state = STATE_LOADED;
-  l->t_total = sl__now() - t0 + l->t_resolve + l->t_catalog + l->t_model;
+  /* t0 is taken after the preparation stages (which sl_loader_load runs itself when the caller
+   * did not): they are counted once, by their own timings, however the caller split the calls. */
+  l->t_total = l->t_resolve + l->t_catalog + l->t_model + l->t_plan + (sl__now() - t0);
   if (st == SL_STATUS_OK && l->comm.rank == 0)
     write_reports(l);
   return sl__comm_agree(&l->comm, st, &l->err, "gathering statistics");
@@ -693,12 +697,12 @@ sl_status sl_loader_load(sl_loader *l) {
     return st;
   if (l->state >= STATE_LOADED)
     return sl__err_set(&l->err, SL_STATUS_INVALID_ARGUMENT, "sl_loader_load was already called");
-  double t0 = sl__now();
   if (l->state < STATE_PLANNED) {
     st = sl_loader_plan(l);
     if (st != SL_STATUS_OK)
       return st;
   }
+  double t0 = sl__now();
   st = precheck_weights(l);
   if (st == SL_STATUS_OK)
     st = allocate_phase(l);
@@ -732,14 +736,9 @@ sl_status sl_loader_save_sharded(sl_loader *l, const char *dir) {
   st = l->state == STATE_LOADED
            ? SL_STATUS_OK
            : sl__err_set(&l->err, SL_STATUS_INVALID_ARGUMENT, "sl_loader_save_sharded needs a loaded loader");
-  if (st == SL_STATUS_OK && l->comm.rank == 0)
-    st = sl__mkdirs(dir, &l->err);
-  st = sl__comm_agree(&l->comm, st, &l->err, "creating the output folder");
-  if (st != SL_STATUS_OK)
-    return st;
   size_t n = l->pl.plan.n_lparams;
-  sl__save_entry *entries = calloc(n + 1, sizeof *entries);
-  if (entries == NULL)
+  sl__save_entry *entries = st == SL_STATUS_OK ? calloc(n + 1, sizeof *entries) : NULL;
+  if (st == SL_STATUS_OK && entries == NULL)
     st = sl__err_set(&l->err, SL_STATUS_NOMEM, "out of memory");
   for (size_t i = 0; i < n && st == SL_STATUS_OK; i++) {
     const sl__lparam *lp = &l->pl.plan.lparams[i];
@@ -750,14 +749,19 @@ sl_status sl_loader_save_sharded(sl_loader *l, const char *dir) {
                                   .nbytes = lp->nbytes};
     memcpy(entries[i].shape, lp->shape, sizeof entries[i].shape);
   }
-  uint32_t parts = 0;
+  st = sl__comm_agree(&l->comm, st, &l->err, "preparing the sharded copy");
+  /* All or nothing across ranks (output/save.h). */
+  sl__save_job job = {.dir = dir,
+                      .model_folder = l->pl.prep.cat.folder,
+                      .entries = entries,
+                      .n = n,
+                      .max_part = l->pl.opts.save_max_part,
+                      .overwrite = l->pl.opts.overwrite,
+                      .backend = l->backend};
   if (st == SL_STATUS_OK)
-    st = sl__save_rank(dir, (uint32_t)l->comm.rank, entries, n, l->pl.opts.save_max_part, l->backend, &parts,
-                       &l->err);
+    st = sl__save_sharded(&l->comm, &job, &l->err);
   free(entries);
-  if (st == SL_STATUS_OK && l->comm.rank == 0)
-    st = sl__save_copy_extras(l->pl.prep.cat.folder, dir, &l->err);
-  return sl__comm_agree(&l->comm, st, &l->err, "saving the sharded copy");
+  return st;
 }
 
 const char *sl_loader_report_json(sl_loader *l) {

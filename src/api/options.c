@@ -4,8 +4,8 @@
  */
 #include "api/options.h"
 
-#include "backend/backend.h"
 #include "api/config.h"
+#include "backend/backend.h"
 #include "base/log.h"
 #include "plan/plan.h"
 #include "engine/staging.h"
@@ -108,6 +108,7 @@ sl_status sl__opts_from_config(const sl_config *cfg, sl__opts *o, sl__err *err) 
                        (unsigned long long)o->staging_bytes);
   o->save_dir = sl__config_str(cfg, "save_sharded");
   o->save_max_part = sl__config_u64(cfg, "save_max_part_bytes");
+  o->overwrite = sl__config_bool(cfg, "overwrite");
   o->report = sl__config_str(cfg, "report");
   o->quiet = sl__config_bool(cfg, "quiet");
   o->storage_gbps = sl__config_double(cfg, "storage_gbps");

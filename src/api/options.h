@@ -7,9 +7,9 @@
 #define SL_OPTIONS_H
 
 #include "api/extra_config.h"
+#include "model/file_select.h"
 #include "model/layout.h"
 #include "model/model.h"
-#include "model/file_select.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -46,6 +46,7 @@ typedef struct sl__opts {
   uint64_t bucket_bytes;
   const char *save_dir;
   uint64_t save_max_part;
+  bool overwrite; /* save_sharded: remove an older save's files that this one does not replace */
   const char *report;
   bool quiet;
   double storage_gbps, network_gbps;

@@ -4,16 +4,17 @@
 #include "api/prepare.h"
 
 #include "api/config.h"
+#include "base/json.h"
 #include "base/log.h"
 #include "base/util.h"
 #include "hub/hub.h"
 
 #include <cjson/cJSON.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
 
 void sl__prepared_free(sl__prepared *p) {
   if (p == NULL)
@@ -88,8 +89,11 @@ static sl_status choose_spec(const sl__opts *o, const char *folder, sl__prepared
     free(cfg_path);
     cJSON *cfg = NULL;
     if (st == SL_STATUS_OK) {
-      cfg = cJSON_ParseWithLength(text, len);
-      if (cfg == NULL || !cJSON_IsObject(cfg))
+      /* Bounded (base/json.h) before cJSON allocates: config.json is the checkpoint's. */
+      char what[1024];
+      snprintf(what, sizeof what, "%s/config.json", folder);
+      st = sl__json_parse(text, len, what, SL_STATUS_MODEL_CONFIG, &cfg, err);
+      if (st == SL_STATUS_OK && !cJSON_IsObject(cfg))
         st = sl__err_set(err, SL_STATUS_MODEL_CONFIG, "%s/config.json is not a valid JSON object", folder);
     }
     free(text);

@@ -180,6 +180,48 @@ bool sl__str_starts_with(const char *s, const char *prefix) {
   return strncmp(s, prefix, strlen(prefix)) == 0;
 }
 
+const char *sl__quote(const char *s, char *buf, size_t cap) {
+  if (cap == 0)
+    return buf;
+  if (s == NULL)
+    s = "(null)";
+  size_t len = strlen(s);
+  size_t shown = len;
+  if (shown > SL_QUOTE_SHOWN) {
+    shown = SL_QUOTE_SHOWN;
+    /* Back up over UTF-8 continuation bytes so that the cut falls between characters. */
+    while (shown > 0 && ((unsigned char)s[shown] & 0xC0) == 0x80)
+      shown--;
+  }
+  size_t o = 0;
+  size_t i = 0;
+  /* Reserve room for the longest escape (4 bytes), the truncation note and the NUL. */
+  for (; i < shown && o + 4 + 40 < cap; i++) {
+    unsigned char c = (unsigned char)s[i];
+    const char *esc = c == '\n'   ? "\\n"
+                      : c == '\t' ? "\\t"
+                      : c == '\r' ? "\\r"
+                      : c == '\'' ? "\\'"
+                      : c == '"'  ? "\\\""
+                      : c == '\\' ? "\\\\"
+                                  : NULL;
+    if (esc != NULL) {
+      size_t n = strlen(esc);
+      memcpy(buf + o, esc, n);
+      o += n;
+    } else if (c < 0x20 || c == 0x7f) {
+      snprintf(buf + o, cap - o, "\\x%02x", c);
+      o += 4;
+    } else {
+      buf[o++] = (char)c;
+    }
+  }
+  buf[o] = '\0';
+  if (i < len && o + 1 < cap)
+    snprintf(buf + o, cap - o, "\xe2\x80\xa6(%zu bytes)", len);
+  return buf;
+}
+
 char *sl__path_join(const char *dir, const char *name) {
   size_t n = strlen(dir);
   while (n > 1 && dir[n - 1] == '/')

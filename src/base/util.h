@@ -47,6 +47,13 @@ char *sl__strndup(const char *s, size_t n);
 char *sl__asprintf(const char *fmt, ...) SL_PRINTF(1, 2);
 bool sl__str_ends_with(const char *s, const char *suffix);
 bool sl__str_starts_with(const char *s, const char *prefix);
+/* A name from a checkpoint, an index or a config file, made safe to print in a message: control
+ * characters, DEL, quotes and backslashes are escaped (\n, \t, \r, \xNN, \', \", \\), and a name
+ * longer than SL_QUOTE_SHOWN bytes is cut (at a UTF-8 boundary) and followed by "…(N bytes)". No
+ * surrounding quotes are added. Writes into buf (SL_QUOTE_BUF bytes suffice) and returns it. */
+#define SL_QUOTE_SHOWN 200
+#define SL_QUOTE_BUF (SL_QUOTE_SHOWN * 4 + 64)
+const char *sl__quote(const char *s, char *buf, size_t cap);
 /* Joins directory and name with one '/'. */
 char *sl__path_join(const char *dir, const char *name);
 /* Parses a whole string as a decimal u64 (no sign, no spaces); false on any defect/overflow. */

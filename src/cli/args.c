@@ -34,6 +34,7 @@ static const flag flags[] = {
     {"--data-parallel-size", "dp", NULL},
     {"-dp", "dp", NULL},
     {"--download-dir", "cache_dir", NULL},
+    {"--overwrite", "overwrite", "true"},
 };
 #define N_FLAGS (sizeof flags / sizeof flags[0])
 
@@ -64,6 +65,7 @@ static const char *const load_keys[] = {"tp",
                                         "report",
                                         "save_sharded",
                                         "save_max_part_bytes",
+                                        "overwrite",
                                         "quiet",
                                         "revision",
                                         "cache_dir",

@@ -326,25 +326,26 @@ static sl_status check_offsets(const sl__st_tensor *t, size_t count, const char 
                                sl__err *err) {
   uint64_t pos = 0;
   for (size_t i = 0; i < count; i++) {
-    int nl = sl__st_shown(t[i].name_len);
+    /* Decoded names may hold control characters or be long: quoted for the message. */
+    char q[SL_QUOTE_BUF];
+    const char *qn = sl__quote(t[i].name, q, sizeof q);
     if (t[i].begin != pos || t[i].end < t[i].begin)
       return sl__err_set(
           err, SL_STATUS_ST_INVALID_OFFSET,
-          "%s: invalid data offsets [%llu, %llu] for tensor '%.*s' (expected it to start at %llu)", what,
-          (unsigned long long)t[i].begin, (unsigned long long)t[i].end, nl, t[i].name,
-          (unsigned long long)pos);
+          "%s: invalid data offsets [%llu, %llu] for tensor '%s' (expected it to start at %llu)", what,
+          (unsigned long long)t[i].begin, (unsigned long long)t[i].end, qn, (unsigned long long)pos);
     pos = t[i].end;
     uint64_t nbytes = 0;
     sl_status st = sl__st_nbytes(t[i].dtype, t[i].ndim, t[i].shape, &nbytes);
     if (st == SL_STATUS_ST_OVERFLOW)
-      return sl__err_set(err, st, "%s: size of tensor '%.*s' overflows", what, nl, t[i].name);
+      return sl__err_set(err, st, "%s: size of tensor '%s' overflows", what, qn);
     if (st == SL_STATUS_ST_MISALIGNED)
-      return sl__err_set(err, st, "%s: tensor '%.*s' (%s) does not end on a byte boundary", what, nl,
-                         t[i].name, sl__dtype_name(t[i].dtype));
+      return sl__err_set(err, st, "%s: tensor '%s' (%s) does not end on a byte boundary", what, qn,
+                         sl__dtype_name(t[i].dtype));
     if (t[i].end - t[i].begin != nbytes)
       return sl__err_set(err, SL_STATUS_ST_TENSOR_INFO,
-                         "%s: tensor '%.*s': shape and dtype need %llu bytes, offsets give %llu", what, nl,
-                         t[i].name, (unsigned long long)nbytes, (unsigned long long)(t[i].end - t[i].begin));
+                         "%s: tensor '%s': shape and dtype need %llu bytes, offsets give %llu", what, qn,
+                         (unsigned long long)nbytes, (unsigned long long)(t[i].end - t[i].begin));
   }
   *data_len = pos;
   return SL_STATUS_OK;

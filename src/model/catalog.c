@@ -18,7 +18,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-
 void sl__catalog_free(sl__catalog *c) {
   if (c == NULL)
     return;
@@ -109,10 +108,49 @@ static sl_status add_file_tensors(sl__catalog *c, const sl__catalog_opts *o, uin
     if (!sl__hashmap_put(&c->by_name, t->name, strlen(t->name), c->n_tensors - 1, &existing, &oom)) {
       if (oom)
         return sl__err_set(err, SL_STATUS_NOMEM, "out of memory");
-      return sl__err_set(err, SL_STATUS_DUPLICATE_TENSOR, "duplicate tensor '%s' in %s and %s", t->name,
-                         c->files[c->tensors[existing].file].name, c->files[fi].name);
+      char q[SL_QUOTE_BUF];
+      return sl__err_set(err, SL_STATUS_DUPLICATE_TENSOR, "duplicate tensor '%s' in %s and %s",
+                         sl__quote(t->name, q, sizeof q), c->files[c->tensors[existing].file].name,
+                         c->files[fi].name);
     }
   }
+  return SL_STATUS_OK;
+}
+
+/* The index's tensor names that no selected file holds: vLLM and transformers load such a
+ * checkpoint (they read the files, not the index), so this is a warning with the count and the
+ * first few names, and the count is kept for callers. */
+#define SL_INDEX_MISSING_SHOWN 5
+static sl_status check_index_tensors(sl__catalog *c, const sl__catalog_opts *o, const sl__selection *sel,
+                                     sl__err *err) {
+  sl__buf shown;
+  sl__buf_init(&shown, 0);
+  size_t missing = 0;
+  for (size_t i = 0; i < sel->n_index_tensors; i++) {
+    char *name = rename_name(o, c->format, sel->index_tensors[i]);
+    if (name == NULL) {
+      sl__buf_free(&shown);
+      return sl__err_set(err, SL_STATUS_NOMEM, "out of memory");
+    }
+    bool found =
+        sl__catalog_find(c, name) != SL_NONE || sl__catalog_find(c, sel->index_tensors[i]) != SL_NONE;
+    free(name);
+    if (found)
+      continue;
+    if (missing++ < SL_INDEX_MISSING_SHOWN) {
+      char q[SL_QUOTE_BUF];
+      sl__buf_appendf(&shown, "%s'%s'", missing > 1 ? ", " : "",
+                      sl__quote(sel->index_tensors[i], q, sizeof q));
+    }
+  }
+  c->index_missing = missing;
+  if (missing > 0)
+    SL_WARN(
+        "index %s of %s names %zu tensor%s that no selected weight file holds: %s%s (loading anyway: only "
+        "the tensors in the files count)",
+        sel->index_name, c->folder, missing, missing == 1 ? "" : "s", sl__buf_str(&shown),
+        missing > SL_INDEX_MISSING_SHOWN ? ", …" : "");
+  sl__buf_free(&shown);
   return SL_STATUS_OK;
 }
 
@@ -173,6 +211,8 @@ sl_status sl__catalog_build(const sl__catalog_opts *o, sl__catalog *c, sl__err *
     st = add_file_tensors(c, o, (uint32_t)i, &h, &cap, err);
     sl__st_header_free(&h);
   }
+  if (st == SL_STATUS_OK && sel.use_safetensors)
+    st = check_index_tensors(c, o, &sel, err);
   sl__selection_free(&sel);
   if (st == SL_STATUS_OK) {
     char *cfg_path = sl__path_join(o->folder, "config.json");

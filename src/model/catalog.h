@@ -7,11 +7,11 @@
 #ifndef SL_CATALOG_H
 #define SL_CATALOG_H
 
-#include "format/dtype.h"
 #include "base/err.h"
 #include "base/hashmap.h"
 #include "model/file_select.h"
 #include "base/util.h"
+#include "format/dtype.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -47,7 +47,8 @@ typedef struct sl__catalog {
   sl__cat_tensor *tensors; /* file order, then offset order */
   char *config_json;       /* config.json text, or NULL when absent */
   size_t config_len;
-  sl__hashmap by_name; /* name → tensor index */
+  sl__hashmap by_name;  /* name → tensor index */
+  size_t index_missing; /* rank 0: index tensor names no selected file holds (warned; not broadcast) */
 } sl__catalog;
 
 typedef struct sl__catalog_opts {

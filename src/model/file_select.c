@@ -145,6 +145,9 @@ void sl__selection_free(sl__selection *s) {
     free(s->files[i]);
   free(s->files);
   free(s->index_name);
+  for (size_t i = 0; i < s->n_index_tensors; i++)
+    free(s->index_tensors[i]);
+  free(s->index_tensors);
   memset(s, 0, sizeof *s);
 }
 
@@ -278,12 +281,14 @@ sl_status sl__select_names(const char *const *names, size_t n_names, const sl__s
 typedef struct index_values {
   cJSON *root;     /* owns the strings below */
   sl__vec values;  /* const char *: distinct values, in order of first appearance */
+  sl__vec keys;    /* const char *: the effective keys (tensor names), each once */
   sl__hashmap set; /* value → position in values */
 } index_values;
 
 static void index_values_free(index_values *iv) {
   cJSON_Delete(iv->root);
   sl__vec_free(&iv->values);
+  sl__vec_free(&iv->keys);
   sl__hashmap_free(&iv->set);
   memset(iv, 0, sizeof *iv);
 }
@@ -327,6 +332,7 @@ static sl_status mark_effective(const cJSON *wm, size_t n, bool *effective, cons
 static sl_status parse_index(const char *json, size_t len, const char *what, index_values *iv, sl__err *err) {
   memset(iv, 0, sizeof *iv);
   sl__vec_init(&iv->values, sizeof(const char *));
+  sl__vec_init(&iv->keys, sizeof(const char *));
   sl__hashmap_init(&iv->set, SL_HASHMAP_BORROW);
   if (len > SL_INDEX_MAX_BYTES)
     return sl__err_set(err, SL_STATUS_INDEX, "index %s is %zu bytes, more than the limit of %zu bytes", what,
@@ -369,15 +375,24 @@ static sl_status parse_index(const char *json, size_t len, const char *what, ind
       continue;
     const char *key = c->string != NULL ? c->string : "";
     if (!cJSON_IsString(c) || c->valuestring == NULL) {
+      char qk[SL_QUOTE_BUF];
       st = sl__err_set(err, SL_STATUS_INDEX, "index %s: the weight_map value of '%s' must be a string", what,
-                       key);
+                       sl__quote(key, qk, sizeof qk));
       break;
     }
     const char *value = c->valuestring;
+    const char **kslot = sl__vec_push(&iv->keys);
+    if (kslot == NULL) {
+      st = sl__err_set(err, SL_STATUS_NOMEM, "out of memory reading index %s", what);
+      break;
+    }
+    *kslot = key;
     if (!sl__relpath_is_safe(value)) {
+      char qk[SL_QUOTE_BUF];
+      char qv[SL_QUOTE_BUF];
       st = sl__err_set(err, SL_STATUS_INDEX,
                        "index %s: the weight_map value '%s' of '%s' is not a plain relative file name", what,
-                       value, key);
+                       sl__quote(value, qv, sizeof qv), sl__quote(key, qk, sizeof qk));
       break;
     }
     bool oom = false;
@@ -434,9 +449,10 @@ static sl_status check_indexed_files_exist(const char *folder, const char *index
     struct stat st;
     bool exists = stat(path, &st) == 0 && S_ISREG(st.st_mode);
     free(path);
+    char qv[SL_QUOTE_BUF];
     if (!exists)
       return sl__err_set(err, SL_STATUS_INDEX, "index %s names %s, which does not exist in %s", index_name,
-                         value, folder);
+                         sl__quote(value, qv, sizeof qv), folder);
   }
   return SL_STATUS_OK;
 }
@@ -481,8 +497,16 @@ static sl_status apply_index_file(const char *folder, sl__selection *sel, sl__er
     goto done;
   keep_indexed(sel, &iv);
   sel->index_name = sl__strdup(index_name);
-  if (sel->index_name == NULL)
+  sel->index_tensors = calloc(iv.keys.len + 1, sizeof *sel->index_tensors);
+  if (sel->index_name == NULL || sel->index_tensors == NULL)
     status = sl__err_set(err, SL_STATUS_NOMEM, "out of memory reading index %s", path);
+  for (size_t i = 0; status == SL_STATUS_OK && i < iv.keys.len; i++) {
+    sel->index_tensors[i] = sl__strdup(SL_VEC_AT(&iv.keys, const char *, i));
+    if (sel->index_tensors[i] == NULL)
+      status = sl__err_set(err, SL_STATUS_NOMEM, "out of memory reading index %s", path);
+    else
+      sel->n_index_tensors++;
+  }
 done:
   index_values_free(&iv);
   free(json);

@@ -40,6 +40,10 @@ typedef struct sl__selection {
   char *index_name; /* index file used for de-duplication, or NULL (see above) */
   size_t n_files;
   char **files; /* basenames, natural-sorted */
+  /* sl__select_dir: the tensor names of the applied index's weight_map (each once), for the
+   * catalog's check that the selected files hold them. */
+  size_t n_index_tensors;
+  char **index_tensors;
 } sl__selection;
 
 /* Frees what a selection owns and zeroes it; NULL and a zeroed struct are fine. */

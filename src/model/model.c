@@ -7,11 +7,13 @@
  */
 #include "model/model.h"
 
+#include "base/json.h"
 #include "base/log.h"
 #include "base/util.h"
 #include "model/model_build.h"
 
 #include <cjson/cJSON.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,13 +31,22 @@ static bool eval_named(sl__model_env *e, const sl__named_expr *ne, sl__val *memo
     sl__err_set(err, SL_STATUS_ARCH, "spec %s: variable '%s' depends on itself", e->spec->path, ne->name);
     return false;
   }
+  if (e->depth >= SL_SPEC_MAX_VAR_DEPTH) {
+    char q[SL_QUOTE_BUF];
+    sl__err_set(err, SL_STATUS_ARCH,
+                "spec %s: variable '%s' is defined through more than %d levels of other variables",
+                e->spec->path, sl__quote(ne->name, q, sizeof q), SL_SPEC_MAX_VAR_DEPTH);
+    return false;
+  }
   *state = 1;
   /* Spec vars are layer-independent (they are memoized once): evaluate them outside any layer. */
   bool is_var = ne >= e->spec->vars && ne < e->spec->vars + e->spec->n_vars;
   bool saved = e->in_layer;
   if (is_var)
     e->in_layer = false;
+  e->depth++;
   sl_status st = sl__expr_eval(ne->expr, sl__model_lookup, e, memo, err);
+  e->depth--;
   e->in_layer = saved;
   *state = st == SL_STATUS_OK ? 2 : 0;
   if (st != SL_STATUS_OK)
@@ -176,8 +187,15 @@ sl_status sl__model_parse_config(const sl__catalog *cat, cJSON **out, sl__err *e
   *out = NULL;
   if (cat->config_json == NULL)
     return sl__err_set(err, SL_STATUS_MODEL_CONFIG, "%s has no config.json", cat->folder);
-  cJSON *cfg = cJSON_ParseWithLength(cat->config_json, cat->config_len);
-  if (cfg == NULL || !cJSON_IsObject(cfg)) {
+  /* Bounded (base/json.h): a 50 MB config.json of one huge array must not cost gigabytes on every
+   * rank. */
+  char what[1024];
+  snprintf(what, sizeof what, "%s/config.json", cat->folder);
+  cJSON *cfg = NULL;
+  sl_status st = sl__json_parse(cat->config_json, cat->config_len, what, SL_STATUS_MODEL_CONFIG, &cfg, err);
+  if (st != SL_STATUS_OK)
+    return st;
+  if (!cJSON_IsObject(cfg)) {
     cJSON_Delete(cfg);
     return sl__err_set(err, SL_STATUS_MODEL_CONFIG, "%s/config.json is not a valid JSON object", cat->folder);
   }

@@ -28,6 +28,7 @@ typedef struct sl__model_env {
   uint8_t *var_state; /* 0 unknown, 1 evaluating, 2 known */
   sl__val *lvars;     /* memo of layer vars for the current layer */
   uint8_t *lvar_state;
+  int depth; /* variables being evaluated through one another (bounded: SL_SPEC_MAX_VAR_DEPTH) */
 } sl__model_env;
 
 /* One sl__model_build call. */

@@ -6,11 +6,13 @@
  */
 #include "model/spec.h"
 
+#include "base/json.h"
 #include "base/util.h"
 
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <dlfcn.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -179,6 +181,11 @@ static sl_status named_exprs(ctx *c, const cJSON *obj, const char *where, sl__na
   if (!cJSON_IsObject(obj))
     return spec_error(c, where, "expected an object of NAME: EXPRESSION");
   size_t n = (size_t)cJSON_GetArraySize(obj);
+  if (n > SL_SPEC_MAX_VARS) {
+    char msg[160];
+    snprintf(msg, sizeof msg, "%zu entries, more than the limit of %u", n, SL_SPEC_MAX_VARS);
+    return spec_error(c, where, msg);
+  }
   sl__named_expr *v = calloc(n + 1, sizeof *v);
   if (v == NULL)
     return sl__err_set(c->err, SL_STATUS_NOMEM, "out of memory");
@@ -359,6 +366,8 @@ static sl_status parse_param(ctx *c, const cJSON *obj, const char *where, sl__sp
   const cJSON *sources = cJSON_GetObjectItemCaseSensitive(obj, "sources");
   if (!cJSON_IsArray(sources) || cJSON_GetArraySize(sources) < 1)
     return spec_error(c, w, "'sources' must be a non-empty array");
+  if ((size_t)cJSON_GetArraySize(sources) > SL_SPEC_MAX_SOURCES)
+    return spec_error(c, w, "'sources' has more than 256 entries");
   p->n_sources = (size_t)cJSON_GetArraySize(sources);
   p->sources = calloc(p->n_sources, sizeof *p->sources);
   if (p->sources == NULL)
@@ -467,7 +476,13 @@ static sl_status parse_params(ctx *c, const cJSON *root, sl__spec *s) {
   const cJSON *params = cJSON_GetObjectItemCaseSensitive(root, "params");
   if (!cJSON_IsArray(params) || cJSON_GetArraySize(params) < 1)
     return spec_error(c, "params", "expected a non-empty array of parameters");
-  s->n_params = (size_t)cJSON_GetArraySize(params);
+  size_t n = (size_t)cJSON_GetArraySize(params);
+  if (n > SL_SPEC_MAX_PARAMS) {
+    char msg[160];
+    snprintf(msg, sizeof msg, "%zu parameters, more than the limit of %u", n, SL_SPEC_MAX_PARAMS);
+    return spec_error(c, "params", msg);
+  }
+  s->n_params = n;
   s->params = calloc(s->n_params, sizeof *s->params);
   if (s->params == NULL)
     return sl__err_set(c->err, SL_STATUS_NOMEM, "out of memory");
@@ -483,10 +498,12 @@ static sl_status parse_params(ctx *c, const cJSON *root, sl__spec *s) {
 sl_status sl__spec_parse(const char *json, size_t len, const char *path, sl__spec **out, sl__err *err) {
   *out = NULL;
   ctx c = {.path = path, .err = err};
-  cJSON *root = cJSON_ParseWithLength(json, len);
-  if (root == NULL)
-    return sl__err_set(err, SL_STATUS_ARCH, "spec %s: invalid JSON near byte %td", path,
-                       cJSON_GetErrorPtr() != NULL ? cJSON_GetErrorPtr() - json : (ptrdiff_t)0);
+  char what[1024];
+  snprintf(what, sizeof what, "spec %s", path);
+  cJSON *root = NULL;
+  sl_status parsed = sl__json_parse(json, len, what, SL_STATUS_ARCH, &root, err);
+  if (parsed != SL_STATUS_OK)
+    return parsed;
   sl__spec *s = calloc(1, sizeof *s);
   sl_status st = SL_STATUS_OK;
   if (s == NULL) {

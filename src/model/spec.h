@@ -18,6 +18,14 @@
 
 /* The largest spec file read (a spec is a few KiB; the bound keeps a wrong path from costing memory). */
 #define SL_SPEC_MAX_BYTES (16u * 1024u * 1024u)
+/* Counts a spec may hold (the shipped ones have at most 14 vars and 21 parameters): what a spec
+ * costs to evaluate grows with them on every rank. */
+#define SL_SPEC_MAX_VARS 1024u   /* each of vars and layer_vars */
+#define SL_SPEC_MAX_PARAMS 4096u /* params */
+#define SL_SPEC_MAX_SOURCES 256u /* sources of one parameter */
+/* Levels of variables defined through other variables (v2 = v1 + 1, v1 = v0 + 1, ...): the
+ * evaluation recurses once per level. */
+#define SL_SPEC_MAX_VAR_DEPTH 64
 
 #include "base/err.h"
 #include "model/expr.h"

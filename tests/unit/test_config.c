@@ -13,10 +13,12 @@
 #include "check.h"
 
 #include <stdio.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
-typedef enum { STR, BOOL, U64, POS, ENUM, DBL, LIST } ktype;
+/* THREADS: a positive integer with the upper bound SL_THREADS_MAX (1024). */
+typedef enum { STR, BOOL, U64, POS, ENUM, DBL, LIST, THREADS } ktype;
 
 typedef struct key {
   const char *name;
@@ -46,7 +48,7 @@ static const key k_keys[] = {
     {"cuda_device", STR, NULL, {0}},
     {"pp_layer_partition", STR, NULL, {0}},
     {"extra_config", STR, NULL, {0}},
-    {"threads", POS, NULL, {0}},
+    {"threads", THREADS, NULL, {0}},
     {"load_strategy", ENUM, "auto", {"auto", "direct", "io_uring", "mmap"}},
     {"prefault", BOOL, "false", {0}},
     {"staging_bytes", POS, "268435456", {0}},
@@ -55,6 +57,7 @@ static const key k_keys[] = {
     {"bucket_bytes", POS, "67108864", {0}},
     {"save_sharded", STR, NULL, {0}},
     {"save_max_part_bytes", POS, "5368709120", {0}},
+    {"overwrite", BOOL, "false", {0}},
     {"report", STR, NULL, {0}},
     {"strict", BOOL, "true", {0}},
     {"storage_gbps", DBL, "2.0", {0}},
@@ -87,6 +90,17 @@ static void accept_value(const char *k, const char *v) {
   CHECKF(sl_config_get(c, k) != NULL && strcmp(sl_config_get(c, k), v) == 0, "%s='%s' not stored", k, v);
   CHECKF(sl__config_is_set(c, k), "%s: is_set after set", k);
   CHECK_STR(sl_config_error(c), "");
+  sl_config_destroy(c);
+}
+
+/* Sets key=value and expects success, the value stored as `stored` (enums: the canonical spelling). */
+static void accept_value_as(const char *k, const char *v, const char *stored) {
+  sl_config *c = fresh();
+  sl_status st = sl_config_set(c, k, v);
+  CHECKF(st == SL_STATUS_OK, "%s='%s' refused: %s", k, v, sl_config_error(c));
+  CHECKF(sl_config_get(c, k) != NULL && strcmp(sl_config_get(c, k), stored) == 0,
+         "%s='%s' stored as '%s', want '%s'", k, v,
+         sl_config_get(c, k) != NULL ? sl_config_get(c, k) : "(null)", stored);
   sl_config_destroy(c);
 }
 
@@ -156,6 +170,21 @@ static void test_each_key(void) {
         refuse_value(k->name, "yes", bool_bad[v], want);
       }
       break;
+    case THREADS: {
+      static const char *const t_ok[] = {"1", "8", "1024", "0001"};
+      for (size_t v = 0; v < sizeof t_ok / sizeof t_ok[0]; v++)
+        accept_value(k->name, t_ok[v]);
+      static const char *const t_over[] = {"1025", "100000", "9223372036854775807"};
+      for (size_t v = 0; v < sizeof t_over / sizeof t_over[0]; v++) {
+        snprintf(want, sizeof want, "%s: %s is above the limit of 1024", k->name, t_over[v]);
+        refuse_value(k->name, "3", t_over[v], want);
+      }
+      for (size_t v = 0; v < sizeof pos_bad / sizeof pos_bad[0]; v++) {
+        snprintf(want, sizeof want, "%s: '%s' is not a positive integer", k->name, pos_bad[v]);
+        refuse_value(k->name, "3", pos_bad[v], want);
+      }
+      break;
+    }
     case POS:
     case U64: {
       const char *const *ok = k->type == POS ? pos_ok : u64_ok;
@@ -170,9 +199,16 @@ static void test_each_key(void) {
                (unsigned long long)sl__config_u64(c, k->name));
         sl_config_destroy(c);
       }
+      /* Byte counts also take units (1k = 1024, see test_config_units): their message says so. */
+      size_t name_len = strlen(k->name);
+      bool bytes = (name_len > 6 && strcmp(k->name + name_len - 6, "_bytes") == 0) ||
+                   strcmp(k->name, "hub_parallel_threshold") == 0;
       for (size_t v = 0; v < n_bad; v++) {
-        snprintf(want, sizeof want, "%s: '%s' is not a %s integer", k->name, badv[v],
-                 k->type == POS ? "positive" : "non-negative");
+        if (bytes && strcmp(badv[v], "1k") == 0)
+          continue;
+        snprintf(want, sizeof want, "%s: '%s' is not a %s integer%s", k->name, badv[v],
+                 k->type == POS ? "positive" : "non-negative",
+                 bytes ? " or byte count (e.g. 4096, 256M, 1.5GiB, 2GB)" : "");
         refuse_value(k->name, "3", badv[v], want);
       }
       break;
@@ -204,7 +240,7 @@ static void test_each_key(void) {
         for (size_t j = 0; j <= n; j++)
           upper[j] = (char)((k->choices[v][j] >= 'a' && k->choices[v][j] <= 'z') ? k->choices[v][j] - 32
                                                                                  : k->choices[v][j]);
-        accept_value(k->name, upper);
+        accept_value_as(k->name, upper, k->choices[v]); /* stored in the table's spelling */
         snprintf(accepted + strlen(accepted), sizeof accepted - strlen(accepted), "%s%s", v > 0 ? "," : "",
                  k->choices[v]);
         snprintf(pretty + strlen(pretty), sizeof pretty - strlen(pretty), "%s%s", v > 0 ? ", " : "",
@@ -577,7 +613,6 @@ static void test_options(void) {
   OPTS_ERR("tp: 2147483648 is too large", "model", "m", "tp", "2147483648");
   OPTS_ERR("dp: 4294967297 is too large", "model", "m", "dp", "4294967297");
   OPTS_ERR("ranks_per_node: 2147483648 is too large", "model", "m", "ranks_per_node", "2147483648");
-  OPTS_ERR("threads: 2147483648 is too large", "model", "m", "threads", "2147483648");
   OPTS_ERR("--enable-eplb requires --enable-expert-parallel", "model", "m", "enable_eplb", "true");
   OPTS_ERR("num_redundant_experts requires --enable-eplb", "model", "m", "enable_expert_parallel", "true",
            "num_redundant_experts", "1");
@@ -601,30 +636,37 @@ static void test_options(void) {
   CHECK_EQ_U64(o.extra.num_threads, 1);
   sl_config_destroy(c);
 
-  /* Enum values are accepted case-insensitively by sl_config_set (test_each_key), so the options
-   * must read them the same way.
-   * KNOWN BUG (reported): options.c compares layout, device and load_strategy with strcmp and
-   * expert_placement with sl__placement_parse (case-sensitive), so "CHECKPOINT", "CUDA", "MMAP"
-   * silently fall back to vllm / cpu / auto, and "ROUND_ROBIN" fails in sl__opts_from_config.
-   * load_format alone is folded (sl__format_parse). The expectations below pin the current
-   * behaviour; when fixed, they become CHECKPOINT / CUDA / MMAP / ROUND_ROBIN / OK. */
+  /* Enum values are accepted case-insensitively by sl_config_set (test_each_key) and stored in
+   * their canonical spelling, so the options read them whatever the case they were given in. */
   st = opts_of((const char *const[]){"model", "m", "layout", "CHECKPOINT", "load_strategy", "MMAP",
                                      "load_format", "SafeTensors", NULL},
                &o, &err, &c);
   CHECKF(st == SL_STATUS_OK, "upper case: %s", err.msg);
-  CHECK(o.format == SL_FORMAT_SAFETENSORS); /* folded: correct */
-  CHECK(o.layout == SL_LAYOUT_VLLM);        /* KNOWN BUG: should be SL_LAYOUT_CHECKPOINT */
-  CHECK(o.strategy == SL_STRATEGY_AUTO);    /* KNOWN BUG: should be SL_STRATEGY_MMAP */
+  CHECK(o.format == SL_FORMAT_SAFETENSORS);
+  CHECK(o.layout == SL_LAYOUT_CHECKPOINT);
+  CHECK(o.strategy == SL_STRATEGY_MMAP);
   sl_config_destroy(c);
   st = opts_of((const char *const[]){"model", "m", "device", "CUDA", NULL}, &o, &err, &c);
-  CHECK(st == SL_STATUS_OK && o.device == SL_DEVICE_CPU); /* KNOWN BUG: should be SL_DEVICE_CUDA */
+  CHECK(st == SL_STATUS_OK && o.device == SL_DEVICE_CUDA);
   sl_config_destroy(c);
-  OPTS_ERR("unknown expert placement 'ROUND_ROBIN'", "model", "m", "expert_placement",
-           "ROUND_ROBIN"); /* KNOWN BUG */
+  st = opts_of((const char *const[]){"model", "m", "expert_placement", "ROUND_ROBIN",
+                                     "enable_expert_parallel", "true", NULL},
+               &o, &err, &c);
+  CHECKF(st == SL_STATUS_OK, "ROUND_ROBIN: %s", err.msg);
+  CHECK(o.placement == SL_PLACEMENT_ROUND_ROBIN);
+  sl_config_destroy(c);
+  st = opts_of((const char *const[]){"model", "m", "load_strategy", "Io_Uring", NULL}, &o, &err, &c);
+  CHECK(st == SL_STATUS_OK && o.strategy == SL_STRATEGY_IO_URING);
+  sl_config_destroy(c);
+  /* The thread bound: 1024 is fine, and the extra config's num_threads has the same bound. */
+  st = opts_of((const char *const[]){"model", "m", "threads", "1024", NULL}, &o, &err, &c);
+  CHECK(st == SL_STATUS_OK && o.extra.num_threads == 1024);
+  sl_config_destroy(c);
+  OPTS_ERR("must be an integer from 1 to 1024", "model", "m", "extra_config", "{\"num_threads\": 100000}");
 }
 
 int main(void) {
-  CHECK_EQ_U64(N_KEYS, 43);
+  CHECK_EQ_U64(N_KEYS, 44);
   test_each_key();
   test_defaults();
   test_api();

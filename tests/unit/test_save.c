@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 static char *g_tmp;
 
@@ -323,10 +324,25 @@ static void test_aliases(void) {
   sl__err_clear(&err);
   st = sl__save_rank(dir, 13, z, 2, 1000, &g_host, &parts, &err);
   CHECK(st == SL_STATUS_OK);
-  /* KNOWN BUG (reported): save.c compares data pointers only, so "b.real" is dropped as an alias
-   * of the zero-size "a.empty" and nothing is written. The correct expectation is parts == 1 with
-   * b.real in model-rank-13-part-0.safetensors; this line pins the current behaviour. */
-  CHECK_EQ_U64(parts, 0);
+  CHECK_EQ_U64(parts, 1);
+  char *p13 = path2(dir, "model-rank-13-part-0.safetensors");
+  check_part(p13, (const want_tensor[]){{"b.real", "F16", 1, {32}, g_mem[1], 64}}, 1);
+  free(p13);
+  /* Same pointer, different non-zero sizes: not aliases either (a prefix view), both saved. */
+  sl__save_entry v[2] = {
+      entry("a.head", SL_DT_F16, 1, 16, 0, g_mem[1], 32),
+      entry("b.whole", SL_DT_F16, 1, 32, 0, g_mem[1], 64),
+  };
+  sl__err_clear(&err);
+  st = sl__save_rank(dir, 14, v, 2, 1000, &g_host, &parts, &err);
+  CHECK(st == SL_STATUS_OK);
+  CHECK_EQ_U64(parts, 1);
+  char *p14 = path2(dir, "model-rank-14-part-0.safetensors");
+  check_part(p14,
+             (const want_tensor[]){{"a.head", "F16", 1, {16}, g_mem[1], 32},
+                                   {"b.whole", "F16", 1, {32}, g_mem[1], 64}},
+             2);
+  free(p14);
   free(p0);
   free(p1);
   free(dir);
@@ -396,6 +412,26 @@ static void test_errors(void) {
   char buf[256];
   listing(ok, buf, sizeof buf);
   CHECK_STR(buf, ""); /* nothing left behind, not even a temporary file */
+  /* A failure in the second part: *parts counts no part (nothing of this save is left, the first
+   * part's temporary included), and an older part 0 of the rank stays as it was. */
+  char *old0 = path2(ok, "model-rank-0-part-0.safetensors");
+  sl_test_write_file(old0, "older", 5);
+  sl__save_entry two[2] = {entry("good", SL_DT_U8, 1, 4, 0, g_mem[0], 4),
+                           entry("bad.second", SL_DT_F32, 1, 4, 0, g_mem[1], 12)};
+  parts = 77;
+  sl__err_clear(&err);
+  st = sl__save_rank(ok, 0, two, 2, 4, &g_host, &parts, &err);
+  CHECK(st != SL_STATUS_OK);
+  CHECK_EQ_U64(parts, 0);
+  CHECK_CONTAINS(err.msg, "bad.second");
+  listing(ok, buf, sizeof buf);
+  CHECK_STR(buf, "model-rank-0-part-0.safetensors");
+  size_t olen = 0;
+  char *odata = sl_test_read_file(old0, &olen);
+  CHECK(odata != NULL && olen == 5 && memcmp(odata, "older", 5) == 0);
+  free(odata);
+  unlink(old0);
+  free(old0);
 
   /* sl__mkdirs */
   char *deep = path2(g_tmp, "m/n/o");
@@ -493,6 +529,94 @@ static void test_copy_extras(void) {
   free(dst);
 }
 
+/* The pieces of the collective save (output/save.h steps 1-4) on one process. */
+static void test_stale_and_steps(void) {
+  char *dir = path2(g_tmp, "stale");
+  sl__err err;
+  sl__err_clear(&err);
+  CHECK(sl__mkdirs(dir, &err) == SL_STATUS_OK);
+  /* An older save by 4 ranks with 2 parts each, its marker, a temporary of rank 5 and other files. */
+  static const char *const older[] = {"model-rank-0-part-0.safetensors",
+                                      "model-rank-0-part-1.safetensors",
+                                      "model-rank-1-part-0.safetensors",
+                                      "model-rank-1-part-1.safetensors",
+                                      "model-rank-2-part-0.safetensors",
+                                      "model-rank-2-part-1.safetensors",
+                                      "model-rank-3-part-0.safetensors",
+                                      "model-rank-3-part-1.safetensors",
+                                      ".model-rank-5-part-0.safetensors.partial",
+                                      "config.json",
+                                      "notes.txt",
+                                      "model-rank-9-part-0.safetensors.bak",
+                                      "model-rank-x-part-0.safetensors"};
+  for (size_t i = 0; i < sizeof older / sizeof older[0]; i++) {
+    char *p = path2(dir, older[i]);
+    sl_test_write_file(p, "old", 3);
+    free(p);
+  }
+  /* A new save by 3 ranks with 2, 1, 2 parts replaces rank 0's and 2's parts and rank 1's part 0:
+   * rank 1 part 1, rank 3's two parts and rank 5's temporary are left over. */
+  uint32_t parts[3] = {2, 1, 2};
+  CHECK(sl__save_check_stale(dir, 3, parts, false, &err) == SL_STATUS_CONFIG);
+  CHECK_CONTAINS(err.msg, dir);
+  CHECK_CONTAINS(err.msg, "holds 4 part files of an older save that this save (3 ranks) would not replace");
+  CHECK_CONTAINS(err.msg, "--overwrite");
+  char buf[2048];
+  listing(dir, buf, sizeof buf);
+  CHECK_CONTAINS(buf, "model-rank-3-part-1.safetensors"); /* refusing removes nothing */
+  /* A save that replaces everything: nothing to refuse. */
+  uint32_t all[6] = {2, 2, 2, 2, 0, 1};
+  sl__err_clear(&err);
+  CHECK(sl__save_check_stale(dir, 6, all, false, &err) == SL_STATUS_OK);
+  /* With remove: exactly the four go. */
+  sl__err_clear(&err);
+  CHECK(sl__save_check_stale(dir, 3, parts, true, &err) == SL_STATUS_OK);
+  listing(dir, buf, sizeof buf);
+  CHECK_STR(buf, "config.json\nmodel-rank-0-part-0.safetensors\nmodel-rank-0-part-1.safetensors\n"
+                 "model-rank-1-part-0.safetensors\nmodel-rank-2-part-0.safetensors\n"
+                 "model-rank-2-part-1.safetensors\nmodel-rank-9-part-0.safetensors.bak\n"
+                 "model-rank-x-part-0.safetensors\nnotes.txt");
+  /* The marker goes; removing it again is fine. */
+  CHECK(sl__save_remove_marker(dir, &err) == SL_STATUS_OK);
+  CHECK(sl__save_remove_marker(dir, &err) == SL_STATUS_OK);
+  listing(dir, buf, sizeof buf);
+  CHECK(strstr(buf, "config.json") == NULL);
+  /* Temporaries: written, invisible to "*.safetensors", renamed by commit; discard removes them
+   * (and with finals the renamed files). */
+  fill(g_mem[0], 64, 1);
+  sl__save_entry e[2] = {entry("x", SL_DT_U8, 1, 64, 0, g_mem[0], 64),
+                         entry("y", SL_DT_U8, 1, 8, 0, g_mem[1], 8)};
+  sl__save_plan plan;
+  CHECK(sl__save_plan_build(e, 2, 64, &plan, &err) == SL_STATUS_OK);
+  CHECK_EQ_U64(plan.n_parts, 2);
+  CHECK(sl__save_write_temp(dir, 7, e, &plan, &g_host, &err) == SL_STATUS_OK);
+  char *t0 = path2(dir, ".model-rank-7-part-0.safetensors.partial");
+  char *f0 = path2(dir, "model-rank-7-part-0.safetensors");
+  char *f1 = path2(dir, "model-rank-7-part-1.safetensors");
+  CHECK(exists(t0) && !exists(f0));
+  sl__save_discard(dir, 7, plan.n_parts, false);
+  CHECK(!exists(t0));
+  CHECK(sl__save_write_temp(dir, 7, e, &plan, &g_host, &err) == SL_STATUS_OK);
+  CHECK(sl__save_commit(dir, 7, plan.n_parts, &err) == SL_STATUS_OK);
+  CHECK(!exists(t0) && exists(f0) && exists(f1));
+  check_part(f0, (const want_tensor[]){{"x", "U8", 1, {64}, g_mem[0], 64}}, 1);
+  sl__save_discard(dir, 7, plan.n_parts, true);
+  CHECK(!exists(f0) && !exists(f1));
+  /* The injected failure: after the first part, nothing left, the message names the next part. */
+  setenv("SHARDLOAD_INJECT_SAVE_ERROR", "7", 1);
+  sl__err_clear(&err);
+  CHECK(sl__save_write_temp(dir, 7, e, &plan, &g_host, &err) == SL_STATUS_IO);
+  unsetenv("SHARDLOAD_INJECT_SAVE_ERROR");
+  CHECK_CONTAINS(err.msg, "model-rank-7-part-1.safetensors");
+  CHECK_CONTAINS(err.msg, "No space left on device");
+  CHECK(!exists(t0));
+  sl__save_plan_free(&plan);
+  free(t0);
+  free(f0);
+  free(f1);
+  free(dir);
+}
+
 int main(void) {
   g_tmp = sl_test_mkdtemp("save");
   CHECK(g_tmp != NULL);
@@ -503,6 +627,7 @@ int main(void) {
   test_device_backend();
   test_errors();
   test_copy_extras();
+  test_stale_and_steps();
   sl_test_rmtree(g_tmp);
   free(g_tmp);
   return sl_test_finish();

@@ -410,9 +410,10 @@ static void test_index(void) {
   static const char *const unsafe[] = {
       "../x", "/abs",     "a\\\\b",    "C:x",       "", "./model-00001-of-00002.safetensors",
       "a//b", "sub/../x", "a\\u0001b", "\\\\server"};
+  /* Shown quoted (sl__quote): backslashes doubled, control characters as \xNN. */
   static const char *const unsafe_shown[] = {
-      "'../x'", "'/abs'",     "'a\\b'",   "'C:x'",     "''", "'./model-00001-of-00002.safetensors'",
-      "'a//b'", "'sub/../x'", "'a\001b'", "'\\server'"};
+      "'../x'", "'/abs'",     "'a\\\\b'",  "'C:x'",       "''", "'./model-00001-of-00002.safetensors'",
+      "'a//b'", "'sub/../x'", "'a\\x01b'", "'\\\\server'"};
   for (size_t i = 0; i < sizeof unsafe / sizeof unsafe[0]; i++) {
     char map[256];
     snprintf(map, sizeof map, "{\"a\": \"model-00001-of-00002.safetensors\", \"bad\": \"%s\"}", unsafe[i]);

@@ -1,0 +1,96 @@
+/*
+ * test_report_phases.c — the report's `phases` (docs/spec/REPORT.md §2) at the MPI world size it
+ * runs with: `total_seconds` counts every phase once. Rank 0 reads its report and checks that the
+ * total is at least each phase and at least their sum, and at most the wall time the test measured
+ * around sl_loader_create .. sl_loader_load (plus the report's rounding); once with the load
+ * running the preparation itself, once with sl_loader_plan called first. The preparation phases
+ * used to be counted twice when sl_loader_load ran them.
+ */
+#include "check.h"
+#include "load_check.h"
+
+#include "shardload/shardload.h"
+
+#include <cjson/cJSON.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+static double now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void check_phases(const char *what, const char *report, double wall) {
+  cJSON *r = cJSON_Parse(report);
+  const cJSON *ph = cJSON_GetObjectItemCaseSensitive(r, "phases");
+  CHECKF(cJSON_IsObject(ph), "%s: no phases in the report", what);
+  static const char *const names[] = {"resolve_seconds", "catalog_broadcast_seconds", "model_seconds",
+                                      "plan_seconds",    "allocate_seconds",          "transfer_seconds",
+                                      "track_seconds"};
+  const cJSON *t = cJSON_GetObjectItemCaseSensitive(ph, "total_seconds");
+  CHECKF(cJSON_IsNumber(t), "%s: no total_seconds", what);
+  double total = cJSON_IsNumber(t) ? t->valuedouble : 0;
+  double sum = 0;
+  /* The report prints microseconds: allow their rounding. */
+  const double eps = 2e-6 * 8;
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+    const cJSON *p = cJSON_GetObjectItemCaseSensitive(ph, names[i]);
+    CHECKF(cJSON_IsNumber(p) && p->valuedouble >= 0, "%s: %s missing or negative", what, names[i]);
+    double v = cJSON_IsNumber(p) ? p->valuedouble : 0;
+    CHECKF(total + eps >= v, "%s: total_seconds %.6f < %s %.6f", what, total, names[i], v);
+    sum += v;
+  }
+  CHECKF(total + eps >= sum, "%s: total_seconds %.6f < the sum of the phases %.6f", what, total, sum);
+  CHECKF(total <= wall + eps, "%s: total_seconds %.6f > the wall time around the load %.6f", what, total,
+         wall);
+  cJSON_Delete(r);
+}
+
+static void run_case(bool plan_first) {
+  int world = lc_world();
+  char tp[16];
+  char dp[16];
+  snprintf(tp, sizeof tp, "%d", world == 3 ? 1 : world);
+  snprintf(dp, sizeof dp, "%d", world == 3 ? 3 : 1);
+  char model[1024];
+  lc_fixture_path("llama", model, sizeof model);
+  sl_config *cfg = NULL;
+  sl_config_create(&cfg);
+  sl_config_set(cfg, "model", model);
+  sl_config_set(cfg, "tp", tp);
+  sl_config_set(cfg, "dp", dp);
+  sl_config_set(cfg, "quiet", "true");
+  MPI_Barrier(MPI_COMM_WORLD);
+  double t0 = now();
+  sl_loader *l = NULL;
+  sl_status st = sl_loader_create(cfg, MPI_COMM_WORLD, &l);
+  if (st == SL_STATUS_OK && plan_first)
+    st = sl_loader_plan(l);
+  if (st == SL_STATUS_OK)
+    st = sl_loader_load(l);
+  double wall = now() - t0;
+  const char *what = plan_first ? "plan, then load" : "load alone";
+  CHECKF(st == SL_STATUS_OK, "%s: %s (%s)", what, sl_status_name(st), l != NULL ? sl_loader_error(l) : "");
+  if (st == SL_STATUS_OK && lc_rank() == 0) {
+    const char *rep = sl_loader_report_json(l);
+    CHECKF(rep != NULL, "%s: no report on rank 0", what);
+    if (rep != NULL)
+      check_phases(what, rep, wall);
+  }
+  sl_loader_destroy(l);
+  sl_config_destroy(cfg);
+}
+
+int main(int argc, char **argv) {
+  MPI_Init(&argc, &argv);
+  sl_test_rank = lc_rank();
+  lc_quiet_logs();
+  run_case(false);
+  run_case(true);
+  int rc = sl_test_finish_mpi(MPI_COMM_WORLD);
+  MPI_Finalize();
+  return rc;
+}
