@@ -42,7 +42,7 @@ static const key_def keys[] = {
     {"cache_dir", T_STR, NULL, NULL, "Hugging Face cache folder (default HF_HUB_CACHE, $HF_HOME/hub)"},
     {"offline", T_BOOL, "false", NULL, "no network at all; resolve from the cache"},
     {"quiet", T_BOOL, "false", NULL, "no progress output"},
-    {"load_format", T_ENUM, "auto", "auto,hf,safetensors,mistral,pt", "weight file selection"},
+    {"load_format", T_ENUM, "auto", "auto,hf,safetensors,mistral,pt,sharded_state", "weight file selection"},
     {"tp", T_POS, "1", NULL, "tensor-parallel size"},
     {"pp", T_POS, "1", NULL, "pipeline-parallel size"},
     {"dp", T_POS, "1", NULL, "data-parallel size"},
@@ -250,7 +250,7 @@ static sl_status validate(const key_def *k, const char *value, sl__err *err) {
       return SL_STATUS_OK;
     if (strcmp(k->name, "load_format") == 0)
       return sl__err_set(err, SL_STATUS_CONFIG,
-                         "unknown load format '%s' (accepted: auto, hf, safetensors, mistral, pt)", value);
+                         "unknown load format '%s' (accepted: auto, hf, safetensors, mistral, pt, sharded_state)", value);
     return sl__err_set(err, SL_STATUS_CONFIG, "%s: unknown value '%s' (accepted: %s)", k->name, value,
                        k->choices);
   }

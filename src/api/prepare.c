@@ -8,6 +8,7 @@
 #include "base/log.h"
 #include "base/util.h"
 #include "hub/hub.h"
+#include "model/sharded.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -128,9 +129,20 @@ sl_status sl__prepare_catalog(const sl_config *cfg, const sl__opts *o, sl__prepa
   memset(p, 0, sizeof *p);
   char *folder = NULL;
   sl_status st = resolve_folder(cfg, o, p, &folder, err);
-  if (st == SL_STATUS_OK)
+  /* A pre-sharded checkpoint needs no spec: its files already hold each rank's parameters. */
+  bool sharded = o->format == SL_FORMAT_SHARDED_STATE;
+  if (st == SL_STATUS_OK && sharded) {
+    /* No spec text: an empty one still travels (the broadcast needs a buffer). */
+    p->spec_text = sl__strdup("");
+    st = p->spec_text != NULL ? SL_STATUS_OK : sl__err_set(err, SL_STATUS_NOMEM, "out of memory");
+  }
+  if (st == SL_STATUS_OK && sharded)
+    st = sl__catalog_build(
+        &(sl__catalog_opts){.folder = folder, .what = o->model, .select = {.format = o->format}}, &p->cat,
+        err);
+  else if (st == SL_STATUS_OK)
     st = choose_spec(o, folder, p, err);
-  if (st == SL_STATUS_OK) {
+  if (st == SL_STATUS_OK && !sharded) {
     const sl__spec *s = p->spec;
     sl__catalog_opts co = {
         .folder = folder,
@@ -154,6 +166,11 @@ sl_status sl__prepare_catalog(const sl_config *cfg, const sl__opts *o, sl__prepa
 
 sl_status sl__prepare_model(const sl__opts *o, sl__prepared *p, sl__err *err) {
   sl_status st = SL_STATUS_OK;
+  if (p->cat.format == SL_FORMAT_SHARDED_STATE) {
+    st = sl__sharded_model_build(&p->cat, p->world, &p->model, err);
+    p->have_model = st == SL_STATUS_OK;
+    return st;
+  }
   if (p->spec == NULL)
     st = sl__spec_parse(p->spec_text, p->spec_len, p->spec_path != NULL ? p->spec_path : "(broadcast)",
                         &p->spec, err);
@@ -174,6 +191,11 @@ static sl_status run_stage(sl__pipeline *p, const sl__prep_driver *d, sl__prep_s
   switch (stage) {
   case SL_PREP_OPTIONS: {
     sl_status st = sl__opts_from_config(d->cfg, &p->opts, err);
+    /* A pre-sharded checkpoint is laid out by its files: without --tp/--pp/--dp every rank is its
+     * own data-parallel replica, so any world size gets as far as the saved-world check. */
+    if (st == SL_STATUS_OK && p->opts.format == SL_FORMAT_SHARDED_STATE &&
+        p->opts.tp * p->opts.pp * p->opts.dp == 1)
+      p->opts.dp = d->world;
     if (st == SL_STATUS_OK)
       st = sl__layout_init(&p->layout, p->opts.tp, p->opts.pp, p->opts.dp, d->world, err);
     return st;
@@ -181,6 +203,7 @@ static sl_status run_stage(sl__pipeline *p, const sl__prep_driver *d, sl__prep_s
   case SL_PREP_CATALOG:
     return d->builds_catalog ? sl__prepare_catalog(d->cfg, &p->opts, &p->prep, err) : SL_STATUS_OK;
   case SL_PREP_MODEL:
+    p->prep.world = d->world;
     return sl__prepare_model(&p->opts, &p->prep, err);
   case SL_PREP_PLAN: {
     sl_status st = sl__pp_starts(&p->opts, p->prep.model.n_layers, &p->pp_starts, err);

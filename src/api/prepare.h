@@ -33,6 +33,7 @@ typedef struct sl__prepared {
   uint32_t download_files;
   double download_seconds;
   char *commit; /* Hub: resolved commit, or NULL for a local folder */
+  uint32_t world; /* ranks of the job (the saved world of a sharded_state checkpoint must match) */
 } sl__prepared;
 
 /* Rank 0's part: resolve, read config.json, pick and read the spec, build the catalog. */

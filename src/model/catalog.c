@@ -9,6 +9,7 @@
  * nbytes) where str = u64 length + bytes (no NUL).
  */
 #include "model/catalog.h"
+#include "model/sharded.h"
 
 #include "base/log.h"
 #include "format/safetensors.h"
@@ -93,7 +94,8 @@ static sl_status add_file_tensors(sl__catalog *c, const sl__catalog_opts *o, uin
     const sl__st_tensor *st = &h->tensors[i];
     sl__cat_tensor *t = &c->tensors[c->n_tensors];
     memset(t, 0, sizeof *t);
-    t->name = rename_name(o, c->format, st->name);
+    t->name = c->format == SL_FORMAT_SHARDED_STATE ? sl__sharded_catalog_name(c->files[fi].name, st->name)
+                                                   : rename_name(o, c->format, st->name);
     if (t->name == NULL)
       return sl__err_set(err, SL_STATUS_NOMEM, "out of memory");
     t->file = fi;

@@ -30,7 +30,7 @@
 #define SL_MISTRAL_PATTERN "consolidated*.safetensors"
 #define SL_PATTERNS_MAX 3 /* longest preset list: hf with the pt fallback */
 
-static const char *const k_format_names[] = {"auto", "hf", "safetensors", "mistral", "pt"};
+static const char *const k_format_names[] = {"auto", "hf", "safetensors", "mistral", "pt", "sharded_state"};
 #define SL_FORMAT_COUNT (sizeof k_format_names / sizeof k_format_names[0])
 
 static const char *const k_trainer_suffixes[] = {"training_args.bin", "optimizer.bin", "optimizer.pt",
@@ -61,7 +61,7 @@ sl_status sl__format_parse(const char *s, sl__format *out, sl__err *err) {
     }
   }
   return sl__err_set(err, SL_STATUS_CONFIG,
-                     "unknown load format '%s' (accepted: auto, hf, safetensors, mistral, pt)", s);
+                     "unknown load format '%s' (accepted: auto, hf, safetensors, mistral, pt, sharded_state)", s);
 }
 
 const char *sl__format_name(sl__format f) {
@@ -79,13 +79,14 @@ const char *sl__format_index_name(sl__format f) {
     return "consolidated.safetensors.index.json";
   case SL_FORMAT_AUTO:
   case SL_FORMAT_PT:
+  case SL_FORMAT_SHARDED_STATE:
     break;
   }
   return NULL;
 }
 
 static bool format_is_safetensors_preset(sl__format f) {
-  return f == SL_FORMAT_SAFETENSORS || f == SL_FORMAT_MISTRAL;
+  return f == SL_FORMAT_SAFETENSORS || f == SL_FORMAT_MISTRAL || f == SL_FORMAT_SHARDED_STATE;
 }
 
 /* The glob patterns of a (resolved) format, in priority order. */
@@ -119,6 +120,9 @@ static void patterns_of(sl__format f, const sl__select_opts *opts, pattern_list 
     break;
   case SL_FORMAT_PT:
     pl->preset[pl->count++] = "*.pt";
+    break;
+  case SL_FORMAT_SHARDED_STATE:
+    pl->preset[pl->count++] = "model-rank-*-part-*.safetensors";
     break;
   case SL_FORMAT_AUTO:
     break; /* resolved by the callers before the patterns are asked for */

@@ -17,11 +17,12 @@ typedef enum sl__format {
   SL_FORMAT_HF,
   SL_FORMAT_SAFETENSORS,
   SL_FORMAT_MISTRAL,
-  SL_FORMAT_PT
+  SL_FORMAT_PT,
+  SL_FORMAT_SHARDED_STATE /* pre-sharded per-rank files (model/sharded.h) */
 } sl__format;
 
 /* Case-insensitive (ASCII); NULL means auto. Error (SL_STATUS_CONFIG, X as given):
- * "unknown load format 'X' (accepted: auto, hf, safetensors, mistral, pt)". */
+ * "unknown load format 'X' (accepted: auto, hf, safetensors, mistral, pt, sharded_state)". */
 sl_status sl__format_parse(const char *s, sl__format *out, sl__err *err);
 const char *sl__format_name(sl__format f);
 

@@ -52,6 +52,8 @@ typedef struct sl__mparam {
   uint64_t block_rows;  /* fp8 scale parameter: block sizes of its weight, else 0 */
   uint64_t block_cols;
   uint32_t alias_of; /* tied lm_head: index of the embedding parameter, else SL_NONE */
+  bool owned;        /* sharded_state: held by rank `owner` alone, whatever the layout */
+  uint32_t owner;
   size_t n_src;
   sl__msrc *src; /* per-expert styles: expert-major, then part */
   char *fields;  /* config.json fields behind the shapes (for messages) */

@@ -593,6 +593,8 @@ static const slice_fn slicers[SL_STYLE_COUNT] = {
  * ------------------------------------------------------------------------------------------- */
 
 static bool held(const sl__model *m, const sl__mparam *p, const sl__rank_ctx *x) {
+  if (p->owned)
+    return p->owner == x->rank;
   switch (p->place) {
   case SL_PLACE_EMBED:
     return x->first_stage || (m->tied && x->last_stage);

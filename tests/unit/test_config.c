@@ -34,7 +34,7 @@ static const key k_keys[] = {
     {"cache_dir", STR, NULL, {0}},
     {"offline", BOOL, "false", {0}},
     {"quiet", BOOL, "false", {0}},
-    {"load_format", ENUM, "auto", {"auto", "hf", "safetensors", "mistral", "pt"}},
+    {"load_format", ENUM, "auto", {"auto", "hf", "safetensors", "mistral", "pt", "sharded_state"}},
     {"tp", POS, "1", {0}},
     {"pp", POS, "1", {0}},
     {"dp", POS, "1", {0}},

@@ -1,0 +1,160 @@
+/*
+ * model/sharded.c — the model of a pre-sharded checkpoint (see model/sharded.h).
+ */
+#include "model/sharded.h"
+
+#include "base/util.h"
+
+#include <cjson/cJSON.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define RANK_PREFIX "model-rank-"
+#define PART_INFIX "-part-"
+#define SUFFIX ".safetensors"
+
+/* A decimal number of at most 9 digits (no sign, no overflow) at *p; advances *p. */
+static bool parse_u32(const char **p, uint32_t *out) {
+  size_t n = strspn(*p, "0123456789");
+  if (n == 0 || n > 9)
+    return false;
+  uint32_t v = 0;
+  for (size_t i = 0; i < n; i++)
+    v = v * 10 + (uint32_t)((*p)[i] - '0');
+  *p += n;
+  *out = v;
+  return true;
+}
+
+bool sl__sharded_file_rank(const char *basename, uint32_t *rank, uint32_t *part) {
+  const char *p = basename;
+  if (strncmp(p, RANK_PREFIX, strlen(RANK_PREFIX)) != 0)
+    return false;
+  p += strlen(RANK_PREFIX);
+  if (!parse_u32(&p, rank) || strncmp(p, PART_INFIX, strlen(PART_INFIX)) != 0)
+    return false;
+  p += strlen(PART_INFIX);
+  return parse_u32(&p, part) && strcmp(p, SUFFIX) == 0;
+}
+
+char *sl__sharded_catalog_name(const char *basename, const char *name) {
+  uint32_t rank = 0;
+  uint32_t part = 0;
+  if (!sl__sharded_file_rank(basename, &rank, &part))
+    return sl__strdup(name);
+  return sl__asprintf("rank-%u/%s", rank, name);
+}
+
+static int cmp_cstr(const void *a, const void *b) {
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* The saved world size: the highest rank of the file names plus one (a rank whose parameters
+ * were all empty writes no file, so counting files could undercount). */
+static sl_status saved_world(const sl__catalog *cat, uint32_t *world, sl__err *err) {
+  *world = 0;
+  for (size_t f = 0; f < cat->n_files; f++) {
+    uint32_t rank = 0;
+    uint32_t part = 0;
+    if (!sl__sharded_file_rank(cat->files[f].name, &rank, &part))
+      return sl__err_set(err, SL_STATUS_LAYOUT,
+                         "sharded_state: %s is not named model-rank-{rank}-part-{part}.safetensors",
+                         cat->files[f].path);
+    if (rank + 1 > *world)
+      *world = rank + 1;
+  }
+  return SL_STATUS_OK;
+}
+
+/* One owned parameter per catalog tensor, named without its rank qualifier. */
+static sl_status build_params(const sl__catalog *cat, sl__model *m, sl__err *err) {
+  m->params = calloc(cat->n_tensors + 1, sizeof *m->params);
+  if (m->params == NULL)
+    return sl__err_set(err, SL_STATUS_NOMEM, "out of memory");
+  for (size_t t = 0; t < cat->n_tensors; t++) {
+    const sl__cat_tensor *ct = &cat->tensors[t];
+    sl__mparam *p = &m->params[m->n_params++];
+    p->alias_of = SL_NONE;
+    p->only_expert = SL_NONE;
+    p->style = SL_STYLE_REPLICATED;
+    p->place = SL_PLACE_LAYER;
+    p->layer = -1;
+    p->dtype = ct->dtype;
+    p->ndim = ct->ndim;
+    memcpy(p->shape, ct->shape, sizeof p->shape);
+    uint32_t part = 0;
+    p->owned = sl__sharded_file_rank(cat->files[ct->file].name, &p->owner, &part);
+    const char *slash = strchr(ct->name, '/');
+    p->name = sl__strdup(slash != NULL ? slash + 1 : ct->name);
+    p->src = calloc(1, sizeof *p->src);
+    if (p->name == NULL || p->src == NULL)
+      return sl__err_set(err, SL_STATUS_NOMEM, "out of memory");
+    p->n_src = 1;
+    p->src[0] = (sl__msrc){.name = sl__strdup(ct->name),
+                           .tensor = (uint32_t)t,
+                           .unit = SL_NONE,
+                           .expert = SL_NONE,
+                           .ndim = ct->ndim};
+    memcpy(p->src[0].shape, ct->shape, sizeof p->src[0].shape);
+    if (p->src[0].name == NULL)
+      return sl__err_set(err, SL_STATUS_NOMEM, "out of memory");
+  }
+  return SL_STATUS_OK;
+}
+
+/* The expected set: every catalog tensor (rank-qualified names are unique), sorted bytewise. */
+static sl_status build_units(const sl__catalog *cat, sl__model *m, sl__err *err) {
+  m->units = calloc(cat->n_tensors + 1, sizeof *m->units);
+  m->unit_param = calloc(cat->n_tensors + 1, sizeof *m->unit_param);
+  m->tensor_fate = calloc(cat->n_tensors + 1, 1);
+  if (m->units == NULL || m->unit_param == NULL || m->tensor_fate == NULL)
+    return sl__err_set(err, SL_STATUS_NOMEM, "out of memory");
+  for (size_t t = 0; t < cat->n_tensors; t++) {
+    m->units[t] = sl__strdup(cat->tensors[t].name);
+    if (m->units[t] == NULL)
+      return sl__err_set(err, SL_STATUS_NOMEM, "out of memory");
+    m->n_units++;
+    m->tensor_fate[t] = SL_FATE_CONSUMED;
+  }
+  qsort(m->units, m->n_units, sizeof *m->units, cmp_cstr);
+  for (size_t i = 0; i < m->n_units; i++) {
+    uint32_t t = sl__catalog_find(cat, m->units[i]);
+    if (t == SL_NONE)
+      return sl__err_set(err, SL_STATUS_INTERNAL, "sharded_state: %s not in the catalog", m->units[i]);
+    m->params[t].src[0].unit = (uint32_t)i;
+    m->unit_param[i] = t;
+  }
+  return SL_STATUS_OK;
+}
+
+sl_status sl__sharded_model_build(const sl__catalog *cat, uint32_t world, sl__model *m, sl__err *err) {
+  memset(m, 0, sizeof *m);
+  uint32_t saved = 0;
+  sl_status st = saved_world(cat, &saved, err);
+  if (st == SL_STATUS_OK && saved != world)
+    st = sl__err_set(err, SL_STATUS_LAYOUT,
+                     "sharded_state checkpoint %s was saved by %u ranks (model-rank-0 .. model-rank-%u), but "
+                     "this job has %u ranks: load it with %u ranks",
+                     cat->folder, saved, saved > 0 ? saved - 1 : 0, world, saved);
+  if (st != SL_STATUS_OK)
+    return st;
+  m->family = sl__strdup("sharded_state");
+  m->layout = SL_LAYOUT_VLLM;
+  /* Pipeline stages are irrelevant to owned parameters; one layer per rank keeps any pp <= world
+   * valid for the stage split. */
+  m->n_layers = world;
+  m->n_group = 1;
+  cJSON *config = NULL;
+  if (cat->config_json != NULL && sl__model_parse_config(cat, &config, NULL) == SL_STATUS_OK) {
+    const char *arch = NULL;
+    if (sl__model_architecture(config, &arch, NULL) == SL_STATUS_OK)
+      m->architecture = sl__strdup(arch);
+  }
+  cJSON_Delete(config);
+  st = m->family != NULL ? build_params(cat, m, err) : sl__err_set(err, SL_STATUS_NOMEM, "out of memory");
+  if (st == SL_STATUS_OK)
+    st = build_units(cat, m, err);
+  if (st != SL_STATUS_OK)
+    sl__model_free(m);
+  return st;
+}
