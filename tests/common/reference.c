@@ -593,7 +593,7 @@ static void deepseek_layer(sl_ref_model *m, const cJSON *cfg, uint32_t layer) {
   }
 }
 
-/* docs/spec/ARCHITECTURES.md §8: q/k/v and gate/up fused in the checkpoint. */
+/* docs/spec/ARCHITECTURES.md §9: q/k/v and gate/up fused in the checkpoint. */
 static void phi3_layer(sl_ref_model *m, uint32_t layer) {
   char name[256];
   layer_one(m, ST_REPLICATED, layer, "input_layernorm.weight");
@@ -611,7 +611,7 @@ static void phi3_layer(sl_ref_model *m, uint32_t layer) {
   layer_one(m, ST_ROW, layer, "mlp.down_proj.weight");
 }
 
-/* docs/spec/ARCHITECTURES.md §9: Qwen3-like attention, four norms. */
+/* docs/spec/ARCHITECTURES.md §10: Qwen3-like attention, four norms. */
 static void gemma3_layer(sl_ref_model *m, uint32_t layer) {
   llama_attention(m, layer, false, false, true);
   layer_one(m, ST_REPLICATED, layer, "pre_feedforward_layernorm.weight");
@@ -619,7 +619,7 @@ static void gemma3_layer(sl_ref_model *m, uint32_t layer) {
   layer_one(m, ST_REPLICATED, layer, "post_feedforward_layernorm.weight");
 }
 
-/* docs/spec/ARCHITECTURES.md §10. */
+/* docs/spec/ARCHITECTURES.md §11. */
 static void glm4_moe_layer(sl_ref_model *m, const cJSON *cfg, uint32_t layer) {
   llama_attention(m, layer, cfg_bool_or(cfg, "attention_bias", false), false,
                   cfg_bool_or(cfg, "use_qk_norm", false));
@@ -648,7 +648,7 @@ static rdef *layer_renamed(sl_ref_model *m, style st, uint32_t layer, const char
   return d;
 }
 
-/* docs/spec/ARCHITECTURES.md §11: vLLM's attention is "attn", fed by "self_attn" tensors. */
+/* docs/spec/ARCHITECTURES.md §12: vLLM's attention is "attn", fed by "self_attn" tensors. */
 static void gpt_oss_layer(sl_ref_model *m, uint32_t layer) {
   layer_one(m, ST_REPLICATED, layer, "input_layernorm.weight");
   const char *kinds[2] = {"weight", "bias"};
@@ -861,7 +861,7 @@ static bool read_config(sl_ref_model *m, const cJSON *cfg, const char *override)
       break;
   }
   m->n_group = cfg_num_or(cfg, "n_group", 1);
-  /* Gemma-3 ties unless told otherwise (docs/spec/ARCHITECTURES.md §9). */
+  /* Gemma-3 ties unless told otherwise (docs/spec/ARCHITECTURES.md §10). */
   m->tie = cfg_bool_or(cfg, "tie_word_embeddings", m->fam == FAM_GEMMA3);
   const cJSON *q = cJSON_GetObjectItemCaseSensitive(cfg, "quantization_config");
   if (cJSON_IsObject(q)) {
@@ -883,7 +883,7 @@ static bool read_config(sl_ref_model *m, const cJSON *cfg, const char *override)
 }
 
 static void build_defs(sl_ref_model *m, const cJSON *cfg) {
-  /* GPT-OSS calls its embedding "embedding" in vLLM (docs/spec/ARCHITECTURES.md §11). */
+  /* GPT-OSS calls its embedding "embedding" in vLLM (docs/spec/ARCHITECTURES.md §12). */
   rdef *d = def_new(m, ST_VOCAB, AT_EMBED, 0,
                     m->fam == FAM_GPT_OSS ? "model.embedding.weight" : "model.embed_tokens.weight");
   def_src(m, d, "model.embed_tokens.weight", false);
