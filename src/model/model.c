@@ -233,10 +233,14 @@ static sl_status read_quantization(sl__model_builder *b) {
     return SL_STATUS_OK;
   const cJSON *method = cJSON_GetObjectItemCaseSensitive(q, "quant_method");
   const char *mname = cJSON_IsString(method) ? method->valuestring : "(none)";
+  /* MXFP4 (GPT-OSS): blocks and scales are ordinary checkpoint tensors that the spec lists and
+   * slices with their weight; nothing is derived from the config. */
+  if (strcmp(mname, "mxfp4") == 0)
+    return SL_STATUS_OK;
   if (strcmp(mname, "fp8") != 0)
     return sl__err_set(b->err, SL_STATUS_QUANTIZATION,
                        "unsupported quantization method '%s' (supported: fp8 with "
-                       "weight_block_size)",
+                       "weight_block_size, mxfp4)",
                        mname);
   const cJSON *bs = cJSON_GetObjectItemCaseSensitive(q, "weight_block_size");
   const cJSON *bn = cJSON_IsArray(bs) && cJSON_GetArraySize(bs) == 2 ? cJSON_GetArrayItem(bs, 0) : NULL;

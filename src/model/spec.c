@@ -66,9 +66,12 @@ static char *spec_search_path(void) {
 }
 
 
-static const char *const style_names[SL_STYLE_COUNT] = {"replicated", "column",    "row",     "merged",
-                                                        "qkv",        "vocab",     "concat",  "moe_w13",
-                                                        "moe_w2",     "moe3d_w13", "moe3d_w2"};
+static const char *const style_names[SL_STYLE_COUNT] = {
+    "replicated", "column", "row", "merged", "qkv", "vocab", "concat", "moe_w13", "moe_w2", "moe3d_w13",
+    "moe3d_w2",
+    /* family styles (plan/slicing_families.c) */
+    "qkv_fused", "merged_fused", "moe3d_w13_interleaved", "moe3d_w2_blocked", "moe_w2_bias",
+    "moe3d_w13_transposed", "moe3d_w2_transposed"};
 
 const char *sl__style_name(sl__style s) {
   return (unsigned)s < SL_STYLE_COUNT ? style_names[s] : "?";
@@ -260,8 +263,20 @@ static sl_status check_parts(ctx *c, const sl__spec_param *p, const char *where)
   case SL_STYLE_VOCAB:
   case SL_STYLE_MOE_W2:
   case SL_STYLE_MOE3D_W2:
+  case SL_STYLE_MERGED_FUSED:
+  case SL_STYLE_MOE3D_W13_INTERLEAVED:
+  case SL_STYLE_MOE3D_W2_BLOCKED:
+  case SL_STYLE_MOE_W2_BIAS:
+  case SL_STYLE_MOE3D_W13_TRANSPOSED:
+  case SL_STYLE_MOE3D_W2_TRANSPOSED:
     if (n != 1)
       err = "this style takes exactly one source";
+    break;
+  case SL_STYLE_QKV_FUSED:
+    if (n != 1)
+      err = "qkv_fused takes exactly one source (the fused q, k, v tensor)";
+    else if (p->q_heads == NULL || p->kv_heads == NULL || p->head_dim == NULL)
+      err = "qkv_fused needs \"heads\": {\"q\", \"kv\", \"head_dim\"}";
     break;
   case SL_STYLE_MERGED:
   case SL_STYLE_CONCAT:

@@ -48,6 +48,13 @@ typedef enum sl__style {
   SL_STYLE_MOE_W2,
   SL_STYLE_MOE3D_W13,
   SL_STYLE_MOE3D_W2,
+  SL_STYLE_QKV_FUSED,             /* q, k, v rows of one fused checkpoint tensor */
+  SL_STYLE_MERGED_FUSED,          /* gate, up halves of one fused checkpoint tensor */
+  SL_STYLE_MOE3D_W13_INTERLEAVED, /* [E, 2*Im, ...] with gate/up rows interleaved (kept so) */
+  SL_STYLE_MOE3D_W2_BLOCKED,      /* [E, H, Im/b, ...]: dim 2 split over the MoE ranks */
+  SL_STYLE_MOE_W2_BIAS,           /* [E, H] down bias: MoE tensor-parallel rank 0 only */
+  SL_STYLE_MOE3D_W13_TRANSPOSED,  /* [E, H, 2*Im] → [El, 2*Ip, H] */
+  SL_STYLE_MOE3D_W2_TRANSPOSED,   /* [E, Im, H] → [El, H, Ip] */
   SL_STYLE_COUNT
 } sl__style;
 

@@ -10,6 +10,7 @@
  * The merge of all ranks' plans into one schedule is plan/schedule.c.
  */
 #include "plan/plan.h"
+#include "plan/slicing_int.h"
 
 #include "base/log.h"
 #include "base/util.h"
@@ -87,18 +88,13 @@ static bool expert_local(const sl__model *m, const sl__rank_ctx *c, uint64_t x, 
  * 2. Slicing
  * ------------------------------------------------------------------------------------------- */
 
-typedef struct slicer {
-  const sl__model *m;
-  const sl__catalog *cat;
-  const sl__rank_ctx *x;
-  const sl__mparam *p;
-  uint32_t lparam;
-  uint64_t lcols; /* elements per row of the local parameter's 2-D view */
-  uint32_t bits;
-  sl__vec *copies; /* sl__copy */
-  uint64_t *bytes_needed;
-  sl__err *err;
-} slicer;
+/* The slicer state and local shape are shared with plan/slicing_families.c (plan/slicing_int.h). */
+typedef sl__slicer slicer;
+typedef sl__local_shape local_shape;
+
+uint64_t sl__slicer_expert(const sl__slicer *s, uint64_t k) {
+  return slot_expert(s->m, s->x, k);
+}
 
 static uint64_t view_cols(const uint64_t *shape, uint32_t ndim) {
   uint64_t c = 1;
@@ -211,11 +207,6 @@ static uint64_t wrows(const sl__mparam *p, const sl__msrc *s) {
 static uint64_t wcols(const sl__mparam *p, const sl__msrc *s) {
   return p->block_rows ? s->wshape[1] : view_cols(s->shape, s->ndim);
 }
-
-typedef struct local_shape {
-  uint32_t ndim;
-  uint64_t shape[SL_SPEC_MAX_DIMS];
-} local_shape;
 
 static void set_shape_like(local_shape *ls, const sl__msrc *s) {
   ls->ndim = s->ndim;
@@ -586,6 +577,13 @@ static const slice_fn slicers[SL_STYLE_COUNT] = {
     [SL_STYLE_MOE_W2] = slice_moe,
     [SL_STYLE_MOE3D_W13] = slice_moe,
     [SL_STYLE_MOE3D_W2] = slice_moe,
+    [SL_STYLE_QKV_FUSED] = sl__slice_qkv_fused,
+    [SL_STYLE_MERGED_FUSED] = sl__slice_merged_fused,
+    [SL_STYLE_MOE3D_W13_INTERLEAVED] = sl__slice_moe3d_w13_interleaved,
+    [SL_STYLE_MOE3D_W2_BLOCKED] = sl__slice_moe3d_w2_blocked,
+    [SL_STYLE_MOE_W2_BIAS] = sl__slice_moe_w2_bias,
+    [SL_STYLE_MOE3D_W13_TRANSPOSED] = sl__slice_moe3d_w13_transposed,
+    [SL_STYLE_MOE3D_W2_TRANSPOSED] = sl__slice_moe3d_w2_transposed,
 };
 
 /* ---------------------------------------------------------------------------------------------

@@ -47,7 +47,13 @@ typedef enum style {
   ST_MOE_W13,
   ST_MOE_W2,
   ST_MOE3D_W13,
-  ST_MOE3D_W2
+  ST_MOE3D_W2,
+  /* docs/spec/LAYOUTS.md §3.8–§3.10 (the later families) */
+  ST_QKV_FUSED,    /* one [(Hq + 2*Hkv)*d, ...] tensor */
+  ST_MERGED_FUSED, /* one [2*I, ...] tensor */
+  ST_MOE3D_IL,     /* [E, 2*Im, ...] gate/up interleaved: a contiguous row range per expert */
+  ST_MOE3D_BLK,    /* [E, H, C, ...]: dim 2 split */
+  ST_MOE_W2BIAS    /* [E, H]: MoE tensor-parallel rank 0 only */
 } style;
 
 typedef enum place { AT_EMBED, AT_LAYER, AT_FINAL, AT_HEAD } place;
@@ -60,7 +66,11 @@ typedef enum family {
   FAM_QWEN2_MOE,
   FAM_QWEN3_MOE,
   FAM_DEEPSEEK,
-  FAM_FUSED3D
+  FAM_FUSED3D,
+  FAM_PHI3,
+  FAM_GEMMA3,
+  FAM_GLM4_MOE,
+  FAM_GPT_OSS
 } family;
 
 #define MAX_SRC 3
@@ -583,6 +593,95 @@ static void deepseek_layer(sl_ref_model *m, const cJSON *cfg, uint32_t layer) {
   }
 }
 
+/* docs/spec/ARCHITECTURES.md §9: q/k/v and gate/up fused in the checkpoint. */
+static void phi3_layer(sl_ref_model *m, uint32_t layer) {
+  char name[256];
+  layer_one(m, ST_REPLICATED, layer, "input_layernorm.weight");
+  snprintf(name, sizeof name, "model.layers.%u.self_attn.qkv_proj.weight", layer);
+  rdef *d = def_new(m, ST_QKV_FUSED, AT_LAYER, layer, name);
+  def_src(m, d, name, false);
+  if (d != NULL) {
+    d->hq = m->Hq;
+    d->hkv = m->Hkv;
+    d->d = m->d;
+  }
+  layer_one(m, ST_ROW, layer, "self_attn.o_proj.weight");
+  layer_one(m, ST_REPLICATED, layer, "post_attention_layernorm.weight");
+  layer_one(m, ST_MERGED_FUSED, layer, "mlp.gate_up_proj.weight");
+  layer_one(m, ST_ROW, layer, "mlp.down_proj.weight");
+}
+
+/* docs/spec/ARCHITECTURES.md §10: Qwen3-like attention, four norms. */
+static void gemma3_layer(sl_ref_model *m, uint32_t layer) {
+  llama_attention(m, layer, false, false, true);
+  layer_one(m, ST_REPLICATED, layer, "pre_feedforward_layernorm.weight");
+  dense_mlp(m, layer, false);
+  layer_one(m, ST_REPLICATED, layer, "post_feedforward_layernorm.weight");
+}
+
+/* docs/spec/ARCHITECTURES.md §11. */
+static void glm4_moe_layer(sl_ref_model *m, const cJSON *cfg, uint32_t layer) {
+  llama_attention(m, layer, cfg_bool_or(cfg, "attention_bias", false), false,
+                  cfg_bool_or(cfg, "use_qk_norm", false));
+  if (m->E == 0 || layer < cfg_num_or(cfg, "first_k_dense_replace", 0)) {
+    dense_mlp(m, layer, false);
+    return;
+  }
+  layer_one(m, ST_REPLICATED, layer, "mlp.gate.weight");
+  layer_one(m, ST_REPLICATED, layer, "mlp.gate.e_score_correction_bias");
+  expert_pair(m, layer, "mlp.experts", "gate_proj.weight", "up_proj.weight", "down_proj.weight");
+  if (cfg_num_or(cfg, "n_shared_experts", 0) > 0) {
+    layer_merged(m, layer, "mlp.shared_experts.gate_up_proj.weight", "mlp.shared_experts.gate_proj.weight",
+                 "mlp.shared_experts.up_proj.weight");
+    layer_one(m, ST_ROW, layer, "mlp.shared_experts.down_proj.weight");
+  }
+}
+
+/* A layer parameter vname (prefix "model.layers.L.") fed by the one tensor sname. */
+static rdef *layer_renamed(sl_ref_model *m, style st, uint32_t layer, const char *vname, const char *sname) {
+  char name[256];
+  char src[256];
+  snprintf(name, sizeof name, "model.layers.%u.%s", layer, vname);
+  snprintf(src, sizeof src, "model.layers.%u.%s", layer, sname);
+  rdef *d = def_new(m, st, AT_LAYER, layer, name);
+  def_src(m, d, src, false);
+  return d;
+}
+
+/* docs/spec/ARCHITECTURES.md §12: vLLM's attention is "attn", fed by "self_attn" tensors. */
+static void gpt_oss_layer(sl_ref_model *m, uint32_t layer) {
+  layer_one(m, ST_REPLICATED, layer, "input_layernorm.weight");
+  const char *kinds[2] = {"weight", "bias"};
+  const char *parts[3] = {"q_proj", "k_proj", "v_proj"};
+  for (int k = 0; k < 2; k++) {
+    char name[256];
+    snprintf(name, sizeof name, "model.layers.%u.attn.qkv_proj.%s", layer, kinds[k]);
+    rdef *d = def_new(m, ST_QKV, AT_LAYER, layer, name);
+    if (d == NULL)
+      return;
+    d->hq = m->Hq;
+    d->hkv = m->Hkv;
+    d->d = m->d;
+    for (int i = 0; i < 3; i++) {
+      char src[256];
+      snprintf(src, sizeof src, "model.layers.%u.self_attn.%s.%s", layer, parts[i], kinds[k]);
+      def_src(m, d, src, false);
+    }
+  }
+  layer_renamed(m, ST_ROW, layer, "attn.o_proj.weight", "self_attn.o_proj.weight");
+  layer_renamed(m, ST_REPLICATED, layer, "attn.o_proj.bias", "self_attn.o_proj.bias");
+  layer_renamed(m, ST_COLUMN, layer, "attn.sinks", "self_attn.sinks");
+  layer_one(m, ST_REPLICATED, layer, "post_attention_layernorm.weight");
+  layer_one(m, ST_REPLICATED, layer, "mlp.router.weight");
+  layer_one(m, ST_REPLICATED, layer, "mlp.router.bias");
+  layer_renamed(m, ST_MOE3D_IL, layer, "mlp.experts.w13_weight", "mlp.experts.gate_up_proj_blocks");
+  layer_renamed(m, ST_MOE3D_IL, layer, "mlp.experts.w13_weight_scale", "mlp.experts.gate_up_proj_scales");
+  layer_renamed(m, ST_MOE3D_IL, layer, "mlp.experts.w13_bias", "mlp.experts.gate_up_proj_bias");
+  layer_renamed(m, ST_MOE3D_BLK, layer, "mlp.experts.w2_weight", "mlp.experts.down_proj_blocks");
+  layer_renamed(m, ST_MOE3D_BLK, layer, "mlp.experts.w2_weight_scale", "mlp.experts.down_proj_scales");
+  layer_renamed(m, ST_MOE_W2BIAS, layer, "mlp.experts.w2_bias", "mlp.experts.down_proj_bias");
+}
+
 static void family_layer(sl_ref_model *m, const cJSON *cfg, uint32_t layer) {
   bool attn_bias = cfg_bool_or(cfg, "attention_bias", false);
   bool mlp_bias = cfg_bool_or(cfg, "mlp_bias", false);
@@ -644,6 +743,18 @@ static void family_layer(sl_ref_model *m, const cJSON *cfg, uint32_t layer) {
     def_src(m, d, src, false);
     break;
   }
+  case FAM_PHI3:
+    phi3_layer(m, layer);
+    break;
+  case FAM_GEMMA3:
+    gemma3_layer(m, layer);
+    break;
+  case FAM_GLM4_MOE:
+    glm4_moe_layer(m, cfg, layer);
+    break;
+  case FAM_GPT_OSS:
+    gpt_oss_layer(m, layer);
+    break;
   }
 }
 
@@ -708,7 +819,9 @@ static bool pick_family(sl_ref_model *m, const char *arch, const char *override)
                {"Qwen2ForCausalLM", FAM_QWEN2},         {"Qwen3ForCausalLM", FAM_QWEN3},
                {"MixtralForCausalLM", FAM_MIXTRAL},     {"Qwen2MoeForCausalLM", FAM_QWEN2_MOE},
                {"Qwen3MoeForCausalLM", FAM_QWEN3_MOE},  {"DeepseekV2ForCausalLM", FAM_DEEPSEEK},
-               {"DeepseekV3ForCausalLM", FAM_DEEPSEEK}, {"Fused3dMoeForCausalLM", FAM_FUSED3D}};
+               {"DeepseekV3ForCausalLM", FAM_DEEPSEEK}, {"Fused3dMoeForCausalLM", FAM_FUSED3D},
+               {"Phi3ForCausalLM", FAM_PHI3},           {"Gemma3ForCausalLM", FAM_GEMMA3},
+               {"Glm4MoeForCausalLM", FAM_GLM4_MOE},    {"GptOssForCausalLM", FAM_GPT_OSS}};
   if (override != NULL && strcmp(override, "fused3d") == 0) {
     m->fam = FAM_FUSED3D;
     return true;
@@ -748,11 +861,15 @@ static bool read_config(sl_ref_model *m, const cJSON *cfg, const char *override)
       break;
   }
   m->n_group = cfg_num_or(cfg, "n_group", 1);
-  m->tie = cfg_bool_or(cfg, "tie_word_embeddings", false);
+  /* Gemma-3 ties unless told otherwise (docs/spec/ARCHITECTURES.md §10). */
+  m->tie = cfg_bool_or(cfg, "tie_word_embeddings", m->fam == FAM_GEMMA3);
   const cJSON *q = cJSON_GetObjectItemCaseSensitive(cfg, "quantization_config");
   if (cJSON_IsObject(q)) {
     const cJSON *qm = cJSON_GetObjectItemCaseSensitive(q, "quant_method");
     const cJSON *blk = cJSON_GetObjectItemCaseSensitive(q, "weight_block_size");
+    /* MXFP4 (GPT-OSS): blocks and scales are listed tensors, nothing derived. */
+    if (cJSON_IsString(qm) && strcmp(qm->valuestring, "mxfp4") == 0)
+      return true;
     if (!cJSON_IsString(qm) || strcmp(qm->valuestring, "fp8") != 0 || cJSON_GetArraySize(blk) != 2) {
       model_fail(m, SL_STATUS_QUANTIZATION, "reference: only fp8 block quantization is modelled (%s)",
                  m->folder);
@@ -766,7 +883,9 @@ static bool read_config(sl_ref_model *m, const cJSON *cfg, const char *override)
 }
 
 static void build_defs(sl_ref_model *m, const cJSON *cfg) {
-  rdef *d = def_new(m, ST_VOCAB, AT_EMBED, 0, "model.embed_tokens.weight");
+  /* GPT-OSS calls its embedding "embedding" in vLLM (docs/spec/ARCHITECTURES.md §12). */
+  rdef *d = def_new(m, ST_VOCAB, AT_EMBED, 0,
+                    m->fam == FAM_GPT_OSS ? "model.embedding.weight" : "model.embed_tokens.weight");
   def_src(m, d, "model.embed_tokens.weight", false);
   if (d != NULL)
     d->vocab = m->V;
@@ -1125,8 +1244,29 @@ static void check_def(ctx *c, const rdef *d) {
                d->name, (unsigned long long)(im / c->Mt));
     break;
   }
+  case ST_QKV_FUSED:
+    if (d->hq % T != 0 || (T >= d->hkv && T % d->hkv != 0) || (T < d->hkv && d->hkv % T != 0))
+      ctx_fail(c, SL_STATUS_DIVISIBILITY, "%s: %llu heads, %llu kv heads and tp %llu", d->name,
+               (unsigned long long)d->hq, (unsigned long long)d->hkv, (unsigned long long)T);
+    break;
+  case ST_MERGED_FUSED:
+    if (tens(c, d->src[0])->shape[0] % (2 * T) != 0)
+      ctx_fail(c, SL_STATUS_DIVISIBILITY, "%s: fused rows not divisible by 2*%llu", d->name,
+               (unsigned long long)T);
+    break;
+  case ST_MOE3D_IL:
+    if (tens(c, d->src[0])->shape[1] % (2 * c->Mt) != 0)
+      ctx_fail(c, SL_STATUS_DIVISIBILITY, "%s: interleaved rows not divisible by 2*%llu", d->name,
+               (unsigned long long)c->Mt);
+    break;
+  case ST_MOE3D_BLK:
+    if (tens(c, d->src[0])->shape[2] % c->Mt != 0)
+      ctx_fail(c, SL_STATUS_DIVISIBILITY, "%s: dim 2 not divisible by %llu", d->name,
+               (unsigned long long)c->Mt);
+    break;
   case ST_REPLICATED:
   case ST_CONCAT:
+  case ST_MOE_W2BIAS:
     break;
   }
 }
@@ -1382,6 +1522,85 @@ static void build_moe3d(ctx *c, const rdef *d) {
               j * h * ip * eb);
 }
 
+/* docs/spec/LAYOUTS.md §3.8: the q, k, v row ranges of §3.3 taken from one fused tensor. */
+static void build_qkv_fused(ctx *c, const rdef *d) {
+  const rtensor *t = tens(c, d->src[0]);
+  uint64_t T = c->T;
+  uint64_t kvl = T >= d->hkv ? 1 : d->hkv / T;
+  uint64_t R = T >= d->hkv ? T / d->hkv : 1;
+  uint64_t qrows = d->hq / T * d->d;
+  uint64_t kvrows = kvl * d->d;
+  if (t->shape[0] != (d->hq + 2 * d->hkv) * d->d) {
+    ctx_fail(c, SL_STATUS_SHAPE, "%s: %llu rows", t->name, (unsigned long long)t->shape[0]);
+    return;
+  }
+  uint64_t start[3] = {c->r * qrows, d->hq * d->d + (c->r / R) * kvrows,
+                       (d->hq + d->hkv) * d->d + (c->r / R) * kvrows};
+  uint64_t rows[3] = {qrows, kvrows, kvrows};
+  uint64_t shape[SL_MAX_DIMS];
+  shape_rows(t, qrows + 2 * kvrows, shape);
+  sl_ref_param *p = entry_new(c, c->ckpt ? t->name : d->name, t, t->ndim, t->shape, shape);
+  size_t cap = 0;
+  uint64_t rb = t->ndim == 1 ? t->bits / 8 : row_bytes(t);
+  uint64_t at = 0;
+  for (int k = 0; k < 3; k++) {
+    copy_rows(c, p, &cap, d->src[0], 0, rb, start[k], rows[k], at * rb, 0);
+    at += rows[k];
+  }
+}
+
+/* docs/spec/LAYOUTS.md §3.8: the gate and up row ranges of §3.2 taken from one fused tensor. */
+static void build_merged_fused(ctx *c, const rdef *d) {
+  const rtensor *t = tens(c, d->src[0]);
+  uint64_t half = t->shape[0] / 2;
+  uint64_t n = half / c->T;
+  uint64_t shape[SL_MAX_DIMS];
+  shape_rows(t, 2 * n, shape);
+  sl_ref_param *p = entry_new(c, c->ckpt ? t->name : d->name, t, t->ndim, t->shape, shape);
+  size_t cap = 0;
+  uint64_t rb = row_bytes(t);
+  copy_rows(c, p, &cap, d->src[0], 0, rb, c->r * n, n, 0, 0);
+  copy_rows(c, p, &cap, d->src[0], 0, rb, half + c->r * n, n, n * rb, 0);
+}
+
+/* docs/spec/LAYOUTS.md §3.9: GPT-OSS experts. IL: rows [mr*n, (mr+1)*n) of dim 1 per local expert
+ * (n = dim 1 / Mt); BLK: entries [mr*n, (mr+1)*n) of dim 2 in every dim-1 row; W2BIAS: whole expert
+ * rows on MoE rank 0, zeros elsewhere. */
+static void build_gpt_oss_experts(ctx *c, const rdef *d) {
+  const rtensor *t = tens(c, d->src[0]);
+  uint64_t eb = t->bits / 8;
+  uint64_t slab = t->nbytes / t->shape[0];
+  uint64_t shape[SL_MAX_DIMS];
+  for (uint32_t k = 0; k < t->ndim; k++)
+    shape[k] = t->shape[k];
+  shape[0] = c->n_local;
+  uint64_t rest = 1; /* elements after the split dimension */
+  uint32_t split = d->st == ST_MOE3D_BLK ? 2 : 1;
+  for (uint32_t k = split + 1; k < t->ndim; k++)
+    rest *= t->shape[k];
+  uint64_t n = d->st == ST_MOE_W2BIAS ? 0 : t->shape[split] / c->Mt;
+  if (d->st != ST_MOE_W2BIAS)
+    shape[split] = n;
+  sl_ref_param *p = entry_new(c, c->ckpt ? t->name : d->name, t, t->ndim, t->shape, shape);
+  size_t cap = 0;
+  for (uint32_t j = 0; j < c->n_local && p != NULL; j++) {
+    uint64_t base = c->local[j] * slab;
+    if (d->st == ST_MOE3D_IL) {
+      if (!seg_add(p, &cap, j * n * rest * eb, n * rest * eb, d->src[0], base + c->mr * n * rest * eb))
+        ctx_fail(c, SL_STATUS_NOMEM, "out of memory");
+    } else if (d->st == ST_MOE3D_BLK) {
+      uint64_t rb = t->shape[2] * rest * eb;
+      copy_cols(c, p, &cap, d->src[0], base, t->shape[1], rb, c->mr * n * rest * eb, n * rest * eb,
+                j * t->shape[1] * n * rest * eb);
+    } else if (c->mr == 0) {
+      if (!seg_add(p, &cap, j * slab, slab, d->src[0], base))
+        ctx_fail(c, SL_STATUS_NOMEM, "out of memory");
+    } else {
+      zero_fill(c, p, &cap, j * slab, slab);
+    }
+  }
+}
+
 static void build_def(ctx *c, const rdef *d) {
   switch (d->st) {
   case ST_REPLICATED:
@@ -1414,6 +1633,17 @@ static void build_def(ctx *c, const rdef *d) {
   case ST_MOE3D_W13:
   case ST_MOE3D_W2:
     build_moe3d(c, d);
+    break;
+  case ST_QKV_FUSED:
+    build_qkv_fused(c, d);
+    break;
+  case ST_MERGED_FUSED:
+    build_merged_fused(c, d);
+    break;
+  case ST_MOE3D_IL:
+  case ST_MOE3D_BLK:
+  case ST_MOE_W2BIAS:
+    build_gpt_oss_experts(c, d);
     break;
   }
 }
