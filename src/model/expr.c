@@ -299,45 +299,34 @@ static node *parse_primary(parser *p) {
   return fail(p, c == '\0' ? "unexpected end" : "unexpected character");
 }
 
+static node *parse_unary(parser *p);
+
+/* '-' or '!' then a unary expression: the operator is consumed. */
+static node *parse_prefix(parser *p, node_kind kind) {
+  if (!enter(p))
+    return NULL;
+  node *a = parse_unary(p);
+  p->depth--;
+  if (a == NULL)
+    return NULL;
+  node *n = new_node(p, kind, 1);
+  if (n == NULL) {
+    node_free(a);
+    return NULL;
+  }
+  n->args[0] = a;
+  if (!set_height(p, n)) {
+    node_free(n);
+    return NULL;
+  }
+  return n;
+}
+
 static node *parse_unary(parser *p) {
-  if (accept(p, "-")) {
-    if (!enter(p))
-      return NULL;
-    node *a = parse_unary(p);
-    p->depth--;
-    if (a == NULL)
-      return NULL;
-    node *n = new_node(p, N_NEG, 1);
-    if (n == NULL) {
-      node_free(a);
-      return NULL;
-    }
-    n->args[0] = a;
-    if (!set_height(p, n)) {
-      node_free(n);
-      return NULL;
-    }
-    return n;
-  }
-  if (accept(p, "!")) {
-    if (!enter(p))
-      return NULL;
-    node *a = parse_unary(p);
-    p->depth--;
-    if (a == NULL)
-      return NULL;
-    node *n = new_node(p, N_NOT, 1);
-    if (n == NULL) {
-      node_free(a);
-      return NULL;
-    }
-    n->args[0] = a;
-    if (!set_height(p, n)) {
-      node_free(n);
-      return NULL;
-    }
-    return n;
-  }
+  if (accept(p, "-"))
+    return parse_prefix(p, N_NEG);
+  if (accept(p, "!"))
+    return parse_prefix(p, N_NOT);
   return parse_primary(p);
 }
 
