@@ -116,7 +116,7 @@ done:
 }
 
 /* A model folder: file selection plus strict reading of every selected header (torch.save files
- * through their zip directory and pickle, docs/spec/FILES.md §7). */
+ * through their zip directory and pickle, docs/spec/FILES.md §8). */
 static sl_status open_folder(const char *path, const sl_config *config, sl__catalog *c, sl__err *err) {
   sl__catalog_opts o;
   memset(&o, 0, sizeof o);

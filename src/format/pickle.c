@@ -1,6 +1,6 @@
 /*
  * format/pickle.c — the opcode loop of the restricted pickle reader (see format/pickle.h and
- * docs/spec/FILES.md §7.2). The accepted opcodes are what torch.save's protocol-2 pickler emits for
+ * docs/spec/FILES.md §8.2). The accepted opcodes are what torch.save's protocol-2 pickler emits for
  * a state dict, plus the few protocol-4 spellings of the same things (SHORT_BINUNICODE, MEMOIZE,
  * FRAME, STACK_GLOBAL). Everything else — INST, OBJ, NEWOBJ, EXT*, floats, bytes, sets, PERSID
  * in text form ... — is refused with the opcode's name. What the globals mean lives in

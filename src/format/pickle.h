@@ -1,6 +1,6 @@
 /*
  * format/pickle.h — a restricted reader of the pickle that torch.save writes for a state dict
- * (`<archive>/data.pkl`, docs/spec/FILES.md §7.2). It is not a Python unpickler: it understands a
+ * (`<archive>/data.pkl`, docs/spec/FILES.md §8.2). It is not a Python unpickler: it understands a
  * fixed subset of opcodes and four kinds of globals (collections.OrderedDict,
  * torch._utils._rebuild_tensor_v2, torch._utils._rebuild_parameter, torch.<Type>Storage) and turns
  * the state dict into a table of tensors — name, dtype, shape, storage key and the byte range

@@ -1,7 +1,7 @@
 /*
- * format/pickle_torch.c — what the restricted pickle reader's globals mean (docs/spec/FILES.md
- * §7.2): the allowed globals, REDUCE of them, torch's persistent storage ids, BUILD on an
- * OrderedDict, and the final walk of the state dict into the public tensor table.
+ * format/pickle_torch.c — what the restricted pickle reader's globals mean
+ * (docs/spec/FILES.md §8.2): the allowed globals, REDUCE of them, torch's persistent storage ids,
+ * BUILD on an OrderedDict, and the final walk of the state dict into the public tensor table.
  * Nothing here calls anything named by the pickle: a global is only ever one of a closed list.
  */
 #include "format/pickle_vm.h"

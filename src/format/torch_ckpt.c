@@ -1,6 +1,6 @@
 /*
  * format/torch_ckpt.c — a torch.save zip checkpoint as a table of tensors with absolute byte
- * ranges (see format/torch_ckpt.h, docs/spec/FILES.md §7).
+ * ranges (see format/torch_ckpt.h, docs/spec/FILES.md §8).
  *
  * The archive's entries all live under one folder, `<archive>/`: `data.pkl` (the state dict),
  * `data/<key>` (one per storage, raw little-endian elements), `version`, and since torch 2.x

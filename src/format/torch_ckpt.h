@@ -1,6 +1,6 @@
 /*
  * format/torch_ckpt.h — PyTorch checkpoints written by torch.save (the zip container of torch ≥ 1.6,
- * docs/spec/FILES.md §7): the zip directory (format/zip.h) plus the state-dict pickle
+ * docs/spec/FILES.md §8): the zip directory (format/zip.h) plus the state-dict pickle
  * (format/pickle.h) become the same table a safetensors header gives, so the catalog, `inspect`
  * and the engine treat `.bin` / `.pt` files exactly like safetensors ones: every tensor has an
  * absolute byte range in the file that ranks range-read. Pure apart from reading the file.

@@ -1,6 +1,6 @@
 /*
  * format/zip.c — the central directory of a torch.save zip archive (see format/zip.h and
- * docs/spec/FILES.md §7.1).
+ * docs/spec/FILES.md §8.1).
  *
  * Order of work: find the end-of-central-directory record (EOCD) at the very end of the file,
  * follow the ZIP64 locator when there is one, read the central directory in one bounded read,

@@ -1,6 +1,6 @@
 /*
  * format/zip.h — strict reading of the central directory of a zip archive as torch.save writes it
- * (docs/spec/FILES.md §7.1): end-of-central-directory record, ZIP64 when present, every entry
+ * (docs/spec/FILES.md §8.1): end-of-central-directory record, ZIP64 when present, every entry
  * validated (name, sizes, offsets inside the file, no overlap, STORED only) and the absolute byte
  * range of each entry's data computed from its local header, so ranks can range-read storages.
  * Pure: the file is reached through a read callback (a descriptor, or memory for the fuzzer).

@@ -156,7 +156,7 @@ sl_status sl__catalog_build(const sl__catalog_opts *o, sl__catalog *c, sl__err *
       st = sl__err_set(err, SL_STATUS_NOMEM, "out of memory");
       break;
     }
-    /* torch.save checkpoints give the same table as a safetensors header (docs/spec/FILES.md §7). */
+    /* torch.save checkpoints give the same table as a safetensors header (docs/spec/FILES.md §8). */
     sl__st_header h;
     if (!sel.use_safetensors && sl__pt_is_pickle_name(f->name))
       st = sl__pt_read_file(f->path, &h, err);

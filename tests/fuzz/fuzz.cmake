@@ -8,6 +8,8 @@
 #   fuzz_extra_config  vLLM's --extra-config JSON (api/extra_config.c)
 #   fuzz_options       configuration values (api/config.c, api/options.c)
 #   fuzz_catalog_blob  the catalog blob rank 0 broadcasts (model/catalog.c)
+#   fuzz_pickle        the state-dict pickle of torch.save files (format/pickle.c)
+#   fuzz_zip           torch.save zip archives: directory and whole checkpoint (format/zip.c)
 # The library is compiled once with clang and the fuzzer's instrumentation into libsl_fuzz.a
 # (tests/fuzz/build-lib.sh); each target links it. A ctest test per target runs it briefly on a
 # copy of its seed corpus tests/fuzz/corpus/<name> (libFuzzer adds finds to the first corpus
@@ -16,7 +18,7 @@
 # runtime (or with SL_FUZZ=OFF) nothing here is registered.
 
 set(_sl_fuzz_dir ${CMAKE_CURRENT_LIST_DIR})
-set(SL_FUZZ_TARGETS header expr spec config index extra_config options catalog_blob)
+set(SL_FUZZ_TARGETS header expr spec config index extra_config options catalog_blob pickle zip)
 # Seconds each target runs in the suite: long enough to get past the seeds, short enough for CI.
 set(SL_FUZZ_SECONDS 20 CACHE STRING "Seconds each fuzz target runs under ctest")
 find_program(SL_CLANG NAMES clang clang-19 clang-18 clang-17 clang-16 clang-15 clang-14)

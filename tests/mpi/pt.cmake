@@ -1,4 +1,4 @@
-# tests/mpi/pt.cmake — PyTorch (torch.save) checkpoints, docs/spec/FILES.md §7: byte-exact loads of
+# tests/mpi/pt.cmake — PyTorch (torch.save) checkpoints, docs/spec/FILES.md §8: byte-exact loads of
 # fixtures re-saved with torch at 1-4 ranks against the reference of the safetensors originals
 # (skipped, exit 77, when python has no torch).
 sl_mpi_test(test_load_pt)

@@ -1,5 +1,5 @@
 /*
- * test_load_pt.c — PyTorch checkpoints (docs/spec/FILES.md §7) loaded byte-exact at the world size
+ * test_load_pt.c — PyTorch checkpoints (docs/spec/FILES.md §8) loaded byte-exact at the world size
  * it runs with.
  *
  * Rank 0 re-saves the llama and mixtral safetensors fixtures with torch.save
