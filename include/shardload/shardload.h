@@ -92,7 +92,7 @@ extern "C" {
   X(INDEX, "invalid safetensors index file")                                                                 \
   X(NO_WEIGHTS, "cannot find any model weights")                                                             \
   X(DUPLICATE_TENSOR, "duplicate tensor name")                                                               \
-  X(PICKLE, "pickle checkpoints are not supported")                                                          \
+  X(PICKLE, "invalid or unsupported PyTorch (torch.save) checkpoint")                                        \
   X(MODEL_CONFIG, "invalid model config.json")                                                               \
   X(ARCH, "architecture spec error")                                                                         \
   X(SHAPE, "tensor shape mismatch")                                                                          \

@@ -12,6 +12,7 @@
  */
 #include "api/config.h"
 #include "format/safetensors.h"
+#include "format/torch_ckpt.h"
 #include "model/file_select.h"
 #include "base/hashmap.h"
 #include "base/json.h"
@@ -70,16 +71,16 @@ static const char *base_name(const char *path) {
   return slash != NULL ? slash + 1 : path;
 }
 
-/* A lone safetensors file, read strictly; no config.json, no index. */
+/* A lone safetensors (or torch.save) file, read strictly; no config.json, no index. */
 static sl_status open_file(const char *path, sl__catalog *c, sl__err *err) {
   sl__st_header h;
-  sl_status st = sl__st_read_file(path, &h, err);
+  sl_status st = sl__weights_read_file(path, &h, err);
   if (st != SL_STATUS_OK)
     return st;
   memset(c, 0, sizeof *c);
   sl__hashmap_init(&c->by_name, SL_HASHMAP_BORROW);
   c->format = SL_FORMAT_SAFETENSORS;
-  c->use_safetensors = true;
+  c->use_safetensors = !sl__pt_is_pickle_name(base_name(path));
   c->files = calloc(1, sizeof *c->files);
   c->tensors = calloc(h.n_tensors + 1, sizeof *c->tensors);
   if (c->files == NULL || c->tensors == NULL) {
@@ -117,14 +118,13 @@ done:
   return st;
 }
 
-/* A model folder: file selection plus strict reading of every selected header. Pickle files are
- * listed (size from stat, no tensors). */
+/* A model folder: file selection plus strict reading of every selected header (torch.save files
+ * through their zip directory and pickle, docs/spec/FILES.md §8). */
 static sl_status open_folder(const char *path, const sl_config *config, sl__catalog *c, sl__err *err) {
   sl__catalog_opts o;
   memset(&o, 0, sizeof o);
   o.folder = path;
   o.what = path;
-  o.list_pickle = true;
   o.require_config = false;
   o.select.fall_back_to_pt = true;
   sl_status st = sl__format_parse(sl__config_str(config, "load_format"), &o.select.format, err);

@@ -54,11 +54,11 @@ static const char *base_name(const char *path) {
   return slash != NULL ? slash + 1 : path;
 }
 
-/* A file of the selection that holds pickled weights: listed, never parsed. */
+/* A file of the selection written by torch.save (read through its zip directory and pickle). */
 static bool is_pickle(const summary *s, const sl_model *m, size_t file) {
+  (void)s;
   const char *name = base_name(sl_model_file_path(m, file));
-  return s->file_tensors[file] == 0 &&
-         (ends_with(name, ".bin") || ends_with(name, ".pt") || ends_with(name, ".pth"));
+  return ends_with(name, ".bin") || ends_with(name, ".pt") || ends_with(name, ".pth");
 }
 
 static bool summarize(const sl_model *m, summary *s) {
@@ -117,9 +117,6 @@ static void print_human(const char *path, const char *format, const sl_model *m,
            (unsigned long long)sl_model_file_size(m, f), s->file_tensors[f],
            s->file_tensors[f] == 1 ? "" : "s", is_pickle(s, m, f) ? "  (pickle)" : "");
   }
-  if (s->any_pickle)
-    printf(
-        "note: pickle checkpoints are listed only; loading them is not supported (convert to safetensors)\n");
 
   size_t n = sl_model_tensor_count(m);
   int name_w = 4;
@@ -309,9 +306,6 @@ static void print_json(const char *path, const char *format, const sl_model *m, 
       p++;
   }
   printf("%s],\n  \"notes\": [", first ? "" : "\n  ");
-  if (s->any_pickle) {
-    json_str("pickle checkpoints are listed only; loading them is not supported (convert to safetensors)");
-  }
   printf("]\n}\n");
 }
 

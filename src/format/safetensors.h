@@ -9,8 +9,8 @@
 #ifndef SL_SAFETENSORS_H
 #define SL_SAFETENSORS_H
 
-#include "format/dtype.h"
 #include "base/err.h"
+#include "format/dtype.h"
 
 #include <stdbool.h>
 #include <stddef.h>

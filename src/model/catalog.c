@@ -13,6 +13,7 @@
 
 #include "base/log.h"
 #include "format/safetensors.h"
+#include "format/torch_ckpt.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -156,10 +157,6 @@ static sl_status check_index_tensors(sl__catalog *c, const sl__catalog_opts *o, 
   return SL_STATUS_OK;
 }
 
-static bool is_pickle_name(const char *n) {
-  return sl__str_ends_with(n, ".bin") || sl__str_ends_with(n, ".pt") || sl__str_ends_with(n, ".pth");
-}
-
 sl_status sl__cat_file_check(const sl__catalog *c, uint32_t f, int fd, sl__err *err) {
   struct stat st;
   if (fstat(fd, &st) != 0)
@@ -199,14 +196,12 @@ sl_status sl__catalog_build(const sl__catalog_opts *o, sl__catalog *c, sl__err *
       st = sl__err_set(err, SL_STATUS_NOMEM, "out of memory");
       break;
     }
-    if (!sel.use_safetensors && is_pickle_name(f->name)) {
-      if (!o->list_pickle)
-        st = sl__err_set(err, SL_STATUS_PICKLE,
-                         "pickle checkpoints are not supported: %s (convert to safetensors)", f->path);
-      continue;
-    }
+    /* torch.save checkpoints give the same table as a safetensors header (docs/spec/FILES.md §8). */
     sl__st_header h;
-    st = sl__st_read_file(f->path, &h, err);
+    if (!sel.use_safetensors && sl__pt_is_pickle_name(f->name))
+      st = sl__pt_read_file(f->path, &h, err);
+    else
+      st = sl__st_read_file(f->path, &h, err);
     if (st != SL_STATUS_OK)
       break;
     f->size = h.file_size;

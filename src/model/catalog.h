@@ -55,7 +55,6 @@ typedef struct sl__catalog_opts {
   const char *folder;             /* model folder (local or a Hub snapshot) */
   const char *what;               /* the model argument, for "Cannot find any model weights with ..." */
   sl__select_opts select;         /* format AUTO is resolved on the folder */
-  bool list_pickle;               /* inspect: list .bin/.pt files instead of failing */
   bool require_config;            /* config.json must exist */
   size_t n_renames;               /* name renaming (Mistral consolidated → HF), applied when the */
   const char *const *rename_from; /* effective format equals rename_format; {layer} matches digits */

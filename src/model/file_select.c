@@ -29,6 +29,7 @@
 #define SL_WALK_MAX_DEPTH 64                   /* folder levels searched by the auto detection */
 #define SL_MISTRAL_PATTERN "consolidated*.safetensors"
 #define SL_PATTERNS_MAX 3 /* longest preset list: hf with the pt fallback */
+#define SL_PT_INDEX_NAME "pytorch_model.bin.index.json"
 
 static const char *const k_format_names[] = {"auto", "hf", "safetensors", "mistral", "pt", "sharded_state"};
 #define SL_FORMAT_COUNT (sizeof k_format_names / sizeof k_format_names[0])
@@ -82,6 +83,16 @@ const char *sl__format_index_name(sl__format f) {
   case SL_FORMAT_SHARDED_STATE:
     break;
   }
+  return NULL;
+}
+
+/* The index of a pickle selection (docs/spec/FILES.md §5): HF's pytorch_model.bin.index.json when
+ * the winning pattern matched .bin files. */
+static const char *index_name_of(const sl__selection *sel) {
+  if (sel->use_safetensors)
+    return sl__format_index_name(sel->format);
+  if (sel->n_files > 0 && sl__str_ends_with(sel->files[0], ".bin"))
+    return SL_PT_INDEX_NAME;
   return NULL;
 }
 
@@ -263,8 +274,8 @@ sl_status sl__select_names(const char *const *names, size_t n_names, const sl__s
   pattern_list pl;
   patterns_of(f, opts, &pl);
   sl_status st = match_first_pattern(names, n_names, &pl, f, out, err);
-  const char *index = sl__format_index_name(f);
-  for (size_t i = 0; st == SL_STATUS_OK && out->use_safetensors && index != NULL && i < n_names; i++) {
+  const char *index = index_name_of(out);
+  for (size_t i = 0; st == SL_STATUS_OK && index != NULL && i < n_names; i++) {
     if (strcmp(names[i], index) != 0)
       continue;
     out->index_name = sl__strdup(index);
@@ -464,7 +475,7 @@ static sl_status check_indexed_files_exist(const char *folder, const char *index
 /* docs/spec/FILES.md §2 step 5 (safetensors branch) on a local folder: applies folder/<index file> when
  * present. */
 static sl_status apply_index_file(const char *folder, sl__selection *sel, sl__err *err) {
-  const char *index_name = sl__format_index_name(sel->format);
+  const char *index_name = index_name_of(sel);
   if (index_name == NULL)
     return SL_STATUS_OK;
   char *path = sl__path_join(folder, index_name);
@@ -583,7 +594,7 @@ sl_status sl__select_dir(const char *folder, const sl__select_opts *opts, const 
   for (size_t i = 0; i < names.len; i++)
     free(SL_VEC_AT(&names, char *, i));
   sl__vec_free(&names);
-  if (st == SL_STATUS_OK && out->use_safetensors)
+  if (st == SL_STATUS_OK)
     st = apply_index_file(folder, out, err);
   if (st == SL_STATUS_OK)
     st = sl__select_finish(out, what, err);

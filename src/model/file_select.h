@@ -93,7 +93,8 @@ sl_status sl__select_finish(sl__selection *sel, const char *what, sl__err *err);
 /* Natural-order comparison of two basenames (docs/spec/FILES.md §4), ties by bytes. */
 int sl__natural_cmp(const char *a, const char *b);
 
-/* The index file name of a format (NULL for pt). */
+/* The index file name of a safetensors format (NULL for pt). A selection of .bin files uses
+ * pytorch_model.bin.index.json instead (docs/spec/FILES.md §5). */
 const char *sl__format_index_name(sl__format f);
 
 /* A relative file name from an index or a listing is acceptable (non-empty, no leading '/' or

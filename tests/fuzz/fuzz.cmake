@@ -8,6 +8,8 @@
 #   fuzz_extra_config  vLLM's --extra-config JSON (api/extra_config.c)
 #   fuzz_options       configuration values (api/config.c, api/options.c)
 #   fuzz_catalog_blob  the catalog blob rank 0 broadcasts (model/catalog.c)
+#   fuzz_pickle        the state-dict pickle of torch.save files (format/pickle.c)
+#   fuzz_zip           torch.save zip archives: directory and whole checkpoint (format/zip.c)
 # The library is compiled once with clang and the fuzzer's instrumentation into libsl_fuzz.a
 # (tests/fuzz/build-lib.sh); each target links it. A ctest test per target runs it briefly on a
 # copy of its seed corpus tests/fuzz/corpus/<name> (libFuzzer adds finds to the first corpus
@@ -16,7 +18,7 @@
 # runtime (or with SL_FUZZ=OFF) nothing here is registered.
 
 set(_sl_fuzz_dir ${CMAKE_CURRENT_LIST_DIR})
-set(SL_FUZZ_TARGETS header expr spec config index extra_config options catalog_blob)
+set(SL_FUZZ_TARGETS header expr spec config index extra_config options catalog_blob pickle zip)
 list(APPEND SL_FUZZ_TARGETS hub_json) # Hub revision API replies and trees/<commit>.json (hub/hub.c, hub/offline.c)
 list(APPEND SL_FUZZ_TARGETS hub_ref) # refs files of the Hub cache (hub/cache.c)
 # Seconds each target runs in the suite: long enough to get past the seeds, short enough for CI.

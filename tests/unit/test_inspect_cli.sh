@@ -1,7 +1,7 @@
 #!/bin/sh
 # test_inspect_cli.sh — `shardload inspect` end to end: the human listing of a fixture (file names,
 # a known tensor line, totals), --json parsed back (when python3 is present), an invalid file
-# (exit 1, stderr names the file and the error kind), usage errors (exit 2), --help, a pickle-only
+# (exit 1, stderr names the file and the error kind), usage errors (exit 2), --help, a bogus pickle
 # folder and an index warning. Needs SL_CLI (the tool) and SL_FIXTURES (scripts/make-fixture all).
 set -u
 
@@ -119,13 +119,12 @@ run help --help
 check "help: exit 0 (got $rc)" [ "$rc" -eq 0 ]
 check "help: usage on stdout" contains "$TMP/help.out" "usage: shardload inspect"
 
-# 6. a pickle-only folder: listed, exit 0
+# 6. a folder whose pytorch_model.bin is no torch.save zip: exit 1, PICKLE naming the file
 mkdir "$TMP/pickle"
 printf 'not really a pickle' >"$TMP/pickle/pytorch_model.bin"
 run pickle "$TMP/pickle"
-check "pickle: exit 0 (got $rc)" [ "$rc" -eq 0 ]
-check "pickle: file listed" matches "$TMP/pickle.out" "pytorch_model\.bin +19 bytes +0 tensors"
-check "pickle: not supported note" contains "$TMP/pickle.out" "loading them is not supported"
+check "pickle: exit 1 (got $rc)" [ "$rc" -eq 1 ]
+check "pickle: PICKLE naming the file" contains "$TMP/pickle.err" "pytorch_model.bin: PICKLE: "
 run pickle_st "$TMP/pickle" --load-format safetensors
 check "pickle with --load-format safetensors: exit 1 (got $rc)" [ "$rc" -eq 1 ]
 check "pickle with --load-format safetensors: NO_WEIGHTS" contains "$TMP/pickle_st.err" "NO_WEIGHTS"
