@@ -25,6 +25,7 @@
 #include "engine/comm.h"
 #include "engine/coverage.h"
 #include "engine/filemap.h"
+#include "engine/progress.h"
 #include "engine/transfer.h"
 #include "output/report.h"
 #include "output/save.h"
@@ -66,6 +67,7 @@ struct sl_loader {
   sl__buf report;
   sl__buf summary;
   sl__params_state *params; /* api/params.c: parameter sources and memory handed out */
+  sl__progress progress;    /* engine/progress.h: bar, log lines, the caller's callback */
 };
 
 static sl_status advance(sl_loader *l, sl__prep_stage until);
@@ -160,6 +162,33 @@ sl_status sl_loader_set_cuda(sl_loader *l, int device, void *cuda_stream, void *
   l->cuda_stream = cuda_stream;
   l->nccl_comm = nccl_comm;
   return SL_STATUS_OK;
+}
+
+sl_status sl_loader_set_progress(sl_loader *l, sl_progress_fn fn, void *user) {
+  if (l == NULL)
+    return SL_STATUS_INVALID_ARGUMENT;
+  if (l->state >= STATE_LOADED)
+    return sl__err_set(&l->err, SL_STATUS_INVALID_ARGUMENT,
+                       "sl_loader_set_progress must be called before the load");
+  l->progress.fn = fn;
+  l->progress.user = user;
+  return SL_STATUS_OK;
+}
+
+/* The progress reporter over the load (engine/progress.h): rank 0 counts the job's bytes. */
+static void progress_start(sl_loader *l) {
+  sl__progress *p = &l->progress;
+  sl__progress_configure(p, sl__config_str(l->cfg, "progress"), l->pl.opts.quiet, l->comm.rank, isatty(2));
+  p->own_total = l->pl.plan.bytes_needed;
+  p->total = p->own_total;
+  if (l->comm.rank == 0) {
+    p->total = 0;
+    for (uint32_t r = 0; r < l->pl.sched.world; r++)
+      p->total += l->pl.sched.stats[r].bytes_needed;
+  }
+  p->copy_done = l->copy_done;
+  p->n_copies = l->pl.plan.n_copies;
+  sl__progress_start(p);
 }
 
 /* A failed collective phase leaves the loader unusable (but destroyable). */
@@ -502,7 +531,6 @@ static sl_status transfer_phase(sl_loader *l) {
                      .chunk = l->pl.po.read_chunk,
                      .coalesce_gap = o->coalesce_gap,
                      .strategy = o->strategy,
-                     .progress = l->comm.rank == 0 && !o->quiet && isatty(2),
                      .copy_done = l->copy_done};
   if (st == SL_STATUS_OK)
     st = sl__transfer_run(&tr, &l->tstats, &l->err);
@@ -666,13 +694,17 @@ sl_status sl_loader_load(sl_loader *l) {
     if (st != SL_STATUS_OK)
       return st;
   }
+  progress_start(l);
   st = precheck_weights(l);
   if (st == SL_STATUS_OK)
     st = allocate_phase(l);
+  sl__progress_set_phase(&l->progress, SL_PHASE_TRANSFER);
   if (st == SL_STATUS_OK)
     st = transfer_phase(l);
+  sl__progress_set_phase(&l->progress, SL_PHASE_TRACK);
   if (st == SL_STATUS_OK)
     st = track_phase(l);
+  sl__progress_stop(&l->progress, st == SL_STATUS_OK);
   if (st == SL_STATUS_OK)
     st = statistics_phase(l, t0);
   if (st != SL_STATUS_OK)
@@ -746,8 +778,8 @@ void sl__loader_view_of(sl_loader *l, sl__loader_view *out) {
                            .err = &l->err,
                            .planned = l->state >= STATE_PLANNED && l->state != STATE_FAILED,
                            .loaded = l->state == STATE_LOADED,
-                           .plan = &l->plan,
-                           .cat = &l->prep.cat,
+                           .plan = &l->pl.plan,
+                           .cat = &l->pl.prep.cat,
                            .table = l->table,
                            .backend = &l->backend,
                            .maps = &l->maps,
