@@ -25,6 +25,7 @@
 #include "engine/comm.h"
 #include "engine/coverage.h"
 #include "engine/filemap.h"
+#include "engine/nodes.h"
 #include "engine/progress.h"
 #include "engine/transfer.h"
 #include "output/report.h"
@@ -68,6 +69,7 @@ struct sl_loader {
   sl__buf summary;
   sl__params_state *params; /* api/params.c: parameter sources and memory handed out */
   sl__progress progress;    /* engine/progress.h: bar, log lines, the caller's callback */
+  sl__job_nodes nodes;      /* engine/nodes.h: the job's nodes (rank 0's report) */
 };
 
 static sl_status advance(sl_loader *l, sl__prep_stage until);
@@ -138,6 +140,7 @@ void sl_loader_destroy(sl_loader *l) {
   free((void *)l->copy_done);
   free(l->table);
   free(l->records);
+  sl__job_nodes_free(&l->nodes);
   sl__track_free(&l->track);
   sl__prepare_groups_free(&l->groups);
   sl__pipeline_free(&l->pl);
@@ -599,6 +602,14 @@ static void write_reports(sl_loader *l) {
   sl__figures f;
   sl__figures_compute(stats, (uint32_t)l->comm.size, l->pl.sched.unique_bytes, o->storage_gbps,
                       o->network_gbps, o->ranks_per_node, &f);
+  /* The job's nodes; the configured ranks_per_node only if they could not be found. */
+  sl__node_layout layout = {.ranks_per_node = o->ranks_per_node};
+  if (l->nodes.node_of != NULL)
+    layout = sl__job_nodes_layout(&l->nodes);
+  sl__err perr;
+  sl__err_clear(&perr);
+  if (sl__figures_predict(&f, stats, &l->pl.sched, &p->cat, &layout, &perr) != SL_STATUS_OK)
+    SL_WARN("no time model in the report: %s", perr.msg);
   sl__load_report r = {
       .setup = {.model = o->model,
                 .cat = &p->cat,
@@ -638,6 +649,7 @@ static void write_reports(sl_loader *l) {
   sl__buf_free(&l->summary);
   sl__buf_init(&l->summary, 0);
   sl__report_load_summary(&r, &l->summary);
+  sl__figures_free(&f);
   free(stats);
 }
 
@@ -646,6 +658,11 @@ static sl_status statistics_phase(sl_loader *l, double t0) {
   sl_status st = SL_STATUS_OK;
   sl__rank_record rec;
   own_record(l, &rec);
+  /* The job's nodes for the report (collective; without them the configured layout is used). */
+  sl__err nerr;
+  sl__err_clear(&nerr);
+  if (sl__job_nodes_detect(l->comm.world, &l->nodes, &nerr) != SL_STATUS_OK)
+    SL_WARN("per-node figures use ranks_per_node: %s", nerr.msg);
   if (l->comm.rank == 0) {
     l->records = calloc((size_t)l->comm.size, sizeof *l->records);
     if (l->records == NULL)
