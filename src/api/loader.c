@@ -178,22 +178,6 @@ sl_status sl_loader_set_progress(sl_loader *l, sl_progress_fn fn, void *user) {
   return SL_STATUS_OK;
 }
 
-/* The progress reporter over the load (engine/progress.h): rank 0 counts the job's bytes. */
-static void progress_start(sl_loader *l) {
-  sl__progress *p = &l->progress;
-  sl__progress_configure(p, sl__config_str(l->cfg, "progress"), l->pl.opts.quiet, l->comm.rank, isatty(2));
-  p->own_total = l->pl.plan.bytes_needed;
-  p->total = p->own_total;
-  if (l->comm.rank == 0) {
-    p->total = 0;
-    for (uint32_t r = 0; r < l->pl.sched.world; r++)
-      p->total += l->pl.sched.stats[r].bytes_needed;
-  }
-  p->copy_done = l->copy_done;
-  p->n_copies = l->pl.plan.n_copies;
-  sl__progress_start(p);
-}
-
 /* A failed collective phase leaves the loader unusable (but destroyable). */
 static sl_status fail(sl_loader *l, sl_status st) {
   if (st != SL_STATUS_OK) {
@@ -658,9 +642,7 @@ static sl_status statistics_phase(sl_loader *l, double t0) {
   sl_status st = SL_STATUS_OK;
   sl__rank_record rec;
   own_record(l, &rec);
-  /* The job's nodes for the report (collective; without them the configured layout is used). */
-  sl__err nerr;
-  sl__err_clear(&nerr);
+  sl__err nerr; /* the job's nodes for the report; failing that, the configured layout */
   if (sl__job_nodes_detect(l->comm.world, &l->nodes, &nerr) != SL_STATUS_OK)
     SL_WARN("per-node figures use ranks_per_node: %s", nerr.msg);
   if (l->comm.rank == 0) {
@@ -711,7 +693,8 @@ sl_status sl_loader_load(sl_loader *l) {
     if (st != SL_STATUS_OK)
       return st;
   }
-  progress_start(l);
+  sl__progress_begin(&l->progress, sl__config_str(l->cfg, "progress"), l->pl.opts.quiet, l->comm.rank,
+                     &l->pl.sched, &l->pl.plan, l->copy_done);
   st = precheck_weights(l);
   if (st == SL_STATUS_OK)
     st = allocate_phase(l);

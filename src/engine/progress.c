@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 /* The bar is redrawn and the callback called at most this often: a person sees it move, and the
  * per-copy counters are summed 4 times a second at most. */
@@ -173,4 +174,19 @@ void sl__progress_configure(sl__progress *p, const char *setting, bool quiet, in
   double v = env != NULL ? strtod(env, &end) : 0;
   if (env != NULL && end != env && *end == '\0' && v > 0)
     p->interval = v;
+}
+
+void sl__progress_begin(sl__progress *p, const char *setting, bool quiet, int rank, const sl__schedule *sched,
+                        const sl__rank_plan *plan, const _Atomic uint64_t *copy_done) {
+  sl__progress_configure(p, setting, quiet, rank, isatty(2));
+  p->own_total = plan->bytes_needed;
+  p->total = p->own_total;
+  if (rank == 0) { /* the job's bytes: every rank's, from the plan */
+    p->total = 0;
+    for (uint32_t r = 0; r < sched->world; r++)
+      p->total += sched->stats[r].bytes_needed;
+  }
+  p->copy_done = copy_done;
+  p->n_copies = plan->n_copies;
+  sl__progress_start(p);
 }

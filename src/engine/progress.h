@@ -13,6 +13,7 @@
 #ifndef SL_PROGRESS_H
 #define SL_PROGRESS_H
 
+#include "plan/plan.h"
 #include "shardload/shardload.h"
 
 #include <pthread.h>
@@ -59,6 +60,10 @@ enum { SL_PHASE_ALLOCATE = 0, SL_PHASE_TRANSFER, SL_PHASE_TRACK, SL_PHASE_DONE }
 /* Mode, prefix and interval from the `progress` key (auto, always, never), `quiet`, the rank and
  * whether stderr is a terminal: rank 0 only draws; a terminal gets the bar, a log the lines. */
 void sl__progress_configure(sl__progress *p, const char *setting, bool quiet, int rank, bool tty);
+/* Configures (stderr, isatty) and starts the reporter of a load: rank 0 counts the job's bytes
+ * (the plan's figures of every rank), the others their own. */
+void sl__progress_begin(sl__progress *p, const char *setting, bool quiet, int rank, const sl__schedule *sched,
+                        const sl__rank_plan *plan, const _Atomic uint64_t *copy_done);
 /* The phase names as lines show them. */
 const char *sl__progress_phase_name(int phase);
 /* Starts the thread when there is something to do (a mode other than OFF, or a callback). A
