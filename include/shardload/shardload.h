@@ -410,6 +410,24 @@ void sl_dlpack_free(void *managed_tensor);
  * loader stays usable: a failed agreement does not fail the loader. */
 sl_status sl_loader_agree(sl_loader *loader, sl_status status, const char *message);
 
+/* ---------------------------------------------------------------------------------------------
+ * 9. Progress.
+ * ------------------------------------------------------------------------------------------- */
+
+/* Progress of a load: bytes_done of bytes_total. On rank 0 the figures are the job's, cluster-wide:
+ * bytes_total is the sum of every rank's bytes_needed (the report's bytes_needed) and bytes_done an
+ * estimate from rank 0's own progress (no message between ranks: the load is not slowed); on the
+ * other ranks they are the rank's own bytes. Called from a thread the library starts for the load
+ * (never the caller's, never two calls at once), at most 4 times a second and only when the figure
+ * changed, then once with bytes_done == bytes_total after a successful transfer (from the thread that
+ * called sl_loader_load). It must return quickly and call neither MPI nor this library. */
+typedef void (*sl_progress_fn)(uint64_t bytes_done, uint64_t bytes_total, void *user);
+
+/* Sets (fn) or clears (NULL) the progress callback; before sl_loader_load. Not collective: ranks
+ * may set different callbacks, or none. Independent of the `progress` configuration key, which
+ * governs what is printed on stderr. */
+sl_status sl_loader_set_progress(sl_loader *loader, sl_progress_fn fn, void *user);
+
 #pragma GCC visibility pop
 
 #ifdef __cplusplus

@@ -109,6 +109,7 @@ _SIGS = {
                                           _P(ctypes.c_void_p)]),
     "sl_dlpack_free": (None, [ctypes.c_void_p]),
     "sl_loader_agree": (c_status, [ctypes.c_void_p, c_status, ctypes.c_char_p]),
+    "sl_loader_set_progress": (c_status, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]),
 }
 for _name, (_res, _args) in _SIGS.items():
     _fn = getattr(lib, _name)

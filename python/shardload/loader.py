@@ -21,6 +21,7 @@ import ctypes
 import json
 
 from . import _lib
+from . import progress as _progress
 from .config import Config
 from .errors import (Error, InvalidArgumentError, NotFoundError, ShapeError, check,
                      error_for)
@@ -310,13 +311,18 @@ class _Retained:
 class Loader:
     """Loader(model, comm=None, **config): COLLECTIVE over comm (an mpi4py communicator, default
     COMM_WORLD). config: the C library's keys (shardload.Config.keys()), e.g. tp=2,
-    enable_expert_parallel=True, strict=False. A Config object may be passed as config=."""
+    enable_expert_parallel=True, strict=False. A Config object may be passed as config=.
+    progress: a callable fn(bytes_done, bytes_total) or True (shardload/progress.py); a string
+    is the `progress` configuration key (auto, always, never: what rank 0 prints on stderr)."""
 
-    def __init__(self, model, comm=None, config=None, **values):
+    def __init__(self, model, comm=None, config=None, progress=None, **values):
         cfg = config if config is not None else Config()
         cfg.set("model", model)
         for key, value in values.items():
             cfg.set(key, value)
+        if isinstance(progress, str):
+            cfg.set("progress", progress)
+            progress = None
         self._cfg = cfg
         self._comm_int, self._comm_obj = comm_handle(comm)
         handle = ctypes.c_void_p()
@@ -330,8 +336,20 @@ class Loader:
         self._loaded = False
         self._pending = None  # first failed bind: (status, message)
         self._bound = {}      # name -> the caller's tensor (kept alive until load returns)
+        self._progress = None  # shardload.progress.Forwarder: the C callback and fn's exception
+        if progress is True:
+            progress = _progress.default_reporter(self._rank())
+        if callable(progress):
+            self._progress = _progress.Forwarder(progress)
+            self._check(lib.sl_loader_set_progress(
+                self._h, ctypes.cast(self._progress.c_callback, ctypes.c_void_p), None))
 
     # plumbing ----------------------------------------------------------------------------------
+
+    def _rank(self):
+        r = ctypes.c_int(0)
+        lib.MPI_Comm_rank(ctypes.c_void_p(self._comm_int), ctypes.byref(r))
+        return r.value
 
     def _message(self):
         return _lib.text(lib.sl_loader_error(self._h)) if self._h else ""
@@ -441,6 +459,8 @@ class Loader:
         for p in self._plan:
             p.device = ("cuda:%d" % self._param(p.index).device) if self._param(p.index).device >= 0 \
                 else "cpu"
+        if self._progress is not None:
+            self._progress.raise_pending()  # the load itself succeeded: the loader is usable
         return self
 
     def report(self):

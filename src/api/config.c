@@ -42,6 +42,7 @@ static const key_def keys[] = {
     {"cache_dir", T_STR, NULL, NULL, "Hugging Face cache folder (default HF_HUB_CACHE, $HF_HOME/hub)"},
     {"offline", T_BOOL, "false", NULL, "no network at all; resolve from the cache"},
     {"quiet", T_BOOL, "false", NULL, "no progress output"},
+    {"progress", T_ENUM, "auto", "auto,always,never", "rank 0's progress: a bar on a terminal, else log lines"},
     {"load_format", T_ENUM, "auto", "auto,hf,safetensors,mistral,pt,sharded_state", "weight file selection"},
     {"tp", T_POS, "1", NULL, "tensor-parallel size"},
     {"pp", T_POS, "1", NULL, "pipeline-parallel size"},

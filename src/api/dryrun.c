@@ -25,6 +25,7 @@ void sl_dryrun_destroy(sl_dryrun *d) {
   if (d == NULL)
     return;
   sl__pipeline_free(&d->pl);
+  sl__figures_free(&d->fig);
   sl__buf_free(&d->json);
   sl__buf_free(&d->summary);
   free(d);
@@ -60,6 +61,14 @@ sl_status sl_dryrun_create(sl_config *config, int world_size, sl_dryrun **out) {
   const sl__opts *o = &d->pl.opts;
   sl__figures_compute(d->pl.sched.stats, d->world, d->pl.sched.unique_bytes, o->storage_gbps, o->network_gbps,
                       o->ranks_per_node, &d->fig);
+  /* No job: blocks of ranks_per_node consecutive ranks per node. */
+  sl__node_layout layout = {.ranks_per_node = o->ranks_per_node};
+  st = sl__figures_predict(&d->fig, d->pl.sched.stats, &d->pl.sched, &d->pl.prep.cat, &layout, &err);
+  if (st != SL_STATUS_OK) {
+    sl__config_set_error(config, &err);
+    sl_dryrun_destroy(d);
+    return st;
+  }
   *out = d;
   return SL_STATUS_OK;
 }

@@ -25,6 +25,8 @@
 #include "engine/comm.h"
 #include "engine/coverage.h"
 #include "engine/filemap.h"
+#include "engine/nodes.h"
+#include "engine/progress.h"
 #include "engine/transfer.h"
 #include "output/report.h"
 #include "output/save.h"
@@ -66,6 +68,8 @@ struct sl_loader {
   sl__buf report;
   sl__buf summary;
   sl__params_state *params; /* api/params.c: parameter sources and memory handed out */
+  sl__progress progress;    /* engine/progress.h: bar, log lines, the caller's callback */
+  sl__job_nodes nodes;      /* engine/nodes.h: the job's nodes (rank 0's report) */
 };
 
 static sl_status advance(sl_loader *l, sl__prep_stage until);
@@ -136,6 +140,7 @@ void sl_loader_destroy(sl_loader *l) {
   free((void *)l->copy_done);
   free(l->table);
   free(l->records);
+  sl__job_nodes_free(&l->nodes);
   sl__track_free(&l->track);
   sl__prepare_groups_free(&l->groups);
   sl__pipeline_free(&l->pl);
@@ -159,6 +164,17 @@ sl_status sl_loader_set_cuda(sl_loader *l, int device, void *cuda_stream, void *
   l->cuda_device = device;
   l->cuda_stream = cuda_stream;
   l->nccl_comm = nccl_comm;
+  return SL_STATUS_OK;
+}
+
+sl_status sl_loader_set_progress(sl_loader *l, sl_progress_fn fn, void *user) {
+  if (l == NULL)
+    return SL_STATUS_INVALID_ARGUMENT;
+  if (l->state >= STATE_LOADED)
+    return sl__err_set(&l->err, SL_STATUS_INVALID_ARGUMENT,
+                       "sl_loader_set_progress must be called before the load");
+  l->progress.fn = fn;
+  l->progress.user = user;
   return SL_STATUS_OK;
 }
 
@@ -536,7 +552,6 @@ static sl_status transfer_phase(sl_loader *l) {
                      .chunk = l->pl.po.read_chunk,
                      .coalesce_gap = o->coalesce_gap,
                      .strategy = o->strategy,
-                     .progress = l->comm.rank == 0 && !o->quiet && isatty(2),
                      .copy_done = l->copy_done};
   if (st == SL_STATUS_OK)
     st = sl__transfer_run(&tr, &l->tstats, &l->err);
@@ -605,6 +620,14 @@ static void write_reports(sl_loader *l) {
   sl__figures f;
   sl__figures_compute(stats, (uint32_t)l->comm.size, l->pl.sched.unique_bytes, o->storage_gbps,
                       o->network_gbps, o->ranks_per_node, &f);
+  /* The job's nodes; the configured ranks_per_node only if they could not be found. */
+  sl__node_layout layout = {.ranks_per_node = o->ranks_per_node};
+  if (l->nodes.node_of != NULL)
+    layout = sl__job_nodes_layout(&l->nodes);
+  sl__err perr;
+  sl__err_clear(&perr);
+  if (sl__figures_predict(&f, stats, &l->pl.sched, &p->cat, &layout, &perr) != SL_STATUS_OK)
+    SL_WARN("no time model in the report: %s", perr.msg);
   sl__load_report r = {
       .setup = {.model = o->model,
                 .cat = &p->cat,
@@ -644,6 +667,7 @@ static void write_reports(sl_loader *l) {
   sl__buf_free(&l->summary);
   sl__buf_init(&l->summary, 0);
   sl__report_load_summary(&r, &l->summary);
+  sl__figures_free(&f);
   free(stats);
 }
 
@@ -653,6 +677,9 @@ static sl_status statistics_phase(sl_loader *l, double t0) {
   sl_status st = SL_STATUS_OK;
   sl__rank_record rec;
   own_record(l, &rec);
+  sl__err nerr; /* the job's nodes for the report; failing that, the configured layout */
+  if (sl__job_nodes_detect(l->comm.world, &l->nodes, &nerr) != SL_STATUS_OK)
+    SL_WARN("per-node figures use ranks_per_node: %s", nerr.msg);
   if (l->comm.rank == 0) {
     l->records = calloc((size_t)l->comm.size, sizeof *l->records);
     if (l->records == NULL)
@@ -703,13 +730,18 @@ sl_status sl_loader_load(sl_loader *l) {
       return st;
   }
   double t0 = sl__now();
+  sl__progress_begin(&l->progress, sl__config_str(l->cfg, "progress"), l->pl.opts.quiet, l->comm.rank,
+                     &l->pl.sched, &l->pl.plan, l->copy_done);
   st = precheck_weights(l);
   if (st == SL_STATUS_OK)
     st = allocate_phase(l);
+  sl__progress_set_phase(&l->progress, SL_PHASE_TRANSFER);
   if (st == SL_STATUS_OK)
     st = transfer_phase(l);
+  sl__progress_set_phase(&l->progress, SL_PHASE_TRACK);
   if (st == SL_STATUS_OK)
     st = track_phase(l);
+  sl__progress_stop(&l->progress, st == SL_STATUS_OK);
   if (st == SL_STATUS_OK)
     st = statistics_phase(l, t0);
   if (st != SL_STATUS_OK)

@@ -18,26 +18,6 @@
 #include <time.h>
 #include <unistd.h>
 
-static void progress_line(sl__engine *e, bool final) {
-  if (!e->t->progress)
-    return;
-  static double last;
-  double now = sl__now();
-  if (!final && now - last < 0.25)
-    return;
-  last = now;
-  uint64_t done = atomic_load(&e->bytes_done);
-  double el = now - e->t_start;
-  double rate = el > 0 ? (double)done / el : 0;
-  double eta = rate > 0 ? (double)(e->bytes_total - done) / rate : 0;
-  char a[32], b[32];
-  sl__fmt_bytes(a, sizeof a, done);
-  sl__fmt_bytes(b, sizeof b, e->bytes_total);
-  fprintf(stderr, "\r[shardload 0] read %s / %s  %.1f MB/s  ETA %.0f s   %s", a, b, rate / 1e6, eta,
-          final ? "\n" : "");
-  fflush(stderr);
-}
-
 sl_status sl__engine_wait_for(sl__engine *e, bool (*pred)(sl__engine *, void *), void *arg, bool *aborted) {
   *aborted = false;
   pthread_mutex_lock(&e->mu);
@@ -55,7 +35,6 @@ sl_status sl__engine_wait_for(sl__engine *e, bool (*pred)(sl__engine *, void *),
     }
     pthread_cond_timedwait(&e->cv, &e->mu, &ts);
     pthread_mutex_unlock(&e->mu);
-    progress_line(e, false);
     if (sl__comm_abort_check(e->t->comm)) {
       *aborted = true;
       return SL_STATUS_OK;
@@ -269,7 +248,6 @@ sl_status sl__transfer_run(sl__transfer *t, sl__transfer_stats *stats, sl__err *
     st = sl__engine_run_buckets(&e, stats, &t_bcast, &aborted);
   if (st == SL_STATUS_OK && !aborted)
     st = sl__engine_wait_for(&e, locals_done, NULL, &aborted);
-  progress_line(&e, true);
   st = stop_readers(&e, started, st);
   free(args);
   if (st == SL_STATUS_OK && !aborted)

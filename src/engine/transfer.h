@@ -45,7 +45,6 @@ typedef struct sl__transfer {
   uint64_t chunk; /* largest single read */
   uint64_t coalesce_gap;
   sl__strategy strategy;
-  bool progress;               /* print progress on stderr (rank 0, TTY) */
   _Atomic uint64_t *copy_done; /* per copy of the plan: bytes delivered (for tracking) */
 } sl__transfer;
 

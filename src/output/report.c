@@ -47,7 +47,8 @@ static uint64_t peak_rss_max(const sl__load_report *r) {
 
 static void load_header_json(const sl__load_report *r, sl__buf *b) {
   const sl__report_setup *s = &r->setup;
-  sl__buf_appendf(b, "{\"shardload_version\":\"%s\",\"model\":", SL_VERSION_STRING);
+  sl__buf_appendf(b, "{\"report_version\":%d,\"shardload_version\":\"%s\",\"model\":", SL_REPORT_VERSION,
+                  SL_VERSION_STRING);
   sl__buf_json_str(b, s->model);
   sl__buf_appendf(b, ",\"folder\":");
   sl__buf_json_str(b, s->cat->folder);
@@ -108,6 +109,7 @@ static void load_ranks_json(const sl__load_report *r, sl__buf *b) {
 void sl__report_load_json(const sl__load_report *r, sl__buf *b) {
   load_header_json(r, b);
   sl__figures_json(b, r->fig);
+  sl__figures_nodes_json(b, r->fig);
   load_ranks_json(r, b);
   sl__buf_appendf(b, "\"peak_rss_bytes_max\":%llu,\"staging_bytes\":%llu,",
                   (unsigned long long)peak_rss_max(r), (unsigned long long)r->staging_bytes);
@@ -154,7 +156,7 @@ void sl__report_load_summary(const sl__load_report *r, sl__buf *b) {
 void sl__report_plan_json(const sl__plan_report *r, sl__buf *b) {
   const sl__report_setup *s = &r->setup;
   const sl__schedule *sc = s->sched;
-  sl__buf_appendf(b, "{\"model\":");
+  sl__buf_appendf(b, "{\"report_version\":%d,\"model\":", SL_REPORT_VERSION);
   sl__buf_json_str(b, s->model);
   sl__buf_appendf(b, ",\"architecture\":");
   sl__buf_json_str(b, architecture(s->m, ""));
@@ -172,6 +174,7 @@ void sl__report_plan_json(const sl__plan_report *r, sl__buf *b) {
                   (unsigned long long)sc->tensors_read, (unsigned long long)sc->tensors_one_reader,
                   (unsigned long long)sc->expert_tensors, (unsigned long long)sc->expert_tensors_one_reader);
   sl__figures_json(b, r->fig);
+  sl__figures_nodes_json(b, r->fig);
   sl__figures_ranks_json(b, sc->stats, r->world);
   sl__buf_appendf(b, "}\n");
 }

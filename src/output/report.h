@@ -18,6 +18,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+/* The version of both JSON documents (docs/REPORT.md): 2 added report_version itself, the
+ * per-node figures and the time model's node layout; an object without the field is version 1. */
+#define SL_REPORT_VERSION 2
+
 /* What each rank sends to rank 0 after the load (one entry of the report's "ranks"). */
 typedef struct sl__rank_record {
   sl_rank_stats stats;

@@ -83,18 +83,23 @@ static void rank_json(sl__buf *b, uint32_t r, const sl_rank_stats *s) {
 }
 
 void sl__figures_json(sl__buf *b, const sl__figures *f) {
-  sl__buf_appendf(
-      b,
-      "\"world\":%u,\"bytes_unique\":%llu,\"bytes_needed\":%llu,\"bytes_read\":%llu,"
-      "\"bytes_covering\":%llu,\"bytes_broadcast\":%llu,\"bytes_naive\":%llu,"
-      "\"read_amplification\":%.4f,\"read_amplification_with_covering\":%.4f,"
-      "\"naive_read_amplification\":%.4f,\"largest_rank\":%u,\"smallest_rank\":%u,"
-      "\"prediction\":{\"storage_gbps_per_node\":%g,\"network_gbps_per_node\":%g,\"ranks_per_node\":%u,"
-      "\"predicted_seconds\":%.3f,\"predicted_naive_seconds\":%.3f},",
-      f->world, (unsigned long long)f->unique, (unsigned long long)f->needed, (unsigned long long)f->read,
-      (unsigned long long)f->covering, (unsigned long long)f->received, (unsigned long long)f->naive,
-      f->amplification, f->amplification_covering, f->naive_amplification, f->largest, f->smallest,
-      f->storage_gbps, f->network_gbps, f->ranks_per_node, f->predicted_s, f->predicted_naive_s);
+  sl__buf_appendf(b,
+                  "\"world\":%u,\"bytes_unique\":%llu,\"bytes_needed\":%llu,\"bytes_read\":%llu,"
+                  "\"bytes_covering\":%llu,\"bytes_broadcast\":%llu,\"bytes_naive\":%llu,"
+                  "\"read_amplification\":%.4f,\"read_amplification_with_covering\":%.4f,"
+                  "\"naive_read_amplification\":%.4f,\"largest_rank\":%u,\"smallest_rank\":%u,",
+                  f->world, (unsigned long long)f->unique, (unsigned long long)f->needed,
+                  (unsigned long long)f->read, (unsigned long long)f->covering,
+                  (unsigned long long)f->received, (unsigned long long)f->naive, f->amplification,
+                  f->amplification_covering, f->naive_amplification, f->largest, f->smallest);
+  sl__buf_appendf(b,
+                  "\"prediction\":{\"storage_gbps_per_node\":%g,\"network_gbps_per_node\":%g,"
+                  "\"ranks_per_node\":%u,\"nodes\":%u,\"node_layout\":\"%s\",\"storage_block_bytes\":%llu,"
+                  "\"predicted_read_seconds\":%.3f,\"predicted_broadcast_seconds\":%.3f,"
+                  "\"predicted_seconds\":%.3f,\"predicted_naive_seconds\":%.3f},",
+                  f->storage_gbps, f->network_gbps, f->ranks_per_node, f->n_nodes,
+                  f->nodes_from_job ? "job" : "configured", (unsigned long long)f->block, f->predicted_read_s,
+                  f->predicted_bcast_s, f->predicted_s, f->predicted_naive_s);
 }
 
 void sl__figures_ranks_json(sl__buf *b, const sl_rank_stats *stats, uint32_t world) {

@@ -9,3 +9,7 @@ set_tests_properties(test_config_units PROPERTIES LABELS "unit;cli" TIMEOUT 60 E
 
 sl_script_test(test_cli_args unit sh ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_cli_args.sh)
 set_tests_properties(test_cli_args PROPERTIES LABELS "unit;cli" TIMEOUT 180 PROCESSORS 2)
+
+# Progress lines of rank 0 in a log (stderr not a terminal) and --progress never / --quiet.
+sl_script_test(test_progress cli ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_progress.py)
+set_tests_properties(test_progress PROPERTIES LABELS "cli" TIMEOUT 600 PROCESSORS 2)

@@ -29,6 +29,7 @@ sl_python_test(python_load test_load.py 1 2 3 4)
 sl_python_test(python_errors test_errors.py 1 2 3 4)
 sl_python_test(python_forward test_forward.py 1 2 4)
 sl_python_test(python_rss test_rss.py 2)
+sl_python_test(python_progress test_progress.py 1 2 3)
 
 add_test(NAME python_install COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/python/test_install.sh)
 set_tests_properties(python_install PROPERTIES LABELS python TIMEOUT 300 SKIP_RETURN_CODE 77

@@ -1,0 +1,218 @@
+/*
+ * plan/timemodel.c — the predicted load time of plan/stats.h (sl__figures_predict), a pure
+ * function of the schedule, the files' offsets, the bandwidths and the node layout.
+ *
+ * Storage: a node pulls whole blocks (SL_STORAGE_BLOCK_BYTES) from storage. Row slices of several
+ * of its ranks that share rows (tensor-parallel column slices side by side) are merged first, and
+ * when the gap between one row's slice and the next row's is under a block, every block between
+ * is touched: the node reads the span. Row slices narrower than a block on different nodes thus
+ * both pull the shared blocks, which is what a network file system carries.
+ *
+ * Network: only traffic between nodes counts (a group within one node uses shared memory). The
+ * buckets are broadcast one after another in one global order, each a collective of its group; a
+ * root sends ceil(log2 n) copies of a bucket spread over n nodes (a binomial tree), and every node
+ * of the group waits for it. A node's broadcast time is the sum over the buckets it takes part in;
+ * the busiest node's time is added to the slowest node's storage time (a root reads a bucket
+ * before it sends it, and reads and broadcasts share the node's link).
+ */
+#include "plan/stats.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static uint32_t node_of(const sl__node_layout *l, uint32_t rank) {
+  if (l->node_of != NULL)
+    return l->node_of[rank];
+  uint32_t rpn = l->ranks_per_node > 0 ? l->ranks_per_node : 1;
+  return rank / rpn;
+}
+
+/* A run: the same column range [c0, c1) of `rows` rows `stride` apart from file offset base; or a
+ * contiguous range (stride 0, rows 1). */
+typedef struct run {
+  uint32_t node;
+  uint32_t file;
+  uint64_t base, stride, rows, c0, c1;
+} run;
+
+static int run_cmp(const void *pa, const void *pb) {
+  const run *a = pa;
+  const run *b = pb;
+#define CMP(x)                                                                                               \
+  if (a->x != b->x)                                                                                          \
+    return a->x < b->x ? -1 : 1;
+  CMP(node)
+  CMP(file)
+  CMP(stride)
+  CMP(rows)
+  CMP(base)
+  CMP(c0)
+#undef CMP
+  return 0;
+}
+
+static uint64_t blocks_of(uint64_t lo, uint64_t hi, uint64_t B) {
+  return hi > lo ? (hi + B - 1) / B - lo / B : 0;
+}
+
+/* Bytes of the blocks one merged run touches. */
+static uint64_t run_blocks(const run *r, uint64_t B) {
+  uint64_t w = r->c1 - r->c0;
+  if (r->stride == 0 || r->rows <= 1 || r->stride - w < B)
+    return B * blocks_of(r->base + r->c0, r->base + (r->rows - 1) * r->stride + r->c1, B);
+  if (r->stride % B == 0) /* every row at the same alignment */
+    return B * r->rows * blocks_of(r->base + r->c0, r->base + r->c1, B);
+  /* Rows at varying alignments: count a sample exactly and scale (a huge tensor stays cheap). */
+  uint64_t n = r->rows < 4096 ? r->rows : 4096;
+  uint64_t sum = 0;
+  for (uint64_t i = 0; i < n; i++)
+    sum += blocks_of(r->base + i * r->stride + r->c0, r->base + i * r->stride + r->c1, B);
+  return (uint64_t)((long double)B * sum * r->rows / n);
+}
+
+/* Per node: the storage blocks its readers' pieces touch. */
+static sl_status storage_blocks(sl__figures *f, const sl__schedule *s, const sl__catalog *cat,
+                                const sl__node_layout *l, sl__err *err) {
+  run *runs = calloc(s->n_pieces + 1, sizeof *runs);
+  if (runs == NULL)
+    return sl__err_set(err, SL_STATUS_NOMEM, "out of memory in the time model");
+  for (size_t k = 0; k < s->n_pieces; k++) {
+    const sl__piece *P = &s->pieces[k];
+    const sl__cat_tensor *t = &cat->tensors[P->tensor];
+    run *r = &runs[k];
+    r->node = node_of(l, P->reader);
+    r->file = t->file;
+    if (P->rows <= 1 || P->src_stride == P->row_bytes) {
+      *r =
+          (run){.node = r->node, .file = t->file, .base = t->offset + P->src_off, .rows = 1, .c1 = P->nbytes};
+    } else {
+      uint64_t col = P->src_off % P->src_stride;
+      *r = (run){.node = r->node,
+                 .file = t->file,
+                 .base = t->offset + P->src_off - col,
+                 .stride = P->src_stride,
+                 .rows = P->rows,
+                 .c0 = col,
+                 .c1 = col + P->row_bytes};
+    }
+  }
+  qsort(runs, s->n_pieces, sizeof *runs, run_cmp);
+  uint64_t B = f->block;
+  for (size_t i = 0; i < s->n_pieces;) {
+    run m = runs[i++];
+    /* Column slices of the same rows on the same node, gaps under a block: one run. */
+    while (i < s->n_pieces && runs[i].node == m.node && runs[i].file == m.file &&
+           runs[i].stride == m.stride && runs[i].rows == m.rows && runs[i].base == m.base && m.stride != 0 &&
+           runs[i].c0 <= m.c1 + B) {
+      m.c1 = runs[i].c1 > m.c1 ? runs[i].c1 : m.c1;
+      i++;
+    }
+    f->nodes[m.node].storage += run_blocks(&m, B);
+  }
+  free(runs);
+  return SL_STATUS_OK;
+}
+
+/* Per node: broadcast bytes in and out over its link, and the seconds of the buckets it is in. */
+static sl_status broadcasts(sl__figures *f, const sl__schedule *s, const sl__node_layout *l, sl__err *err) {
+  uint32_t *seen = calloc(f->n_nodes + 1, sizeof *seen); /* bucket index + 1 that marked the node */
+  uint32_t *list = calloc(f->n_nodes + 1, sizeof *list);
+  if (seen == NULL || list == NULL) {
+    free(seen);
+    free(list);
+    return sl__err_set(err, SL_STATUS_NOMEM, "out of memory in the time model");
+  }
+  double rate = f->network_gbps * 1e9;
+  for (size_t b = 0; b < s->n_buckets; b++) {
+    const sl__bucket *bk = &s->buckets[b];
+    const sl__group *g = &s->groups[bk->group];
+    uint32_t n = 0;
+    for (uint32_t j = 0; j < g->n; j++) {
+      uint32_t node = node_of(l, s->group_members[g->off + j]);
+      if (seen[node] != b + 1) {
+        seen[node] = (uint32_t)b + 1;
+        list[n++] = node;
+      }
+    }
+    if (n <= 1)
+      continue; /* within one node: shared memory */
+    uint32_t root = node_of(l, bk->reader);
+    uint32_t copies = 0; /* ceil(log2 n): the levels of a binomial tree */
+    while ((1u << copies) < n)
+      copies++;
+    double sec = rate > 0 ? (double)copies * (double)bk->nbytes / rate : 0;
+    f->nodes[root].net_out += bk->nbytes * (uint64_t)(n - 1);
+    for (uint32_t j = 0; j < n; j++) {
+      if (list[j] != root)
+        f->nodes[list[j]].net_in += bk->nbytes;
+      f->nodes[list[j]].bcast_s += sec;
+    }
+  }
+  free(seen);
+  free(list);
+  return SL_STATUS_OK;
+}
+
+void sl__figures_free(sl__figures *f) {
+  free(f->nodes);
+  f->nodes = NULL;
+  f->n_nodes = 0;
+}
+
+sl_status sl__figures_predict(sl__figures *f, const sl_rank_stats *stats, const sl__schedule *sched,
+                              const sl__catalog *cat, const sl__node_layout *layout, sl__err *err) {
+  sl__figures_free(f);
+  uint32_t rpn = layout->ranks_per_node > 0 ? layout->ranks_per_node : 1;
+  f->n_nodes = layout->node_of != NULL ? layout->n_nodes : (f->world + rpn - 1) / rpn;
+  f->ranks_per_node = rpn;
+  f->hosts = layout->hosts;
+  f->nodes_from_job = layout->from_job;
+  f->block = SL_STORAGE_BLOCK_BYTES;
+  f->nodes = calloc(f->n_nodes + 1, sizeof *f->nodes);
+  if (f->nodes == NULL)
+    return sl__err_set(err, SL_STATUS_NOMEM, "out of memory in the time model");
+  for (uint32_t r = 0; r < f->world; r++) {
+    sl__node_figures *n = &f->nodes[node_of(layout, r)];
+    n->ranks++;
+    n->read += stats[r].bytes_read;
+    n->received += stats[r].bytes_received;
+    n->sent += stats[r].bytes_sent;
+  }
+  sl_status st = storage_blocks(f, sched, cat, layout, err);
+  if (st == SL_STATUS_OK)
+    st = broadcasts(f, sched, layout, err);
+  if (st != SL_STATUS_OK) {
+    sl__figures_free(f);
+    return st;
+  }
+  f->predicted_read_s = 0;
+  f->predicted_bcast_s = 0;
+  for (uint32_t i = 0; i < f->n_nodes; i++) {
+    sl__node_figures *n = &f->nodes[i];
+    n->read_s = f->storage_gbps > 0 ? (double)n->storage / (f->storage_gbps * 1e9) : 0;
+    f->predicted_read_s = n->read_s > f->predicted_read_s ? n->read_s : f->predicted_read_s;
+    f->predicted_bcast_s = n->bcast_s > f->predicted_bcast_s ? n->bcast_s : f->predicted_bcast_s;
+  }
+  f->predicted_s = f->predicted_read_s + f->predicted_bcast_s;
+  return SL_STATUS_OK;
+}
+
+void sl__figures_nodes_json(sl__buf *b, const sl__figures *f) {
+  sl__buf_appendf(b, "\"nodes\":[");
+  for (uint32_t i = 0; i < f->n_nodes; i++) {
+    const sl__node_figures *n = &f->nodes[i];
+    sl__buf_appendf(b, "%s{\"node\":%u,\"hostname\":", i > 0 ? "," : "", i);
+    if (f->hosts != NULL)
+      sl__buf_json_str(b, f->hosts[i]);
+    else
+      sl__buf_appendf(b, "null");
+    sl__buf_appendf(b,
+                    ",\"ranks\":%u,\"bytes_read\":%llu,\"bytes_received\":%llu,\"bytes_sent\":%llu,"
+                    "\"bytes_storage_blocks\":%llu,\"bytes_network_in\":%llu,\"bytes_network_out\":%llu,"
+                    "\"predicted_read_seconds\":%.3f,\"predicted_broadcast_seconds\":%.3f}",
+                    n->ranks, (unsigned long long)n->read, (unsigned long long)n->received,
+                    (unsigned long long)n->sent, (unsigned long long)n->storage,
+                    (unsigned long long)n->net_in, (unsigned long long)n->net_out, n->read_s, n->bcast_s);
+  }
+  sl__buf_appendf(b, "],");
+}

@@ -1,0 +1,73 @@
+#!/usr/bin/env python3
+"""test_progress.py -- what rank 0 prints while a load runs under mpirun with stderr in a log.
+
+A Llama-shaped model (scripts/make-fixture bench) in a temporary folder is loaded at 2 ranks
+(dp=2: half of it travels by broadcast) with stdout and stderr redirected to one file:
+  - `--progress always`: progress lines (cluster-wide figures, phase) and a final `done` line;
+  - default (auto): progress lines whenever the load lasted longer than a few intervals (a
+    shorter load may leave the log alone; the test reads the report's time instead of assuming
+    a speed);
+  - `--progress never` and `--quiet`: no progress line.
+SHARDLOAD_PROGRESS_INTERVAL shortens the interval between lines. Needs SL_CLI, SL_MPIRUN,
+SL_SOURCE_DIR.
+"""
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+CLI = os.environ["SL_CLI"]
+MPIRUN = os.environ["SL_MPIRUN"]
+SRC = os.environ["SL_SOURCE_DIR"]
+INTERVAL = 0.2
+LINE = re.compile(r"^\[shardload 0\] progress (allocate|transfer|track): \S+ \S+ / \S+ \S+ \([0-9.]+ %\) "
+                  r"cluster-wide, [0-9.]+ MB/s")
+DONE = re.compile(r"^\[shardload 0\] progress done: ")
+
+
+def load(tmp, model, name, extra):
+    log = os.path.join(tmp, name + ".log")
+    report = os.path.join(tmp, name + ".json")
+    env = dict(os.environ, SHARDLOAD_PROGRESS_INTERVAL=str(INTERVAL))
+    with open(log, "w") as f:
+        rc = subprocess.run([MPIRUN, "-np", "2", CLI, "load", model, "--dp", "2", "--report", report] + extra,
+                            stdout=f, stderr=subprocess.STDOUT, env=env, timeout=600).returncode
+    text = open(log).read()
+    if rc != 0:
+        sys.exit("FAIL: load %s exited %d:\n%s" % (name, rc, text[-3000:]))
+    lines = text.splitlines()
+    with open(report) as f:
+        seconds = json.load(f)["phases"]["total_seconds"]
+    return ([l for l in lines if LINE.match(l)], [l for l in lines if DONE.match(l)],
+            [l for l in lines if "progress" in l and l.startswith("[shardload")], seconds)
+
+
+def main():
+    fails = []
+    with tempfile.TemporaryDirectory(prefix="sl-progress-") as tmp:
+        model = os.path.join(tmp, "model")
+        subprocess.run([os.path.join(SRC, "scripts", "make-fixture"), "bench", model, "--size", "128M"],
+                       check=True, stdout=subprocess.DEVNULL)
+        lines, done, _, _ = load(tmp, model, "always", ["--progress", "always"])
+        if not lines or len(done) != 1:
+            fails.append("--progress always: %d progress lines, %d done lines" % (len(lines), len(done)))
+        lines, done, _, seconds = load(tmp, model, "auto", [])
+        if seconds > 4 * INTERVAL and not lines:
+            fails.append("auto: a %.2f s load (interval %.1f s) printed no progress line" % (seconds, INTERVAL))
+        if lines and len(done) != 1:
+            fails.append("auto: progress lines but %d done lines" % len(done))
+        print("auto: %d progress lines in %.2f s" % (len(lines), seconds))
+        for name, extra in (("never", ["--progress", "never"]), ("quiet", ["--quiet"])):
+            _, _, any_lines, _ = load(tmp, model, name, extra)
+            if any_lines:
+                fails.append("%s: progress printed: %s" % (name, any_lines[:2]))
+    for f in fails:
+        print("FAIL: " + f, file=sys.stderr)
+    print("%d failure(s)" % len(fails))
+    return 1 if fails else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,4 @@
+# tests/unit/report_schema.cmake — real load reports (1 and 3 ranks) and dry-run JSON against
+# docs/report.schema.json (python3-jsonschema; skipped without it).
+sl_script_test(test_report_schema unit ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_report_schema.py)
+set_tests_properties(test_report_schema PROPERTIES LABELS "unit;mpi" TIMEOUT 600 PROCESSORS 3)
