@@ -11,8 +11,6 @@
  * No MPI: this runs on one process and reads headers only.
  */
 #include "api/config.h"
-#include "format/safetensors.h"
-#include "model/file_select.h"
 #include "base/hashmap.h"
 #include "base/json.h"
 #include "base/util.h"
