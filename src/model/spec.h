@@ -8,6 +8,7 @@
  *   { "family", "architectures": [...], "fall_back_to_pt", "vars": {NAME: EXPR},
  *     "layer_vars": {NAME: EXPR (may use `layer`)}, "num_layers", "experts", "n_group",
  *     "tie_word_embeddings", "skip_layers": {"from", "count"}, "skip_contains": [...],
+ *     "vision_prefixes": [...],
  *     "rename": {"format": "mistral", "map": [[FROM, TO], ...]},
  *     "params": [ { "name": TEMPLATE, "place": embed|layer|final|head, "when": EXPR,
  *                   "style": ..., style arguments, "sources": [ {"tensor": TEMPLATE,
