@@ -72,6 +72,8 @@ static const key_def keys[] = {
      "save_sharded: remove the files of an older save that this one does not replace"},
     {"report", T_STR, NULL, NULL, "JSON report file written by rank 0"},
     {"strict", T_BOOL, "true", NULL, "missing or unexpected weights are errors"},
+    {"skip_vision", T_BOOL, "false", NULL,
+     "leave out a multimodal checkpoint's vision tower (else an error)"},
     {"storage_gbps", T_DOUBLE, "2.0", NULL, "dry run: storage read GB/s per node"},
     {"network_gbps", T_DOUBLE, "25.0", NULL, "dry run: network GB/s per node"},
     {"ranks_per_node", T_POS, "8", NULL, "dry run: ranks per node"},
@@ -250,8 +252,9 @@ static sl_status validate(const key_def *k, const char *value, sl__err *err) {
     if (enum_match(k->choices, value, NULL, NULL))
       return SL_STATUS_OK;
     if (strcmp(k->name, "load_format") == 0)
-      return sl__err_set(err, SL_STATUS_CONFIG,
-                         "unknown load format '%s' (accepted: auto, hf, safetensors, mistral, pt, sharded_state)", value);
+      return sl__err_set(
+          err, SL_STATUS_CONFIG,
+          "unknown load format '%s' (accepted: auto, hf, safetensors, mistral, pt, sharded_state)", value);
     return sl__err_set(err, SL_STATUS_CONFIG, "%s: unknown value '%s' (accepted: %s)", k->name, value,
                        k->choices);
   }

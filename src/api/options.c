@@ -7,8 +7,8 @@
 #include "api/config.h"
 #include "backend/backend.h"
 #include "base/log.h"
-#include "plan/plan.h"
 #include "engine/staging.h"
+#include "plan/plan.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -109,6 +109,7 @@ sl_status sl__opts_from_config(const sl_config *cfg, sl__opts *o, sl__err *err) 
   o->save_dir = sl__config_str(cfg, "save_sharded");
   o->save_max_part = sl__config_u64(cfg, "save_max_part_bytes");
   o->overwrite = sl__config_bool(cfg, "overwrite");
+  o->skip_vision = sl__config_bool(cfg, "skip_vision");
   o->report = sl__config_str(cfg, "report");
   o->quiet = sl__config_bool(cfg, "quiet");
   o->storage_gbps = sl__config_double(cfg, "storage_gbps");

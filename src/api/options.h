@@ -46,7 +46,8 @@ typedef struct sl__opts {
   uint64_t bucket_bytes;
   const char *save_dir;
   uint64_t save_max_part;
-  bool overwrite; /* save_sharded: remove an older save's files that this one does not replace */
+  bool overwrite;   /* save_sharded: remove an older save's files that this one does not replace */
+  bool skip_vision; /* leave out the spec's vision_prefixes tensors instead of failing */
   const char *report;
   bool quiet;
   double storage_gbps, network_gbps;

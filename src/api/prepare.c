@@ -178,6 +178,8 @@ sl_status sl__prepare_model(const sl__opts *o, sl__prepared *p, sl__err *err) {
     st = sl__model_build(p->spec, &p->cat, o->layout, &p->model, err);
   if (st == SL_STATUS_OK)
     p->have_model = true;
+  if (st == SL_STATUS_OK)
+    st = sl__model_vision(&p->model, p->spec, &p->cat, o->skip_vision, err);
   if (st == SL_STATUS_OK && o->enable_ep && p->model.experts == 0)
     SL_INFO("--enable-expert-parallel has no effect on %s: the model has no experts", p->model.family);
   return st;

@@ -32,7 +32,7 @@ typedef struct sl__prepared {
   uint64_t download_bytes; /* Hub: bytes fetched by this resolution */
   uint32_t download_files;
   double download_seconds;
-  char *commit; /* Hub: resolved commit, or NULL for a local folder */
+  char *commit;   /* Hub: resolved commit, or NULL for a local folder */
   uint32_t world; /* ranks of the job (the saved world of a sharded_state checkpoint must match) */
 } sl__prepared;
 

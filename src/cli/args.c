@@ -35,6 +35,7 @@ static const flag flags[] = {
     {"-dp", "dp", NULL},
     {"--download-dir", "cache_dir", NULL},
     {"--overwrite", "overwrite", "true"},
+    {"--skip-vision", "skip_vision", "true"},
 };
 #define N_FLAGS (sizeof flags / sizeof flags[0])
 
@@ -62,6 +63,7 @@ static const char *const load_keys[] = {"tp",
                                         "coalesce_gap_bytes",
                                         "bucket_bytes",
                                         "strict",
+                                        "skip_vision",
                                         "report",
                                         "save_sharded",
                                         "save_max_part_bytes",
@@ -99,6 +101,7 @@ static const char *const plan_keys[] = {"tp",
                                         "coalesce_gap_bytes",
                                         "bucket_bytes",
                                         "strict",
+                                        "skip_vision",
                                         "storage_gbps",
                                         "network_gbps",
                                         "ranks_per_node",

@@ -87,6 +87,11 @@ enum {
 };
 
 /* Instantiates spec for the catalog's config.json in the given layout. */
+/* The spec's vision_prefixes (model/model_vision.c): tensors under them that no parameter reads are
+ * skipped when skip is true, else an error naming them and the skip_vision option. */
+sl_status sl__model_vision(sl__model *m, const sl__spec *spec, const sl__catalog *cat, bool skip,
+                           sl__err *err);
+
 sl_status sl__model_build(const sl__spec *spec, const sl__catalog *cat, sl__layout_kind layout,
                           sl__model *out, sl__err *err);
 void sl__model_free(sl__model *m);

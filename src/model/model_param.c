@@ -101,15 +101,12 @@ static sl_status global_shape(sl__model_builder *b, sl__mparam *p) {
   case SL_STYLE_MOE3D_W2_BLOCKED:
   case SL_STYLE_MOE_W2_BIAS:
     return SL_STATUS_OK;
-  case SL_STYLE_MOE3D_W13_TRANSPOSED: /* [E, H, 2*Im] → [E, 2*Im, H] */
-  case SL_STYLE_MOE3D_W2_TRANSPOSED:  /* [E, Im, H] → [E, H, Im] */
+  case SL_STYLE_MOE3D_W13_TRANSPOSED: /* [E, H, 2*Im] and [E, Im, H]: the checkpoint's orientation */
+  case SL_STYLE_MOE3D_W2_TRANSPOSED:
     if (s0->ndim != 3)
-      return sl__err_set(b->err, SL_STATUS_ARCH, "spec %s: fused expert tensor %s must be 3-D",
-                         b->e.spec->path, s0->name);
-    if (!p->ckpt) {
-      p->shape[1] = s0->shape[2];
-      p->shape[2] = s0->shape[1];
-    }
+      return sl__err_set(b->err, SL_STATUS_ARCH,
+                         "spec %s: fused expert tensor %s must be 3-D, has %u dimensions", b->e.spec->path,
+                         s0->name, s0->ndim);
     return SL_STATUS_OK;
   case SL_STYLE_VOCAB:
     if (!p->ckpt)

@@ -65,7 +65,6 @@ static char *spec_search_path(void) {
   return sl__buf_take(&dirs);
 }
 
-
 static const char *const style_names[SL_STYLE_COUNT] = {
     "replicated", "column", "row", "merged", "qkv", "vocab", "concat", "moe_w13", "moe_w2", "moe3d_w13",
     "moe3d_w2",
@@ -449,6 +448,9 @@ static sl_status parse_skips(ctx *c, const cJSON *root, sl__spec *s) {
   const cJSON *sc = cJSON_GetObjectItemCaseSensitive(root, "skip_contains");
   if (st == SL_STATUS_OK && sc != NULL)
     st = string_list(c, sc, "skip_contains", &s->skip_contains, &s->n_skip_contains);
+  const cJSON *vp = cJSON_GetObjectItemCaseSensitive(root, "vision_prefixes");
+  if (st == SL_STATUS_OK && vp != NULL)
+    st = string_list(c, vp, "vision_prefixes", &s->vision_prefixes, &s->n_vision_prefixes);
   return st;
 }
 
@@ -537,6 +539,7 @@ sl_status sl__spec_parse(const char *json, size_t len, const char *path, sl__spe
                                      "tie_word_embeddings",
                                      "skip_layers",
                                      "skip_contains",
+                                     "vision_prefixes",
                                      "rename",
                                      "params",
                                      NULL};
@@ -613,6 +616,7 @@ void sl__spec_free(sl__spec *s) {
   sl__expr_free(s->skip_layers_from);
   sl__expr_free(s->skip_layers_count);
   free_list(s->skip_contains);
+  free_list(s->vision_prefixes);
   free(s->rename_format);
   free_list(s->rename_from);
   free_list(s->rename_to);

@@ -8,6 +8,7 @@
  *   { "family", "architectures": [...], "fall_back_to_pt", "vars": {NAME: EXPR},
  *     "layer_vars": {NAME: EXPR (may use `layer`)}, "num_layers", "experts", "n_group",
  *     "tie_word_embeddings", "skip_layers": {"from", "count"}, "skip_contains": [...],
+ *     "vision_prefixes": [...],
  *     "rename": {"format": "mistral", "map": [[FROM, TO], ...]},
  *     "params": [ { "name": TEMPLATE, "place": embed|layer|final|head, "when": EXPR,
  *                   "style": ..., style arguments, "sources": [ {"tensor": TEMPLATE,
@@ -53,8 +54,8 @@ typedef enum sl__style {
   SL_STYLE_MOE3D_W13_INTERLEAVED, /* [E, 2*Im, ...] with gate/up rows interleaved (kept so) */
   SL_STYLE_MOE3D_W2_BLOCKED,      /* [E, H, Im/b, ...]: dim 2 split over the MoE ranks */
   SL_STYLE_MOE_W2_BIAS,           /* [E, H] down bias: MoE tensor-parallel rank 0 only */
-  SL_STYLE_MOE3D_W13_TRANSPOSED,  /* [E, H, 2*Im] → [El, 2*Ip, H] */
-  SL_STYLE_MOE3D_W2_TRANSPOSED,   /* [E, Im, H] → [El, H, Ip] */
+  SL_STYLE_MOE3D_W13_TRANSPOSED,  /* [E, H, 2*Im] → [El, H, 2*Ip] (orientation kept) */
+  SL_STYLE_MOE3D_W2_TRANSPOSED,   /* [E, Im, H] → [El, Ip, H] (orientation kept) */
   SL_STYLE_COUNT
 } sl__style;
 
@@ -109,6 +110,8 @@ typedef struct sl__spec {
   sl__expr *skip_layers_count;
   size_t n_skip_contains;
   char **skip_contains;
+  size_t n_vision_prefixes; /* name prefixes of a vision tower: skipped only with skip_vision */
+  char **vision_prefixes;
   char *rename_format; /* "mistral" or NULL */
   size_t n_rename;
   char **rename_from; /* templates with {layer} */

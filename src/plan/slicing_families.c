@@ -10,8 +10,9 @@
  *   moe_w2_bias                  row range per expert; the down projection (and its MXFP4 blocks
  *                                and scales) splits its dim 2; the down bias is added once after
  *                                the all-reduce, so only MoE tensor-parallel rank 0 holds it;
- *   moe3d_w13_transposed,        Llama-4 experts stored [E, H, 2*Im] / [E, Im, H], transposed
- *   moe3d_w2_transposed          into vLLM's [El, 2*Ip, H] / [El, H, Ip] element by element.
+ *   moe3d_w13_transposed,        Llama-4 experts stored [E, H, 2*Im] / [E, Im, H] (transposed
+ *   moe3d_w2_transposed          against vLLM's w13/w2): kept in that orientation, [El, H, 2*Ip] /
+ *                                [El, Ip, H], so that every copy is a strided run of whole rows.
  *
  * Every style emits byte copies straight from offsets in the source (emit below), rather than
  * through plan/slicing.c's 2-D views, because the sources here are 3-D or 4-D with the split
@@ -264,8 +265,9 @@ sl_status sl__slice_moe_w2_bias(sl__slicer *s, sl__local_shape *ls, char *desc, 
   return st;
 }
 
-/* [E, H, 2*Im] (gate columns [0, Im), up columns [Im, 2*Im)) → [El, 2*Ip, H]: local row j of a
- * part is column mr*Ip + j of that part, gathered over the H rows one element at a time. */
+/* [E, H, 2*Im] (gate columns [0, Im), up columns [Im, 2*Im)) → [El, H, 2*Ip] in the checkpoint's
+ * orientation: per local expert and part, columns [p*Im + mr*Ip, +Ip) of every H row, one strided
+ * copy (H rows of Ip elements); the gate block then the up block of each local row. */
 sl_status sl__slice_moe3d_w13_transposed(sl__slicer *s, sl__local_shape *ls, char *desc, size_t dcap) {
   const sl__msrc *src = &s->p->src[0];
   uint64_t eb = 0;
@@ -274,35 +276,31 @@ sl_status sl__slice_moe3d_w13_transposed(sl__slicer *s, sl__local_shape *ls, cha
   if (st != SL_STATUS_OK)
     return st;
   if (src->ndim != 3)
-    return sl__err_set(s->err, SL_STATUS_SHAPE, "%s: expected [E, H, 2*Im]", src->name);
-  uint64_t mt = s->x->mt;
-  st = need_div(s, 2, src->shape[2], 2 * mt, "gate and up halves over the MoE tp ranks");
+    return sl__err_set(s->err, SL_STATUS_SHAPE, "%s: expected [E, H, 2*Im], got %u dimensions", src->name,
+                       src->ndim);
+  st = need_div(s, 2, src->shape[2], 2 * s->x->mt, "gate and up halves over the MoE tp ranks");
   if (st != SL_STATUS_OK)
     return st;
   uint64_t H = src->shape[1];
   uint64_t im = src->shape[2] / 2;
-  uint64_t ip = im / mt;
+  uint64_t ip = im / s->x->mt;
   uint64_t row = src->shape[2] * eb;
+  uint64_t lrow = 2 * ip * eb;
   for (uint64_t k = 0; k < s->x->slots && st == SL_STATUS_OK; k++) {
     uint64_t base = sl__slicer_expert(s, k) * slab;
-    for (uint64_t part = 0; part < 2 && st == SL_STATUS_OK; part++) {
-      for (uint64_t j = 0; j < ip && st == SL_STATUS_OK; j++) {
-        uint64_t col = part * im + s->x->mr * ip + j;
-        uint64_t dst = ((k * 2 + part) * ip + j) * H * eb;
-        st = emit(s, base + col * eb, H, eb, row, dst, eb);
-      }
-    }
+    for (uint64_t part = 0; part < 2 && st == SL_STATUS_OK; part++)
+      st = emit(s, base + (part * im + s->x->mr * ip) * eb, H, ip * eb, row, k * H * lrow + part * ip * eb,
+                lrow);
   }
-  memset(ls, 0, sizeof *ls);
-  ls->ndim = 3;
+  shape_like(ls, src);
   ls->shape[0] = s->x->slots;
-  ls->shape[1] = 2 * ip;
-  ls->shape[2] = H;
-  expert_desc(s, "w13 transposed", desc, dcap);
+  ls->shape[2] = 2 * ip;
+  expert_desc(s, "gate_up [E, H, 2*Im] kept", desc, dcap);
   return st;
 }
 
-/* [E, Im, H] → [El, H, Ip]: local row h is column h of source rows [mr*Ip, (mr+1)*Ip). */
+/* [E, Im, H] → [El, Ip, H] in the checkpoint's orientation: rows [mr*Ip, +Ip) of each local
+ * expert, one contiguous range. */
 sl_status sl__slice_moe3d_w2_transposed(sl__slicer *s, sl__local_shape *ls, char *desc, size_t dcap) {
   const sl__msrc *src = &s->p->src[0];
   uint64_t eb = 0;
@@ -311,24 +309,18 @@ sl_status sl__slice_moe3d_w2_transposed(sl__slicer *s, sl__local_shape *ls, char
   if (st != SL_STATUS_OK)
     return st;
   if (src->ndim != 3)
-    return sl__err_set(s->err, SL_STATUS_SHAPE, "%s: expected [E, Im, H]", src->name);
-  uint64_t mt = s->x->mt;
-  st = need_div(s, 1, src->shape[1], mt, "expert intermediate size over the MoE tp ranks");
+    return sl__err_set(s->err, SL_STATUS_SHAPE, "%s: expected [E, Im, H], got %u dimensions", src->name,
+                       src->ndim);
+  st = need_div(s, 1, src->shape[1], s->x->mt, "expert intermediate size over the MoE tp ranks");
   if (st != SL_STATUS_OK)
     return st;
-  uint64_t H = src->shape[2];
-  uint64_t ip = src->shape[1] / mt;
-  uint64_t row = H * eb;
-  for (uint64_t k = 0; k < s->x->slots && st == SL_STATUS_OK; k++) {
-    uint64_t base = sl__slicer_expert(s, k) * slab + s->x->mr * ip * row;
-    for (uint64_t h = 0; h < H && st == SL_STATUS_OK; h++)
-      st = emit(s, base + h * eb, ip, eb, row, (k * H + h) * ip * eb, eb);
-  }
-  memset(ls, 0, sizeof *ls);
-  ls->ndim = 3;
+  uint64_t ip = src->shape[1] / s->x->mt;
+  uint64_t rows = ip * src->shape[2] * eb;
+  for (uint64_t k = 0; k < s->x->slots && st == SL_STATUS_OK; k++)
+    st = emit(s, sl__slicer_expert(s, k) * slab + s->x->mr * rows, 1, rows, rows, k * rows, rows);
+  shape_like(ls, src);
   ls->shape[0] = s->x->slots;
-  ls->shape[1] = H;
-  ls->shape[2] = ip;
-  expert_desc(s, "w2 transposed", desc, dcap);
+  ls->shape[1] = ip;
+  expert_desc(s, "down [E, Im, H] kept", desc, dcap);
   return st;
 }

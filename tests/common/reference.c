@@ -53,7 +53,9 @@ typedef enum style {
   ST_MERGED_FUSED, /* one [2*I, ...] tensor */
   ST_MOE3D_IL,     /* [E, 2*Im, ...] gate/up interleaved: a contiguous row range per expert */
   ST_MOE3D_BLK,    /* [E, H, C, ...]: dim 2 split */
-  ST_MOE_W2BIAS    /* [E, H]: MoE tensor-parallel rank 0 only */
+  ST_MOE_W2BIAS,   /* [E, H]: MoE tensor-parallel rank 0 only */
+  ST_GATE_UP_T,    /* Llama-4 [E, H, 2*Im]: gate and up column ranges, orientation kept */
+  ST_DOWN_T        /* Llama-4 [E, Im, H]: a row range per expert, orientation kept */
 } style;
 
 typedef enum place { AT_EMBED, AT_LAYER, AT_FINAL, AT_HEAD } place;
@@ -70,7 +72,8 @@ typedef enum family {
   FAM_PHI3,
   FAM_GEMMA3,
   FAM_GLM4_MOE,
-  FAM_GPT_OSS
+  FAM_GPT_OSS,
+  FAM_LLAMA4
 } family;
 
 #define MAX_SRC 3
@@ -116,8 +119,9 @@ struct sl_ref_model {
   bool tie;
   bool fp8;
   uint64_t bn, bk;
-  uint64_t nh;  /* DeepSeek: heads that TP must divide */
-  sl_status st; /* first error while building */
+  uint64_t nh;     /* DeepSeek: heads that TP must divide */
+  const char *pre; /* prefix of every text-model name: "" or Llama-4's "language_model." */
+  sl_status st;    /* first error while building */
   char msg[512];
 };
 
@@ -472,7 +476,7 @@ static void def_expert_src(sl_ref_model *m, rdef *d, const char *prefix, const c
 /* A layer parameter with one source named like the parameter (prefix "model.layers.L."). */
 static void layer_one(sl_ref_model *m, style st, uint32_t layer, const char *suffix) {
   char name[256];
-  snprintf(name, sizeof name, "model.layers.%u.%s", layer, suffix);
+  snprintf(name, sizeof name, "%smodel.layers.%u.%s", m->pre, layer, suffix);
   rdef *d = def_new(m, st, AT_LAYER, layer, name);
   def_src(m, d, name, false);
 }
@@ -481,9 +485,9 @@ static void layer_merged(sl_ref_model *m, uint32_t layer, const char *vname, con
   char name[256];
   char s0[256];
   char s1[256];
-  snprintf(name, sizeof name, "model.layers.%u.%s", layer, vname);
-  snprintf(s0, sizeof s0, "model.layers.%u.%s", layer, a);
-  snprintf(s1, sizeof s1, "model.layers.%u.%s", layer, b);
+  snprintf(name, sizeof name, "%smodel.layers.%u.%s", m->pre, layer, vname);
+  snprintf(s0, sizeof s0, "%smodel.layers.%u.%s", m->pre, layer, a);
+  snprintf(s1, sizeof s1, "%smodel.layers.%u.%s", m->pre, layer, b);
   rdef *d = def_new(m, ST_MERGED, AT_LAYER, layer, name);
   def_src(m, d, s0, false);
   def_src(m, d, s1, false);
@@ -496,7 +500,7 @@ static void llama_attention(sl_ref_model *m, uint32_t layer, bool qkv_bias, bool
   const char *kinds[2] = {"weight", "bias"};
   for (int k = 0; k < (qkv_bias ? 2 : 1); k++) {
     char name[256];
-    snprintf(name, sizeof name, "model.layers.%u.self_attn.qkv_proj.%s", layer, kinds[k]);
+    snprintf(name, sizeof name, "%smodel.layers.%u.self_attn.qkv_proj.%s", m->pre, layer, kinds[k]);
     rdef *d = def_new(m, ST_QKV, AT_LAYER, layer, name);
     if (d == NULL)
       return;
@@ -506,7 +510,7 @@ static void llama_attention(sl_ref_model *m, uint32_t layer, bool qkv_bias, bool
     const char *parts[3] = {"q_proj", "k_proj", "v_proj"};
     for (int i = 0; i < 3; i++) {
       char src[256];
-      snprintf(src, sizeof src, "model.layers.%u.self_attn.%s.%s", layer, parts[i], kinds[k]);
+      snprintf(src, sizeof src, "%smodel.layers.%u.self_attn.%s.%s", m->pre, layer, parts[i], kinds[k]);
       /* docs/spec/ARCHITECTURES.md §3: wq and wk rows are permuted in the mistral format. */
       def_src(m, d, src, m->mistral && k == 0 && i < 2);
     }
@@ -682,6 +686,26 @@ static void gpt_oss_layer(sl_ref_model *m, uint32_t layer) {
   layer_renamed(m, ST_MOE_W2BIAS, layer, "mlp.experts.w2_bias", "mlp.experts.down_proj_bias");
 }
 
+/* docs/spec/ARCHITECTURES.md §13: Llama-4 text layers (names under "language_model."); routed experts
+ * every interleave_moe_layer_step layers, in the checkpoint's fused orientation, plus a shared
+ * expert; a dense feed_forward on the other layers. cfg is text_config. */
+static void llama4_layer(sl_ref_model *m, const cJSON *cfg, uint32_t layer) {
+  llama_attention(m, layer, false, false, false);
+  uint64_t step = cfg_num_or(cfg, "interleave_moe_layer_step", 1);
+  if (m->E == 0 || step == 0 || (layer + 1) % step != 0) {
+    layer_merged(m, layer, "feed_forward.gate_up_proj.weight", "feed_forward.gate_proj.weight",
+                 "feed_forward.up_proj.weight");
+    layer_one(m, ST_ROW, layer, "feed_forward.down_proj.weight");
+    return;
+  }
+  layer_one(m, ST_REPLICATED, layer, "feed_forward.router.weight");
+  layer_one(m, ST_GATE_UP_T, layer, "feed_forward.experts.gate_up_proj");
+  layer_one(m, ST_DOWN_T, layer, "feed_forward.experts.down_proj");
+  layer_merged(m, layer, "feed_forward.shared_expert.gate_up_proj.weight",
+               "feed_forward.shared_expert.gate_proj.weight", "feed_forward.shared_expert.up_proj.weight");
+  layer_one(m, ST_ROW, layer, "feed_forward.shared_expert.down_proj.weight");
+}
+
 static void family_layer(sl_ref_model *m, const cJSON *cfg, uint32_t layer) {
   bool attn_bias = cfg_bool_or(cfg, "attention_bias", false);
   bool mlp_bias = cfg_bool_or(cfg, "mlp_bias", false);
@@ -755,6 +779,9 @@ static void family_layer(sl_ref_model *m, const cJSON *cfg, uint32_t layer) {
   case FAM_GPT_OSS:
     gpt_oss_layer(m, layer);
     break;
+  case FAM_LLAMA4:
+    llama4_layer(m, cfg, layer);
+    break;
   }
 }
 
@@ -815,13 +842,21 @@ static bool pick_family(sl_ref_model *m, const char *arch, const char *override)
   static const struct {
     const char *arch;
     family fam;
-  } table[] = {{"LlamaForCausalLM", FAM_LLAMA},         {"MistralForCausalLM", FAM_LLAMA},
-               {"Qwen2ForCausalLM", FAM_QWEN2},         {"Qwen3ForCausalLM", FAM_QWEN3},
-               {"MixtralForCausalLM", FAM_MIXTRAL},     {"Qwen2MoeForCausalLM", FAM_QWEN2_MOE},
-               {"Qwen3MoeForCausalLM", FAM_QWEN3_MOE},  {"DeepseekV2ForCausalLM", FAM_DEEPSEEK},
-               {"DeepseekV3ForCausalLM", FAM_DEEPSEEK}, {"Fused3dMoeForCausalLM", FAM_FUSED3D},
-               {"Phi3ForCausalLM", FAM_PHI3},           {"Gemma3ForCausalLM", FAM_GEMMA3},
-               {"Glm4MoeForCausalLM", FAM_GLM4_MOE},    {"GptOssForCausalLM", FAM_GPT_OSS}};
+  } table[] = {{"LlamaForCausalLM", FAM_LLAMA},
+               {"MistralForCausalLM", FAM_LLAMA},
+               {"Qwen2ForCausalLM", FAM_QWEN2},
+               {"Qwen3ForCausalLM", FAM_QWEN3},
+               {"MixtralForCausalLM", FAM_MIXTRAL},
+               {"Qwen2MoeForCausalLM", FAM_QWEN2_MOE},
+               {"Qwen3MoeForCausalLM", FAM_QWEN3_MOE},
+               {"DeepseekV2ForCausalLM", FAM_DEEPSEEK},
+               {"DeepseekV3ForCausalLM", FAM_DEEPSEEK},
+               {"Fused3dMoeForCausalLM", FAM_FUSED3D},
+               {"Phi3ForCausalLM", FAM_PHI3},
+               {"Gemma3ForCausalLM", FAM_GEMMA3},
+               {"Glm4MoeForCausalLM", FAM_GLM4_MOE},
+               {"GptOssForCausalLM", FAM_GPT_OSS},
+               {"Llama4ForConditionalGeneration", FAM_LLAMA4}};
   if (override != NULL && strcmp(override, "fused3d") == 0) {
     m->fam = FAM_FUSED3D;
     return true;
@@ -835,8 +870,14 @@ static bool pick_family(sl_ref_model *m, const char *arch, const char *override)
   return false;
 }
 
-static bool read_config(sl_ref_model *m, const cJSON *cfg, const char *override) {
-  const cJSON *archs = cJSON_GetObjectItemCaseSensitive(cfg, "architectures");
+/* The object holding the text model's sizes: Llama-4 nests them under text_config. */
+static const cJSON *text_cfg(const sl_ref_model *m, const cJSON *cfg) {
+  const cJSON *tc = cJSON_GetObjectItemCaseSensitive(cfg, "text_config");
+  return m->fam == FAM_LLAMA4 && cJSON_IsObject(tc) ? tc : cfg;
+}
+
+static bool read_config(sl_ref_model *m, const cJSON *top, const char *override) {
+  const cJSON *archs = cJSON_GetObjectItemCaseSensitive(top, "architectures");
   const cJSON *a0 = cJSON_GetArrayItem(archs, 0);
   const char *arch = cJSON_IsString(a0) ? a0->valuestring : NULL;
   if (!pick_family(m, arch, override)) {
@@ -844,6 +885,8 @@ static bool read_config(sl_ref_model *m, const cJSON *cfg, const char *override)
                m->folder);
     return false;
   }
+  m->pre = m->fam == FAM_LLAMA4 ? "language_model." : "";
+  const cJSON *cfg = text_cfg(m, top);
   bool ok = cfg_num(cfg, "hidden_size", &m->H) && cfg_num(cfg, "vocab_size", &m->V) &&
             cfg_num(cfg, "num_hidden_layers", &m->L) && cfg_num(cfg, "num_attention_heads", &m->Hq);
   if (!ok || m->Hq == 0) {
@@ -862,7 +905,7 @@ static bool read_config(sl_ref_model *m, const cJSON *cfg, const char *override)
   }
   m->n_group = cfg_num_or(cfg, "n_group", 1);
   /* Gemma-3 ties unless told otherwise (docs/spec/ARCHITECTURES.md §10). */
-  m->tie = cfg_bool_or(cfg, "tie_word_embeddings", m->fam == FAM_GEMMA3);
+  m->tie = cfg_bool_or(top, "tie_word_embeddings", m->fam == FAM_GEMMA3);
   const cJSON *q = cJSON_GetObjectItemCaseSensitive(cfg, "quantization_config");
   if (cJSON_IsObject(q)) {
     const cJSON *qm = cJSON_GetObjectItemCaseSensitive(q, "quant_method");
@@ -882,20 +925,26 @@ static bool read_config(sl_ref_model *m, const cJSON *cfg, const char *override)
   return true;
 }
 
-static void build_defs(sl_ref_model *m, const cJSON *cfg) {
+static void build_defs(sl_ref_model *m, const cJSON *top) {
+  const cJSON *cfg = text_cfg(m, top);
+  char embed[96];
+  char norm[96];
+  char head[96];
+  snprintf(embed, sizeof embed, "%smodel.embed_tokens.weight", m->pre);
+  snprintf(norm, sizeof norm, "%smodel.norm.weight", m->pre);
+  snprintf(head, sizeof head, "%slm_head.weight", m->pre);
   /* GPT-OSS calls its embedding "embedding" in vLLM (docs/spec/ARCHITECTURES.md §12). */
-  rdef *d = def_new(m, ST_VOCAB, AT_EMBED, 0,
-                    m->fam == FAM_GPT_OSS ? "model.embedding.weight" : "model.embed_tokens.weight");
-  def_src(m, d, "model.embed_tokens.weight", false);
+  rdef *d = def_new(m, ST_VOCAB, AT_EMBED, 0, m->fam == FAM_GPT_OSS ? "model.embedding.weight" : embed);
+  def_src(m, d, embed, false);
   if (d != NULL)
     d->vocab = m->V;
   for (uint32_t layer = 0; layer < m->L; layer++)
     family_layer(m, cfg, layer);
-  d = def_new(m, ST_REPLICATED, AT_FINAL, 0, "model.norm.weight");
-  def_src(m, d, "model.norm.weight", false);
+  d = def_new(m, ST_REPLICATED, AT_FINAL, 0, norm);
+  def_src(m, d, norm, false);
   if (!m->tie) {
-    d = def_new(m, ST_VOCAB, AT_HEAD, 0, "lm_head.weight");
-    def_src(m, d, "lm_head.weight", false);
+    d = def_new(m, ST_VOCAB, AT_HEAD, 0, head);
+    def_src(m, d, head, false);
     if (d != NULL)
       d->vocab = m->V;
   }
@@ -1264,6 +1313,16 @@ static void check_def(ctx *c, const rdef *d) {
       ctx_fail(c, SL_STATUS_DIVISIBILITY, "%s: dim 2 not divisible by %llu", d->name,
                (unsigned long long)c->Mt);
     break;
+  case ST_GATE_UP_T:
+    if (tens(c, d->src[0])->shape[2] % (2 * c->Mt) != 0)
+      ctx_fail(c, SL_STATUS_DIVISIBILITY, "%s: 2*Im columns not divisible by 2*%llu", d->name,
+               (unsigned long long)c->Mt);
+    break;
+  case ST_DOWN_T:
+    if (tens(c, d->src[0])->shape[1] % c->Mt != 0)
+      ctx_fail(c, SL_STATUS_DIVISIBILITY, "%s: Im rows not divisible by %llu", d->name,
+               (unsigned long long)c->Mt);
+    break;
   case ST_REPLICATED:
   case ST_CONCAT:
   case ST_MOE_W2BIAS:
@@ -1601,6 +1660,39 @@ static void build_gpt_oss_experts(ctx *c, const rdef *d) {
   }
 }
 
+/* docs/spec/LAYOUTS.md §3.10: Llama-4 experts in the checkpoint's orientation. GATE_UP_T: [El, H, 2n]
+ * with n = Im/Mt, each row h of local expert j = gate columns [mr*n, +n) then up columns
+ * Im + [mr*n, +n) of row h; DOWN_T: [El, n, H], rows [mr*n, +n) of each local expert. */
+static void build_llama4_experts(ctx *c, const rdef *d) {
+  const rtensor *t = tens(c, d->src[0]);
+  uint64_t eb = t->bits / 8;
+  uint64_t slab = t->nbytes / t->shape[0];
+  bool gu = d->st == ST_GATE_UP_T;
+  uint64_t shape[SL_MAX_DIMS] = {c->n_local, t->shape[1], t->shape[2]};
+  uint64_t n = gu ? t->shape[2] / 2 / c->Mt : t->shape[1] / c->Mt;
+  shape[gu ? 2 : 1] = gu ? 2 * n : n;
+  sl_ref_param *p = entry_new(c, c->ckpt ? t->name : d->name, t, 3, t->shape, shape);
+  size_t cap = 0;
+  for (uint32_t j = 0; j < c->n_local && p != NULL; j++) {
+    uint64_t base = c->local[j] * slab;
+    if (!gu) {
+      uint64_t len = n * t->shape[2] * eb;
+      if (!seg_add(p, &cap, j * len, len, d->src[0], base + c->mr * len))
+        ctx_fail(c, SL_STATUS_NOMEM, "out of memory");
+      continue;
+    }
+    uint64_t H = t->shape[1];
+    uint64_t im = t->shape[2] / 2;
+    for (uint64_t h = 0; h < H; h++) {
+      uint64_t dst = (j * H + h) * 2 * n * eb;
+      uint64_t src = base + h * t->shape[2] * eb;
+      if (!seg_add(p, &cap, dst, n * eb, d->src[0], src + c->mr * n * eb) ||
+          !seg_add(p, &cap, dst + n * eb, n * eb, d->src[0], src + (im + c->mr * n) * eb))
+        ctx_fail(c, SL_STATUS_NOMEM, "out of memory");
+    }
+  }
+}
+
 static void build_def(ctx *c, const rdef *d) {
   switch (d->st) {
   case ST_REPLICATED:
@@ -1644,6 +1736,10 @@ static void build_def(ctx *c, const rdef *d) {
   case ST_MOE3D_BLK:
   case ST_MOE_W2BIAS:
     build_gpt_oss_experts(c, d);
+    break;
+  case ST_GATE_UP_T:
+  case ST_DOWN_T:
+    build_llama4_experts(c, d);
     break;
   }
 }

@@ -5,3 +5,10 @@ sl_mpi_test(test_load_families)
 target_sources(test_load_families PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/common/reference.c
   ${CMAKE_CURRENT_SOURCE_DIR}/mpi/load_check.c)
 target_link_libraries(test_load_families PRIVATE m)
+
+# Llama-4 (text_config, fused experts in the checkpoint's orientation, vision tower refused or
+# skipped with skip_vision) at 1, 2, 3 and 4 ranks against the same reference.
+sl_mpi_test(test_load_llama4)
+target_sources(test_load_llama4 PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/common/reference.c
+  ${CMAKE_CURRENT_SOURCE_DIR}/mpi/load_check.c)
+target_link_libraries(test_load_llama4 PRIVATE m)

@@ -60,6 +60,7 @@ static const key k_keys[] = {
     {"overwrite", BOOL, "false", {0}},
     {"report", STR, NULL, {0}},
     {"strict", BOOL, "true", {0}},
+    {"skip_vision", BOOL, "false", {0}},
     {"storage_gbps", DBL, "2.0", {0}},
     {"network_gbps", DBL, "25.0", {0}},
     {"ranks_per_node", POS, "8", {0}},
@@ -666,7 +667,7 @@ static void test_options(void) {
 }
 
 int main(void) {
-  CHECK_EQ_U64(N_KEYS, 44);
+  CHECK_EQ_U64(N_KEYS, 45);
   test_each_key();
   test_defaults();
   test_api();
