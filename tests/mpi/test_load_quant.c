@@ -10,6 +10,8 @@
  *                      holding the q, k, v scales in that order on every rank; gate_up_proj's [2];
  *                      a per-channel qkv_proj.weight_scale at tp 2 holds q rows [32r, +32) then the
  *                      k and v rows [16r, +16).
+ *   test_failures      a linear without its weight_scale, and another quant_method (gptq), are
+ *                      QUANTIZATION errors naming the tensor or the method.
  */
 #include "check.h"
 #include "load_check.h"
@@ -108,12 +110,37 @@ static void golden_channel(void) {
   lc_result_free(&res);
 }
 
+static void expect_failure(const char *dir, const char *text) {
+  lc_case c = {.fixture = dir,
+               .tp = lc_world() == 3 ? 1 : lc_world(),
+               .pp = 1,
+               .dp = lc_world() == 3 ? 3 : 1,
+               .expect = SL_STATUS_QUANTIZATION,
+               .expect_text = text};
+  lc_run(&c, NULL);
+}
+
+static void test_failures(void) {
+  char *tmp = lc_tmpdir("quant");
+  if (tmp == NULL)
+    return;
+  char dir[1024];
+  snprintf(dir, sizeof dir, "%s/noscale", tmp);
+  if (lc_make_variant("ct_fp8_tensor", dir, "--drop model.layers.1.self_attn.k_proj.weight_scale"))
+    expect_failure(dir, "model.layers.1.self_attn.k_proj.weight_scale");
+  snprintf(dir, sizeof dir, "%s/gptq", tmp);
+  if (lc_make_variant("ct_fp8_tensor", dir, "--set-config 'quantization_config.quant_method=\"gptq\"'"))
+    expect_failure(dir, "'gptq'");
+  lc_tmpdir_remove(tmp);
+}
+
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
   sl_test_rank = lc_rank();
   lc_quiet_logs();
   golden_parts();
   golden_channel();
+  test_failures();
   test_all_layouts();
   lc_models_close();
   int rc = sl_test_finish_mpi(MPI_COMM_WORLD);
