@@ -237,10 +237,12 @@ static sl_status read_quantization(sl__model_builder *b) {
    * slices with their weight; nothing is derived from the config. */
   if (strcmp(mname, "mxfp4") == 0)
     return SL_STATUS_OK;
+  if (strcmp(mname, "compressed-tensors") == 0)
+    return sl__model_read_compressed(b, q);
   if (strcmp(mname, "fp8") != 0)
     return sl__err_set(b->err, SL_STATUS_QUANTIZATION,
                        "unsupported quantization method '%s' (supported: fp8 with "
-                       "weight_block_size, mxfp4)",
+                       "weight_block_size, mxfp4, compressed-tensors fp8)",
                        mname);
   const cJSON *bs = cJSON_GetObjectItemCaseSensitive(q, "weight_block_size");
   const cJSON *bn = cJSON_IsArray(bs) && cJSON_GetArraySize(bs) == 2 ? cJSON_GetArrayItem(bs, 0) : NULL;

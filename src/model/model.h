@@ -68,6 +68,7 @@ typedef struct sl__model {
   uint64_t n_group;
   bool tied;
   bool fp8;
+  bool ct_fp8;         /* compressed-tensors fp8: weight_scale / input_scale companions */
   uint64_t block_rows; /* fp8 weight_block_size */
   uint64_t block_cols;
   bool mistral_format; /* rotary permutation applies */

@@ -60,8 +60,18 @@ sl_status sl__model_build_param(sl__model_builder *b, const sl__spec_param *sp, 
 sl_status sl__model_build_alias(sl__model_builder *b, const sl__spec_param *sp);
 /* Rewrites b->params (vllm layout) into the checkpoint layout: one parameter per source tensor. */
 sl_status sl__model_to_checkpoint_layout(sl__model_builder *b);
+/* Appends a parameter with no fields set but alias_of, only_expert (SL_NONE) and layer (-1). */
+sl__mparam *sl__model_push_param(sl__model_builder *b);
 /* Frees what one parameter owns. */
 void sl__model_mparam_free(sl__mparam *p);
+
+/* ---- quantization companions (model/model_quant.c) ---- */
+
+/* compressed-tensors: reads quantization_config (fp8 float weights of 8 bits). */
+sl_status sl__model_read_compressed(sl__model_builder *b, const cJSON *q);
+/* compressed-tensors fp8: the weight_scale and input_scale companions of the parameter at
+ * weight_index when its weights are fp8 (nothing otherwise). */
+sl_status sl__model_add_ct_scales(sl__model_builder *b, size_t weight_index);
 
 /* ---- expected set and fates (model/model_expect.c) ---- */
 

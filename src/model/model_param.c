@@ -72,7 +72,7 @@ void sl__model_mparam_free(sl__mparam *p) {
   free(p->fields);
 }
 
-static sl__mparam *push_param(sl__model_builder *b) {
+sl__mparam *sl__model_push_param(sl__model_builder *b) {
   sl__mparam *p = sl__vec_push(&b->params);
   if (p == NULL) {
     sl__err_set(b->err, SL_STATUS_NOMEM, "out of memory");
@@ -100,6 +100,7 @@ static sl_status global_shape(sl__model_builder *b, sl__mparam *p) {
   case SL_STYLE_MOE3D_W13_INTERLEAVED:
   case SL_STYLE_MOE3D_W2_BLOCKED:
   case SL_STYLE_MOE_W2_BIAS:
+  case SL_STYLE_QUANT_PARTS: /* shape set where it is made (model/model_quant.c) */
     return SL_STATUS_OK;
   case SL_STYLE_MOE3D_W13_TRANSPOSED: /* [E, H, 2*Im] and [E, Im, H]: the checkpoint's orientation */
   case SL_STYLE_MOE3D_W2_TRANSPOSED:
@@ -263,7 +264,7 @@ static sl_status add_scale_param(sl__model_builder *b, size_t weight_index) {
     s->shape[1] = (cols + b->m->block_cols - 1) / b->m->block_cols;
     s->tensor = sl__catalog_find(b->cat, s->name);
   }
-  sl__mparam *sp = push_param(b);
+  sl__mparam *sp = sl__model_push_param(b);
   if (sp == NULL) {
     for (size_t k = 0; k < n_src; k++)
       free(src[k].name);
@@ -332,7 +333,7 @@ sl_status sl__model_build_param(sl__model_builder *b, const sl__spec_param *sp, 
   if (!on)
     return SL_STATUS_OK;
   size_t index = b->params.len;
-  sl__mparam *p = push_param(b);
+  sl__mparam *p = sl__model_push_param(b);
   if (p == NULL)
     return SL_STATUS_NOMEM;
   p->name = render(sp->name, layer, -1);
@@ -406,6 +407,8 @@ sl_status sl__model_build_param(sl__model_builder *b, const sl__spec_param *sp, 
     if (any_f8)
       return add_scale_param(b, index);
   }
+  if (b->m->ct_fp8)
+    return sl__model_add_ct_scales(b, index);
   return SL_STATUS_OK;
 }
 
@@ -420,7 +423,7 @@ sl_status sl__model_build_alias(sl__model_builder *b, const sl__spec_param *sp) 
   if (embed == SL_NONE)
     return sl__err_set(b->err, SL_STATUS_ARCH, "spec %s: tied %s needs an embed parameter of style %s",
                        b->e.spec->path, sp->name, sl__style_name(sp->style));
-  sl__mparam *p = push_param(b);
+  sl__mparam *p = sl__model_push_param(b);
   if (p == NULL)
     return SL_STATUS_NOMEM;
   const sl__mparam *e = &SL_VEC_AT(&b->params, sl__mparam, embed);

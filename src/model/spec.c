@@ -70,7 +70,9 @@ static const char *const style_names[SL_STYLE_COUNT] = {
     "moe3d_w2",
     /* family styles (plan/slicing_families.c) */
     "qkv_fused", "merged_fused", "moe3d_w13_interleaved", "moe3d_w2_blocked", "moe_w2_bias",
-    "moe3d_w13_transposed", "moe3d_w2_transposed"};
+    "moe3d_w13_transposed", "moe3d_w2_transposed",
+    /* quantization companions (plan/slicing_quant.c) */
+    "quant_parts"};
 
 const char *sl__style_name(sl__style s) {
   return (unsigned)s < SL_STYLE_COUNT ? style_names[s] : "?";
@@ -279,6 +281,7 @@ static sl_status check_parts(ctx *c, const sl__spec_param *p, const char *where)
     break;
   case SL_STYLE_MERGED:
   case SL_STYLE_CONCAT:
+  case SL_STYLE_QUANT_PARTS:
     if (n < 1)
       err = "this style takes one or more sources";
     break;

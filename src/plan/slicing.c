@@ -175,6 +175,11 @@ static sl_status slab(slicer *s, uint32_t si, uint64_t row0, uint64_t nrows, uin
   return SL_STATUS_OK;
 }
 
+sl_status sl__slab(sl__slicer *s, uint32_t si, uint64_t row0, uint64_t nrows, uint64_t row_step,
+                   uint64_t col0, uint64_t ncols, uint64_t dst_row0, uint64_t dst_col0) {
+  return slab(s, si, row0, nrows, row_step, col0, ncols, dst_row0, dst_col0);
+}
+
 /* Weight units → the parameter's own units along dim (0 rows, 1 columns): blocks for fp8 scale
  * parameters, unchanged otherwise. A count that spans the whole weight dimension (wfull) maps to
  * the scale's actual size, whose last block may be partial; any other count, and every offset,
@@ -584,6 +589,7 @@ static const slice_fn slicers[SL_STYLE_COUNT] = {
     [SL_STYLE_MOE_W2_BIAS] = sl__slice_moe_w2_bias,
     [SL_STYLE_MOE3D_W13_TRANSPOSED] = sl__slice_moe3d_w13_transposed,
     [SL_STYLE_MOE3D_W2_TRANSPOSED] = sl__slice_moe3d_w2_transposed,
+    [SL_STYLE_QUANT_PARTS] = sl__slice_quant_parts,
 };
 
 /* ---------------------------------------------------------------------------------------------

@@ -42,4 +42,12 @@ sl_status sl__slice_moe_w2_bias(sl__slicer *s, sl__local_shape *ls, char *desc, 
 sl_status sl__slice_moe3d_w13_transposed(sl__slicer *s, sl__local_shape *ls, char *desc, size_t dcap);
 sl_status sl__slice_moe3d_w2_transposed(sl__slicer *s, sl__local_shape *ls, char *desc, size_t dcap);
 
+/* Rows [row0, +nrows) (stepping row_step) × columns [col0, +ncols) of source si's 2-D view (element
+ * units) to the local 2-D view (s->lcols columns) at (dst_row0, dst_col0). */
+sl_status sl__slab(sl__slicer *s, uint32_t si, uint64_t row0, uint64_t nrows, uint64_t row_step,
+                   uint64_t col0, uint64_t ncols, uint64_t dst_row0, uint64_t dst_col0);
+
+/* Styles of plan/slicing_quant.c (docs/spec/LAYOUTS.md §3.11). */
+sl_status sl__slice_quant_parts(sl__slicer *s, sl__local_shape *ls, char *desc, size_t dcap);
+
 #endif

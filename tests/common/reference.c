@@ -55,7 +55,8 @@ typedef enum style {
   ST_MOE3D_BLK,    /* [E, H, C, ...]: dim 2 split */
   ST_MOE_W2BIAS,   /* [E, H]: MoE tensor-parallel rank 0 only */
   ST_GATE_UP_T,    /* Llama-4 [E, H, 2*Im]: gate and up column ranges, orientation kept */
-  ST_DOWN_T        /* Llama-4 [E, Im, H]: a row range per expert, orientation kept */
+  ST_DOWN_T,       /* Llama-4 [E, Im, H]: a row range per expert, orientation kept */
+  ST_PARTS         /* docs/spec/LAYOUTS.md §3.11: one per-tensor scale per part, [n parts] */
 } style;
 
 typedef enum place { AT_EMBED, AT_LAYER, AT_FINAL, AT_HEAD } place;
@@ -118,6 +119,7 @@ struct sl_ref_model {
   uint64_t H, V, L, Hq, Hkv, d, E, n_group;
   bool tie;
   bool fp8;
+  bool ct; /* compressed-tensors fp8 (docs/spec/ARCHITECTURES.md §15) */
   uint64_t bn, bk;
   uint64_t nh;     /* DeepSeek: heads that TP must divide */
   const char *pre; /* prefix of every text-model name: "" or Llama-4's "language_model." */
@@ -838,6 +840,64 @@ static void add_scales(sl_ref_model *m) {
   }
 }
 
+/* docs/spec/ARCHITECTURES.md §15: compressed-tensors fp8 weight "X.weight" → "X.<suffix>", kept per part
+ * ([n parts]) when each part's scale is one number, sliced like the weight when it is [out, 1] (a
+ * row-parallel weight's: whole). */
+static void add_ct_companion(sl_ref_model *m, const rdef *w, const char *suffix, bool optional) {
+  int ids[MAX_SRC];
+  int found = 0;
+  int channel = 0;
+  for (int k = 0; k < w->n_src; k++) {
+    const rtensor *wt = &m->tensors[w->src[k]];
+    size_t len = strlen(wt->name);
+    char *sn = xprintf("%.*s.%s", (int)(len > 7 ? len - 7 : 0), wt->name, suffix);
+    ids[k] = sn != NULL ? find_tensor(m, sn) : -1;
+    free(sn);
+    if (ids[k] < 0)
+      continue;
+    found++;
+    const rtensor *t = &m->tensors[ids[k]];
+    if (t->ndim == 2 && t->shape[1] == 1 && t->shape[0] == wt->shape[0])
+      channel++;
+  }
+  if (found == 0 && optional)
+    return;
+  if (found != w->n_src || (channel != 0 && channel != found)) {
+    model_fail(m, SL_STATUS_QUANTIZATION, "reference: %s lacks or mixes %s scales", w->name, suffix);
+    return;
+  }
+  size_t len = strlen(w->name);
+  char *name = xprintf("%.*s.%s", (int)(len - 7), w->name, suffix);
+  style st = channel == 0 ? ST_PARTS : (w->st == ST_ROW ? ST_REPLICATED : w->st);
+  rdef *s = def_new(m, st, w->at, w->layer, name);
+  free(name);
+  if (s == NULL)
+    return;
+  s->hq = w->hq;
+  s->hkv = w->hkv;
+  s->d = w->d;
+  for (int k = 0; k < w->n_src; k++) {
+    s->src[k] = ids[k];
+    s->wsrc[k] = ids[k];
+  }
+  s->n_src = w->n_src;
+}
+
+static void add_ct_scales(sl_ref_model *m) {
+  size_t n = m->n_defs;
+  for (size_t i = 0; i < n && m->st == SL_STATUS_OK; i++) {
+    rdef w = m->defs[i];
+    if (w.esrc[0] != NULL || strncmp(m->tensors[w.src[0]].dtype, "F8_", 3) != 0)
+      continue;
+    if (w.st != ST_COLUMN && w.st != ST_ROW && w.st != ST_MERGED && w.st != ST_QKV) {
+      model_fail(m, SL_STATUS_QUANTIZATION, "reference: fp8 %s of this style is not modelled", w.name);
+      return;
+    }
+    add_ct_companion(m, &w, "weight_scale", false);
+    add_ct_companion(m, &w, "input_scale", true);
+  }
+}
+
 static bool pick_family(sl_ref_model *m, const char *arch, const char *override) {
   static const struct {
     const char *arch;
@@ -913,6 +973,22 @@ static bool read_config(sl_ref_model *m, const cJSON *top, const char *override)
     /* MXFP4 (GPT-OSS): blocks and scales are listed tensors, nothing derived. */
     if (cJSON_IsString(qm) && strcmp(qm->valuestring, "mxfp4") == 0)
       return true;
+    if (cJSON_IsString(qm) && strcmp(qm->valuestring, "compressed-tensors") == 0) {
+      const cJSON *g = NULL;
+      cJSON_ArrayForEach(g, cJSON_GetObjectItemCaseSensitive(q, "config_groups")) {
+        const cJSON *w = cJSON_GetObjectItemCaseSensitive(g, "weights");
+        const cJSON *bits = cJSON_GetObjectItemCaseSensitive(w, "num_bits");
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(w, "type");
+        if (w != NULL && (!cJSON_IsNumber(bits) || bits->valuedouble != 8 || !cJSON_IsString(type) ||
+                          strcmp(type->valuestring, "float") != 0)) {
+          model_fail(m, SL_STATUS_QUANTIZATION, "reference: compressed-tensors other than fp8 (%s)",
+                     m->folder);
+          return false;
+        }
+      }
+      m->ct = true;
+      return true;
+    }
     if (!cJSON_IsString(qm) || strcmp(qm->valuestring, "fp8") != 0 || cJSON_GetArraySize(blk) != 2) {
       model_fail(m, SL_STATUS_QUANTIZATION, "reference: only fp8 block quantization is modelled (%s)",
                  m->folder);
@@ -950,6 +1026,8 @@ static void build_defs(sl_ref_model *m, const cJSON *top) {
   }
   if (m->fp8)
     add_scales(m);
+  if (m->ct)
+    add_ct_scales(m);
 }
 
 sl_status sl_ref_model_open(const char *folder, const char *arch_family, sl_ref_model **out, char *msg,
@@ -1326,6 +1404,7 @@ static void check_def(ctx *c, const rdef *d) {
   case ST_REPLICATED:
   case ST_CONCAT:
   case ST_MOE_W2BIAS:
+  case ST_PARTS:
     break;
   }
 }
@@ -1693,6 +1772,25 @@ static void build_llama4_experts(ctx *c, const rdef *d) {
   }
 }
 
+/* docs/spec/LAYOUTS.md §3.11: part k's one number at element k (vllm); each scale whole (checkpoint). */
+static void build_parts(ctx *c, const rdef *d) {
+  if (c->ckpt) {
+    for (int k = 0; k < d->n_src; k++)
+      whole(c, tens(c, d->src[k])->name, d->src[k]);
+    return;
+  }
+  const rtensor *t0 = tens(c, d->src[0]);
+  uint64_t n = (uint64_t)d->n_src;
+  sl_ref_param *p = entry_new(c, d->name, t0, 1, &n, &n);
+  size_t cap = 0;
+  for (int k = 0; k < d->n_src && p != NULL; k++) {
+    if (tens(c, d->src[k])->nbytes != t0->bits / 8)
+      ctx_fail(c, SL_STATUS_SHAPE, "%s: per-tensor scale is not one number", tens(c, d->src[k])->name);
+    else if (!seg_add(p, &cap, (uint64_t)k * t0->bits / 8, t0->bits / 8, d->src[k], 0))
+      ctx_fail(c, SL_STATUS_NOMEM, "out of memory");
+  }
+}
+
 static void build_def(ctx *c, const rdef *d) {
   switch (d->st) {
   case ST_REPLICATED:
@@ -1740,6 +1838,9 @@ static void build_def(ctx *c, const rdef *d) {
   case ST_GATE_UP_T:
   case ST_DOWN_T:
     build_llama4_experts(c, d);
+    break;
+  case ST_PARTS:
+    build_parts(c, d);
     break;
   }
 }
