@@ -18,6 +18,7 @@
 #include "api/config.h"
 #include "api/options.h"
 #include "api/params.h"
+#include "base/memstat.h"
 #include "api/prepare.h"
 #include "backend/backend.h"
 #include "base/log.h"
@@ -461,34 +462,6 @@ static sl_status allocate(sl_loader *l) {
   return st;
 }
 
-static uint64_t peak_rss_bytes(void) {
-  struct rusage ru;
-  if (getrusage(RUSAGE_SELF, &ru) != 0)
-    return 0;
-  return (uint64_t)ru.ru_maxrss * 1024u;
-}
-
-/* Resident memory now, by kind (Linux /proc/self/status; zeros elsewhere): anonymous (allocated
- * parameters, staging, heap), file pages (mmap strategy parameters, libraries), shared memory
- * (MPI's intra-node transport). */
-static void rss_by_kind(uint64_t *anon, uint64_t *file, uint64_t *shmem) {
-  *anon = *file = *shmem = 0;
-  FILE *f = fopen("/proc/self/status", "r");
-  if (f == NULL)
-    return;
-  char line[256];
-  while (fgets(line, sizeof line, f) != NULL) {
-    unsigned long long kb = 0;
-    if (sscanf(line, "RssAnon: %llu kB", &kb) == 1)
-      *anon = kb * 1024u;
-    else if (sscanf(line, "RssFile: %llu kB", &kb) == 1)
-      *file = kb * 1024u;
-    else if (sscanf(line, "RssShmem: %llu kB", &kb) == 1)
-      *shmem = kb * 1024u;
-  }
-  fclose(f);
-}
-
 static sl_status create_backend(sl_loader *l) {
   uint32_t workers = l->pl.opts.extra.num_threads;
   if (l->pl.opts.device == SL_DEVICE_CUDA) {
@@ -599,8 +572,8 @@ static void own_record(const sl_loader *l, sl__rank_record *rec) {
   rec->stats.bytes_received = l->tstats.bytes_received;
   rec->stats.bytes_sent = l->tstats.bytes_sent;
   rec->stats.files_opened = l->tstats.files_opened;
-  rec->peak_rss_bytes = peak_rss_bytes();
-  rss_by_kind(&rec->rss_anon, &rec->rss_file, &rec->rss_shmem);
+  rec->peak_rss_bytes = sl__peak_rss_bytes();
+  sl__rss_by_kind(&rec->rss_anon, &rec->rss_file, &rec->rss_shmem);
   rec->read_ops = l->tstats.read_ops;
   rec->bytes_mapped = l->maps.bytes_mapped;
   rec->transfer_seconds = l->tstats.seconds;

@@ -1,5 +1,5 @@
 /*
- * test_report_phases.c — the report's `phases` (docs/spec/REPORT.md §2) at the MPI world size it
+ * test_report_phases.c — the report's `phases` (docs/REPORT.md §2) at the MPI world size it
  * runs with: `total_seconds` counts every phase once. Rank 0 reads its report and checks that the
  * total is at least each phase and at least their sum, and at most the wall time the test measured
  * around sl_loader_create .. sl_loader_load (plus the report's rounding); once with the load
