@@ -53,6 +53,8 @@ static const key_def keys[] = {
     {"save_sharded", T_STR, NULL, NULL, "write each rank's parameters to this folder"},
     {"save_max_part_bytes", T_POS, "5368709120", NULL, "largest part file of save_sharded, bytes"},
     {"report", T_STR, NULL, NULL, "JSON report file written by rank 0"},
+    {"timeout_s", T_DOUBLE, "600", NULL,
+     "load watchdog: a wait longer than this names the ranks not heard from and ends the job (MPI_Abort)"},
     {"strict", T_BOOL, "true", NULL, "missing or unexpected weights are errors"},
     {"storage_gbps", T_DOUBLE, "2.0", NULL, "dry run: storage read GB/s per node"},
     {"network_gbps", T_DOUBLE, "25.0", NULL, "dry run: network GB/s per node"},

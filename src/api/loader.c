@@ -204,6 +204,7 @@ static sl_status share_catalog(sl_loader *l, sl_status st, double t0) {
     return st;
   }
   double t1 = sl__now();
+  sl__comm_phase(&l->comm, "receiving the catalog");
   st = sl__comm_bcast_blob(&l->comm, &blob, &blob_len, 0, &l->err);
   uint8_t *spec = (uint8_t *)l->pl.prep.spec_text;
   size_t spec_len = l->pl.prep.spec_len;
@@ -227,6 +228,8 @@ static sl_status after_stage(void *ctx, sl__prep_stage stage, sl_status st, doub
   sl_loader *l = ctx;
   switch (stage) {
   case SL_PREP_OPTIONS:
+    /* The watchdog bounds every wait from here on (the default when this rank's options failed). */
+    sl__comm_set_timeout(&l->comm, st == SL_STATUS_OK ? l->pl.opts.timeout_s : SL_TIMEOUT_DEFAULT_S);
     if (st == SL_STATUS_OK && l->pl.opts.device == SL_DEVICE_CUDA) {
       char why[512];
       if (!sl__cuda_available(why, sizeof why))
@@ -472,6 +475,7 @@ static sl_status precheck_weights(sl_loader *l) {
  * backend and the parameter memory. */
 static sl_status allocate_phase(sl_loader *l) {
   double t0 = sl__now();
+  sl__comm_phase(&l->comm, "creating broadcast groups");
   sl_status st = sl__prepare_groups(&l->pl.sched, &l->groups, &l->err);
   if (st == SL_STATUS_OK)
     st = sl__comm_groups_create(&l->comm, &l->groups, &l->err);
@@ -489,6 +493,7 @@ static sl_status allocate_phase(sl_loader *l) {
 /* The transfer, with the abort channel armed so that a failing rank stops everyone. */
 static sl_status transfer_phase(sl_loader *l) {
   double t0 = sl__now();
+  sl__comm_phase(&l->comm, "loading");
   sl_status st = sl__comm_abort_arm(&l->comm, &l->err);
   const sl__opts *o = &l->pl.opts;
   sl__transfer tr = {.cat = &l->pl.prep.cat,
@@ -522,6 +527,7 @@ static sl_status transfer_phase(sl_loader *l) {
 static sl_status track_phase(sl_loader *l) {
   double t0 = sl__now();
   const sl__prepared *p = &l->pl.prep;
+  sl__comm_phase(&l->comm, "tracking weights");
   sl_status st = sl__track_reduce(&l->comm, &p->model, &p->cat, &l->pl.sched, &l->pl.plan, l->copy_done,
                                   &l->track, &l->err);
   l->have_track = st == SL_STATUS_OK;
@@ -618,6 +624,7 @@ static sl_status statistics_phase(sl_loader *l, double t0) {
   sl_status st = SL_STATUS_OK;
   sl__rank_record rec;
   own_record(l, &rec);
+  sl__comm_phase(&l->comm, "gathering statistics");
   if (l->comm.rank == 0) {
     l->records = calloc((size_t)l->comm.size, sizeof *l->records);
     if (l->records == NULL)
@@ -652,6 +659,9 @@ static sl_status report_file_phase(sl_loader *l) {
   return sl__comm_agree(&l->comm, st, &l->err, "writing the report");
 }
 
+/* Every wait below is bounded by the watchdog (timeout_s, engine/watchdog.c): past it a rank names
+ * the phase and the ranks it has not heard from, then ends the job with MPI_Abort on the load's
+ * communicator, the library's one exception to returning a status. */
 sl_status sl_loader_load(sl_loader *l) {
   if (l == NULL)
     return SL_STATUS_INVALID_ARGUMENT;

@@ -48,6 +48,7 @@ typedef struct sl__opts {
   uint64_t save_max_part;
   const char *report;
   bool quiet;
+  double timeout_s; /* load watchdog: the longest any one wait of a load may last */
   double storage_gbps, network_gbps;
   uint32_t ranks_per_node;
 } sl__opts;

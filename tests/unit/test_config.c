@@ -56,6 +56,7 @@ static const key k_keys[] = {
     {"save_sharded", STR, NULL, {0}},
     {"save_max_part_bytes", POS, "5368709120", {0}},
     {"report", STR, NULL, {0}},
+    {"timeout_s", DBL, "600", {0}},
     {"strict", BOOL, "true", {0}},
     {"storage_gbps", DBL, "2.0", {0}},
     {"network_gbps", DBL, "25.0", {0}},
@@ -624,7 +625,7 @@ static void test_options(void) {
 }
 
 int main(void) {
-  CHECK_EQ_U64(N_KEYS, 43);
+  CHECK_EQ_U64(N_KEYS, 44);
   test_each_key();
   test_defaults();
   test_api();
