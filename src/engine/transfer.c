@@ -9,6 +9,7 @@
  */
 #include "engine/engine.h"
 
+#include "base/log.h"
 #include "base/util.h"
 #include "plan/stats.h"
 
@@ -279,8 +280,10 @@ sl_status sl__transfer_run(sl__transfer *t, sl__transfer_stats *stats, sl__err *
   sl__engine_worker *args = st == SL_STATUS_OK ? calloc(e.n_threads, sizeof *args) : NULL;
   if (st == SL_STATUS_OK && args == NULL)
     st = sl__err_set(err, SL_STATUS_NOMEM, "out of memory");
-  if (st == SL_STATUS_OK)
+  if (st == SL_STATUS_OK) {
+    SL_INFO("transfer: %zu read operations, %zu buckets", e.rp.ops.len, e.n_my_buckets);
     st = start_readers(&e, args);
+  }
   if (st != SL_STATUS_OK)
     sl__comm_abort_raise(t->comm);
   /* Buckets in the global order, then the local reads. */

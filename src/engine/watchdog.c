@@ -123,6 +123,8 @@ void sl__comm_watchdog_free(sl__comm *c) {
 }
 
 void sl__comm_block_begin(sl__comm *c, const char *what) {
+  c->waiting_for = what;
+  c->last_poll = 0;
   sl__backstop *b = c->backstop;
   if (b == NULL)
     return;
@@ -133,6 +135,7 @@ void sl__comm_block_begin(sl__comm *c, const char *what) {
 }
 
 void sl__comm_block_end(sl__comm *c) {
+  c->waiting_for = NULL;
   sl__backstop *b = c->backstop;
   if (b == NULL)
     return;
@@ -229,12 +232,16 @@ static void report(sl__comm *c, const char *what, double waited, int trigger, co
     sleep_s(0.001);
   }
   size_t n_missing = list_ranks(c, heard, 0, missing, 4096);
-  char cause[PHASE_MAX + 96];
+  char cause[PHASE_MAX + 192];
+  char self[96] = "";
+  if (c->self_stalled > 1)
+    snprintf(self, sizeof self, "; this rank itself did not run for %.1f s (stopped or starved)",
+             c->self_stalled);
   if (trigger >= 0)
-    snprintf(cause, sizeof cause, "rank %d's watchdog expired while %s; this rank was %s", trigger,
-             trigger_phase, phase);
+    snprintf(cause, sizeof cause, "rank %d's watchdog expired while %s; this rank was %s%s", trigger,
+             trigger_phase, phase, self);
   else
-    snprintf(cause, sizeof cause, "no progress for %.1f s while %s", waited, phase);
+    snprintf(cause, sizeof cause, "no progress for %.1f s while %s%s", waited, phase, self);
   if (n_missing > 0)
     fprintf(stderr,
             "shardload: rank %d: watchdog: %s (%s); not heard from rank%s %s (of %d ranks; dead, stopped or "
@@ -267,6 +274,11 @@ void sl__comm_poll(sl__comm *c) {
   if (c->timeout_s <= 0 || c->abort_comm == MPI_COMM_NULL)
     return;
   double now = sl__now();
+  /* Polls come every few milliseconds: a long gap means this rank itself was stopped (SIGSTOP)
+   * or starved, which its report must say rather than blame the others. */
+  if (c->last_poll > 0 && now - c->last_poll > c->self_stalled)
+    c->self_stalled = now - c->last_poll;
+  c->last_poll = now;
   if (now < c->next_probe)
     return;
   c->next_probe = now + PROBE_EVERY_S;
@@ -277,7 +289,7 @@ void sl__comm_poll(sl__comm *c) {
   /* A peer's watchdog fired: the job ends; answer it and report what this rank sees too. */
   snprintf(sent_phase, sizeof sent_phase, "%s", c->phase != NULL ? c->phase : "loading");
   send_to(c, r, PONG_TAG);
-  report(c, "waiting", 0, r, phase);
+  report(c, c->waiting_for != NULL ? c->waiting_for : "waiting", 0, r, phase);
 }
 
 sl_status sl__comm_wait(sl__comm *c, MPI_Request *req, const char *what, sl__err *err) {
