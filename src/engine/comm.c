@@ -76,17 +76,21 @@ void sl__comm_free(sl__comm *c) {
 }
 
 sl_status sl__comm_agree(sl__comm *c, sl_status mine, sl__err *err, const char *phase) {
-  int me = mine != SL_STATUS_OK ? c->rank : c->size;
-  int first = c->size;
+  /* The first rank that failed by itself wins; a rank that only stopped because another failed
+   * (PEER_FAILED: it saw an abort) takes that rank's message, so every rank names the cause. */
+  int me[2] = {mine != SL_STATUS_OK && mine != SL_STATUS_PEER_FAILED ? c->rank : c->size,
+               mine != SL_STATUS_OK ? c->rank : c->size};
+  int firsts[2] = {c->size, c->size};
   if (phase != NULL)
     c->phase = phase;
   MPI_Request req;
-  int rc = MPI_Iallreduce(&me, &first, 1, MPI_INT, MPI_MIN, c->world, &req);
+  int rc = MPI_Iallreduce(me, firsts, 2, MPI_INT, MPI_MIN, c->world, &req);
   if (rc != MPI_SUCCESS)
     return mpi_fail(err, rc, "status agreement (MPI_Iallreduce)");
   sl_status st = sl__comm_wait(c, &req, "status agreement", err);
   if (st != SL_STATUS_OK)
     return st;
+  int first = firsts[0] < c->size ? firsts[0] : firsts[1];
   if (first == c->size)
     return SL_STATUS_OK;
   struct {
@@ -104,9 +108,11 @@ sl_status sl__comm_agree(sl__comm *c, sl_status mine, sl__err *err, const char *
   st = sl__comm_wait(c, &req, "status agreement (the failing rank's message)", err);
   if (st != SL_STATUS_OK)
     return st;
-  if (mine != SL_STATUS_OK)
+  if (mine != SL_STATUS_OK && (mine != SL_STATUS_PEER_FAILED || c->rank == first))
     return mine;
   payload.msg[sizeof payload.msg - 1] = '\0';
+  if (err != NULL)
+    sl__err_clear(err);
   return sl__err_set(err, SL_STATUS_PEER_FAILED, "another rank failed%s%s: rank %d: %s",
                      phase != NULL ? " while " : "", phase != NULL ? phase : "", first, payload.msg);
 }
