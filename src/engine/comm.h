@@ -50,13 +50,13 @@ typedef struct sl__comm {
   int *group_rank;       /* our rank in each group, -1 if not a member */
   MPI_Request abandoned; /* a broadcast left unfinished by an abort (never waited for) */
   /* the watchdog (engine/watchdog.c) */
-  double timeout_s;                 /* seconds any one wait may last; 0 = no watchdog */
-  const char *phase;                /* what the load is doing, for the expiry message */
-  const char *waiting_for;          /* the wait in progress (sl__comm_block_begin), or NULL */
-  double next_probe;                /* when waits next look for other ranks' alive queries */
-  double last_poll;                 /* the last poll of the wait in progress (0: none yet) */
-  double self_stalled;              /* longest gap between two polls: this rank itself not running */
-  struct sl__backstop *backstop;    /* thread that ends blocking calls which overrun */
+  double timeout_s;              /* seconds any one wait may last; 0 = no watchdog */
+  const char *phase;             /* what the load is doing, for the expiry message */
+  const char *waiting_for;       /* the wait in progress (sl__comm_block_begin), or NULL */
+  double next_probe;             /* when waits next look for other ranks' alive queries */
+  double last_poll;              /* the last poll of the wait in progress (0: none yet) */
+  double self_stalled;           /* longest gap between two polls: this rank itself not running */
+  struct sl__backstop *backstop; /* thread that ends blocking calls which overrun */
 } sl__comm;
 
 sl_status sl__comm_init(sl__comm *c, MPI_Comm user, sl__err *err);

@@ -18,9 +18,9 @@
 #define SL_ENGINE_H
 
 #include "base/workers.h"
+#include "engine/staging.h"
 #include "engine/transfer.h"
 #include "plan/readplan.h"
-#include "engine/staging.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -41,8 +41,8 @@ typedef struct sl__engine {
   sl__readplan rp;            /* read operations and their deliveries */
   uint32_t *bucket_ops_start; /* my bucket → first op index in bucket_op_list */
   uint32_t *bucket_op_list;
-  sl__vec local_ops; /* uint32_t op indices */
-  int *fds;          /* per file, -1 until opened */
+  sl__vec local_ops;      /* uint32_t op indices */
+  int *fds;               /* per file, -1 until opened */
   sl__file_stamp *stamps; /* per file: what fstat said at open (compared after the last read) */
   /* bucket slots */
   void *slot_buf[SL_BUCKET_SLOTS];
@@ -59,7 +59,7 @@ typedef struct sl__engine {
   size_t local_left;
   bool stop;
   _Atomic bool failed;
-  sl__err pool_err; /* first worker error */
+  sl__err pool_err;    /* first worker error */
   sl__workers threads; /* the reader threads (base/workers.h) */
   uint32_t n_threads;
   _Atomic uint64_t bytes_read;

@@ -73,7 +73,7 @@ static void *backstop_main(void *arg) {
     if (b->stop || b->what == NULL || c->timeout_s <= 0 || sl__now() - b->since < limit)
       continue;
     fprintf(stderr,
-            "shardload: rank %d: watchdog: no progress for %.0f s while %s (%s, a call that cannot be "
+            "shardload: rank %d: error: watchdog: no progress for %.0f s while %s (%s, a call that cannot be "
             "polled: the ranks not heard from are unknown); ending the job with MPI_Abort\n",
             c->rank, sl__now() - b->since, c->phase != NULL ? c->phase : "loading", b->what);
     fflush(stderr);
@@ -186,7 +186,8 @@ static size_t list_ranks(const sl__comm *c, const unsigned char *heard, unsigned
       end++;
     n += (size_t)(end - r + 1);
     if (len + 32 < cap)
-      len += (size_t)snprintf(out + len, cap - len, end > r ? "%s%d-%d" : "%s%d", len > 0 ? ", " : "", r, end);
+      len +=
+          (size_t)snprintf(out + len, cap - len, end > r ? "%s%d-%d" : "%s%d", len > 0 ? ", " : "", r, end);
     r = end;
   }
   return n;
@@ -199,7 +200,8 @@ static void report(sl__comm *c, const char *what, double waited, int trigger, co
   unsigned char *heard = calloc((size_t)c->size, 1);
   char *missing = malloc(4096);
   if (heard == NULL || missing == NULL) {
-    fprintf(stderr, "shardload: rank %d: watchdog: no progress while %s (%s); ending the job with MPI_Abort\n",
+    fprintf(stderr,
+            "shardload: rank %d: error: watchdog: no progress while %s (%s); ending the job with MPI_Abort\n",
             c->rank, phase, what);
     fflush(stderr);
     MPI_Abort(c->world, 1);
@@ -244,14 +246,16 @@ static void report(sl__comm *c, const char *what, double waited, int trigger, co
     snprintf(cause, sizeof cause, "no progress for %.1f s while %s%s", waited, phase, self);
   if (n_missing > 0)
     fprintf(stderr,
-            "shardload: rank %d: watchdog: %s (%s); not heard from rank%s %s (of %d ranks; dead, stopped or "
+            "shardload: rank %d: error: watchdog: %s (%s); not heard from rank%s %s (of %d ranks; dead, "
+            "stopped or "
             "unreachable); ending the job with MPI_Abort\n",
             c->rank, cause, what, n_missing > 1 ? "s" : "", missing, c->size);
   else
-    fprintf(stderr,
-            "shardload: rank %d: watchdog: %s (%s); every rank answered (a wait that cannot complete); "
-            "ending the job with MPI_Abort\n",
-            c->rank, cause, what);
+    fprintf(
+        stderr,
+        "shardload: rank %d: error: watchdog: %s (%s); every rank answered (a wait that cannot complete); "
+        "ending the job with MPI_Abort\n",
+        c->rank, cause, what);
   fflush(stderr);
   free(heard);
   free(missing);
@@ -314,7 +318,8 @@ sl_status sl__comm_wait(sl__comm *c, MPI_Request *req, const char *what, sl__err
     if (c->timeout_s > 0 && waited > c->timeout_s) {
       sl__comm_expire(c, what, waited);
       sl__comm_block_end(c);
-      return sl__err_set(err, SL_STATUS_MPI, "%s did not finish within %.0f s (timeout_s)", what, c->timeout_s);
+      return sl__err_set(err, SL_STATUS_MPI, "%s did not finish within %.0f s (timeout_s)", what,
+                         c->timeout_s);
     }
     if (spins < 20000)
       sched_yield();

@@ -18,7 +18,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-
 void sl__catalog_free(sl__catalog *c) {
   if (c == NULL)
     return;

@@ -113,7 +113,8 @@ int main(int argc, char **argv) {
   double t0 = MPI_Wtime();
   st = load(save_bad, true, msg, sizeof msg);
   double secs = MPI_Wtime() - t0;
-  CHECKF(st == SL_STATUS_IO || st == SL_STATUS_PEER_FAILED, "rewritten shard: %s (%s)", sl_status_name(st), msg);
+  CHECKF(st == SL_STATUS_IO || st == SL_STATUS_PEER_FAILED, "rewritten shard: %s (%s)", sl_status_name(st),
+         msg);
   CHECK_CONTAINS(msg, SHARD);
   CHECK_CONTAINS(msg, "changed");
   MPI_Barrier(MPI_COMM_WORLD);

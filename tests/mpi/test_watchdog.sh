@@ -57,7 +57,7 @@ fail=0
 [ "$rc" -ne 0 ] || { echo "FAIL: the job exited 0"; fail=1; }
 for r in $(seq 0 $((np - 1))); do
   [ "$r" = "$victim" ] && continue
-  line=$(grep "shardload: rank $r: watchdog:" "$work/out.txt" | head -1)
+  line=$(grep "shardload: rank $r: error: watchdog:" "$work/out.txt" | head -1)
   if [ -z "$line" ]; then
     echo "FAIL: rank $r printed no watchdog line"
     fail=1
