@@ -224,7 +224,16 @@ sl_status sl_loader_plan(sl_loader *loader);
 sl_status sl_loader_bind(sl_loader *loader, const char *name, void *data, uint64_t nbytes);
 
 /* COLLECTIVE. Reads this rank's byte ranges, broadcasts shared ranges, checks missing and
- * unexpected weights across ranks. On return every rank has the same status. */
+ * unexpected weights across ranks. On return every rank has the same status. Every file read is
+ * checked for change (size, modification and change time, inode and device) when opened and after
+ * its ranges were read: a file rewritten during the load fails it on every rank, naming the file.
+ *
+ * The load watchdog (configuration key timeout_s, default 600 s): no wait of sl_loader_create,
+ * sl_loader_download, sl_loader_plan or sl_loader_load lasts longer than timeout_s. A rank whose
+ * wait expires asks every rank whether it is alive, prints on stderr the phase and the ranks it has
+ * not heard from (a rank killed, stopped, or cut off), and ENDS THE JOB WITH MPI_Abort on the
+ * loader's communicator: a collective that a dead peer never joins cannot be returned from. This
+ * is the one place where the library ends the process; every other failure is a status. */
 sl_status sl_loader_load(sl_loader *loader);
 
 /* The table of local parameters (after sl_loader_plan or sl_loader_load). */

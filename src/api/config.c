@@ -71,6 +71,8 @@ static const key_def keys[] = {
     {"overwrite", T_BOOL, "false", NULL,
      "save_sharded: remove the files of an older save that this one does not replace"},
     {"report", T_STR, NULL, NULL, "JSON report file written by rank 0"},
+    {"timeout_s", T_DOUBLE, "600", NULL,
+     "load watchdog: a wait longer than this names the ranks not heard from and ends the job (MPI_Abort)"},
     {"strict", T_BOOL, "true", NULL, "missing or unexpected weights are errors"},
     {"skip_vision", T_BOOL, "false", NULL,
      "leave out a multimodal checkpoint's vision tower (else an error)"},

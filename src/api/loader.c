@@ -18,7 +18,7 @@
 #include "api/config.h"
 #include "api/options.h"
 #include "api/params.h"
-#include "base/memstat.h"
+#include "base/memory.h"
 #include "api/prepare.h"
 #include "backend/backend.h"
 #include "base/log.h"
@@ -221,6 +221,7 @@ static sl_status share_catalog(sl_loader *l, sl_status st, double t0) {
     return st;
   }
   double t1 = sl__now();
+  sl__comm_phase(&l->comm, "receiving the catalog");
   st = sl__comm_bcast_blob(&l->comm, &blob, &blob_len, 0, &l->err);
   uint8_t *spec = (uint8_t *)l->pl.prep.spec_text;
   size_t spec_len = l->pl.prep.spec_len;
@@ -244,6 +245,8 @@ static sl_status after_stage(void *ctx, sl__prep_stage stage, sl_status st, doub
   sl_loader *l = ctx;
   switch (stage) {
   case SL_PREP_OPTIONS:
+    /* The watchdog bounds every wait from here on (the default when this rank's options failed). */
+    sl__comm_set_timeout(&l->comm, st == SL_STATUS_OK ? l->pl.opts.timeout_s : SL_TIMEOUT_DEFAULT_S);
     if (st == SL_STATUS_OK && l->pl.opts.device == SL_DEVICE_CUDA) {
       char why[512];
       if (!sl__cuda_available(why, sizeof why))
@@ -394,15 +397,6 @@ sl_status sl_loader_bind(sl_loader *l, const char *name, void *data, uint64_t nb
   return sl__err_set(&l->err, SL_STATUS_NOT_FOUND, "this rank holds no parameter named '%s'", name);
 }
 
-/* Writes one byte of every page: the kernel's (and a hypervisor's) cost of the first touch is
- * paid here instead of inside the reads. The memory is zero-filled, and stays so. */
-static void prefault(void *p, uint64_t nbytes) {
-  volatile uint8_t *b = p;
-  uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
-  for (uint64_t k = 0; k < nbytes; k += page)
-    b[k] = 0;
-}
-
 /* A caller's buffer is not zero-filled like ours: the bytes that no copy writes (the padded rows
  * of a vocabulary) are zeroed here. Through the backend (a zeroed block copied over the
  * buffer), so a bound device buffer is zeroed alike. */
@@ -448,7 +442,7 @@ static sl_status allocate(sl_loader *l) {
     if (st != SL_STATUS_OK)
       sl__err_prefix(&l->err, "allocating %s", sl__quote(l->table[i].name, q, sizeof q));
     else if (l->pl.opts.prefault && l->backend->host_addressable)
-      prefault(l->param_ptr[i], lp->nbytes);
+      sl__prefault(l->param_ptr[i], lp->nbytes);
   }
   for (size_t i = 0; i < l->pl.plan.n_lparams && st == SL_STATUS_OK; i++) {
     const sl__lparam *lp = &l->pl.plan.lparams[i];
@@ -495,6 +489,7 @@ static sl_status precheck_weights(sl_loader *l) {
  * backend and the parameter memory. */
 static sl_status allocate_phase(sl_loader *l) {
   double t0 = sl__now();
+  sl__comm_phase(&l->comm, "creating broadcast groups");
   sl_status st = sl__prepare_groups(&l->pl.sched, &l->groups, &l->err);
   if (st == SL_STATUS_OK)
     st = sl__comm_groups_create(&l->comm, &l->groups, &l->err);
@@ -512,6 +507,7 @@ static sl_status allocate_phase(sl_loader *l) {
 /* The transfer, with the abort channel armed so that a failing rank stops everyone. */
 static sl_status transfer_phase(sl_loader *l) {
   double t0 = sl__now();
+  sl__comm_phase(&l->comm, "loading");
   sl_status st = sl__comm_abort_arm(&l->comm, &l->err);
   const sl__opts *o = &l->pl.opts;
   sl__transfer tr = {.cat = &l->pl.prep.cat,
@@ -544,6 +540,7 @@ static sl_status transfer_phase(sl_loader *l) {
 static sl_status track_phase(sl_loader *l) {
   double t0 = sl__now();
   const sl__prepared *p = &l->pl.prep;
+  sl__comm_phase(&l->comm, "tracking weights");
   sl_status st = sl__track_reduce(&l->comm, &p->model, &p->cat, &l->pl.sched, &l->pl.plan, l->copy_done,
                                   &l->track, &l->err);
   l->have_track = st == SL_STATUS_OK;
@@ -650,6 +647,7 @@ static sl_status statistics_phase(sl_loader *l, double t0) {
   sl_status st = SL_STATUS_OK;
   sl__rank_record rec;
   own_record(l, &rec);
+  sl__comm_phase(&l->comm, "gathering statistics");
   sl__err nerr; /* the job's nodes for the report; failing that, the configured layout */
   if (sl__job_nodes_detect(l->comm.world, &l->nodes, &nerr) != SL_STATUS_OK)
     SL_WARN("per-node figures use ranks_per_node: %s", nerr.msg);
@@ -689,6 +687,9 @@ static sl_status report_file_phase(sl_loader *l) {
   return sl__comm_agree(&l->comm, st, &l->err, "writing the report");
 }
 
+/* Every wait below is bounded by the watchdog (timeout_s, engine/watchdog.c): past it a rank names
+ * the phase and the ranks it has not heard from, then ends the job with MPI_Abort on the load's
+ * communicator, the library's one exception to returning a status. */
 sl_status sl_loader_load(sl_loader *l) {
   if (l == NULL)
     return SL_STATUS_INVALID_ARGUMENT;

@@ -112,6 +112,7 @@ sl_status sl__opts_from_config(const sl_config *cfg, sl__opts *o, sl__err *err) 
   o->skip_vision = sl__config_bool(cfg, "skip_vision");
   o->report = sl__config_str(cfg, "report");
   o->quiet = sl__config_bool(cfg, "quiet");
+  o->timeout_s = sl__config_double(cfg, "timeout_s");
   o->storage_gbps = sl__config_double(cfg, "storage_gbps");
   o->network_gbps = sl__config_double(cfg, "network_gbps");
   return SL_STATUS_OK;

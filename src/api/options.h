@@ -50,6 +50,7 @@ typedef struct sl__opts {
   bool skip_vision; /* leave out the spec's vision_prefixes tensors instead of failing */
   const char *report;
   bool quiet;
+  double timeout_s; /* load watchdog: the longest any one wait of a load may last */
   double storage_gbps, network_gbps;
   uint32_t ranks_per_node;
 } sl__opts;

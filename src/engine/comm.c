@@ -1,6 +1,8 @@
 /*
  * engine/comm.c — MPI plumbing of the loader (see engine/comm.h). Every communicator the library creates has
- * MPI_ERRORS_RETURN so that an MPI failure becomes a status, never a process abort.
+ * MPI_ERRORS_RETURN so that an MPI failure becomes a status, never a process abort. Collectives are
+ * non-blocking requests waited for by sl__comm_wait (engine/watchdog.c), so that a peer that died
+ * or stopped ends in the watchdog's report instead of a wait without end.
  */
 #include "engine/comm.h"
 
@@ -61,6 +63,7 @@ static void free_groups(sl__comm *c) {
 void sl__comm_free(sl__comm *c) {
   if (c == NULL)
     return;
+  sl__comm_watchdog_free(c);
   free_groups(c);
   if (c->abort_req != MPI_REQUEST_NULL) {
     MPI_Cancel(&c->abort_req);
@@ -73,11 +76,21 @@ void sl__comm_free(sl__comm *c) {
 }
 
 sl_status sl__comm_agree(sl__comm *c, sl_status mine, sl__err *err, const char *phase) {
-  int me = mine != SL_STATUS_OK ? c->rank : c->size;
-  int first = c->size;
-  int rc = MPI_Allreduce(&me, &first, 1, MPI_INT, MPI_MIN, c->world);
+  /* The first rank that failed by itself wins; a rank that only stopped because another failed
+   * (PEER_FAILED: it saw an abort) takes that rank's message, so every rank names the cause. */
+  int me[2] = {mine != SL_STATUS_OK && mine != SL_STATUS_PEER_FAILED ? c->rank : c->size,
+               mine != SL_STATUS_OK ? c->rank : c->size};
+  int firsts[2] = {c->size, c->size};
+  if (phase != NULL)
+    c->phase = phase;
+  MPI_Request req;
+  int rc = MPI_Iallreduce(me, firsts, 2, MPI_INT, MPI_MIN, c->world, &req);
   if (rc != MPI_SUCCESS)
-    return mpi_fail(err, rc, "status agreement (MPI_Allreduce)");
+    return mpi_fail(err, rc, "status agreement (MPI_Iallreduce)");
+  sl_status st = sl__comm_wait(c, &req, "status agreement", err);
+  if (st != SL_STATUS_OK)
+    return st;
+  int first = firsts[0] < c->size ? firsts[0] : firsts[1];
   if (first == c->size)
     return SL_STATUS_OK;
   struct {
@@ -89,21 +102,38 @@ sl_status sl__comm_agree(sl__comm *c, sl_status mine, sl__err *err, const char *
     payload.status = (int)mine;
     snprintf(payload.msg, sizeof payload.msg, "%s", err != NULL ? err->msg : "");
   }
-  rc = MPI_Bcast(&payload, (int)sizeof payload, MPI_BYTE, first, c->world);
+  rc = MPI_Ibcast(&payload, (int)sizeof payload, MPI_BYTE, first, c->world, &req);
   if (rc != MPI_SUCCESS)
-    return mpi_fail(err, rc, "status agreement (MPI_Bcast)");
-  if (mine != SL_STATUS_OK)
+    return mpi_fail(err, rc, "status agreement (MPI_Ibcast)");
+  st = sl__comm_wait(c, &req, "status agreement (the failing rank's message)", err);
+  if (st != SL_STATUS_OK)
+    return st;
+  if (mine != SL_STATUS_OK && (mine != SL_STATUS_PEER_FAILED || c->rank == first))
     return mine;
   payload.msg[sizeof payload.msg - 1] = '\0';
+  if (err != NULL)
+    sl__err_clear(err);
   return sl__err_set(err, SL_STATUS_PEER_FAILED, "another rank failed%s%s: rank %d: %s",
                      phase != NULL ? " while " : "", phase != NULL ? phase : "", first, payload.msg);
 }
 
+/* A broadcast waited for with the watchdog's deadline; MPI_SUCCESS or not (err set). */
+static int ibcast(sl__comm *c, void *buf, int count, MPI_Datatype type, int root, MPI_Comm comm,
+                  const char *what, sl__err *err) {
+  MPI_Request req;
+  int rc = MPI_Ibcast(buf, count, type, root, comm, &req);
+  if (rc != MPI_SUCCESS) {
+    mpi_fail(err, rc, what);
+    return rc;
+  }
+  return sl__comm_wait(c, &req, what, err) == SL_STATUS_OK ? MPI_SUCCESS : MPI_ERR_OTHER;
+}
+
 sl_status sl__comm_bcast_blob(sl__comm *c, uint8_t **blob, size_t *len, int root, sl__err *err) {
   uint64_t n = c->rank == root ? (uint64_t)*len : 0;
-  int rc = MPI_Bcast(&n, 1, MPI_UINT64_T, root, c->world);
+  int rc = ibcast(c, &n, 1, MPI_UINT64_T, root, c->world, "broadcast of a blob size", err);
   if (rc != MPI_SUCCESS)
-    return mpi_fail(err, rc, "MPI_Bcast of a blob size");
+    return SL_STATUS_MPI;
   uint8_t *buf = c->rank == root ? *blob : malloc(n > 0 ? (size_t)n : 1);
   /* Every rank must take part in the data broadcast even if its allocation failed. */
   uint8_t dummy[1];
@@ -113,16 +143,16 @@ sl_status sl__comm_bcast_blob(sl__comm *c, uint8_t **blob, size_t *len, int root
     if (oom) {
       /* Receive into a bounded scratch buffer to stay in step. */
       uint8_t *scratch = malloc(piece);
-      rc = MPI_Bcast(scratch != NULL ? scratch : dummy, scratch != NULL ? (int)piece : 0, MPI_BYTE, root,
-                     c->world);
+      rc = ibcast(c, scratch != NULL ? scratch : dummy, scratch != NULL ? (int)piece : 0, MPI_BYTE, root,
+                  c->world, "broadcast of a blob", err);
       free(scratch);
     } else {
-      rc = MPI_Bcast(buf + off, (int)piece, MPI_BYTE, root, c->world);
+      rc = ibcast(c, buf + off, (int)piece, MPI_BYTE, root, c->world, "broadcast of a blob", err);
     }
     if (rc != MPI_SUCCESS) {
       if (c->rank != root)
         free(buf);
-      return mpi_fail(err, rc, "MPI_Bcast of a blob");
+      return SL_STATUS_MPI;
     }
   }
   if (oom)
@@ -168,7 +198,10 @@ sl_status sl__comm_groups_create(sl__comm *c, const sl__comm_groups *groups, sl_
     MPI_Group sub;
     MPI_Group_incl(world_group, (int)gr->n, ranks, &sub);
     free(ranks);
+    /* Blocking (MPI has no non-blocking form): the backstop thread bounds it. */
+    sl__comm_block_begin(c, "creating a broadcast group communicator");
     int rc = MPI_Comm_create_group(c->world, sub, (int)(g % 32000), &c->groups[g]);
+    sl__comm_block_end(c);
     MPI_Group_free(&sub);
     if (rc != MPI_SUCCESS) {
       st = mpi_fail(err, rc, "MPI_Comm_create_group");
@@ -232,26 +265,34 @@ sl_status sl__comm_abort_disarm(sl__comm *c, sl__err *err) {
   /* How many ranks raised: each sent one message to every other rank. */
   int raised = c->raised ? 1 : 0;
   int total = 0;
-  int rc = MPI_Allreduce(&raised, &total, 1, MPI_INT, MPI_SUM, c->world);
+  MPI_Request req;
+  int rc = MPI_Iallreduce(&raised, &total, 1, MPI_INT, MPI_SUM, c->world, &req);
   if (rc != MPI_SUCCESS)
-    return mpi_fail(err, rc, "MPI_Allreduce (abort channel)");
+    return mpi_fail(err, rc, "MPI_Iallreduce (abort channel)");
+  sl_status st = sl__comm_wait(c, &req, "counting the aborts raised", err);
+  if (st != SL_STATUS_OK)
+    return st;
   int expect = total - raised;
   if (c->abort_req == MPI_REQUEST_NULL) {
     /* The posted receive already matched one message. */
     expect--;
   } else if (expect > 0) {
-    MPI_Wait(&c->abort_req, MPI_STATUS_IGNORE);
+    st = sl__comm_wait(c, &c->abort_req, "receiving the abort messages", err);
+    if (st != SL_STATUS_OK)
+      return st;
     expect--;
   } else {
     MPI_Cancel(&c->abort_req);
     MPI_Wait(&c->abort_req, MPI_STATUS_IGNORE);
   }
   c->abort_req = MPI_REQUEST_NULL;
-  for (int i = 0; i < expect; i++) {
+  for (int i = 0; i < expect && st == SL_STATUS_OK; i++) {
     int buf = 0;
-    MPI_Recv(&buf, 1, MPI_INT, MPI_ANY_SOURCE, ABORT_TAG, c->abort_comm, MPI_STATUS_IGNORE);
+    rc = MPI_Irecv(&buf, 1, MPI_INT, MPI_ANY_SOURCE, ABORT_TAG, c->abort_comm, &req);
+    st = rc == MPI_SUCCESS ? sl__comm_wait(c, &req, "receiving the abort messages", err)
+                           : mpi_fail(err, rc, "MPI_Irecv (abort channel)");
   }
-  return SL_STATUS_OK;
+  return st;
 }
 
 sl_status sl__comm_group_bcast(sl__comm *c, uint32_t g, void *buf, uint64_t nbytes, int root, bool *aborted,
@@ -269,14 +310,26 @@ sl_status sl__comm_group_bcast(sl__comm *c, uint32_t g, void *buf, uint64_t nbyt
   /* Open MPI progresses a non-blocking collective only inside MPI calls: poll without sleeping,
    * yielding the core to the reader threads between polls (a sleep here cut the broadcast rate
    * by more than ten times). */
+  double start = sl__now();
+  sl__comm_block_begin(c, "a bucket broadcast");
   for (;;) {
     int flag = 0;
     rc = MPI_Test(&req, &flag, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS || flag)
+      sl__comm_block_end(c);
     if (rc != MPI_SUCCESS)
       return mpi_fail(err, rc, "MPI_Test of a broadcast");
     if (flag)
       return SL_STATUS_OK;
+    sl__comm_poll(c);
+    double waited = sl__now() - start;
+    if (c->timeout_s > 0 && waited > c->timeout_s) {
+      char what[96];
+      snprintf(what, sizeof what, "broadcast of %llu bytes in group %u", (unsigned long long)nbytes, g);
+      sl__comm_expire(c, what, waited);
+    }
     if (sl__comm_abort_check(c)) {
+      sl__comm_block_end(c);
       /* Leave the request behind: a non-blocking collective cannot be cancelled or freed, and
        * its peers may never complete it. The communicator is released with the loader. */
       c->abandoned = req;
@@ -290,16 +343,23 @@ sl_status sl__comm_group_bcast(sl__comm *c, uint32_t g, void *buf, uint64_t nbyt
 sl_status sl__comm_allreduce_bor(sl__comm *c, uint8_t *bits, size_t nbytes, sl__err *err) {
   for (size_t off = 0; off < nbytes; off += BLOB_PIECE) {
     size_t piece = nbytes - off < BLOB_PIECE ? nbytes - off : BLOB_PIECE;
-    int rc = MPI_Allreduce(MPI_IN_PLACE, bits + off, (int)piece, MPI_BYTE, MPI_BOR, c->world);
+    MPI_Request req;
+    int rc = MPI_Iallreduce(MPI_IN_PLACE, bits + off, (int)piece, MPI_BYTE, MPI_BOR, c->world, &req);
     if (rc != MPI_SUCCESS)
-      return mpi_fail(err, rc, "MPI_Allreduce of the weight bitmaps");
+      return mpi_fail(err, rc, "MPI_Iallreduce of the weight bitmaps");
+    sl_status st = sl__comm_wait(c, &req, "reduction of the weight bitmaps", err);
+    if (st != SL_STATUS_OK)
+      return st;
   }
   return SL_STATUS_OK;
 }
 
 sl_status sl__comm_gather(sl__comm *c, const void *rec, size_t rec_bytes, void *out, sl__err *err) {
-  int rc = MPI_Gather(rec, (int)rec_bytes, MPI_BYTE, out, (int)rec_bytes, MPI_BYTE, 0, c->world);
-  return rc == MPI_SUCCESS ? SL_STATUS_OK : mpi_fail(err, rc, "MPI_Gather of statistics");
+  MPI_Request req;
+  int rc = MPI_Igather(rec, (int)rec_bytes, MPI_BYTE, out, (int)rec_bytes, MPI_BYTE, 0, c->world, &req);
+  if (rc != MPI_SUCCESS)
+    return mpi_fail(err, rc, "MPI_Igather of statistics");
+  return sl__comm_wait(c, &req, "gathering statistics", err);
 }
 
 int sl__comm_local_rank(sl__comm *c) {

@@ -3,7 +3,11 @@
  * every phase, blob broadcast, the broadcast-group communicators of the schedule, bitmap
  * reductions, statistics gathering, and an abort channel so that a rank that fails mid-load
  * makes every other rank stop waiting (non-blocking broadcasts polled against it) instead of
- * hanging. The library never calls MPI_Abort.
+ * hanging; and the load watchdog (engine/watchdog.c): every wait of a load has a deadline
+ * (timeout_s), and a rank whose deadline passes asks every rank whether it is alive, prints the
+ * phase and the ranks it has not heard from, and ends the job with MPI_Abort on the load's
+ * communicator (the one place where the library calls it: a peer that died or stopped can never be
+ * waited out).
  */
 #ifndef SL_COMM_H
 #define SL_COMM_H
@@ -45,6 +49,14 @@ typedef struct sl__comm {
   MPI_Comm *groups;      /* per broadcast group: its communicator, MPI_COMM_NULL if not a member */
   int *group_rank;       /* our rank in each group, -1 if not a member */
   MPI_Request abandoned; /* a broadcast left unfinished by an abort (never waited for) */
+  /* the watchdog (engine/watchdog.c) */
+  double timeout_s;              /* seconds any one wait may last; 0 = no watchdog */
+  const char *phase;             /* what the load is doing, for the expiry message */
+  const char *waiting_for;       /* the wait in progress (sl__comm_block_begin), or NULL */
+  double next_probe;             /* when waits next look for other ranks' alive queries */
+  double last_poll;              /* the last poll of the wait in progress (0: none yet) */
+  double self_stalled;           /* longest gap between two polls: this rank itself not running */
+  struct sl__backstop *backstop; /* thread that ends blocking calls which overrun */
 } sl__comm;
 
 sl_status sl__comm_init(sl__comm *c, MPI_Comm user, sl__err *err);
@@ -75,6 +87,30 @@ sl_status sl__comm_abort_disarm(sl__comm *c, sl__err *err);
  * when an abort arrived before completion: the caller stops the load. */
 sl_status sl__comm_group_bcast(sl__comm *c, uint32_t g, void *buf, uint64_t nbytes, int root, bool *aborted,
                                sl__err *err);
+
+/* ---- the watchdog (engine/watchdog.c) ---- */
+#define SL_TIMEOUT_DEFAULT_S 600.0
+/* Sets the deadline of every later wait (0 turns the watchdog off) and starts the backstop thread. */
+void sl__comm_set_timeout(sl__comm *c, double seconds);
+/* Names what the load is doing now ("loading", "tracking weights"): the expiry message says it. */
+void sl__comm_phase(sl__comm *c, const char *phase);
+/* Waits for a non-blocking MPI request, polling it (and other ranks' alive queries) until the
+ * deadline; past it the watchdog fires (it does not return). `what` names the operation. */
+sl_status sl__comm_wait(sl__comm *c, MPI_Request *req, const char *what, sl__err *err);
+/* For waits that poll something else (reader threads, NCCL): answers other ranks' alive queries;
+ * an expired peer makes this rank report too (it does not return then). Cheap: a probe at most
+ * every few milliseconds. */
+void sl__comm_poll(sl__comm *c);
+/* The watchdog fires: `what` has not finished within `waited` seconds. Asks every rank whether it is
+ * alive, prints the phase and the ranks not heard from on stderr, and calls MPI_Abort on the load's
+ * communicator. Returns only if MPI_Abort does (never with Open MPI or MPICH). */
+void sl__comm_expire(sl__comm *c, const char *what, double waited);
+/* Brackets a call that cannot poll (communicator creation, joining threads): if it lasts longer
+ * than timeout_s plus the reporting grace, the backstop thread reports and calls MPI_Abort. */
+void sl__comm_block_begin(sl__comm *c, const char *what);
+void sl__comm_block_end(sl__comm *c);
+/* Stops the backstop thread (sl__comm_free calls it). */
+void sl__comm_watchdog_free(sl__comm *c);
 
 /* Bitwise-OR allreduce of a byte array. */
 sl_status sl__comm_allreduce_bor(sl__comm *c, uint8_t *bits, size_t nbytes, sl__err *err);

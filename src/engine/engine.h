@@ -17,9 +17,10 @@
 #ifndef SL_ENGINE_H
 #define SL_ENGINE_H
 
+#include "base/workers.h"
+#include "engine/staging.h"
 #include "engine/transfer.h"
 #include "plan/readplan.h"
-#include "engine/staging.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -40,8 +41,9 @@ typedef struct sl__engine {
   sl__readplan rp;            /* read operations and their deliveries */
   uint32_t *bucket_ops_start; /* my bucket → first op index in bucket_op_list */
   uint32_t *bucket_op_list;
-  sl__vec local_ops; /* uint32_t op indices */
-  int *fds;          /* per file, -1 until opened */
+  sl__vec local_ops;      /* uint32_t op indices */
+  int *fds;               /* per file, -1 until opened */
+  sl__file_stamp *stamps; /* per file: what fstat said at open (compared after the last read) */
   /* bucket slots */
   void *slot_buf[SL_BUCKET_SLOTS];
   bool slot_abandoned[SL_BUCKET_SLOTS]; /* target of a broadcast an abort left unfinished */
@@ -57,8 +59,8 @@ typedef struct sl__engine {
   size_t local_left;
   bool stop;
   _Atomic bool failed;
-  sl__err pool_err; /* first worker error */
-  pthread_t *threads;
+  sl__err pool_err;    /* first worker error */
+  sl__workers threads; /* the reader threads (base/workers.h) */
   uint32_t n_threads;
   _Atomic uint64_t bytes_read;
   _Atomic uint64_t bytes_covering;
@@ -68,6 +70,7 @@ typedef struct sl__engine {
   uint64_t bytes_total;
   double t_start;
   _Atomic bool inject_error; /* test hook: the next read fails (SHARDLOAD_INJECT_READ_ERROR) */
+  uint64_t inject_delay_us;  /* test hook: every read operation first sleeps this long */
 } sl__engine;
 
 /* A reader thread's argument. */
@@ -79,8 +82,11 @@ typedef struct sl__engine_worker {
 /* ---- reads.c ---- */
 /* The read operations of this rank: local pieces first, then bucket items in bucket order. */
 sl_status sl__engine_build_reads(sl__engine *e);
-/* Opens every file an operation reads (O_DIRECT for the direct and io_uring strategies). */
+/* Opens every file an operation reads (O_DIRECT for the direct and io_uring strategies), checking
+ * each against the catalog and keeping what fstat said. */
 sl_status sl__engine_open_files(sl__engine *e);
+/* After the last read: every opened file is still the one opened, unchanged (catalog.h). */
+sl_status sl__engine_check_files(sl__engine *e);
 
 /* ---- deliver.c ---- */
 /* Segment seg of piece `piece`, whose first byte is at src (rows src_stride apart), into every
@@ -94,7 +100,8 @@ sl_status sl__engine_deliver(sl__engine *e, int worker, int slot, const sl__deli
                              uint64_t buf_off, bool packed, sl__err *werr);
 
 /* ---- readers.c ---- */
-/* The test hook: the first read of this rank fails (SHARDLOAD_INJECT_READ_ERROR). */
+/* The test hook: the first read of this rank fails (SHARDLOAD_INJECT_READ_ERROR); every read
+ * operation is slowed down by SHARDLOAD_INJECT_READ_DELAY_MS. */
 sl_status sl__engine_injected_failure(sl__engine *e, uint32_t f, uint64_t off, sl__err *werr);
 /* Records a worker's error (the first one wins) and wakes everybody up. */
 void sl__engine_fail(sl__engine *e, const sl__err *werr);

@@ -79,7 +79,7 @@ static sl_status file_fd(mapper *m, uint32_t f, int *fd) {
     int d = open(path, O_RDONLY | O_CLOEXEC);
     if (d < 0)
       return sl__err_set(m->err, SL_STATUS_IO, "cannot open %s: %s", path, strerror(errno));
-    sl_status st = sl__cat_file_check(m->cat, f, d, m->err);
+    sl_status st = sl__cat_file_check(m->cat, f, d, NULL, m->err);
     if (st != SL_STATUS_OK) {
       close(d);
       return st;

@@ -10,8 +10,11 @@
 
 #include <errno.h>
 #include <string.h>
+#include <unistd.h>
 
 sl_status sl__engine_injected_failure(sl__engine *e, uint32_t f, uint64_t off, sl__err *werr) {
+  if (e->inject_delay_us > 0)
+    usleep((useconds_t)e->inject_delay_us);
   if (!atomic_exchange(&e->inject_error, false))
     return SL_STATUS_OK;
   return sl__err_set(werr, SL_STATUS_IO,

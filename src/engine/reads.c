@@ -111,12 +111,23 @@ sl_status sl__engine_open_files(sl__engine *e) {
     }
     if (fd < 0)
       return sl__err_set(e->err, SL_STATUS_IO, "cannot open %s: %s", t->cat->files[f].path, strerror(errno));
-    sl_status st = sl__cat_file_check(t->cat, f, fd, e->err);
+    sl_status st = sl__cat_file_check(t->cat, f, fd, &e->stamps[f], e->err);
     if (st != SL_STATUS_OK) {
       close(fd);
       return st;
     }
     e->fds[f] = fd;
+  }
+  return SL_STATUS_OK;
+}
+
+sl_status sl__engine_check_files(sl__engine *e) {
+  for (size_t f = 0; e->fds != NULL && f < e->t->cat->n_files; f++) {
+    if (e->fds[f] < 0)
+      continue;
+    sl_status st = sl__cat_file_check(e->t->cat, (uint32_t)f, e->fds[f], &e->stamps[f], e->err);
+    if (st != SL_STATUS_OK)
+      return st;
   }
   return SL_STATUS_OK;
 }

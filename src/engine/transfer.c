@@ -9,6 +9,7 @@
  */
 #include "engine/engine.h"
 
+#include "base/log.h"
 #include "base/util.h"
 #include "plan/stats.h"
 
@@ -20,10 +21,17 @@
 
 sl_status sl__engine_wait_for(sl__engine *e, bool (*pred)(sl__engine *, void *), void *arg, bool *aborted) {
   *aborted = false;
+  sl__comm *c = e->t->comm;
+  /* The watchdog's deadline counts from the last byte read: slow storage that still delivers
+   * is waited for, a read that never returns is not. */
+  uint64_t seen = atomic_load(&e->bytes_done);
+  double since = sl__now();
+  sl__comm_block_begin(c, "waiting for this rank's reads");
   pthread_mutex_lock(&e->mu);
   while (!pred(e, arg)) {
     if (atomic_load(&e->failed)) {
       pthread_mutex_unlock(&e->mu);
+      sl__comm_block_end(c);
       return SL_STATUS_IO;
     }
     struct timespec ts;
@@ -35,13 +43,24 @@ sl_status sl__engine_wait_for(sl__engine *e, bool (*pred)(sl__engine *, void *),
     }
     pthread_cond_timedwait(&e->cv, &e->mu, &ts);
     pthread_mutex_unlock(&e->mu);
-    if (sl__comm_abort_check(e->t->comm)) {
+    if (sl__comm_abort_check(c)) {
       *aborted = true;
+      sl__comm_block_end(c);
       return SL_STATUS_OK;
+    }
+    sl__comm_poll(c);
+    uint64_t done = atomic_load(&e->bytes_done);
+    if (done != seen) {
+      seen = done;
+      since = sl__now();
+      sl__comm_block_begin(c, "waiting for this rank's reads");
+    } else if (c->timeout_s > 0 && sl__now() - since > c->timeout_s) {
+      sl__comm_expire(c, "waiting for this rank's reads: no byte read meanwhile", sl__now() - since);
     }
     pthread_mutex_lock(&e->mu);
   }
   pthread_mutex_unlock(&e->mu);
+  sl__comm_block_end(c);
   return SL_STATUS_OK;
 }
 
@@ -73,6 +92,12 @@ static void engine_init(sl__engine *e, sl__transfer *t, sl__err *err) {
   uint64_t inject_rank = 0;
   atomic_init(&e->inject_error, inject != NULL && sl__parse_u64(inject, &inject_rank) &&
                                     inject_rank == (uint64_t)t->comm->rank);
+  /* SHARDLOAD_INJECT_READ_DELAY_MS=<ms>: every read operation sleeps first, so that a test can
+   * act while a load is running (kill or stop a rank, rewrite a file). */
+  const char *delay = getenv("SHARDLOAD_INJECT_READ_DELAY_MS");
+  uint64_t delay_ms = 0;
+  if (delay != NULL && sl__parse_u64(delay, &delay_ms))
+    e->inject_delay_us = delay_ms * 1000;
   /* The reader threads and their staging slots. The chunk (t->chunk) already fits the staging
    * budget: the planner's options came from the same split. */
   sl__staging_req req = {.staging_bytes = SL_STAGING_UNBOUNDED,
@@ -99,6 +124,7 @@ static void engine_free(sl__engine *e) {
         close(e->fds[f]);
   }
   free(e->fds);
+  free(e->stamps);
   /* A broadcast abandoned by an abort may still write into its bucket whenever MPI progresses
    * (in any later MPI call of this process): that bucket is deliberately never released. */
   for (uint32_t s = 0; s < SL_BUCKET_SLOTS; s++)
@@ -107,7 +133,6 @@ static void engine_free(sl__engine *e) {
   free(e->queue_hi);
   free(e->queue_lo);
   free(e->bucket_left);
-  free(e->threads);
   pthread_cond_destroy(&e->cv);
   pthread_mutex_destroy(&e->mu);
 }
@@ -161,7 +186,8 @@ static sl_status prepare(sl__engine *e) {
   if (st == SL_STATUS_OK)
     st = sl__engine_build_reads(e);
   e->fds = calloc(t->cat->n_files + 1, sizeof *e->fds);
-  if (st == SL_STATUS_OK && e->fds == NULL)
+  e->stamps = calloc(t->cat->n_files + 1, sizeof *e->stamps);
+  if (st == SL_STATUS_OK && (e->fds == NULL || e->stamps == NULL))
     st = sl__err_set(e->err, SL_STATUS_NOMEM, "out of memory");
   for (size_t f = 0; e->fds != NULL && f < t->cat->n_files; f++)
     e->fds[f] = -1;
@@ -172,37 +198,34 @@ static sl_status prepare(sl__engine *e) {
   if (st != SL_STATUS_OK)
     return st;
   e->n_threads = e->staging.threads;
-  e->threads = calloc(e->n_threads, sizeof *e->threads);
   e->queue_hi = calloc(e->rp.ops.len + 1, sizeof *e->queue_hi);
   e->queue_lo = calloc(e->rp.ops.len + 1, sizeof *e->queue_lo);
-  if (e->threads == NULL || e->queue_hi == NULL || e->queue_lo == NULL)
+  if (e->queue_hi == NULL || e->queue_lo == NULL)
     return sl__err_set(e->err, SL_STATUS_NOMEM, "out of memory starting readers");
   for (size_t i = 0; i < e->local_ops.len; i++)
     e->queue_lo[e->lo_tail++] = SL_VEC_AT(&e->local_ops, uint32_t, i);
   return SL_STATUS_OK;
 }
 
-/* Starts the reader threads; *started says how many run (all of them unless this fails). */
-static sl_status start_readers(sl__engine *e, sl__engine_worker *args, uint32_t *started) {
+/* Starts the reader threads (base/workers.h); the ones that started run even when this fails. */
+static sl_status start_readers(sl__engine *e, sl__engine_worker *args) {
   void *(*fn)(void *) =
       e->t->strategy == SL_STRATEGY_IO_URING ? sl__engine_uring_worker : sl__engine_pread_worker;
-  for (uint32_t i = 0; i < e->n_threads; i++) {
+  for (uint32_t i = 0; i < e->n_threads; i++)
     args[i] = (sl__engine_worker){.e = e, .index = (int)i};
-    if (pthread_create(&e->threads[i], NULL, fn, &args[i]) != 0)
-      return sl__err_set(e->err, SL_STATUS_INTERNAL, "cannot start reader thread %u", i);
-    (*started)++;
-  }
-  return SL_STATUS_OK;
+  return sl__workers_start(&e->threads, e->n_threads, fn, args, sizeof *args, "reader", e->err);
 }
 
 /* Stops and joins the reader threads whatever happened; a reader's error becomes the run's. */
-static sl_status stop_readers(sl__engine *e, uint32_t started, sl_status st) {
+static sl_status stop_readers(sl__engine *e, sl_status st) {
   pthread_mutex_lock(&e->mu);
   e->stop = true;
   pthread_cond_broadcast(&e->cv);
   pthread_mutex_unlock(&e->mu);
-  for (uint32_t i = 0; i < started; i++)
-    pthread_join(e->threads[i], NULL);
+  /* A reader inside a read that never returns (storage gone) would hold the join forever. */
+  sl__comm_block_begin(e->t->comm, "joining the reader threads");
+  sl__workers_join(&e->threads);
+  sl__comm_block_end(e->t->comm);
   if (atomic_load(&e->failed)) {
     if (e->pool_err.status == SL_STATUS_OK)
       sl__err_set(&e->pool_err, SL_STATUS_IO, "a reader thread failed");
@@ -233,12 +256,13 @@ sl_status sl__transfer_run(sl__transfer *t, sl__transfer_stats *stats, sl__err *
   sl__engine e;
   engine_init(&e, t, err);
   sl_status st = prepare(&e);
-  uint32_t started = 0;
   sl__engine_worker *args = st == SL_STATUS_OK ? calloc(e.n_threads, sizeof *args) : NULL;
   if (st == SL_STATUS_OK && args == NULL)
     st = sl__err_set(err, SL_STATUS_NOMEM, "out of memory");
-  if (st == SL_STATUS_OK)
-    st = start_readers(&e, args, &started);
+  if (st == SL_STATUS_OK) {
+    SL_INFO("transfer: %zu read operations, %zu buckets", e.rp.ops.len, e.n_my_buckets);
+    st = start_readers(&e, args);
+  }
   if (st != SL_STATUS_OK)
     sl__comm_abort_raise(t->comm);
   /* Buckets in the global order, then the local reads. */
@@ -248,7 +272,10 @@ sl_status sl__transfer_run(sl__transfer *t, sl__transfer_stats *stats, sl__err *
     st = sl__engine_run_buckets(&e, stats, &t_bcast, &aborted);
   if (st == SL_STATUS_OK && !aborted)
     st = sl__engine_wait_for(&e, locals_done, NULL, &aborted);
-  st = stop_readers(&e, started, st);
+  st = stop_readers(&e, st);
+  /* The reads are over: a file changed meanwhile may have given bytes of two versions. */
+  if (st == SL_STATUS_OK && !aborted)
+    st = sl__engine_check_files(&e);
   free(args);
   if (st == SL_STATUS_OK && !aborted)
     st = t->backend->ops->sync(t->backend, err);

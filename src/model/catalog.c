@@ -157,13 +157,52 @@ static sl_status check_index_tensors(sl__catalog *c, const sl__catalog_opts *o, 
   return SL_STATUS_OK;
 }
 
-sl_status sl__cat_file_check(const sl__catalog *c, uint32_t f, int fd, sl__err *err) {
+static int64_t ns_of(struct timespec t) {
+  return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+static sl__file_stamp stamp_of(const struct stat *st) {
+  return (sl__file_stamp){.valid = true,
+                          .size = (uint64_t)st->st_size,
+                          .dev = (uint64_t)st->st_dev,
+                          .ino = (uint64_t)st->st_ino,
+                          .mtime_ns = ns_of(st->st_mtim),
+                          .ctime_ns = ns_of(st->st_ctim)};
+}
+
+static sl_status changed(sl__err *err, const char *path, const char *when, const char *what, long long now,
+                         long long before) {
+  return sl__err_set(err, SL_STATUS_IO, "%s changed %s (%s %lld, expected %lld)", path, when, what, now,
+                     before);
+}
+
+sl_status sl__cat_file_check(const sl__catalog *c, uint32_t f, int fd, sl__file_stamp *stamp, sl__err *err) {
   struct stat st;
+  const sl__cat_file *cf = &c->files[f];
   if (fstat(fd, &st) != 0)
-    return sl__err_set(err, SL_STATUS_IO, "cannot stat %s: %s", c->files[f].path, strerror(errno));
-  if ((uint64_t)st.st_size != c->files[f].size)
-    return sl__err_set(err, SL_STATUS_IO, "%s changed since its header was read (size %lld, expected %llu)",
-                       c->files[f].path, (long long)st.st_size, (unsigned long long)c->files[f].size);
+    return sl__err_set(err, SL_STATUS_IO, "cannot stat %s: %s", cf->path, strerror(errno));
+  sl__file_stamp now = stamp_of(&st);
+  const char *since = "since its header was read";
+  if (now.size != cf->size)
+    return changed(err, cf->path, since, "size", (long long)now.size, (long long)cf->size);
+  /* Times are known when this catalog was built by reading the headers (not in hand-made ones). */
+  if (cf->mtime_ns != 0 && now.mtime_ns != cf->mtime_ns)
+    return changed(err, cf->path, since, "modification time ns", now.mtime_ns, cf->mtime_ns);
+  if (cf->ctime_ns != 0 && now.ctime_ns != cf->ctime_ns)
+    return changed(err, cf->path, since, "change time ns", now.ctime_ns, cf->ctime_ns);
+  if (stamp == NULL)
+    return SL_STATUS_OK;
+  if (!stamp->valid) {
+    *stamp = now;
+    return SL_STATUS_OK;
+  }
+  const char *during = "while it was read";
+  if (now.dev != stamp->dev || now.ino != stamp->ino)
+    return changed(err, cf->path, during, "inode", (long long)now.ino, (long long)stamp->ino);
+  if (now.mtime_ns != stamp->mtime_ns)
+    return changed(err, cf->path, during, "modification time ns", now.mtime_ns, stamp->mtime_ns);
+  if (now.ctime_ns != stamp->ctime_ns)
+    return changed(err, cf->path, during, "change time ns", now.ctime_ns, stamp->ctime_ns);
   return SL_STATUS_OK;
 }
 
@@ -197,6 +236,9 @@ sl_status sl__catalog_build(const sl__catalog_opts *o, sl__catalog *c, sl__err *
       break;
     }
     /* torch.save checkpoints give the same table as a safetensors header (docs/spec/FILES.md §8). */
+    /* The times before the header is read: any write from now on shows when the ranks read. */
+    struct stat before;
+    bool have_times = stat(f->path, &before) == 0;
     sl__st_header h;
     if (!sel.use_safetensors && sl__pt_is_pickle_name(f->name))
       st = sl__pt_read_file(f->path, &h, err);
@@ -205,6 +247,10 @@ sl_status sl__catalog_build(const sl__catalog_opts *o, sl__catalog *c, sl__err *
     if (st != SL_STATUS_OK)
       break;
     f->size = h.file_size;
+    if (have_times && (uint64_t)before.st_size == f->size) {
+      f->mtime_ns = ns_of(before.st_mtim);
+      f->ctime_ns = ns_of(before.st_ctim);
+    }
     st = add_file_tensors(c, o, (uint32_t)i, &h, &cap, err);
     sl__st_header_free(&h);
   }
@@ -237,7 +283,7 @@ sl_status sl__catalog_build(const sl__catalog_opts *o, sl__catalog *c, sl__err *
 
 /* ---- blob ---- */
 
-static const char MAGIC[8] = {'S', 'L', 'C', 'A', 'T', '0', '0', '1'};
+static const char MAGIC[8] = {'S', 'L', 'C', 'A', 'T', '0', '0', '2'};
 
 static void put_u64(sl__buf *b, uint64_t v) {
   uint8_t x[8];
@@ -272,6 +318,8 @@ sl_status sl__catalog_serialize(const sl__catalog *c, uint8_t **blob, size_t *le
     put_str(&b, c->files[i].path, strlen(c->files[i].path));
     put_str(&b, c->files[i].name, strlen(c->files[i].name));
     put_u64(&b, c->files[i].size);
+    put_u64(&b, (uint64_t)c->files[i].mtime_ns);
+    put_u64(&b, (uint64_t)c->files[i].ctime_ns);
   }
   put_u64(&b, c->n_tensors);
   for (size_t i = 0; i < c->n_tensors; i++) {
@@ -376,13 +424,15 @@ sl_status sl__catalog_deserialize(const uint8_t *blob, size_t len, sl__catalog *
     free(config);
   }
   uint64_t nf = get_u64(&r);
-  /* Each file takes at least 24 bytes, each tensor at least 48: bound counts by the blob size. */
-  if (!r.bad && nf <= r.left / 24) {
+  /* Each file takes at least 40 bytes, each tensor at least 48: bound counts by the blob size. */
+  if (!r.bad && nf <= r.left / 40) {
     c->files = calloc((size_t)nf + 1, sizeof *c->files);
     for (uint64_t i = 0; c->files != NULL && i < nf && !r.bad; i++) {
       c->files[i].path = get_str(&r, NULL);
       c->files[i].name = get_str(&r, NULL);
       c->files[i].size = get_u64(&r);
+      c->files[i].mtime_ns = (int64_t)get_u64(&r);
+      c->files[i].ctime_ns = (int64_t)get_u64(&r);
       c->n_files++;
     }
     r.bad = r.bad || c->files == NULL;

@@ -22,10 +22,19 @@
 #define SL_CAT_MAX_DIMS 8
 
 typedef struct sl__cat_file {
-  char *path;    /* full path of the file */
-  char *name;    /* basename */
-  uint64_t size; /* bytes */
+  char *path;       /* full path of the file */
+  char *name;       /* basename */
+  uint64_t size;    /* bytes */
+  int64_t mtime_ns; /* modification and change time when the header was read (0: not known) */
+  int64_t ctime_ns;
 } sl__cat_file;
+
+/* What one rank saw of an open file: compared again after its last read. */
+typedef struct sl__file_stamp {
+  bool valid;
+  uint64_t size, dev, ino;
+  int64_t mtime_ns, ctime_ns;
+} sl__file_stamp;
 
 typedef struct sl__cat_tensor {
   char *name;    /* after Mistral renaming (format mistral); the checkpoint name otherwise */
@@ -63,9 +72,11 @@ typedef struct sl__catalog_opts {
 } sl__catalog_opts;
 
 sl_status sl__catalog_build(const sl__catalog_opts *opts, sl__catalog *out, sl__err *err);
-/* An open descriptor of file f still has the size the catalog recorded (a file replaced or
- * truncated since its header was read must not be read at the old offsets). */
-sl_status sl__cat_file_check(const sl__catalog *c, uint32_t f, int fd, sl__err *err);
+/* An open descriptor of file f still has the size and the modification and change times the
+ * catalog recorded (a file replaced, truncated or rewritten since its header was read must not be
+ * read at the old offsets). With stamp: an invalid stamp is filled in (at open); a valid one must
+ * still match in size, times, inode and device (after the last read: nothing changed meanwhile). */
+sl_status sl__cat_file_check(const sl__catalog *c, uint32_t f, int fd, sl__file_stamp *stamp, sl__err *err);
 void sl__catalog_free(sl__catalog *c);
 /* Index of the tensor named name, or SL_NONE. */
 uint32_t sl__catalog_find(const sl__catalog *c, const char *name);

@@ -59,6 +59,7 @@ static const key k_keys[] = {
     {"save_max_part_bytes", POS, "5368709120", {0}},
     {"overwrite", BOOL, "false", {0}},
     {"report", STR, NULL, {0}},
+    {"timeout_s", DBL, "600", {0}},
     {"strict", BOOL, "true", {0}},
     {"skip_vision", BOOL, "false", {0}},
     {"storage_gbps", DBL, "2.0", {0}},
@@ -667,7 +668,7 @@ static void test_options(void) {
 }
 
 int main(void) {
-  CHECK_EQ_U64(N_KEYS, 45);
+  CHECK_EQ_U64(N_KEYS, 46);
   test_each_key();
   test_defaults();
   test_api();

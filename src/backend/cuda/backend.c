@@ -209,9 +209,13 @@ static sl_status setup_local(sl__backend *b, int workers, int device, void *stre
   cuda_state *st = state_of(b);
   if (workers < 1)
     return sl__err_set(err, SL_STATUS_INTERNAL, "CUDA backend created for %d reader threads", workers);
-  sl_status res = sl__cuda_parse_timeout(getenv(SL_CUDA_TIMEOUT_ENV), &st->timeout_s, err);
+  const char *timeout_env = getenv(SL_CUDA_TIMEOUT_ENV);
+  sl_status res = sl__cuda_parse_timeout(timeout_env, &st->timeout_s, err);
   if (res != SL_STATUS_OK)
     return res;
+  /* Without the variable, NCCL waits follow the load watchdog's timeout_s. */
+  if ((timeout_env == NULL || *timeout_env == '\0') && b->comm != NULL && b->comm->timeout_s > 0)
+    st->timeout_s = b->comm->timeout_s;
   res = check_groups(b->comm, groups, err);
   if (res != SL_STATUS_OK)
     return res;

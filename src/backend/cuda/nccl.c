@@ -101,6 +101,7 @@ sl_status sl__cuda_bcast(sl__backend *b, uint32_t g, void *buf, uint64_t nbytes,
       *aborted = true;
       return SL_STATUS_OK;
     }
+    sl__comm_poll(b->comm); /* another rank's watchdog report */
     if (sl__now() > deadline) {
       abort_group(st, g);
       return sl__err_set(

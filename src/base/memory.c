@@ -1,10 +1,18 @@
 /*
- * base/memstat.c — resident memory of this process (see base/memstat.h).
+ * base/memory.c — touching and measuring this process's memory (see base/memory.h).
  */
-#include "base/memstat.h"
+#include "base/memory.h"
 
 #include <stdio.h>
 #include <sys/resource.h>
+#include <unistd.h>
+
+void sl__prefault(void *p, uint64_t nbytes) {
+  volatile uint8_t *b = p;
+  uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+  for (uint64_t k = 0; k < nbytes; k += page)
+    b[k] = 0;
+}
 
 uint64_t sl__peak_rss_bytes(void) {
   struct rusage ru;
