@@ -18,10 +18,10 @@
 #include "api/config.h"
 #include "api/options.h"
 #include "api/params.h"
-#include "base/memory.h"
 #include "api/prepare.h"
 #include "backend/backend.h"
 #include "base/log.h"
+#include "base/memory.h"
 #include "base/util.h"
 #include "engine/comm.h"
 #include "engine/coverage.h"
@@ -784,17 +784,16 @@ const char *sl_loader_summary(sl_loader *l) {
 
 /* api/params.h: the parts of the loader that api/params.c works on. */
 void sl__loader_view_of(sl_loader *l, sl__loader_view *out) {
-  *out = (sl__loader_view){.params = &l->params,
-                           .comm = &l->comm,
-                           .err = &l->err,
-                           .planned = l->state >= STATE_PLANNED && l->state != STATE_FAILED,
-                           .loaded = l->state == STATE_LOADED,
-                           .plan = &l->pl.plan,
-                           .cat = &l->pl.prep.cat,
-                           .table = l->table,
-                           .backend = &l->backend,
-                           .maps = &l->maps,
-                           .param_ptr = &l->param_ptr,
-                           .bound = l->bound,
-                           .mapped = l->mapped};
+  sl__loader_view v = {.params = &l->params, .comm = &l->comm, .err = &l->err};
+  v.planned = l->state >= STATE_PLANNED && l->state != STATE_FAILED;
+  v.loaded = l->state == STATE_LOADED;
+  v.plan = &l->pl.plan;
+  v.cat = &l->pl.prep.cat;
+  v.table = l->table;
+  v.backend = &l->backend;
+  v.maps = &l->maps;
+  v.param_ptr = &l->param_ptr;
+  v.bound = l->bound;
+  v.mapped = l->mapped;
+  *out = v;
 }

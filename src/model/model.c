@@ -111,7 +111,8 @@ bool sl__model_lookup(void *ctx, const char *name, sl__val *out, sl__err *err) {
     out->i = cJSON_IsTrue(node);
   } else if (cJSON_IsNumber(node)) {
     double d = node->valuedouble;
-    if (d != (double)(int64_t)d || d > 9.0e18 || d < -9.0e18) {
+    /* Range first: converting a double outside int64 (or a NaN) to an integer is undefined. */
+    if (!(d <= 9.0e18 && d >= -9.0e18) || d != (double)(int64_t)d) {
       sl__err_set(err, SL_STATUS_MODEL_CONFIG, "config.json field '%s' must be an integer (got %g)", name, d);
       return false;
     }

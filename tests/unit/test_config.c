@@ -43,6 +43,7 @@ static const key k_keys[] = {
     {"enable_eplb", BOOL, "false", {0}},
     {"num_redundant_experts", U64, "0", {0}},
     {"arch", STR, "auto", {0}},
+    {"progress", ENUM, "auto", {"auto", "always", "never"}},
     {"layout", ENUM, "vllm", {"vllm", "checkpoint"}},
     {"device", ENUM, "cpu", {"cpu", "cuda"}},
     {"cuda_device", STR, NULL, {0}},
@@ -668,7 +669,7 @@ static void test_options(void) {
 }
 
 int main(void) {
-  CHECK_EQ_U64(N_KEYS, 46);
+  CHECK_EQ_U64(N_KEYS, 47);
   test_each_key();
   test_defaults();
   test_api();
