@@ -84,6 +84,32 @@ bool sl__buf_appendf(sl__buf *b, const char *fmt, ...) {
   return true;
 }
 
+/* The two-character escape of c shared by JSON strings and quoted names in messages, or NULL
+ * (JSON then writes \u00XX, messages \xXX). json: \b and \f (JSON's own) instead of \' (messages
+ * quote names in single quotes). */
+static const char *short_escape(unsigned char c, bool json) {
+  switch (c) {
+  case '"':
+    return "\\\"";
+  case '\\':
+    return "\\\\";
+  case '\n':
+    return "\\n";
+  case '\r':
+    return "\\r";
+  case '\t':
+    return "\\t";
+  case '\b':
+    return json ? "\\b" : NULL;
+  case '\f':
+    return json ? "\\f" : NULL;
+  case '\'':
+    return json ? NULL : "\\'";
+  default:
+    return NULL;
+  }
+}
+
 bool sl__buf_json_str(sl__buf *b, const char *s) {
   bool ok = sl__buf_putc(b, '"');
   const unsigned char *p = (const unsigned char *)s;
@@ -96,32 +122,11 @@ bool sl__buf_json_str(sl__buf *b, const char *s) {
       ok = ok && sl__buf_append(b, run, (size_t)(p - run));
     if (*p == '\0')
       break;
-    switch (*p) {
-    case '"':
-      ok = ok && sl__buf_append(b, "\\\"", 2);
-      break;
-    case '\\':
-      ok = ok && sl__buf_append(b, "\\\\", 2);
-      break;
-    case '\b':
-      ok = ok && sl__buf_append(b, "\\b", 2);
-      break;
-    case '\f':
-      ok = ok && sl__buf_append(b, "\\f", 2);
-      break;
-    case '\n':
-      ok = ok && sl__buf_append(b, "\\n", 2);
-      break;
-    case '\r':
-      ok = ok && sl__buf_append(b, "\\r", 2);
-      break;
-    case '\t':
-      ok = ok && sl__buf_append(b, "\\t", 2);
-      break;
-    default:
+    const char *esc = short_escape(*p, true);
+    if (esc != NULL)
+      ok = ok && sl__buf_append(b, esc, 2);
+    else
       ok = ok && sl__buf_appendf(b, "\\u%04x", *p);
-      break;
-    }
     p++;
   }
   return sl__buf_putc(b, '"') && ok;
@@ -198,13 +203,7 @@ const char *sl__quote(const char *s, char *buf, size_t cap) {
   /* Reserve room for the longest escape (4 bytes), the truncation note and the NUL. */
   for (; i < shown && o + 4 + 40 < cap; i++) {
     unsigned char c = (unsigned char)s[i];
-    const char *esc = c == '\n'   ? "\\n"
-                      : c == '\t' ? "\\t"
-                      : c == '\r' ? "\\r"
-                      : c == '\'' ? "\\'"
-                      : c == '"'  ? "\\\""
-                      : c == '\\' ? "\\\\"
-                                  : NULL;
+    const char *esc = short_escape(c, false);
     if (esc != NULL) {
       size_t n = strlen(esc);
       memcpy(buf + o, esc, n);

@@ -88,7 +88,7 @@ def check_file(path, problems):
             count += 1
             if target is None:
                 if not is_md:
-                    problems.append("%s:%d: §%s names no file (write FILE.md §%s)" % (rel, lineno, sec, sec))
+                    problems.append("%s:%d: §%s names no file (put the Markdown file it belongs to before it on the line)" % (rel, lineno, sec))
                     continue
                 target = (os.path.basename(path), path)
             if target[1] is None:
