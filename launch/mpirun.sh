@@ -10,20 +10,8 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/env.sh"
-usage() { echo "usage: $0 HOSTFILE [--ranks-per-node N] MODEL [shardload load options...]" >&2; exit 2; }
-[ $# -ge 2 ] || usage
-hostfile=$1
-shift
-ppn=""
-if [ "$1" = "--ranks-per-node" ]; then
-  [ $# -ge 3 ] || usage
-  ppn=$2
-  shift 2
-fi
-model=$1
-shift
-ppn=${ppn:-$(sl_default_ranks_per_node)}
-nodes=$(grep -cv '^[[:space:]]*\(#\|$\)' "$hostfile")
+sl_launch_args "$0" "$@"
+shift "$sl_consumed"
 forward=()
 for v in $(sl_forwarded_vars); do
   forward+=(-x "$v")
