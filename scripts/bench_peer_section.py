@@ -103,7 +103,8 @@ class PeerSection:
         b = self.b
         r = b.results
         missing = peer_missing(self.run)
-        sec = {"available": missing is None, "why_not": missing, "cold_measured": b.can_drop}
+        sec = {"available": missing is None, "why_not": missing, "cold_measured": b.can_drop,
+               "peer_reps": peer_reps}
         r["vs_peer"] = sec
         if missing:
             b.note("vLLM-style peer not run: " + missing)
@@ -155,6 +156,10 @@ def targets(r):
                     "measured": "%.2f GB/s = %.2f x %s (%.2f GB/s)" % (warm["auto"], warm["auto"] / warm[best],
                                                                        best, warm[best]),
                     "met": warm["auto"] / warm[best] >= 0.9})
+    dp2 = g(r, "load_4", "tp=2 dp=2")
+    if reads_per_mib(dp2) is not None:
+        out.append({"target": "4 ranks tp=2 dp=2: <= 1 read per MiB read (read_ops / MiB, average over ranks)",
+                    "measured": "%.2f" % reads_per_mib(dp2), "met": reads_per_mib(dp2) <= 1.0})
     sec = r.get("vs_peer") or {}
     for tp in ("2", "4"):
         w = g(sec, "warm", tp, "shardload")
@@ -199,7 +204,8 @@ def render(r, md_table, fmt, fmt_bytes, spread):
              "copies every tensor out whole, narrows it to its slice and copies that into a preallocated "
              "parameter (see Method). Times are in process (barrier to barrier, MPI start-up and Python "
              "imports excluded); *command* is the whole `mpirun` command. *reads/MiB*: shardload's "
-             "`read_ops / (bytes_read / MiB)` per rank, averaged over ranks.\n"]
+             "`read_ops / (bytes_read / MiB)` per rank, averaged over ranks. shardload: median of the "
+             "run's repetitions; peer: %d run(s) per row (`--peer-reps`).\n" % sec.get("peer_reps", 1)]
     if not sec.get("available"):
         parts.append("Peer not run: %s.\n" % sec.get("why_not"))
     ver = sec.get("verify") or {}
