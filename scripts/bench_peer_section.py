@@ -104,7 +104,9 @@ class PeerSection:
         r = b.results
         missing = peer_missing(self.run)
         sec = {"available": missing is None, "why_not": missing, "cold_measured": b.can_drop,
-               "peer_reps": peer_reps}
+               "peer_reps": peer_reps,
+               "cold_why": None if b.can_drop else ("--no-cold" if b.args.no_cold
+                                                    else "caches cannot be dropped: run as root")}
         r["vs_peer"] = sec
         if missing:
             b.note("vLLM-style peer not run: " + missing)
@@ -147,7 +149,7 @@ def targets(r):
         out.append({"target": name, "measured": "%.2f GB/s = %.2f x fio (%.2f GB/s)"
                     % (cold_auto, cold_auto / fio, fio), "met": cold_auto / fio >= 0.9})
     else:
-        out.append({"target": name, "measured": "not measured (no fio, or caches cannot be dropped: run as root)",
+        out.append({"target": name, "measured": "not measured (no fio, --no-cold, or caches cannot be dropped: run as root)",
                     "met": None})
     warm = {s: g(r, "load_1", "warm", s, "gbps") for s in WARM_RIVALS}
     best = max((s for s in warm if warm[s]), key=lambda s: warm[s], default=None)
@@ -178,7 +180,7 @@ def targets(r):
                         "met": w["total_seconds"] <= c["total_seconds"]})
         elif w:
             out.append({"target": "tp=%s: warm never slower than cold (shardload, in process)" % tp,
-                        "measured": "cold not measured (caches cannot be dropped: run as root)", "met": None})
+                        "measured": "cold not measured (%s)" % sec.get("cold_why"), "met": None})
         for key in ("warm", "cold"):
             s, p = g(sec, key, tp, "shardload"), g(sec, key, tp, "peer")
             label = "tp=%s, %s: shardload wall <= 0.5 x vLLM-style peer" % (tp, key)
@@ -187,8 +189,7 @@ def targets(r):
                             % (s["total_seconds"], p["wall_seconds"], s["total_seconds"] / p["wall_seconds"]),
                             "met": s["total_seconds"] <= 0.5 * p["wall_seconds"]})
             elif key == "cold" and not sec.get("cold_measured"):
-                out.append({"target": label, "measured": "not measured (caches cannot be dropped: run as root)",
-                            "met": None})
+                out.append({"target": label, "measured": "not measured (%s)" % sec.get("cold_why"), "met": None})
             elif sec and not sec.get("available"):
                 out.append({"target": label, "measured": "peer not run: %s" % sec.get("why_not"), "met": None})
     return out
@@ -220,7 +221,7 @@ def render(r, md_table, fmt, fmt_bytes, spread):
         for tp in TPS:
             s, p = g(sec, key, str(tp), "shardload"), g(sec, key, str(tp), "peer")
             if key not in sec:
-                rows.append(["%d" % tp, key, "not measured (caches cannot be dropped: run as root)"]
+                rows.append(["%d" % tp, key, "not measured (%s)" % sec.get("cold_why")]
                             + [""] * 8)
                 continue
             rpm = reads_per_mib(s)
