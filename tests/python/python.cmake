@@ -34,3 +34,9 @@ sl_python_test(python_progress test_progress.py 1 2 3)
 add_test(NAME python_install COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/python/test_install.sh)
 set_tests_properties(python_install PROPERTIES LABELS python TIMEOUT 300 SKIP_RETURN_CODE 77
   ENVIRONMENT "${SL_TEST_ENV}")
+
+# The vLLM-style peer of scripts/bench against shardload's --save-sharded output, tp = 1, 2, 4.
+# Nine interpreter starts with torch: a generous bound for a loaded machine.
+add_test(NAME python_bench_peer COMMAND timeout 540 ${CMAKE_CURRENT_SOURCE_DIR}/python/test_bench_peer.sh)
+set_tests_properties(python_bench_peer PROPERTIES LABELS python TIMEOUT 600 PROCESSORS 4
+  FIXTURES_REQUIRED models ENVIRONMENT "${SL_TEST_ENV}" SKIP_RETURN_CODE 77)
