@@ -147,6 +147,16 @@ void sl__comm_block_end(sl__comm *c) {
   pthread_mutex_unlock(&b->mu);
 }
 
+/* The wait in progress gets a new deadline (the job still moves): so does the backstop's. */
+static void backstop_rearm(sl__comm *c) {
+  sl__backstop *b = c->backstop;
+  if (b == NULL)
+    return;
+  pthread_mutex_lock(&b->mu);
+  b->since = sl__now();
+  pthread_mutex_unlock(&b->mu);
+}
+
 void sl__comm_phase(sl__comm *c, const char *phase) {
   c->phase = phase;
 }
@@ -348,7 +358,8 @@ bool sl__comm_expire(sl__comm *c, const char *what, double waited) {
     /* Every rank is alive and one of them moved recently: slow (a slow link, slow storage), not
      * stuck. */
     free(h.heard);
-    SL_DEBUG("watchdog: %s for %.1f s, but a rank made progress %.1f s ago: waiting on", what, waited,
+    backstop_rearm(c);
+    SL_INFO("watchdog: %s for %.1f s, but a rank made progress %.1f s ago: waiting on", what, waited,
              h.min_idle);
     return true;
   }

@@ -183,6 +183,10 @@ def run_case(case, args, export):
                 "%.1f s after the fault" % (watcher.gone[r] - since) if r in watcher.gone else "?",
                 "%.1f s after the fault" % (watcher.cause_at[r] - since) if r in watcher.cause_at else "-",
                 cause or "-"), flush=True)
+        rearmed = sum(read(watcher.err(r)).count("but a rank made progress") for r in range(4))
+        print("  waits that passed timeout_s while the job still moved (watchdog waited on): %d" % rearmed)
+        for line in re.findall(r"^(?:ORTE has lost.*|  Remote daemon:.*|  Local host:.*|  Message:.*)$", err, re.M):
+            print("  mpirun: %s" % line.strip())
         check(t_fault is not None or case == "slow_link", "%s: the fault struck during the transfer" % case)
         completed = rc == 0 and all(re.search(r"^exit 0$", read(watcher.err(r)), re.M) for r in range(4))
         if case == "slow_link" or (case == "loss" and completed):
