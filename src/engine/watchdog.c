@@ -280,8 +280,8 @@ static void report(sl__comm *c, const char *what, double waited, int trigger, co
                    heard_set *h) {
   const char *phase = phase_of(c);
   char missing[4096];
-  heard_set mine = {.heard = calloc((size_t)c->size, 1), .left = (size_t)c->size - 1, .min_idle = 1e9,
-                    .end_from = -1};
+  heard_set mine = {
+      .heard = calloc((size_t)c->size, 1), .left = (size_t)c->size - 1, .min_idle = 1e9, .end_from = -1};
   if (mine.heard == NULL) {
     fprintf(stderr,
             "shardload: rank %d: error: watchdog: no progress while %s (%s); ending the job with MPI_Abort\n",
@@ -317,10 +317,11 @@ static void report(sl__comm *c, const char *what, double waited, int trigger, co
             "stopped or unreachable); ending the job with MPI_Abort\n",
             c->rank, cause, what, n_missing > 1 ? "s" : "", missing, c->size);
   else
-    fprintf(stderr,
-            "shardload: rank %d: error: watchdog: %s (%s); every rank answered, none made progress for %.0f s "
-            "(a wait that cannot complete); ending the job with MPI_Abort\n",
-            c->rank, cause, what, c->timeout_s);
+    fprintf(
+        stderr,
+        "shardload: rank %d: error: watchdog: %s (%s); every rank answered, none made progress for %.0f s "
+        "(a wait that cannot complete); ending the job with MPI_Abort\n",
+        c->rank, cause, what, c->timeout_s);
   fflush(stderr);
   free(mine.heard);
   /* Keep answering while the other ranks print theirs. */
@@ -360,7 +361,7 @@ bool sl__comm_expire(sl__comm *c, const char *what, double waited) {
     free(h.heard);
     backstop_rearm(c);
     SL_INFO("watchdog: %s for %.1f s, but a rank made progress %.1f s ago: waiting on", what, waited,
-             h.min_idle);
+            h.min_idle);
     return true;
   }
   report(c, what, waited, -1, NULL, &h);
