@@ -324,8 +324,9 @@ static void report(sl__comm *c, const char *what, double waited, int trigger, co
         c->rank, cause, what, c->timeout_s);
   fflush(stderr);
   free(mine.heard);
-  /* Keep answering while the other ranks print theirs. */
-  double end = sl__now() + ABORT_DELAY_S;
+  /* Keep answering while the other ranks print theirs: those that got our END listen for a grace
+   * period of their own first. */
+  double end = sl__now() + ABORT_DELAY_S + (h != &mine ? grace_s(c) : 0);
   char buf[PHASE_MAX];
   while (sl__now() < end) {
     int r;
