@@ -319,14 +319,17 @@ sl_status sl__comm_group_bcast(sl__comm *c, uint32_t g, void *buf, uint64_t nbyt
       sl__comm_block_end(c);
     if (rc != MPI_SUCCESS)
       return mpi_fail(err, rc, "MPI_Test of a broadcast");
-    if (flag)
+    if (flag) {
+      sl__comm_progress(c);
       return SL_STATUS_OK;
+    }
     sl__comm_poll(c);
     double waited = sl__now() - start;
     if (c->timeout_s > 0 && waited > c->timeout_s) {
       char what[96];
       snprintf(what, sizeof what, "broadcast of %llu bytes in group %u", (unsigned long long)nbytes, g);
-      sl__comm_expire(c, what, waited);
+      if (sl__comm_expire(c, what, waited)) /* the job still moves: a new deadline */
+        start = sl__now();
     }
     if (sl__comm_abort_check(c)) {
       sl__comm_block_end(c);

@@ -4,10 +4,11 @@
  * reductions, statistics gathering, and an abort channel so that a rank that fails mid-load
  * makes every other rank stop waiting (non-blocking broadcasts polled against it) instead of
  * hanging; and the load watchdog (engine/watchdog.c): every wait of a load has a deadline
- * (timeout_s), and a rank whose deadline passes asks every rank whether it is alive, prints the
- * phase and the ranks it has not heard from, and ends the job with MPI_Abort on the load's
- * communicator (the one place where the library calls it: a peer that died or stopped can never be
- * waited out).
+ * (timeout_s), and a rank whose deadline passes asks every rank whether it is alive and when it
+ * last made progress; a job that still moves (a slow link, slow storage) is waited for, otherwise
+ * every rank prints the phase and the ranks it has not heard from, and the job ends with MPI_Abort
+ * on the load's communicator (the one place where the library calls it: a peer that died or
+ * stopped can never be waited out).
  */
 #ifndef SL_COMM_H
 #define SL_COMM_H
@@ -56,6 +57,7 @@ typedef struct sl__comm {
   double next_probe;             /* when waits next look for other ranks' alive queries */
   double last_poll;              /* the last poll of the wait in progress (0: none yet) */
   double self_stalled;           /* longest gap between two polls: this rank itself not running */
+  double last_progress;          /* when this rank last completed a wait or read a byte */
   struct sl__backstop *backstop; /* thread that ends blocking calls which overrun */
 } sl__comm;
 
@@ -95,16 +97,22 @@ void sl__comm_set_timeout(sl__comm *c, double seconds);
 /* Names what the load is doing now ("loading", "tracking weights"): the expiry message says it. */
 void sl__comm_phase(sl__comm *c, const char *phase);
 /* Waits for a non-blocking MPI request, polling it (and other ranks' alive queries) until the
- * deadline; past it the watchdog fires (it does not return). `what` names the operation. */
+ * deadline; past it the watchdog fires (see sl__comm_expire). `what` names the operation. */
 sl_status sl__comm_wait(sl__comm *c, MPI_Request *req, const char *what, sl__err *err);
 /* For waits that poll something else (reader threads, NCCL): answers other ranks' alive queries;
- * an expired peer makes this rank report too (it does not return then). Cheap: a probe at most
- * every few milliseconds. */
+ * a peer that decided to end the job makes this rank report too (it does not return then). Cheap:
+ * a probe at most every few milliseconds. */
 void sl__comm_poll(sl__comm *c);
+/* Notes that this rank made progress (a wait completed, bytes were read): alive queries report
+ * the time since. */
+void sl__comm_progress(sl__comm *c);
 /* The watchdog fires: `what` has not finished within `waited` seconds. Asks every rank whether it is
- * alive, prints the phase and the ranks not heard from on stderr, and calls MPI_Abort on the load's
- * communicator. Returns only if MPI_Abort does (never with Open MPI or MPICH). */
-void sl__comm_expire(sl__comm *c, const char *what, double waited);
+ * alive and how long ago it made progress. Returns true when every rank answered and one of them
+ * progressed within timeout_s (the job is slow, not stuck: the caller starts a new deadline).
+ * Otherwise every rank prints the phase and the ranks not heard from on stderr, and the job ends
+ * with MPI_Abort on the load's communicator (returns false only if MPI_Abort returns, never with
+ * Open MPI or MPICH). */
+bool sl__comm_expire(sl__comm *c, const char *what, double waited);
 /* Brackets a call that cannot poll (communicator creation, joining threads): if it lasts longer
  * than timeout_s plus the reporting grace, the backstop thread reports and calls MPI_Abort. */
 void sl__comm_block_begin(sl__comm *c, const char *what);

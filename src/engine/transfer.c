@@ -53,9 +53,11 @@ sl_status sl__engine_wait_for(sl__engine *e, bool (*pred)(sl__engine *, void *),
     if (done != seen) {
       seen = done;
       since = sl__now();
+      sl__comm_progress(c);
       sl__comm_block_begin(c, "waiting for this rank's reads");
     } else if (c->timeout_s > 0 && sl__now() - since > c->timeout_s) {
-      sl__comm_expire(c, "waiting for this rank's reads: no byte read meanwhile", sl__now() - since);
+      if (sl__comm_expire(c, "waiting for this rank's reads: no byte read meanwhile", sl__now() - since))
+        since = sl__now(); /* the others still move: a new deadline */
     }
     pthread_mutex_lock(&e->mu);
   }

@@ -16,6 +16,7 @@
  */
 #include "engine/comm.h"
 
+#include "base/log.h"
 #include "base/util.h"
 
 #include <pthread.h>
@@ -27,6 +28,7 @@
 
 #define PING_TAG 7072
 #define PONG_TAG 7073
+#define END_TAG 7074
 #define PHASE_MAX 96
 #define PROBE_EVERY_S 0.005
 /* After printing, before MPI_Abort: the other reporting ranks print theirs in the meantime (their
@@ -101,6 +103,7 @@ static void backstop_free(sl__comm *c) {
 
 void sl__comm_set_timeout(sl__comm *c, double seconds) {
   c->timeout_s = seconds > 0 ? seconds : 0;
+  c->last_progress = sl__now();
   if (c->timeout_s <= 0 || c->backstop != NULL)
     return;
   sl__backstop *b = calloc(1, sizeof *b);
@@ -144,6 +147,16 @@ void sl__comm_block_end(sl__comm *c) {
   pthread_mutex_unlock(&b->mu);
 }
 
+/* The wait in progress gets a new deadline (the job still moves): so does the backstop's. */
+static void backstop_rearm(sl__comm *c) {
+  sl__backstop *b = c->backstop;
+  if (b == NULL)
+    return;
+  pthread_mutex_lock(&b->mu);
+  b->since = sl__now();
+  pthread_mutex_unlock(&b->mu);
+}
+
 void sl__comm_phase(sl__comm *c, const char *phase) {
   c->phase = phase;
 }
@@ -152,24 +165,47 @@ void sl__comm_phase(sl__comm *c, const char *phase) {
  * Alive queries and the report
  * ------------------------------------------------------------------------------------------- */
 
-/* Buffers of queries and answers sent without waiting for completion: they must outlive the
- * sends, and the process ends shortly after using them. */
-static char sent_phase[PHASE_MAX];
+/* Buffers of messages sent without waiting for completion: they must outlive the sends (the
+ * process ends shortly after a report; answers rotate through enough slots for every rank to
+ * query several times before one is reused). */
+#define SENT_SLOTS 64
+static char sent[SENT_SLOTS][PHASE_MAX];
+static unsigned sent_next;
 
-static void send_to(sl__comm *c, int r, int tag) {
+static const char *phase_of(const sl__comm *c) {
+  return c->phase != NULL ? c->phase : "loading";
+}
+
+static void send_to(sl__comm *c, int r, int tag, const char *text) {
+  char *buf = sent[sent_next++ % SENT_SLOTS];
+  snprintf(buf, PHASE_MAX, "%s", text);
   MPI_Request req;
-  if (MPI_Isend(sent_phase, PHASE_MAX, MPI_CHAR, r, tag, c->abort_comm, &req) == MPI_SUCCESS)
+  if (MPI_Isend(buf, PHASE_MAX, MPI_CHAR, r, tag, c->abort_comm, &req) == MPI_SUCCESS)
     MPI_Request_free(&req);
 }
 
+static void send_all(sl__comm *c, int tag, const char *text) {
+  for (int r = 0; r < c->size; r++)
+    if (r != c->rank)
+      send_to(c, r, tag, text);
+}
+
+/* The answer to an alive query: seconds since this rank's last progress, then its phase. */
+static void answer(sl__comm *c, int r) {
+  char text[PHASE_MAX];
+  double idle = c->last_progress > 0 ? sl__now() - c->last_progress : 1e9;
+  snprintf(text, sizeof text, "%.3f %s", idle, c->waiting_for != NULL ? c->waiting_for : phase_of(c));
+  send_to(c, r, PONG_TAG, text);
+}
+
 /* Receives a pending message of `tag` if any: its source, or -1. */
-static int take(sl__comm *c, int tag, char *phase) {
+static int take(sl__comm *c, int tag, char *text) {
   int flag = 0;
   MPI_Status status;
   if (MPI_Iprobe(MPI_ANY_SOURCE, tag, c->abort_comm, &flag, &status) != MPI_SUCCESS || !flag)
     return -1;
-  MPI_Recv(phase, PHASE_MAX, MPI_CHAR, status.MPI_SOURCE, tag, c->abort_comm, MPI_STATUS_IGNORE);
-  phase[PHASE_MAX - 1] = '\0';
+  MPI_Recv(text, PHASE_MAX, MPI_CHAR, status.MPI_SOURCE, tag, c->abort_comm, MPI_STATUS_IGNORE);
+  text[PHASE_MAX - 1] = '\0';
   return status.MPI_SOURCE;
 }
 
@@ -193,47 +229,78 @@ static size_t list_ranks(const sl__comm *c, const unsigned char *heard, unsigned
   return n;
 }
 
-/* The report itself; `trigger` is the rank whose query started it (-1: our own deadline). */
-static void report(sl__comm *c, const char *what, double waited, int trigger, const char *trigger_phase) {
-  const char *phase = c->phase != NULL ? c->phase : "loading";
-  snprintf(sent_phase, sizeof sent_phase, "%s", phase);
-  unsigned char *heard = calloc((size_t)c->size, 1);
-  char *missing = malloc(4096);
-  if (heard == NULL || missing == NULL) {
+/* What one round of listening learnt: who answered, and the least idle time among the answers. */
+typedef struct heard_set {
+  unsigned char *heard;
+  size_t left; /* ranks not heard from yet */
+  double min_idle;
+  int end_from; /* a rank that decided to end the job (END received), or -1 */
+  char end_phase[PHASE_MAX];
+} heard_set;
+
+static void hear(heard_set *h, const sl__comm *c, int r) {
+  if (r != c->rank && !h->heard[r]) {
+    h->heard[r] = 1;
+    h->left--;
+  }
+}
+
+/* Listens until every rank was heard from, `until`, or (if stop_at_end) an END arrives: answers
+ * queries, collects answers. Ranks that query or report are alive, so they count as heard. */
+static void listen(sl__comm *c, heard_set *h, double until, bool stop_at_end) {
+  char buf[PHASE_MAX];
+  while (sl__now() < until && h->left > 0) {
+    int r;
+    while ((r = take(c, PING_TAG, buf)) >= 0) {
+      answer(c, r);
+      hear(h, c, r);
+    }
+    while ((r = take(c, PONG_TAG, buf)) >= 0) {
+      double idle = strtod(buf, NULL);
+      if (idle < h->min_idle)
+        h->min_idle = idle;
+      hear(h, c, r);
+    }
+    while ((r = take(c, END_TAG, buf)) >= 0) {
+      hear(h, c, r);
+      if (h->end_from < 0) {
+        h->end_from = r;
+        snprintf(h->end_phase, sizeof h->end_phase, "%s", buf);
+      }
+    }
+    if (stop_at_end && h->end_from >= 0)
+      return;
+    sleep_s(0.001);
+  }
+}
+
+/* Prints this rank's view and ends the job. `trigger` is the rank whose END started it (-1: our
+ * own decision); `h` what our own query heard (NULL: listen now). */
+static void report(sl__comm *c, const char *what, double waited, int trigger, const char *trigger_phase,
+                   heard_set *h) {
+  const char *phase = phase_of(c);
+  char missing[4096];
+  heard_set mine = {
+      .heard = calloc((size_t)c->size, 1), .left = (size_t)c->size - 1, .min_idle = 1e9, .end_from = -1};
+  if (mine.heard == NULL) {
     fprintf(stderr,
             "shardload: rank %d: error: watchdog: no progress while %s (%s); ending the job with MPI_Abort\n",
             c->rank, phase, what);
     fflush(stderr);
     MPI_Abort(c->world, 1);
-    free(heard);
-    free(missing);
     return;
   }
-  if (trigger >= 0)
-    heard[trigger] = 1;
-  for (int r = 0; r < c->size; r++)
-    if (r != c->rank)
-      send_to(c, r, PING_TAG);
-  /* Listen: answer the queries of the other reporting ranks, collect the answers to ours. */
-  char buf[PHASE_MAX];
-  double end = sl__now() + grace_s(c);
-  size_t left = (size_t)c->size - 1 - (trigger >= 0 ? 1 : 0);
-  while (sl__now() < end && left > 0) {
-    int r;
-    while ((r = take(c, PING_TAG, buf)) >= 0) {
-      send_to(c, r, PONG_TAG);
-      if (!heard[r] && r != c->rank)
-        left--;
-      heard[r] = 1;
-    }
-    while ((r = take(c, PONG_TAG, buf)) >= 0) {
-      if (!heard[r] && r != c->rank)
-        left--;
-      heard[r] = 1;
-    }
-    sleep_s(0.001);
+  if (h == NULL) {
+    /* Ask for ourselves: the ranks that answer (or report too) are alive. */
+    if (trigger >= 0)
+      hear(&mine, c, trigger);
+    send_all(c, PING_TAG, phase);
+    listen(c, &mine, sl__now() + grace_s(c), false);
+    h = &mine;
+  } else {
+    send_all(c, END_TAG, phase); /* every rank reports its own view */
   }
-  size_t n_missing = list_ranks(c, heard, 0, missing, 4096);
+  size_t n_missing = list_ranks(c, h->heard, 0, missing, sizeof missing);
   char cause[PHASE_MAX + 192];
   char self[96] = "";
   if (c->self_stalled > 1)
@@ -247,31 +314,64 @@ static void report(sl__comm *c, const char *what, double waited, int trigger, co
   if (n_missing > 0)
     fprintf(stderr,
             "shardload: rank %d: error: watchdog: %s (%s); not heard from rank%s %s (of %d ranks; dead, "
-            "stopped or "
-            "unreachable); ending the job with MPI_Abort\n",
+            "stopped or unreachable); ending the job with MPI_Abort\n",
             c->rank, cause, what, n_missing > 1 ? "s" : "", missing, c->size);
   else
     fprintf(
         stderr,
-        "shardload: rank %d: error: watchdog: %s (%s); every rank answered (a wait that cannot complete); "
-        "ending the job with MPI_Abort\n",
-        c->rank, cause, what);
+        "shardload: rank %d: error: watchdog: %s (%s); every rank answered, none made progress for %.0f s "
+        "(a wait that cannot complete); ending the job with MPI_Abort\n",
+        c->rank, cause, what, c->timeout_s);
   fflush(stderr);
-  free(heard);
-  free(missing);
-  /* Keep answering while the other reporting ranks print theirs. */
-  end = sl__now() + ABORT_DELAY_S;
+  free(mine.heard);
+  /* Keep answering while the other ranks print theirs: those that got our END listen for a grace
+   * period of their own first. */
+  double end = sl__now() + ABORT_DELAY_S + (h != &mine ? grace_s(c) : 0);
+  char buf[PHASE_MAX];
   while (sl__now() < end) {
     int r;
     while ((r = take(c, PING_TAG, buf)) >= 0)
-      send_to(c, r, PONG_TAG);
+      answer(c, r);
+    while (take(c, END_TAG, buf) >= 0 || take(c, PONG_TAG, buf) >= 0)
+      ;
     sleep_s(0.005);
   }
   MPI_Abort(c->world, 1);
 }
 
-void sl__comm_expire(sl__comm *c, const char *what, double waited) {
-  report(c, what, waited, -1, NULL);
+bool sl__comm_expire(sl__comm *c, const char *what, double waited) {
+  heard_set h = {.heard = calloc((size_t)c->size, 1), .left = (size_t)c->size - 1, .end_from = -1};
+  if (h.heard == NULL) {
+    report(c, what, waited, -1, NULL, NULL);
+    return false;
+  }
+  h.min_idle = c->last_progress > 0 ? sl__now() - c->last_progress : 1e9;
+  send_all(c, PING_TAG, phase_of(c));
+  listen(c, &h, sl__now() + grace_s(c), true);
+  if (h.end_from >= 0) { /* another rank decided first: report as it asks */
+    int from = h.end_from;
+    char phase[PHASE_MAX];
+    snprintf(phase, sizeof phase, "%s", h.end_phase);
+    free(h.heard);
+    report(c, what, waited, from, phase, NULL);
+    return false;
+  }
+  if (h.left == 0 && h.min_idle < c->timeout_s) {
+    /* Every rank is alive and one of them moved recently: slow (a slow link, slow storage), not
+     * stuck. */
+    free(h.heard);
+    backstop_rearm(c);
+    SL_INFO("watchdog: %s for %.1f s, but a rank made progress %.1f s ago: waiting on", what, waited,
+            h.min_idle);
+    return true;
+  }
+  report(c, what, waited, -1, NULL, &h);
+  free(h.heard);
+  return false;
+}
+
+void sl__comm_progress(sl__comm *c) {
+  c->last_progress = sl__now();
 }
 
 void sl__comm_poll(sl__comm *c) {
@@ -286,14 +386,13 @@ void sl__comm_poll(sl__comm *c) {
   if (now < c->next_probe)
     return;
   c->next_probe = now + PROBE_EVERY_S;
-  char phase[PHASE_MAX];
-  int r = take(c, PING_TAG, phase);
-  if (r < 0)
-    return;
-  /* A peer's watchdog fired: the job ends; answer it and report what this rank sees too. */
-  snprintf(sent_phase, sizeof sent_phase, "%s", c->phase != NULL ? c->phase : "loading");
-  send_to(c, r, PONG_TAG);
-  report(c, c->waiting_for != NULL ? c->waiting_for : "waiting", 0, r, phase);
+  char buf[PHASE_MAX];
+  int r;
+  while ((r = take(c, PING_TAG, buf)) >= 0)
+    answer(c, r);
+  r = take(c, END_TAG, buf);
+  if (r >= 0) /* a peer decided that the job ends: report what this rank sees too */
+    report(c, c->waiting_for != NULL ? c->waiting_for : "waiting", 0, r, buf, NULL);
 }
 
 sl_status sl__comm_wait(sl__comm *c, MPI_Request *req, const char *what, sl__err *err) {
@@ -316,7 +415,10 @@ sl_status sl__comm_wait(sl__comm *c, MPI_Request *req, const char *what, sl__err
     sl__comm_poll(c);
     double waited = sl__now() - start;
     if (c->timeout_s > 0 && waited > c->timeout_s) {
-      sl__comm_expire(c, what, waited);
+      if (sl__comm_expire(c, what, waited)) {
+        start = sl__now();
+        continue;
+      }
       sl__comm_block_end(c);
       return sl__err_set(err, SL_STATUS_MPI, "%s did not finish within %.0f s (timeout_s)", what,
                          c->timeout_s);
@@ -327,5 +429,6 @@ sl_status sl__comm_wait(sl__comm *c, MPI_Request *req, const char *what, sl__err
       sleep_s(0.001);
   }
   sl__comm_block_end(c);
+  sl__comm_progress(c);
   return SL_STATUS_OK;
 }

@@ -21,3 +21,17 @@ foreach(group ${SL_VCLUSTER_GROUPS})
   set_tests_properties(vcluster_${group} PROPERTIES LABELS vcluster TIMEOUT 420 SKIP_RETURN_CODE 77
     FIXTURES_REQUIRED models RUN_SERIAL TRUE ENVIRONMENT "${SL_TEST_ENV}")
 endforeach()
+
+# Faults between nodes mid-load (tests/vcluster/faults.py): link down, a node's processes killed,
+# 30 % packet loss, a link 100x slower than the others; the load watchdog at timeout_s = 5.
+foreach(fault link_down kill loss slow_link)
+  if(Python3_Interpreter_FOUND)
+    add_test(NAME vcluster_fault_${fault}
+      COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_LIST_DIR}/faults.py --cli $<TARGET_FILE:shardload_cli>
+              --build ${CMAKE_BINARY_DIR} --timeout-s 5 ${fault})
+  else()
+    add_test(NAME vcluster_fault_${fault} COMMAND sh -c "echo 'python3 not found: skipped'; exit 77")
+  endif()
+  set_tests_properties(vcluster_fault_${fault} PROPERTIES LABELS vcluster TIMEOUT 360 SKIP_RETURN_CODE 77
+    RUN_SERIAL TRUE ENVIRONMENT "${SL_TEST_ENV}")
+endforeach()
