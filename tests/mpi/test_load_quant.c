@@ -148,6 +148,21 @@ static void test_failures(void) {
   snprintf(dir, sizeof dir, "%s/gptq8", tmp);
   if (lc_make_variant("gptq", dir, "--set-config quantization_config.bits=8"))
     expect_failure(dir, "bits 8");
+  /* act order needs g_idx; without act order a linear may lack it (and then has none) */
+  snprintf(dir, sizeof dir, "%s/act_nogidx", tmp);
+  if (lc_make_variant("gptq_act", dir, "--drop model.layers.1.self_attn.o_proj.g_idx"))
+    expect_failure(dir, "model.layers.1.self_attn.o_proj.g_idx");
+  snprintf(dir, sizeof dir, "%s/nogidx", tmp);
+  if (lc_make_variant("gptq", dir,
+                      "--drop model.layers.1.self_attn.o_proj.g_idx --extra model.layers.0.mlp.down_proj.bias:F16:64")) {
+    lc_case c = {.fixture = dir, .tp = lc_world() == 3 ? 1 : lc_world(), .pp = 1, .dp = lc_world() == 3 ? 3 : 1};
+    lc_result res;
+    lc_run(&c, &res);
+    CHECKF(res.status == SL_STATUS_OK, "gptq without one g_idx, with an undeclared bias: %s", res.message);
+    if (res.status == SL_STATUS_OK)
+      CHECK(sl_loader_find(res.loader, "model.layers.1.self_attn.o_proj.g_idx") == NULL);
+    lc_result_free(&res);
+  }
   lc_tmpdir_remove(tmp);
 }
 
