@@ -10,15 +10,19 @@
  *                      holding the q, k, v scales in that order on every rank; gate_up_proj's [2];
  *                      a per-channel qkv_proj.weight_scale at tp 2 holds q rows [32r, +32) then the
  *                      k and v rows [16r, +16).
- *   test_failures      a linear without its weight_scale, and another quant_method (bitsandbytes),
- *                      are QUANTIZATION errors naming the tensor or the method.
+ *   test_failures      a linear without its weight_scale, another quant_method (bitsandbytes), a
+ *                      gptq linear without qzeros, gptq of 8 bits and act order without g_idx are
+ *                      QUANTIZATION errors naming the tensor, the method or the bits; without act
+ *                      order a linear without g_idx loads without it, and an undeclared bias of a
+ *                      quantized linear is ignored.
  *
  * GPTQ and AWQ int4 (scripts/fixtures/int4.py, docs/spec/LAYOUTS.md §3.12):
  *   test_all_layouts   gptq, gptq_act (act order), awq, and gptq_g32 / awq_d4, which tp 4 must
  *                      refuse with DIVISIBILITY as the reference predicts, byte-exact otherwise.
- *   test_int4_goldens  at tp 2, the table of §3.12 through the loader: qkv_proj.qzeros [4, 8] holds
- *                      q columns [4r, +4) then k and v columns [2r, +2) of each row; o_proj.scales
- *                      rows [2r, +2) (whole [4, 64] with act order); o_proj.g_idx [32r, +32);
+ *   test_int4_goldens  at tp 2, the examples of docs/spec/LAYOUTS.md §3.12 through the loader:
+ *                      qkv_proj.qzeros [4, 8] holds q columns [4r, +4) then k and v columns
+ *                      [2r, +2) of each row; o_proj.scales rows [2r, +2) (whole [4, 64] with act
+ *                      order); o_proj.g_idx [32r, +32); qkv_proj.g_idx the whole q_proj.g_idx;
  *                      AWQ qkv_proj.qweight [64, 8] q columns [4r, +4), k, v [2r, +2).
  *   test_int4_cuts     at tp 4 the DIVISIBILITY messages name the tensor, the rank's channels and
  *                      the group or pack they cut.
