@@ -387,50 +387,70 @@ static void free_stems(char **stems, size_t n) {
   free(stems);
 }
 
-/* Whether weight w is stored quantized: its stems (the part names less ".weight") in *out. */
+/* The first source of w stored quantized (no X.weight, an X.qweight), or SL_NONE. */
+static sl_status int4_first(sl__model_builder *b, const sl__mparam *w, size_t *first) {
+  *first = SL_NONE;
+  for (size_t i = 0; i < w->n_src && *first == SL_NONE; i++) {
+    const sl__msrc *s = &w->src[i];
+    if (s->tensor != SL_NONE || !sl__str_ends_with(s->name, ".weight"))
+      continue;
+    char *qw = sl__asprintf("%.*s.qweight", (int)(strlen(s->name) - 7), s->name);
+    if (qw == NULL)
+      return sl__err_set(b->err, SL_STATUS_NOMEM, "out of memory");
+    if (sl__catalog_find(b->cat, qw) != SL_NONE)
+      *first = i;
+    free(qw);
+  }
+  return SL_STATUS_OK;
+}
+
+/* Whether weight w is stored quantized: its stems (the part names less ".weight") in *out, NULL
+ * when it is not. A quantized part in a weight of another style than a linear, or next to a part
+ * that is not, is an error. */
 static sl_status int4_stems(sl__model_builder *b, const sl__mparam *w, char ***out) {
   *out = NULL;
-  size_t quantized = 0;
-  for (size_t i = 0; i < w->n_src; i++)
-    if (w->src[i].tensor != SL_NONE || !sl__str_ends_with(w->src[i].name, ".weight") ||
-        !sl__str_ends_with(w->name, ".weight"))
-      return SL_STATUS_OK; /* unquantized, or not a linear's weight */
+  size_t first = SL_NONE;
+  sl_status st = int4_first(b, w, &first);
+  if (st != SL_STATUS_OK || first == SL_NONE)
+    return st; /* not quantized: the weight stays (tracking names it if it is missing) */
+  const char *qname = w->src[first].name;
+  int qlen = (int)strlen(qname) - 7;
+  if (w->style != SL_STYLE_COLUMN && w->style != SL_STYLE_ROW && w->style != SL_STYLE_MERGED &&
+      w->style != SL_STYLE_QKV)
+    return sl__err_set(b->err, SL_STATUS_QUANTIZATION,
+                       "%s-quantized '%.*s.qweight' is not supported: %s is of style %s (supported: column, "
+                       "row, merged and qkv linears)",
+                       int4_method(b->m), qlen, qname, w->name, sl__style_name(w->style));
+  if (!sl__str_ends_with(w->name, ".weight"))
+    return sl__err_set(b->err, SL_STATUS_ARCH, "%s linear %s: the parameter is not named '<module>.weight'",
+                       int4_method(b->m), w->name);
   char **stems = calloc(w->n_src, sizeof *stems);
   if (stems == NULL)
     return sl__err_set(b->err, SL_STATUS_NOMEM, "out of memory");
-  size_t missing = SL_NONE;
-  for (size_t i = 0; i < w->n_src; i++) {
-    stems[i] = sl__asprintf("%.*s", (int)(strlen(w->src[i].name) - 7), w->src[i].name);
-    char *qw = stems[i] != NULL ? sl__asprintf("%s.qweight", stems[i]) : NULL;
-    if (qw == NULL) {
-      free_stems(stems, w->n_src);
-      return sl__err_set(b->err, SL_STATUS_NOMEM, "out of memory");
+  for (size_t i = 0; i < w->n_src && st == SL_STATUS_OK; i++) {
+    const sl__msrc *s = &w->src[i];
+    char *qw = NULL;
+    if (sl__str_ends_with(s->name, ".weight")) {
+      stems[i] = sl__asprintf("%.*s", (int)(strlen(s->name) - 7), s->name);
+      qw = stems[i] != NULL ? sl__asprintf("%s.qweight", stems[i]) : NULL;
+      if (qw == NULL)
+        st = sl__err_set(b->err, SL_STATUS_NOMEM, "out of memory");
     }
-    if (sl__catalog_find(b->cat, qw) != SL_NONE)
-      quantized++;
-    else if (missing == SL_NONE)
-      missing = i;
-    free(qw);
-  }
-  sl_status st = SL_STATUS_OK;
-  if (quantized != 0 && missing != SL_NONE)
-    st = sl__err_set(b->err, SL_STATUS_QUANTIZATION, "%s linear %s: part '%s' has neither .weight nor .qweight",
-                     int4_method(b->m), w->name, stems[missing]);
-  else if (quantized != 0 && w->style != SL_STYLE_COLUMN && w->style != SL_STYLE_ROW &&
-           w->style != SL_STYLE_MERGED && w->style != SL_STYLE_QKV)
-    st = sl__err_set(b->err, SL_STATUS_QUANTIZATION,
-                     "%s-quantized '%s.qweight' is not supported: %s is of style %s (supported: column, row, "
-                     "merged, qkv linears)",
-                     int4_method(b->m), stems[0], w->name, sl__style_name(w->style));
-  for (size_t i = 0; i < w->n_src && st == SL_STATUS_OK && quantized != 0; i++)
-    if (w->src[i].ndim != 2 || w->src[i].shape[1] != w->src[0].shape[1])
+    if (st == SL_STATUS_OK && (qw == NULL || s->tensor != SL_NONE || sl__catalog_find(b->cat, qw) == SL_NONE))
+      st = sl__err_set(b->err, SL_STATUS_QUANTIZATION,
+                       "%s linear %s: '%.*s.qweight' is quantized but part '%s' is not (%s)", int4_method(b->m),
+                       w->name, qlen, qname, s->name,
+                       s->tensor != SL_NONE ? "it has .weight" : "neither .weight nor .qweight");
+    else if (st == SL_STATUS_OK && (s->ndim != 2 || s->shape[1] != w->src[0].shape[1]))
       st = sl__err_set(b->err, SL_STATUS_ARCH, "%s linear %s: parts must be 2-D with one input size",
                        int4_method(b->m), w->name);
-    else
-      st = int4_check_sizes(b, &w->src[i], stems[i]);
-  if (st != SL_STATUS_OK || quantized == 0) {
+    else if (st == SL_STATUS_OK)
+      st = int4_check_sizes(b, s, stems[i]);
+    free(qw);
+  }
+  if (st != SL_STATUS_OK) {
     free_stems(stems, w->n_src);
-    return st; /* none quantized: the weight stays (tracking names it if it is missing) */
+    return st;
   }
   *out = stems;
   return SL_STATUS_OK;

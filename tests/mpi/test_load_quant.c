@@ -152,6 +152,19 @@ static void test_failures(void) {
   snprintf(dir, sizeof dir, "%s/gptq8", tmp);
   if (lc_make_variant("gptq", dir, "--set-config quantization_config.bits=8"))
     expect_failure(dir, "bits 8");
+  /* a linear quantized in part, and quantized experts (not supported): errors naming the tensors */
+  snprintf(dir, sizeof dir, "%s/mixed", tmp);
+  if (lc_make_variant("gptq", dir,
+                      "--drop model.layers.0.self_attn.k_proj.qweight --extra model.layers.0.self_attn.k_proj.weight:F16:32,64"))
+    expect_failure(dir, "'model.layers.0.self_attn.q_proj.qweight' is quantized but part "
+                        "'model.layers.0.self_attn.k_proj.weight' is not");
+  snprintf(dir, sizeof dir, "%s/moe", tmp);
+  if (lc_make_variant("qwen2_moe", dir,
+                      "--set-config 'quantization_config={\"quant_method\":\"gptq\",\"bits\":4,\"group_size\":16}' "
+                      "--drop model.layers.0.mlp.experts.0.gate_proj.weight "
+                      "--extra model.layers.0.mlp.experts.0.gate_proj.qweight:I32:4,24"))
+    expect_failure(dir, "'model.layers.0.mlp.experts.0.gate_proj.qweight' is not supported: "
+                        "model.layers.0.mlp.experts.w13_weight is of style moe_w13");
   /* act order needs g_idx; without act order a linear may lack it (and then has none) */
   snprintf(dir, sizeof dir, "%s/act_nogidx", tmp);
   if (lc_make_variant("gptq_act", dir, "--drop model.layers.1.self_attn.o_proj.g_idx"))
