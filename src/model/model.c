@@ -240,10 +240,12 @@ static sl_status read_quantization(sl__model_builder *b) {
     return SL_STATUS_OK;
   if (strcmp(mname, "compressed-tensors") == 0)
     return sl__model_read_compressed(b, q);
+  if (strcmp(mname, "gptq") == 0 || strcmp(mname, "awq") == 0)
+    return sl__model_read_int4(b, q, mname);
   if (strcmp(mname, "fp8") != 0)
     return sl__err_set(b->err, SL_STATUS_QUANTIZATION,
                        "unsupported quantization method '%s' (supported: fp8 with "
-                       "weight_block_size, mxfp4, compressed-tensors fp8)",
+                       "weight_block_size, mxfp4, compressed-tensors fp8, gptq and awq int4)",
                        mname);
   const cJSON *bs = cJSON_GetObjectItemCaseSensitive(q, "weight_block_size");
   const cJSON *bn = cJSON_IsArray(bs) && cJSON_GetArraySize(bs) == 2 ? cJSON_GetArrayItem(bs, 0) : NULL;

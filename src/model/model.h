@@ -19,6 +19,9 @@ struct cJSON;
 
 typedef enum sl__layout_kind { SL_LAYOUT_VLLM = 0, SL_LAYOUT_CHECKPOINT } sl__layout_kind;
 
+/* quantization_config.quant_method of int4 checkpoints (docs/spec/ARCHITECTURES.md §16). */
+typedef enum sl__int4_method { SL_INT4_NONE = 0, SL_INT4_GPTQ, SL_INT4_AWQ } sl__int4_method;
+
 typedef struct sl__msrc {
   char *name;      /* checkpoint tensor name */
   uint32_t tensor; /* catalog index, or SL_NONE when the checkpoint lacks it */
@@ -51,6 +54,12 @@ typedef struct sl__mparam {
   uint32_t only_expert; /* checkpoint-layout per-expert parameter: its expert, else SL_NONE */
   uint64_t block_rows;  /* fp8 scale parameter: block sizes of its weight, else 0 */
   uint64_t block_cols;
+  /* int4 (SL_STYLE_INT4) tensors: [input rows, output columns], or [input] (g_idx) */
+  sl__style quant_of;  /* the style of the linear they replace (column, row, merged, qkv) */
+  uint64_t pack_out;   /* output channels per element of dim 1 (8 when packed, else 1) */
+  uint64_t in_per_row; /* input channels per row of dim 0 (8 packed, group_size, or 1) */
+  uint64_t in_group;   /* a row-parallel rank's input channels must be whole groups of this */
+  bool in_whole;       /* dim 0 never split (act-order or channelwise scales and qzeros) */
   uint32_t alias_of; /* tied lm_head: index of the embedding parameter, else SL_NONE */
   bool owned;        /* sharded_state: held by rank `owner` alone, whatever the layout */
   uint32_t owner;
@@ -69,6 +78,9 @@ typedef struct sl__model {
   bool tied;
   bool fp8;
   bool ct_fp8;         /* compressed-tensors fp8: weight_scale / input_scale companions */
+  sl__int4_method int4; /* GPTQ / AWQ: quantized linears become their packed tensors */
+  uint64_t int4_group;  /* group_size (input channels per scale row); 0: one group (GPTQ -1) */
+  bool int4_desc_act;   /* GPTQ act order: row-parallel scales and qzeros stay whole */
   uint64_t block_rows; /* fp8 weight_block_size */
   uint64_t block_cols;
   bool mistral_format; /* rotary permutation applies */

@@ -73,6 +73,12 @@ sl_status sl__model_read_compressed(sl__model_builder *b, const cJSON *q);
  * weight_index when its weights are fp8 (nothing otherwise). */
 sl_status sl__model_add_ct_scales(sl__model_builder *b, size_t weight_index);
 
+/* gptq / awq: reads quantization_config (bits 4, group_size, desc_act; AWQ's GEMM version). */
+sl_status sl__model_read_int4(sl__model_builder *b, const cJSON *q, const char *method);
+/* gptq / awq: when the linear at weight_index is stored quantized (X.qweight instead of X.weight),
+ * replaces it with its packed tensors qweight, qzeros, scales and (GPTQ) g_idx. */
+sl_status sl__model_int4_replace(sl__model_builder *b, size_t weight_index);
+
 /* ---- expected set and fates (model/model_expect.c) ---- */
 
 /* The expected set (units, sorted bytewise) and each source's unit; a tensor feeding two

@@ -97,6 +97,9 @@ sl_status sl__model_build_fates(sl__model_builder *b) {
       skip = skip || strstr(name, b->e.spec->skip_contains[k]) != NULL;
     if (m->tied && sl__str_starts_with(name, "lm_head."))
       skip = true;
+    /* GPTQ: the vllm layout reads a fused linear's g_idx from its first part (model/model_quant.c). */
+    if (m->int4 == SL_INT4_GPTQ && m->layout == SL_LAYOUT_VLLM && sl__str_ends_with(name, ".g_idx"))
+      skip = true;
     if (mtp_count > 0 && sl__str_starts_with(name, "model.layers.")) {
       uint64_t k = 0;
       const char *d = name + strlen("model.layers.");
@@ -115,10 +118,18 @@ sl_status sl__model_build_fates(sl__model_builder *b) {
     if (sl__str_ends_with(name, ".bias")) {
       size_t len = strlen(name);
       char *w = sl__asprintf("%.*s.weight", (int)(len - 5), name);
-      if (w == NULL)
+      /* the weight of an int4 linear is its qweight (GPTQ checkpoints often carry biases) */
+      char *qw = sl__asprintf("%.*s.qweight", (int)(len - 5), name);
+      if (w == NULL || qw == NULL) {
+        free(w);
+        free(qw);
         return sl__err_set(b->err, SL_STATUS_NOMEM, "out of memory");
+      }
       uint32_t wt = sl__catalog_find(cat, w);
+      if (wt == SL_NONE && m->int4 != SL_INT4_NONE)
+        wt = sl__catalog_find(cat, qw);
       free(w);
+      free(qw);
       if (wt != SL_NONE && m->tensor_fate[wt] == SL_FATE_CONSUMED)
         m->tensor_fate[t] = SL_FATE_IGNORED;
     }

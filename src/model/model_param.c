@@ -101,6 +101,7 @@ static sl_status global_shape(sl__model_builder *b, sl__mparam *p) {
   case SL_STYLE_MOE3D_W2_BLOCKED:
   case SL_STYLE_MOE_W2_BIAS:
   case SL_STYLE_QUANT_PARTS: /* shape set where it is made (model/model_quant.c) */
+  case SL_STYLE_INT4:
     return SL_STATUS_OK;
   case SL_STYLE_MOE3D_W13_TRANSPOSED: /* [E, H, 2*Im] and [E, Im, H]: the checkpoint's orientation */
   case SL_STYLE_MOE3D_W2_TRANSPOSED:
@@ -409,6 +410,8 @@ sl_status sl__model_build_param(sl__model_builder *b, const sl__spec_param *sp, 
   }
   if (b->m->ct_fp8)
     return sl__model_add_ct_scales(b, index);
+  if (b->m->int4 != SL_INT4_NONE)
+    return sl__model_int4_replace(b, index);
   return SL_STATUS_OK;
 }
 

@@ -72,7 +72,7 @@ static const char *const style_names[SL_STYLE_COUNT] = {
     "qkv_fused", "merged_fused", "moe3d_w13_interleaved", "moe3d_w2_blocked", "moe_w2_bias",
     "moe3d_w13_transposed", "moe3d_w2_transposed",
     /* quantization companions (plan/slicing_quant.c) */
-    "quant_parts"};
+    "quant_parts", "int4"};
 
 const char *sl__style_name(sl__style s) {
   return (unsigned)s < SL_STYLE_COUNT ? style_names[s] : "?";
@@ -303,6 +303,9 @@ static sl_status check_parts(ctx *c, const sl__spec_param *p, const char *where)
           (n == 2 && p->sources[0].part != NULL && p->sources[1].part != NULL &&
            strcmp(p->sources[0].part, "w1") == 0 && strcmp(p->sources[1].part, "w3") == 0)))
       err = "moe3d_w13 takes one source with part w13, or two with parts w1, w3";
+    break;
+  case SL_STYLE_INT4:
+    err = "int4 is derived from quantization_config (gptq, awq), never declared in a spec";
     break;
   case SL_STYLE_COUNT:
     err = "unknown style";

@@ -49,5 +49,6 @@ sl_status sl__slab(sl__slicer *s, uint32_t si, uint64_t row0, uint64_t nrows, ui
 
 /* Styles of plan/slicing_quant.c (docs/spec/LAYOUTS.md §3.11). */
 sl_status sl__slice_quant_parts(sl__slicer *s, sl__local_shape *ls, char *desc, size_t dcap);
+sl_status sl__slice_int4(sl__slicer *s, sl__local_shape *ls, char *desc, size_t dcap);
 
 #endif

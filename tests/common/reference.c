@@ -21,6 +21,7 @@
 #define _GNU_SOURCE
 #endif
 #include "reference.h"
+#include "reference_int4.h"
 
 #include "values.h"
 
@@ -104,6 +105,8 @@ typedef struct rdef {
   uint64_t vocab;      /* vocab: V */
   bool scale;          /* fp8 scale companion (docs/spec/ARCHITECTURES.md §6): boundaries in blocks */
   uint64_t bn, bk;
+  bool int4;                  /* GPTQ / AWQ linear (reference_int4.c): parts by weight name */
+  char *int4_part[MAX_SRC];
 } rdef;
 
 struct sl_ref_model {
@@ -120,6 +123,7 @@ struct sl_ref_model {
   bool tie;
   bool fp8;
   bool ct; /* compressed-tensors fp8 (docs/spec/ARCHITECTURES.md §15) */
+  sl_ref_int4 int4; /* GPTQ / AWQ (docs/spec/ARCHITECTURES.md §16) */
   uint64_t bn, bk;
   uint64_t nh;     /* DeepSeek: heads that TP must divide */
   const char *pre; /* prefix of every text-model name: "" or Llama-4's "language_model." */
@@ -435,10 +439,35 @@ static rdef *def_new(sl_ref_model *m, style st, place at, uint32_t layer, const 
   return d;
 }
 
+/* reference_int4.c's view of a checkpoint tensor. */
+static bool int4_find(const void *ctx, const char *name, sl_ref_int4_tensor *out) {
+  const sl_ref_model *m = ctx;
+  int t = find_tensor(m, name);
+  if (t < 0)
+    return false;
+  const rtensor *x = &m->tensors[t];
+  out->index = t;
+  out->name = x->name;
+  out->dtype = x->dtype;
+  out->bits = x->bits;
+  out->ndim = x->ndim;
+  memcpy(out->shape, x->shape, sizeof out->shape);
+  return true;
+}
+
 static void def_src(sl_ref_model *m, rdef *d, const char *tensor, bool permute) {
   if (d == NULL || m->st != SL_STATUS_OK)
     return;
   int t = find_tensor(m, tensor);
+  if (t < 0 && m->int4.method != SL_REF_INT4_NONE && d->n_src < MAX_SRC &&
+      sl_ref_int4_quantized(tensor, int4_find, m)) {
+    d->int4 = true;
+    d->int4_part[d->n_src] = xstrdup(tensor);
+    d->src[d->n_src] = -1;
+    d->wsrc[d->n_src] = -1;
+    d->n_src++;
+    return;
+  }
   if (t < 0) {
     model_fail(m, SL_STATUS_NOT_FOUND, "reference: checkpoint tensor %s (for %s) not in %s", tensor, d->name,
                m->folder);
@@ -973,6 +1002,12 @@ static bool read_config(sl_ref_model *m, const cJSON *top, const char *override)
     /* MXFP4 (GPT-OSS): blocks and scales are listed tensors, nothing derived. */
     if (cJSON_IsString(qm) && strcmp(qm->valuestring, "mxfp4") == 0)
       return true;
+    if (cJSON_IsString(qm) && (strcmp(qm->valuestring, "gptq") == 0 || strcmp(qm->valuestring, "awq") == 0)) {
+      sl_status st = sl_ref_int4_config(q, qm->valuestring, &m->int4, m->msg, sizeof m->msg);
+      if (st != SL_STATUS_OK)
+        m->st = st;
+      return st == SL_STATUS_OK;
+    }
     if (cJSON_IsString(qm) && strcmp(qm->valuestring, "compressed-tensors") == 0) {
       const cJSON *g = NULL;
       cJSON_ArrayForEach(g, cJSON_GetObjectItemCaseSensitive(q, "config_groups")) {
@@ -1082,6 +1117,8 @@ void sl_ref_model_close(sl_ref_model *m) {
     /* esrc is owned by its definition; a scale's ewsrc borrows its weight's esrc. */
     for (int k = 0; k < 2; k++)
       free(m->defs[i].esrc[k]);
+    for (int k = 0; k < MAX_SRC; k++)
+      free(m->defs[i].int4_part[k]);
   }
   free(m->defs);
   free(m->tensors);
@@ -1791,7 +1828,35 @@ static void build_parts(ctx *c, const rdef *d) {
   }
 }
 
+/* A GPTQ / AWQ linear (reference_int4.c): checked only (build false) or built into the table. */
+static void int4_def(ctx *c, const rdef *d, bool build) {
+  sl_ref_int4_linear lin = {.name = d->name, .n_parts = d->n_src, .hq = d->hq, .hkv = d->hkv, .d = d->d};
+  for (int k = 0; k < d->n_src; k++)
+    lin.part[k] = d->int4_part[k];
+  if (d->st == ST_COLUMN || d->st == ST_ROW || d->st == ST_MERGED || d->st == ST_QKV)
+    lin.kind = d->st == ST_COLUMN ? SL_REF_INT4_COLUMN
+               : d->st == ST_ROW  ? SL_REF_INT4_ROW
+               : d->st == ST_MERGED ? SL_REF_INT4_MERGED
+                                    : SL_REF_INT4_QKV;
+  else {
+    ctx_fail(c, SL_STATUS_QUANTIZATION, "reference: int4 %s of this style is not modelled", d->name);
+    return;
+  }
+  for (int k = 0; k < d->n_src; k++)
+    if (lin.part[k] == NULL) {
+      ctx_fail(c, SL_STATUS_QUANTIZATION, "reference: %s mixes int4 and unquantized parts", d->name);
+      return;
+    }
+  if (c->st == SL_STATUS_OK)
+    c->st = sl_ref_int4_build(&c->m->int4, &lin, int4_find, c->m, c->T, c->r, c->ckpt, build ? c->tab : NULL,
+                              &c->cap_params, c->msg, c->cap);
+}
+
 static void build_def(ctx *c, const rdef *d) {
+  if (d->int4) {
+    int4_def(c, d, true);
+    return;
+  }
   switch (d->st) {
   case ST_REPLICATED:
     whole(c, c->ckpt ? tens(c, d->src[0])->name : d->name, d->src[0]);
@@ -1921,8 +1986,12 @@ sl_status sl_ref_table_build(const sl_ref_model *m, const sl_ref_layout *lay, sl
   if (m->fam == FAM_DEEPSEEK && m->nh % T != 0)
     ctx_fail(&c, SL_STATUS_DIVISIBILITY, "num_attention_heads %llu not divisible by tp %llu",
              (unsigned long long)m->nh, (unsigned long long)T);
-  for (size_t i = 0; i < m->n_defs && c.st == SL_STATUS_OK; i++)
-    check_def(&c, &m->defs[i]);
+  for (size_t i = 0; i < m->n_defs && c.st == SL_STATUS_OK; i++) {
+    if (m->defs[i].int4)
+      int4_def(&c, &m->defs[i], false);
+    else
+      check_def(&c, &m->defs[i]);
+  }
   bool first = p == 0;
   bool last = p == P - 1;
   for (size_t i = 0; i < m->n_defs && c.st == SL_STATUS_OK; i++) {

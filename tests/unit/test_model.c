@@ -319,8 +319,8 @@ static void test_errors(void) {
                     "tensor 'model.layers.0.mlp.gate_proj.weight' has shape [128, 64]", "intermediate_size");
   check_model_error("llama", "--unset-config vocab_size", SL_STATUS_MODEL_CONFIG, "no field 'vocab_size'",
                     NULL);
-  check_model_error("deepseek_v3", "--set-config 'quantization_config={\"quant_method\":\"gptq\"}'",
-                    SL_STATUS_QUANTIZATION, "unsupported quantization method 'gptq'", NULL);
+  check_model_error("deepseek_v3", "--set-config 'quantization_config={\"quant_method\":\"bitsandbytes\"}'",
+                    SL_STATUS_QUANTIZATION, "unsupported quantization method 'bitsandbytes'", NULL);
   check_model_error("deepseek_v3_fp8", "--drop model.layers.1.self_attn.o_proj.weight_scale_inv",
                     SL_STATUS_QUANTIZATION, "model.layers.1.self_attn.o_proj.weight_scale_inv", NULL);
 }
