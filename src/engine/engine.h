@@ -43,9 +43,9 @@ typedef struct sl__engine {
   sl__readplan rp;            /* read operations and their deliveries */
   uint32_t *bucket_ops_start; /* my bucket → first op index in bucket_op_list */
   uint32_t *bucket_op_list;
-  sl__vec local_ops;      /* uint32_t op indices */
-  int *fds;               /* per file, -1 until opened */
-  sl__file_stamp *stamps; /* per file: what fstat said at open (compared after the last read) */
+  sl__vec local_ops;       /* uint32_t op indices */
+  int *fds;                /* per file, -1 until opened */
+  sl__file_stamp *stamps;  /* per file: what fstat said at open (compared after the last read) */
   sl__file_choice *choice; /* per file: how this rank reads it, and why (engine/file_choice.c) */
   /* bucket slots */
   void *slot_buf[SL_BUCKET_SLOTS];

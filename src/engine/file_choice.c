@@ -142,7 +142,8 @@ sl_status sl__engine_choose(sl__engine *e) {
       c->in.o_direct = false;
       sl__strategy_decide(c);
       if (c->in.strategy != SL_STRATEGY_AUTO)
-        SL_WARN("%s: the file system refuses O_DIRECT; reading it through the page cache", cat->files[f].path);
+        SL_WARN("%s: the file system refuses O_DIRECT; reading it through the page cache",
+                cat->files[f].path);
     }
   }
   return st;

@@ -11,7 +11,8 @@ bool sl__strategy_maps(sl__strategy s, bool host, bool prefault) {
 }
 
 static bool mostly_resident(const sl__choice_in *in) {
-  return (uint64_t)in->rest_resident * SL_CHOICE_RESIDENT_DEN >= (uint64_t)in->rest_pages * SL_CHOICE_RESIDENT_NUM;
+  return (uint64_t)in->rest_resident * SL_CHOICE_RESIDENT_DEN >=
+         (uint64_t)in->rest_pages * SL_CHOICE_RESIDENT_NUM;
 }
 
 /* O_DIRECT's alignment costs little and its reads are large. */
@@ -76,7 +77,8 @@ void sl__choice_reason(const sl__file_choice *c, char *out, size_t cap) {
   uint64_t rest = in->bytes - in->bytes_mapped;
   char head[160];
   if (in->bytes_mapped > 0 && rest > 0)
-    snprintf(head, sizeof head, "host destination: %u%% of the bytes are mapped parameters (no copy); the rest is ",
+    snprintf(head, sizeof head,
+             "host destination: %u%% of the bytes are mapped parameters (no copy); the rest is ",
              percent(in->bytes_mapped, in->bytes));
   else
     snprintf(head, sizeof head, "%s destination: the bytes read are ", in->host ? "host" : "device");
@@ -96,15 +98,16 @@ void sl__choice_reason(const sl__file_choice *c, char *out, size_t cap) {
     snprintf(out, cap, "%s%u%% in the page cache: read through it", head, res);
     return;
   case SL_WHY_COLD:
-    snprintf(out, cap, "%s%u%% in the page cache and the file system accepts O_DIRECT: read with O_DIRECT", head,
-             res);
+    snprintf(out, cap, "%s%u%% in the page cache and the file system accepts O_DIRECT: read with O_DIRECT",
+             head, res);
     return;
   case SL_WHY_NO_O_DIRECT:
     if (in->strategy != SL_STRATEGY_AUTO)
-      snprintf(out, cap, "load_strategy %s, but the file system refuses O_DIRECT: read through the page cache",
-               name);
+      snprintf(out, cap,
+               "load_strategy %s, but the file system refuses O_DIRECT: read through the page cache", name);
     else
-      snprintf(out, cap, "%s%u%% in the page cache, but the file system refuses O_DIRECT: read through the page cache",
+      snprintf(out, cap,
+               "%s%u%% in the page cache, but the file system refuses O_DIRECT: read through the page cache",
                head, res);
     return;
   case SL_WHY_SMALL_READS:

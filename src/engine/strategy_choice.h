@@ -44,15 +44,15 @@ typedef enum sl__choice_why {
 
 typedef struct sl__choice_in {
   sl__strategy strategy;
-  bool host;                /* the destination is host memory (else a device) */
-  uint64_t bytes;           /* bytes of the file this rank reads */
-  uint64_t bytes_mapped;    /* of them: mapped parameters (populated in place, never copied) */
-  bool resident_known;      /* the page cache answered */
-  uint64_t pages, resident; /* pages of everything read, and how many are in the page cache */
+  bool host;                          /* the destination is host memory (else a device) */
+  uint64_t bytes;                     /* bytes of the file this rank reads */
+  uint64_t bytes_mapped;              /* of them: mapped parameters (populated in place, never copied) */
+  bool resident_known;                /* the page cache answered */
+  uint64_t pages, resident;           /* pages of everything read, and how many are in the page cache */
   uint64_t rest_pages, rest_resident; /* the same for the bytes not mapped */
-  bool o_direct;            /* the file system accepts O_DIRECT (assumed until refused) */
-  uint64_t direct_extra;    /* bytes O_DIRECT's alignment would add to the bytes not mapped */
-  uint64_t direct_reads;    /* reads those bytes take with O_DIRECT */
+  bool o_direct;                      /* the file system accepts O_DIRECT (assumed until refused) */
+  uint64_t direct_extra;              /* bytes O_DIRECT's alignment would add to the bytes not mapped */
+  uint64_t direct_reads;              /* reads those bytes take with O_DIRECT */
 } sl__choice_in;
 
 typedef struct sl__file_choice {

@@ -3,9 +3,9 @@
  * the run and its steps. The jobs themselves are in the files listed in engine/engine.h.
  *
  * The run: index this rank's copies and buckets, open the files and choose how each is read,
- * build the read operations, allocate the bucket slots, start the reader threads (pread pool or io_uring readers, sized by
- * engine/staging.h), walk the buckets, wait for the local reads, stop the threads, agree on the
- * outcome, report the figures.
+ * build the read operations, allocate the bucket slots, start the reader threads (pread pool or io_uring
+ * readers, sized by engine/staging.h), walk the buckets, wait for the local reads, stop the threads, agree on
+ * the outcome, report the figures.
  */
 #include "engine/engine.h"
 

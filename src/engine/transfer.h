@@ -32,10 +32,10 @@ typedef struct sl__transfer_stats {
   uint32_t files_direct;   /* files read with O_DIRECT */
   sl__file_choice *choice; /* per catalog file: how this rank read it and why (engine/strategy_choice.h);
                               entries with in.bytes 0 were not read. Freed by sl__transfer_stats_free */
-  uint32_t buckets;     /* buckets this rank took part in */
-  double read_seconds;  /* from the first read to the last local read done */
-  double bcast_seconds; /* time inside broadcasts (waiting included) */
-  double seconds;       /* whole transfer */
+  uint32_t buckets;        /* buckets this rank took part in */
+  double read_seconds;     /* from the first read to the last local read done */
+  double bcast_seconds;    /* time inside broadcasts (waiting included) */
+  double seconds;          /* whole transfer */
 } sl__transfer_stats;
 
 typedef struct sl__transfer {

@@ -130,7 +130,8 @@ static void load_ranks_json(const sl__load_report *r, sl__buf *b) {
         b,
         "%s{\"rank\":%d,\"bytes_needed\":%llu,\"bytes_read\":%llu,\"bytes_read_planned\":%llu,"
         "\"bytes_covering\":%llu,\"bytes_received\":%llu,\"bytes_sent\":%llu,\"bytes_local\":%llu,"
-        "\"bytes_naive\":%llu,\"files_opened\":%u,\"files_mapped\":%u,\"files_direct\":%u,\"params\":%u,\"experts_local\":%u,\"read_ops\":%llu,"
+        "\"bytes_naive\":%llu,\"files_opened\":%u,\"files_mapped\":%u,\"files_direct\":%u,\"params\":%u,"
+        "\"experts_local\":%u,\"read_ops\":%llu,"
         "\"bytes_mapped\":%llu,\"peak_rss_bytes\":%llu,\"rss_anon_bytes\":%llu,\"rss_file_bytes\":%llu,"
         "\"rss_shmem_bytes\":%llu,\"transfer_seconds\":%.6f,\"broadcast_seconds\":%.6f}",
         i > 0 ? "," : "", i, (unsigned long long)rr->stats.bytes_needed,
@@ -138,11 +139,10 @@ static void load_ranks_json(const sl__load_report *r, sl__buf *b) {
         (unsigned long long)rr->stats.bytes_covering, (unsigned long long)rr->stats.bytes_received,
         (unsigned long long)rr->stats.bytes_sent, (unsigned long long)rr->stats.bytes_local,
         (unsigned long long)rr->stats.bytes_naive, rr->stats.files_opened, rr->files_mapped, rr->files_direct,
-        rr->stats.params,
-        rr->stats.experts_local, (unsigned long long)rr->read_ops, (unsigned long long)rr->bytes_mapped,
-        (unsigned long long)rr->peak_rss_bytes, (unsigned long long)rr->rss_anon,
-        (unsigned long long)rr->rss_file, (unsigned long long)rr->rss_shmem, rr->transfer_seconds,
-        rr->bcast_seconds);
+        rr->stats.params, rr->stats.experts_local, (unsigned long long)rr->read_ops,
+        (unsigned long long)rr->bytes_mapped, (unsigned long long)rr->peak_rss_bytes,
+        (unsigned long long)rr->rss_anon, (unsigned long long)rr->rss_file, (unsigned long long)rr->rss_shmem,
+        rr->transfer_seconds, rr->bcast_seconds);
   }
   sl__buf_appendf(b, "],");
 }
@@ -164,7 +164,8 @@ void sl__report_load_json(const sl__load_report *r, sl__buf *b) {
 
 /* `  load strategy auto, rank 0: mmap 2 files, mmap+direct 1 file`: what the files were read with. */
 static void strategy_summary(const sl__load_report *r, sl__buf *b) {
-  static const char *const labels[] = {"mmap", "mmap+buffered", "mmap+direct", "buffered", "direct", "io_uring"};
+  static const char *const labels[] = {"mmap",     "mmap+buffered", "mmap+direct",
+                                       "buffered", "direct",        "io_uring"};
   size_t count[sizeof labels / sizeof labels[0]] = {0};
   for (size_t f = 0; r->choice != NULL && f < r->setup.cat->n_files; f++)
     for (size_t k = 0; k < sizeof labels / sizeof labels[0] && r->choice[f].in.bytes > 0; k++)

@@ -128,14 +128,15 @@ static void check_llama_report(const char *report, phase ph) {
     check_consistent(e);
     if (ph == RESIDENT)
       CHECKF(is_one_of(str_of(e, "strategy"), page_cache) && num_of(e, "resident") >= 0.5,
-             "%s: resident file read with %s (%s)", str_of(e, "file"), str_of(e, "strategy"), str_of(e, "reason"));
+             "%s: resident file read with %s (%s)", str_of(e, "file"), str_of(e, "strategy"),
+             str_of(e, "reason"));
   }
   if (ph == MAPPED) {
     CHECKF(num_of(rank0, "files_mapped") >= 1, "rank 0 files_mapped %.0f", num_of(rank0, "files_mapped"));
     const cJSON *ev = entry_for(rep, LLAMA1);
     if (ev != NULL)
-      CHECKF(is_one_of(str_of(ev, "strategy"), mapped), "evicted file read with %s (%s)", str_of(ev, "strategy"),
-             str_of(ev, "reason"));
+      CHECKF(is_one_of(str_of(ev, "strategy"), mapped), "evicted file read with %s (%s)",
+             str_of(ev, "strategy"), str_of(ev, "reason"));
   }
   cJSON_Delete(rep);
 }
@@ -194,7 +195,8 @@ static void load_bench(const char *dir, bool o_direct) {
   snprintf(world, sizeof world, "%d", lc_world());
   sl_config *cfg = NULL;
   CHECK(sl_config_create(&cfg) == SL_STATUS_OK);
-  static const char *const keys[][2] = {{"layout", "checkpoint"}, {"load_strategy", "auto"}, {"prefault", "true"}};
+  static const char *const keys[][2] = {
+      {"layout", "checkpoint"}, {"load_strategy", "auto"}, {"prefault", "true"}};
   CHECK(sl_config_set(cfg, "model", dir) == SL_STATUS_OK && sl_config_set(cfg, "dp", world) == SL_STATUS_OK);
   for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++)
     CHECK(sl_config_set(cfg, keys[k][0], keys[k][1]) == SL_STATUS_OK);

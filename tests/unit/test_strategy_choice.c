@@ -89,14 +89,17 @@ static void test_table(void) {
   rows[n++] = (row){"auto, all mapped", in, false, SL_WHY_ALL_MAPPED, "mmap", "1% were in the page cache"};
   in = cold(SL_STRATEGY_AUTO);
   in.bytes_mapped = in.bytes - 32 * MiB;
-  rows[n++] = (row){"auto, half mapped, rest cold", in, true, SL_WHY_COLD, "mmap+direct", "50% of the bytes are mapped"};
+  rows[n++] = (row){"auto, half mapped, rest cold", in, true, SL_WHY_COLD, "mmap+direct",
+                    "50% of the bytes are mapped"};
   in.rest_resident = in.rest_pages;
-  rows[n++] = (row){"auto, half mapped, rest warm", in, false, SL_WHY_RESIDENT, "mmap+buffered", "the rest is 100%"};
+  rows[n++] =
+      (row){"auto, half mapped, rest warm", in, false, SL_WHY_RESIDENT, "mmap+buffered", "the rest is 100%"};
   in = cold(SL_STRATEGY_DIRECT);
   in.rest_resident = in.rest_pages;
   rows[n++] = (row){"direct, warm", in, true, SL_WHY_EXPLICIT, "direct", "load_strategy direct"};
   in.o_direct = false;
-  rows[n++] = (row){"direct, refused", in, false, SL_WHY_NO_O_DIRECT, "buffered", "load_strategy direct, but"};
+  rows[n++] =
+      (row){"direct, refused", in, false, SL_WHY_NO_O_DIRECT, "buffered", "load_strategy direct, but"};
   in = cold(SL_STRATEGY_IO_URING);
   in.direct_reads = 100000;
   rows[n++] = (row){"io_uring, small reads", in, true, SL_WHY_EXPLICIT, "io_uring", "load_strategy io_uring"};
