@@ -2,8 +2,8 @@
  * test_load_auto.c — load_strategy auto chooses per file from what the page cache holds, and
  * every choice delivers the same bytes (ctest runs it at 1, 2, 3 and 4 ranks).
  *
- * The llama fixture (copied for the test), at tp = 2 when the world is even (mapped parameters and
- * row-parallel slices that are copied), else dp = world, bytes against the reference:
+ * The llama fixture (copied for the test), at tp = world (pp = 3 at 3 ranks): mapped parameters
+ * and row-parallel slices that are copied; bytes against the reference:
  *   resident   rank 0's report names a choice for every file it reads (strategy_choice), each
  *              one mapped or read through the page cache, for the rest at least half resident;
  *   evicted    the first file's pages dropped (fsync + POSIX_FADV_DONTNEED, no privilege needed),
@@ -143,8 +143,13 @@ static void check_llama_report(const char *report, phase ph) {
 
 static void load_llama(const char *dir, phase ph) {
   int world = lc_world();
-  lc_case c = {.fixture = dir, .tp = world % 2 == 0 ? 2 : 1, .pp = 1, .extra = {"load_strategy", "auto"}};
-  c.dp = world / c.tp;
+  /* No replica (dp 1): rank 0 alone reads what it holds, so parameters can be mappings. 8 heads do
+   * not split 3 ways: one pipeline stage per layer instead. */
+  lc_case c = {.fixture = dir, .tp = world, .pp = 1, .dp = 1, .extra = {"load_strategy", "auto"}};
+  if (world == 3) {
+    c.tp = 1;
+    c.pp = 3;
+  }
   if (ph == EVICTED) {
     c.extra[2] = "prefault";
     c.extra[3] = "true";
