@@ -60,7 +60,8 @@ static const key_def keys[] = {
      "JSON object: enable_multithread_load, num_threads, "
      "enable_weights_track"},
     {"threads", T_POS, NULL, NULL, "reader threads per rank (default 8, at most 1024)"},
-    {"load_strategy", T_ENUM, "auto", "auto,direct,io_uring,mmap", "how bytes are read"},
+    {"load_strategy", T_ENUM, "auto", "auto,direct,io_uring,mmap",
+     "how bytes are read (auto: per file, mapped on host, page cache if resident, else O_DIRECT)"},
     {"prefault", T_BOOL, "false", NULL, "touch host parameter memory before reading (timed as allocation)"},
     {"staging_bytes", T_POS, "268435456", NULL, "staging memory cap per rank, bytes"},
     {"read_chunk_bytes", T_POS, "16777216", NULL, "largest single read, bytes"},

@@ -58,7 +58,7 @@ struct sl_loader {
   sl_param *table;
   void **param_ptr; /* per local parameter (aliases point at their target's memory) */
   bool *bound;      /* the caller's buffer */
-  bool *mapped;     /* a mapping of its checkpoint bytes (load strategy mmap) */
+  bool *mapped;     /* a mapping of its checkpoint bytes (load strategy mmap, or auto on host) */
   sl__filemaps maps;
   _Atomic uint64_t *copy_done;
   sl__track track;
@@ -134,6 +134,7 @@ void sl_loader_destroy(sl_loader *l) {
     return;
   sl__params_loader_destroy(l); /* memory still referenced is taken over, not freed here */
   free_buffers(l);
+  sl__transfer_stats_free(&l->tstats);
   if (l->backend != NULL)
     l->backend->ops->destroy(l->backend);
   free(l->bound);
@@ -430,7 +431,7 @@ static sl_status zero_unwritten_bound(sl_loader *l) {
 
 static sl_status allocate(sl_loader *l) {
   sl_status st = SL_STATUS_OK;
-  if (l->pl.opts.strategy == SL_STRATEGY_MMAP && l->backend->host_addressable)
+  if (sl__strategy_maps(l->pl.opts.strategy, l->backend->host_addressable, l->pl.opts.prefault))
     st = sl__filemap_params(&l->pl.prep.cat, &l->pl.sched, &l->pl.plan, l->bound, l->param_ptr, l->mapped,
                             &l->maps, &l->err);
   for (size_t i = 0; i < l->pl.plan.n_lparams && st == SL_STATUS_OK; i++) {
@@ -564,18 +565,10 @@ static void own_record(const sl_loader *l, sl__rank_record *rec) {
   memset(rec, 0, sizeof *rec);
   rec->stats = l->pl.sched.stats[l->comm.rank];
   rec->bytes_read_planned = rec->stats.bytes_read;
-  rec->stats.bytes_read = l->tstats.bytes_read;
-  rec->stats.bytes_covering = l->tstats.bytes_covering;
-  rec->stats.bytes_received = l->tstats.bytes_received;
-  rec->stats.bytes_sent = l->tstats.bytes_sent;
-  rec->stats.files_opened = l->tstats.files_opened;
+  sl__rank_record_transfer(rec, &l->tstats);
   rec->peak_rss_bytes = sl__peak_rss_bytes();
   sl__rss_by_kind(&rec->rss_anon, &rec->rss_file, &rec->rss_shmem);
-  rec->read_ops = l->tstats.read_ops;
   rec->bytes_mapped = l->maps.bytes_mapped;
-  rec->transfer_seconds = l->tstats.seconds;
-  rec->read_seconds = l->tstats.read_seconds;
-  rec->bcast_seconds = l->tstats.bcast_seconds;
 }
 
 /* Rank 0: the report and the summary, from every rank's record. */
@@ -616,6 +609,7 @@ static void write_reports(sl_loader *l) {
       .eplb = o->eplb,
       .threads = o->extra.num_threads,
       .strategy = sl__strategy_name(o->strategy),
+      .choice = l->tstats.choice,
       .prefault = o->prefault,
       .staging_bytes = o->staging_bytes,
       .t_resolve = l->t_resolve,

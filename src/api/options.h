@@ -15,8 +15,11 @@
 #include <stdint.h>
 
 typedef enum sl__device { SL_DEVICE_CPU = 0, SL_DEVICE_CUDA } sl__device;
-/* mmap: host parameters whose bytes are one contiguous range of a file this rank alone reads are
- * private mappings of that file (no copy, no fresh memory); everything else is read as with auto. */
+/* auto: chosen per file (engine/strategy_choice.h): on host without prefault, the parameters mmap
+ * would map are mapped; the other bytes go through the page cache where resident, else O_DIRECT
+ * when its reads are large. mmap: host parameters whose bytes are one contiguous range of a file
+ * this rank alone reads are private mappings of that file (no copy, no fresh memory); everything
+ * else is read through the page cache. direct, io_uring: O_DIRECT for every file that takes it. */
 typedef enum sl__strategy {
   SL_STRATEGY_AUTO = 0,
   SL_STRATEGY_DIRECT,

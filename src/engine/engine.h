@@ -3,6 +3,7 @@
  * it, by job:
  *   engine/transfer.c      setup, the reader threads' start and stop, waits, progress, the run;
  *   engine/reads.c         the read operations of this rank's pieces, and opening their files;
+ *   engine/file_choice.c   how each file is read (load_strategy auto decides per file);
  *   engine/deliver.c       read bytes → local parameter rows or bucket bytes;
  *   engine/readers.c       the pread reader pool (a ring of staging slots per thread);
  *   engine/uring_reader.c  the io_uring reader (O_DIRECT reads kept in flight);
@@ -19,6 +20,7 @@
 
 #include "base/workers.h"
 #include "engine/staging.h"
+#include "engine/strategy_choice.h"
 #include "engine/transfer.h"
 #include "plan/readplan.h"
 
@@ -41,9 +43,10 @@ typedef struct sl__engine {
   sl__readplan rp;            /* read operations and their deliveries */
   uint32_t *bucket_ops_start; /* my bucket → first op index in bucket_op_list */
   uint32_t *bucket_op_list;
-  sl__vec local_ops;      /* uint32_t op indices */
-  int *fds;               /* per file, -1 until opened */
-  sl__file_stamp *stamps; /* per file: what fstat said at open (compared after the last read) */
+  sl__vec local_ops;       /* uint32_t op indices */
+  int *fds;                /* per file, -1 until opened */
+  sl__file_stamp *stamps;  /* per file: what fstat said at open (compared after the last read) */
+  sl__file_choice *choice; /* per file: how this rank reads it, and why (engine/file_choice.c) */
   /* bucket slots */
   void *slot_buf[SL_BUCKET_SLOTS];
   bool slot_abandoned[SL_BUCKET_SLOTS]; /* target of a broadcast an abort left unfinished */
@@ -80,11 +83,18 @@ typedef struct sl__engine_worker {
 } sl__engine_worker;
 
 /* ---- reads.c ---- */
-/* The read operations of this rank: local pieces first, then bucket items in bucket order. */
+/* The read operations of this rank: local pieces first, then bucket items in bucket order (after
+ * sl__engine_open_files: each file is read as its choice says). */
 sl_status sl__engine_build_reads(sl__engine *e);
-/* Opens every file an operation reads (O_DIRECT for the direct and io_uring strategies), checking
- * each against the catalog and keeping what fstat said. */
+/* Opens every file a piece this rank reads lies in, checking each against the catalog and keeping
+ * what fstat said, then chooses how each is read (sl__engine_choose). */
 sl_status sl__engine_open_files(sl__engine *e);
+
+/* ---- file_choice.c ---- */
+/* Per open file: measures, decides (engine/strategy_choice.h), turns O_DIRECT on where chosen. */
+sl_status sl__engine_choose(sl__engine *e);
+/* Whether piece P is a mapped parameter's bytes: populated in place, never read into staging. */
+bool sl__engine_piece_mapped(const sl__engine *e, const sl__piece *P);
 /* After the last read: every opened file is still the one opened, unchanged (catalog.h). */
 sl_status sl__engine_check_files(sl__engine *e);
 

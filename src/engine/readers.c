@@ -83,7 +83,7 @@ static sl_status run_op(sl__engine *e, int worker, int slot, uint8_t *staging, c
   } else {
     uint64_t off = op->offset;
     uint64_t len = op->len;
-    bool widened = e->t->strategy == SL_STRATEGY_DIRECT;
+    bool widened = e->choice[op->file].direct;
     /* O_DIRECT: aligned offset, length and buffer; the tail may be short at end of file. */
     if (widened)
       sl__readplan_widen(op->offset, op->len, e->staging.align, &off, &len);

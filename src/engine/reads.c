@@ -1,7 +1,8 @@
 /*
  * engine/reads.c — the read operations of this rank (see engine/engine.h): the pieces it reads
  * alone first, in file order, then the items of the buckets it is the reader of, in bucket order;
- * and the files they read, opened once before the readers start.
+ * and the files they read, opened once before the readers start (and before the operations are
+ * planned: how each file is read, engine/file_choice.c, shapes its operations).
  */
 #include "engine/engine.h"
 
@@ -14,19 +15,21 @@
 #include <unistd.h>
 
 /* Read operations for packed range [p0, p1) of piece P (a whole piece, or one bucket item). A
- * local piece with one contiguous copy in host memory is read straight into the parameter, or,
- * when that parameter is a mapping of the piece's bytes, populated in place. */
+ * local piece with one contiguous copy in host memory is read straight into the parameter when its
+ * file is read through the page cache, or, when that parameter is a mapping of the piece's bytes,
+ * populated in place (whatever the rest of the file is read with). */
 static sl_status plan_piece_reads(sl__engine *e, const sl__piece *P, uint64_t p0, uint64_t p1,
                                   uint32_t bucket, uint64_t bucket_off) {
   uint32_t piece = (uint32_t)(P - e->t->sched->pieces);
   uint8_t *direct = NULL;
   bool populate = false;
-  bool buffered = e->t->strategy == SL_STRATEGY_AUTO || e->t->strategy == SL_STRATEGY_MMAP;
-  if (bucket == SL_NONE && P->rows <= 1 && e->t->backend->host_addressable && buffered &&
+  bool buffered = !e->choice[e->t->cat->tensors[P->tensor].file].direct;
+  if (bucket == SL_NONE && P->rows <= 1 && e->t->backend->host_addressable &&
       e->copy_start[piece + 1] - e->copy_start[piece] == 1) {
     const sl__copy *cp = &e->t->plan->copies[e->copy_list[e->copy_start[piece]]];
-    direct = (uint8_t *)e->t->param_ptr[cp->lparam] + cp->dst_off;
     populate = e->t->param_mapped != NULL && e->t->param_mapped[cp->lparam];
+    if (buffered || populate)
+      direct = (uint8_t *)e->t->param_ptr[cp->lparam] + cp->dst_off;
   }
   size_t first = e->rp.ops.len;
   sl_status st = sl__readplan_piece(&e->rp, P, piece, &e->t->cat->tensors[P->tensor], p0, p1, bucket,
@@ -95,20 +98,14 @@ sl_status sl__engine_build_reads(sl__engine *e) {
 
 sl_status sl__engine_open_files(sl__engine *e) {
   sl__transfer *t = e->t;
-  for (size_t i = 0; i < e->rp.ops.len; i++) {
-    uint32_t f = SL_VEC_AT(&e->rp.ops, sl__read_op, i).file;
-    if (e->fds[f] >= 0)
+  const sl__schedule *s = t->sched;
+  for (size_t k = 0; k < s->n_pieces; k++) {
+    const sl__piece *P = &s->pieces[k];
+    uint32_t f = t->cat->tensors[P->tensor].file;
+    if (P->reader != (uint32_t)t->comm->rank || P->nbytes == 0 || e->fds[f] >= 0)
       continue;
-    int flags = O_RDONLY | O_CLOEXEC;
-    bool want_direct = t->strategy == SL_STRATEGY_DIRECT || t->strategy == SL_STRATEGY_IO_URING;
-    if (want_direct)
-      flags |= O_DIRECT;
-    int fd = open(t->cat->files[f].path, flags);
-    if (fd < 0 && want_direct && errno == EINVAL) {
-      SL_WARN("%s: the file system refuses O_DIRECT; reading it through the page cache",
-              t->cat->files[f].path);
-      fd = open(t->cat->files[f].path, O_RDONLY | O_CLOEXEC);
-    }
+    /* Through the page cache until the choice turns O_DIRECT on (engine/file_choice.c). */
+    int fd = open(t->cat->files[f].path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
       return sl__err_set(e->err, SL_STATUS_IO, "cannot open %s: %s", t->cat->files[f].path, strerror(errno));
     sl_status st = sl__cat_file_check(t->cat, f, fd, &e->stamps[f], e->err);
@@ -118,7 +115,7 @@ sl_status sl__engine_open_files(sl__engine *e) {
     }
     e->fds[f] = fd;
   }
-  return SL_STATUS_OK;
+  return sl__engine_choose(e);
 }
 
 sl_status sl__engine_check_files(sl__engine *e) {

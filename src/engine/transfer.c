@@ -2,10 +2,10 @@
  * engine/transfer.c — one rank's reads, deliveries and bucket broadcasts (see engine/transfer.h):
  * the run and its steps. The jobs themselves are in the files listed in engine/engine.h.
  *
- * The run: index this rank's copies and buckets, build its read operations, open the files,
- * allocate the bucket slots, start the reader threads (pread pool or io_uring readers, sized by
- * engine/staging.h), walk the buckets, wait for the local reads, stop the threads, agree on the
- * outcome, report the figures.
+ * The run: index this rank's copies and buckets, open the files and choose how each is read,
+ * build the read operations, allocate the bucket slots, start the reader threads (pread pool or io_uring
+ * readers, sized by engine/staging.h), walk the buckets, wait for the local reads, stop the threads, agree on
+ * the outcome, report the figures.
  */
 #include "engine/engine.h"
 
@@ -127,6 +127,7 @@ static void engine_free(sl__engine *e) {
   }
   free(e->fds);
   free(e->stamps);
+  free(e->choice);
   /* A broadcast abandoned by an abort may still write into its bucket whenever MPI progresses
    * (in any later MPI call of this process): that bucket is deliberately never released. */
   for (uint32_t s = 0; s < SL_BUCKET_SLOTS; s++)
@@ -176,8 +177,8 @@ static sl_status index_copies(sl__engine *e) {
   return SL_STATUS_OK;
 }
 
-/* Everything before the threads: indexes, read operations, open files, bucket slots (as large
- * as this rank's largest bucket), the queues with the local reads. */
+/* Everything before the threads: indexes, open files and how each is read, read operations,
+ * bucket slots (as large as this rank's largest bucket), the queues with the local reads. */
 static sl_status prepare(sl__engine *e) {
   sl__transfer *t = e->t;
   sl_status st = index_copies(e);
@@ -185,8 +186,6 @@ static sl_status prepare(sl__engine *e) {
     uint64_t n = t->sched->buckets[e->my_buckets[j]].nbytes;
     e->slot_bytes = n > e->slot_bytes ? n : e->slot_bytes;
   }
-  if (st == SL_STATUS_OK)
-    st = sl__engine_build_reads(e);
   e->fds = calloc(t->cat->n_files + 1, sizeof *e->fds);
   e->stamps = calloc(t->cat->n_files + 1, sizeof *e->stamps);
   if (st == SL_STATUS_OK && (e->fds == NULL || e->stamps == NULL))
@@ -195,6 +194,8 @@ static sl_status prepare(sl__engine *e) {
     e->fds[f] = -1;
   if (st == SL_STATUS_OK)
     st = sl__engine_open_files(e);
+  if (st == SL_STATUS_OK)
+    st = sl__engine_build_reads(e);
   for (uint32_t s = 0; s < SL_BUCKET_SLOTS && st == SL_STATUS_OK && e->n_my_buckets > 0; s++)
     st = t->backend->ops->alloc(t->backend, e->slot_bytes, &e->slot_buf[s], e->err);
   if (st != SL_STATUS_OK)
@@ -237,13 +238,18 @@ static sl_status stop_readers(sl__engine *e, sl_status st) {
   return st;
 }
 
-static void report(const sl__engine *e, sl__transfer_stats *stats, double t_bcast) {
+static void report(sl__engine *e, sl__transfer_stats *stats, double t_bcast) {
   stats->bytes_read = atomic_load(&e->bytes_read);
   stats->bytes_covering = atomic_load(&e->bytes_covering);
   stats->read_ops = atomic_load(&e->read_ops);
   stats->bytes_mapped = atomic_load(&e->bytes_mapped);
-  for (size_t f = 0; e->fds != NULL && f < e->t->cat->n_files; f++)
+  for (size_t f = 0; e->fds != NULL && f < e->t->cat->n_files; f++) {
     stats->files_opened += e->fds[f] >= 0;
+    stats->files_mapped += e->choice != NULL && e->choice[f].in.bytes_mapped > 0;
+    stats->files_direct += e->choice != NULL && e->choice[f].direct;
+  }
+  stats->choice = e->choice; /* the stats own it now */
+  e->choice = NULL;
   stats->bcast_seconds = t_bcast;
   stats->seconds = sl__now() - e->t_start;
   stats->read_seconds = stats->seconds - t_bcast;
@@ -252,6 +258,11 @@ static void report(const sl__engine *e, sl__transfer_stats *stats, double t_bcas
 /* ---------------------------------------------------------------------------------------------
  * The run
  * ------------------------------------------------------------------------------------------- */
+
+void sl__transfer_stats_free(sl__transfer_stats *stats) {
+  free(stats->choice);
+  stats->choice = NULL;
+}
 
 sl_status sl__transfer_run(sl__transfer *t, sl__transfer_stats *stats, sl__err *err) {
   memset(stats, 0, sizeof *stats);

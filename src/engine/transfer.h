@@ -12,6 +12,7 @@
 #include "api/options.h"
 #include "backend/backend.h"
 #include "engine/comm.h"
+#include "engine/strategy_choice.h"
 #include "model/catalog.h"
 #include "plan/plan.h"
 
@@ -27,10 +28,14 @@ typedef struct sl__transfer_stats {
   uint64_t read_ops;       /* pread calls */
   uint64_t bytes_mapped;   /* of bytes_read: populated mappings (mmap strategy), not copied */
   uint32_t files_opened;
-  uint32_t buckets;     /* buckets this rank took part in */
-  double read_seconds;  /* from the first read to the last local read done */
-  double bcast_seconds; /* time inside broadcasts (waiting included) */
-  double seconds;       /* whole transfer */
+  uint32_t files_mapped;   /* files some parameters are mappings of */
+  uint32_t files_direct;   /* files read with O_DIRECT */
+  sl__file_choice *choice; /* per catalog file: how this rank read it and why (engine/strategy_choice.h);
+                              entries with in.bytes 0 were not read. Freed by sl__transfer_stats_free */
+  uint32_t buckets;        /* buckets this rank took part in */
+  double read_seconds;     /* from the first read to the last local read done */
+  double bcast_seconds;    /* time inside broadcasts (waiting included) */
+  double seconds;          /* whole transfer */
 } sl__transfer_stats;
 
 typedef struct sl__transfer {
@@ -49,7 +54,9 @@ typedef struct sl__transfer {
 } sl__transfer;
 
 /* Runs the transfer. Returns this rank's status; on failure the abort channel has been raised.
- * Every rank must call it (it takes part in bucket broadcasts). */
+ * Every rank must call it (it takes part in bucket broadcasts). stats is overwritten: free it
+ * with sl__transfer_stats_free. */
 sl_status sl__transfer_run(sl__transfer *t, sl__transfer_stats *stats, sl__err *err);
+void sl__transfer_stats_free(sl__transfer_stats *stats);
 
 #endif

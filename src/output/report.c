@@ -9,6 +9,7 @@
 #include "shardload/shardload.h"
 
 #include <stdio.h>
+#include <string.h>
 
 static const char *layout_name(const sl__model *m) {
   return m->layout == SL_LAYOUT_VLLM ? "vllm" : "checkpoint";
@@ -32,6 +33,20 @@ static void parallel_json(sl__buf *b, const sl__report_setup *s) {
 static void schedule_json(sl__buf *b, const sl__schedule *sc) {
   sl__buf_appendf(b, "\"pieces\":%zu,\"broadcast_groups\":%zu,\"buckets\":%zu", sc->n_pieces, sc->n_groups,
                   sc->n_buckets);
+}
+
+void sl__rank_record_transfer(sl__rank_record *rec, const sl__transfer_stats *t) {
+  rec->stats.bytes_read = t->bytes_read;
+  rec->stats.bytes_covering = t->bytes_covering;
+  rec->stats.bytes_received = t->bytes_received;
+  rec->stats.bytes_sent = t->bytes_sent;
+  rec->stats.files_opened = t->files_opened;
+  rec->files_mapped = t->files_mapped;
+  rec->files_direct = t->files_direct;
+  rec->read_ops = t->read_ops;
+  rec->transfer_seconds = t->seconds;
+  rec->read_seconds = t->read_seconds;
+  rec->bcast_seconds = t->bcast_seconds;
 }
 
 static uint64_t peak_rss_max(const sl__load_report *r) {
@@ -82,6 +97,31 @@ static void load_header_json(const sl__load_report *r, sl__buf *b) {
   sl__buf_appendf(b, "},");
 }
 
+/* `"strategy_choice":[...],`: how rank 0 read each file it read, and why. */
+static void strategy_choice_json(const sl__load_report *r, sl__buf *b) {
+  sl__buf_appendf(b, "\"strategy_choice\":[");
+  bool first = true;
+  for (size_t f = 0; r->choice != NULL && f < r->setup.cat->n_files; f++) {
+    const sl__file_choice *c = &r->choice[f];
+    if (c->in.bytes == 0)
+      continue;
+    char why[512];
+    sl__choice_reason(c, why, sizeof why);
+    sl__buf_appendf(b, "%s{\"file\":", first ? "" : ",");
+    sl__buf_json_str(b, r->setup.cat->files[f].name);
+    sl__buf_appendf(b, ",\"strategy\":\"%s\",\"bytes\":%llu,\"bytes_mapped\":%llu,", sl__choice_label(c),
+                    (unsigned long long)c->in.bytes, (unsigned long long)c->in.bytes_mapped);
+    if (c->in.resident_known)
+      sl__buf_appendf(b, "\"resident\":%.4f,\"reason\":", sl__choice_resident(c));
+    else
+      sl__buf_appendf(b, "\"resident\":null,\"reason\":");
+    sl__buf_json_str(b, why);
+    sl__buf_appendf(b, "}");
+    first = false;
+  }
+  sl__buf_appendf(b, "],");
+}
+
 static void load_ranks_json(const sl__load_report *r, sl__buf *b) {
   sl__buf_appendf(b, "\"ranks\":[");
   for (int i = 0; i < r->world; i++) {
@@ -90,24 +130,26 @@ static void load_ranks_json(const sl__load_report *r, sl__buf *b) {
         b,
         "%s{\"rank\":%d,\"bytes_needed\":%llu,\"bytes_read\":%llu,\"bytes_read_planned\":%llu,"
         "\"bytes_covering\":%llu,\"bytes_received\":%llu,\"bytes_sent\":%llu,\"bytes_local\":%llu,"
-        "\"bytes_naive\":%llu,\"files_opened\":%u,\"params\":%u,\"experts_local\":%u,\"read_ops\":%llu,"
+        "\"bytes_naive\":%llu,\"files_opened\":%u,\"files_mapped\":%u,\"files_direct\":%u,\"params\":%u,"
+        "\"experts_local\":%u,\"read_ops\":%llu,"
         "\"bytes_mapped\":%llu,\"peak_rss_bytes\":%llu,\"rss_anon_bytes\":%llu,\"rss_file_bytes\":%llu,"
         "\"rss_shmem_bytes\":%llu,\"transfer_seconds\":%.6f,\"broadcast_seconds\":%.6f}",
         i > 0 ? "," : "", i, (unsigned long long)rr->stats.bytes_needed,
         (unsigned long long)rr->stats.bytes_read, (unsigned long long)rr->bytes_read_planned,
         (unsigned long long)rr->stats.bytes_covering, (unsigned long long)rr->stats.bytes_received,
         (unsigned long long)rr->stats.bytes_sent, (unsigned long long)rr->stats.bytes_local,
-        (unsigned long long)rr->stats.bytes_naive, rr->stats.files_opened, rr->stats.params,
-        rr->stats.experts_local, (unsigned long long)rr->read_ops, (unsigned long long)rr->bytes_mapped,
-        (unsigned long long)rr->peak_rss_bytes, (unsigned long long)rr->rss_anon,
-        (unsigned long long)rr->rss_file, (unsigned long long)rr->rss_shmem, rr->transfer_seconds,
-        rr->bcast_seconds);
+        (unsigned long long)rr->stats.bytes_naive, rr->stats.files_opened, rr->files_mapped, rr->files_direct,
+        rr->stats.params, rr->stats.experts_local, (unsigned long long)rr->read_ops,
+        (unsigned long long)rr->bytes_mapped, (unsigned long long)rr->peak_rss_bytes,
+        (unsigned long long)rr->rss_anon, (unsigned long long)rr->rss_file, (unsigned long long)rr->rss_shmem,
+        rr->transfer_seconds, rr->bcast_seconds);
   }
   sl__buf_appendf(b, "],");
 }
 
 void sl__report_load_json(const sl__load_report *r, sl__buf *b) {
   load_header_json(r, b);
+  strategy_choice_json(r, b);
   sl__figures_json(b, r->fig);
   sl__figures_nodes_json(b, r->fig);
   load_ranks_json(r, b);
@@ -118,6 +160,25 @@ void sl__report_load_json(const sl__load_report *r, sl__buf *b) {
   else
     sl__buf_appendf(b, "\"missing\":[],\"unexpected\":[],\"ignored\":[],\"skipped_count\":0");
   sl__buf_appendf(b, "}\n");
+}
+
+/* `  load strategy auto, rank 0: mmap 2 files, mmap+direct 1 file`: what the files were read with. */
+static void strategy_summary(const sl__load_report *r, sl__buf *b) {
+  static const char *const labels[] = {"mmap",     "mmap+buffered", "mmap+direct",
+                                       "buffered", "direct",        "io_uring"};
+  size_t count[sizeof labels / sizeof labels[0]] = {0};
+  for (size_t f = 0; r->choice != NULL && f < r->setup.cat->n_files; f++)
+    for (size_t k = 0; k < sizeof labels / sizeof labels[0] && r->choice[f].in.bytes > 0; k++)
+      count[k] += strcmp(sl__choice_label(&r->choice[f]), labels[k]) == 0;
+  sl__buf_appendf(b, "  load strategy %s, rank 0:", r->strategy);
+  const char *sep = " ";
+  for (size_t k = 0; k < sizeof labels / sizeof labels[0]; k++) {
+    if (count[k] == 0)
+      continue;
+    sl__buf_appendf(b, "%s%s %zu file%s", sep, labels[k], count[k], count[k] == 1 ? "" : "s");
+    sep = ", ";
+  }
+  sl__buf_appendf(b, "%s\n", *sep == ' ' ? " no file read" : " (the report's strategy_choice says why)");
 }
 
 void sl__report_load_summary(const sl__load_report *r, sl__buf *b) {
@@ -147,6 +208,7 @@ void sl__report_load_summary(const sl__load_report *r, sl__buf *b) {
     sl__fmt_bytes(mp, sizeof mp, mapped);
     sl__buf_appendf(b, "  %s of the parameters are mappings of the checkpoint files (no copy)\n", mp);
   }
+  strategy_summary(r, b);
 }
 
 /* ---------------------------------------------------------------------------------------------

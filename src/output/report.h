@@ -9,6 +9,7 @@
 
 #include "base/util.h"
 #include "engine/coverage.h"
+#include "engine/transfer.h"
 #include "model/catalog.h"
 #include "model/layout.h"
 #include "model/model.h"
@@ -30,10 +31,14 @@ typedef struct sl__rank_record {
   uint64_t rss_anon, rss_file, rss_shmem; /* at the end of the load */
   uint64_t read_ops;
   uint64_t bytes_mapped;
+  uint32_t files_mapped, files_direct; /* files with mapped parameters; files read with O_DIRECT */
   double transfer_seconds;
   double read_seconds;
   double bcast_seconds;
 } sl__rank_record;
+
+/* The record's figures that come from the transfer (the rest: the plan, the process, the maps). */
+void sl__rank_record_transfer(sl__rank_record *rec, const sl__transfer_stats *t);
 
 /* What both reports describe. */
 typedef struct sl__report_setup {
@@ -57,6 +62,7 @@ typedef struct sl__load_report {
   bool eplb;
   uint32_t threads;
   const char *strategy;
+  const sl__file_choice *choice; /* rank 0's, per catalog file (engine/strategy_choice.h), or NULL */
   bool prefault;
   uint64_t staging_bytes;
   double t_resolve, t_catalog, t_model, t_plan, t_alloc, t_transfer, t_track, t_total;

@@ -231,6 +231,7 @@ static result run(sl__comm *c, sl__prepared *p, const sl__plan_opts *po, uint32_
   sl__transfer_stats stats;
   sl__comm_abort_arm(c, &err);
   r.st = sl__transfer_run(&t, &stats, &err);
+  sl__transfer_stats_free(&stats);
   sl__comm_abort_disarm(c, &err);
   if (r.st != SL_STATUS_OK)
     fprintf(stderr, "transfer: %s\n", err.msg);

@@ -1,0 +1,257 @@
+/*
+ * test_load_auto.c — load_strategy auto chooses per file from what the page cache holds, and
+ * every choice delivers the same bytes (ctest runs it at 1, 2, 3 and 4 ranks).
+ *
+ * The llama fixture (copied for the test), at tp = world (pp = 3 at 3 ranks): mapped parameters
+ * and row-parallel slices that are copied; bytes against the reference:
+ *   resident   rank 0's report names a choice for every file it reads (strategy_choice), each
+ *              one mapped or read through the page cache, for the rest at least half resident;
+ *   evicted    the first file's pages dropped (fsync + POSIX_FADV_DONTNEED, no privilege needed),
+ *              loaded with prefault (nothing mapped): the entry's reason agrees with its resident
+ *              share (through the page cache for resident bytes exactly when at least half is);
+ *   mapped     evicted again, loaded without prefault: parameters are mappings (files_mapped > 0,
+ *              the file's entry mmap, mmap+buffered or mmap+direct), populated from storage.
+ * A small Llama-shaped bench model (random bytes, tensors up to 512 KiB), checkpoint layout,
+ * dp = world, its first file evicted, loaded with prefault: every parameter equals the tensor's
+ * bytes read from the file by this test; at 1 rank, where the file system takes O_DIRECT, the
+ * file is read with O_DIRECT ("direct", files_direct >= 1), the resident second file through the
+ * page cache; at more ranks the choice agrees with the resident share as above.
+ * Every rank checks its own table; rank 0 checks the report; the outcome is agreed by all.
+ */
+#include "check.h"
+#include "load_check.h"
+
+#include "shardload/shardload.h"
+
+#include <cjson/cJSON.h>
+#include <fcntl.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static const char *LLAMA1 = "model-00001-of-00003.safetensors";
+static const char *BENCH1 = "model-00001-of-00002.safetensors";
+
+/* Rank 0 drops the cached pages of dir/name; every rank waits for it. */
+static void evict(const char *dir, const char *name) {
+  if (lc_rank() == 0) {
+    char path[2048];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    int fd = open(path, O_RDONLY);
+    CHECKF(fd >= 0, "cannot open %s", path);
+    if (fd >= 0) {
+      CHECK(fsync(fd) == 0);
+      CHECK(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED) == 0);
+      close(fd);
+    }
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+/* Whether the file system under dir accepts O_DIRECT. */
+static bool takes_o_direct(const char *dir, const char *name) {
+  char path[2048];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  int fd = open(path, O_RDONLY | O_DIRECT);
+  if (fd >= 0)
+    close(fd);
+  return fd >= 0;
+}
+
+/* Rank 0's strategy_choice entry for file `name`, or NULL. */
+static const cJSON *entry_for(const cJSON *rep, const char *name) {
+  const cJSON *e = NULL;
+  cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(rep, "strategy_choice")) {
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(e, "file");
+    if (cJSON_IsString(f) && strcmp(f->valuestring, name) == 0)
+      return e;
+  }
+  return NULL;
+}
+
+static const char *str_of(const cJSON *e, const char *key) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(e, key);
+  return cJSON_IsString(v) ? v->valuestring : "";
+}
+
+static double num_of(const cJSON *e, const char *key) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(e, key);
+  return cJSON_IsNumber(v) ? v->valuedouble : -1.0;
+}
+
+static bool is_one_of(const char *s, const char *const *set) {
+  for (; *set != NULL; set++)
+    if (strcmp(s, *set) == 0)
+      return true;
+  return false;
+}
+
+typedef enum phase { RESIDENT, EVICTED, MAPPED } phase;
+
+/* The choice agrees with the resident share: through the page cache for resident bytes exactly
+ * when at least half of them is (mapped files aside: everything mapped needs no such choice). */
+static void check_consistent(const cJSON *e) {
+  const char *file = str_of(e, "file"), *strategy = str_of(e, "strategy"), *reason = str_of(e, "reason");
+  double resident = num_of(e, "resident");
+  CHECKF(*reason != '\0' && num_of(e, "bytes") > 0 && resident >= 0 && resident <= 1,
+         "%s: entry without reason, bytes or resident share", file);
+  if (strcmp(strategy, "mmap") == 0 || num_of(e, "bytes_mapped") > 0)
+    return;
+  bool via_cache = strstr(reason, "in the page cache: read through it") != NULL;
+  CHECKF(via_cache == (resident >= 0.5), "%s: resident %.3f, reason '%s'", file, resident, reason);
+  CHECKF(strcmp(strategy, "direct") != 0 || strstr(reason, "read with O_DIRECT") != NULL, "%s: %s for '%s'",
+         file, strategy, reason);
+}
+
+static cJSON *parse_report(const char *report) {
+  cJSON *rep = report != NULL ? cJSON_Parse(report) : NULL;
+  CHECKF(rep != NULL, "no report, or not JSON");
+  if (rep != NULL) {
+    CHECK_CONTAINS(report, "\"load_strategy\":\"auto\"");
+    CHECKF(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(rep, "strategy_choice")) >= 1,
+           "strategy_choice lists no file");
+  }
+  return rep;
+}
+
+static void check_llama_report(const char *report, phase ph) {
+  cJSON *rep = parse_report(report);
+  if (rep == NULL)
+    return;
+  const cJSON *rank0 = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(rep, "ranks"), 0);
+  static const char *const page_cache[] = {"mmap", "mmap+buffered", "buffered", NULL};
+  static const char *const mapped[] = {"mmap", "mmap+buffered", "mmap+direct", NULL};
+  const cJSON *e = NULL;
+  cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(rep, "strategy_choice")) {
+    check_consistent(e);
+    if (ph == RESIDENT)
+      CHECKF(is_one_of(str_of(e, "strategy"), page_cache) && num_of(e, "resident") >= 0.5,
+             "%s: resident file read with %s (%s)", str_of(e, "file"), str_of(e, "strategy"),
+             str_of(e, "reason"));
+  }
+  if (ph == MAPPED) {
+    CHECKF(num_of(rank0, "files_mapped") >= 1, "rank 0 files_mapped %.0f", num_of(rank0, "files_mapped"));
+    const cJSON *ev = entry_for(rep, LLAMA1);
+    if (ev != NULL)
+      CHECKF(is_one_of(str_of(ev, "strategy"), mapped), "evicted file read with %s (%s)",
+             str_of(ev, "strategy"), str_of(ev, "reason"));
+  }
+  cJSON_Delete(rep);
+}
+
+static void load_llama(const char *dir, phase ph) {
+  int world = lc_world();
+  /* No replica (dp 1): rank 0 alone reads what it holds, so parameters can be mappings. 8 heads do
+   * not split 3 ways: one pipeline stage per layer instead. */
+  lc_case c = {.fixture = dir, .tp = world, .pp = 1, .dp = 1, .extra = {"load_strategy", "auto"}};
+  if (world == 3) {
+    c.tp = 1;
+    c.pp = 3;
+  }
+  if (ph == EVICTED) {
+    c.extra[2] = "prefault";
+    c.extra[3] = "true";
+  }
+  lc_result res;
+  lc_run(&c, &res);
+  CHECKF(res.status == SL_STATUS_OK, "llama, phase %d: %s", (int)ph, res.message);
+  if (res.status == SL_STATUS_OK && lc_rank() == 0)
+    check_llama_report(sl_loader_report_json(res.loader), ph);
+  lc_result_free(&res);
+}
+
+/* Parameter p (checkpoint layout, tp 1: a whole tensor) against the tensor's bytes in the files. */
+static void check_tensor(const char *dir, const sl_param *p) {
+  for (int f = 1; f <= 2; f++) {
+    char path[2048];
+    snprintf(path, sizeof path, "%s/model-0000%d-of-00002.safetensors", dir, f);
+    int fd = open(path, O_RDONLY);
+    uint64_t hlen = 0;
+    CHECK(fd >= 0 && pread(fd, &hlen, 8, 0) == 8 && hlen < (1u << 20));
+    char *text = calloc(hlen + 1, 1);
+    CHECK(text != NULL && pread(fd, text, hlen, 8) == (ssize_t)hlen);
+    cJSON *h = cJSON_Parse(text);
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(h, p->name);
+    const cJSON *offs = cJSON_GetObjectItemCaseSensitive(t, "data_offsets");
+    if (cJSON_GetArraySize(offs) == 2) {
+      uint64_t a = (uint64_t)cJSON_GetArrayItem(offs, 0)->valuedouble;
+      uint64_t b = (uint64_t)cJSON_GetArrayItem(offs, 1)->valuedouble;
+      uint8_t *want = malloc(b - a + 1);
+      CHECKF(b - a == p->nbytes, "%s: %llu bytes, the file has %llu", p->name, (unsigned long long)p->nbytes,
+             (unsigned long long)(b - a));
+      CHECK(pread(fd, want, b - a, (off_t)(8 + hlen + a)) == (ssize_t)(b - a));
+      CHECKF(b - a == p->nbytes && memcmp(want, p->data, b - a) == 0, "%s differs from the file", p->name);
+      free(want);
+      f = 3;
+    } else {
+      CHECKF(f < 2, "%s is in neither file", p->name);
+    }
+    cJSON_Delete(h);
+    free(text);
+    if (fd >= 0)
+      close(fd);
+  }
+}
+
+static void load_bench(const char *dir, bool o_direct) {
+  char world[16];
+  snprintf(world, sizeof world, "%d", lc_world());
+  sl_config *cfg = NULL;
+  CHECK(sl_config_create(&cfg) == SL_STATUS_OK);
+  static const char *const keys[][2] = {
+      {"layout", "checkpoint"}, {"load_strategy", "auto"}, {"prefault", "true"}};
+  CHECK(sl_config_set(cfg, "model", dir) == SL_STATUS_OK && sl_config_set(cfg, "dp", world) == SL_STATUS_OK);
+  for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++)
+    CHECK(sl_config_set(cfg, keys[k][0], keys[k][1]) == SL_STATUS_OK);
+  sl_loader *l = NULL;
+  sl_status st = sl_loader_create(cfg, MPI_COMM_WORLD, &l);
+  if (st == SL_STATUS_OK)
+    st = sl_loader_load(l);
+  CHECKF(st == SL_STATUS_OK, "bench load: %s", l != NULL ? sl_loader_error(l) : sl_config_error(cfg));
+  size_t n = st == SL_STATUS_OK ? sl_loader_param_count(l) : 0;
+  CHECKF(st != SL_STATUS_OK || n > 100, "bench: %zu parameters", n);
+  for (size_t i = 0; i < n; i++)
+    check_tensor(dir, sl_loader_param(l, i));
+  cJSON *rep = st == SL_STATUS_OK && lc_rank() == 0 ? parse_report(sl_loader_report_json(l)) : NULL;
+  const cJSON *e = NULL;
+  cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(rep, "strategy_choice")) check_consistent(e);
+  const cJSON *ev = rep != NULL ? entry_for(rep, BENCH1) : NULL;
+  if (rep != NULL && o_direct && lc_world() == 1) {
+    const cJSON *rank0 = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(rep, "ranks"), 0);
+    CHECKF(ev != NULL && strcmp(str_of(ev, "strategy"), "direct") == 0, "evicted bench file read with %s: %s",
+           str_of(ev, "strategy"), str_of(ev, "reason"));
+    CHECKF(num_of(rank0, "files_direct") >= 1, "rank 0 files_direct %.0f", num_of(rank0, "files_direct"));
+  }
+  cJSON_Delete(rep);
+  sl_loader_destroy(l);
+  sl_config_destroy(cfg);
+}
+
+int main(int argc, char **argv) {
+  MPI_Init(&argc, &argv);
+  sl_test_rank = lc_rank();
+  lc_quiet_logs();
+  char *dir = lc_tmpdir("auto");
+  if (dir != NULL && lc_make_variant("llama", dir, "")) {
+    load_llama(dir, RESIDENT);
+    evict(dir, LLAMA1);
+    load_llama(dir, EVICTED);
+    evict(dir, LLAMA1);
+    load_llama(dir, MAPPED);
+  }
+  lc_tmpdir_remove(dir);
+  dir = lc_tmpdir("auto_bench");
+  if (dir != NULL && lc_make_variant("bench", dir, "--size 24M")) {
+    int od = lc_rank() == 0 ? takes_o_direct(dir, BENCH1) : 0;
+    MPI_Bcast(&od, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    evict(dir, BENCH1);
+    load_bench(dir, od != 0);
+  }
+  lc_tmpdir_remove(dir);
+  lc_models_close();
+  int rc = sl_test_finish_mpi(MPI_COMM_WORLD);
+  MPI_Finalize();
+  return rc;
+}
