@@ -295,6 +295,38 @@ sl_status sl__comm_abort_disarm(sl__comm *c, sl__err *err) {
   return st;
 }
 
+/* Waits for a non-blocking collective of group g, polled against the abort channel and the
+ * watchdog. Open MPI progresses a non-blocking collective only inside MPI calls: poll without
+ * sleeping, yielding the core to the reader threads between polls (a sleep here cut the broadcast
+ * rate by more than ten times). */
+static sl_status poll_collective(sl__comm *c, MPI_Request *req, const char *what, bool *aborted, sl__err *err) {
+  double start = sl__now();
+  sl__comm_block_begin(c, what);
+  for (;;) {
+    int flag = 0;
+    int rc = MPI_Test(req, &flag, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS || flag)
+      sl__comm_block_end(c);
+    if (rc != MPI_SUCCESS)
+      return mpi_fail(err, rc, "MPI_Test of a group collective");
+    if (flag)
+      return SL_STATUS_OK;
+    sl__comm_poll(c);
+    double waited = sl__now() - start;
+    if (c->timeout_s > 0 && waited > c->timeout_s)
+      sl__comm_expire(c, what, waited);
+    if (sl__comm_abort_check(c)) {
+      sl__comm_block_end(c);
+      /* Leave the request behind: a non-blocking collective cannot be cancelled or freed, and
+       * its peers may never complete it. The communicator is released with the loader. */
+      c->abandoned = *req;
+      *aborted = true;
+      return SL_STATUS_OK;
+    }
+    sched_yield();
+  }
+}
+
 sl_status sl__comm_group_bcast(sl__comm *c, uint32_t g, void *buf, uint64_t nbytes, int root, bool *aborted,
                                sl__err *err) {
   *aborted = false;
@@ -307,37 +339,84 @@ sl_status sl__comm_group_bcast(sl__comm *c, uint32_t g, void *buf, uint64_t nbyt
   int rc = MPI_Ibcast(buf, (int)nbytes, MPI_BYTE, root, c->groups[g], &req);
   if (rc != MPI_SUCCESS)
     return mpi_fail(err, rc, "MPI_Ibcast");
-  /* Open MPI progresses a non-blocking collective only inside MPI calls: poll without sleeping,
-   * yielding the core to the reader threads between polls (a sleep here cut the broadcast rate
-   * by more than ten times). */
-  double start = sl__now();
-  sl__comm_block_begin(c, "a bucket broadcast");
-  for (;;) {
-    int flag = 0;
-    rc = MPI_Test(&req, &flag, MPI_STATUS_IGNORE);
-    if (rc != MPI_SUCCESS || flag)
-      sl__comm_block_end(c);
-    if (rc != MPI_SUCCESS)
-      return mpi_fail(err, rc, "MPI_Test of a broadcast");
-    if (flag)
-      return SL_STATUS_OK;
-    sl__comm_poll(c);
-    double waited = sl__now() - start;
-    if (c->timeout_s > 0 && waited > c->timeout_s) {
-      char what[96];
-      snprintf(what, sizeof what, "broadcast of %llu bytes in group %u", (unsigned long long)nbytes, g);
-      sl__comm_expire(c, what, waited);
-    }
-    if (sl__comm_abort_check(c)) {
-      sl__comm_block_end(c);
-      /* Leave the request behind: a non-blocking collective cannot be cancelled or freed, and
-       * its peers may never complete it. The communicator is released with the loader. */
-      c->abandoned = req;
-      *aborted = true;
-      return SL_STATUS_OK;
-    }
-    sched_yield();
+  char what[96];
+  snprintf(what, sizeof what, "broadcast of %llu bytes in group %u", (unsigned long long)nbytes, g);
+  return poll_collective(c, &req, what, aborted, err);
+}
+
+/* Frees the n datatypes built so far. */
+static void free_types(MPI_Datatype *types, int n) {
+  for (int i = 0; i < n; i++)
+    if (types[i] != MPI_BYTE)
+      MPI_Type_free(&types[i]);
+}
+
+sl_status sl__comm_group_columns(sl__comm *c, uint32_t g, const void *send, uint64_t rows, uint64_t row_bytes,
+                                 const uint64_t *col_off, const uint64_t *col_len, void *recv,
+                                 const uint64_t *from_rows, bool *aborted, sl__err *err) {
+  *aborted = false;
+  if (g >= c->n_groups || c->groups[g] == MPI_COMM_NULL)
+    return sl__err_set(err, SL_STATUS_INTERNAL, "column exchange in group %u that this rank is not part of", g);
+  int me = c->group_rank[g];
+  int n = 0;
+  MPI_Comm_size(c->groups[g], &n);
+  /* Per member: one vector type picking its columns out of my rows; what it sends me, packed. */
+  int *ints = calloc((size_t)n * 4 + 1, sizeof *ints);
+  MPI_Datatype *types = calloc((size_t)n * 2 + 1, sizeof *types);
+  if (ints == NULL || types == NULL) {
+    free(ints);
+    free(types);
+    return sl__err_set(err, SL_STATUS_NOMEM, "out of memory exchanging column blocks");
   }
+  int *scount = ints, *sdispl = ints + n, *rcount = ints + 2 * n, *rdispl = ints + 3 * n;
+  uint64_t roff = 0;
+  sl_status st = SL_STATUS_OK;
+  int built = 0;
+  for (int r = 0; r < n && st == SL_STATUS_OK; r++) {
+    types[r] = MPI_BYTE;
+    types[n + r] = MPI_BYTE;
+    uint64_t in = from_rows[r] * col_len[me];
+    if (rows > INT_MAX || col_len[r] > INT_MAX || row_bytes > INT_MAX || col_off[r] > INT_MAX || in > INT_MAX ||
+        roff > INT_MAX) {
+      st = sl__err_set(err, SL_STATUS_INTERNAL, "column exchange of %llu rows of %llu bytes exceeds one message",
+                       (unsigned long long)rows, (unsigned long long)row_bytes);
+      break;
+    }
+    if (rows > 0) {
+      int rc = MPI_Type_vector((int)rows, (int)col_len[r], (int)row_bytes, MPI_BYTE, &types[r]);
+      if (rc == MPI_SUCCESS)
+        rc = MPI_Type_commit(&types[r]);
+      if (rc != MPI_SUCCESS) {
+        types[r] = MPI_BYTE;
+        st = mpi_fail(err, rc, "MPI_Type_vector (column block)");
+        break;
+      }
+      built = r + 1;
+    }
+    scount[r] = rows > 0 ? 1 : 0;
+    sdispl[r] = (int)col_off[r];
+    rcount[r] = (int)in;
+    rdispl[r] = (int)roff;
+    roff += in;
+  }
+  MPI_Request req;
+  if (st == SL_STATUS_OK) {
+    int rc = MPI_Ialltoallw(send, scount, sdispl, types, recv, rcount, rdispl, types + n, c->groups[g], &req);
+    if (rc != MPI_SUCCESS)
+      st = mpi_fail(err, rc, "MPI_Ialltoallw");
+  }
+  if (st == SL_STATUS_OK) {
+    char what[96];
+    snprintf(what, sizeof what, "column exchange of %llu rows in group %u", (unsigned long long)rows, g);
+    st = poll_collective(c, &req, what, aborted, err);
+  }
+  /* An abandoned exchange may still use its types: they are kept then. */
+  if (!*aborted) {
+    free_types(types, built);
+    free(ints);
+    free(types);
+  }
+  return st;
 }
 
 sl_status sl__comm_allreduce_bor(sl__comm *c, uint8_t *bits, size_t nbytes, sl__err *err) {

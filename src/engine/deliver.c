@@ -4,6 +4,8 @@
  */
 #include "engine/engine.h"
 
+#include <string.h>
+
 sl_status sl__engine_to_copies(sl__engine *e, uint32_t piece, const sl__segment *seg, const uint8_t *src,
                                uint64_t src_stride, int worker, int slot, sl__err *err) {
   sl__transfer *t = e->t;
@@ -28,6 +30,11 @@ sl_status sl__engine_to_copies(sl__engine *e, uint32_t piece, const sl__segment 
 sl_status sl__engine_deliver(sl__engine *e, int worker, int slot, const sl__delivery *d, const uint8_t *buf,
                              uint64_t buf_off, bool packed, sl__err *werr) {
   sl__transfer *t = e->t;
+  if (d->piece == SL_NONE) {
+    /* Whole rows of a two-phase exchange round: into this round's host exchange buffer. */
+    memcpy(e->xbuf[d->bucket % SL_BUCKET_SLOTS] + d->bucket_off, buf + (d->p0 - buf_off), d->p1 - d->p0);
+    return SL_STATUS_OK;
+  }
   const sl__piece *P = &t->sched->pieces[d->piece];
   uint64_t base = t->cat->tensors[P->tensor].offset;
   uint64_t rb = P->rows <= 1 ? P->nbytes : P->row_bytes;

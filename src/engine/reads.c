@@ -1,6 +1,7 @@
 /*
  * engine/reads.c — the read operations of this rank (see engine/engine.h): the pieces it reads
- * alone first, in file order, then the items of the buckets it is the reader of, in bucket order;
+ * alone first, in file order, then the items of the buckets it is the reader of and its rows of
+ * two-phase exchange rounds (engine/exchange.c), in bucket order;
  * and the files they read, opened once before the readers start.
  */
 #include "engine/engine.h"
@@ -68,7 +69,7 @@ sl_status sl__engine_build_reads(sl__engine *e) {
   /* Local-only pieces first, in file order; then bucket items in bucket order. */
   for (size_t k = 0; k < s->n_pieces && st == SL_STATUS_OK; k++) {
     const sl__piece *P = &s->pieces[k];
-    if (P->reader != me || P->group != SL_NONE || P->nbytes == 0)
+    if (P->reader != me || P->group != SL_NONE || P->nbytes == 0 || P->xchg != SL_NONE)
       continue;
     st = plan_piece_reads(e, P, 0, P->nbytes, SL_NONE, 0);
   }
@@ -79,6 +80,10 @@ sl_status sl__engine_build_reads(sl__engine *e) {
   for (size_t j = 0; j < e->n_my_buckets && st == SL_STATUS_OK; j++) {
     e->bucket_ops_start[j] = (uint32_t)(e->rp.ops.len - n_local);
     const sl__bucket *b = &s->buckets[e->my_buckets[j]];
+    if (b->xchg != SL_NONE) {
+      st = sl__engine_exchange_reads(e, b, (uint32_t)j);
+      continue;
+    }
     if (b->reader != me)
       continue;
     for (uint32_t i = 0; i < b->n_items && st == SL_STATUS_OK; i++) {
