@@ -344,78 +344,40 @@ sl_status sl__comm_group_bcast(sl__comm *c, uint32_t g, void *buf, uint64_t nbyt
   return poll_collective(c, &req, what, aborted, err);
 }
 
-/* Frees the n datatypes built so far. */
-static void free_types(MPI_Datatype *types, int n) {
-  for (int i = 0; i < n; i++)
-    if (types[i] != MPI_BYTE)
-      MPI_Type_free(&types[i]);
-}
-
-sl_status sl__comm_group_columns(sl__comm *c, uint32_t g, const void *send, uint64_t rows, uint64_t row_bytes,
-                                 const uint64_t *col_off, const uint64_t *col_len, void *recv,
-                                 const uint64_t *from_rows, bool *aborted, sl__err *err) {
+sl_status sl__comm_group_alltoallv(sl__comm *c, uint32_t g, const void *send, const uint64_t *scount,
+                                  const uint64_t *sdispl, void *recv, const uint64_t *rcount, const uint64_t *rdispl,
+                                  bool *aborted, sl__err *err) {
   *aborted = false;
   if (g >= c->n_groups || c->groups[g] == MPI_COMM_NULL)
-    return sl__err_set(err, SL_STATUS_INTERNAL, "column exchange in group %u that this rank is not part of", g);
-  int me = c->group_rank[g];
+    return sl__err_set(err, SL_STATUS_INTERNAL, "exchange in group %u that this rank is not part of", g);
   int n = 0;
   MPI_Comm_size(c->groups[g], &n);
-  /* Per member: one vector type picking its columns out of my rows; what it sends me, packed. */
+  /* The request keeps using the count arrays until it completes: an abandoned one keeps them. */
   int *ints = calloc((size_t)n * 4 + 1, sizeof *ints);
-  MPI_Datatype *types = calloc((size_t)n * 2 + 1, sizeof *types);
-  if (ints == NULL || types == NULL) {
-    free(ints);
-    free(types);
+  if (ints == NULL)
     return sl__err_set(err, SL_STATUS_NOMEM, "out of memory exchanging column blocks");
-  }
-  int *scount = ints, *sdispl = ints + n, *rcount = ints + 2 * n, *rdispl = ints + 3 * n;
-  uint64_t roff = 0;
-  sl_status st = SL_STATUS_OK;
-  int built = 0;
-  for (int r = 0; r < n && st == SL_STATUS_OK; r++) {
-    types[r] = MPI_BYTE;
-    types[n + r] = MPI_BYTE;
-    uint64_t in = from_rows[r] * col_len[me];
-    if (rows > INT_MAX || col_len[r] > INT_MAX || row_bytes > INT_MAX || col_off[r] > INT_MAX || in > INT_MAX ||
-        roff > INT_MAX) {
-      st = sl__err_set(err, SL_STATUS_INTERNAL, "column exchange of %llu rows of %llu bytes exceeds one message",
-                       (unsigned long long)rows, (unsigned long long)row_bytes);
-      break;
+  for (int r = 0; r < n; r++) {
+    if (scount[r] > INT_MAX || sdispl[r] > INT_MAX || rcount[r] > INT_MAX || rdispl[r] > INT_MAX) {
+      free(ints);
+      return sl__err_set(err, SL_STATUS_INTERNAL, "exchange in group %u: a block exceeds one message", g);
     }
-    if (rows > 0) {
-      int rc = MPI_Type_vector((int)rows, (int)col_len[r], (int)row_bytes, MPI_BYTE, &types[r]);
-      if (rc == MPI_SUCCESS)
-        rc = MPI_Type_commit(&types[r]);
-      if (rc != MPI_SUCCESS) {
-        types[r] = MPI_BYTE;
-        st = mpi_fail(err, rc, "MPI_Type_vector (column block)");
-        break;
-      }
-      built = r + 1;
-    }
-    scount[r] = rows > 0 ? 1 : 0;
-    sdispl[r] = (int)col_off[r];
-    rcount[r] = (int)in;
-    rdispl[r] = (int)roff;
-    roff += in;
+    ints[r] = (int)scount[r];
+    ints[n + r] = (int)sdispl[r];
+    ints[2 * n + r] = (int)rcount[r];
+    ints[3 * n + r] = (int)rdispl[r];
   }
   MPI_Request req;
-  if (st == SL_STATUS_OK) {
-    int rc = MPI_Ialltoallw(send, scount, sdispl, types, recv, rcount, rdispl, types + n, c->groups[g], &req);
-    if (rc != MPI_SUCCESS)
-      st = mpi_fail(err, rc, "MPI_Ialltoallw");
-  }
-  if (st == SL_STATUS_OK) {
-    char what[96];
-    snprintf(what, sizeof what, "column exchange of %llu rows in group %u", (unsigned long long)rows, g);
-    st = poll_collective(c, &req, what, aborted, err);
-  }
-  /* An abandoned exchange may still use its types: they are kept then. */
-  if (!*aborted) {
-    free_types(types, built);
+  int rc = MPI_Ialltoallv(send, ints, ints + n, MPI_BYTE, recv, ints + 2 * n, ints + 3 * n, MPI_BYTE,
+                          c->groups[g], &req);
+  if (rc != MPI_SUCCESS) {
     free(ints);
-    free(types);
+    return mpi_fail(err, rc, "MPI_Ialltoallv");
   }
+  char what[96];
+  snprintf(what, sizeof what, "two-phase exchange in group %u", g);
+  sl_status st = poll_collective(c, &req, what, aborted, err);
+  if (!*aborted)
+    free(ints);
   return st;
 }
 

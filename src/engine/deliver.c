@@ -4,8 +4,6 @@
  */
 #include "engine/engine.h"
 
-#include <string.h>
-
 sl_status sl__engine_to_copies(sl__engine *e, uint32_t piece, const sl__segment *seg, const uint8_t *src,
                                uint64_t src_stride, int worker, int slot, sl__err *err) {
   sl__transfer *t = e->t;
@@ -31,8 +29,7 @@ sl_status sl__engine_deliver(sl__engine *e, int worker, int slot, const sl__deli
                              uint64_t buf_off, bool packed, sl__err *werr) {
   sl__transfer *t = e->t;
   if (d->piece == SL_NONE) {
-    /* Whole rows of a two-phase exchange round: into this round's host exchange buffer. */
-    memcpy(e->xbuf[d->bucket % SL_BUCKET_SLOTS] + d->bucket_off, buf + (d->p0 - buf_off), d->p1 - d->p0);
+    sl__engine_exchange_pack(e, d, buf, buf_off);
     return SL_STATUS_OK;
   }
   const sl__piece *P = &t->sched->pieces[d->piece];

@@ -49,7 +49,8 @@ typedef struct sl__engine {
   void *slot_buf[SL_BUCKET_SLOTS];
   bool slot_abandoned[SL_BUCKET_SLOTS]; /* target of a broadcast an abort left unfinished */
   uint64_t slot_bytes;
-  /* two-phase exchange rounds (plan/twophase.h): host buffers, rows read then columns received;
+  /* two-phase exchange rounds (plan/twophase.h): host buffers, the column blocks of the rows read
+   * (one packed area per block, rows_per_round rows each), then the columns received;
    * the bucket slots themselves where the backend's memory is host memory */
   uint8_t *xbuf[SL_BUCKET_SLOTS];
   bool xbuf_own; /* allocated apart (staging memory), released with the engine */
@@ -126,6 +127,9 @@ void *sl__engine_uring_worker(void *arg);
 sl_status sl__engine_run_buckets(sl__engine *e, sl__transfer_stats *stats, double *t_bcast, bool *aborted);
 
 /* ---- exchange.c ---- */
+/* Whole rows of an exchange round (delivery d: file bytes [p0, p1) in buf, which starts at file
+ * offset buf_off) → the round's host buffer, split into one packed area per column block. */
+void sl__engine_exchange_pack(sl__engine *e, const sl__delivery *d, const uint8_t *buf, uint64_t buf_off);
 /* Read operations of my rows in exchange round `bucket` (my bucket index j). */
 sl_status sl__engine_exchange_reads(sl__engine *e, const sl__bucket *b, uint32_t j);
 /* The exchange round of my bucket j, once my rows are read: swap column blocks, deliver mine. */

@@ -1,7 +1,8 @@
 /*
  * engine/exchange.c — the rounds of two-phase exchanges (plan/twophase.h) on this rank: the read
  * operations of its rows (into the round's host buffer, through the reader threads like any
- * other read), then, on the main thread in bucket order, the all-to-all of column blocks inside
+ * other read; the reader splits them into one packed area per column block as it copies them out
+ * of staging), then, on the main thread in bucket order, the all-to-all of column blocks inside
  * the exchange group and the delivery of the received columns into local copies (the backend's
  * copy, from host memory, so that device parameters receive them too).
  */
@@ -11,6 +12,7 @@
 #include "plan/twophase.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 /* The position of world rank `rank` in group g, or SL_NONE. */
 static uint32_t member_of(const sl__schedule *s, uint32_t g, uint32_t rank) {
@@ -34,6 +36,20 @@ sl_status sl__engine_exchange_reads(sl__engine *e, const sl__bucket *b, uint32_t
   const sl__cat_tensor *T = &e->t->cat->tensors[x->tensor];
   return sl__readplan_range(&e->rp, T->file, T->offset + x->src_off + lo * x->row_bytes, (hi - lo) * x->row_bytes,
                             j, 0, e->t->chunk, e->err);
+}
+
+void sl__engine_exchange_pack(sl__engine *e, const sl__delivery *d, const uint8_t *buf, uint64_t buf_off) {
+  const sl__schedule *s = e->t->sched;
+  const sl__xchg *x = &s->xchgs[s->buckets[e->my_buckets[d->bucket]].xchg];
+  uint64_t S = x->row_bytes, rb = x->col_bytes, q = x->rows_per_round;
+  uint8_t *out = e->xbuf[d->bucket % SL_BUCKET_SLOTS];
+  uint64_t base = d->p0 - d->bucket_off; /* file offset of the round's first row */
+  for (uint64_t p = d->p0; p < d->p1;) {
+    uint64_t row = (p - base) / S, col = (p - base) % S;
+    uint64_t n = rb - col % rb < d->p1 - p ? rb - col % rb : d->p1 - p;
+    memcpy(out + (col / rb) * q * rb + row * rb + col % rb, buf + (p - buf_off), n);
+    p += n;
+  }
 }
 
 /* Received columns (packed, member after member) → the local copies of my column piece. */
@@ -60,28 +76,33 @@ sl_status sl__engine_exchange_round(sl__engine *e, uint32_t j, sl__transfer_stat
   uint32_t n = g->n;
   uint32_t me = member_of(s, b->group, (uint32_t)e->t->comm->rank);
   uint32_t my_col = sl__xchg_col_of(s, x, (uint32_t)e->t->comm->rank);
-  uint64_t *a = calloc((size_t)n * 4, sizeof *a);
+  uint64_t *a = calloc((size_t)n * 6, sizeof *a);
   if (a == NULL)
     return sl__err_set(e->err, SL_STATUS_NOMEM, "out of memory exchanging column blocks");
   if (me == SL_NONE || my_col == SL_NONE) {
     free(a);
     return sl__err_set(e->err, SL_STATUS_INTERNAL, "two-phase round of a group this rank is not part of");
   }
-  uint64_t *col_off = a, *col_len = a + n, *lo = a + 2 * (size_t)n, *rows = a + 3 * (size_t)n;
-  uint64_t received = 0;
+  uint64_t *sdispl = a, *lo = a + n, *rows = a + 2 * (size_t)n, *scount = a + 3 * (size_t)n;
+  uint64_t *rcount = a + 4 * (size_t)n, *rdispl = a + 5 * (size_t)n;
+  uint64_t q = x->rows_per_round, rb = x->col_bytes, received = 0;
   for (uint32_t r = 0; r < n; r++) {
-    uint32_t c = sl__xchg_col_of(s, x, s->group_members[g->off + r]);
-    col_off[r] = (uint64_t)c * x->col_bytes;
-    col_len[r] = x->col_bytes;
     uint64_t hi = 0;
     sl__xchg_rows(x, n, r, b->round, &lo[r], &hi);
     rows[r] = hi - lo[r];
-    received += r != me ? rows[r] * x->col_bytes : 0;
+    received += r != me ? rows[r] * rb : 0;
+    rcount[r] = rows[r] * rb;
+    rdispl[r] = r > 0 ? rdispl[r - 1] + rcount[r - 1] : 0;
+  }
+  for (uint32_t r = 0; r < n; r++) {
+    /* Member r gets my rows of its column block (replicas of a block share its area). */
+    sdispl[r] = (uint64_t)sl__xchg_col_of(s, x, s->group_members[g->off + r]) * q * rb;
+    scount[r] = rows[me] * rb;
   }
   uint8_t *send = e->xbuf[j % SL_BUCKET_SLOTS];
-  uint8_t *recv = send + x->rows_per_round * x->row_bytes;
-  sl_status st = sl__comm_group_columns(e->t->comm, b->group, send, rows[me], x->row_bytes, col_off, col_len,
-                                        recv, rows, aborted, e->err);
+  uint8_t *recv = send + q * x->row_bytes;
+  sl_status st = sl__comm_group_alltoallv(e->t->comm, b->group, send, scount, sdispl, recv, rcount, rdispl, aborted,
+                                          e->err);
   if (st == SL_STATUS_OK && !*aborted) {
     st = deliver_columns(e, x, x->first_piece + my_col, lo, rows, n, recv);
     stats->bytes_sent += rows[me] * x->col_bytes * (n - 1);
