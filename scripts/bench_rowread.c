@@ -11,8 +11,9 @@
  *             copies its received columns into place (what the loader does now);
  *   pack      two-phase with the columns packed per destination by memcpy and a plain
  *             MPI_Alltoallv of bytes instead of vector datatypes.
- * Every method checks its bytes against the file's content function (byte i of the file is
- * (i * 2654435761) >> 24 & 0xff), so a wrong method cannot look fast.
+ * Every method's bytes are checked (every 97th byte of each row) against the file's content
+ * function (byte i of the file is (i * 2654435761) >> 24 & 0xff), so a wrong method cannot look
+ * fast.
  *
  * The file (about --mib MiB, default 480: 8 tensors [4096, 8192 B] + 2 tensors [4096, 28672 B],
  * Llama-8B-like o_proj / down_proj rows) is written once by rank 0 if missing. --cold drops the

@@ -460,7 +460,7 @@ static void check_report(const char *label, const lc_case *c, const sl_ref_model
   CHECKF(fabs(amp - 1.0) < 1e-9, "%s: read_amplification %.4f, expected 1.00", label, amp);
   CHECKF(needed == cl->bytes_needed, "%s: bytes_needed %llu, reference %llu", label,
          (unsigned long long)needed, (unsigned long long)cl->bytes_needed);
-  /* Two-phase reads (docs/spec/DESIGN.md §4): a rank also receives the columns another rank read
+  /* Two-phase reads (docs/spec/DESIGN.md §3): a rank also receives the columns another rank read
    * for it, whole rows at a time; those bytes were read once, by a rank that only sent them. */
   const cJSON *sched = cJSON_GetObjectItemCaseSensitive(rep, "schedule");
   uint64_t for_others = json_u64(sched, "bytes_read_for_others", &ok);

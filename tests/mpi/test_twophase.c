@@ -1,5 +1,5 @@
 /*
- * test_twophase.c — two-phase reads of row-parallel tensors (docs/spec/DESIGN.md §4): at tp > 1
+ * test_twophase.c — two-phase reads of row-parallel tensors (docs/spec/DESIGN.md §3): at tp > 1
  * the ranks needing a column block of o_proj / down_proj each read a block of whole rows and swap
  * column blocks. Every case is byte-exact on every rank against the independent reference and its
  * report is checked against the reference's cluster figures (load_check.c: read amplification
