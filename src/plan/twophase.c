@@ -81,7 +81,9 @@ sl_status sl__twophase_find(sl__schedule *s, const sl__plan_opts *o, sl__err *er
   sl__vec xs;
   sl__vec_init(&xs, sizeof(sl__xchg));
   uint32_t *u = calloc((size_t)s->world + 1, sizeof *u);
-  uint64_t bucket = o->bucket_bytes > 0 ? o->bucket_bytes : 64ull << 20;
+  /* A round takes half a bucket slot at most: MPI's own buffers for the all-to-all (shared-memory
+   * fragments, touched by both sides) come on top of the round's, within the same staging cap. */
+  uint64_t bucket = (o->bucket_bytes > 0 ? o->bucket_bytes : 64ull << 20) / 2;
   if (u == NULL)
     return sl__err_set(err, SL_STATUS_NOMEM, "out of memory planning two-phase reads");
   for (size_t k = 0; k < s->n_pieces && !o->per_row_reads;) {

@@ -8,7 +8,7 @@
  * still read once in the cluster and every read is large; replicas of a column block (dp > 1)
  * simply receive it from every member, so no byte is read twice.
  *
- * The exchange runs in rounds that fit a bucket slot (send rows + received columns), each round
+ * The exchange runs in rounds that fit half a bucket slot (rows read + columns received), each round
  * one bucket of the global bucket order (after the broadcast buckets), so that every rank walks
  * the collectives in the same order. The schedule phases (plan/schedule.c) call:
  *   sl__twophase_find     after the pieces are sorted: marks the column pieces, records exchanges;
