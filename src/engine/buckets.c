@@ -51,9 +51,46 @@ static bool bucket_ready(sl__engine *e, void *arg) {
   return e->bucket_left[*(size_t *)arg] == 0;
 }
 
-sl_status sl__engine_run_buckets(sl__engine *e, sl__transfer_stats *stats, double *t_bcast, bool *aborted) {
+/* One broadcast bucket: wait for my reads as its reader, broadcast, scatter. */
+static sl_status broadcast_bucket(sl__engine *e, size_t j, sl__transfer_stats *stats, double *t_bcast,
+                                  bool *aborted) {
   sl__transfer *t = e->t;
   uint32_t me = (uint32_t)t->comm->rank;
+  const sl__bucket *b = &t->sched->buckets[e->my_buckets[j]];
+  if (b->reader == me) {
+    sl_status st = sl__engine_wait_for(e, bucket_ready, &j, aborted);
+    if (st != SL_STATUS_OK || *aborted)
+      return st;
+  }
+  double tb = sl__now();
+  int root = group_rank_of(t->sched, b->group, b->reader);
+  sl_status st = t->backend->ops->bcast(t->backend, b->group, e->slot_buf[j % SL_BUCKET_SLOTS], b->nbytes, root,
+                                        aborted, e->err);
+  *t_bcast += sl__now() - tb;
+  if (st != SL_STATUS_OK || *aborted)
+    return st;
+  stats->buckets++;
+  if (b->reader == me)
+    stats->bytes_sent += b->nbytes;
+  else
+    stats->bytes_received += b->nbytes;
+  return scatter_bucket(e, (uint32_t)j);
+}
+
+/* One two-phase exchange round: every member reads, then the column blocks are swapped. */
+static sl_status exchange_bucket(sl__engine *e, size_t j, sl__transfer_stats *stats, double *t_bcast,
+                                 bool *aborted) {
+  sl_status st = sl__engine_wait_for(e, bucket_ready, &j, aborted);
+  if (st != SL_STATUS_OK || *aborted)
+    return st;
+  double tb = sl__now();
+  st = sl__engine_exchange_round(e, (uint32_t)j, stats, aborted);
+  *t_bcast += sl__now() - tb;
+  return st;
+}
+
+sl_status sl__engine_run_buckets(sl__engine *e, sl__transfer_stats *stats, double *t_bcast, bool *aborted) {
+  sl__transfer *t = e->t;
   sl_status st = SL_STATUS_OK;
   for (size_t j = 0; j < SL_BUCKET_SLOTS && j < e->n_my_buckets; j++)
     push_bucket_ops(e, j);
@@ -61,28 +98,13 @@ sl_status sl__engine_run_buckets(sl__engine *e, sl__transfer_stats *stats, doubl
     if (atomic_load(&e->failed))
       break;
     const sl__bucket *b = &t->sched->buckets[e->my_buckets[j]];
-    if (b->reader == me) {
-      st = sl__engine_wait_for(e, bucket_ready, &j, aborted);
-      if (st != SL_STATUS_OK || *aborted)
-        break;
-    }
-    double tb = sl__now();
-    int root = group_rank_of(t->sched, b->group, b->reader);
-    st = t->backend->ops->bcast(t->backend, b->group, e->slot_buf[j % SL_BUCKET_SLOTS], b->nbytes, root,
-                                aborted, e->err);
-    *t_bcast += sl__now() - tb;
+    st = b->xchg != SL_NONE ? exchange_bucket(e, j, stats, t_bcast, aborted)
+                            : broadcast_bucket(e, j, stats, t_bcast, aborted);
     if (*aborted)
       e->slot_abandoned[j % SL_BUCKET_SLOTS] = true;
     if (st != SL_STATUS_OK || *aborted)
       break;
-    stats->buckets++;
-    if (b->reader == me)
-      stats->bytes_sent += b->nbytes;
-    else
-      stats->bytes_received += b->nbytes;
-    st = scatter_bucket(e, (uint32_t)j);
-    if (st == SL_STATUS_OK)
-      st = t->backend->ops->sync(t->backend, e->err);
+    st = t->backend->ops->sync(t->backend, e->err);
     if (st == SL_STATUS_OK && j + SL_BUCKET_SLOTS < e->n_my_buckets)
       push_bucket_ops(e, j + SL_BUCKET_SLOTS);
   }

@@ -295,6 +295,40 @@ sl_status sl__comm_abort_disarm(sl__comm *c, sl__err *err) {
   return st;
 }
 
+/* Waits for a non-blocking collective of group g, polled against the abort channel and the
+ * watchdog. Open MPI progresses a non-blocking collective only inside MPI calls: poll without
+ * sleeping, yielding the core to the reader threads between polls (a sleep here cut the broadcast
+ * rate by more than ten times). */
+static sl_status poll_collective(sl__comm *c, MPI_Request *req, const char *what, bool *aborted, sl__err *err) {
+  double start = sl__now();
+  sl__comm_block_begin(c, what);
+  for (;;) {
+    int flag = 0;
+    int rc = MPI_Test(req, &flag, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS || flag)
+      sl__comm_block_end(c);
+    if (rc != MPI_SUCCESS)
+      return mpi_fail(err, rc, "MPI_Test of a group collective");
+    if (flag) {
+      sl__comm_progress(c);
+      return SL_STATUS_OK;
+    }
+    sl__comm_poll(c);
+    double waited = sl__now() - start;
+    if (c->timeout_s > 0 && waited > c->timeout_s && sl__comm_expire(c, what, waited))
+      start = sl__now(); /* the job still moves: a new deadline */
+    if (sl__comm_abort_check(c)) {
+      sl__comm_block_end(c);
+      /* Leave the request behind: a non-blocking collective cannot be cancelled or freed, and
+       * its peers may never complete it. The communicator is released with the loader. */
+      c->abandoned = *req;
+      *aborted = true;
+      return SL_STATUS_OK;
+    }
+    sched_yield();
+  }
+}
+
 sl_status sl__comm_group_bcast(sl__comm *c, uint32_t g, void *buf, uint64_t nbytes, int root, bool *aborted,
                                sl__err *err) {
   *aborted = false;
@@ -307,40 +341,46 @@ sl_status sl__comm_group_bcast(sl__comm *c, uint32_t g, void *buf, uint64_t nbyt
   int rc = MPI_Ibcast(buf, (int)nbytes, MPI_BYTE, root, c->groups[g], &req);
   if (rc != MPI_SUCCESS)
     return mpi_fail(err, rc, "MPI_Ibcast");
-  /* Open MPI progresses a non-blocking collective only inside MPI calls: poll without sleeping,
-   * yielding the core to the reader threads between polls (a sleep here cut the broadcast rate
-   * by more than ten times). */
-  double start = sl__now();
-  sl__comm_block_begin(c, "a bucket broadcast");
-  for (;;) {
-    int flag = 0;
-    rc = MPI_Test(&req, &flag, MPI_STATUS_IGNORE);
-    if (rc != MPI_SUCCESS || flag)
-      sl__comm_block_end(c);
-    if (rc != MPI_SUCCESS)
-      return mpi_fail(err, rc, "MPI_Test of a broadcast");
-    if (flag) {
-      sl__comm_progress(c);
-      return SL_STATUS_OK;
+  char what[96];
+  snprintf(what, sizeof what, "broadcast of %llu bytes in group %u", (unsigned long long)nbytes, g);
+  return poll_collective(c, &req, what, aborted, err);
+}
+
+sl_status sl__comm_group_alltoallv(sl__comm *c, uint32_t g, const void *send, const uint64_t *scount,
+                                  const uint64_t *sdispl, void *recv, const uint64_t *rcount, const uint64_t *rdispl,
+                                  bool *aborted, sl__err *err) {
+  *aborted = false;
+  if (g >= c->n_groups || c->groups[g] == MPI_COMM_NULL)
+    return sl__err_set(err, SL_STATUS_INTERNAL, "exchange in group %u that this rank is not part of", g);
+  int n = 0;
+  MPI_Comm_size(c->groups[g], &n);
+  /* The request keeps using the count arrays until it completes: an abandoned one keeps them. */
+  int *ints = calloc((size_t)n * 4 + 1, sizeof *ints);
+  if (ints == NULL)
+    return sl__err_set(err, SL_STATUS_NOMEM, "out of memory exchanging column blocks");
+  for (int r = 0; r < n; r++) {
+    if (scount[r] > INT_MAX || sdispl[r] > INT_MAX || rcount[r] > INT_MAX || rdispl[r] > INT_MAX) {
+      free(ints);
+      return sl__err_set(err, SL_STATUS_INTERNAL, "exchange in group %u: a block exceeds one message", g);
     }
-    sl__comm_poll(c);
-    double waited = sl__now() - start;
-    if (c->timeout_s > 0 && waited > c->timeout_s) {
-      char what[96];
-      snprintf(what, sizeof what, "broadcast of %llu bytes in group %u", (unsigned long long)nbytes, g);
-      if (sl__comm_expire(c, what, waited)) /* the job still moves: a new deadline */
-        start = sl__now();
-    }
-    if (sl__comm_abort_check(c)) {
-      sl__comm_block_end(c);
-      /* Leave the request behind: a non-blocking collective cannot be cancelled or freed, and
-       * its peers may never complete it. The communicator is released with the loader. */
-      c->abandoned = req;
-      *aborted = true;
-      return SL_STATUS_OK;
-    }
-    sched_yield();
+    ints[r] = (int)scount[r];
+    ints[n + r] = (int)sdispl[r];
+    ints[2 * n + r] = (int)rcount[r];
+    ints[3 * n + r] = (int)rdispl[r];
   }
+  MPI_Request req;
+  int rc = MPI_Ialltoallv(send, ints, ints + n, MPI_BYTE, recv, ints + 2 * n, ints + 3 * n, MPI_BYTE,
+                          c->groups[g], &req);
+  if (rc != MPI_SUCCESS) {
+    free(ints);
+    return mpi_fail(err, rc, "MPI_Ialltoallv");
+  }
+  char what[96];
+  snprintf(what, sizeof what, "two-phase exchange in group %u", g);
+  sl_status st = poll_collective(c, &req, what, aborted, err);
+  if (!*aborted)
+    free(ints);
+  return st;
 }
 
 sl_status sl__comm_allreduce_bor(sl__comm *c, uint8_t *bits, size_t nbytes, sl__err *err) {

@@ -90,6 +90,13 @@ sl_status sl__comm_abort_disarm(sl__comm *c, sl__err *err);
 sl_status sl__comm_group_bcast(sl__comm *c, uint32_t g, void *buf, uint64_t nbytes, int root, bool *aborted,
                                sl__err *err);
 
+/* All-to-all of bytes inside group g (a non-blocking MPI_Ialltoallv polled like a broadcast):
+ * member r receives scount[r] bytes from send + sdispl[r]; rcount/rdispl place what each member
+ * sends here (the two-phase exchanges of engine/exchange.c). Blocks up to INT_MAX bytes. */
+sl_status sl__comm_group_alltoallv(sl__comm *c, uint32_t g, const void *send, const uint64_t *scount,
+                                  const uint64_t *sdispl, void *recv, const uint64_t *rcount, const uint64_t *rdispl,
+                                  bool *aborted, sl__err *err);
+
 /* ---- the watchdog (engine/watchdog.c) ---- */
 #define SL_TIMEOUT_DEFAULT_S 600.0
 /* Sets the deadline of every later wait (0 turns the watchdog off) and starts the backstop thread. */

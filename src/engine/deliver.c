@@ -28,6 +28,10 @@ sl_status sl__engine_to_copies(sl__engine *e, uint32_t piece, const sl__segment 
 sl_status sl__engine_deliver(sl__engine *e, int worker, int slot, const sl__delivery *d, const uint8_t *buf,
                              uint64_t buf_off, bool packed, sl__err *werr) {
   sl__transfer *t = e->t;
+  if (d->piece == SL_NONE) {
+    sl__engine_exchange_pack(e, d, buf, buf_off);
+    return SL_STATUS_OK;
+  }
   const sl__piece *P = &t->sched->pieces[d->piece];
   uint64_t base = t->cat->tensors[P->tensor].offset;
   uint64_t rb = P->rows <= 1 ? P->nbytes : P->row_bytes;

@@ -7,7 +7,8 @@
  *   engine/deliver.c       read bytes → local parameter rows or bucket bytes;
  *   engine/readers.c       the pread reader pool (a ring of staging slots per thread);
  *   engine/uring_reader.c  the io_uring reader (O_DIRECT reads kept in flight);
- *   engine/buckets.c       the bucket loop: wait for the reader, broadcast, scatter.
+ *   engine/buckets.c       the bucket loop: wait for the reader, broadcast, scatter;
+ *   engine/exchange.c      two-phase exchange rounds: the rows read, column blocks swapped.
  * Internal to the engine: nothing outside src/engine includes it.
  *
  * Data of a piece is thought of as its "packed" form: rows × row_bytes bytes in row order. A
@@ -51,6 +52,12 @@ typedef struct sl__engine {
   void *slot_buf[SL_BUCKET_SLOTS];
   bool slot_abandoned[SL_BUCKET_SLOTS]; /* target of a broadcast an abort left unfinished */
   uint64_t slot_bytes;
+  /* two-phase exchange rounds (plan/twophase.h): host buffers, the column blocks of the rows read
+   * (one packed area per block, rows_per_round rows each), then the columns received;
+   * the bucket slots themselves where the backend's memory is host memory */
+  uint8_t *xbuf[SL_BUCKET_SLOTS];
+  bool xbuf_own; /* allocated apart (staging memory), released with the engine */
+  uint64_t xbuf_bytes;
   /* pool */
   pthread_mutex_t mu;
   pthread_cond_t cv;
@@ -128,6 +135,15 @@ void *sl__engine_uring_worker(void *arg);
 /* Walks this rank's buckets in the global order: waits for the reader's bytes (as reader),
  * broadcasts, scatters into local copies. *t_bcast: seconds inside broadcasts. */
 sl_status sl__engine_run_buckets(sl__engine *e, sl__transfer_stats *stats, double *t_bcast, bool *aborted);
+
+/* ---- exchange.c ---- */
+/* Whole rows of an exchange round (delivery d: file bytes [p0, p1) in buf, which starts at file
+ * offset buf_off) → the round's host buffer, split into one packed area per column block. */
+void sl__engine_exchange_pack(sl__engine *e, const sl__delivery *d, const uint8_t *buf, uint64_t buf_off);
+/* Read operations of my rows in exchange round `bucket` (my bucket index j). */
+sl_status sl__engine_exchange_reads(sl__engine *e, const sl__bucket *b, uint32_t j);
+/* The exchange round of my bucket j, once my rows are read: swap column blocks, deliver mine. */
+sl_status sl__engine_exchange_round(sl__engine *e, uint32_t j, sl__transfer_stats *stats, bool *aborted);
 
 /* ---- transfer.c ---- */
 /* Waits until pred holds, polling the abort channel (main thread only: it may call MPI). */

@@ -51,7 +51,8 @@ static extent piece_extent(const sl__engine *e, const sl__piece *P, bool mapped,
   const sl__cat_tensor *T = &e->t->cat->tensors[P->tensor];
   uint64_t first = T->offset + sl__src_of(P, 0), last = T->offset + sl__src_of(P, P->nbytes - 1);
   extent x = {.file = T->file, .mapped = mapped, .stream = true, .off = first, .end = last + 1};
-  if (mapped || P->rows <= 1 || sl__piece_covering(P, e->t->coalesce_gap, e->t->chunk))
+  /* A column piece of a two-phase exchange is read as blocks of whole rows: large reads. */
+  if (mapped || P->rows <= 1 || P->xchg != SL_NONE || sl__piece_covering(P, e->t->coalesce_gap, e->t->chunk))
     return x;
   x.stream = false;
   for (uint64_t r = 0; r < P->rows; r++) {

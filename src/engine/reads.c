@@ -1,12 +1,14 @@
 /*
  * engine/reads.c — the read operations of this rank (see engine/engine.h): the pieces it reads
- * alone first, in file order, then the items of the buckets it is the reader of, in bucket order;
- * and the files they read, opened once before the readers start (and before the operations are
- * planned: how each file is read, engine/file_choice.c, shapes its operations).
+ * alone first, in file order, then the items of the buckets it is the reader of and its rows of
+ * two-phase exchange rounds (engine/exchange.c), in bucket order; and the files they read, opened
+ * once before the readers start (and before the operations are planned: how each file is read,
+ * engine/file_choice.c, shapes its operations).
  */
 #include "engine/engine.h"
 
 #include "base/log.h"
+#include "plan/twophase.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -71,7 +73,7 @@ sl_status sl__engine_build_reads(sl__engine *e) {
   /* Local-only pieces first, in file order; then bucket items in bucket order. */
   for (size_t k = 0; k < s->n_pieces && st == SL_STATUS_OK; k++) {
     const sl__piece *P = &s->pieces[k];
-    if (P->reader != me || P->group != SL_NONE || P->nbytes == 0)
+    if (P->reader != me || P->group != SL_NONE || P->nbytes == 0 || P->xchg != SL_NONE)
       continue;
     st = plan_piece_reads(e, P, 0, P->nbytes, SL_NONE, 0);
   }
@@ -82,6 +84,10 @@ sl_status sl__engine_build_reads(sl__engine *e) {
   for (size_t j = 0; j < e->n_my_buckets && st == SL_STATUS_OK; j++) {
     e->bucket_ops_start[j] = (uint32_t)(e->rp.ops.len - n_local);
     const sl__bucket *b = &s->buckets[e->my_buckets[j]];
+    if (b->xchg != SL_NONE) {
+      st = sl__engine_exchange_reads(e, b, (uint32_t)j);
+      continue;
+    }
     if (b->reader != me)
       continue;
     for (uint32_t i = 0; i < b->n_items && st == SL_STATUS_OK; i++) {
@@ -96,26 +102,41 @@ sl_status sl__engine_build_reads(sl__engine *e) {
   return index_ops(e, n_local);
 }
 
+/* Opens file f once, through the page cache until the choice turns O_DIRECT on
+ * (engine/file_choice.c), and records its identity for the change check. */
+static sl_status open_file(sl__engine *e, uint32_t f) {
+  sl__transfer *t = e->t;
+  if (e->fds[f] >= 0)
+    return SL_STATUS_OK;
+  int fd = open(t->cat->files[f].path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return sl__err_set(e->err, SL_STATUS_IO, "cannot open %s: %s", t->cat->files[f].path, strerror(errno));
+  sl_status st = sl__cat_file_check(t->cat, f, fd, &e->stamps[f], e->err);
+  if (st != SL_STATUS_OK) {
+    close(fd);
+    return st;
+  }
+  e->fds[f] = fd;
+  return SL_STATUS_OK;
+}
+
 sl_status sl__engine_open_files(sl__engine *e) {
   sl__transfer *t = e->t;
   const sl__schedule *s = t->sched;
-  for (size_t k = 0; k < s->n_pieces; k++) {
+  sl_status st = SL_STATUS_OK;
+  for (size_t k = 0; k < s->n_pieces && st == SL_STATUS_OK; k++) {
     const sl__piece *P = &s->pieces[k];
-    uint32_t f = t->cat->tensors[P->tensor].file;
-    if (P->reader != (uint32_t)t->comm->rank || P->nbytes == 0 || e->fds[f] >= 0)
-      continue;
-    /* Through the page cache until the choice turns O_DIRECT on (engine/file_choice.c). */
-    int fd = open(t->cat->files[f].path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-      return sl__err_set(e->err, SL_STATUS_IO, "cannot open %s: %s", t->cat->files[f].path, strerror(errno));
-    sl_status st = sl__cat_file_check(t->cat, f, fd, &e->stamps[f], e->err);
-    if (st != SL_STATUS_OK) {
-      close(fd);
-      return st;
-    }
-    e->fds[f] = fd;
+    if (P->reader == (uint32_t)t->comm->rank && P->nbytes > 0)
+      st = open_file(e, t->cat->tensors[P->tensor].file);
   }
-  return sl__engine_choose(e);
+  /* A member of a two-phase exchange reads rows of its tensor even where it reads no piece of
+   * that file (a replica whose column block another rank reads). */
+  for (size_t j = 0; j < e->n_my_buckets && st == SL_STATUS_OK; j++) {
+    const sl__bucket *b = &s->buckets[e->my_buckets[j]];
+    if (b->xchg != SL_NONE)
+      st = open_file(e, t->cat->tensors[s->xchgs[b->xchg].tensor].file);
+  }
+  return st == SL_STATUS_OK ? sl__engine_choose(e) : st;
 }
 
 sl_status sl__engine_check_files(sl__engine *e) {

@@ -130,9 +130,12 @@ static void engine_free(sl__engine *e) {
   free(e->choice);
   /* A broadcast abandoned by an abort may still write into its bucket whenever MPI progresses
    * (in any later MPI call of this process): that bucket is deliberately never released. */
-  for (uint32_t s = 0; s < SL_BUCKET_SLOTS; s++)
+  for (uint32_t s = 0; s < SL_BUCKET_SLOTS; s++) {
     if (e->slot_buf[s] != NULL && !e->slot_abandoned[s])
       e->t->backend->ops->release(e->t->backend, e->slot_buf[s]);
+    if (e->xbuf_own && e->xbuf[s] != NULL && !e->slot_abandoned[s])
+      e->t->backend->ops->release_staging(e->t->backend, e->xbuf[s]);
+  }
   free(e->queue_hi);
   free(e->queue_lo);
   free(e->bucket_left);
@@ -183,9 +186,14 @@ static sl_status prepare(sl__engine *e) {
   sl__transfer *t = e->t;
   sl_status st = index_copies(e);
   for (size_t j = 0; st == SL_STATUS_OK && j < e->n_my_buckets; j++) {
-    uint64_t n = t->sched->buckets[e->my_buckets[j]].nbytes;
-    e->slot_bytes = n > e->slot_bytes ? n : e->slot_bytes;
+    const sl__bucket *b = &t->sched->buckets[e->my_buckets[j]];
+    uint64_t *max = b->xchg != SL_NONE ? &e->xbuf_bytes : &e->slot_bytes;
+    *max = b->nbytes > *max ? b->nbytes : *max;
   }
+  /* Exchange rounds use the bucket slots where they are host memory, else staging memory. */
+  bool host = t->backend->host_addressable;
+  if (host && e->xbuf_bytes > e->slot_bytes)
+    e->slot_bytes = e->xbuf_bytes;
   e->fds = calloc(t->cat->n_files + 1, sizeof *e->fds);
   e->stamps = calloc(t->cat->n_files + 1, sizeof *e->stamps);
   if (st == SL_STATUS_OK && (e->fds == NULL || e->stamps == NULL))
@@ -196,8 +204,15 @@ static sl_status prepare(sl__engine *e) {
     st = sl__engine_open_files(e);
   if (st == SL_STATUS_OK)
     st = sl__engine_build_reads(e);
-  for (uint32_t s = 0; s < SL_BUCKET_SLOTS && st == SL_STATUS_OK && e->n_my_buckets > 0; s++)
+  for (uint32_t s = 0; s < SL_BUCKET_SLOTS && st == SL_STATUS_OK && e->slot_bytes > 0; s++)
     st = t->backend->ops->alloc(t->backend, e->slot_bytes, &e->slot_buf[s], e->err);
+  e->xbuf_own = !host && e->xbuf_bytes > 0;
+  for (uint32_t s = 0; s < SL_BUCKET_SLOTS && st == SL_STATUS_OK && e->xbuf_bytes > 0; s++) {
+    void *p = e->slot_buf[s];
+    if (e->xbuf_own)
+      st = t->backend->ops->alloc_staging(t->backend, e->xbuf_bytes, &p, e->err);
+    e->xbuf[s] = p;
+  }
   if (st != SL_STATUS_OK)
     return st;
   e->n_threads = e->staging.threads;

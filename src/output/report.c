@@ -29,10 +29,13 @@ static void parallel_json(sl__buf *b, const sl__report_setup *s) {
                   json_bool(s->expert_parallel));
 }
 
-/* `"pieces":..,"broadcast_groups":..,"buckets":..`: the schedule's counts. */
+/* `"pieces":..,"broadcast_groups":..,"buckets":..,"exchanges":..`: the schedule's counts. */
 static void schedule_json(sl__buf *b, const sl__schedule *sc) {
-  sl__buf_appendf(b, "\"pieces\":%zu,\"broadcast_groups\":%zu,\"buckets\":%zu", sc->n_pieces, sc->n_groups,
-                  sc->n_buckets);
+  sl__buf_appendf(b,
+                  "\"pieces\":%zu,\"broadcast_groups\":%zu,\"buckets\":%zu,\"exchanges\":%zu,"
+                  "\"bytes_exchanged\":%llu,\"bytes_read_for_others\":%llu",
+                  sc->n_pieces, sc->n_groups, sc->n_buckets, sc->n_xchgs, (unsigned long long)sc->bytes_exchanged,
+                  (unsigned long long)sc->bytes_read_for_others);
 }
 
 void sl__rank_record_transfer(sl__rank_record *rec, const sl__transfer_stats *t) {

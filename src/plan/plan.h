@@ -31,6 +31,7 @@ typedef struct sl__plan_opts {
   uint64_t coalesce_gap; /* read across gaps up to this many bytes */
   uint64_t bucket_bytes; /* broadcast bucket size */
   uint64_t read_chunk;   /* largest single read (effective: see sl__staging_split) */
+  bool per_row_reads;    /* no two-phase reads (plan/twophase.h): row-parallel slices row by row */
 } sl__plan_opts;
 
 /* Per-rank derived coordinates. */
@@ -97,6 +98,7 @@ typedef struct sl__piece {
   uint64_t src_off, src_stride, row_bytes, rows;
   uint64_t nbytes;      /* rows * row_bytes (packed size) */
   uint64_t members_off; /* first member in sl__schedule.members */
+  uint32_t xchg;        /* two-phase exchange delivering it (plan/twophase.h), or SL_NONE */
 } sl__piece;
 
 typedef struct sl__group {
@@ -113,7 +115,9 @@ typedef struct sl__bucket_item {
 
 typedef struct sl__bucket {
   uint32_t group;
-  uint32_t reader;
+  uint32_t reader; /* an exchange round: the group's first member (every member reads) */
+  uint32_t xchg;   /* SL_NONE: a broadcast; else one round of this two-phase exchange */
+  uint64_t round;
   uint64_t nbytes;
   uint64_t first_item;
   uint32_t n_items;
@@ -131,6 +135,10 @@ typedef struct sl__schedule {
   sl__bucket *buckets; /* global order: every rank walks it the same way */
   size_t n_items;
   sl__bucket_item *items;
+  size_t n_xchgs;
+  struct sl__xchg *xchgs;         /* two-phase exchanges of row-parallel tensors (plan/twophase.h) */
+  uint64_t bytes_exchanged;       /* received in two-phase exchanges, summed over ranks */
+  uint64_t bytes_read_for_others; /* read in two-phase exchanges by a rank that does not need them */
   sl_rank_stats *stats;        /* per rank */
   uint64_t unique_bytes;       /* sum of piece bytes (each source slice once) */
   uint64_t naive_bytes;        /* sum over ranks of the full tensors they touch */

@@ -171,3 +171,27 @@ sl_status sl__readplan_piece(sl__readplan *rp, const sl__piece *P, uint32_t piec
   }
   return st;
 }
+
+sl_status sl__readplan_range(sl__readplan *rp, uint32_t file, uint64_t off, uint64_t len, uint32_t bucket,
+                             uint64_t bucket_off, uint64_t chunk, sl__err *err) {
+  if (chunk == 0)
+    chunk = 1;
+  for (uint64_t a = 0; a < len; a += chunk) {
+    uint64_t n = len - a < chunk ? len - a : chunk;
+    sl__read_op *op = sl__vec_push(&rp->ops);
+    sl__delivery *d = sl__vec_push(&rp->dels);
+    if (op == NULL || d == NULL)
+      return sl__err_set(err, SL_STATUS_NOMEM, "out of memory planning reads");
+    *d = (sl__delivery){.piece = SL_NONE, .p0 = off + a, .p1 = off + a + n, .bucket = bucket,
+                        .bucket_off = bucket_off + a};
+    *op = (sl__read_op){.file = file,
+                        .offset = off + a,
+                        .len = n,
+                        .rows = 1,
+                        .useful = n,
+                        .first = (uint32_t)(rp->dels.len - 1),
+                        .count = 1,
+                        .bucket = bucket};
+  }
+  return SL_STATUS_OK;
+}

@@ -16,7 +16,7 @@
 #include <stdint.h>
 
 typedef struct sl__delivery {
-  uint32_t piece;
+  uint32_t piece;      /* SL_NONE: whole rows of a two-phase exchange (p0, p1: file offsets) */
   uint64_t p0, p1;     /* packed byte range [p0, p1) of the piece */
   uint32_t bucket;     /* the rank's bucket index, or SL_NONE for local copies */
   uint64_t bucket_off; /* bucket byte of packed byte p0 */
@@ -53,6 +53,11 @@ void sl__readplan_free(sl__readplan *rp);
 sl_status sl__readplan_piece(sl__readplan *rp, const sl__piece *P, uint32_t piece, const sl__cat_tensor *T,
                              uint64_t p0, uint64_t p1, uint32_t bucket, uint64_t bucket_off, uint8_t *direct,
                              uint64_t chunk, uint64_t coalesce_gap, bool row_runs, sl__err *err);
+
+/* Adds the operations reading file bytes [off, off + len) of file `file` whole, in chunks, into
+ * bucket `bucket` from bucket_off on (the rows a rank reads in a two-phase exchange round). */
+sl_status sl__readplan_range(sl__readplan *rp, uint32_t file, uint64_t off, uint64_t len, uint32_t bucket,
+                             uint64_t bucket_off, uint64_t chunk, sl__err *err);
 
 /* Source position (bytes from the tensor's first byte) of packed byte p of piece P. */
 uint64_t sl__src_of(const sl__piece *P, uint64_t p);

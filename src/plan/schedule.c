@@ -10,9 +10,13 @@
  *   4. buckets: shared pieces packed into broadcast buckets per (group, reader), in one global
  *      order that every rank computes identically;
  *   5. figures: per-rank statistics and the counts of tensors read whole by one rank.
+ * Row-parallel tensors are read in two phases instead (plan/twophase.h): their column pieces are
+ * marked after phase 1, get no reader-only reads, broadcast group or bucket, and their exchange
+ * adds a group after phase 3 and its rounds as buckets after phase 4.
  * Also the read extents of a piece, shared by the read engine and the statistics.
  */
 #include "plan/plan.h"
+#include "plan/twophase.h"
 
 #include "base/hashmap.h"
 #include "base/util.h"
@@ -50,6 +54,7 @@ void sl__schedule_free(sl__schedule *s) {
   free(s->buckets);
   free(s->items);
   free(s->stats);
+  free(s->xchgs);
   free(s->unit_needed);
   free(s->tensor_used);
   memset(s, 0, sizeof *s);
@@ -127,6 +132,7 @@ static sl_status unpack_pieces(builder *b) {
     p->rows = key[4];
     p->nbytes = p->rows * p->row_bytes;
     p->group = SL_NONE;
+    p->xchg = SL_NONE;
     p->n_members = SL_VEC_AT(&b->counts, piece_count, i).n_members;
   }
   b->n_pieces = n;
@@ -302,7 +308,9 @@ static sl_status assign_readers(sl__schedule *s, sl__err *err) {
   for (size_t k = 0; k < n; k++) {
     sl__piece *p = &s->pieces[k];
     s->unique_bytes += p->nbytes;
-    if (p->n_members == 1) {
+    if (p->xchg != SL_NONE) {
+      p->reader = s->members[p->members_off]; /* nominal: every member reads a block of rows */
+    } else if (p->n_members == 1) {
       p->reader = s->members[p->members_off];
       load[p->reader] += p->nbytes;
     } else {
@@ -341,7 +349,7 @@ static sl_status build_groups(sl__schedule *s, sl__err *err) {
   sl_status st = SL_STATUS_OK;
   for (size_t i = 0; i < s->n_pieces; i++) {
     sl__piece *p = &s->pieces[i];
-    if (p->n_members < 2)
+    if (p->n_members < 2 || p->xchg != SL_NONE)
       continue;
     const uint32_t *mem = &s->members[p->members_off];
     bool added = false;
@@ -398,7 +406,7 @@ static sl_status fill_buckets(const sl__schedule *s, uint64_t bucket_bytes, buck
   sl_status st = SL_STATUS_OK;
   for (size_t i = 0; i < s->n_pieces && st == SL_STATUS_OK; i++) {
     const sl__piece *p = &s->pieces[i];
-    if (p->group == SL_NONE || p->nbytes == 0)
+    if (p->group == SL_NONE || p->nbytes == 0 || p->xchg != SL_NONE)
       continue;
     uint64_t key = ((uint64_t)p->group << 32) | p->reader;
     uint64_t b = SL_NONE;
@@ -414,6 +422,7 @@ static sl_status fill_buckets(const sl__schedule *s, uint64_t bucket_bytes, buck
         }
         bk->group = p->group;
         bk->reader = p->reader;
+        bk->xchg = SL_NONE;
         b = f->buckets.len - 1;
         have = true;
         if (!sl__hashmap_set(&open, &key, sizeof key, b)) {
@@ -507,6 +516,8 @@ static sl_status rank_figures(sl__schedule *s, const sl__catalog *cat, const sl_
   }
   for (size_t k = 0; k < s->n_pieces; k++) {
     const sl__piece *p = &s->pieces[k];
+    if (p->xchg != SL_NONE)
+      continue; /* sl__twophase_figures */
     sl_rank_stats *rs = &s->stats[p->reader];
     uint64_t rb = sl__piece_read_bytes(p, o->coalesce_gap, o->read_chunk);
     rs->bytes_read += rb;
@@ -525,6 +536,7 @@ static sl_status rank_figures(sl__schedule *s, const sl__catalog *cat, const sl_
       }
     }
   }
+  sl__twophase_figures(s, cat, files);
   free(files);
   return SL_STATUS_OK;
 }
@@ -587,11 +599,17 @@ sl_status sl__schedule_build(const sl__model *m, const sl__catalog *cat, const s
   sl__vec_free(&b.pairs);
   free(b.unsorted);
   if (st == SL_STATUS_OK)
+    st = sl__twophase_find(out, o, err);
+  if (st == SL_STATUS_OK)
     st = assign_readers(out, err);
   if (st == SL_STATUS_OK)
     st = build_groups(out, err);
   if (st == SL_STATUS_OK)
+    st = sl__twophase_groups(out, err);
+  if (st == SL_STATUS_OK)
     st = build_buckets(out, o->bucket_bytes, err);
+  if (st == SL_STATUS_OK)
+    st = sl__twophase_buckets(out, err);
   if (st == SL_STATUS_OK)
     st = rank_figures(out, cat, o, err);
   if (st == SL_STATUS_OK)

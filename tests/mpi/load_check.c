@@ -460,8 +460,16 @@ static void check_report(const char *label, const lc_case *c, const sl_ref_model
   CHECKF(fabs(amp - 1.0) < 1e-9, "%s: read_amplification %.4f, expected 1.00", label, amp);
   CHECKF(needed == cl->bytes_needed, "%s: bytes_needed %llu, reference %llu", label,
          (unsigned long long)needed, (unsigned long long)cl->bytes_needed);
-  CHECKF(bcast == cl->bytes_broadcast, "%s: bytes_broadcast %llu, reference (sum needed - distinct) %llu",
-         label, (unsigned long long)bcast, (unsigned long long)cl->bytes_broadcast);
+  /* Two-phase reads (docs/spec/DESIGN.md §3): a rank also receives the columns another rank read
+   * for it, whole rows at a time; those bytes were read once, by a rank that only sent them. */
+  const cJSON *sched = cJSON_GetObjectItemCaseSensitive(rep, "schedule");
+  uint64_t for_others = json_u64(sched, "bytes_read_for_others", &ok);
+  CHECKF(ok, "%s: the report lacks schedule.bytes_read_for_others", label);
+  CHECKF(for_others <= unique, "%s: bytes_read_for_others %llu exceeds the distinct bytes %llu", label,
+         (unsigned long long)for_others, (unsigned long long)unique);
+  CHECKF(bcast == cl->bytes_broadcast + for_others,
+         "%s: bytes_broadcast %llu, reference (sum needed - distinct) %llu + read for others %llu", label,
+         (unsigned long long)bcast, (unsigned long long)cl->bytes_broadcast, (unsigned long long)for_others);
   /* Dense model, data parallel only: every replica needs the whole checkpoint once. (With
    * experts, slices differ between replicas, docs/spec/EXPERTS.md §1.) */
   if (c->tp == 1 && c->pp == 1 && c->dp > 1 && sl_ref_num_experts(m) == 0)
