@@ -313,7 +313,6 @@ static sl_status build_table(sl_loader *l) {
     p->name = mp->name;
     p->dtype = sl__dtype_name(mp->dtype);
     p->dtype_bits = sl__dtype_bits(mp->dtype);
-    p->ndim = lp->ndim;
     memcpy(p->local_shape, lp->shape, sizeof p->local_shape);
     p->ndim = lp->ndim;
     if (mp->alias_of != SL_NONE) {
@@ -522,8 +521,10 @@ static sl_status transfer_phase(sl_loader *l) {
                      .coalesce_gap = o->coalesce_gap,
                      .strategy = o->strategy,
                      .copy_done = l->copy_done};
-  if (st == SL_STATUS_OK)
-    st = sl__transfer_run(&tr, &l->tstats, &l->err);
+  if (st == SL_STATUS_OK) /* with files still downloading (docs/spec/HUB.md §12): read once complete */
+    st = sl__prepare_gate(&l->pl.prep, &l->comm, &tr.gate, &l->err);
+  st = st == SL_STATUS_OK ? sl__transfer_run(&tr, &l->tstats, &l->err) : st;
+  st = sl__prepare_download_wait(&l->pl.prep, &l->comm, st, &l->err);
   sl__err derr;
   sl__err_clear(&derr);
   sl_status dst = sl__comm_abort_disarm(&l->comm, &derr);

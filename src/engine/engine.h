@@ -83,8 +83,12 @@ typedef struct sl__engine_worker {
 /* The read operations of this rank: local pieces first, then bucket items in bucket order. */
 sl_status sl__engine_build_reads(sl__engine *e);
 /* Opens every file an operation reads (O_DIRECT for the direct and io_uring strategies), checking
- * each against the catalog and keeping what fstat said. */
+ * each against the catalog and keeping what fstat said; files whose gate is still closed are left
+ * to sl__engine_fd. */
 sl_status sl__engine_open_files(sl__engine *e);
+/* The descriptor of file f for a reader thread: with a file gate (a download in progress), the
+ * file is opened on first use, after its gate opened (engine/file_gate.h). */
+sl_status sl__engine_fd(sl__engine *e, uint32_t f, int *fd, sl__err *werr);
 /* After the last read: every opened file is still the one opened, unchanged (catalog.h). */
 sl_status sl__engine_check_files(sl__engine *e);
 

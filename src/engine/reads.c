@@ -6,6 +6,7 @@
 #include "engine/engine.h"
 
 #include "base/log.h"
+#include "engine/file_gate.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -93,32 +94,70 @@ sl_status sl__engine_build_reads(sl__engine *e) {
   return index_ops(e, n_local);
 }
 
+/* Opens file f into e->fds[f], checked against the catalog. */
+static sl_status open_file(sl__engine *e, uint32_t f, sl__err *err) {
+  sl__transfer *t = e->t;
+  int flags = O_RDONLY | O_CLOEXEC;
+  bool want_direct = t->strategy == SL_STRATEGY_DIRECT || t->strategy == SL_STRATEGY_IO_URING;
+  if (want_direct)
+    flags |= O_DIRECT;
+  int fd = open(t->cat->files[f].path, flags);
+  if (fd < 0 && want_direct && errno == EINVAL) {
+    SL_WARN("%s: the file system refuses O_DIRECT; reading it through the page cache", t->cat->files[f].path);
+    fd = open(t->cat->files[f].path, O_RDONLY | O_CLOEXEC);
+  }
+  if (fd < 0)
+    return sl__err_set(err, SL_STATUS_IO, "cannot open %s: %s", t->cat->files[f].path, strerror(errno));
+  sl_status st = sl__cat_file_check(t->cat, f, fd, &e->stamps[f], err);
+  if (st != SL_STATUS_OK) {
+    close(fd);
+    return st;
+  }
+  e->fds[f] = fd;
+  return SL_STATUS_OK;
+}
+
 sl_status sl__engine_open_files(sl__engine *e) {
   sl__transfer *t = e->t;
   for (size_t i = 0; i < e->rp.ops.len; i++) {
     uint32_t f = SL_VEC_AT(&e->rp.ops, sl__read_op, i).file;
-    if (e->fds[f] >= 0)
+    if (e->fds[f] >= 0 || (t->gate != NULL && !sl__file_gate_is_open(t->gate, f)))
       continue;
-    int flags = O_RDONLY | O_CLOEXEC;
-    bool want_direct = t->strategy == SL_STRATEGY_DIRECT || t->strategy == SL_STRATEGY_IO_URING;
-    if (want_direct)
-      flags |= O_DIRECT;
-    int fd = open(t->cat->files[f].path, flags);
-    if (fd < 0 && want_direct && errno == EINVAL) {
-      SL_WARN("%s: the file system refuses O_DIRECT; reading it through the page cache",
-              t->cat->files[f].path);
-      fd = open(t->cat->files[f].path, O_RDONLY | O_CLOEXEC);
-    }
-    if (fd < 0)
-      return sl__err_set(e->err, SL_STATUS_IO, "cannot open %s: %s", t->cat->files[f].path, strerror(errno));
-    sl_status st = sl__cat_file_check(t->cat, f, fd, &e->stamps[f], e->err);
-    if (st != SL_STATUS_OK) {
-      close(fd);
+    sl_status st = open_file(e, f, e->err);
+    if (st != SL_STATUS_OK)
       return st;
-    }
-    e->fds[f] = fd;
   }
   return SL_STATUS_OK;
+}
+
+static bool engine_stopping(void *arg) {
+  sl__engine *e = arg;
+  pthread_mutex_lock(&e->mu);
+  bool stop = e->stop || atomic_load(&e->failed);
+  pthread_mutex_unlock(&e->mu);
+  return stop;
+}
+
+sl_status sl__engine_fd(sl__engine *e, uint32_t f, int *fd, sl__err *werr) {
+  sl__file_gate *g = e->t->gate;
+  if (g == NULL) {
+    *fd = e->fds[f]; /* opened before the readers started */
+    return SL_STATUS_OK;
+  }
+  sl_status st = sl__file_gate_wait(g, f, engine_stopping, e, werr);
+  if (st == SL_STATUS_PEER_FAILED)
+    return sl__err_set(werr, st, "the load stopped while %s was still downloading", e->t->cat->files[f].path);
+  pthread_mutex_lock(&e->mu);
+  if (st == SL_STATUS_OK && e->fds[f] < 0) {
+    st = open_file(e, f, werr);
+    /* An ordering event for the logs (and the tests): a read starts while files still arrive. */
+    if (st == SL_STATUS_OK)
+      SL_INFO("reading %s (%llu of %zu files complete)", e->t->cat->files[f].name,
+              (unsigned long long)sl__file_gate_opened(g), e->t->cat->n_files);
+  }
+  *fd = e->fds[f];
+  pthread_mutex_unlock(&e->mu);
+  return st;
 }
 
 sl_status sl__engine_check_files(sl__engine *e) {
