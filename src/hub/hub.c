@@ -327,6 +327,11 @@ static sl_status resolve(const char *repo_id, const sl__hub_opts *opts, bool ove
       st = resolve_online(r, out, err);
   }
   if (st == SL_STATUS_OK && r->pending) {
+    /* The caller's options may go before the downloads end: a copy (its strings live in the
+     * loader's configuration; the include patterns were applied to the listing already). */
+    r->own_opts = *opts;
+    r->own_opts.include = NULL;
+    r->opts = &r->own_opts;
     *pending = r; /* the HTTP settings and the signal handlers stay until sl__hub_pending_finish */
     return SL_STATUS_OK;
   }

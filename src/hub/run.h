@@ -75,6 +75,7 @@ typedef struct sl__hub_run {
   /* overlapped downloads (hub/overlap.c) */
   bool overlap;        /* asked for: stop after the headers when weights are missing */
   bool pending;        /* the weights are still to download (jobs kept) */
+  sl__hub_opts own_opts; /* opts, copied for the background downloads (include dropped: used) */
   size_t first_weight; /* jobs[first_weight ..] are the weights, then the other files */
   size_t n_weights;
   sl__hub_file *files; /* what sl__hub_pending_files returns */

@@ -110,10 +110,11 @@ def etag_of(path, data):
 # ---- server ----------------------------------------------------------------------------------
 
 class HubServer:
-    def __init__(self, workdir):
+    def __init__(self, workdir, rate=None):
         self.port_file = os.path.join(workdir, "ports.json")
-        self.proc = subprocess.Popen([sys.executable, os.path.join(HERE, "server.py"), "--port-file", self.port_file],
-                                     stdout=subprocess.DEVNULL, stderr=sys.stderr)
+        extra = ["--rate", str(rate)] if rate else []
+        self.proc = subprocess.Popen([sys.executable, os.path.join(HERE, "server.py"), "--port-file", self.port_file]
+                                     + extra, stdout=subprocess.DEVNULL, stderr=sys.stderr)
         deadline = time.time() + 20
         while not os.path.exists(self.port_file):
             if time.time() > deadline or self.proc.poll() is not None:
