@@ -40,7 +40,7 @@ typedef struct sl__prepared {
 } sl__prepared;
 
 /* Rank 0's part: resolve, read config.json, pick and read the spec, build the catalog. overlap: a
- * Hub repository's weights may still be downloading when this returns (docs/spec/HUB.md §12):
+ * Hub repository's weights may still be downloading when this returns (docs/spec/HUB.md §13):
  * the catalog comes from their headers, out->hub and out->gate are set. */
 sl_status sl__prepare_catalog(const sl_config *cfg, const sl__opts *o, bool overlap, sl__prepared *out,
                               sl__err *err);

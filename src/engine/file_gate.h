@@ -1,6 +1,6 @@
 /*
  * engine/file_gate.h — per-file "ready" gates for a load that overlaps the Hub download
- * (docs/spec/HUB.md §12): the read engine opens a checkpoint file only once its gate is open.
+ * (docs/spec/HUB.md §13): the read engine opens a checkpoint file only once its gate is open.
  *
  * Two ways to learn that a file is complete:
  *   fed      (rank 0, the downloading rank): the Hub's download threads open a file's gate once it

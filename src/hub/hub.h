@@ -119,7 +119,7 @@ sl_status sl__hub_opts_from_config(const sl_config *cfg, sl__hub_opts *out, char
  * sl__hub_result_free. */
 sl_status sl__hub_resolve(const char *repo_id, const sl__hub_opts *opts, sl__hub_result *out, sl__err *err);
 
-/* ---- the download behind a load (hub/overlap.c, docs/spec/HUB.md §12) ---- */
+/* ---- the download behind a load (hub/overlap.c, docs/spec/HUB.md §13) ---- */
 
 /* A weight file of an overlapped resolution. */
 typedef struct sl__hub_file {

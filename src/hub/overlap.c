@@ -1,5 +1,5 @@
 /*
- * hub/overlap.c — the download behind a load (docs/spec/HUB.md §12): once the selection is known,
+ * hub/overlap.c — the download behind a load (docs/spec/HUB.md §13): once the selection is known,
  * config.json (and the index) are fetched as usual, then the header of every missing weight file
  * by ranged GETs (its first 64 KiB, then the rest of a longer header), so that rank 0 can build the
  * catalog and every rank its plan while the weights download. The weights then download in the

@@ -50,7 +50,7 @@ typedef struct sl__catalog {
   char *folder;      /* the model folder the files were selected from */
   sl__format format; /* effective load format */
   bool use_safetensors;
-  bool arriving; /* the files are still downloading (docs/spec/HUB.md §12): each is read once complete */
+  bool arriving; /* the files are still downloading (docs/spec/HUB.md §13): each is read once complete */
   size_t n_files;
   sl__cat_file *files; /* natural order */
   size_t n_tensors;

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""test_hub_overlap.py -- a load that overlaps its Hub download (docs/spec/HUB.md §12).
+"""test_hub_overlap.py -- a load that overlaps its Hub download (docs/spec/HUB.md §13).
 
 Through the local Hub server, from an empty cache, at 1 and 2 ranks:
   1. the load succeeds and its pre-sharded copy is byte-identical to the one loaded from the
