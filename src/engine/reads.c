@@ -114,6 +114,10 @@ static sl_status open_file(sl__engine *e, uint32_t f, sl__err *err) {
     return st;
   }
   e->fds[f] = fd;
+  /* An ordering event for the logs (and the tests): a read starts while files still arrive. */
+  if (t->gate != NULL)
+    SL_INFO("reading %s (%llu of %zu files complete)", t->cat->files[f].name,
+            (unsigned long long)sl__file_gate_opened(t->gate), t->cat->n_files);
   return SL_STATUS_OK;
 }
 
@@ -148,13 +152,8 @@ sl_status sl__engine_fd(sl__engine *e, uint32_t f, int *fd, sl__err *werr) {
   if (st == SL_STATUS_PEER_FAILED)
     return sl__err_set(werr, st, "the load stopped while %s was still downloading", e->t->cat->files[f].path);
   pthread_mutex_lock(&e->mu);
-  if (st == SL_STATUS_OK && e->fds[f] < 0) {
+  if (st == SL_STATUS_OK && e->fds[f] < 0)
     st = open_file(e, f, werr);
-    /* An ordering event for the logs (and the tests): a read starts while files still arrive. */
-    if (st == SL_STATUS_OK)
-      SL_INFO("reading %s (%llu of %zu files complete)", e->t->cat->files[f].name,
-              (unsigned long long)sl__file_gate_opened(g), e->t->cat->n_files);
-  }
   *fd = e->fds[f];
   pthread_mutex_unlock(&e->mu);
   return st;

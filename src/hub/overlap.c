@@ -21,7 +21,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#define SL_HUB_HEADER_PROBE ((uint64_t)64 << 10) /* first request: most headers fit */
+#define SL_HUB_HEADER_PROBE ((uint64_t)64 << 10)  /* first request: most headers fit */
+#define SL_HUB_OVERLAP_CHUNK ((uint64_t)16 << 20) /* largest ranged chunk of an overlapped download */
 
 /* The header of one weight: 8-byte length, then the JSON. *no_ranges: the server ignores ranges. */
 static sl_status fetch_header(sl__hub_run *r, sl__http_client *c, sl__hub_job *j, bool *no_ranges,
@@ -184,8 +185,14 @@ sl_status sl__hub_pending_start(sl__hub_run *p, void (*ready)(void *ctx, size_t 
   p->on_fail = failed;
   p->ctx = ctx;
   /* One file at a time, in order: the first file is complete after one file's time, not after
-   * hub_parallel_files files' (large files still use hub_connections ranged chunks). */
+   * hub_parallel_files files'. What the parallel files gave (several connections at once) comes
+   * from ranged chunks within each file instead: any file above one chunk, chunks of at most
+   * SL_HUB_OVERLAP_CHUNK. */
   p->max_threads = 1;
+  if (p->own_opts.chunk_bytes > SL_HUB_OVERLAP_CHUNK)
+    p->own_opts.chunk_bytes = SL_HUB_OVERLAP_CHUNK;
+  if (p->own_opts.parallel_threshold > p->own_opts.chunk_bytes)
+    p->own_opts.parallel_threshold = p->own_opts.chunk_bytes;
   int rc = pthread_create(&p->thread, NULL, background, p);
   if (rc != 0)
     return sl__err_set(err, SL_STATUS_NOMEM, "cannot start the download thread: %s", strerror(rc));
