@@ -521,7 +521,7 @@ static sl_status transfer_phase(sl_loader *l) {
                      .coalesce_gap = o->coalesce_gap,
                      .strategy = o->strategy,
                      .copy_done = l->copy_done};
-  st = st == SL_STATUS_OK ? sl__prepare_gate(&l->pl.prep, &l->comm, &tr.gate, &l->err) : st; /* HUB.md §13 */
+  st = st == SL_STATUS_OK ? sl__prepare_gate(&l->pl.prep, &l->comm, &tr.gate, &l->err) : st;
   st = st == SL_STATUS_OK ? sl__transfer_run(&tr, &l->tstats, &l->err) : st;
   st = sl__prepare_download_wait(&l->pl.prep, &l->comm, st, &l->err);
   sl__err derr;
