@@ -16,3 +16,33 @@ sl_status sl__hub_resolve(const char *repo_id, const sl__hub_opts *opts, sl__hub
                      "Hugging Face repository ids, or pass a local model folder",
                      repo_id);
 }
+
+/* Without the Hub client nothing is ever pending: the functions below are never reached. */
+sl_status sl__hub_resolve_begin(const char *repo_id, const sl__hub_opts *opts, sl__hub_result *out,
+                                struct sl__hub_run **pending, sl__err *err) {
+  *pending = NULL;
+  return sl__hub_resolve(repo_id, opts, out, err);
+}
+
+const sl__hub_file *sl__hub_pending_files(const struct sl__hub_run *p, size_t *n) {
+  (void)p;
+  *n = 0;
+  return NULL;
+}
+
+sl_status sl__hub_pending_start(struct sl__hub_run *p, void (*ready)(void *ctx, size_t weight),
+                                void (*failed)(void *ctx, const sl__err *e), void *ctx, sl__err *err) {
+  (void)p, (void)ready, (void)failed, (void)ctx;
+  return sl__err_set(err, SL_STATUS_UNSUPPORTED, "built without the Hub client");
+}
+
+bool sl__hub_pending_done(struct sl__hub_run *p) {
+  (void)p;
+  return true;
+}
+
+sl_status sl__hub_pending_finish(struct sl__hub_run *p, bool cancel, sl__hub_result *out, sl__err *err) {
+  (void)p, (void)cancel, (void)err;
+  memset(out, 0, sizeof *out);
+  return SL_STATUS_OK;
+}

@@ -314,7 +314,6 @@ static sl_status build_table(sl_loader *l) {
     p->name = mp->name;
     p->dtype = sl__dtype_name(mp->dtype);
     p->dtype_bits = sl__dtype_bits(mp->dtype);
-    p->ndim = lp->ndim;
     memcpy(p->local_shape, lp->shape, sizeof p->local_shape);
     p->ndim = lp->ndim;
     if (mp->alias_of != SL_NONE) {
@@ -431,7 +430,9 @@ static sl_status zero_unwritten_bound(sl_loader *l) {
 
 static sl_status allocate(sl_loader *l) {
   sl_status st = SL_STATUS_OK;
-  if (sl__strategy_maps(l->pl.opts.strategy, l->backend->host_addressable, l->pl.opts.prefault))
+  /* Files still downloading (docs/spec/HUB.md §13) cannot be mapped yet: such a load copies. */
+  if (sl__strategy_maps(l->pl.opts.strategy, l->backend->host_addressable, l->pl.opts.prefault) &&
+      !l->pl.prep.cat.arriving)
     st = sl__filemap_params(&l->pl.prep.cat, &l->pl.sched, &l->pl.plan, l->bound, l->param_ptr, l->mapped,
                             &l->maps, &l->err);
   for (size_t i = 0; i < l->pl.plan.n_lparams && st == SL_STATUS_OK; i++) {
@@ -523,8 +524,9 @@ static sl_status transfer_phase(sl_loader *l) {
                      .coalesce_gap = o->coalesce_gap,
                      .strategy = o->strategy,
                      .copy_done = l->copy_done};
-  if (st == SL_STATUS_OK)
-    st = sl__transfer_run(&tr, &l->tstats, &l->err);
+  st = st == SL_STATUS_OK ? sl__prepare_gate(&l->pl.prep, &l->comm, &tr.gate, &l->err) : st;
+  st = st == SL_STATUS_OK ? sl__transfer_run(&tr, &l->tstats, &l->err) : st;
+  st = sl__prepare_download_wait(&l->pl.prep, &l->comm, st, &l->err);
   sl__err derr;
   sl__err_clear(&derr);
   sl_status dst = sl__comm_abort_disarm(&l->comm, &derr);

@@ -7,6 +7,7 @@
 #include "base/json.h"
 #include "base/log.h"
 #include "base/util.h"
+#include "engine/file_gate.h"
 #include "hub/hub.h"
 #include "model/sharded.h"
 
@@ -15,11 +16,21 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 void sl__prepared_free(sl__prepared *p) {
   if (p == NULL)
     return;
+  if (p->hub != NULL) { /* a load that never reached its transfer: stop the downloads */
+    sl__hub_result r;
+    sl__err e;
+    sl__err_clear(&e);
+    sl__hub_pending_finish(p->hub, true, &r, &e);
+    sl__hub_result_free(&r);
+    p->hub = NULL;
+  }
+  sl__file_gate_free(p->gate);
   sl__catalog_free(&p->cat);
   free(p->spec_text);
   free(p->spec_path);
@@ -36,8 +47,8 @@ static bool is_dir(const char *path) {
 }
 
 /* The model folder: the argument itself, or the Hub snapshot it names. */
-static sl_status resolve_folder(const sl_config *cfg, const sl__opts *o, sl__prepared *p, char **folder,
-                                sl__err *err) {
+static sl_status resolve_folder(const sl_config *cfg, const sl__opts *o, bool overlap, sl__prepared *p,
+                                char **folder, sl__err *err) {
   if (is_dir(o->model)) {
     *folder = sl__strdup(o->model);
     return *folder != NULL ? SL_STATUS_OK : sl__err_set(err, SL_STATUS_NOMEM, "out of memory");
@@ -55,7 +66,11 @@ static sl_status resolve_folder(const sl_config *cfg, const sl__opts *o, sl__pre
   ho.select.format = o->format;
   sl__hub_result r;
   memset(&r, 0, sizeof r);
-  st = sl__hub_resolve(o->model, &ho, &r, err);
+  if (overlap)
+    st = sl__hub_resolve_begin(o->model, &ho, &r, &p->hub, err);
+  else
+    st = sl__hub_resolve(o->model, &ho, &r, err);
+  p->hub_format = r.format;
   sl__config_free_list(include);
   if (st != SL_STATUS_OK)
     return st;
@@ -125,12 +140,61 @@ static sl_status choose_spec(const sl__opts *o, const char *folder, sl__prepared
   return st;
 }
 
-sl_status sl__prepare_catalog(const sl_config *cfg, const sl__opts *o, sl__prepared *p, sl__err *err) {
+static void gate_ready(void *ctx, size_t weight) {
+  sl__file_gate_open(ctx, weight);
+}
+
+static void gate_failed(void *ctx, const sl__err *e) {
+  sl__file_gate_fail(ctx, e);
+}
+
+/* The weights still downloading: the catalog from their headers, a gate, the downloads started.
+ * A spec that selects files its own way waits for the download instead (the listing's selection
+ * used the default patterns). */
+static sl_status catalog_while_downloading(sl__prepared *p, const sl__catalog_opts *co, sl__err *err) {
+  const sl__spec *s = p->spec;
+  if (s->allow_patterns_override != NULL || !s->fall_back_to_pt) {
+    sl__hub_result r;
+    sl_status st = sl__hub_pending_finish(p->hub, false, &r, err);
+    p->hub = NULL;
+    if (st == SL_STATUS_OK) {
+      p->download_bytes = r.bytes_downloaded;
+      p->download_files = r.files_downloaded;
+      p->download_seconds = r.seconds;
+    }
+    sl__hub_result_free(&r);
+    return st == SL_STATUS_OK ? sl__catalog_build(co, &p->cat, err) : st;
+  }
+  size_t n = 0;
+  const sl__hub_file *files = sl__hub_pending_files(p->hub, &n);
+  sl__cat_header_src *src = calloc(n + 1, sizeof *src);
+  if (src == NULL)
+    return sl__err_set(err, SL_STATUS_NOMEM, "out of memory");
+  for (size_t i = 0; i < n; i++)
+    src[i] = (sl__cat_header_src){
+        .name = files[i].name, .size = files[i].size, .prefix = files[i].header, .prefix_len = files[i].header_len};
+  sl__catalog_opts hco = *co;
+  hco.select.format = p->hub_format;
+  sl_status st = sl__catalog_from_headers(&hco, src, n, &p->cat, err);
+  free(src);
+  if (st == SL_STATUS_OK) {
+    p->gate = sl__file_gate_create(n, NULL);
+    st = p->gate != NULL ? SL_STATUS_OK : sl__err_set(err, SL_STATUS_NOMEM, "out of memory");
+  }
+  if (st == SL_STATUS_OK)
+    st = sl__hub_pending_start(p->hub, gate_ready, gate_failed, p->gate, err);
+  return st;
+}
+
+sl_status sl__prepare_catalog(const sl_config *cfg, const sl__opts *o, bool overlap, sl__prepared *p,
+                              sl__err *err) {
   memset(p, 0, sizeof *p);
   char *folder = NULL;
-  sl_status st = resolve_folder(cfg, o, p, &folder, err);
-  /* A pre-sharded checkpoint needs no spec: its files already hold each rank's parameters. */
+  /* The overlap needs files opened during the transfer: not with mappings made before it. */
   bool sharded = o->format == SL_FORMAT_SHARDED_STATE;
+  overlap = overlap && !sharded && o->strategy != SL_STRATEGY_MMAP;
+  sl_status st = resolve_folder(cfg, o, overlap, p, &folder, err);
+  /* A pre-sharded checkpoint needs no spec: its files already hold each rank's parameters. */
   if (st == SL_STATUS_OK && sharded) {
     /* No spec text: an empty one still travels (the broadcast needs a buffer). */
     p->spec_text = sl__strdup("");
@@ -156,11 +220,62 @@ sl_status sl__prepare_catalog(const sl_config *cfg, const sl__opts *o, sl__prepa
         .rename_to = (const char *const *)s->rename_to,
         .rename_format = s->rename_format,
     };
-    st = sl__catalog_build(&co, &p->cat, err);
+    st = p->hub != NULL ? catalog_while_downloading(p, &co, err) : sl__catalog_build(&co, &p->cat, err);
   }
   free(folder);
   if (st != SL_STATUS_OK)
     sl__prepared_free(p);
+  return st;
+}
+
+sl_status sl__prepare_gate(sl__prepared *p, sl__comm *c, sl__file_gate **gate, sl__err *err) {
+  if (p->hub != NULL) {
+    c->abort_hook = sl__file_gate_failed;
+    c->abort_hook_ctx = p->gate;
+  }
+  if (p->gate == NULL && p->cat.arriving && p->hub == NULL) {
+    const char **paths = calloc(p->cat.n_files + 1, sizeof *paths);
+    for (size_t i = 0; paths != NULL && i < p->cat.n_files; i++)
+      paths[i] = p->cat.files[i].path;
+    p->gate = paths != NULL ? sl__file_gate_create(p->cat.n_files, paths) : NULL;
+    free(paths);
+    if (p->gate == NULL)
+      return sl__err_set(err, SL_STATUS_NOMEM, "out of memory");
+  }
+  *gate = p->gate;
+  return SL_STATUS_OK;
+}
+
+sl_status sl__prepare_download_wait(sl__prepared *p, sl__comm *c, sl_status st, sl__err *err) {
+  c->abort_hook = NULL;
+  if (p->hub == NULL)
+    return st;
+  /* The rest (files no rank of this load reads, those of other ranks) may still be arriving:
+   * answer the watchdog and the abort channel meanwhile, napping. */
+  bool cancel = st != SL_STATUS_OK;
+  while (!cancel && !sl__hub_pending_done(p->hub)) {
+    sl__comm_poll(c);
+    cancel = sl__comm_abort_check(c);
+    struct timespec ts = {.tv_sec = 0, .tv_nsec = 5000000};
+    nanosleep(&ts, NULL);
+  }
+  sl__hub_result r;
+  sl__err herr;
+  sl__err_clear(&herr);
+  sl_status hst = sl__hub_pending_finish(p->hub, cancel, &r, &herr);
+  p->hub = NULL;
+  if (hst == SL_STATUS_OK) {
+    p->download_bytes = r.bytes_downloaded;
+    p->download_files = r.files_downloaded;
+    p->download_seconds = r.seconds;
+  } else {
+    sl__comm_abort_raise(c);
+  }
+  sl__hub_result_free(&r);
+  if (hst != SL_STATUS_OK && (st == SL_STATUS_OK || st == SL_STATUS_PEER_FAILED)) {
+    sl__err_copy(err, &herr);
+    st = hst;
+  }
   return st;
 }
 
@@ -203,7 +318,7 @@ static sl_status run_stage(sl__pipeline *p, const sl__prep_driver *d, sl__prep_s
     return st;
   }
   case SL_PREP_CATALOG:
-    return d->builds_catalog ? sl__prepare_catalog(d->cfg, &p->opts, &p->prep, err) : SL_STATUS_OK;
+    return d->builds_catalog ? sl__prepare_catalog(d->cfg, &p->opts, d->rank != SL_NONE, &p->prep, err) : SL_STATUS_OK;
   case SL_PREP_MODEL:
     p->prep.world = d->world;
     return sl__prepare_model(&p->opts, &p->prep, err);

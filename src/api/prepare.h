@@ -34,10 +34,25 @@ typedef struct sl__prepared {
   double download_seconds;
   char *commit;   /* Hub: resolved commit, or NULL for a local folder */
   uint32_t world; /* ranks of the job (the saved world of a sharded_state checkpoint must match) */
+  sl__format hub_format;      /* the load format the Hub resolution chose */
+  struct sl__hub_run *hub;    /* rank 0: the weights still downloading behind the load, or NULL */
+  struct sl__file_gate *gate; /* which files are complete (engine/file_gate.h), or NULL */
 } sl__prepared;
 
-/* Rank 0's part: resolve, read config.json, pick and read the spec, build the catalog. */
-sl_status sl__prepare_catalog(const sl_config *cfg, const sl__opts *o, sl__prepared *out, sl__err *err);
+/* Rank 0's part: resolve, read config.json, pick and read the spec, build the catalog. overlap: a
+ * Hub repository's weights may still be downloading when this returns (docs/spec/HUB.md §13):
+ * the catalog comes from their headers, out->hub and out->gate are set. */
+sl_status sl__prepare_catalog(const sl_config *cfg, const sl__opts *o, bool overlap, sl__prepared *out,
+                              sl__err *err);
+/* The gate the transfer waits on (NULL: every file is there): rank 0's, fed by its downloads (a
+ * failed download then raises the abort channel of c: its abort hook), or on the other ranks one
+ * watching the snapshot paths when the catalog says files are arriving. */
+sl_status sl__prepare_gate(sl__prepared *p, sl__comm *c, struct sl__file_gate **gate, sl__err *err);
+/* Rank 0 after its transfer, whose status is st: waits for the downloads to end (stops them when
+ * st failed), answering the watchdog meanwhile, and records the download figures. A failed
+ * download is the cause: returned with its message in err (replacing a PEER_FAILED st) and raised
+ * on the abort channel (the other ranks may still wait for a file). No download: st. */
+sl_status sl__prepare_download_wait(sl__prepared *p, sl__comm *c, sl_status st, sl__err *err);
 /* Every rank: parse the spec text and instantiate the model from the catalog. */
 sl_status sl__prepare_model(const sl__opts *o, sl__prepared *p, sl__err *err);
 void sl__prepared_free(sl__prepared *p);
@@ -68,7 +83,8 @@ typedef struct sl__prep_driver {
   const sl_config *cfg;
   uint32_t world;
   uint32_t rank;       /* this rank, whose plan is kept; SL_NONE: no rank (dry run) */
-  bool builds_catalog; /* this process resolves the model and builds the catalog */
+  bool builds_catalog; /* this process resolves the model and builds the catalog (a rank of a
+                          loader: the Hub download may go on behind the load) */
   /* Called after every stage, failed or not, with its status and the time it started
    * (sl__now()); returns the status to go on with. The loader agrees between ranks here, and
    * after the catalog stage broadcasts rank 0's catalog. NULL: the stage's own status. */

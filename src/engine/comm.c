@@ -248,6 +248,10 @@ bool sl__comm_abort_check(sl__comm *c) {
     return false;
   if (c->aborted)
     return true;
+  if (c->abort_hook != NULL && c->abort_hook(c->abort_hook_ctx)) {
+    sl__comm_abort_raise(c);
+    return true;
+  }
   int flag = 0;
   MPI_Status status;
   if (c->abort_req != MPI_REQUEST_NULL && MPI_Test(&c->abort_req, &flag, &status) == MPI_SUCCESS && flag) {

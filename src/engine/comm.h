@@ -46,6 +46,10 @@ typedef struct sl__comm {
   bool aborted;   /* some rank raised an abort (or we did) */
   bool raised;    /* we raised it */
   int abort_from; /* rank whose abort we saw first, or -1 */
+  /* A failure outside MPI that must stop every rank (a Hub download behind the load): checked
+   * with the abort channel, it raises the abort when it returns true. NULL: none. */
+  bool (*abort_hook)(void *ctx);
+  void *abort_hook_ctx;
   size_t n_groups;
   MPI_Comm *groups;      /* per broadcast group: its communicator, MPI_COMM_NULL if not a member */
   int *group_rank;       /* our rank in each group, -1 if not a member */

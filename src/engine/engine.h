@@ -93,9 +93,14 @@ typedef struct sl__engine_worker {
 /* The read operations of this rank: local pieces first, then bucket items in bucket order (after
  * sl__engine_open_files: each file is read as its choice says). */
 sl_status sl__engine_build_reads(sl__engine *e);
-/* Opens every file a piece this rank reads lies in, checking each against the catalog and keeping
- * what fstat said, then chooses how each is read (sl__engine_choose). */
+/* Opens every file a piece this rank reads lies in (and those of its two-phase exchanges),
+ * checking each against the catalog and keeping what fstat said, then chooses how each is read
+ * (sl__engine_choose); files whose gate is still closed (a download in progress) are left to
+ * sl__engine_fd. */
 sl_status sl__engine_open_files(sl__engine *e);
+/* The descriptor of file f for a reader thread: with a file gate (a download in progress), the
+ * file is opened on first use, after its gate opened (engine/file_gate.h). */
+sl_status sl__engine_fd(sl__engine *e, uint32_t f, int *fd, sl__err *werr);
 
 /* ---- file_choice.c ---- */
 /* Per open file: measures, decides (engine/strategy_choice.h), turns O_DIRECT on where chosen. */

@@ -53,10 +53,11 @@ static sl_status pread_full(sl__engine *e, int fd, uint32_t f, uint8_t *buf, uin
 /* Reads one operation into staging (or straight into its destination) and delivers it. */
 static sl_status run_op(sl__engine *e, int worker, int slot, uint8_t *staging, const sl__read_op *op,
                         sl__err *werr) {
-  /* Files were opened by the main thread before the pool started (sl__engine_open_files). */
-  int fd = e->fds[op->file];
-  sl_status st = SL_STATUS_OK;
-  if (op->populate) {
+  int fd = -1;
+  sl_status st = op->populate ? SL_STATUS_OK : sl__engine_fd(e, op->file, &fd, werr);
+  if (st != SL_STATUS_OK) {
+    return st;
+  } else if (op->populate) {
     st = sl__engine_injected_failure(e, op->file, op->offset, werr);
     if (st == SL_STATUS_OK)
       st = sl__filemap_populate(op->direct_dst, op->len, e->t->cat->files[op->file].path, op->offset, werr);

@@ -11,6 +11,7 @@
 
 #include "base/log.h"
 #include "base/util.h"
+#include "engine/file_gate.h"
 #include "plan/stats.h"
 
 #include <stdio.h>
@@ -22,9 +23,9 @@
 sl_status sl__engine_wait_for(sl__engine *e, bool (*pred)(sl__engine *, void *), void *arg, bool *aborted) {
   *aborted = false;
   sl__comm *c = e->t->comm;
-  /* The watchdog's deadline counts from the last byte read: slow storage that still delivers
-   * is waited for, a read that never returns is not. */
-  uint64_t seen = atomic_load(&e->bytes_done);
+  /* The watchdog's deadline counts from the last byte read (or file downloaded): slow storage
+   * that still delivers is waited for, a read that never returns is not. */
+  uint64_t seen = atomic_load(&e->bytes_done) + sl__file_gate_opened(e->t->gate);
   double since = sl__now();
   sl__comm_block_begin(c, "waiting for this rank's reads");
   pthread_mutex_lock(&e->mu);
@@ -49,7 +50,7 @@ sl_status sl__engine_wait_for(sl__engine *e, bool (*pred)(sl__engine *, void *),
       return SL_STATUS_OK;
     }
     sl__comm_poll(c);
-    uint64_t done = atomic_load(&e->bytes_done);
+    uint64_t done = atomic_load(&e->bytes_done) + sl__file_gate_opened(e->t->gate);
     if (done != seen) {
       seen = done;
       since = sl__now();

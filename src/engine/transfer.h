@@ -51,6 +51,7 @@ typedef struct sl__transfer {
   uint64_t coalesce_gap;
   sl__strategy strategy;
   _Atomic uint64_t *copy_done; /* per copy of the plan: bytes delivered (for tracking) */
+  struct sl__file_gate *gate;  /* files still arriving from the Hub (engine/file_gate.h), or NULL */
 } sl__transfer;
 
 /* Runs the transfer. Returns this rank's status; on failure the abort channel has been raised.

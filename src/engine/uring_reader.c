@@ -37,8 +37,10 @@ static sl_status submit_rest(uring_reader *r, uint32_t slot, const inflight *f) 
   const sl__read_op *op = &SL_VEC_AT(&r->e->rp.ops, sl__read_op, f->op);
   uint64_t left = f->len - f->got;
   uint32_t len = left > 0x40000000u ? 0x40000000u : (uint32_t)left;
-  sl_status st =
-      sl__uring_read(r->u, r->e->fds[op->file], f->dst + f->got, len, f->off + f->got, slot, &r->werr);
+  int fd = -1;
+  sl_status st = sl__engine_fd(r->e, op->file, &fd, &r->werr);
+  if (st == SL_STATUS_OK)
+    st = sl__uring_read(r->u, fd, f->dst + f->got, len, f->off + f->got, slot, &r->werr);
   return st == SL_STATUS_OK ? sl__uring_submit(r->u, &r->werr) : st;
 }
 

@@ -57,6 +57,13 @@ void sl__http_client_free(sl__http_client *c);
 sl_status sl__http_get_api(sl__http_client *c, const char *url, const char *what, sl__buf *body,
                            sl__err *err);
 
+/* GET of bytes from..to (inclusive) of a resolve URL into body (at most max bytes), redirects
+ * followed, retried like the API GET: the header of a weight file before its download
+ * (docs/spec/HUB.md §13). *total gets the file's size from Content-Range; the reply may stop at
+ * the end of the file. A server that ignores ranges (200): OK with *no_ranges set, body empty. */
+sl_status sl__http_get_range(sl__http_client *c, const char *url, const char *file, uint64_t from, uint64_t to,
+                             size_t max, sl__buf *body, uint64_t *total, bool *no_ranges, sl__err *err);
+
 /* Metadata of one file (docs/spec/HUB.md §4). */
 typedef struct sl__http_meta {
   char commit[41]; /* X-Repo-Commit; also filled from an error reply when present */

@@ -15,8 +15,8 @@
  * docs/spec/HUB.md §7.2. Returns OK with the last reply in x (any status, *retries = retries made), or an
  * error for network failures. */
 static sl_status buffered_request(sl__http_client *c, sl__http_xfer *x, bool head, const char *url,
-                                  const char *what, long first_timeout, long later_timeout, unsigned *retries,
-                                  sl__err *err) {
+                                  const char *what, long first_timeout, long later_timeout,
+                                  const uint64_t *range, unsigned *retries, sl__err *err) {
   const sl__http *h = c->h;
   const char *method = head ? "HEAD" : "GET";
   x->easy = c->easy;
@@ -25,7 +25,8 @@ static sl_status buffered_request(sl__http_client *c, sl__http_xfer *x, bool hea
     if (sl__http_cancelled(h))
       return sl__err_set(err, SL_STATUS_HUB_NETWORK, "%s: cancelled", what);
     sl_status st = sl__http_xfer_setup(x, url, head, !head, attempt == 0 ? first_timeout : later_timeout,
-                                       false, 0, 0, err);
+                                       range != NULL, range != NULL ? range[0] : 0, range != NULL ? range[1] : 0,
+                                       err);
     if (st != SL_STATUS_OK)
       return st;
     CURLcode rc = curl_easy_perform(x->easy);
@@ -58,7 +59,7 @@ sl_status sl__http_get_api(sl__http_client *c, const char *url, const char *what
   x.file = what;
   unsigned retries = 0;
   long t = c->h->download_timeout_s;
-  sl_status st = buffered_request(c, &x, false, url, what, t, t, &retries, err);
+  sl_status st = buffered_request(c, &x, false, url, what, t, t, NULL, &retries, err);
   if (st == SL_STATUS_OK && x.status >= 400)
     st = sl__http_reply_error(&x, SL_HTTP_URL_API, "GET", url, what, retries, err);
   else if (st == SL_STATUS_OK && x.status != 200)
@@ -129,7 +130,7 @@ sl_status sl__http_head(sl__http_client *c, const char *url, const char *file, s
   sl_status st = cur != NULL ? SL_STATUS_OK : sl__err_set(err, SL_STATUS_NOMEM, "out of memory");
   for (int hops = 0; st == SL_STATUS_OK; hops++) {
     unsigned retries = 0;
-    st = buffered_request(c, &x, true, cur, file, c->h->etag_timeout_s, SL_HTTP_RETRY_HEAD_TIMEOUT_S,
+    st = buffered_request(c, &x, true, cur, file, c->h->etag_timeout_s, SL_HTTP_RETRY_HEAD_TIMEOUT_S, NULL,
                           &retries, err);
     if (st != SL_STATUS_OK)
       break;
@@ -167,6 +168,45 @@ sl_status sl__http_head(sl__http_client *c, const char *url, const char *file, s
     out->location = NULL;
   }
   free(cur);
+  sl__http_xfer_free(&x);
+  return st;
+}
+
+sl_status sl__http_get_range(sl__http_client *c, const char *url, const char *file, uint64_t from, uint64_t to,
+                             size_t max, sl__buf *body, uint64_t *total, bool *no_ranges, sl__err *err) {
+  *no_ranges = false;
+  *total = 0;
+  sl__http_xfer x;
+  sl__http_xfer_init(&x, c->h, max);
+  x.file = file;
+  unsigned retries = 0;
+  long t = c->h->download_timeout_s;
+  uint64_t range[2] = {from, to};
+  sl__err e;
+  sl__err_clear(&e);
+  sl_status st = buffered_request(c, &x, false, url, file, t, t, range, &retries, &e);
+  uint64_t a = 0;
+  uint64_t b = 0;
+  if (x.status == 200) {
+    *no_ranges = true; /* the whole file came (or began to): no ranges here */
+    st = SL_STATUS_OK;
+  } else if (st != SL_STATUS_OK) {
+    sl__err_copy(err, &e);
+  } else if (x.status >= 400) {
+    st = sl__http_reply_error(&x, SL_HTTP_URL_RESOLVE, "GET", url, file, retries, err);
+  } else if (x.status != 206 ||
+             !sl__http_parse_content_range(sl__http_hdr_get(&x, "Content-Range"), &a, &b, total) ||
+             a != from || b < a || b > to || b + 1 - a != x.body.len || (b != to && b + 1 != *total)) {
+    st = sl__err_set(err, SL_STATUS_HUB_METADATA,
+                     "unexpected reply for %s: HTTP %ld, Content-Range '%s' for the requested bytes %llu-%llu "
+                     "[GET %s]",
+                     file, x.status, sl__http_hdr_get(&x, "Content-Range") != NULL ? sl__http_hdr_get(&x, "Content-Range") : "(missing)",
+                     (unsigned long long)from, (unsigned long long)to, url);
+  }
+  if (st == SL_STATUS_OK && !*no_ranges) {
+    *body = x.body;
+    sl__buf_init(&x.body, max);
+  }
   sl__http_xfer_free(&x);
   return st;
 }

@@ -98,7 +98,7 @@ static size_t on_header(char *data, size_t size, size_t nmemb, void *user) {
 }
 
 /* Parses "bytes a-b/t". */
-static bool parse_content_range(const char *v, uint64_t *a, uint64_t *b, uint64_t *t) {
+bool sl__http_parse_content_range(const char *v, uint64_t *a, uint64_t *b, uint64_t *t) {
   if (v == NULL || strncasecmp(v, "bytes ", 6) != 0)
     return false;
   char buf[96];
@@ -127,7 +127,7 @@ static bool decide_body(sl__http_xfer *x) {
     uint64_t b = 0;
     uint64_t t = 0;
     const char *cr = sl__http_hdr_get(x, "Content-Range");
-    if (!parse_content_range(cr, &a, &b, &t)) {
+    if (!sl__http_parse_content_range(cr, &a, &b, &t)) {
       sl__err_set(&x->cb_err, SL_STATUS_HUB_METADATA, "unexpected reply for %s: 206 with Content-Range '%s'",
                   x->file, cr != NULL ? cr : "(missing)");
       return false;

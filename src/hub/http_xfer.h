@@ -62,6 +62,8 @@ void sl__http_xfer_free(sl__http_xfer *x);
  * timeouts, callbacks, protocols). range_to = 0 means an open range ("a-"). */
 sl_status sl__http_xfer_setup(sl__http_xfer *x, const char *url, bool head, bool follow, long timeout_s,
                               bool ranged, uint64_t range_from, uint64_t range_to, sl__err *err);
+/* Parses a Content-Range value "bytes a-b/t"; false when it is not one. */
+bool sl__http_parse_content_range(const char *v, uint64_t *a, uint64_t *b, uint64_t *t);
 /* Value of response header `name` (case-insensitive) of the last reply, or NULL. */
 const char *sl__http_hdr_get(const sl__http_xfer *x, const char *name);
 

@@ -160,7 +160,10 @@ static sl_status download_listing(sl__hub_run *r, const char *const *paths, size
   pthread_mutex_lock(&r->mu);
   r->prog.files_total = (uint32_t)jobs.len;
   pthread_mutex_unlock(&r->mu);
-  if (st == SL_STATUS_OK)
+  /* A load overlapping the download: config.json and the headers now, the weights later. */
+  if (st == SL_STATUS_OK && r->overlap && sel.use_safetensors && sel.n_files > 0)
+    st = sl__hub_overlap_headers(r, first, sel.n_files, err);
+  if (st == SL_STATUS_OK && !r->pending)
     st = sl__hub_run_jobs(r, first, err);
   if (st == SL_STATUS_OK) {
     out->format = sel.format;
@@ -169,11 +172,17 @@ static sl_status download_listing(sl__hub_run *r, const char *const *paths, size
     if (out->commit == NULL || out->snapshot_dir == NULL)
       st = sl__err_set(err, SL_STATUS_NOMEM, "out of memory");
   }
-  for (size_t i = 0; i < jobs.len; i++)
-    free(SL_VEC_AT(&jobs, sl__hub_job, i).path);
-  sl__vec_free(&jobs);
-  r->jobs = NULL;
-  r->n_jobs = 0;
+  if (st != SL_STATUS_OK)
+    r->pending = false;
+  if (!r->pending) { /* else the jobs stay for sl__hub_pending_start */
+    for (size_t i = 0; i < jobs.len; i++) {
+      free(SL_VEC_AT(&jobs, sl__hub_job, i).path);
+      free(SL_VEC_AT(&jobs, sl__hub_job, i).header);
+    }
+    sl__vec_free(&jobs);
+    r->jobs = NULL;
+    r->n_jobs = 0;
+  }
   sl__hashmap_free(&seen);
   sl__selection_free(&sel);
   return st;
@@ -258,8 +267,10 @@ static sl_status resolve_online(sl__hub_run *r, sl__hub_result *out, sl__err *er
  * entry point
  * ------------------------------------------------------------------------------------------- */
 
-sl_status sl__hub_resolve(const char *repo_id, const sl__hub_opts *opts, sl__hub_result *out, sl__err *err) {
+static sl_status resolve(const char *repo_id, const sl__hub_opts *opts, bool overlap, sl__hub_result *out,
+                         sl__hub_run **pending, sl__err *err) {
   memset(out, 0, sizeof *out);
+  *pending = NULL;
   double t0 = sl__now();
   const char *revision = opts->revision != NULL && opts->revision[0] != '\0' ? opts->revision : "main";
   if (!sl__hub_valid_repo_id(repo_id))
@@ -280,6 +291,8 @@ sl_status sl__hub_resolve(const char *repo_id, const sl__hub_opts *opts, sl__hub
   r->repo_id = repo_id;
   r->revision = revision;
   r->opts = opts;
+  r->t0 = t0;
+  r->overlap = overlap;
   atomic_init(&r->cancel, 0);
   pthread_mutex_init(&r->mu, NULL);
   sl__err_clear(&r->err);
@@ -303,15 +316,31 @@ sl_status sl__hub_resolve(const char *repo_id, const sl__hub_opts *opts, sl__hub
     if (!quick)
       sl__hub_result_free(out);
   }
+  bool online = false;
   if (st == SL_STATUS_OK && !quick && r->env.offline) {
     st = sl__hub_resolve_cache(r, out, err);
   } else if (st == SL_STATUS_OK && !quick) {
+    online = true;
     st = sl__http_init(&r->http, r->env.endpoint, r->env.token, r->env.etag_timeout_s,
                        r->env.download_timeout_s, opts->backoff_base_ms, &r->cancel, err);
     if (st == SL_STATUS_OK)
       st = resolve_online(r, out, err);
-    sl__http_free(&r->http);
   }
+  if (st == SL_STATUS_OK && r->pending) {
+    /* The caller's options may go before the downloads end: a copy (its strings live in the
+     * loader's configuration; the include patterns were applied to the listing already). */
+    r->own_opts = *opts;
+    r->own_opts.include = NULL;
+    r->opts = &r->own_opts;
+    *pending = r; /* the HTTP settings and the signal handlers stay until sl__hub_pending_finish */
+    return SL_STATUS_OK;
+  }
+  if (online)
+    sl__http_free(&r->http);
+  return sl__hub_run_end(r, st, out, err);
+}
+
+sl_status sl__hub_run_end(sl__hub_run *r, sl_status st, sl__hub_result *out, sl__err *err) {
   sl__hub_progress_end(&r->prog);
   int sig = sl__hub_interrupt_end();
   if (sig != 0) {
@@ -319,22 +348,28 @@ sl_status sl__hub_resolve(const char *repo_id, const sl__hub_opts *opts, sl__hub
      * the download loops have removed their temporaries by now. */
     char buf[16];
     sl__err_clear(err);
-    st =
-        sl__err_set(err, SL_STATUS_IO,
-                    "interrupted by %s while resolving %s@%s: the downloads stopped and their temporary "
-                    "files were removed from %s/blobs",
-                    sl__hub_signal_name(sig, buf), repo_id, revision, r->repo_dir != NULL ? r->repo_dir : "");
+    st = sl__err_set(err, SL_STATUS_IO,
+                     "interrupted by %s while resolving %s@%s: the downloads stopped and their temporary "
+                     "files were removed from %s/blobs",
+                     sl__hub_signal_name(sig, buf), r->repo_id, r->revision, r->repo_dir != NULL ? r->repo_dir : "");
   }
   if (st == SL_STATUS_OK) {
     out->bytes_downloaded = r->bytes_downloaded;
     out->files_downloaded = r->files_downloaded;
-    out->seconds = sl__now() - t0;
+    out->seconds = sl__now() - r->t0;
     if (r->files_downloaded > 0)
       SL_INFO("downloaded %u file(s), %llu bytes, in %.1f s into %s", r->files_downloaded,
-              (unsigned long long)r->bytes_downloaded, out->seconds, out->snapshot_dir);
+              (unsigned long long)r->bytes_downloaded, out->seconds,
+              r->snapshot_dir != NULL ? r->snapshot_dir : out->snapshot_dir);
   } else {
     sl__hub_result_free(out);
   }
+  for (size_t i = 0; i < r->n_jobs; i++) {
+    free(r->jobs[i].path);
+    free(r->jobs[i].header);
+  }
+  free(r->jobs);
+  free(r->files);
   pthread_mutex_destroy(&r->mu);
   sl__hub_env_free(&r->env);
   free(r->repo_dir);
@@ -342,4 +377,14 @@ sl_status sl__hub_resolve(const char *repo_id, const sl__hub_opts *opts, sl__hub
   free(r->snapshot_dir);
   free(r);
   return st;
+}
+
+sl_status sl__hub_resolve(const char *repo_id, const sl__hub_opts *opts, sl__hub_result *out, sl__err *err) {
+  sl__hub_run *pending = NULL;
+  return resolve(repo_id, opts, false, out, &pending, err);
+}
+
+sl_status sl__hub_resolve_begin(const char *repo_id, const sl__hub_opts *opts, sl__hub_result *out,
+                                sl__hub_run **pending, sl__err *err) {
+  return resolve(repo_id, opts, true, out, pending, err);
 }

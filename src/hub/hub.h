@@ -119,4 +119,35 @@ sl_status sl__hub_opts_from_config(const sl_config *cfg, sl__hub_opts *out, char
  * sl__hub_result_free. */
 sl_status sl__hub_resolve(const char *repo_id, const sl__hub_opts *opts, sl__hub_result *out, sl__err *err);
 
+/* ---- the download behind a load (hub/overlap.c, docs/spec/HUB.md §13) ---- */
+
+/* A weight file of an overlapped resolution. */
+typedef struct sl__hub_file {
+  const char *name;      /* repository path (in the snapshot once downloaded) */
+  uint64_t size;         /* bytes; 0 when already in the snapshot (read it there) */
+  const uint8_t *header; /* its first 8 + N bytes, fetched by ranged GETs; NULL when in the snapshot */
+  size_t header_len;
+} sl__hub_file;
+
+struct sl__hub_run;
+
+/* Like sl__hub_resolve, except that a safetensors selection with weights missing from the snapshot
+ * stops after config.json, the index and the weights' headers: *pending is then set, out holds
+ * snapshot_dir, commit and format, and the weights are downloaded by sl__hub_pending_start.
+ * *pending NULL: resolved completely, as sl__hub_resolve (no header, a .bin repository, a server
+ * without ranges, everything cached). */
+sl_status sl__hub_resolve_begin(const char *repo_id, const sl__hub_opts *opts, sl__hub_result *out,
+                                struct sl__hub_run **pending, sl__err *err);
+/* The weights, in download order (the selection's natural order); valid until finish. */
+const sl__hub_file *sl__hub_pending_files(const struct sl__hub_run *p, size_t *n);
+/* Downloads the weights one file at a time in the background, then the other files. ready(ctx, i)
+ * runs on a download thread once weight i is in the snapshot with the header fetched first;
+ * failed(ctx, e) once, on the first failure (the downloads stop; no partial file is visible). */
+sl_status sl__hub_pending_start(struct sl__hub_run *p, void (*ready)(void *ctx, size_t weight),
+                                void (*failed)(void *ctx, const sl__err *e), void *ctx, sl__err *err);
+/* Whether the background downloads have ended (ok or not). */
+bool sl__hub_pending_done(struct sl__hub_run *p);
+/* Waits for the downloads (cancel: stops them first), fills the figures of out, frees p. */
+sl_status sl__hub_pending_finish(struct sl__hub_run *p, bool cancel, sl__hub_result *out, sl__err *err);
+
 #endif

@@ -175,7 +175,7 @@ static void *worker_main(void *arg) {
     pthread_mutex_unlock(&r->mu);
     if (stop)
       break;
-    if (fetch_file(r, &c, &r->jobs[i], &e) != SL_STATUS_OK) {
+    if (fetch_file(r, &c, &r->jobs[i], &e) != SL_STATUS_OK || sl__hub_overlap_announce(r, &r->jobs[i], &e) != SL_STATUS_OK) {
       record_failure(r, &e);
       break;
     }
@@ -194,6 +194,8 @@ sl_status sl__hub_run_jobs(sl__hub_run *r, size_t first, sl__err *err) {
   r->next_job = first;
   size_t todo = r->n_jobs - first;
   size_t n_threads = r->opts->parallel_files > 0 ? r->opts->parallel_files : 1;
+  if (r->max_threads > 0 && n_threads > r->max_threads)
+    n_threads = r->max_threads;
   if (n_threads > todo)
     n_threads = todo;
   sl__err start_err;

@@ -5,7 +5,9 @@
  *   hub/offline.c  resolution from the cache alone (offline mode, fallback, known commits);
  *   hub/jobs.c     the download jobs: up to hub_parallel_files workers, one file each at a time,
  *                  and the progress line;
- *   hub/blob.c     one blob: download into a temp file, verification, publication into blobs/.
+ *   hub/blob.c     one blob: download into a temp file, verification, publication into blobs/;
+ *   hub/overlap.c  the download behind a load: weight headers first, then the files in the
+ *                  background, each announced once published and its header checked.
  */
 #ifndef SL_HUB_RUN_H
 #define SL_HUB_RUN_H
@@ -25,6 +27,12 @@ typedef struct sl__hub_job {
   char *path;    /* repository path */
   bool optional; /* EntryNotFound leaves a .no_exist marker instead of failing */
   bool absent;   /* it was optional and the Hub does not have it */
+  /* overlapped downloads (hub/overlap.c): a weight file announced when published */
+  bool announce;
+  size_t weight;    /* its index among the weights */
+  uint64_t size;    /* its size (Content-Range of the header request; 0: in the snapshot already) */
+  uint8_t *header;  /* its first 8 + N bytes as fetched before the download, or NULL */
+  size_t header_len;
 } sl__hub_job;
 
 /* The progress line (stderr, rank 0 only: the Hub client runs nowhere else). */
@@ -62,6 +70,22 @@ typedef struct sl__hub_run {
   uint64_t bytes_downloaded;
   uint32_t files_downloaded;
   sl__hub_progress prog;
+  double t0;           /* when the resolution started */
+  uint32_t max_threads; /* download threads at most (0: hub_parallel_files) */
+  /* overlapped downloads (hub/overlap.c) */
+  bool overlap;        /* asked for: stop after the headers when weights are missing */
+  bool pending;        /* the weights are still to download (jobs kept) */
+  sl__hub_opts own_opts; /* opts, copied for the background downloads (include dropped: used) */
+  size_t first_weight; /* jobs[first_weight ..] are the weights, then the other files */
+  size_t n_weights;
+  sl__hub_file *files; /* what sl__hub_pending_files returns */
+  void (*on_ready)(void *ctx, size_t weight);
+  void (*on_fail)(void *ctx, const sl__err *e);
+  void *ctx;
+  pthread_t thread; /* runs the remaining jobs */
+  bool started;
+  sl_status final;  /* the background jobs' status */
+  sl__err final_err;
 } sl__hub_run;
 
 /* Draws the progress line at most 4 times a second (force: now); called with run->mu held. */
@@ -77,6 +101,17 @@ sl_status sl__hub_run_jobs(sl__hub_run *r, size_t first, sl__err *err);
  * holds the blob's lock. */
 sl_status sl__hub_download_blob(sl__hub_run *r, sl__http_client *c, const char *path, const sl__http_meta *m,
                                 const char *blob, sl__err *err);
+
+/* hub/overlap.c: with r->overlap, after the selection (jobs[first] is config.json, then n_weights
+ * weights): fetches config.json, then the header of every weight not in the snapshot by ranged
+ * GETs; sets r->pending when some are missing (the caller then keeps the jobs). */
+sl_status sl__hub_overlap_headers(sl__hub_run *r, size_t first, size_t n_weights, sl__err *err);
+/* A job of jobs.c finished: announce it when it is a weight of an overlapped download (its header
+ * checked against the one fetched first). */
+sl_status sl__hub_overlap_announce(sl__hub_run *r, const sl__hub_job *j, sl__err *err);
+/* The end of a resolution (shared by sl__hub_resolve and sl__hub_pending_finish): progress line,
+ * signals, figures; frees r. */
+sl_status sl__hub_run_end(sl__hub_run *r, sl_status st, sl__hub_result *out, sl__err *err);
 
 /* docs/spec/HUB.md §8: the snapshot of repo@revision from the cache alone. Errors are HUB_OFFLINE naming what
  * is missing. */

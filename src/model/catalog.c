@@ -3,7 +3,7 @@
  * renaming, duplicate detection) and (de)serializes it as one blob for the broadcast.
  *
  * Blob layout (all integers little-endian):
- *   "SLCAT001" | u32 format | u32 use_safetensors | str folder | u8 has_config | str config
+ *   "SLCAT003" | u32 format | u32 use_safetensors | u32 arriving | str folder | u8 has_config | str config
  *   | u64 n_files | n_files × (str path | str name | u64 size)
  *   | u64 n_tensors | n_tensors × (str name | u32 file | u32 dtype | u32 ndim | ndim × u64 | u64 offset | u64
  * nbytes) where str = u64 length + bytes (no NUL).
@@ -206,6 +206,29 @@ sl_status sl__cat_file_check(const sl__catalog *c, uint32_t f, int fd, sl__file_
   return SL_STATUS_OK;
 }
 
+/* config.json of the folder into the catalog (absent: an error only when required). */
+static sl_status read_config(const sl__catalog_opts *o, sl__catalog *c, sl__err *err) {
+  char *cfg_path = sl__path_join(o->folder, "config.json");
+  sl__err cerr;
+  sl__err_clear(&cerr);
+  sl_status st = SL_STATUS_OK;
+  if (cfg_path == NULL) {
+    st = sl__err_set(err, SL_STATUS_NOMEM, "out of memory");
+  } else {
+    st = sl__read_file(cfg_path, SL_CONFIG_MAX_BYTES, &c->config_json, &c->config_len, &cerr);
+    if (st == SL_STATUS_NOT_FOUND && !o->require_config) {
+      st = SL_STATUS_OK;
+    } else if (st == SL_STATUS_NOT_FOUND) {
+      st = sl__err_set(err, SL_STATUS_MODEL_CONFIG, "%s has no config.json (needed to know the architecture)",
+                       o->folder);
+    } else if (st != SL_STATUS_OK) {
+      sl__err_copy(err, &cerr);
+    }
+  }
+  free(cfg_path);
+  return st;
+}
+
 sl_status sl__catalog_build(const sl__catalog_opts *o, sl__catalog *c, sl__err *err) {
   memset(c, 0, sizeof *c);
   sl__hashmap_init(&c->by_name, SL_HASHMAP_BORROW);
@@ -257,25 +280,60 @@ sl_status sl__catalog_build(const sl__catalog_opts *o, sl__catalog *c, sl__err *
   if (st == SL_STATUS_OK && sel.use_safetensors)
     st = check_index_tensors(c, o, &sel, err);
   sl__selection_free(&sel);
-  if (st == SL_STATUS_OK) {
-    char *cfg_path = sl__path_join(o->folder, "config.json");
-    sl__err cerr;
-    sl__err_clear(&cerr);
-    if (cfg_path == NULL) {
-      st = sl__err_set(err, SL_STATUS_NOMEM, "out of memory");
-    } else {
-      st = sl__read_file(cfg_path, SL_CONFIG_MAX_BYTES, &c->config_json, &c->config_len, &cerr);
-      if (st == SL_STATUS_NOT_FOUND && !o->require_config) {
-        st = SL_STATUS_OK;
-      } else if (st == SL_STATUS_NOT_FOUND) {
-        st = sl__err_set(err, SL_STATUS_MODEL_CONFIG,
-                         "%s has no config.json (needed to know the architecture)", o->folder);
-      } else if (st != SL_STATUS_OK) {
-        sl__err_copy(err, &cerr);
-      }
-    }
-    free(cfg_path);
+  if (st == SL_STATUS_OK)
+    st = read_config(o, c, err);
+  if (st != SL_STATUS_OK)
+    sl__catalog_free(c);
+  return st;
+}
+
+sl_status sl__catalog_from_headers(const sl__catalog_opts *o, const sl__cat_header_src *src, size_t n,
+                                   sl__catalog *c, sl__err *err) {
+  memset(c, 0, sizeof *c);
+  sl__hashmap_init(&c->by_name, SL_HASHMAP_BORROW);
+  c->folder = sl__strdup(o->folder);
+  c->format = SL_FORMAT_SAFETENSORS;
+  c->use_safetensors = true;
+  c->files = calloc(n + 1, sizeof *c->files);
+  if (c->folder == NULL || c->files == NULL) {
+    sl__catalog_free(c);
+    return sl__err_set(err, SL_STATUS_NOMEM, "out of memory");
   }
+  sl_status st = SL_STATUS_OK;
+  size_t cap = 0;
+  for (size_t i = 0; i < n && st == SL_STATUS_OK; i++) {
+    sl__cat_file *f = &c->files[i];
+    f->name = sl__strdup(src[i].name);
+    f->path = sl__path_join(o->folder, src[i].name);
+    c->n_files++;
+    if (f->name == NULL || f->path == NULL) {
+      st = sl__err_set(err, SL_STATUS_NOMEM, "out of memory");
+      break;
+    }
+    struct stat before;
+    bool have_times = src[i].prefix == NULL && stat(f->path, &before) == 0;
+    sl__st_header h;
+    if (src[i].prefix != NULL) {
+      c->arriving = true;
+      st = sl__st_parse(src[i].prefix, src[i].prefix_len, src[i].size, f->path, &h, err);
+    } else {
+      st = sl__st_read_file(f->path, &h, err);
+    }
+    if (st != SL_STATUS_OK)
+      break;
+    f->size = h.file_size;
+    if (have_times && (uint64_t)before.st_size == f->size) {
+      f->mtime_ns = ns_of(before.st_mtim);
+      f->ctime_ns = ns_of(before.st_ctim);
+    }
+    st = add_file_tensors(c, o, (uint32_t)i, &h, &cap, err);
+    sl__st_header_free(&h);
+  }
+  if (st == SL_STATUS_OK && n == 0)
+    st = sl__err_set(err, SL_STATUS_NOT_FOUND, "Cannot find any model weights with '%s'",
+                     o->what != NULL ? o->what : o->folder);
+  if (st == SL_STATUS_OK)
+    st = read_config(o, c, err);
   if (st != SL_STATUS_OK)
     sl__catalog_free(c);
   return st;
@@ -283,7 +341,7 @@ sl_status sl__catalog_build(const sl__catalog_opts *o, sl__catalog *c, sl__err *
 
 /* ---- blob ---- */
 
-static const char MAGIC[8] = {'S', 'L', 'C', 'A', 'T', '0', '0', '2'};
+static const char MAGIC[8] = {'S', 'L', 'C', 'A', 'T', '0', '0', '3'};
 
 static void put_u64(sl__buf *b, uint64_t v) {
   uint8_t x[8];
@@ -310,6 +368,7 @@ sl_status sl__catalog_serialize(const sl__catalog *c, uint8_t **blob, size_t *le
   sl__buf_append(&b, MAGIC, sizeof MAGIC);
   put_u32(&b, (uint32_t)c->format);
   put_u32(&b, c->use_safetensors ? 1 : 0);
+  put_u32(&b, c->arriving ? 1 : 0);
   put_str(&b, c->folder, strlen(c->folder));
   sl__buf_putc(&b, c->config_json != NULL ? 1 : 0);
   put_str(&b, c->config_json != NULL ? c->config_json : "", c->config_json != NULL ? c->config_len : 0);
@@ -406,10 +465,12 @@ sl_status sl__catalog_deserialize(const uint8_t *blob, size_t len, sl__catalog *
   c->format = (sl__format)get_u32(&r);
   uint32_t use_safetensors = get_u32(&r);
   c->use_safetensors = use_safetensors != 0;
+  uint32_t arriving = get_u32(&r);
+  c->arriving = arriving != 0;
   c->folder = get_str(&r, NULL);
   uint8_t has_config = r.left > 0 ? r.p[0] : 0;
   /* Flags are written as 0 or 1: anything else is not a blob this code wrote. */
-  r.bad = r.bad || use_safetensors > 1 || has_config > 1;
+  r.bad = r.bad || use_safetensors > 1 || arriving > 1 || has_config > 1;
   if (r.left > 0) {
     r.p++;
     r.left--;

@@ -50,6 +50,7 @@ typedef struct sl__catalog {
   char *folder;      /* the model folder the files were selected from */
   sl__format format; /* effective load format */
   bool use_safetensors;
+  bool arriving; /* the files are still downloading (docs/spec/HUB.md §13): each is read once complete */
   size_t n_files;
   sl__cat_file *files; /* natural order */
   size_t n_tensors;
@@ -72,6 +73,22 @@ typedef struct sl__catalog_opts {
 } sl__catalog_opts;
 
 sl_status sl__catalog_build(const sl__catalog_opts *opts, sl__catalog *out, sl__err *err);
+
+/* One safetensors file of sl__catalog_from_headers: its first bytes (at least 8 + N) and size as the
+ * Hub gave them before the download, or prefix NULL: read from opts->folder/name, already there. */
+typedef struct sl__cat_header_src {
+  const char *name;
+  uint64_t size;
+  const uint8_t *prefix;
+  size_t prefix_len;
+} sl__cat_header_src;
+
+/* The catalog of safetensors files given by their headers (in this order), the files themselves
+ * possibly still downloading into opts->folder (catalog.arriving is then set, and the times stay
+ * unknown: each rank's first open records them). config.json is read from opts->folder. The same
+ * checks, renames and errors as sl__catalog_build. */
+sl_status sl__catalog_from_headers(const sl__catalog_opts *opts, const sl__cat_header_src *src, size_t n,
+                                   sl__catalog *out, sl__err *err);
 /* An open descriptor of file f still has the size and the modification and change times the
  * catalog recorded (a file replaced, truncated or rewritten since its header was read must not be
  * read at the old offsets). With stamp: an invalid stamp is filled in (at open); a valid one must

@@ -6,3 +6,12 @@ else()
 endif()
 set_tests_properties(hub_load_4ranks PROPERTIES LABELS hub TIMEOUT 300 SKIP_RETURN_CODE 77 FIXTURES_REQUIRED models
   PROCESSORS 4 ENVIRONMENT "${SL_TEST_ENV}")
+
+# A load overlapping its download, at 1 and 2 ranks (tests/hub/test_hub_overlap.py).
+if(Python3_Interpreter_FOUND)
+  add_test(NAME hub_overlap COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_LIST_DIR}/test_hub_overlap.py)
+else()
+  add_test(NAME hub_overlap COMMAND sh -c "echo 'python3 not found: skipped'; exit 77")
+endif()
+set_tests_properties(hub_overlap PROPERTIES LABELS hub TIMEOUT 300 SKIP_RETURN_CODE 77 FIXTURES_REQUIRED models
+  PROCESSORS 2 ENVIRONMENT "${SL_TEST_ENV}")

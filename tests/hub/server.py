@@ -40,6 +40,7 @@ Every request is logged as one JSON object: port, method, path (raw, as sent), h
 (lower-cased names), auth (Authorization value or null), range, status, t and t_end (times),
 concurrent (requests in flight on that port at its start, itself included), and pid: the process
 that opened the connection, found from the peer port via /proc/net/tcp and /proc/*/fd (Linux).
+--rate B throttles every body byte of both ports together to B bytes per second (scripts/bench-hub).
 Python 3 standard library only.
 """
 
@@ -57,6 +58,22 @@ import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 STATE_LOCK = threading.Lock()
+# --rate: every body byte of both ports together passes one token bucket (bytes per second).
+RATE_LOCK = threading.Lock()
+RATE = {"bps": 0.0, "next": 0.0}
+
+
+def throttle(n):
+    """Waits until n more body bytes may be sent under --rate (no-op without it)."""
+    if RATE["bps"] <= 0:
+        return
+    with RATE_LOCK:
+        now = time.monotonic()
+        start = max(now, RATE["next"])
+        RATE["next"] = start + n / RATE["bps"]
+    if start > now:
+        time.sleep(start - now)
+
 STATE = {"repos": {}, "renames": {}, "rules": [], "log": [], "inflight": {"hub": 0, "cdn": 0}}
 PORTS = {}
 PIECE = 16384
@@ -85,6 +102,7 @@ class Repo:
                 rel = os.path.relpath(full, self.dir).replace(os.sep, "/")
                 self.files[rel] = full
         self._etags = {}
+        self._data = {}
 
     def siblings(self):
         return sorted(self.files) + self.extra
@@ -99,8 +117,18 @@ class Repo:
         return any(fnmatch.fnmatch(path, p) for p in self.lfs)
 
     def content(self, path):
-        with open(self.files[path], "rb") as f:
-            return f.read()
+        # Kept while the file is unchanged: ranged requests (chunks, headers) would otherwise each
+        # read the whole file, which made a throttled benchmark measure the server.
+        full = self.files[path]
+        st = os.stat(full)
+        key = (st.st_size, st.st_mtime_ns, st.st_ino)
+        hit = self._data.get(path)
+        if hit is not None and hit[0] == key:
+            return hit[1]
+        with open(full, "rb") as f:
+            data = f.read()
+        self._data[path] = (key, data)
+        return data
 
     def etag(self, path):
         if path not in self._etags:
@@ -259,11 +287,14 @@ class Handler(BaseHTTPRequestHandler):
         slow = action.get("slow")
         limit = len(body) if drop is None else min(drop, len(body))
         sent = 0
+        # Throttled plain bodies go in larger pieces: Python would not keep up with 16 KiB ones.
+        piece = PIECE if (slow or stall_at is not None or RATE["bps"] <= 0) else 256 * 1024
         while sent < limit:
-            n = min(PIECE, limit - sent)
+            n = min(piece, limit - sent)
             if stall_at is not None and sent < stall_at <= sent + n:
                 n = stall_at - sent
             if n > 0:
+                throttle(n)
                 self.wfile.write(body[sent:sent + n])
                 self.wfile.flush()
                 sent += n
@@ -450,7 +481,10 @@ class Server(ThreadingHTTPServer):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--port-file", required=True, help="where to write {\"hub\": N, \"cdn\": M, \"pid\": P}")
+    ap.add_argument("--rate", type=float, default=0.0,
+                    help="bytes per second for all bodies together (a throttled Hub for benchmarks); 0: unlimited")
     args = ap.parse_args()
+    RATE["bps"] = args.rate
     hub = Server("hub")
     cdn = Server("cdn")
     PORTS["hub"] = hub.server_address[1]

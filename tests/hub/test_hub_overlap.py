@@ -1,0 +1,161 @@
+#!/usr/bin/env python3
+"""test_hub_overlap.py -- a load that overlaps its Hub download (docs/spec/HUB.md §13).
+
+Through the local Hub server, from an empty cache, at 1 and 2 ranks:
+  1. the load succeeds and its pre-sharded copy is byte-identical to the one loaded from the
+     fixture folder itself; the last weight file is held back by the server (a delay before its
+     body), and rank 0's log shows a file being read while fewer files than all were complete,
+     before the last file's "downloaded" line: ordering events, not times;
+  2. the cache afterwards has the layout `shardload download` leaves: every snapshot entry a
+     relative symlink to the same blob name, the same refs, no temporaries;
+  3. the server failing the last weight file (HTTP 500 on every attempt) fails the load (mpirun
+     non-zero, every rank leaving through the agreement) with the file named, and leaves no
+     partial file visible: nothing in the snapshot for it, no blob that is not complete.
+"""
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from test_hub import HubServer  # noqa: E402
+
+FAILS = []
+SHA = "0123456789abcdef0123456789abcdef01234567"
+LAST = "model-00003-of-00003.safetensors"
+
+
+def check(cond, what):
+    if not cond:
+        FAILS.append(what)
+        print("FAIL: " + what, file=sys.stderr)
+
+
+def run(argv, env, timeout=150):
+    p = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout)
+    return p.returncode, p.stdout, p.stderr
+
+
+def files_of(folder):
+    out = {}
+    for name in sorted(os.listdir(folder)):
+        with open(os.path.join(folder, name), "rb") as f:
+            out[name] = f.read()
+    return out
+
+
+def layout(cache):
+    """Snapshot entries -> blob names, refs, and every name under blobs/."""
+    repo = os.path.join(cache, "models--org--llama")
+    snap = os.path.join(repo, "snapshots", SHA)
+    links = {}
+    for name in sorted(os.listdir(snap)) if os.path.isdir(snap) else []:
+        p = os.path.join(snap, name)
+        links[name] = os.readlink(p) if os.path.islink(p) else "(not a link)"
+    refs = {}
+    rdir = os.path.join(repo, "refs")
+    for name in sorted(os.listdir(rdir)) if os.path.isdir(rdir) else []:
+        with open(os.path.join(rdir, name)) as f:
+            refs[name] = f.read()
+    blobs = sorted(os.listdir(os.path.join(repo, "blobs"))) if os.path.isdir(os.path.join(repo, "blobs")) else []
+    return links, refs, blobs
+
+
+def blobs_complete(cache):
+    """Every non-temporary LFS blob (64-hex name) hashes to its name."""
+    bdir = os.path.join(cache, "models--org--llama", "blobs")
+    bad = []
+    for name in os.listdir(bdir) if os.path.isdir(bdir) else []:
+        if len(name) == 64 and re.fullmatch(r"[0-9a-f]{64}", name):
+            with open(os.path.join(bdir, name), "rb") as f:
+                if hashlib.sha256(f.read()).hexdigest() != name:
+                    bad.append(name)
+    return bad
+
+
+def main():
+    fixtures = os.environ["SL_FIXTURES"]
+    cli = os.environ["SL_CLI"]
+    mpirun = os.environ["SL_MPIRUN"]
+    model_dir = os.path.join(fixtures, "llama")
+    work = tempfile.mkdtemp(prefix="sl-hubovl-")
+    server = HubServer(work)
+    try:
+        base = dict(os.environ)
+        base.update({"HF_ENDPOINT": server.endpoint, "HF_HOME": os.path.join(work, "home"), "SHARDLOAD_LOG": "info"})
+        base.pop("HF_HUB_OFFLINE", None)
+        # the last weight's body (a plain GET, not the ranged header request) comes 2 s late
+        hold = [{"port": "cdn", "method": "GET", "path": LAST, "range": False, "action": {"delay": 2.0},
+                 "times": -1}]
+        for ranks in (1, 2):
+            tp = ["--tp", str(ranks), "--hub-backoff-base-ms", "10"]
+            # the reference: the same load from the fixture folder
+            ref = os.path.join(work, "ref-%d" % ranks)
+            env = dict(base, HF_HUB_CACHE=os.path.join(work, "unused"))
+            rc, _, err = run([mpirun, "-np", str(ranks), cli, "load", model_dir] + tp + ["--save-sharded", ref], env)
+            check(rc == 0, "%d rank(s): local load succeeds: %s" % (ranks, err[-1500:]))
+
+            # 1. overlapped download + load
+            cache = os.path.join(work, "cache-%d" % ranks)
+            env = dict(base, HF_HUB_CACHE=cache)
+            server.configure({"org/llama": {"dir": model_dir, "sha": SHA}}, rules=hold)
+            copy = os.path.join(work, "hub-%d" % ranks)
+            rc, _, err = run([mpirun, "-np", str(ranks), cli, "load", "org/llama"] + tp + ["--save-sharded", copy], env)
+            check(rc == 0, "%d rank(s): load through the Hub succeeds (rc=%d): %s" % (ranks, rc, err[-2500:]))
+            lines = err.splitlines()
+            reads = [i for i, l in enumerate(lines)
+                     if re.match(r"\[shardload 0\] info: reading \S+ \((\d+) of 3 files complete\)", l)
+                     and int(re.search(r"\((\d+) of 3", l).group(1)) < 3]
+            last = [i for i, l in enumerate(lines) if l.startswith("[shardload 0] info: downloaded %s" % LAST)]
+            check(reads != [] and last != [] and reads[0] < last[0],
+                  "%d rank(s): rank 0 read a file before the last one was downloaded: %s" % (ranks, err[-2500:]))
+            if ranks == 2:
+                check(any(l.startswith("[shardload 1] info: reading ") for l in lines),
+                      "rank 1 read files as they arrived: " + err[-1500:])
+            if rc == 0:
+                a = files_of(copy)
+                b = {k: v for k, v in files_of(ref).items() if k in a}
+                check(sorted(a) == sorted(b) and all(a[k] == b[k] for k in a),
+                      "%d rank(s): every pre-sharded byte equals the local load's" % ranks)
+
+            # 2. the cache is what `shardload download` leaves (for the files the load fetched)
+            dl_cache = os.path.join(work, "dl-%d" % ranks)
+            server.rules([])
+            rc, out, err = run([cli, "download", "org/llama", "--quiet"], dict(base, HF_HUB_CACHE=dl_cache))
+            check(rc == 0, "download succeeds: " + err[-1000:])
+            la, ra, ba = layout(cache)
+            ld, rd, bd = layout(dl_cache)
+            check(la != {} and all(ld.get(k) == v for k, v in la.items()),
+                  "%d rank(s): same snapshot links as shardload download (%s vs %s)" % (ranks, la, ld))
+            check(ra == rd, "same refs (%s vs %s)" % (ra, rd))
+            check(set(ba) <= set(bd) and not any(n.endswith(".incomplete") for n in ba),
+                  "same blob names, no temporaries (%s vs %s)" % (ba, bd))
+            check(blobs_complete(cache) == [], "every blob is complete")
+
+            # 3. the last weight fails on the server: every rank fails, the file named, nothing partial
+            cache = os.path.join(work, "fail-%d" % ranks)
+            env = dict(base, HF_HUB_CACHE=cache)
+            server.rules([{"port": "cdn", "method": "GET", "path": LAST, "range": False, "action": {"status": 500},
+                           "times": -1}])
+            rc, _, err = run([mpirun, "-np", str(ranks), cli, "load", "org/llama"] + tp, env)
+            check(rc != 0, "%d rank(s): a failed download fails the load" % ranks)
+            check(LAST in err and "500" in err, "%d rank(s): the failure names the file: %s" % (ranks, err[-2000:]))
+            check("timeout_s" not in err and "not heard from" not in err,
+                  "%d rank(s): no watchdog expiry: %s" % (ranks, err[-1500:]))
+            links, _, blobs = layout(cache)
+            check(LAST not in links, "%d rank(s): no snapshot entry for the failed file" % ranks)
+            check(blobs_complete(cache) == [], "%d rank(s): no partial blob under a blob name (%s)" % (ranks, blobs))
+    finally:
+        server.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    print("%d failures" % len(FAILS), file=sys.stderr)
+    return 1 if FAILS else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
