@@ -124,6 +124,11 @@ static sl_status map_param(mapper *m, size_t i, uint64_t ph, void **ptr) {
         return sl__err_set(m->err, errno == ENOMEM ? SL_STATUS_NOMEM : SL_STATUS_IO,
                            "cannot map %llu bytes of %s at offset %llu: %s", (unsigned long long)(hi - lo),
                            m->cat->files[f].path, (unsigned long long)(foff + (lo - a)), strerror(errno));
+      /* No read-around on faults: an uncached page of a file mapping otherwise pulls in a window
+       * of the device's read-ahead around it (128 KiB and more), i.e. other ranks' bytes, which
+       * on shared storage are reads the plan never made. The populate asks for exactly the
+       * mapped range instead (sl__filemap_populate). */
+      (void)madvise(p, (size_t)(hi - lo), MADV_RANDOM);
       m->out->bytes_mapped += hi - lo;
       st = read_edge(m, fd, f, base + a, lo - a, foff);
       if (st == SL_STATUS_OK)
@@ -229,6 +234,10 @@ done:
   return st;
 }
 
+/* The kernel's default read-ahead window (VM_READAHEAD_PAGES): one MADV_WILLNEED request reads
+ * at most the larger of the device's window and its optimal I/O size, never less than this. */
+#define SL_FILEMAP_PREFETCH_BYTES ((size_t)128 << 10)
+
 sl_status sl__filemap_populate(const void *p, uint64_t len, const char *path, uint64_t off, sl__err *err) {
   if (len == 0)
     return SL_STATUS_OK;
@@ -236,6 +245,12 @@ sl_status sl__filemap_populate(const void *p, uint64_t len, const char *path, ui
   uintptr_t a = (uintptr_t)p;
   uintptr_t lo = a - a % page;
   size_t n = (size_t)(a + len - lo);
+  /* The mapping reads nothing around a fault (map_param): ask the kernel to read exactly this
+   * range first, in steps no larger than the smallest read-ahead window it honours per request,
+   * so the reads stay large and no page outside the range is read. */
+  for (size_t k = 0; k < n; k += SL_FILEMAP_PREFETCH_BYTES)
+    (void)madvise((void *)(lo + k), n - k < SL_FILEMAP_PREFETCH_BYTES ? n - k : SL_FILEMAP_PREFETCH_BYTES,
+                  MADV_WILLNEED);
 #ifdef MADV_POPULATE_READ
   /* One call faults the whole range in (reading it from storage where it is not cached) and
    * reports an I/O error as EFAULT instead of a SIGBUS on a later access. */
