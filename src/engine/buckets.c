@@ -6,6 +6,8 @@
  */
 #include "engine/engine.h"
 
+#include "engine/file_gate.h"
+
 #include "base/util.h"
 
 /* After a broadcast: bucket items (packed piece bytes) → local copies. */
@@ -51,7 +53,32 @@ static bool bucket_ready(sl__engine *e, void *arg) {
   return e->bucket_left[*(size_t *)arg] == 0;
 }
 
-/* One broadcast bucket: wait for my reads as its reader, broadcast, scatter. */
+/* Stops a wait for a file when the load stops; answers the other ranks (watchdog) meanwhile. */
+static bool gate_give_up(void *arg) {
+  sl__engine *e = arg;
+  sl__comm_poll(e->t->comm);
+  return sl__comm_abort_check(e->t->comm) || atomic_load(&e->failed);
+}
+
+/* While the files still download (docs/spec/HUB.md §13), a receiver waits for the bucket's files
+ * napping: its broadcast would otherwise poll a core away from the download and the reader. */
+static sl_status wait_bucket_files(sl__engine *e, const sl__bucket *b, bool *aborted) {
+  sl__transfer *t = e->t;
+  for (uint32_t i = 0; t->gate != NULL && i < b->n_items; i++) {
+    const sl__piece *P = &t->sched->pieces[t->sched->items[b->first_item + i].piece];
+    sl_status st = sl__file_gate_wait(t->gate, t->cat->tensors[P->tensor].file, gate_give_up, e, e->err);
+    if (st == SL_STATUS_PEER_FAILED) {
+      *aborted = true; /* the abort channel or a reader thread says why */
+      return SL_STATUS_OK;
+    }
+    if (st != SL_STATUS_OK)
+      return st;
+  }
+  return SL_STATUS_OK;
+}
+
+/* One broadcast bucket: wait for my reads as its reader (for its files as a receiver), broadcast,
+ * scatter. */
 static sl_status broadcast_bucket(sl__engine *e, size_t j, sl__transfer_stats *stats, double *t_bcast,
                                   bool *aborted) {
   sl__transfer *t = e->t;
@@ -59,6 +86,10 @@ static sl_status broadcast_bucket(sl__engine *e, size_t j, sl__transfer_stats *s
   const sl__bucket *b = &t->sched->buckets[e->my_buckets[j]];
   if (b->reader == me) {
     sl_status st = sl__engine_wait_for(e, bucket_ready, &j, aborted);
+    if (st != SL_STATUS_OK || *aborted)
+      return st;
+  } else {
+    sl_status st = wait_bucket_files(e, b, aborted);
     if (st != SL_STATUS_OK || *aborted)
       return st;
   }

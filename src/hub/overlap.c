@@ -184,11 +184,13 @@ sl_status sl__hub_pending_start(sl__hub_run *p, void (*ready)(void *ctx, size_t 
   p->on_ready = ready;
   p->on_fail = failed;
   p->ctx = ctx;
-  /* One file at a time, in order: the first file is complete after one file's time, not after
-   * hub_parallel_files files'. What the parallel files gave (several connections at once) comes
-   * from ranged chunks within each file instead: any file above one chunk, chunks of at most
-   * SL_HUB_OVERLAP_CHUNK. */
-  p->max_threads = 1;
+  /* Two files at a time, in read order: a file is complete after about two files' time, and the
+   * next file's chunks keep the link busy while the current one's last chunks finish (one file at
+   * a time left it half idle at every file boundary: 336 MB in 4 files at 52 MB/s, 2 ranks,
+   * download + load 8.05 s -> 7.67 s). What more parallel files would give (several connections)
+   * comes from ranged chunks within each file instead: any file above one chunk, chunks of at
+   * most SL_HUB_OVERLAP_CHUNK. */
+  p->max_threads = 2;
   if (p->own_opts.chunk_bytes > SL_HUB_OVERLAP_CHUNK)
     p->own_opts.chunk_bytes = SL_HUB_OVERLAP_CHUNK;
   if (p->own_opts.parallel_threshold > p->own_opts.chunk_bytes)
