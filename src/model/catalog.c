@@ -229,6 +229,21 @@ static sl_status read_config(const sl__catalog_opts *o, sl__catalog *c, sl__err 
   return st;
 }
 
+/* File i's size and, when a stat before its header was read saw that size, its times (any write
+ * later shows when the ranks read); then its tensors. Frees the header. */
+static sl_status add_header(sl__catalog *c, const sl__catalog_opts *o, uint32_t i, sl__st_header *h,
+                            const struct stat *before, size_t *cap, sl__err *err) {
+  sl__cat_file *f = &c->files[i];
+  f->size = h->file_size;
+  if (before != NULL && (uint64_t)before->st_size == f->size) {
+    f->mtime_ns = ns_of(before->st_mtim);
+    f->ctime_ns = ns_of(before->st_ctim);
+  }
+  sl_status st = add_file_tensors(c, o, i, h, cap, err);
+  sl__st_header_free(h);
+  return st;
+}
+
 sl_status sl__catalog_build(const sl__catalog_opts *o, sl__catalog *c, sl__err *err) {
   memset(c, 0, sizeof *c);
   sl__hashmap_init(&c->by_name, SL_HASHMAP_BORROW);
@@ -269,13 +284,7 @@ sl_status sl__catalog_build(const sl__catalog_opts *o, sl__catalog *c, sl__err *
       st = sl__st_read_file(f->path, &h, err);
     if (st != SL_STATUS_OK)
       break;
-    f->size = h.file_size;
-    if (have_times && (uint64_t)before.st_size == f->size) {
-      f->mtime_ns = ns_of(before.st_mtim);
-      f->ctime_ns = ns_of(before.st_ctim);
-    }
-    st = add_file_tensors(c, o, (uint32_t)i, &h, &cap, err);
-    sl__st_header_free(&h);
+    st = add_header(c, o, (uint32_t)i, &h, have_times ? &before : NULL, &cap, err);
   }
   if (st == SL_STATUS_OK && sel.use_safetensors)
     st = check_index_tensors(c, o, &sel, err);
@@ -321,13 +330,7 @@ sl_status sl__catalog_from_headers(const sl__catalog_opts *o, const sl__cat_head
     }
     if (st != SL_STATUS_OK)
       break;
-    f->size = h.file_size;
-    if (have_times && (uint64_t)before.st_size == f->size) {
-      f->mtime_ns = ns_of(before.st_mtim);
-      f->ctime_ns = ns_of(before.st_ctim);
-    }
-    st = add_file_tensors(c, o, (uint32_t)i, &h, &cap, err);
-    sl__st_header_free(&h);
+    st = add_header(c, o, (uint32_t)i, &h, have_times ? &before : NULL, &cap, err);
   }
   if (st == SL_STATUS_OK && n == 0)
     st = sl__err_set(err, SL_STATUS_NOT_FOUND, "Cannot find any model weights with '%s'",

@@ -17,36 +17,21 @@ import hashlib
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from test_hub import HubServer  # noqa: E402
+import test_hub_load  # noqa: E402
+from test_hub_load import FAILS, check, files_of  # noqa: E402  (the checks this test shares)
 
-FAILS = []
 SHA = "0123456789abcdef0123456789abcdef01234567"
 LAST = "model-00003-of-00003.safetensors"
 
 
-def check(cond, what):
-    if not cond:
-        FAILS.append(what)
-        print("FAIL: " + what, file=sys.stderr)
-
-
 def run(argv, env, timeout=150):
-    p = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout)
-    return p.returncode, p.stdout, p.stderr
-
-
-def files_of(folder):
-    out = {}
-    for name in sorted(os.listdir(folder)):
-        with open(os.path.join(folder, name), "rb") as f:
-            out[name] = f.read()
-    return out
+    return test_hub_load.run(argv, env, timeout)
 
 
 def layout(cache):
