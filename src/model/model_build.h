@@ -64,6 +64,8 @@ sl_status sl__model_to_checkpoint_layout(sl__model_builder *b);
 sl__mparam *sl__model_push_param(sl__model_builder *b);
 /* Frees what one parameter owns. */
 void sl__model_mparam_free(sl__mparam *p);
+/* Companion p takes weight w's place, layer and head counts (model_param.c). */
+void sl__mparam_inherit(sl__mparam *p, const sl__mparam *w);
 
 /* ---- quantization companions (model/model_quant.c) ---- */
 

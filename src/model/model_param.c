@@ -278,12 +278,7 @@ static sl_status add_scale_param(sl__model_builder *b, size_t weight_index) {
   sp->src = src;
   sp->n_src = n_src;
   sp->style = w->style;
-  sp->place = w->place;
-  sp->layer = w->layer;
-  sp->q_heads = w->q_heads;
-  sp->kv_heads = w->kv_heads;
-  sp->head_dim = w->head_dim;
-  sp->v_head_dim = w->v_head_dim;
+  sl__mparam_inherit(sp, w);
   sp->experts = w->experts;
   sp->expert_rows = w->expert_rows;
   sp->block_rows = b->m->block_rows;
@@ -324,6 +319,16 @@ static sl_status add_scale_param(sl__model_builder *b, size_t weight_index) {
 }
 
 /* Instantiates spec parameter sp (at layer, or -1) in the vllm layout. */
+/* A companion of weight w (scales, zeros, group indices) sits where w sits and shares its heads. */
+void sl__mparam_inherit(sl__mparam *p, const sl__mparam *w) {
+  p->place = w->place;
+  p->layer = w->layer;
+  p->q_heads = w->q_heads;
+  p->kv_heads = w->kv_heads;
+  p->head_dim = w->head_dim;
+  p->v_head_dim = w->v_head_dim;
+}
+
 sl_status sl__model_build_param(sl__model_builder *b, const sl__spec_param *sp, int64_t layer) {
   bool on = true;
   if (sp->when != NULL) {

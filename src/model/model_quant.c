@@ -163,12 +163,7 @@ static sl_status add_companion(sl__model_builder *b, size_t wi, const char *suff
   p->src = src;
   p->n_src = w->n_src;
   p->style = style;
-  p->place = w->place;
-  p->layer = w->layer;
-  p->q_heads = w->q_heads;
-  p->kv_heads = w->kv_heads;
-  p->head_dim = w->head_dim;
-  p->v_head_dim = w->v_head_dim;
+  sl__mparam_inherit(p, w);
   p->dtype = b->cat->tensors[src[0].tensor].dtype;
   for (size_t i = 1; i < p->n_src; i++)
     if (b->cat->tensors[src[i].tensor].dtype != p->dtype)
@@ -358,14 +353,9 @@ static sl_status int4_param(sl__model_builder *b, const sl__mparam *w, char **st
   *made = true;
   p->style = SL_STYLE_INT4;
   p->quant_of = w->style;
-  p->place = w->place;
-  p->layer = w->layer;
+  sl__mparam_inherit(p, w);
   p->alias_of = SL_NONE;
   p->only_expert = SL_NONE;
-  p->q_heads = w->q_heads;
-  p->kv_heads = w->kv_heads;
-  p->head_dim = w->head_dim;
-  p->v_head_dim = w->v_head_dim;
   p->dtype = b->cat->tensors[p->src[0].tensor].dtype;
   bool gptq = m->int4 == SL_INT4_GPTQ;
   p->pack_out = kind == INT4_QZEROS || (kind == INT4_QWEIGHT && !gptq) ? INT4_PACK : 1;
