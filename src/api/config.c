@@ -66,6 +66,9 @@ static const key_def keys[] = {
     {"staging_bytes", T_POS, "268435456", NULL, "staging memory cap per rank, bytes"},
     {"read_chunk_bytes", T_POS, "16777216", NULL, "largest single read, bytes"},
     {"coalesce_gap_bytes", T_U64, "4096", NULL, "read across gaps up to this size to merge ranges"},
+    {"two_phase_reads", T_BOOL, "true", NULL,
+     "row-parallel slices: each rank reads whole rows, then the ranks swap column blocks (false: "
+     "each rank reads its columns row by row)"},
     {"bucket_bytes", T_POS, "67108864", NULL, "broadcast bucket size, bytes"},
     {"save_sharded", T_STR, NULL, NULL, "write each rank's parameters to this folder"},
     {"save_max_part_bytes", T_POS, "5368709120", NULL, "largest part file of save_sharded, bytes"},

@@ -89,6 +89,7 @@ sl_status sl__opts_from_config(const sl_config *cfg, sl__opts *o, sl__err *err) 
                        "load_strategy 'mmap' maps host parameters onto the checkpoint files; with device "
                        "'cuda' use auto, direct or io_uring");
   o->prefault = sl__config_bool(cfg, "prefault");
+  o->two_phase = sl__config_bool(cfg, "two_phase_reads");
   uint32_t threads_flag = sl__config_is_set(cfg, "threads") ? u32_key(cfg, "threads", err, &st) : 0;
   if (st != SL_STATUS_OK)
     return st;
@@ -161,6 +162,7 @@ void sl__plan_opts_from(const sl__opts *o, const sl__layout *layout, const uint3
                          .eplb = o->eplb,
                          .redundant = o->redundant,
                          .coalesce_gap = o->coalesce_gap,
+                         .per_row_reads = !o->two_phase,
                          .bucket_bytes = sl__effective_bucket(o),
                          .read_chunk = sl__effective_chunk(o)};
 }

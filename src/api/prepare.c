@@ -148,6 +148,10 @@ static void gate_failed(void *ctx, const sl__err *e) {
   sl__file_gate_fail(ctx, e);
 }
 
+static double hub_last_bytes(void *ctx) {
+  return sl__hub_pending_last_bytes(ctx);
+}
+
 /* The weights still downloading: the catalog from their headers, a gate, the downloads started.
  * A spec that selects files its own way waits for the download instead (the listing's selection
  * used the default patterns). */
@@ -232,6 +236,8 @@ sl_status sl__prepare_gate(sl__prepared *p, sl__comm *c, sl__file_gate **gate, s
   if (p->hub != NULL) {
     c->abort_hook = sl__file_gate_failed;
     c->abort_hook_ctx = p->gate;
+    c->progress_hook = hub_last_bytes;
+    c->progress_hook_ctx = p->hub;
   }
   if (p->gate == NULL && p->cat.arriving && p->hub == NULL) {
     const char **paths = calloc(p->cat.n_files + 1, sizeof *paths);
@@ -262,6 +268,7 @@ sl_status sl__prepare_download_wait(sl__prepared *p, sl__comm *c, sl_status st, 
   sl__hub_result r;
   sl__err herr;
   sl__err_clear(&herr);
+  c->progress_hook = NULL; /* p->hub ends here */
   sl_status hst = sl__hub_pending_finish(p->hub, cancel, &r, &herr);
   p->hub = NULL;
   if (hst == SL_STATUS_OK) {

@@ -50,6 +50,10 @@ typedef struct sl__comm {
    * with the abort channel, it raises the abort when it returns true. NULL: none. */
   bool (*abort_hook)(void *ctx);
   void *abort_hook_ctx;
+  /* Progress this rank makes outside the load's own waits and reads (a Hub download behind the
+   * load): sl__now() of the latest, or 0. The watchdog counts it like last_progress. NULL: none. */
+  double (*progress_hook)(void *ctx);
+  void *progress_hook_ctx;
   size_t n_groups;
   MPI_Comm *groups;      /* per broadcast group: its communicator, MPI_COMM_NULL if not a member */
   int *group_rank;       /* our rank in each group, -1 if not a member */

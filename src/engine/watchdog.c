@@ -190,10 +190,18 @@ static void send_all(sl__comm *c, int tag, const char *text) {
       send_to(c, r, tag, text);
 }
 
+/* Seconds since this rank last progressed: its waits and reads, or what progress_hook reports. */
+static double idle_s(const sl__comm *c) {
+  double last = c->last_progress;
+  double other = c->progress_hook != NULL ? c->progress_hook(c->progress_hook_ctx) : 0;
+  last = other > last ? other : last;
+  return last > 0 ? sl__now() - last : 1e9;
+}
+
 /* The answer to an alive query: seconds since this rank's last progress, then its phase. */
 static void answer(sl__comm *c, int r) {
   char text[PHASE_MAX];
-  double idle = c->last_progress > 0 ? sl__now() - c->last_progress : 1e9;
+  double idle = idle_s(c);
   snprintf(text, sizeof text, "%.3f %s", idle, c->waiting_for != NULL ? c->waiting_for : phase_of(c));
   send_to(c, r, PONG_TAG, text);
 }
@@ -345,7 +353,7 @@ bool sl__comm_expire(sl__comm *c, const char *what, double waited) {
     report(c, what, waited, -1, NULL, NULL);
     return false;
   }
-  h.min_idle = c->last_progress > 0 ? sl__now() - c->last_progress : 1e9;
+  h.min_idle = idle_s(c);
   send_all(c, PING_TAG, phase_of(c));
   listen(c, &h, sl__now() + grace_s(c), true);
   if (h.end_from >= 0) { /* another rank decided first: report as it asks */

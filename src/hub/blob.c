@@ -79,6 +79,7 @@ static void sink_data(void *user, uint64_t offset, const void *bytes, size_t n) 
   sl__hub_run *r = f->run;
   pthread_mutex_lock(&r->mu);
   r->bytes_downloaded += n;
+  r->last_bytes_at = sl__now();
   r->prog.bytes += n;
   snprintf(r->prog.current, sizeof r->prog.current, "%s", f->path);
   r->prog.current_done = f->done;

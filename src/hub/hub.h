@@ -140,13 +140,16 @@ sl_status sl__hub_resolve_begin(const char *repo_id, const sl__hub_opts *opts, s
                                 struct sl__hub_run **pending, sl__err *err);
 /* The weights, in download order (the selection's natural order); valid until finish. */
 const sl__hub_file *sl__hub_pending_files(const struct sl__hub_run *p, size_t *n);
-/* Downloads the weights one file at a time in the background, then the other files. ready(ctx, i)
+/* Downloads the weights in the background (two files at a time, in order), then the other files. ready(ctx, i)
  * runs on a download thread once weight i is in the snapshot with the header fetched first;
  * failed(ctx, e) once, on the first failure (the downloads stop; no partial file is visible). */
 sl_status sl__hub_pending_start(struct sl__hub_run *p, void (*ready)(void *ctx, size_t weight),
                                 void (*failed)(void *ctx, const sl__err *e), void *ctx, sl__err *err);
 /* Whether the background downloads have ended (ok or not). */
 bool sl__hub_pending_done(struct sl__hub_run *p);
+/* sl__now() when the background downloads last received a byte (0: none yet): a download that
+ * still moves is progress for the load's watchdog, however long one file takes. */
+double sl__hub_pending_last_bytes(struct sl__hub_run *p);
 /* Waits for the downloads (cancel: stops them first), fills the figures of out, frees p. */
 sl_status sl__hub_pending_finish(struct sl__hub_run *p, bool cancel, sl__hub_result *out, sl__err *err);
 

@@ -209,6 +209,13 @@ bool sl__hub_pending_done(sl__hub_run *p) {
   return done;
 }
 
+double sl__hub_pending_last_bytes(sl__hub_run *p) {
+  pthread_mutex_lock(&p->mu);
+  double t = p->last_bytes_at;
+  pthread_mutex_unlock(&p->mu);
+  return t;
+}
+
 sl_status sl__hub_pending_finish(sl__hub_run *p, bool cancel, sl__hub_result *out, sl__err *err) {
   memset(out, 0, sizeof *out);
   if (cancel)

@@ -69,6 +69,7 @@ typedef struct sl__hub_run {
   size_t next_job;
   uint64_t bytes_downloaded;
   uint32_t files_downloaded;
+  double last_bytes_at; /* sl__now() when the last body byte arrived (0: none yet) */
   sl__hub_progress prog;
   double t0;           /* when the resolution started */
   uint32_t max_threads; /* download threads at most (0: hub_parallel_files) */

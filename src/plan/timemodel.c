@@ -8,14 +8,21 @@
  * is touched: the node reads the span. Row slices narrower than a block on different nodes thus
  * both pull the shared blocks, which is what a network file system carries.
  *
+ * A two-phase exchange (plan/twophase.h) is read as its members read it: each member a contiguous
+ * block of whole rows; its column pieces are not read as such.
+ *
  * Network: only traffic between nodes counts (a group within one node uses shared memory). The
  * buckets are broadcast one after another in one global order, each a collective of its group; a
  * root sends ceil(log2 n) copies of a bucket spread over n nodes (a binomial tree), and every node
- * of the group waits for it. A node's broadcast time is the sum over the buckets it takes part in;
- * the busiest node's time is added to the slowest node's storage time (a root reads a bucket
- * before it sends it, and reads and broadcasts share the node's link).
+ * of the group waits for it. An exchange round is an all-to-all instead: every member sends every
+ * other member that member's columns of its rows, so a node sends and receives at once, and the
+ * round lasts as long as the larger of the two over the node's link. A node's broadcast time is
+ * the sum over the buckets it takes part in; the busiest node's time is added to the slowest
+ * node's storage time (a root reads a bucket before it sends it, and reads and broadcasts share
+ * the node's link).
  */
 #include "plan/stats.h"
+#include "plan/twophase.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -73,13 +80,35 @@ static uint64_t run_blocks(const run *r, uint64_t B) {
 /* Per node: the storage blocks its readers' pieces touch. */
 static sl_status storage_blocks(sl__figures *f, const sl__schedule *s, const sl__catalog *cat,
                                 const sl__node_layout *l, sl__err *err) {
-  run *runs = calloc(s->n_pieces + 1, sizeof *runs);
+  size_t cap = s->n_pieces;
+  for (size_t x = 0; x < s->n_xchgs; x++)
+    cap += s->groups[s->xchgs[x].group].n;
+  run *runs = calloc(cap + 1, sizeof *runs);
   if (runs == NULL)
     return sl__err_set(err, SL_STATUS_NOMEM, "out of memory in the time model");
+  size_t n_runs = 0;
+  /* Exchanges: each member's block of whole rows, one contiguous range. */
+  for (size_t x = 0; x < s->n_xchgs; x++) {
+    const sl__xchg *X = &s->xchgs[x];
+    const sl__group *g = &s->groups[X->group];
+    const sl__cat_tensor *t = &cat->tensors[X->tensor];
+    for (uint32_t m = 0; m < g->n; m++) {
+      uint64_t lo = 0, hi = 0;
+      sl__xchg_rows(X, g->n, m, UINT64_MAX, &lo, &hi);
+      if (hi > lo)
+        runs[n_runs++] = (run){.node = node_of(l, s->group_members[g->off + m]),
+                               .file = t->file,
+                               .base = t->offset + X->src_off + lo * X->row_bytes,
+                               .rows = 1,
+                               .c1 = (hi - lo) * X->row_bytes};
+    }
+  }
   for (size_t k = 0; k < s->n_pieces; k++) {
     const sl__piece *P = &s->pieces[k];
+    if (P->xchg != SL_NONE)
+      continue; /* read as whole rows, above */
     const sl__cat_tensor *t = &cat->tensors[P->tensor];
-    run *r = &runs[k];
+    run *r = &runs[n_runs++];
     r->node = node_of(l, P->reader);
     r->file = t->file;
     if (P->rows <= 1 || P->src_stride == P->row_bytes) {
@@ -96,12 +125,12 @@ static sl_status storage_blocks(sl__figures *f, const sl__schedule *s, const sl_
                  .c1 = col + P->row_bytes};
     }
   }
-  qsort(runs, s->n_pieces, sizeof *runs, run_cmp);
+  qsort(runs, n_runs, sizeof *runs, run_cmp);
   uint64_t B = f->block;
-  for (size_t i = 0; i < s->n_pieces;) {
+  for (size_t i = 0; i < n_runs;) {
     run m = runs[i++];
     /* Column slices of the same rows on the same node, gaps under a block: one run. */
-    while (i < s->n_pieces && runs[i].node == m.node && runs[i].file == m.file &&
+    while (i < n_runs && runs[i].node == m.node && runs[i].file == m.file &&
            runs[i].stride == m.stride && runs[i].rows == m.rows && runs[i].base == m.base && m.stride != 0 &&
            runs[i].c0 <= m.c1 + B) {
       m.c1 = runs[i].c1 > m.c1 ? runs[i].c1 : m.c1;
@@ -113,18 +142,59 @@ static sl_status storage_blocks(sl__figures *f, const sl__schedule *s, const sl_
   return SL_STATUS_OK;
 }
 
+/* One exchange round over the nodes: member m sends member r (r != m) its rows of r's column
+ * block; what crosses between nodes counts, and each node of the group waits for the larger of
+ * what it sends and receives. out/in: per-node scratch, zero on entry and on return. */
+static void exchange_round(sl__figures *f, const sl__schedule *s, const sl__bucket *bk, const sl__node_layout *l,
+                           uint64_t *out, uint64_t *in) {
+  const sl__xchg *X = &s->xchgs[bk->xchg];
+  const sl__group *g = &s->groups[bk->group];
+  for (uint32_t m = 0; m < g->n; m++) {
+    uint64_t lo = 0, hi = 0;
+    sl__xchg_rows(X, g->n, m, bk->round, &lo, &hi);
+    uint64_t bytes = (hi - lo) * X->col_bytes;
+    uint32_t nm = node_of(l, s->group_members[g->off + m]);
+    for (uint32_t r = 0; r < g->n; r++) {
+      uint32_t nr = node_of(l, s->group_members[g->off + r]);
+      if (r != m && nr != nm) {
+        out[nm] += bytes;
+        in[nr] += bytes;
+      }
+    }
+  }
+  double rate = f->network_gbps * 1e9;
+  for (uint32_t j = 0; j < g->n; j++) {
+    uint32_t node = node_of(l, s->group_members[g->off + j]);
+    if (out[node] == 0 && in[node] == 0)
+      continue; /* done (a node with several members), or nothing crossed its link */
+    uint64_t most = out[node] > in[node] ? out[node] : in[node];
+    f->nodes[node].net_out += out[node];
+    f->nodes[node].net_in += in[node];
+    f->nodes[node].bcast_s += rate > 0 ? (double)most / rate : 0;
+    out[node] = in[node] = 0;
+  }
+}
+
 /* Per node: broadcast bytes in and out over its link, and the seconds of the buckets it is in. */
 static sl_status broadcasts(sl__figures *f, const sl__schedule *s, const sl__node_layout *l, sl__err *err) {
   uint32_t *seen = calloc(f->n_nodes + 1, sizeof *seen); /* bucket index + 1 that marked the node */
   uint32_t *list = calloc(f->n_nodes + 1, sizeof *list);
-  if (seen == NULL || list == NULL) {
+  uint64_t *xout = calloc(f->n_nodes + 1, sizeof *xout);
+  uint64_t *xin = calloc(f->n_nodes + 1, sizeof *xin);
+  if (seen == NULL || list == NULL || xout == NULL || xin == NULL) {
     free(seen);
     free(list);
+    free(xout);
+    free(xin);
     return sl__err_set(err, SL_STATUS_NOMEM, "out of memory in the time model");
   }
   double rate = f->network_gbps * 1e9;
   for (size_t b = 0; b < s->n_buckets; b++) {
     const sl__bucket *bk = &s->buckets[b];
+    if (bk->xchg != SL_NONE) {
+      exchange_round(f, s, bk, l, xout, xin);
+      continue;
+    }
     const sl__group *g = &s->groups[bk->group];
     uint32_t n = 0;
     for (uint32_t j = 0; j < g->n; j++) {
@@ -150,6 +220,8 @@ static sl_status broadcasts(sl__figures *f, const sl__schedule *s, const sl__nod
   }
   free(seen);
   free(list);
+  free(xout);
+  free(xin);
   return SL_STATUS_OK;
 }
 

@@ -31,7 +31,7 @@ Fault rules (first rule that matches and still has `times` left applies; times -
          header value, or true/false for present/absent)
   action keys (combinable): "status" + "headers" + "body" (reply with that status),
          "delay" (s before replying), "drop_after" (send K body bytes then cut the connection),
-         "stall_after" + "stall" (pause K bytes into the body), "slow" (s between 16 KiB pieces),
+         "stall_after" + "stall" (pause K bytes into the body), "slow" (s between 16 KiB pieces; "piece": another size),
          "corrupt" (flip the byte at that content offset), "truncate"/"extend" (serve N bytes
          fewer/more, consistently announced), "ignore_range" (answer 200 with everything),
          "head_set" {name: value} / "head_remove" [names] (edit the reply headers).
@@ -289,6 +289,7 @@ class Handler(BaseHTTPRequestHandler):
         sent = 0
         # Throttled plain bodies go in larger pieces: Python would not keep up with 16 KiB ones.
         piece = PIECE if (slow or stall_at is not None or RATE["bps"] <= 0) else 256 * 1024
+        piece = max(1, int(action.get("piece", piece)))
         while sent < limit:
             n = min(piece, limit - sent)
             if stall_at is not None and sent < stall_at <= sent + n:

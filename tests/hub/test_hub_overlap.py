@@ -10,7 +10,10 @@ Through the local Hub server, from an empty cache, at 1 and 2 ranks:
      relative symlink to the same blob name, the same refs, no temporaries;
   3. the server failing the last weight file (HTTP 500 on every attempt) fails the load (mpirun
      non-zero, every rank leaving through the agreement) with the file named, and leaves no
-     partial file visible: nothing in the snapshot for it, no blob that is not complete.
+     partial file visible: nothing in the snapshot for it, no blob that is not complete;
+  4. at 2 ranks, with the watchdog's timeout at 1 s, the last weight file trickling in for about
+     5 s (a small piece every 0.2 s): the load waits for it and succeeds, byte-identical, with no
+     watchdog expiry: bytes still arriving are progress, however long one file takes.
 """
 
 import hashlib
@@ -61,6 +64,31 @@ def blobs_complete(cache):
                 if hashlib.sha256(f.read()).hexdigest() != name:
                     bad.append(name)
     return bad
+
+
+def trickle(server, model_dir, base, work, mpirun, cli, tp, ref):
+    """Case 4: the last weight arrives in 25 pieces 0.2 s apart (about 5 s) under a 1 s timeout."""
+    size = os.path.getsize(os.path.join(model_dir, LAST))
+    piece = max(1, -(-size // 25))
+    server.rules([{"port": "cdn", "method": "GET", "path": LAST, "range": False,
+                   "action": {"slow": 0.2, "piece": piece}, "times": -1}])
+    cache = os.path.join(work, "trickle")
+    copy = os.path.join(work, "trickle-copy")
+    rc, _, err = run([mpirun, "-np", "2", cli, "load", "org/llama"] + tp +
+                     ["--timeout-s", "1", "--save-sharded", copy], dict(base, HF_HUB_CACHE=cache))
+    check(rc == 0, "a download trickling for ~5 s under a 1 s timeout: the load succeeds (rc=%d): %s"
+          % (rc, err[-2500:]))
+    check("not heard from" not in err and "no progress" not in err,
+          "trickling download: no watchdog expiry: " + err[-1500:])
+    # The timeout did pass while the file arrived, and the watchdog waited on because of it.
+    check(re.search(r"info: watchdog: .* but a rank made progress [0-9.]+ s ago: waiting on", err) is not None,
+          "trickling download: the watchdog saw the timeout pass and waited on: " + err[-1500:])
+    if rc == 0:
+        a = files_of(copy)
+        b = {k: v for k, v in files_of(ref).items() if k in a}
+        check(sorted(a) == sorted(b) and all(a[k] == b[k] for k in a),
+              "trickling download: every pre-sharded byte equals the local load's")
+    server.rules([])
 
 
 def main():
@@ -135,6 +163,10 @@ def main():
             links, _, blobs = layout(cache)
             check(LAST not in links, "%d rank(s): no snapshot entry for the failed file" % ranks)
             check(blobs_complete(cache) == [], "%d rank(s): no partial blob under a blob name (%s)" % (ranks, blobs))
+
+            # 4. a download that outlasts the watchdog's timeout several times, bytes still arriving
+            if ranks == 2:
+                trickle(server, model_dir, base, work, mpirun, cli, tp, ref)
     finally:
         server.stop()
         shutil.rmtree(work, ignore_errors=True)

@@ -9,7 +9,9 @@
  *     per bucket (per bucket and reader with small buckets, where exchange rounds are many);
  *     a row-by-row read of the row-parallel slices alone would take more;
  *   - a small bucket (2 KiB, with the smallest staging cap, 1 MiB) forces several exchange rounds per
- *     tensor, still byte-exact.
+ *     tensor, still byte-exact;
+ *   - with `two_phase_reads false` there is no exchange at any tp, still byte-exact (the per-piece
+ *     path: rows merged across small gaps).
  * Layouts by world size: 1 and 3 ranks tp 1 (and tp 3 is refused by the fixture's heads);
  * 2 ranks tp 2; 4 ranks tp 4 and tp 2 dp 2.
  */
@@ -30,8 +32,9 @@ static double num(const cJSON *obj, const char *key) {
   return cJSON_IsNumber(v) ? v->valuedouble : -1;
 }
 
-/* The report's exchange figures against the layout; small_bucket: several rounds per tensor. */
-static void check_exchanges(const char *label, const lc_case *c, const char *json, bool small_bucket) {
+/* The report's exchange figures against the layout; small_bucket: several rounds per tensor;
+ * off: two_phase_reads false. */
+static void check_exchanges(const char *label, const lc_case *c, const char *json, bool small_bucket, bool off) {
   cJSON *rep = json != NULL ? cJSON_Parse(json) : NULL;
   CHECKF(rep != NULL, "%s: no parsable report", label);
   if (rep == NULL)
@@ -41,6 +44,11 @@ static void check_exchanges(const char *label, const lc_case *c, const char *jso
   double exchanged = num(sched, "bytes_exchanged");
   double pieces = num(sched, "pieces");
   double buckets = num(sched, "buckets");
+  if (off) {
+    CHECKF(exchanges == 0 && exchanged == 0, "%s: %g exchanges with two_phase_reads false", label, exchanges);
+    cJSON_Delete(rep);
+    return;
+  }
   if (c->tp > 1) {
     /* llama: o_proj and down_proj of 3 layers. */
     CHECKF(exchanges == 6, "%s: %g two-phase exchanges, expected 6 (o_proj, down_proj x 3 layers)", label,
@@ -63,17 +71,23 @@ static void check_exchanges(const char *label, const lc_case *c, const char *jso
   cJSON_Delete(rep);
 }
 
-static void run_case(int tp, int dp, bool small_bucket) {
+static void run_case(int tp, int dp, bool small_bucket, bool off) {
   lc_case c = {.fixture = "llama", .tp = tp, .pp = 1, .dp = dp};
+  int k = 0;
   if (small_bucket) {
-    c.extra[0] = "staging_bytes";
-    c.extra[1] = "1048576";
-    c.extra[2] = "bucket_bytes";
-    c.extra[3] = "2048";
+    c.extra[k++] = "staging_bytes";
+    c.extra[k++] = "1048576";
+    c.extra[k++] = "bucket_bytes";
+    c.extra[k++] = "2048";
+  }
+  if (off) {
+    c.extra[k++] = "two_phase_reads";
+    c.extra[k++] = "false";
   }
   char label[128];
   lc_label(&c, label, sizeof label);
   strncat(label, small_bucket ? " small bucket" : "", sizeof label - strlen(label) - 1);
+  strncat(label, off ? " two_phase_reads false" : "", sizeof label - strlen(label) - 1);
   lc_result res;
   memset(&res, 0, sizeof res);
   bool ok = lc_run(&c, &res);
@@ -81,7 +95,7 @@ static void run_case(int tp, int dp, bool small_bucket) {
   const char *json = res.loader != NULL ? sl_loader_report_json(res.loader) : NULL;
   /* The report lives on rank 0; every rank checks the bytes (lc_run). */
   if (lc_rank() == 0)
-    check_exchanges(label, &c, json, small_bucket);
+    check_exchanges(label, &c, json, small_bucket, off);
   lc_result_free(&res);
 }
 
@@ -91,15 +105,19 @@ int main(int argc, char **argv) {
   lc_quiet_logs();
   int world = lc_world();
   if (world == 2) {
-    run_case(2, 1, false);
-    run_case(2, 1, true);
+    run_case(2, 1, false, false);
+    run_case(2, 1, true, false);
+    run_case(2, 1, false, true);
+    run_case(2, 1, true, true);
   } else if (world == 4) {
-    run_case(4, 1, false);
-    run_case(4, 1, true);
-    run_case(2, 2, false);
-    run_case(2, 2, true);
+    run_case(4, 1, false, false);
+    run_case(4, 1, true, false);
+    run_case(2, 2, false, false);
+    run_case(2, 2, true, false);
+    run_case(4, 1, false, true);
+    run_case(2, 2, false, true);
   } else {
-    run_case(1, world, false);
+    run_case(1, world, false, false);
   }
   lc_models_close();
   int rc = sl_test_finish_mpi(MPI_COMM_WORLD);

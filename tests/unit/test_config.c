@@ -55,6 +55,7 @@ static const key k_keys[] = {
     {"staging_bytes", POS, "268435456", {0}},
     {"read_chunk_bytes", POS, "16777216", {0}},
     {"coalesce_gap_bytes", U64, "4096", {0}},
+    {"two_phase_reads", BOOL, "true", {0}},
     {"bucket_bytes", POS, "67108864", {0}},
     {"save_sharded", STR, NULL, {0}},
     {"save_max_part_bytes", POS, "5368709120", {0}},
@@ -669,7 +670,7 @@ static void test_options(void) {
 }
 
 int main(void) {
-  CHECK_EQ_U64(N_KEYS, 47);
+  CHECK_EQ_U64(N_KEYS, 48);
   test_each_key();
   test_defaults();
   test_api();

@@ -7,8 +7,11 @@ worlds; validates every object against the schema (python3-jsonschema; skipped, 
 without it), then checks what the schema cannot: report_version 2; the load's node layout comes
 from the job (one machine: one node holding every rank, named by this host, node_layout `job`),
 the dry run's from ranks_per_node (`configured`, no host names); per-node sums equal the
-per-rank sums; the prediction is the sum of its parts. Needs SL_CLI, SL_MPIRUN, SL_FIXTURES,
-SL_SOURCE_DIR.
+per-rank sums; the prediction is the sum of its parts. With one rank per node on two nodes
+(tp=2: two-phase exchanges and broadcasts between the nodes), every byte a rank receives or sends
+crosses its node's link once, so the time model's network bytes per node equal the rank's
+figures, which the schedule counts on its own (exchange rounds are all-to-alls, not broadcasts).
+Needs SL_CLI, SL_MPIRUN, SL_FIXTURES, SL_SOURCE_DIR.
 """
 import json
 import os
@@ -75,7 +78,8 @@ def main():
             check(doc["nodes"][0]["hostname"] == socket.gethostname(),
                   "%s: hostname %r" % (tag, doc["nodes"][0]["hostname"]))
         for world, extra in ((1, []), (4, ["--tp", "2", "--dp", "2", "--ranks-per-node", "2"]),
-                             (6, ["--dp", "6", "--ranks-per-node", "4"])):
+                             (6, ["--dp", "6", "--ranks-per-node", "4"]),
+                             (2, ["--tp", "2", "--ranks-per-node", "1"])):
             tag = "plan world %d" % world
             p = subprocess.run([CLI, "plan", os.path.join(FIX, "llama"), "--world", str(world), "--json"] + extra,
                                capture_output=True, text=True, timeout=300)
@@ -85,6 +89,14 @@ def main():
                 validate(schema, doc, tag)
                 check(doc["prediction"]["node_layout"] == "configured" and
                       all(n["hostname"] is None for n in doc["nodes"]), "%s: %s" % (tag, doc["prediction"]))
+                if world == 2:
+                    check(doc["exchanges"] > 0, "%s: no two-phase exchange at tp=2" % tag)
+                    for n in doc["nodes"]:
+                        r = doc["ranks"][n["node"]]
+                        check(n["bytes_network_in"] == r["bytes_received"] and n["bytes_network_out"] == r["bytes_sent"],
+                              "%s: node %d network in/out %d/%d, its rank received/sent %d/%d" %
+                              (tag, n["node"], n["bytes_network_in"], n["bytes_network_out"], r["bytes_received"],
+                               r["bytes_sent"]))
         # dp=6 on nodes of 4: ranks 0-3 and 4-5; every broadcast spans both nodes.
     print("%d failure(s)" % len(fails))
     return 1 if fails else 0
