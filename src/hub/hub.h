@@ -140,9 +140,10 @@ sl_status sl__hub_resolve_begin(const char *repo_id, const sl__hub_opts *opts, s
                                 struct sl__hub_run **pending, sl__err *err);
 /* The weights, in download order (the selection's natural order); valid until finish. */
 const sl__hub_file *sl__hub_pending_files(const struct sl__hub_run *p, size_t *n);
-/* Downloads the weights in the background (two files at a time, in order), then the other files. ready(ctx, i)
- * runs on a download thread once weight i is in the snapshot with the header fetched first;
- * failed(ctx, e) once, on the first failure (the downloads stop; no partial file is visible). */
+/* Downloads the weights in the background (two files at a time, in order), then the other files.
+ * ready(ctx, i) runs on a download thread once weight i is in the snapshot with the header
+ * fetched first; failed(ctx, e) once, on the first failure (the downloads stop; no partial file
+ * is visible). */
 sl_status sl__hub_pending_start(struct sl__hub_run *p, void (*ready)(void *ctx, size_t weight),
                                 void (*failed)(void *ctx, const sl__err *e), void *ctx, sl__err *err);
 /* Whether the background downloads have ended (ok or not). */
