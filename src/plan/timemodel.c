@@ -130,9 +130,8 @@ static sl_status storage_blocks(sl__figures *f, const sl__schedule *s, const sl_
   for (size_t i = 0; i < n_runs;) {
     run m = runs[i++];
     /* Column slices of the same rows on the same node, gaps under a block: one run. */
-    while (i < n_runs && runs[i].node == m.node && runs[i].file == m.file &&
-           runs[i].stride == m.stride && runs[i].rows == m.rows && runs[i].base == m.base && m.stride != 0 &&
-           runs[i].c0 <= m.c1 + B) {
+    while (i < n_runs && runs[i].node == m.node && runs[i].file == m.file && runs[i].stride == m.stride &&
+           runs[i].rows == m.rows && runs[i].base == m.base && m.stride != 0 && runs[i].c0 <= m.c1 + B) {
       m.c1 = runs[i].c1 > m.c1 ? runs[i].c1 : m.c1;
       i++;
     }
@@ -145,8 +144,8 @@ static sl_status storage_blocks(sl__figures *f, const sl__schedule *s, const sl_
 /* One exchange round over the nodes: member m sends member r (r != m) its rows of r's column
  * block; what crosses between nodes counts, and each node of the group waits for the larger of
  * what it sends and receives. out/in: per-node scratch, zero on entry and on return. */
-static void exchange_round(sl__figures *f, const sl__schedule *s, const sl__bucket *bk, const sl__node_layout *l,
-                           uint64_t *out, uint64_t *in) {
+static void exchange_round(sl__figures *f, const sl__schedule *s, const sl__bucket *bk,
+                           const sl__node_layout *l, uint64_t *out, uint64_t *in) {
   const sl__xchg *X = &s->xchgs[bk->xchg];
   const sl__group *g = &s->groups[bk->group];
   for (uint32_t m = 0; m < g->n; m++) {

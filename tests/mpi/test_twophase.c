@@ -34,7 +34,8 @@ static double num(const cJSON *obj, const char *key) {
 
 /* The report's exchange figures against the layout; small_bucket: several rounds per tensor;
  * off: two_phase_reads false. */
-static void check_exchanges(const char *label, const lc_case *c, const char *json, bool small_bucket, bool off) {
+static void check_exchanges(const char *label, const lc_case *c, const char *json, bool small_bucket,
+                            bool off) {
   cJSON *rep = json != NULL ? cJSON_Parse(json) : NULL;
   CHECKF(rep != NULL, "%s: no parsable report", label);
   if (rep == NULL)
@@ -67,7 +68,8 @@ static void check_exchanges(const char *label, const lc_case *c, const char *jso
   /* A piece is read in one operation, a bucket (or an exchange round) by each of its readers in
    * one; row by row, the 6 row-parallel tensors of 64 rows would take 64 x 6 x tp. */
   double bound = pieces + buckets * (small_bucket ? c->tp * c->dp : 1);
-  CHECKF(ops <= bound, "%s: %g read operations, at most %g expected (rows read one by one?)", label, ops, bound);
+  CHECKF(ops <= bound, "%s: %g read operations, at most %g expected (rows read one by one?)", label, ops,
+         bound);
   cJSON_Delete(rep);
 }
 
