@@ -282,9 +282,14 @@ def expected_tree(sc, paths, refs=("main",), commit=SHA):
     return tree
 
 
-def check_tree(sc, paths, refs=("main",), commit=SHA):
+def check_tree(sc, paths, refs=("main",), commit=SHA, stale_locks=False):
+    """stale_locks: a process killed with SIGKILL may leave the lock file of a blob it had
+    finished but not yet unlocked (the lock itself died with it); such files are allowed."""
     got = cache_tree(sc.cache)
     want = expected_tree(sc, paths, refs, commit)
+    if stale_locks:
+        got = {k: v for k, v in got.items()
+               if not (k.startswith(".locks/models--org--model/") and k.endswith(".lock"))}
     tag = got.get("CACHEDIR.TAG")
     check(tag is not None and tag[0] == "F" and
           tag[1].split(b"\n")[0] == b"Signature: 8a477f597d28d172789f06886806bc55",
@@ -1245,7 +1250,7 @@ def t_kill9(ctx):
     res = sc.run(*SIG_ARGS)
     expect_ok(sc, res, " (after kill -9)")
     check(not leftovers(sc), "kill9: temporaries left after the next run: %s" % leftovers(sc))
-    check_tree(sc, DEFAULT_FILES)
+    check_tree(sc, DEFAULT_FILES, stale_locks=True)
     # Stale temporaries of a blob the next run does not download (it is complete) go too.
     blob = etag_of(SHARDS[0], sc.files[SHARDS[0]])
     stale = os.path.join(sc.repo_dir, "blobs", blob + ".0badf00d.incomplete")
