@@ -13,15 +13,22 @@ Through the local Hub server, from an empty cache, at 1 and 2 ranks:
      partial file visible: nothing in the snapshot for it, no blob that is not complete;
   4. at 2 ranks, with the watchdog's timeout at 1 s, the last weight file trickling in for about
      5 s (a small piece every 0.2 s): the load waits for it and succeeds, byte-identical, with no
-     watchdog expiry: bytes still arriving are progress, however long one file takes.
+     watchdog expiry: bytes still arriving are progress, however long one file takes;
+  5. at 2 ranks, SIGINT to rank 0 while the last weight is in flight (its body stalled): the job
+     ends non-zero, rank 0 says it was interrupted, every rank leaves, no temporary and nothing
+     for that file in the snapshot or under a blob name stays; the next load completes byte-exact
+     from that cache.
 """
 
 import hashlib
 import os
 import re
 import shutil
+import signal
+import subprocess
 import sys
 import tempfile
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -89,6 +96,70 @@ def trickle(server, model_dir, base, work, mpirun, cli, tp, ref):
         check(sorted(a) == sorted(b) and all(a[k] == b[k] for k in a),
               "trickling download: every pre-sharded byte equals the local load's")
     server.rules([])
+
+
+def rank0_pid(cli):
+    """The pid of rank 0 of a running `shardload load` (Open MPI sets OMPI_COMM_WORLD_RANK), or None."""
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open("/proc/%s/cmdline" % pid, "rb") as f:
+                argv = f.read().split(b"\0")
+            with open("/proc/%s/environ" % pid, "rb") as f:
+                env = f.read().split(b"\0")
+        except OSError:
+            continue
+        if argv and argv[0] == cli.encode() and b"load" in argv and b"OMPI_COMM_WORLD_RANK=0" in env:
+            return int(pid)
+    return None
+
+
+def temporaries(cache):
+    bdir = os.path.join(cache, "models--org--llama", "blobs")
+    return [n for n in os.listdir(bdir) if n.endswith(".incomplete")] if os.path.isdir(bdir) else []
+
+
+def interrupt(server, base, work, mpirun, cli, tp, ref):
+    """Case 5: the last weight's body stalls after 4 KiB; rank 0 gets SIGINT meanwhile."""
+    server.rules([{"port": "cdn", "method": "GET", "path": LAST, "range": False,
+                   "action": {"stall_after": 4096, "stall": 60}, "times": -1}])
+    cache = os.path.join(work, "sigint")
+    env = dict(base, HF_HUB_CACHE=cache)
+    p = subprocess.Popen([mpirun, "-np", "2", cli, "load", "org/llama"] + tp, env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    pid = None
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and p.poll() is None and (pid is None or not temporaries(cache)):
+        pid = pid or rank0_pid(cli)
+        time.sleep(0.05)
+    check(pid is not None and temporaries(cache) != [],
+          "SIGINT case: rank 0 found (%s) with the last weight in flight (temporaries %s)" % (pid, temporaries(cache)))
+    if pid is not None:
+        os.kill(pid, signal.SIGINT)
+    try:
+        _, err = p.communicate(timeout=90)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        _, err = p.communicate()
+        check(False, "SIGINT case: the job did not end within 90 s of the signal: " + err[-2000:])
+    check(p.returncode != 0, "SIGINT case: the job ends non-zero (rc=%s)" % p.returncode)
+    check("interrupted by SIGINT" in err, "SIGINT case: rank 0 says it was interrupted: " + err[-2000:])
+    check("not heard from" not in err, "SIGINT case: every rank left on its own: " + err[-1500:])
+    check(temporaries(cache) == [], "SIGINT case: temporaries left: %s" % temporaries(cache))
+    links, _, _ = layout(cache)
+    check(LAST not in links, "SIGINT case: no snapshot entry for the interrupted file")
+    check(blobs_complete(cache) == [], "SIGINT case: no partial blob under a blob name")
+    # The next load from the same cache completes.
+    server.rules([])
+    copy = os.path.join(work, "sigint-copy")
+    rc, _, err = run([mpirun, "-np", "2", cli, "load", "org/llama"] + tp + ["--save-sharded", copy], env)
+    check(rc == 0, "SIGINT case: the next load succeeds: " + err[-2000:])
+    if rc == 0:
+        a = files_of(copy)
+        b = {k: v for k, v in files_of(ref).items() if k in a}
+        check(sorted(a) == sorted(b) and all(a[k] == b[k] for k in a),
+              "SIGINT case, next load: every pre-sharded byte equals the local load's")
 
 
 def main():
@@ -167,6 +238,9 @@ def main():
             # 4. a download that outlasts the watchdog's timeout several times, bytes still arriving
             if ranks == 2:
                 trickle(server, model_dir, base, work, mpirun, cli, tp, ref)
+            # 5. SIGINT to rank 0 while a weight is in flight
+            if ranks == 2:
+                interrupt(server, base, work, mpirun, cli, tp, ref)
     finally:
         server.stop()
         shutil.rmtree(work, ignore_errors=True)
