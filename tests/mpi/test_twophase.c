@@ -11,7 +11,10 @@
  *   - a small bucket (2 KiB, with the smallest staging cap, 1 MiB) forces several exchange rounds per
  *     tensor, still byte-exact;
  *   - with `two_phase_reads false` there is no exchange at any tp, still byte-exact (the per-piece
- *     path: rows merged across small gaps).
+ *     path: rows merged across small gaps);
+ *   - bytes_read_for_others is computed here from the checkpoint alone: each member of an
+ *     exchange keeps 1/tp of the rows it reads (its column block), so of every row-parallel
+ *     weight (o_proj, down_proj) a fraction 1 - 1/tp is read for others, whatever dp.
  * Layouts by world size: 1 and 3 ranks tp 1 (and tp 3 is refused by the fixture's heads);
  * 2 ranks tp 2; 4 ranks tp 4 and tp 2 dp 2.
  */
@@ -25,6 +28,26 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* Bytes of the llama fixture's row-parallel weights (o_proj, down_proj), from its headers. */
+static uint64_t row_parallel_bytes(void) {
+  char path[1024];
+  lc_fixture_path("llama", path, sizeof path);
+  sl_model *m = NULL;
+  char *error = NULL;
+  uint64_t sum = 0;
+  CHECKF(sl_model_open(path, NULL, &m, &error) == SL_STATUS_OK, "open %s: %s", path, error ? error : "?");
+  free(error);
+  for (size_t i = 0; m != NULL && i < sl_model_tensor_count(m); i++) {
+    sl_tensor_info t;
+    if (sl_model_tensor(m, i, &t) != SL_STATUS_OK)
+      continue;
+    if (strstr(t.name, "o_proj.weight") != NULL || strstr(t.name, "down_proj.weight") != NULL)
+      sum += t.nbytes;
+  }
+  sl_model_close(m);
+  return sum;
+}
 
 static double num(const cJSON *obj, const char *key) {
   const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
@@ -55,6 +78,13 @@ static void check_exchanges(const char *label, const lc_case *c, const char *jso
     CHECKF(exchanges == 6, "%s: %g two-phase exchanges, expected 6 (o_proj, down_proj x 3 layers)", label,
            exchanges);
     CHECKF(exchanged > 0, "%s: no byte exchanged", label);
+    /* 64 rows per weight: every member's block of whole rows is a multiple of tp rows here. */
+    uint64_t rp = row_parallel_bytes();
+    double want = (double)rp - (double)rp / c->tp;
+    double others = num(sched, "bytes_read_for_others");
+    CHECKF(rp > 0 && others == want,
+           "%s: bytes_read_for_others %g, expected %g (1 - 1/%d of %llu row-parallel bytes)", label, others,
+           want, c->tp, (unsigned long long)rp);
   } else {
     CHECKF(exchanges == 0 && exchanged == 0, "%s: %g exchanges at tp 1", label, exchanges);
   }
