@@ -613,6 +613,7 @@ static void write_reports(sl_loader *l) {
       .strategy = sl__strategy_name(o->strategy),
       .choice = l->tstats.choice,
       .prefault = o->prefault,
+      .two_phase = o->two_phase,
       .staging_bytes = o->staging_bytes,
       .t_resolve = l->t_resolve,
       .t_catalog = l->t_catalog,

@@ -64,6 +64,7 @@ typedef struct sl__load_report {
   const char *strategy;
   const sl__file_choice *choice; /* rank 0's, per catalog file (engine/strategy_choice.h), or NULL */
   bool prefault;
+  bool two_phase; /* two_phase_reads */
   uint64_t staging_bytes;
   double t_resolve, t_catalog, t_model, t_plan, t_alloc, t_transfer, t_track, t_total;
   int world;

@@ -68,6 +68,9 @@ static void check_exchanges(const char *label, const lc_case *c, const char *jso
   double exchanged = num(sched, "bytes_exchanged");
   double pieces = num(sched, "pieces");
   double buckets = num(sched, "buckets");
+  const cJSON *key = cJSON_GetObjectItemCaseSensitive(rep, "two_phase_reads");
+  CHECKF(cJSON_IsBool(key) && cJSON_IsTrue(key) == !off, "%s: the report's two_phase_reads is not %s", label,
+         off ? "false" : "true");
   if (off) {
     CHECKF(exchanges == 0 && exchanged == 0, "%s: %g exchanges with two_phase_reads false", label, exchanges);
     cJSON_Delete(rep);
