@@ -40,3 +40,7 @@ set_tests_properties(python_install PROPERTIES LABELS python TIMEOUT 300 SKIP_RE
 add_test(NAME python_bench_peer COMMAND timeout 540 ${CMAKE_CURRENT_SOURCE_DIR}/python/test_bench_peer.sh)
 set_tests_properties(python_bench_peer PROPERTIES LABELS python TIMEOUT 600 PROCESSORS 4
   FIXTURES_REQUIRED models ENVIRONMENT "${SL_TEST_ENV}" SKIP_RETURN_CODE 77)
+
+# scripts/bench's pause of free page reporting is always undone (stand-in kernel files).
+add_test(NAME python_bench_page_reporting COMMAND ${SL_PY} ${CMAKE_CURRENT_SOURCE_DIR}/python/test_bench_page_reporting.py)
+set_tests_properties(python_bench_page_reporting PROPERTIES LABELS python TIMEOUT 60)
