@@ -118,7 +118,7 @@ void sl__progress_start(sl__progress *p) {
   p->stop = false;
   p->printed = p->drew_bar = false;
   p->t_start = sl__now();
-  /* auto: the first line comes one interval in; always: at the first tick. */
+  /* auto: the first line comes one interval in; always: now (below), then every interval. */
   p->t_last_line = p->eager ? 0 : p->t_start;
   p->t_transfer = 0;
   p->last_done = 0;
@@ -127,6 +127,10 @@ void sl__progress_start(sl__progress *p) {
     return;
   if (p->out == NULL)
     p->out = stderr;
+  /* always: the first line as the load starts, so that even a load over before the first tick
+   * shows one (no thread runs yet: report() needs no lock). */
+  if (p->eager && p->mode == SL_PROGRESS_LINES)
+    report(p, false);
   pthread_mutex_init(&p->mu, NULL);
   pthread_cond_init(&p->cv, NULL);
   if (pthread_create(&p->thread, NULL, progress_main, p) != 0) {
