@@ -24,6 +24,7 @@ import time
 
 PARAMS = "/sys/module/page_reporting/parameters"
 ORDER = os.path.join(PARAMS, "page_reporting_order")
+REPORTED_KIB = os.path.join(PARAMS, "reported_kib")
 BUDDYINFO = "/proc/buddyinfo"
 GIB = 1 << 30
 
@@ -46,6 +47,12 @@ def _write(path, value):
         return False
 
 
+def reported_kib():
+    """KiB the kernel's free page reporting has handed back to the hypervisor so far, where the
+    kernel exposes that count (not every kernel does), else None."""
+    return _read_int(REPORTED_KIB)
+
+
 def buddy_orders():
     """Number of block orders of the buddy allocator (columns of /proc/buddyinfo), or None."""
     try:
@@ -64,9 +71,10 @@ class PageReporting:
     def __init__(self, log):
         self.log = log
         self.original = _read_int(ORDER)
-        self.paused_at = None       # the order written, while it is in force
-        self.written = None         # the order written (kept after restore, for the report)
-        self.state = "on"           # "paused", "limited", "off", "on", "absent", "not permitted"
+        self.written = None         # the order written by pause() (kept after restore, for the report)
+        self.in_force = False       # the written order is still the kernel's (restore() not yet called)
+        self.state = "on"           # what the runs had: "paused", "limited", "off", "on", "absent",
+        #                             "not permitted"
         self.warmed_bytes = 0
         self.warm_seconds = None
 
@@ -84,9 +92,9 @@ class PageReporting:
         # reported), others stop at the largest order (only blocks of that order are reported).
         for value in range(max(orders, self.original + 1), self.original, -1):
             if _write(ORDER, value):
-                self.paused_at = self.written = value
+                self.written, self.in_force = value, True
                 break
-        if self.paused_at is None:
+        if not self.in_force:
             self.state = "not permitted"
             self.log("free page reporting stays on: page_reporting_order %d cannot be raised by this user"
                      % self.original)
@@ -97,10 +105,10 @@ class PageReporting:
                 signal.signal(sig, self._on_signal)
             except (OSError, ValueError):
                 pass
-        self.state = "paused" if self.paused_at >= orders else "limited"
+        self.state = "paused" if self.written >= orders else "limited"
         self.log("free page reporting %s: page_reporting_order %d -> %d (restored when the benchmark ends)"
                  % ("paused" if self.state == "paused" else "limited to the largest blocks",
-                    self.original, self.paused_at))
+                    self.original, self.written))
         return self.state
 
     def _on_signal(self, signum, _frame):
@@ -109,14 +117,14 @@ class PageReporting:
         os.kill(os.getpid(), signum)
 
     def restore(self):
-        if self.paused_at is None:
+        if not self.in_force:
             return
         if _write(ORDER, self.original):
             self.log("free page reporting restored: page_reporting_order %d" % self.original)
         else:
             self.log("could not restore page_reporting_order to %d: write it to %s by hand"
                      % (self.original, ORDER))
-        self.paused_at = None
+        self.in_force = False
 
     def warm_up(self, nbytes):
         """Touches nbytes of memory once and frees it, so that later runs find it backed by the
@@ -148,9 +156,14 @@ class PageReporting:
         return done
 
     @property
+    def kept(self):
+        """True when the runs had nothing handed back (reporting paused by us, or off already)."""
+        return self.state in ("paused", "off")
+
+    @property
     def paused(self):
         """True while nothing freed is handed back (the runs need not wait for it)."""
-        return (self.state == "paused" and self.paused_at is not None) or self.state == "off"
+        return self.kept and (self.in_force or self.state == "off")
 
     def describe(self):
         """One line for the report's Machine table."""

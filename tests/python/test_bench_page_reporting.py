@@ -48,11 +48,12 @@ def main():
         path = stand_ins(tmp, 9)
         check(bpr.buddy_orders() == 11, "buddyinfo has 11 orders, got %r" % bpr.buddy_orders())
         pr = bpr.PageReporting(logs.append)
-        check(pr.pause() == "paused" and pr.paused, "pause() -> paused, got %s" % pr.state)
+        check(pr.pause() == "paused" and pr.paused and pr.kept, "pause() -> paused, got %s" % pr.state)
         check(read(path) == 11, "order raised to 11 (one past the largest block), got %d" % read(path))
         check("9 -> 11" in pr.describe(), "describe names both orders: " + pr.describe())
         pr.restore()
         check(read(path) == 9 and not pr.paused, "restore() puts 9 back, got %d" % read(path))
+        check(pr.kept, "after restore the runs' state is still told as kept")
         check("9 -> 11" in pr.describe(), "describe still tells what the run had: " + pr.describe())
         pr.restore()  # a second restore (at exit) writes nothing more
         check(read(path) == 9, "a second restore keeps 9")
@@ -62,7 +63,8 @@ def main():
         real_write = bpr._write
         bpr._write = lambda p, v: v <= 10 and real_write(p, v)
         pr = bpr.PageReporting(logs.append)
-        check(pr.pause() == "limited" and not pr.paused, "a kernel taking <= 10 -> limited, got %s" % pr.state)
+        check(pr.pause() == "limited" and not pr.paused and not pr.kept,
+              "a kernel taking <= 10 -> limited (runs still wait), got %s" % pr.state)
         check(read(path) == 10, "order 10 written, got %d" % read(path))
         pr.restore()
         check(read(path) == 9, "limited: restored to 9")
