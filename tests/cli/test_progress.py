@@ -3,7 +3,8 @@
 
 A Llama-shaped model (scripts/make-fixture bench) in a temporary folder is loaded at 2 ranks
 (dp=2: half of it travels by broadcast) with stdout and stderr redirected to one file:
-  - `--progress always`: progress lines (cluster-wide figures, phase) and a final `done` line;
+  - `--progress always`: a first line as the load starts (allocate, 0 B), progress lines
+    (cluster-wide figures, phase) and a final `done` line, however short the load;
   - default (auto): progress lines whenever the load lasted longer than a few intervals (a
     shorter load may leave the log alone; the test reads the report's time instead of assuming
     a speed);
@@ -53,6 +54,8 @@ def main():
         lines, done, _, _ = load(tmp, model, "always", ["--progress", "always"])
         if not lines or len(done) != 1:
             fails.append("--progress always: %d progress lines, %d done lines" % (len(lines), len(done)))
+        elif not lines[0].startswith("[shardload 0] progress allocate: 0 B / "):
+            fails.append("--progress always: the first line is not written as the load starts: %s" % lines[0])
         lines, done, _, seconds = load(tmp, model, "auto", [])
         if seconds > 4 * INTERVAL and not lines:
             fails.append("auto: a %.2f s load (interval %.1f s) printed no progress line" % (seconds, INTERVAL))
