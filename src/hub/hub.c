@@ -340,19 +340,21 @@ static sl_status resolve(const char *repo_id, const sl__hub_opts *opts, bool ove
   return sl__hub_run_end(r, st, out, err);
 }
 
-sl_status sl__hub_run_end(sl__hub_run *r, sl_status st, sl__hub_result *out, sl__err *err) {
-  sl__hub_progress_end(&r->prog);
-  int sig = sl__hub_interrupt_end();
-  if (sig != 0) {
-    /* Whatever the workers reported (cancelled transfers, lock waits), the cause is the signal;
-     * the download loops have removed their temporaries by now. */
-    char buf[16];
-    sl__err_clear(err);
-    st = sl__err_set(err, SL_STATUS_IO,
+sl_status sl__hub_interrupted_err(const sl__hub_run *r, int sig, sl_status st, sl__err *err) {
+  if (sig == 0)
+    return st;
+  char buf[16];
+  sl__err_clear(err);
+  return sl__err_set(err, SL_STATUS_IO,
                      "interrupted by %s while resolving %s@%s: the downloads stopped and their temporary "
                      "files were removed from %s/blobs",
                      sl__hub_signal_name(sig, buf), r->repo_id, r->revision, r->repo_dir != NULL ? r->repo_dir : "");
-  }
+}
+
+sl_status sl__hub_run_end(sl__hub_run *r, sl_status st, sl__hub_result *out, sl__err *err) {
+  sl__hub_progress_end(&r->prog);
+  /* The download loops have removed their temporaries by now. */
+  st = sl__hub_interrupted_err(r, sl__hub_interrupt_end(), st, err);
   if (st == SL_STATUS_OK) {
     out->bytes_downloaded = r->bytes_downloaded;
     out->files_downloaded = r->files_downloaded;

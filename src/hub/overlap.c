@@ -14,6 +14,7 @@
 #include "base/util.h"
 #include "format/safetensors.h"
 #include "hub/cache.h"
+#include "hub/interrupt.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -169,6 +170,9 @@ static void *background(void *arg) {
   sl__err e;
   sl__err_clear(&e);
   sl_status st = sl__hub_run_jobs(r, r->first_weight, &e);
+  /* What the other ranks are told (on_fail raises the abort channel) names the signal, not the
+   * transfer it cancelled: the same error sl__hub_run_end gives rank 0 afterwards. */
+  st = sl__hub_interrupted_err(r, sl__hub_interrupt_signal(), st, &e);
   if (st != SL_STATUS_OK && r->on_fail != NULL)
     r->on_fail(r->ctx, &e);
   pthread_mutex_lock(&r->mu);

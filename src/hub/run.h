@@ -114,6 +114,11 @@ sl_status sl__hub_overlap_announce(sl__hub_run *r, const sl__hub_job *j, sl__err
  * signals, figures; frees r. */
 sl_status sl__hub_run_end(sl__hub_run *r, sl_status st, sl__hub_result *out, sl__err *err);
 
+/* When SIGINT/SIGTERM stopped resolution r (hub/interrupt.h), replaces *err with the one error
+ * that names the signal, and returns its status; otherwise returns st with *err as it is. The
+ * workers' own errors (cancelled transfers, lock waits) are consequences, not causes. */
+sl_status sl__hub_interrupted_err(const sl__hub_run *r, int sig, sl_status st, sl__err *err);
+
 /* docs/spec/HUB.md §8: the snapshot of repo@revision from the cache alone. Errors are HUB_OFFLINE naming what
  * is missing. */
 sl_status sl__hub_resolve_cache(sl__hub_run *r, sl__hub_result *out, sl__err *err);
