@@ -7,9 +7,9 @@
  */
 #include "hub/hub.h"
 
+#include "base/hashmap.h"
 #include "base/json.h"
 #include "base/log.h"
-#include "base/hashmap.h"
 #include "base/util.h"
 #include "hub/cache.h"
 #include "hub/http.h"
@@ -348,7 +348,8 @@ sl_status sl__hub_interrupted_err(const sl__hub_run *r, int sig, sl_status st, s
   return sl__err_set(err, SL_STATUS_IO,
                      "interrupted by %s while resolving %s@%s: the downloads stopped and their temporary "
                      "files were removed from %s/blobs",
-                     sl__hub_signal_name(sig, buf), r->repo_id, r->revision, r->repo_dir != NULL ? r->repo_dir : "");
+                     sl__hub_signal_name(sig, buf), r->repo_id, r->revision,
+                     r->repo_dir != NULL ? r->repo_dir : "");
 }
 
 sl_status sl__hub_run_end(sl__hub_run *r, sl_status st, sl__hub_result *out, sl__err *err) {
