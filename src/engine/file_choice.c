@@ -127,7 +127,8 @@ sl_status sl__engine_choose(sl__engine *e) {
     e->choice[f].in = (sl__choice_in){.strategy = e->t->strategy,
                                       .host = e->t->backend->host_addressable,
                                       .resident_known = true,
-                                      .o_direct = true};
+                                      .o_direct = true,
+                                      .read_ahead = e->t->comm->one_node};
   sl__vec xs;
   sl__vec_init(&xs, sizeof(extent));
   sl_status st = collect(e, &xs);

@@ -115,6 +115,12 @@ static sl_status open_file(sl__engine *e, uint32_t f, sl__err *err) {
     close(fd);
     return st;
   }
+  /* Ranks on several nodes: no read-ahead past the plan's reads, which would pull other nodes'
+   * bytes into this one (engine/prefetch.h); cold ranges are prefetched exactly instead. On one
+   * node the kernel's read-ahead stays: what it reads past a range is another rank's, and it
+   * measured faster than exact prefetch there (docs/PERFORMANCE.md §13). */
+  if (!t->comm->one_node)
+    (void)posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM);
   e->fds[f] = fd;
   /* An ordering event for the logs (and the tests): a read starts while files still arrive. */
   if (t->gate != NULL)

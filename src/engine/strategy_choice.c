@@ -5,6 +5,7 @@
 #include "engine/strategy_choice.h"
 
 #include <stdio.h>
+#include <string.h>
 
 bool sl__strategy_maps(sl__strategy s, bool host, bool prefault) {
   return host && (s == SL_STRATEGY_MMAP || (s == SL_STRATEGY_AUTO && !prefault));
@@ -22,7 +23,7 @@ static bool direct_pays(const sl__choice_in *in) {
   return in->direct_extra <= rest / SL_CHOICE_EXTRA_DEN && rest / reads >= SL_CHOICE_MIN_READ;
 }
 
-void sl__strategy_decide(sl__file_choice *c) {
+static void decide(sl__file_choice *c) {
   const sl__choice_in *in = &c->in;
   c->direct = false;
   c->why = SL_WHY_EXPLICIT;
@@ -53,6 +54,13 @@ void sl__strategy_decide(sl__file_choice *c) {
   }
 }
 
+void sl__strategy_decide(sl__file_choice *c) {
+  decide(c);
+  const sl__choice_in *in = &c->in;
+  c->prefetch =
+      !c->direct && !in->read_ahead && in->resident_known && in->rest_pages > 0 && !mostly_resident(in);
+}
+
 const char *sl__choice_label(const sl__file_choice *c) {
   if (c->in.bytes_mapped > 0)
     return c->in.bytes_mapped >= c->in.bytes ? "mmap" : c->direct ? "mmap+direct" : "mmap+buffered";
@@ -69,11 +77,8 @@ double sl__choice_resident(const sl__file_choice *c) {
   return c->in.pages == 0 ? 1.0 : (double)c->in.resident / (double)c->in.pages;
 }
 
-void sl__choice_reason(const sl__file_choice *c, char *out, size_t cap) {
+static void main_reason(const sl__file_choice *c, char *out, size_t cap) {
   const sl__choice_in *in = &c->in;
-  if (cap == 0)
-    return;
-  out[0] = '\0';
   uint64_t rest = in->bytes - in->bytes_mapped;
   char head[160];
   if (in->bytes_mapped > 0 && rest > 0)
@@ -121,4 +126,16 @@ void sl__choice_reason(const sl__file_choice *c, char *out, size_t cap) {
     snprintf(out, cap, "the page cache could not be asked what it holds: read through it");
     return;
   }
+}
+
+void sl__choice_reason(const sl__file_choice *c, char *out, size_t cap) {
+  if (cap == 0)
+    return;
+  out[0] = '\0';
+  main_reason(c, out, cap);
+  size_t n = strlen(out);
+  if (c->prefetch && n + 1 < cap)
+    snprintf(out + n, cap - n,
+             ", each range asked for exactly (ranks on several nodes: no read-ahead into "
+             "other nodes' bytes)");
 }

@@ -53,11 +53,15 @@ typedef struct sl__choice_in {
   bool o_direct;                      /* the file system accepts O_DIRECT (assumed until refused) */
   uint64_t direct_extra;              /* bytes O_DIRECT's alignment would add to the bytes not mapped */
   uint64_t direct_reads;              /* reads those bytes take with O_DIRECT */
+  bool read_ahead;                    /* the descriptor keeps the kernel's read-ahead (one node) */
 } sl__choice_in;
 
 typedef struct sl__file_choice {
   sl__choice_in in;
   bool direct; /* the bytes not mapped are read with O_DIRECT (aligned, through staging) */
+  /* the bytes not mapped are read through the page cache, mostly not resident, and the descriptor
+   * has no read-ahead (ranks on several nodes): each read is prefetched (engine/prefetch.h) */
+  bool prefetch;
   sl__choice_why why;
 } sl__file_choice;
 
@@ -66,7 +70,7 @@ typedef struct sl__file_choice {
  * pre-touched parameter memory). */
 bool sl__strategy_maps(sl__strategy s, bool host, bool prefault);
 
-/* The decision for one file: sets c->direct and c->why from c->in. */
+/* The decision for one file: sets c->direct, c->prefetch and c->why from c->in. */
 void sl__strategy_decide(sl__file_choice *c);
 
 /* "mmap", "mmap+buffered", "mmap+direct", "buffered", "direct" or "io_uring". */
