@@ -285,6 +285,14 @@ sl_status sl__transfer_run(sl__transfer *t, sl__transfer_stats *stats, sl__err *
   sl__engine e;
   engine_init(&e, t, err);
   sl_status st = prepare(&e);
+  /* No rank reads before every rank has opened its files. Some network file systems drop a file's
+   * cached pages whenever any process opens it (FUSE mounts without keep_cache, such as sshfs:
+   * there a file read, opened again and read again crossed the node's link twice): a rank of the
+   * same node still opening a file would throw away what another rank had read or mapped of it.
+   * The agreement also tells every rank at once that one of them could not open or prepare. */
+  const char *phase = t->comm->phase;
+  st = sl__comm_agree(t->comm, st, err, "opening the checkpoint files");
+  sl__comm_phase(t->comm, phase);
   sl__engine_worker *args = st == SL_STATUS_OK ? calloc(e.n_threads, sizeof *args) : NULL;
   if (st == SL_STATUS_OK && args == NULL)
     st = sl__err_set(err, SL_STATUS_NOMEM, "out of memory");
