@@ -61,39 +61,17 @@ class PeerSection:
             return None, "bench_vllm_peer.py at tp=%d: status %d: %s" % (tp, rc, self.tail(err, 4))
         return res, None
 
-    PEER_KEYS = ["wall_seconds", "command_wall_seconds", "peak_rss_bytes_max"]
-
     def peer(self, tp, cold, reps):
         runs = []
         for _ in range(reps):
-            if not self.peer_rep(tp, cold, runs):
+            if cold:
+                self.b.drop_caches()
+            res, error = self.peer_once(tp, self.b.model)
+            if res is None:
+                self.b.note(error)
                 return None
-        return self.b.fold(runs, self.PEER_KEYS)
-
-    def peer_rep(self, tp, cold, runs):
-        """One repetition of the peer appended to runs; False (noted) when it failed."""
-        if cold:
-            self.b.drop_caches()
-        res, error = self.peer_once(tp, self.b.model)
-        if res is None:
-            self.b.note(error)
-            return False
-        runs.append(res)
-        return True
-
-    def paired(self, tp, cold, peer_reps):
-        """(shardload, peer) at tp, repetition by repetition: a peer run before each shardload run
-        while the peer has repetitions left (the rest after), so that a drift of the disk's speed
-        falls on both alike."""
-        runs, failed = [], []
-
-        def peer_first():
-            if not failed and len(runs) < peer_reps and not self.peer_rep(tp, cold, runs):
-                failed.append(True)
-        mine = self.b.load(tp, ["--tp", str(tp)], cold=cold, before_rep=peer_first)
-        while not failed and len(runs) < peer_reps:
-            peer_first()
-        return mine, (None if failed else self.b.fold(runs, self.PEER_KEYS))
+            runs.append(res)
+        return self.b.fold(runs, ["wall_seconds", "command_wall_seconds", "peak_rss_bytes_max"])
 
     def verify(self, scratch):
         """The peer's parameters against shardload's --save-sharded output of the tiny model."""
@@ -144,15 +122,12 @@ class PeerSection:
                 row = {}
                 if tp == 1 and b.results.get("load_1", {}).get(key, {}).get("auto"):
                     row["shardload"] = r["load_1"][key]["auto"]   # the same command, measured above
-                    if not missing:
-                        self.log("vLLM-style peer, 1 rank, tp=1, %s cache" % key)
-                        row["peer"] = self.peer(tp, cold, peer_reps)
-                elif missing:
+                else:
                     self.log("shardload, %d rank(s), tp=%d, %s cache" % (tp, tp, key))
                     row["shardload"] = b.load(tp, ["--tp", str(tp)], cold=cold)
-                else:
-                    self.log("shardload and the vLLM-style peer in turn, %d rank(s), tp=%d, %s cache" % (tp, tp, key))
-                    row["shardload"], row["peer"] = self.paired(tp, cold, peer_reps)
+                if not missing:
+                    self.log("vLLM-style peer, %d rank(s), tp=%d, %s cache" % (tp, tp, key))
+                    row["peer"] = self.peer(tp, cold, peer_reps)
                 sec[key][str(tp)] = row
 
 
