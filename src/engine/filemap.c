@@ -3,8 +3,6 @@
  */
 #include "engine/filemap.h"
 
-#include "engine/prefetch.h"
-
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -86,9 +84,6 @@ static sl_status file_fd(mapper *m, uint32_t f, int *fd) {
       close(d);
       return st;
     }
-    /* The edges are read through this descriptor: a partial page, without read-ahead (which
-     * would pull in other ranks' bytes past each edge, engine/prefetch.h). */
-    (void)posix_fadvise(d, 0, 0, POSIX_FADV_RANDOM);
     m->fds[f] = d;
   }
   *fd = m->fds[f];
@@ -239,6 +234,10 @@ done:
   return st;
 }
 
+/* The kernel's default read-ahead window (VM_READAHEAD_PAGES): one MADV_WILLNEED request reads
+ * at most the larger of the device's window and its optimal I/O size, never less than this. */
+#define SL_FILEMAP_PREFETCH_BYTES ((size_t)128 << 10)
+
 sl_status sl__filemap_populate(const void *p, uint64_t len, const char *path, uint64_t off, sl__err *err) {
   if (len == 0)
     return SL_STATUS_OK;
@@ -249,8 +248,8 @@ sl_status sl__filemap_populate(const void *p, uint64_t len, const char *path, ui
   /* The mapping reads nothing around a fault (map_param): ask the kernel to read exactly this
    * range first, in steps no larger than the smallest read-ahead window it honours per request,
    * so the reads stay large and no page outside the range is read. */
-  for (size_t k = 0; k < n; k += SL_PREFETCH_STEP_BYTES)
-    (void)madvise((void *)(lo + k), n - k < SL_PREFETCH_STEP_BYTES ? n - k : SL_PREFETCH_STEP_BYTES,
+  for (size_t k = 0; k < n; k += SL_FILEMAP_PREFETCH_BYTES)
+    (void)madvise((void *)(lo + k), n - k < SL_FILEMAP_PREFETCH_BYTES ? n - k : SL_FILEMAP_PREFETCH_BYTES,
                   MADV_WILLNEED);
 #ifdef MADV_POPULATE_READ
   /* One call faults the whole range in (reading it from storage where it is not cached) and

@@ -7,7 +7,6 @@
 #include "engine/engine.h"
 
 #include "engine/filemap.h"
-#include "engine/prefetch.h"
 
 #include <errno.h>
 #include <string.h>
@@ -51,13 +50,6 @@ static sl_status pread_full(sl__engine *e, int fd, uint32_t f, uint8_t *buf, uin
   return st;
 }
 
-/* A page-cache read of a mostly cold file asks for its range first: the descriptor has no
- * read-ahead (engine/prefetch.h), so this is what keeps large requests in flight. */
-static void prefetch(const sl__engine *e, int fd, uint32_t f, uint64_t off, uint64_t len) {
-  if (e->choice != NULL && e->choice[f].prefetch)
-    sl__prefetch_range(fd, off, len);
-}
-
 /* Reads one operation into staging (or straight into its destination) and delivers it. */
 static sl_status run_op(sl__engine *e, int worker, int slot, uint8_t *staging, const sl__read_op *op,
                         sl__err *werr) {
@@ -75,7 +67,6 @@ static sl_status run_op(sl__engine *e, int worker, int slot, uint8_t *staging, c
       atomic_fetch_add(&e->bytes_mapped, op->len);
     }
   } else if (op->direct_dst != NULL) {
-    prefetch(e, fd, op->file, op->offset, op->len);
     st = pread_full(e, fd, op->file, op->direct_dst, op->len, op->offset, false, werr);
     if (st == SL_STATUS_OK) {
       const sl__delivery *d = &SL_VEC_AT(&e->rp.dels, sl__delivery, op->first);
@@ -85,8 +76,6 @@ static sl_status run_op(sl__engine *e, int worker, int slot, uint8_t *staging, c
   } else if (op->rows > 1) {
     /* A row run (buffered strategies only): the rows land packed, one after the other. */
     uint64_t row = op->len / op->rows;
-    for (uint32_t r = 0; r < op->rows; r++)
-      prefetch(e, fd, op->file, op->offset + r * op->stride, row);
     for (uint32_t r = 0; r < op->rows && st == SL_STATUS_OK; r++)
       st = pread_full(e, fd, op->file, staging + r * row, row, op->offset + r * op->stride, false, werr);
     if (st == SL_STATUS_OK)
@@ -99,8 +88,6 @@ static sl_status run_op(sl__engine *e, int worker, int slot, uint8_t *staging, c
     /* O_DIRECT: aligned offset, length and buffer; the tail may be short at end of file. */
     if (widened)
       sl__readplan_widen(op->offset, op->len, e->staging.align, &off, &len);
-    else
-      prefetch(e, fd, op->file, off, len);
     st = pread_full(e, fd, op->file, staging, len, off, widened, werr);
     for (uint32_t i = 0; i < op->count && st == SL_STATUS_OK; i++)
       st = sl__engine_deliver(e, worker, slot, &SL_VEC_AT(&e->rp.dels, sl__delivery, op->first + i), staging,

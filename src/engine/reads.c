@@ -115,10 +115,10 @@ static sl_status open_file(sl__engine *e, uint32_t f, sl__err *err) {
     close(fd);
     return st;
   }
-  /* Ranks on several nodes: no read-ahead past the plan's reads, which would pull other nodes'
-   * bytes into this one (engine/prefetch.h); cold ranges are prefetched exactly instead. On one
-   * node the kernel's read-ahead stays: what it reads past a range is another rank's, and it
-   * measured faster than exact prefetch there (docs/PERFORMANCE.md §13). */
+  /* Ranks on several nodes: no read-ahead past the plan's reads. The kernel's read-ahead runs on
+   * past the end of each read into the next rank's range, which on another node is a second pull
+   * of those bytes into this one (docs/PERFORMANCE.md §13). On one node it stays: what it reads
+   * past a range is another rank's, read once for both. */
   if (!t->comm->one_node)
     (void)posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM);
   e->fds[f] = fd;

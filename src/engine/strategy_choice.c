@@ -57,8 +57,7 @@ static void decide(sl__file_choice *c) {
 void sl__strategy_decide(sl__file_choice *c) {
   decide(c);
   const sl__choice_in *in = &c->in;
-  c->prefetch =
-      !c->direct && !in->read_ahead && in->resident_known && in->rest_pages > 0 && !mostly_resident(in);
+  c->no_read_ahead = !c->direct && !in->read_ahead && in->bytes_mapped < in->bytes;
 }
 
 const char *sl__choice_label(const sl__file_choice *c) {
@@ -134,8 +133,7 @@ void sl__choice_reason(const sl__file_choice *c, char *out, size_t cap) {
   out[0] = '\0';
   main_reason(c, out, cap);
   size_t n = strlen(out);
-  if (c->prefetch && n + 1 < cap)
+  if (c->no_read_ahead && n + 1 < cap)
     snprintf(out + n, cap - n,
-             ", each range asked for exactly (ranks on several nodes: no read-ahead into "
-             "other nodes' bytes)");
+             ", without read-ahead (ranks on several nodes: it would pull other nodes' bytes)");
 }

@@ -59,9 +59,9 @@ typedef struct sl__choice_in {
 typedef struct sl__file_choice {
   sl__choice_in in;
   bool direct; /* the bytes not mapped are read with O_DIRECT (aligned, through staging) */
-  /* the bytes not mapped are read through the page cache, mostly not resident, and the descriptor
-   * has no read-ahead (ranks on several nodes): each read is prefetched (engine/prefetch.h) */
-  bool prefetch;
+  /* the bytes not mapped are read through the page cache without read-ahead (ranks on several
+   * nodes, engine/reads.c) */
+  bool no_read_ahead;
   sl__choice_why why;
 } sl__file_choice;
 
@@ -70,7 +70,7 @@ typedef struct sl__file_choice {
  * pre-touched parameter memory). */
 bool sl__strategy_maps(sl__strategy s, bool host, bool prefault);
 
-/* The decision for one file: sets c->direct, c->prefetch and c->why from c->in. */
+/* The decision for one file: sets c->direct, c->no_read_ahead and c->why from c->in. */
 void sl__strategy_decide(sl__file_choice *c);
 
 /* "mmap", "mmap+buffered", "mmap+direct", "buffered", "direct" or "io_uring". */

@@ -9,17 +9,14 @@
  *     average below 256 KiB (boundary both ways);
  *   - labels (mmap, mmap+buffered, mmap+direct, buffered, direct, io_uring) and reasons (the
  *     residency percentage, the alignment figures, the strategy's name);
- *   - prefetch (exact WILLNEED of each page-cache read): only where the descriptor has no read-ahead
- *     (ranks on several nodes), the rest read through the page cache and mostly cold; never on one
- *     node, for O_DIRECT, warm, unknown residency or nothing left to read; the reason says so;
+ *   - no read-ahead: where the job's ranks span nodes and bytes are read through the page cache
+ *     (cold or warm); never on one node, with O_DIRECT or with everything mapped; the reason says so;
  *   - sl__strategy_maps: mmap always on host, auto on host without prefault, never on a device;
  *   - engine/residency.c on a file this test writes: the pages of a range are counted, every one
  *     of them resident right after writing (cached), none after fsync + POSIX_FADV_DONTNEED where
- *     the file system drops them; O_DIRECT accepted or refused without failing; a dropped range
- *     prefetched by engine/prefetch.c becomes resident, and only that range.
+ *     the file system drops them; O_DIRECT accepted or refused without failing.
  */
 #include "check.h"
-#include "engine/prefetch.h"
 #include "engine/residency.h"
 #include "engine/strategy_choice.h"
 
@@ -131,47 +128,42 @@ static void test_table(void) {
   CHECK(sl__choice_resident(&c) > 0.006 && sl__choice_resident(&c) < 0.0062);
 }
 
-typedef struct prefetch_row {
+typedef struct read_ahead_row {
   const char *what;
   sl__choice_in in;
-  bool prefetch;
-} prefetch_row;
+  bool no_read_ahead;
+} read_ahead_row;
 
-static void test_prefetch(void) {
-  prefetch_row rows[10];
+static void test_read_ahead(void) {
+  read_ahead_row rows[8];
   int n = 0;
   sl__choice_in in = cold(SL_STRATEGY_AUTO); /* read_ahead false: ranks on several nodes */
   in.o_direct = false;
-  rows[n++] = (prefetch_row){"several nodes, cold, no O_DIRECT", in, true};
-  in.direct_reads = 1000;
-  in.o_direct = true;
-  rows[n++] = (prefetch_row){"several nodes, cold, small reads", in, true};
+  rows[n++] = (read_ahead_row){"several nodes, cold, no O_DIRECT", in, true};
   in.read_ahead = true;
-  rows[n++] = (prefetch_row){"one node, cold, small reads", in, false};
+  rows[n++] = (read_ahead_row){"one node, cold, no O_DIRECT", in, false};
   in = cold(SL_STRATEGY_AUTO);
-  rows[n++] = (prefetch_row){"several nodes, cold, O_DIRECT", in, false};
-  in.o_direct = false;
-  in.rest_resident = 8192;
-  rows[n++] = (prefetch_row){"several nodes, half resident", in, false};
-  in.rest_resident = 8191;
-  rows[n++] = (prefetch_row){"several nodes, just under half resident", in, true};
+  rows[n++] = (read_ahead_row){"several nodes, cold, O_DIRECT", in, false};
+  in.rest_resident = in.rest_pages;
+  rows[n++] = (read_ahead_row){"several nodes, warm (page cache)", in, true};
   in.resident_known = false;
-  rows[n++] = (prefetch_row){"several nodes, residency unknown", in, false};
+  rows[n++] = (read_ahead_row){"several nodes, residency unknown (page cache)", in, true};
   in = cold(SL_STRATEGY_MMAP);
   in.bytes_mapped = MiB;
-  rows[n++] = (prefetch_row){"mmap, several nodes, rest cold", in, true};
+  rows[n++] = (read_ahead_row){"mmap, several nodes, rest through the page cache", in, true};
   in.bytes_mapped = in.bytes;
-  in.rest_pages = in.rest_resident = 0;
-  rows[n++] = (prefetch_row){"mmap, all mapped", in, false};
+  rows[n++] = (read_ahead_row){"mmap, all mapped", in, false};
+  in = cold(SL_STRATEGY_DIRECT);
+  rows[n++] = (read_ahead_row){"direct, several nodes", in, false};
   for (int i = 0; i < n; i++) {
-    sl__file_choice c = {.in = rows[i].in, .prefetch = !rows[i].prefetch};
+    sl__file_choice c = {.in = rows[i].in, .no_read_ahead = !rows[i].no_read_ahead};
     sl__strategy_decide(&c);
-    CHECKF(c.prefetch == rows[i].prefetch, "%s: prefetch %d, expected %d", rows[i].what, c.prefetch,
-           rows[i].prefetch);
+    CHECKF(c.no_read_ahead == rows[i].no_read_ahead, "%s: no_read_ahead %d, expected %d", rows[i].what,
+           c.no_read_ahead, rows[i].no_read_ahead);
     char why[512];
     sl__choice_reason(&c, why, sizeof why);
-    CHECKF((strstr(why, "asked for exactly") != NULL) == rows[i].prefetch, "%s: reason '%s'", rows[i].what,
-           why);
+    CHECKF((strstr(why, "without read-ahead") != NULL) == rows[i].no_read_ahead, "%s: reason '%s'",
+           rows[i].what, why);
   }
 }
 
@@ -217,23 +209,6 @@ static void test_residency(void) {
   /* tmpfs keeps its pages (they are the file): only a disk file system drops them. */
   CHECKF(resident == 0 || resident == pages, "after DONTNEED %llu of %llu pages resident",
          (unsigned long long)resident, (unsigned long long)pages);
-  if (resident == 0) {
-    /* Dropped: an exact prefetch of pages 10..19 brings them back (asynchronously), nothing else. */
-    sl__prefetch_range(fd, 10 * page, 10 * page);
-    uint64_t in_range = 0;
-    for (int tries = 0; tries < 200 && in_range < 10; tries++) {
-      uint64_t p = 0;
-      in_range = 0;
-      CHECK(sl__residency(fd, 10 * page, 10 * page, &p, &in_range));
-      if (in_range < 10)
-        usleep(10000);
-    }
-    CHECK_EQ_U64(in_range, 10);
-    pages = resident = 0;
-    CHECK(sl__residency(fd, 0, len, &pages, &resident));
-    CHECKF(resident == 10, "after the prefetch of 10 pages, %llu pages resident",
-           (unsigned long long)resident);
-  }
   (void)sl__set_o_direct(fd); /* accepted or refused; never a failure */
   int flags = fcntl(fd, F_GETFL);
   CHECK(flags >= 0);
@@ -242,7 +217,7 @@ static void test_residency(void) {
 
 int main(void) {
   test_table();
-  test_prefetch();
+  test_read_ahead();
   test_maps();
   test_residency();
   return sl_test_finish();

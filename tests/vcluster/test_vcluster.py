@@ -30,7 +30,7 @@ the cluster down again (also on failure and on SIGINT/SIGTERM); every mpirun is 
              link are at most the storage blocks its ranks read plus what they received (+3 % and
              1 MiB): no read-ahead past the plan's reads into the other node's bytes (before the
              loader turned it off across nodes, 15 % more crossed each link at tp=4). The report
-             says why (the strategy choice's reason).
+             says so (the strategy choice's reason).
 """
 
 import argparse
@@ -284,14 +284,14 @@ def group_page_cache(ctx):
                       "received %d (expected between %d and %d)" % (label, n, inbound[n], e["bytes_read"],
                                                                      e["bytes_storage_blocks"], e["bytes_network_in"],
                                                                      e["bytes_read"], hi))
-            # Where the page cache is read (not O_DIRECT), the report says the reads are exact.
+            # Where the page cache is read (not O_DIRECT), the report says it is without read-ahead.
             buffered = [c for c in report.get("strategy_choice", []) if c.get("strategy", "").endswith("buffered")]
             if layout == ["--tp", "4"]:
                 check(buffered, "%s: some bytes are read through the page cache (%s)" %
                       (label, [c.get("strategy") for c in report.get("strategy_choice", [])]))
             for c in buffered:
-                check("asked for exactly" in c.get("reason", ""),
-                      "%s: %s: the strategy choice says its page-cache reads are exact across nodes (%s)" %
+                check("without read-ahead" in c.get("reason", ""),
+                      "%s: %s: the strategy choice says its page-cache reads have no read-ahead across nodes (%s)" %
                       (label, c.get("file"), c.get("reason")))
 
 
