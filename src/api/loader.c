@@ -99,6 +99,12 @@ sl_status sl_loader_create(sl_config *config, MPI_Comm comm, sl_loader **out) {
     return st;
   }
   sl__log_set_rank(l->comm.rank);
+  /* The job's nodes, once: the transfer reads with read-ahead only where every rank shares this
+   * node's page cache, and the report has per-node figures. Failing that, the reads go without
+   * read-ahead and the report uses the configured ranks_per_node. */
+  sl__err nerr;
+  if (sl__job_nodes_detect(l->comm.world, &l->nodes, &nerr) != SL_STATUS_OK)
+    SL_WARN("the job's nodes are unknown (per-node figures use ranks_per_node): %s", nerr.msg);
   l->cfg = sl__config_clone(config);
   if (l->cfg != NULL)
     st = advance(l, SL_PREP_OPTIONS);
@@ -107,6 +113,7 @@ sl_status sl_loader_create(sl_config *config, MPI_Comm comm, sl_loader **out) {
                         "checking the configuration");
   if (st != SL_STATUS_OK) {
     sl__config_set_error(config, &l->err);
+    sl__job_nodes_free(&l->nodes);
     sl__comm_free(&l->comm);
     sl__pipeline_free(&l->pl);
     sl_config_destroy(l->cfg);
@@ -523,6 +530,7 @@ static sl_status transfer_phase(sl_loader *l) {
                      .chunk = l->pl.po.read_chunk,
                      .coalesce_gap = o->coalesce_gap,
                      .strategy = o->strategy,
+                     .one_node = l->nodes.n_nodes == 1,
                      .copy_done = l->copy_done};
   st = st == SL_STATUS_OK ? sl__prepare_gate(&l->pl.prep, &l->comm, &tr.gate, &l->err) : st;
   st = st == SL_STATUS_OK ? sl__transfer_run(&tr, &l->tstats, &l->err) : st;
@@ -645,9 +653,6 @@ static sl_status statistics_phase(sl_loader *l, double t0) {
   sl__rank_record rec;
   own_record(l, &rec);
   sl__comm_phase(&l->comm, "gathering statistics");
-  sl__err nerr; /* the job's nodes for the report; failing that, the configured layout */
-  if (sl__job_nodes_detect(l->comm.world, &l->nodes, &nerr) != SL_STATUS_OK)
-    SL_WARN("per-node figures use ranks_per_node: %s", nerr.msg);
   if (l->comm.rank == 0) {
     l->records = calloc((size_t)l->comm.size, sizeof *l->records);
     if (l->records == NULL)

@@ -46,16 +46,6 @@ sl_status sl__comm_init(sl__comm *c, MPI_Comm user, sl__err *err) {
   MPI_Comm_set_errhandler(c->abort_comm, MPI_ERRORS_RETURN);
   MPI_Comm_rank(c->world, &c->rank);
   MPI_Comm_size(c->world, &c->size);
-  /* Every rank gets the same answer: the node's size equals the world's on all ranks or on none.
-   * A failure here only makes the reads exact (engine/reads.c). */
-  MPI_Comm node = MPI_COMM_NULL;
-  int node_size = 0;
-  if (MPI_Comm_split_type(c->world, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) == MPI_SUCCESS &&
-      node != MPI_COMM_NULL) {
-    MPI_Comm_size(node, &node_size);
-    MPI_Comm_free(&node);
-  }
-  c->one_node = node_size == c->size;
   return SL_STATUS_OK;
 }
 
@@ -313,8 +303,7 @@ sl_status sl__comm_abort_disarm(sl__comm *c, sl__err *err) {
  * watchdog. Open MPI progresses a non-blocking collective only inside MPI calls: poll without
  * sleeping, yielding the core to the reader threads between polls (a sleep here cut the broadcast
  * rate by more than ten times). */
-static sl_status poll_collective(sl__comm *c, MPI_Request *req, const char *what, bool *aborted,
-                                 sl__err *err) {
+static sl_status poll_collective(sl__comm *c, MPI_Request *req, const char *what, bool *aborted, sl__err *err) {
   double start = sl__now();
   sl__comm_block_begin(c, what);
   for (;;) {
@@ -362,8 +351,8 @@ sl_status sl__comm_group_bcast(sl__comm *c, uint32_t g, void *buf, uint64_t nbyt
 }
 
 sl_status sl__comm_group_alltoallv(sl__comm *c, uint32_t g, const void *send, const uint64_t *scount,
-                                   const uint64_t *sdispl, void *recv, const uint64_t *rcount,
-                                   const uint64_t *rdispl, bool *aborted, sl__err *err) {
+                                  const uint64_t *sdispl, void *recv, const uint64_t *rcount, const uint64_t *rdispl,
+                                  bool *aborted, sl__err *err) {
   *aborted = false;
   if (g >= c->n_groups || c->groups[g] == MPI_COMM_NULL)
     return sl__err_set(err, SL_STATUS_INTERNAL, "exchange in group %u that this rank is not part of", g);

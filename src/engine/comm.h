@@ -38,9 +38,6 @@ typedef struct sl__comm {
   MPI_Comm world; /* duplicate of the caller's communicator, errors returned */
   int rank;
   int size;
-  /* Every rank runs on this node (MPI_COMM_TYPE_SHARED), so all of them read through one page
-   * cache: what one rank's read-ahead brings in past its range is another rank's, read once. */
-  bool one_node;
   MPI_Comm abort_comm;   /* abort messages travel here */
   MPI_Request abort_req; /* posted receive of an abort message */
   int abort_buf;
@@ -105,8 +102,8 @@ sl_status sl__comm_group_bcast(sl__comm *c, uint32_t g, void *buf, uint64_t nbyt
  * member r receives scount[r] bytes from send + sdispl[r]; rcount/rdispl place what each member
  * sends here (the two-phase exchanges of engine/exchange.c). Blocks up to INT_MAX bytes. */
 sl_status sl__comm_group_alltoallv(sl__comm *c, uint32_t g, const void *send, const uint64_t *scount,
-                                   const uint64_t *sdispl, void *recv, const uint64_t *rcount,
-                                   const uint64_t *rdispl, bool *aborted, sl__err *err);
+                                  const uint64_t *sdispl, void *recv, const uint64_t *rcount, const uint64_t *rdispl,
+                                  bool *aborted, sl__err *err);
 
 /* ---- the watchdog (engine/watchdog.c) ---- */
 #define SL_TIMEOUT_DEFAULT_S 600.0

@@ -128,7 +128,7 @@ sl_status sl__engine_choose(sl__engine *e) {
                                       .host = e->t->backend->host_addressable,
                                       .resident_known = true,
                                       .o_direct = true,
-                                      .read_ahead = e->t->comm->one_node};
+                                      .read_ahead = e->t->one_node};
   sl__vec xs;
   sl__vec_init(&xs, sizeof(extent));
   sl_status st = collect(e, &xs);

@@ -119,7 +119,7 @@ static sl_status open_file(sl__engine *e, uint32_t f, sl__err *err) {
    * past the end of each read into the next rank's range, which on another node is a second pull
    * of those bytes into this one (docs/PERFORMANCE.md §13). On one node it stays: what it reads
    * past a range is another rank's, read once for both. */
-  if (!t->comm->one_node)
+  if (!t->one_node)
     (void)posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM);
   e->fds[f] = fd;
   /* An ordering event for the logs (and the tests): a read starts while files still arrive. */

@@ -23,7 +23,7 @@ static bool direct_pays(const sl__choice_in *in) {
   return in->direct_extra <= rest / SL_CHOICE_EXTRA_DEN && rest / reads >= SL_CHOICE_MIN_READ;
 }
 
-static void decide(sl__file_choice *c) {
+void sl__strategy_decide(sl__file_choice *c) {
   const sl__choice_in *in = &c->in;
   c->direct = false;
   c->why = SL_WHY_EXPLICIT;
@@ -52,12 +52,6 @@ static void decide(sl__file_choice *c) {
     c->direct = true;
     c->why = SL_WHY_COLD;
   }
-}
-
-void sl__strategy_decide(sl__file_choice *c) {
-  decide(c);
-  const sl__choice_in *in = &c->in;
-  c->no_read_ahead = !c->direct && !in->read_ahead && in->bytes_mapped < in->bytes;
 }
 
 const char *sl__choice_label(const sl__file_choice *c) {
@@ -133,7 +127,8 @@ void sl__choice_reason(const sl__file_choice *c, char *out, size_t cap) {
   out[0] = '\0';
   main_reason(c, out, cap);
   size_t n = strlen(out);
-  if (c->no_read_ahead && n + 1 < cap)
+  bool page_cache = !c->direct && c->in.bytes_mapped < c->in.bytes;
+  if (page_cache && !c->in.read_ahead && n + 1 < cap)
     snprintf(out + n, cap - n,
              ", without read-ahead (ranks on several nodes: it would pull other nodes' bytes)");
 }

@@ -59,9 +59,6 @@ typedef struct sl__choice_in {
 typedef struct sl__file_choice {
   sl__choice_in in;
   bool direct; /* the bytes not mapped are read with O_DIRECT (aligned, through staging) */
-  /* the bytes not mapped are read through the page cache without read-ahead (ranks on several
-   * nodes, engine/reads.c) */
-  bool no_read_ahead;
   sl__choice_why why;
 } sl__file_choice;
 
@@ -70,13 +67,15 @@ typedef struct sl__file_choice {
  * pre-touched parameter memory). */
 bool sl__strategy_maps(sl__strategy s, bool host, bool prefault);
 
-/* The decision for one file: sets c->direct, c->no_read_ahead and c->why from c->in. */
+/* The decision for one file: sets c->direct and c->why from c->in. */
 void sl__strategy_decide(sl__file_choice *c);
 
 /* "mmap", "mmap+buffered", "mmap+direct", "buffered", "direct" or "io_uring". */
 const char *sl__choice_label(const sl__file_choice *c);
 
-/* One sentence saying why (the report's "reason"), into out (cap bytes, always terminated). */
+/* One sentence saying why (the report's "reason"), into out (cap bytes, always terminated); it
+ * ends by saying so where bytes go through the page cache without read-ahead (ranks on several
+ * nodes: engine/reads.c). */
 void sl__choice_reason(const sl__file_choice *c, char *out, size_t cap);
 
 /* Share of the pages read that were resident, 0..1 (1 when nothing was read). */

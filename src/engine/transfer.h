@@ -50,6 +50,9 @@ typedef struct sl__transfer {
   uint64_t chunk; /* largest single read */
   uint64_t coalesce_gap;
   sl__strategy strategy;
+  /* Every rank of the job is on this node (engine/nodes.h), so all read through one page cache:
+   * what one rank's read-ahead brings in past its range is another rank's, read once. */
+  bool one_node;
   _Atomic uint64_t *copy_done; /* per copy of the plan: bytes delivered (for tracking) */
   struct sl__file_gate *gate;  /* files still arriving from the Hub (engine/file_gate.h), or NULL */
 } sl__transfer;
