@@ -28,6 +28,17 @@ def peer_missing(run):
     return None
 
 
+def peer_command(model, tp):
+    """The peer's command line at tp (to run under an mpirun prefix)."""
+    return [PEER_PYTHON, PEER, model, "--tp", str(tp)]
+
+
+def peer_result(out):
+    """The JSON result line the peer prints on stdout (rank 0), or None."""
+    line = [ln for ln in out.splitlines() if ln.startswith("{")]
+    return json.loads(line[-1]) if line else None
+
+
 def reads_per_mib(res):
     """Average over ranks of read_ops / (bytes_read / MiB) of a shardload result (None if unknown)."""
     vals = [rk["read_ops"] / (rk["bytes_read"] / MIB) for rk in (res or {}).get("ranks", [])
@@ -48,14 +59,13 @@ class PeerSection:
         b = self.b
         if model == b.model:
             b.settle()
-        cmd = b.mpi(tp, None) + [PEER_PYTHON, PEER, model, "--tp", str(tp)]
+        cmd = b.mpi(tp, None) + peer_command(model, tp)
         if verify:
             cmd += ["--verify", verify]
         rc, out, err, wall = self.run(cmd)
-        line = [ln for ln in out.splitlines() if ln.startswith("{")]
-        if not line:
+        res = peer_result(out)
+        if res is None:
             return None, "bench_vllm_peer.py at tp=%d failed (status %d): %s" % (tp, rc, self.tail(err, 4))
-        res = json.loads(line[-1])
         res["command_wall_seconds"] = wall
         if rc != 0 and not res.get("verify_problems"):
             return None, "bench_vllm_peer.py at tp=%d: status %d: %s" % (tp, rc, self.tail(err, 4))

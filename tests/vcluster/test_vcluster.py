@@ -26,7 +26,9 @@ the cluster down again (also on failure and on SIGINT/SIGTERM); every mpirun is 
              completes, byte-exact (vc_load's four-rank cases on two fixtures and the 24 MB model's
              report: amplification 1.00), and takes at least node 1's bytes / 10 Mbit/s.
   page_cache 2 nodes x 2 ranks, links 1 Gbit/s, the storage mounted with the page cache (as NFS or
-             Lustre clients are): a 64 MB model at tp=4 and tp=2 dp=2; per node, the bytes over its
+             Lustre clients are, and reads across nodes without read-ahead): vc_load's four-rank
+             cases on two fixtures byte-exact on every rank, then a 64 MB model at tp=4 and tp=2
+             dp=2; per node, the bytes over its
              link are at most the storage blocks its ranks read plus what they received (+3 % and
              1 MiB): no read-ahead past the plan's reads into the other node's bytes (before the
              loader turned it off across nodes, 15 % more crossed each link at tp=4). The report
@@ -267,6 +269,7 @@ def group_slow_link(ctx):
 def group_page_cache(ctx):
     ctx.add_model(PAGE_CACHE_MODEL_SIZE)
     with vclib.Cluster(nodes=2, rate="1gbit", storage=ctx.export) as cl:
+        run_vc_load(ctx, cl, 2, "page_cache", SLVC_CASES="quick")
         for layout in (["--tp", "4"], ["--tp", "2", "--dp", "2"]):
             label = "page_cache " + " ".join(layout)
             report, inbound, _ = load_model(ctx, cl, 2, layout, label, size=PAGE_CACHE_MODEL_SIZE)
