@@ -99,9 +99,7 @@ sl_status sl_loader_create(sl_config *config, MPI_Comm comm, sl_loader **out) {
     return st;
   }
   sl__log_set_rank(l->comm.rank);
-  /* The job's nodes, once: the transfer reads with read-ahead only where every rank shares this
-   * node's page cache, and the report has per-node figures. Failing that, the reads go without
-   * read-ahead and the report uses the configured ranks_per_node. */
+  /* The job's nodes, once: read-ahead only on one node (engine/reads.c); per-node report figures. */
   sl__err nerr;
   if (sl__job_nodes_detect(l->comm.world, &l->nodes, &nerr) != SL_STATUS_OK)
     SL_WARN("the job's nodes are unknown (per-node figures use ranks_per_node): %s", nerr.msg);
