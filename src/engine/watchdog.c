@@ -7,12 +7,15 @@
  * When a deadline passes the rank cannot tell a dead peer from a slow one by itself, so it asks:
  * it sends an "alive?" query (tag PING, carrying its phase) to every rank on the abort channel's
  * communicator and listens for a grace period. Every rank that is polling a wait answers (PONG,
- * carrying its own phase) — and, since one rank's expiry means the job is ending, starts its own
- * report. The ranks that did not answer are the ones "not heard from": dead, stopped, unreachable,
- * or stuck in a call that does not poll. Every reporting rank prints its view, waits a moment so
- * that the others print theirs too, and calls MPI_Abort on the load's communicator: the only way
- * out of a collective that a dead peer will never complete. Queries cost nothing while all is well
- * (waits probe for them at most every few milliseconds).
+ * carrying its own phase). The ranks that did not answer are the ones "not heard from": dead,
+ * stopped, unreachable, or stuck in a call that does not poll. A rank that decides the job ends
+ * sends END (naming itself) to every rank; each rank that gets it passes it on to every rank (so a
+ * lossy link to the deciding rank does not delay the others) and starts its own report. Every
+ * reporting rank prints its view, tells every rank it has printed (DONE), waits until each rank it
+ * heard from has printed too (bounded: a rank can die meanwhile), and calls MPI_Abort on the load's
+ * communicator: the only way out of a collective that a dead peer will never complete. Without
+ * that wait the first MPI_Abort kills ranks still listening, before they print. Queries cost
+ * nothing while all is well (waits probe for them at most every few milliseconds).
  */
 #include "engine/comm.h"
 
@@ -29,11 +32,13 @@
 #define PING_TAG 7072
 #define PONG_TAG 7073
 #define END_TAG 7074
+#define DONE_TAG 7075
 #define PHASE_MAX 96
 #define PROBE_EVERY_S 0.005
-/* After printing, before MPI_Abort: the other reporting ranks print theirs in the meantime (their
- * reports start within milliseconds of the first query). */
-#define ABORT_DELAY_S 1.0
+/* After printing, beyond a grace period, the longest wait for the other reporting ranks' DONE
+ * before MPI_Abort: they start when END reaches them (TCP retransmissions on a lossy link take
+ * hundreds of milliseconds), listen for a grace period of their own, then print. */
+#define ABORT_DELAY_S 2.0
 
 /* Seconds the reporting rank listens for answers: long enough for live ranks to reply (they
  * answer from their next poll, a few milliseconds), short against the timeout. */
@@ -70,7 +75,8 @@ static void *backstop_main(void *arg) {
     ts.tv_sec += 1;
     pthread_cond_timedwait(&b->cv, &b->mu, &ts);
     sl__comm *c = b->c;
-    /* The polled waits report by themselves within timeout + grace; this fires only later. */
+    /* The polled waits report by themselves within timeout + grace; this fires only later (a
+     * report re-arms it: it lasts at most two grace periods + ABORT_DELAY_S). */
     double limit = c->timeout_s + grace_s(c) + ABORT_DELAY_S + 2;
     if (b->stop || b->what == NULL || c->timeout_s <= 0 || sl__now() - b->since < limit)
       continue;
@@ -217,6 +223,19 @@ static int take(sl__comm *c, int tag, char *text) {
   return status.MPI_SOURCE;
 }
 
+/* END's text: the deciding rank, then its phase. Returns the rank (`from` if the text has none)
+ * and copies the phase into phase[PHASE_MAX]. */
+static int parse_end(const char *text, int from, char *phase) {
+  char *rest = NULL;
+  long r = strtol(text, &rest, 10);
+  if (rest == text || r < 0 || r > 1 << 30)
+    r = from;
+  else if (*rest == ' ')
+    text = rest + 1;
+  snprintf(phase, PHASE_MAX, "%s", text);
+  return (int)r;
+}
+
 /* "2, 5-7" into out: the ranks whose flag is `want`, except this one. */
 static size_t list_ranks(const sl__comm *c, const unsigned char *heard, unsigned char want, char *out,
                          size_t cap) {
@@ -271,10 +290,8 @@ static void listen(sl__comm *c, heard_set *h, double until, bool stop_at_end) {
     }
     while ((r = take(c, END_TAG, buf)) >= 0) {
       hear(h, c, r);
-      if (h->end_from < 0) {
-        h->end_from = r;
-        snprintf(h->end_phase, sizeof h->end_phase, "%s", buf);
-      }
+      if (h->end_from < 0)
+        h->end_from = parse_end(buf, r, h->end_phase);
     }
     if (stop_at_end && h->end_from >= 0)
       return;
@@ -282,10 +299,36 @@ static void listen(sl__comm *c, heard_set *h, double until, bool stop_at_end) {
   }
 }
 
-/* Prints this rank's view and ends the job. `trigger` is the rank whose END started it (-1: our
- * own decision); `h` what our own query heard (NULL: listen now). */
-static void report(sl__comm *c, const char *what, double waited, int trigger, const char *trigger_phase,
-                   heard_set *h) {
+/* Before MPI_Abort: keeps answering queries until every rank in `heard` (alive a moment ago) has
+ * printed its view (its DONE), or a grace period + ABORT_DELAY_S have passed. */
+static void await_prints(sl__comm *c, const unsigned char *heard) {
+  size_t n = c->size > 0 ? (size_t)c->size : 1, waiting = 0;
+  unsigned char *done = calloc(n, 1);
+  for (int r = 0; r < c->size; r++)
+    waiting += r != c->rank && heard[r];
+  double end = sl__now() + grace_s(c) + ABORT_DELAY_S;
+  char buf[PHASE_MAX];
+  while (sl__now() < end && (waiting > 0 || done == NULL)) {
+    int r;
+    while ((r = take(c, PING_TAG, buf)) >= 0)
+      answer(c, r);
+    while ((r = take(c, DONE_TAG, buf)) >= 0)
+      if (done != NULL && heard[r] && !done[r]) {
+        done[r] = 1;
+        waiting--;
+      }
+    while (take(c, END_TAG, buf) >= 0 || take(c, PONG_TAG, buf) >= 0)
+      ;
+    sleep_s(0.002);
+  }
+  free(done);
+}
+
+/* Prints this rank's view and ends the job. `trigger` is the rank whose decision started it (-1:
+ * our own decision), `from` the rank whose END brought it; `h` what our own query heard (NULL:
+ * listen now). */
+static void report(sl__comm *c, const char *what, double waited, int from, int trigger,
+                   const char *trigger_phase, heard_set *h) {
   const char *phase = phase_of(c);
   char missing[4096];
   heard_set mine = {
@@ -298,15 +341,18 @@ static void report(sl__comm *c, const char *what, double waited, int trigger, co
     MPI_Abort(c->world, 1);
     return;
   }
+  backstop_rearm(c); /* the report's own waits are bounded below */
+  char end_text[PHASE_MAX];
+  snprintf(end_text, sizeof end_text, "%d %s", trigger >= 0 ? trigger : c->rank,
+           trigger >= 0 ? trigger_phase : phase);
+  send_all(c, END_TAG, end_text); /* every rank reports its own view (a relay, if we got END) */
   if (h == NULL) {
     /* Ask for ourselves: the ranks that answer (or report too) are alive. */
-    if (trigger >= 0)
-      hear(&mine, c, trigger);
+    if (from >= 0)
+      hear(&mine, c, from);
     send_all(c, PING_TAG, phase);
     listen(c, &mine, sl__now() + grace_s(c), false);
     h = &mine;
-  } else {
-    send_all(c, END_TAG, phase); /* every rank reports its own view */
   }
   size_t n_missing = list_ranks(c, h->heard, 0, missing, sizeof missing);
   char cause[PHASE_MAX + 192];
@@ -331,37 +377,27 @@ static void report(sl__comm *c, const char *what, double waited, int trigger, co
         "(a wait that cannot complete); ending the job with MPI_Abort\n",
         c->rank, cause, what, c->timeout_s);
   fflush(stderr);
+  send_all(c, DONE_TAG, "");
+  await_prints(c, h->heard);
   free(mine.heard);
-  /* Keep answering while the other ranks print theirs: those that got our END listen for a grace
-   * period of their own first. */
-  double end = sl__now() + ABORT_DELAY_S + (h != &mine ? grace_s(c) : 0);
-  char buf[PHASE_MAX];
-  while (sl__now() < end) {
-    int r;
-    while ((r = take(c, PING_TAG, buf)) >= 0)
-      answer(c, r);
-    while (take(c, END_TAG, buf) >= 0 || take(c, PONG_TAG, buf) >= 0)
-      ;
-    sleep_s(0.005);
-  }
   MPI_Abort(c->world, 1);
 }
 
 bool sl__comm_expire(sl__comm *c, const char *what, double waited) {
   heard_set h = {.heard = calloc((size_t)c->size, 1), .left = (size_t)c->size - 1, .end_from = -1};
   if (h.heard == NULL) {
-    report(c, what, waited, -1, NULL, NULL);
+    report(c, what, waited, -1, -1, NULL, NULL);
     return false;
   }
   h.min_idle = idle_s(c);
   send_all(c, PING_TAG, phase_of(c));
   listen(c, &h, sl__now() + grace_s(c), true);
   if (h.end_from >= 0) { /* another rank decided first: report as it asks */
-    int from = h.end_from;
+    int trigger = h.end_from;
     char phase[PHASE_MAX];
     snprintf(phase, sizeof phase, "%s", h.end_phase);
     free(h.heard);
-    report(c, what, waited, from, phase, NULL);
+    report(c, what, waited, -1, trigger, phase, NULL);
     return false;
   }
   if (h.left == 0 && h.min_idle < c->timeout_s) {
@@ -373,7 +409,7 @@ bool sl__comm_expire(sl__comm *c, const char *what, double waited) {
             h.min_idle);
     return true;
   }
-  report(c, what, waited, -1, NULL, &h);
+  report(c, what, waited, -1, -1, NULL, &h);
   free(h.heard);
   return false;
 }
@@ -399,8 +435,11 @@ void sl__comm_poll(sl__comm *c) {
   while ((r = take(c, PING_TAG, buf)) >= 0)
     answer(c, r);
   r = take(c, END_TAG, buf);
-  if (r >= 0) /* a peer decided that the job ends: report what this rank sees too */
-    report(c, c->waiting_for != NULL ? c->waiting_for : "waiting", 0, r, buf, NULL);
+  if (r >= 0) { /* a peer decided that the job ends: report what this rank sees too */
+    char phase[PHASE_MAX];
+    int trigger = parse_end(buf, r, phase);
+    report(c, c->waiting_for != NULL ? c->waiting_for : "waiting", 0, r, trigger, phase, NULL);
+  }
 }
 
 sl_status sl__comm_wait(sl__comm *c, MPI_Request *req, const char *what, sl__err *err) {
