@@ -438,8 +438,8 @@ static sl_status allocate(sl_loader *l) {
   /* Files still downloading (docs/spec/HUB.md §13) cannot be mapped yet: such a load copies. */
   if (sl__strategy_maps(l->pl.opts.strategy, l->backend->host_addressable, l->pl.opts.prefault) &&
       !l->pl.prep.cat.arriving)
-    st = sl__filemap_params(&l->pl.prep.cat, &l->pl.sched, &l->pl.plan, l->bound, l->param_ptr, l->mapped,
-                            &l->maps, &l->err);
+    st = sl__filemap_params(&l->pl.prep.cat, &l->pl.sched, &l->pl.plan, l->bound, l->pl.opts.strategy,
+                            l->param_ptr, l->mapped, &l->maps, &l->err);
   for (size_t i = 0; i < l->pl.plan.n_lparams && st == SL_STATUS_OK; i++) {
     const sl__lparam *lp = &l->pl.plan.lparams[i];
     if (lp->alias_of != SL_NONE || l->bound[i] || l->mapped[i])
@@ -523,7 +523,7 @@ static sl_status transfer_phase(sl_loader *l) {
                      .backend = l->backend,
                      .comm = &l->comm,
                      .param_ptr = l->param_ptr,
-                     .param_mapped = l->mapped,
+                     .param_mapped = sl__filemaps_tried(&l->maps) ? l->mapped : NULL,
                      .workers = o->extra.num_threads,
                      .chunk = l->pl.po.read_chunk,
                      .coalesce_gap = o->coalesce_gap,

@@ -126,6 +126,7 @@ sl_status sl__engine_choose(sl__engine *e) {
   for (size_t f = 0; f < cat->n_files; f++)
     e->choice[f].in = (sl__choice_in){.strategy = e->t->strategy,
                                       .host = e->t->backend->host_addressable,
+                                      .maps = e->t->param_mapped != NULL,
                                       .resident_known = true,
                                       .o_direct = true,
                                       .read_ahead = e->t->one_node};

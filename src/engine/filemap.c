@@ -3,6 +3,9 @@
  */
 #include "engine/filemap.h"
 
+#include "engine/residency.h"
+#include "engine/strategy_choice.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -19,6 +22,8 @@ typedef struct mapper {
   uint32_t *list;
   uint32_t *per_piece; /* this rank's copies per piece */
   int *fds;            /* per file, -1 until opened */
+  bool cold_direct;    /* load_strategy auto: cold parameters go to O_DIRECT (sl__strategy_map_param) */
+  signed char *direct; /* per file: takes O_DIRECT (1), refuses it (0), not asked yet (-1) */
   uint64_t page;
   uint64_t vmas_left;
   sl__filemaps *out;
@@ -87,6 +92,37 @@ static sl_status file_fd(mapper *m, uint32_t f, int *fd) {
     m->fds[f] = d;
   }
   *fd = m->fds[f];
+  return SL_STATUS_OK;
+}
+
+/* Whether file f's file system takes O_DIRECT, asked once on a descriptor of its own (the
+ * mapper's descriptor reads unaligned edges, which O_DIRECT would refuse). */
+static bool takes_o_direct(mapper *m, uint32_t f) {
+  if (m->direct[f] < 0) {
+    int d = open(m->cat->files[f].path, O_RDONLY | O_CLOEXEC);
+    m->direct[f] = d >= 0 && sl__set_o_direct(d);
+    if (d >= 0)
+      close(d);
+  }
+  return m->direct[f] > 0;
+}
+
+/* Under auto: whether eligible parameter i stays a mapping, from what the page cache holds of
+ * its file ranges (sl__strategy_map_param). */
+static sl_status keep_mapping(mapper *m, size_t i, bool *keep) {
+  uint64_t pages = 0, resident = 0;
+  bool known = true, o_direct = true;
+  for (uint32_t k = m->first[i]; k < m->first[i + 1]; k++) {
+    const sl__copy *c = &m->plan->copies[m->list[k]];
+    uint32_t f = m->cat->tensors[c->tensor].file;
+    int fd = -1;
+    sl_status st = file_fd(m, f, &fd);
+    if (st != SL_STATUS_OK)
+      return st;
+    known = known && sl__residency(fd, file_off_of(m, c), c->row_bytes, &pages, &resident);
+    o_direct = o_direct && takes_o_direct(m, f);
+  }
+  *keep = sl__strategy_map_param(m->plan->lparams[i].nbytes, pages, resident, known, o_direct);
   return SL_STATUS_OK;
 }
 
@@ -163,8 +199,8 @@ static uint64_t mapping_budget(void) {
 }
 
 sl_status sl__filemap_params(const sl__catalog *cat, const sl__schedule *s, const sl__rank_plan *plan,
-                             const bool *skip, void **param_ptr, bool *mapped, sl__filemaps *out,
-                             sl__err *err) {
+                             const bool *skip, sl__strategy strategy, void **param_ptr, bool *mapped,
+                             sl__filemaps *out, sl__err *err) {
   memset(out, 0, sizeof *out);
   size_t n = plan->n_lparams;
   mapper m = {.cat = cat,
@@ -174,18 +210,23 @@ sl_status sl__filemap_params(const sl__catalog *cat, const sl__schedule *s, cons
               .list = calloc(plan->n_copies + 1, sizeof(uint32_t)),
               .per_piece = calloc(s->n_pieces + 1, sizeof(uint32_t)),
               .fds = malloc((cat->n_files + 1) * sizeof(int)),
+              .cold_direct = strategy == SL_STRATEGY_AUTO,
+              .direct = malloc(cat->n_files + 1),
               .page = (uint64_t)sysconf(_SC_PAGESIZE),
               .vmas_left = mapping_budget(),
               .out = out,
               .err = err};
   out->regions = calloc(n + 1, sizeof *out->regions);
   sl_status st = SL_STATUS_OK;
-  if (m.first == NULL || m.list == NULL || m.per_piece == NULL || m.fds == NULL || out->regions == NULL) {
+  if (m.first == NULL || m.list == NULL || m.per_piece == NULL || m.fds == NULL || m.direct == NULL ||
+      out->regions == NULL) {
     st = sl__err_set(err, SL_STATUS_NOMEM, "out of memory mapping parameters");
     goto done;
   }
-  for (size_t f = 0; f < cat->n_files; f++)
+  for (size_t f = 0; f < cat->n_files; f++) {
     m.fds[f] = -1;
+    m.direct[f] = -1;
+  }
   for (size_t c = 0; c < plan->n_copies; c++) {
     m.first[plan->copies[c].lparam + 1]++;
     if (plan->copies[c].piece != SL_NONE)
@@ -204,8 +245,15 @@ sl_status sl__filemap_params(const sl__catalog *cat, const sl__schedule *s, cons
   free(cursor);
   for (size_t i = 0; i < n && st == SL_STATUS_OK; i++) {
     uint64_t ph = 0, vmas = 0;
+    bool keep = true;
     if (!eligible(&m, i, skip, &ph, &vmas) || vmas > m.vmas_left)
       continue;
+    if (m.cold_direct && (st = keep_mapping(&m, i, &keep)) == SL_STATUS_OK && !keep) {
+      out->params_cold++;
+      continue;
+    }
+    if (st != SL_STATUS_OK)
+      break;
     m.vmas_left -= vmas;
     st = map_param(&m, i, ph, &param_ptr[i]);
     if (st == SL_STATUS_OK) {
@@ -229,6 +277,7 @@ done:
   free(m.list);
   free(m.per_piece);
   free(m.fds);
+  free(m.direct);
   if (st != SL_STATUS_OK && out->regions != NULL)
     sl__filemaps_free(out);
   return st;

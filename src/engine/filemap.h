@@ -17,6 +17,7 @@
 #ifndef SL_FILEMAP_H
 #define SL_FILEMAP_H
 
+#include "api/options.h"
 #include "model/catalog.h"
 #include "plan/plan.h"
 
@@ -38,18 +39,26 @@ typedef struct sl__filemaps {
   uint64_t bytes_mapped; /* parameter bytes that are file pages (edge pages excluded) */
   uint64_t bytes_edges;  /* bytes read into edge pages while mapping */
   uint32_t params_mapped;
+  uint32_t params_cold; /* left to O_DIRECT under auto: cold and large (sl__strategy_map_param) */
 } sl__filemaps;
 
 /* Maps what can be mapped: not aliases, not skip[i] (the caller's own buffers); every copy of
  * the parameter contiguous, from a piece this rank alone needs and reads, with one common page
  * phase; at least one whole page mapped. The number of mappings stays within half of the
- * system's limit (vm.max_map_count); parameters beyond it are read as usual. Sets param_ptr[i]
- * and mapped[i]. Files are checked against the catalog (size unchanged). On failure nothing
- * stays mapped. */
+ * system's limit (vm.max_map_count); parameters beyond it are read as usual. Under
+ * SL_STRATEGY_AUTO, a parameter that is cold and large on a file system taking O_DIRECT is
+ * read as usual too (sl__strategy_map_param): O_DIRECT fills it faster than a mapping's page
+ * cache. Sets param_ptr[i] and mapped[i]. Files are checked against the catalog (size
+ * unchanged). On failure nothing stays mapped. */
 sl_status sl__filemap_params(const sl__catalog *cat, const sl__schedule *s, const sl__rank_plan *plan,
-                             const bool *skip, void **param_ptr, bool *mapped, sl__filemaps *out,
-                             sl__err *err);
+                             const bool *skip, sl__strategy strategy, void **param_ptr, bool *mapped,
+                             sl__filemaps *out, sl__err *err);
 void sl__filemaps_free(sl__filemaps *m);
+
+/* Whether sl__filemap_params ran for this load (parameters may be mappings). */
+static inline bool sl__filemaps_tried(const sl__filemaps *m) {
+  return m->regions != NULL;
+}
 
 /* Makes [p, p + len) of a mapped parameter resident (reads it from storage when it is not
  * cached). The error names `path` and the file offset `off` of p. */

@@ -11,9 +11,17 @@ bool sl__strategy_maps(sl__strategy s, bool host, bool prefault) {
   return host && (s == SL_STRATEGY_MMAP || (s == SL_STRATEGY_AUTO && !prefault));
 }
 
+static bool half_resident(uint64_t resident, uint64_t pages) {
+  return resident * SL_CHOICE_RESIDENT_DEN >= pages * SL_CHOICE_RESIDENT_NUM;
+}
+
 static bool mostly_resident(const sl__choice_in *in) {
-  return (uint64_t)in->rest_resident * SL_CHOICE_RESIDENT_DEN >=
-         (uint64_t)in->rest_pages * SL_CHOICE_RESIDENT_NUM;
+  return half_resident(in->rest_resident, in->rest_pages);
+}
+
+bool sl__strategy_map_param(uint64_t nbytes, uint64_t pages, uint64_t resident, bool resident_known,
+                            bool o_direct) {
+  return nbytes < SL_CHOICE_MIN_READ || !resident_known || !o_direct || half_resident(resident, pages);
 }
 
 /* O_DIRECT's alignment costs little and its reads are large. */
@@ -95,10 +103,16 @@ static void main_reason(const sl__file_choice *c, char *out, size_t cap) {
   case SL_WHY_RESIDENT:
     snprintf(out, cap, "%s%u%% in the page cache: read through it", head, res);
     return;
-  case SL_WHY_COLD:
-    snprintf(out, cap, "%s%u%% in the page cache and the file system accepts O_DIRECT: read with O_DIRECT",
-             head, res);
+  case SL_WHY_COLD: {
+    char note[128] = "";
+    if (in->maps && in->strategy == SL_STRATEGY_AUTO)
+      snprintf(note, sizeof note,
+               " (cold parameters of %u KiB or more are not mapped: O_DIRECT into them is faster)",
+               SL_CHOICE_MIN_READ / 1024u);
+    snprintf(out, cap, "%s%u%% in the page cache and the file system accepts O_DIRECT: read with O_DIRECT%s",
+             head, res, note);
     return;
+  }
   case SL_WHY_NO_O_DIRECT:
     if (in->strategy != SL_STRATEGY_AUTO)
       snprintf(out, cap,

@@ -4,8 +4,9 @@
  *
  * What auto knows about each file this rank reads (engine/file_choice.c measures it):
  *   - the destination: host parameters built from file ranges this rank alone reads are mappings
- *     of the page cache (engine/filemap.h) — no copy and no fresh memory, the fastest way warm and
- *     cold on the machines measured (docs/PERFORMANCE.md, "What auto chooses and why");
+ *     of the page cache (engine/filemap.h) — no copy and no fresh memory, the fastest way warm —
+ *     unless they are cold and large on a file system that takes O_DIRECT: O_DIRECT into the
+ *     parameter is the faster way cold (docs/PERFORMANCE.md, "What auto chooses and why");
  *   - for the other bytes (device parameters, row-parallel slices, broadcast buckets): how much of
  *     them is in the page cache (cachestat(2), or mincore(2) on a mapping), whether the file
  *     system accepts O_DIRECT, and what O_DIRECT's alignment would cost (bytes added, read sizes).
@@ -45,6 +46,7 @@ typedef enum sl__choice_why {
 typedef struct sl__choice_in {
   sl__strategy strategy;
   bool host;                          /* the destination is host memory (else a device) */
+  bool maps;                          /* host parameters may be mappings (sl__strategy_maps) */
   uint64_t bytes;                     /* bytes of the file this rank reads */
   uint64_t bytes_mapped;              /* of them: mapped parameters (populated in place, never copied) */
   bool resident_known;                /* the page cache answered */
@@ -66,6 +68,14 @@ typedef struct sl__file_choice {
  * cache: the mmap strategy, and auto on host without prefault (prefault asks for ordinary,
  * pre-touched parameter memory). */
 bool sl__strategy_maps(sl__strategy s, bool host, bool prefault);
+
+/* Under auto, whether a host parameter that can be a mapping becomes one: yes unless it is at
+ * least SL_CHOICE_MIN_READ bytes, less than SL_CHOICE_RESIDENT of its `pages` are `resident`
+ * (resident_known: the page cache answered) and its file system takes O_DIRECT. A cold mapping is
+ * filled through the page cache; O_DIRECT straight into the parameter is faster cold
+ * (docs/PERFORMANCE.md §11), and a warm mapping costs no copy at all. */
+bool sl__strategy_map_param(uint64_t nbytes, uint64_t pages, uint64_t resident, bool resident_known,
+                            bool o_direct);
 
 /* The decision for one file: sets c->direct and c->why from c->in. */
 void sl__strategy_decide(sl__file_choice *c);

@@ -15,7 +15,11 @@
  * dp = world, its first file evicted, loaded with prefault: every parameter equals the tensor's
  * bytes read from the file by this test; at 1 rank, where the file system takes O_DIRECT, the
  * file is read with O_DIRECT ("direct", files_direct >= 1), the resident second file through the
- * page cache; at more ranks the choice agrees with the resident share as above.
+ * page cache; at more ranks the choice agrees with the resident share as above. Evicted again and
+ * loaded without prefault, every parameter still equals the file's bytes; at 1 rank, where O_DIRECT
+ * is taken, the evicted file's parameters of 256 KiB or more are not mappings (cold: O_DIRECT fills
+ * them faster) — its entry reads with O_DIRECT, maps under half of its bytes and says why — while
+ * the resident second file's are (bytes_mapped > 0).
  * Every rank checks its own table; rank 0 checks the report; the outcome is agreed by all.
  */
 #include "check.h"
@@ -195,13 +199,26 @@ static void check_tensor(const char *dir, const sl_param *p) {
   }
 }
 
-static void load_bench(const char *dir, bool o_direct) {
+/* At 1 rank without prefault: the evicted file's large parameters went to O_DIRECT, the resident
+ * file's stayed mappings. */
+static void check_cold_not_mapped(const cJSON *rep) {
+  const cJSON *ev = entry_for(rep, BENCH1), *warm = entry_for(rep, "model-00002-of-00002.safetensors");
+  CHECKF(ev != NULL && strstr(str_of(ev, "strategy"), "direct") != NULL &&
+             num_of(ev, "bytes_mapped") * 2 < num_of(ev, "bytes") &&
+             strstr(str_of(ev, "reason"), "cold parameters of 256 KiB or more are not mapped") != NULL,
+         "evicted bench file: %s, %.0f of %.0f bytes mapped: %s", str_of(ev, "strategy"),
+         num_of(ev, "bytes_mapped"), num_of(ev, "bytes"), str_of(ev, "reason"));
+  CHECKF(warm != NULL && num_of(warm, "bytes_mapped") > 0, "resident bench file: %s, %.0f bytes mapped: %s",
+         str_of(warm, "strategy"), num_of(warm, "bytes_mapped"), str_of(warm, "reason"));
+}
+
+static void load_bench(const char *dir, bool o_direct, bool prefault) {
   char world[16];
   snprintf(world, sizeof world, "%d", lc_world());
   sl_config *cfg = NULL;
   CHECK(sl_config_create(&cfg) == SL_STATUS_OK);
-  static const char *const keys[][2] = {
-      {"layout", "checkpoint"}, {"load_strategy", "auto"}, {"prefault", "true"}};
+  const char *const keys[][2] = {
+      {"layout", "checkpoint"}, {"load_strategy", "auto"}, {"prefault", prefault ? "true" : "false"}};
   CHECK(sl_config_set(cfg, "model", dir) == SL_STATUS_OK && sl_config_set(cfg, "dp", world) == SL_STATUS_OK);
   for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++)
     CHECK(sl_config_set(cfg, keys[k][0], keys[k][1]) == SL_STATUS_OK);
@@ -218,7 +235,9 @@ static void load_bench(const char *dir, bool o_direct) {
   const cJSON *e = NULL;
   cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(rep, "strategy_choice")) check_consistent(e);
   const cJSON *ev = rep != NULL ? entry_for(rep, BENCH1) : NULL;
-  if (rep != NULL && o_direct && lc_world() == 1) {
+  if (rep != NULL && o_direct && lc_world() == 1 && !prefault)
+    check_cold_not_mapped(rep);
+  if (rep != NULL && o_direct && lc_world() == 1 && prefault) {
     const cJSON *rank0 = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(rep, "ranks"), 0);
     CHECKF(ev != NULL && strcmp(str_of(ev, "strategy"), "direct") == 0, "evicted bench file read with %s: %s",
            str_of(ev, "strategy"), str_of(ev, "reason"));
@@ -247,7 +266,9 @@ int main(int argc, char **argv) {
     int od = lc_rank() == 0 ? takes_o_direct(dir, BENCH1) : 0;
     MPI_Bcast(&od, 1, MPI_INT, 0, MPI_COMM_WORLD);
     evict(dir, BENCH1);
-    load_bench(dir, od != 0);
+    load_bench(dir, od != 0, true);
+    evict(dir, BENCH1);
+    load_bench(dir, od != 0, false);
   }
   lc_tmpdir_remove(dir);
   lc_models_close();

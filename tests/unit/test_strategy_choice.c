@@ -12,6 +12,9 @@
  *   - no read-ahead: where the job's ranks span nodes and bytes are read through the page cache
  *     (cold or warm); never on one node, with O_DIRECT or with everything mapped; the reason says so;
  *   - sl__strategy_maps: mmap always on host, auto on host without prefault, never on a device;
+ *   - sl__strategy_map_param (auto): a parameter stays a mapping unless it is 256 KiB or more, less
+ *     than half resident (boundary both ways), the page cache answered and O_DIRECT is taken; the
+ *     cold reason says so exactly where parameters may be mappings under auto;
  *   - engine/residency.c on a file this test writes: the pages of a range are counted, every one
  *     of them resident right after writing (cached), none after fsync + POSIX_FADV_DONTNEED where
  *     the file system drops them; O_DIRECT accepted or refused without failing.
@@ -175,6 +178,33 @@ static void test_maps(void) {
   CHECK(!sl__strategy_maps(SL_STRATEGY_IO_URING, true, false));
 }
 
+static void test_map_param(void) {
+  const uint64_t big = 256 * 1024, pages = 64;
+  CHECK(!sl__strategy_map_param(big, pages, 0, true, true));             /* cold, large: O_DIRECT */
+  CHECK(!sl__strategy_map_param(big, pages, pages / 2 - 1, true, true)); /* just under half */
+  CHECK(sl__strategy_map_param(big, pages, pages / 2, true, true));      /* half resident: mapped */
+  CHECK(sl__strategy_map_param(big - 1, pages, 0, true, true));          /* small: mapped */
+  CHECK(sl__strategy_map_param(big, pages, 0, false, true));             /* page cache silent */
+  CHECK(sl__strategy_map_param(big, pages, 0, true, false));             /* O_DIRECT refused */
+  CHECK(sl__strategy_map_param(0, 0, 0, true, true));                    /* nothing at all */
+  /* The reason names the rule where it applied (auto, parameters may be mappings), else not. */
+  sl__file_choice c = {.in = cold(SL_STRATEGY_AUTO)};
+  c.in.maps = true;
+  sl__strategy_decide(&c);
+  char why[512];
+  sl__choice_reason(&c, why, sizeof why);
+  CHECKF(c.direct && strstr(why, "cold parameters of 256 KiB or more are not mapped") != NULL, "reason '%s'",
+         why);
+  c.in.maps = false;
+  sl__choice_reason(&c, why, sizeof why);
+  CHECKF(strstr(why, "not mapped") == NULL, "reason without maps '%s'", why);
+  c.in = cold(SL_STRATEGY_DIRECT);
+  c.in.maps = true;
+  sl__strategy_decide(&c);
+  sl__choice_reason(&c, why, sizeof why);
+  CHECKF(strstr(why, "not mapped") == NULL, "reason of direct '%s'", why);
+}
+
 static void test_residency(void) {
   char tmpl[] = "/tmp/sl_residency_XXXXXX";
   int fd = mkstemp(tmpl);
@@ -217,6 +247,7 @@ int main(void) {
   test_table();
   test_read_ahead();
   test_maps();
+  test_map_param();
   test_residency();
   return sl_test_finish();
 }
