@@ -112,18 +112,17 @@ static bool takes_o_direct(mapper *m, uint32_t f) {
 static sl_status keep_mapping(mapper *m, size_t i, bool *keep) {
   uint64_t pages = 0, resident = 0;
   bool known = true, o_direct = true;
-  for (uint32_t k = m->first[i]; k < m->first[i + 1]; k++) {
+  sl_status st = SL_STATUS_OK;
+  for (uint32_t k = m->first[i]; k < m->first[i + 1] && st == SL_STATUS_OK; k++) {
     const sl__copy *c = &m->plan->copies[m->list[k]];
-    uint32_t f = m->cat->tensors[c->tensor].file;
     int fd = -1;
-    sl_status st = file_fd(m, f, &fd);
-    if (st != SL_STATUS_OK)
-      return st;
-    known = known && sl__residency(fd, file_off_of(m, c), c->row_bytes, &pages, &resident);
-    o_direct = o_direct && takes_o_direct(m, f);
+    if ((st = file_fd(m, m->cat->tensors[c->tensor].file, &fd)) == SL_STATUS_OK) {
+      known = known && sl__residency(fd, file_off_of(m, c), c->row_bytes, &pages, &resident);
+      o_direct = o_direct && takes_o_direct(m, m->cat->tensors[c->tensor].file);
+    }
   }
   *keep = sl__strategy_map_param(m->plan->lparams[i].nbytes, pages, resident, known, o_direct);
-  return SL_STATUS_OK;
+  return st;
 }
 
 static sl_status read_edge(mapper *m, int fd, uint32_t f, uint8_t *dst, uint64_t len, uint64_t off) {
