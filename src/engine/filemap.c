@@ -95,15 +95,10 @@ static sl_status file_fd(mapper *m, uint32_t f, int *fd) {
   return SL_STATUS_OK;
 }
 
-/* Whether file f's file system takes O_DIRECT, asked once on a descriptor of its own (the
- * mapper's descriptor reads unaligned edges, which O_DIRECT would refuse). */
-static bool takes_o_direct(mapper *m, uint32_t f) {
-  if (m->direct[f] < 0) {
-    int d = open(m->cat->files[f].path, O_RDONLY | O_CLOEXEC);
-    m->direct[f] = d >= 0 && sl__set_o_direct(d);
-    if (d >= 0)
-      close(d);
-  }
+/* Whether file f's file system takes O_DIRECT (asked once per file, on its open descriptor fd). */
+static bool takes_o_direct(mapper *m, uint32_t f, int fd) {
+  if (m->direct[f] < 0)
+    m->direct[f] = sl__probe_o_direct(fd);
   return m->direct[f] > 0;
 }
 
@@ -115,10 +110,11 @@ static sl_status keep_mapping(mapper *m, size_t i, bool *keep) {
   sl_status st = SL_STATUS_OK;
   for (uint32_t k = m->first[i]; k < m->first[i + 1] && st == SL_STATUS_OK; k++) {
     const sl__copy *c = &m->plan->copies[m->list[k]];
+    uint32_t f = m->cat->tensors[c->tensor].file;
     int fd = -1;
-    if ((st = file_fd(m, m->cat->tensors[c->tensor].file, &fd)) == SL_STATUS_OK) {
+    if ((st = file_fd(m, f, &fd)) == SL_STATUS_OK) {
       known = known && sl__residency(fd, file_off_of(m, c), c->row_bytes, &pages, &resident);
-      o_direct = o_direct && takes_o_direct(m, m->cat->tensors[c->tensor].file);
+      o_direct = o_direct && takes_o_direct(m, f, fd);
     }
   }
   *keep = sl__strategy_map_param(m->plan->lparams[i].nbytes, pages, resident, known, o_direct);
@@ -247,12 +243,10 @@ sl_status sl__filemap_params(const sl__catalog *cat, const sl__schedule *s, cons
     bool keep = true;
     if (!eligible(&m, i, skip, &ph, &vmas) || vmas > m.vmas_left)
       continue;
-    if (m.cold_direct && (st = keep_mapping(&m, i, &keep)) == SL_STATUS_OK && !keep) {
-      out->params_cold++;
-      continue;
-    }
-    if (st != SL_STATUS_OK)
+    if (m.cold_direct && (st = keep_mapping(&m, i, &keep)) != SL_STATUS_OK)
       break;
+    if (!keep)
+      continue;
     m.vmas_left -= vmas;
     st = map_param(&m, i, ph, &param_ptr[i]);
     if (st == SL_STATUS_OK) {

@@ -39,7 +39,6 @@ typedef struct sl__filemaps {
   uint64_t bytes_mapped; /* parameter bytes that are file pages (edge pages excluded) */
   uint64_t bytes_edges;  /* bytes read into edge pages while mapping */
   uint32_t params_mapped;
-  uint32_t params_cold; /* left to O_DIRECT under auto: cold and large (sl__strategy_map_param) */
 } sl__filemaps;
 
 /* Maps what can be mapped: not aliases, not skip[i] (the caller's own buffers); every copy of

@@ -88,3 +88,11 @@ bool sl__set_o_direct(int fd) {
   int flags = fcntl(fd, F_GETFL);
   return flags >= 0 && fcntl(fd, F_SETFL, flags | O_DIRECT) == 0;
 }
+
+bool sl__probe_o_direct(int fd) {
+  int flags = fcntl(fd, F_GETFL);
+  bool takes = flags >= 0 && sl__set_o_direct(fd);
+  if (takes)
+    (void)fcntl(fd, F_SETFL, flags);
+  return takes;
+}

@@ -20,4 +20,8 @@ bool sl__residency(int fd, uint64_t off, uint64_t len, uint64_t *pages, uint64_t
  * file stays as it was: reads go through the page cache). */
 bool sl__set_o_direct(int fd);
 
+/* Whether the file system of the open file fd takes O_DIRECT; fd's flags are left as they were
+ * (a descriptor that also reads unaligned ranges can ask). */
+bool sl__probe_o_direct(int fd);
+
 #endif

@@ -19,7 +19,11 @@
  * loaded without prefault, every parameter still equals the file's bytes; at 1 rank, where O_DIRECT
  * is taken, the evicted file's parameters of 256 KiB or more are not mappings (cold: O_DIRECT fills
  * them faster) — its entry reads with O_DIRECT, maps under half of its bytes and says why — while
- * the resident second file's are (bytes_mapped > 0).
+ * the resident second file's are (bytes_mapped > 0). Then pp = world (tp 1, checkpoint layout:
+ * every rank its own layers as whole tensors, the MLP weights 384 KiB), every parameter on every
+ * rank equal to the file's bytes: with both files evicted, where O_DIRECT is taken, every rank's
+ * record maps under half of its bytes and read a file with O_DIRECT; with both files read back
+ * into the page cache, every rank maps more than half of its bytes.
  * Every rank checks its own table; rank 0 checks the report; the outcome is agreed by all.
  */
 #include "check.h"
@@ -37,6 +41,7 @@
 
 static const char *LLAMA1 = "model-00001-of-00003.safetensors";
 static const char *BENCH1 = "model-00001-of-00002.safetensors";
+static const char *BENCH2 = "model-00002-of-00002.safetensors";
 
 /* Rank 0 drops the cached pages of dir/name; every rank waits for it. */
 static void evict(const char *dir, const char *name) {
@@ -202,7 +207,7 @@ static void check_tensor(const char *dir, const sl_param *p) {
 /* At 1 rank without prefault: the evicted file's large parameters went to O_DIRECT, the resident
  * file's stayed mappings. */
 static void check_cold_not_mapped(const cJSON *rep) {
-  const cJSON *ev = entry_for(rep, BENCH1), *warm = entry_for(rep, "model-00002-of-00002.safetensors");
+  const cJSON *ev = entry_for(rep, BENCH1), *warm = entry_for(rep, BENCH2);
   CHECKF(ev != NULL && strstr(str_of(ev, "strategy"), "direct") != NULL &&
              num_of(ev, "bytes_mapped") * 2 < num_of(ev, "bytes") &&
              strstr(str_of(ev, "reason"), "cold parameters of 256 KiB or more are not mapped") != NULL,
@@ -212,14 +217,41 @@ static void check_cold_not_mapped(const cJSON *rep) {
          str_of(warm, "strategy"), num_of(warm, "bytes_mapped"), str_of(warm, "reason"));
 }
 
-static void load_bench(const char *dir, bool o_direct, bool prefault) {
+/* The bench model's loads: dp = world with prefault (first file evicted), the same without
+ * prefault, and pp = world (every rank its own layers, whole tensors) with both files cold or
+ * both resident. */
+typedef enum bench_case { BENCH_PREFAULT, BENCH_MAPPED, BENCH_PP_COLD, BENCH_PP_WARM } bench_case;
+
+/* On rank 0, every rank's record of a pp = world load: cold (where O_DIRECT is taken), under half
+ * of its bytes mapped and a file read with O_DIRECT; warm, more than half mapped. */
+static void check_pp_ranks(const cJSON *rep, bool cold, bool o_direct) {
+  int n = 0;
+  const cJSON *rk = NULL;
+  cJSON_ArrayForEach(rk, cJSON_GetObjectItemCaseSensitive(rep, "ranks")) {
+    double mapped = num_of(rk, "bytes_mapped"), local = num_of(rk, "bytes_local");
+    n++;
+    if (cold && o_direct)
+      CHECKF(mapped * 2 < local && num_of(rk, "files_direct") >= 1,
+             "cold, rank %.0f: %.0f of %.0f bytes mapped, %.0f files with O_DIRECT", num_of(rk, "rank"),
+             mapped, local, num_of(rk, "files_direct"));
+    if (!cold)
+      CHECKF(mapped * 2 > local, "warm, rank %.0f: %.0f of %.0f bytes mapped", num_of(rk, "rank"), mapped,
+             local);
+  }
+  CHECKF(n == lc_world(), "the report has %d rank records for %d ranks", n, lc_world());
+}
+
+static void load_bench(const char *dir, bool o_direct, bench_case bc) {
+  bool pp = bc == BENCH_PP_COLD || bc == BENCH_PP_WARM;
   char world[16];
   snprintf(world, sizeof world, "%d", lc_world());
   sl_config *cfg = NULL;
   CHECK(sl_config_create(&cfg) == SL_STATUS_OK);
-  const char *const keys[][2] = {
-      {"layout", "checkpoint"}, {"load_strategy", "auto"}, {"prefault", prefault ? "true" : "false"}};
-  CHECK(sl_config_set(cfg, "model", dir) == SL_STATUS_OK && sl_config_set(cfg, "dp", world) == SL_STATUS_OK);
+  const char *const keys[][2] = {{"layout", "checkpoint"},
+                                 {"load_strategy", "auto"},
+                                 {"prefault", bc == BENCH_PREFAULT ? "true" : "false"},
+                                 {pp ? "pp" : "dp", world}};
+  CHECK(sl_config_set(cfg, "model", dir) == SL_STATUS_OK);
   for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++)
     CHECK(sl_config_set(cfg, keys[k][0], keys[k][1]) == SL_STATUS_OK);
   sl_loader *l = NULL;
@@ -228,16 +260,18 @@ static void load_bench(const char *dir, bool o_direct, bool prefault) {
     st = sl_loader_load(l);
   CHECKF(st == SL_STATUS_OK, "bench load: %s", l != NULL ? sl_loader_error(l) : sl_config_error(cfg));
   size_t n = st == SL_STATUS_OK ? sl_loader_param_count(l) : 0;
-  CHECKF(st != SL_STATUS_OK || n > 100, "bench: %zu parameters", n);
+  CHECKF(st != SL_STATUS_OK || n > (pp ? 100u / (size_t)lc_world() : 100u), "bench: %zu parameters", n);
   for (size_t i = 0; i < n; i++)
     check_tensor(dir, sl_loader_param(l, i));
   cJSON *rep = st == SL_STATUS_OK && lc_rank() == 0 ? parse_report(sl_loader_report_json(l)) : NULL;
   const cJSON *e = NULL;
   cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(rep, "strategy_choice")) check_consistent(e);
   const cJSON *ev = rep != NULL ? entry_for(rep, BENCH1) : NULL;
-  if (rep != NULL && o_direct && lc_world() == 1 && !prefault)
+  if (rep != NULL && pp)
+    check_pp_ranks(rep, bc == BENCH_PP_COLD, o_direct);
+  if (rep != NULL && o_direct && lc_world() == 1 && bc == BENCH_MAPPED)
     check_cold_not_mapped(rep);
-  if (rep != NULL && o_direct && lc_world() == 1 && prefault) {
+  if (rep != NULL && o_direct && lc_world() == 1 && bc == BENCH_PREFAULT) {
     const cJSON *rank0 = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(rep, "ranks"), 0);
     CHECKF(ev != NULL && strcmp(str_of(ev, "strategy"), "direct") == 0, "evicted bench file read with %s: %s",
            str_of(ev, "strategy"), str_of(ev, "reason"));
@@ -246,6 +280,21 @@ static void load_bench(const char *dir, bool o_direct, bool prefault) {
   cJSON_Delete(rep);
   sl_loader_destroy(l);
   sl_config_destroy(cfg);
+}
+
+/* Rank 0 reads dir/name through the page cache (it becomes resident); every rank waits. */
+static void make_resident(const char *dir, const char *name) {
+  if (lc_rank() == 0) {
+    char path[2048], buf[1 << 16];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    int fd = open(path, O_RDONLY);
+    CHECKF(fd >= 0, "cannot open %s", path);
+    while (fd >= 0 && read(fd, buf, sizeof buf) > 0)
+      ;
+    if (fd >= 0)
+      close(fd);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
 }
 
 int main(int argc, char **argv) {
@@ -266,9 +315,15 @@ int main(int argc, char **argv) {
     int od = lc_rank() == 0 ? takes_o_direct(dir, BENCH1) : 0;
     MPI_Bcast(&od, 1, MPI_INT, 0, MPI_COMM_WORLD);
     evict(dir, BENCH1);
-    load_bench(dir, od != 0, true);
+    load_bench(dir, od != 0, BENCH_PREFAULT);
     evict(dir, BENCH1);
-    load_bench(dir, od != 0, false);
+    load_bench(dir, od != 0, BENCH_MAPPED);
+    evict(dir, BENCH1);
+    evict(dir, BENCH2);
+    load_bench(dir, od != 0, BENCH_PP_COLD);
+    make_resident(dir, BENCH1);
+    make_resident(dir, BENCH2);
+    load_bench(dir, od != 0, BENCH_PP_WARM);
   }
   lc_tmpdir_remove(dir);
   lc_models_close();

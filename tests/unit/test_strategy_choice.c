@@ -17,7 +17,8 @@
  *     cold reason says so exactly where parameters may be mappings under auto;
  *   - engine/residency.c on a file this test writes: the pages of a range are counted, every one
  *     of them resident right after writing (cached), none after fsync + POSIX_FADV_DONTNEED where
- *     the file system drops them; O_DIRECT accepted or refused without failing.
+ *     the file system drops them; O_DIRECT accepted or refused without failing, the probe agreeing
+ *     with the switch and leaving the descriptor's flags unchanged.
  */
 #include "check.h"
 #include "engine/residency.h"
@@ -237,7 +238,10 @@ static void test_residency(void) {
   /* tmpfs keeps its pages (they are the file): only a disk file system drops them. */
   CHECKF(resident == 0 || resident == pages, "after DONTNEED %llu of %llu pages resident",
          (unsigned long long)resident, (unsigned long long)pages);
-  (void)sl__set_o_direct(fd); /* accepted or refused; never a failure */
+  int before = fcntl(fd, F_GETFL);
+  bool takes = sl__probe_o_direct(fd); /* asks, and leaves the flags as they were */
+  CHECK(fcntl(fd, F_GETFL) == before);
+  CHECK(sl__set_o_direct(fd) == takes); /* accepted or refused; never a failure */
   int flags = fcntl(fd, F_GETFL);
   CHECK(flags >= 0);
   close(fd);
