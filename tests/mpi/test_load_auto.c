@@ -43,8 +43,10 @@ static const char *LLAMA1 = "model-00001-of-00003.safetensors";
 static const char *BENCH1 = "model-00001-of-00002.safetensors";
 static const char *BENCH2 = "model-00002-of-00002.safetensors";
 
-/* Rank 0 drops the cached pages of dir/name; every rank waits for it. */
+/* Rank 0 drops the cached pages of dir/name once every rank is past its last load (a page that a
+ * loader still maps cannot be dropped); every rank waits for it. */
 static void evict(const char *dir, const char *name) {
+  MPI_Barrier(MPI_COMM_WORLD);
   if (lc_rank() == 0) {
     char path[2048];
     snprintf(path, sizeof path, "%s/%s", dir, name);
