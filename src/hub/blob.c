@@ -36,6 +36,13 @@ typedef struct file_dl {
   EVP_MD_CTX *md;   /* running hash of the single stream, or NULL */
   uint64_t done;    /* bytes of the file present so far */
   int write_errno;  /* errno of a failed write to the temporary file, else 0 */
+  /* Hashing a parallel download while it arrives (sink_prefix): the file's bytes [0, hashed) are
+   * in md; fd and tmp are the temporary file; buf is the read buffer. */
+  uint64_t hashed;
+  int fd;
+  const char *tmp;
+  char *buf;
+  bool hash_broken; /* a read failed: the pass after the download says why */
 } file_dl;
 
 static bool hash_start(file_dl *f) {
@@ -68,13 +75,14 @@ static void sink_reset(void *user) {
   file_dl *f = user;
   hash_start(f);
   f->done = 0;
+  f->hashed = 0;
 }
 
+/* Bytes written by a parallel download (in no order: sink_prefix hashes them). */
 static void sink_data(void *user, uint64_t offset, const void *bytes, size_t n) {
   file_dl *f = user;
   (void)offset;
-  if (f->md != NULL)
-    EVP_DigestUpdate(f->md, bytes, n);
+  (void)bytes;
   f->done += n;
   sl__hub_run *r = f->run;
   pthread_mutex_lock(&r->mu);
@@ -86,6 +94,14 @@ static void sink_data(void *user, uint64_t offset, const void *bytes, size_t n) 
   r->prog.current_size = f->size;
   sl__hub_progress_draw(&r->prog, false);
   pthread_mutex_unlock(&r->mu);
+}
+
+/* Bytes of a single stream: in order, so hashed as they pass. */
+static void sink_stream_data(void *user, uint64_t offset, const void *bytes, size_t n) {
+  file_dl *f = user;
+  if (f->md != NULL)
+    EVP_DigestUpdate(f->md, bytes, n);
+  sink_data(user, offset, bytes, n);
 }
 
 static void sink_write_failed(void *user, int errnum) {
@@ -134,17 +150,15 @@ static sl_status no_space_error(sl__hub_run *r, const file_dl *f, sl__err *err) 
   return st;
 }
 
-/* Feeds the first n bytes of fd to the running hash (resume of a single stream, or the whole file
- * after a parallel download). */
+/* Feeds bytes [f->hashed, n) of fd to the running hash (resume of a single stream; a parallel
+ * download as its prefix grows, and what is left of it at the end). */
 static sl_status hash_fd(file_dl *f, int fd, uint64_t n, const char *tmp, sl__err *err) {
-  char *buf = malloc(SL_HUB_HASH_BUF);
-  if (buf == NULL)
+  if (f->buf == NULL && (f->buf = malloc(SL_HUB_HASH_BUF)) == NULL)
     return sl__err_set(err, SL_STATUS_NOMEM, "out of memory hashing %s", tmp);
-  uint64_t off = 0;
   sl_status st = SL_STATUS_OK;
-  while (off < n) {
-    size_t want = n - off < SL_HUB_HASH_BUF ? (size_t)(n - off) : SL_HUB_HASH_BUF;
-    ssize_t r = pread(fd, buf, want, (off_t)off);
+  while (f->hashed < n) {
+    size_t want = n - f->hashed < SL_HUB_HASH_BUF ? (size_t)(n - f->hashed) : SL_HUB_HASH_BUF;
+    ssize_t r = pread(fd, f->buf, want, (off_t)f->hashed);
     if (r < 0 && errno == EINTR)
       continue;
     if (r <= 0) {
@@ -152,11 +166,22 @@ static sl_status hash_fd(file_dl *f, int fd, uint64_t n, const char *tmp, sl__er
                        r < 0 ? strerror(errno) : "file shrank");
       break;
     }
-    EVP_DigestUpdate(f->md, buf, (size_t)r);
-    off += (uint64_t)r;
+    EVP_DigestUpdate(f->md, f->buf, (size_t)r);
+    f->hashed += (uint64_t)r;
   }
-  free(buf);
   return st;
+}
+
+/* Chunks of a parallel download: bytes [0, upto) are written; hash them now, from the page cache
+ * they were just written to, so that after the last chunk only its own tail is left to hash. */
+static void sink_prefix(void *user, uint64_t upto) {
+  file_dl *f = user;
+  if (f->md == NULL || f->hash_broken)
+    return;
+  sl__err e;
+  sl__err_clear(&e);
+  if (hash_fd(f, f->fd, upto, f->tmp, &e) != SL_STATUS_OK)
+    f->hash_broken = true;
 }
 
 /* docs/spec/HUB.md §5.4 steps 1–2 on an open temp file. */
@@ -206,8 +231,14 @@ static sl_status download_parallel(sl__hub_run *r, file_dl *f, const sl__http_me
   if (ftruncate(fd, (off_t)m->size) != 0)
     st = sl__err_set(err, SL_STATUS_HUB_CACHE, "cannot size %s to %llu bytes: %s", tmp,
                      (unsigned long long)m->size, strerror(errno));
-  sl__http_sink sink = {NULL, sink_data, f, sink_write_failed};
+  sl__http_sink sink = {NULL, sink_data, f, sink_write_failed, sink_prefix};
   bool no_ranges = false;
+  f->fd = fd;
+  f->tmp = tmp;
+  f->hashed = 0;
+  f->hash_broken = false;
+  if (st == SL_STATUS_OK && f->md != NULL && !hash_start(f))
+    st = sl__err_set(err, SL_STATUS_INTERNAL, "cannot start hashing %s", f->path);
   if (st == SL_STATUS_OK)
     st = sl__http_fetch_chunks(&r->http, m->location, f->path, fd, m->size, r->opts->chunk_bytes,
                                r->opts->connections, &sink, &no_ranges, err);
@@ -220,9 +251,10 @@ static sl_status download_parallel(sl__hub_run *r, file_dl *f, const sl__http_me
     else
       *fallback = true;
   }
-  if (st == SL_STATUS_OK && f->md != NULL &&
-      (!hash_start(f) || hash_fd(f, fd, m->size, tmp, err) != SL_STATUS_OK))
-    st = err->status != SL_STATUS_OK ? err->status : sl__err_set(err, SL_STATUS_INTERNAL, "hashing failed");
+  if (st == SL_STATUS_OK && f->md != NULL)
+    st = hash_fd(f, fd, m->size, tmp, err); /* what the prefix did not cover yet */
+  f->fd = -1;
+  f->tmp = NULL;
   if (st == SL_STATUS_OK)
     st = verify_temp(f, fd, m->etag, tmp, err);
   close(fd);
@@ -267,13 +299,14 @@ static sl_status download_stream(sl__hub_run *r, sl__http_client *c, file_dl *f,
   }
   if (st == SL_STATUS_OK && f->md != NULL && !hash_start(f))
     st = sl__err_set(err, SL_STATUS_INTERNAL, "cannot start hashing %s", f->path);
+  f->hashed = 0;
   if (st == SL_STATUS_OK && have > 0 && f->md != NULL)
     st = hash_fd(f, fd, have, tmp, err);
   f->done = have;
   if (st == SL_STATUS_OK && have > 0)
     SL_INFO("%s: resuming a partial download at byte %llu of %llu", f->path, (unsigned long long)have,
             (unsigned long long)m->size);
-  sl__http_sink sink = {sink_reset, sink_data, f, sink_write_failed};
+  sl__http_sink sink = {sink_reset, sink_stream_data, f, sink_write_failed, NULL};
   if (st == SL_STATUS_OK && have < m->size)
     st = sl__http_fetch_stream(c, m->location, f->path, fd, have, m->size, &sink, err);
   if (st == SL_STATUS_OK)
@@ -295,7 +328,7 @@ static sl_status download_stream(sl__hub_run *r, sl__http_client *c, file_dl *f,
 /* Downloads, verifies and publishes blobs/<etag>; the caller holds the blob's lock. */
 sl_status sl__hub_download_blob(sl__hub_run *r, sl__http_client *c, const char *path, const sl__http_meta *m,
                                 const char *blob, sl__err *err) {
-  file_dl f = {r, path, m->size, strlen(m->etag) == 40, NULL, 0, 0};
+  file_dl f = {.run = r, .path = path, .size = m->size, .git = strlen(m->etag) == 40, .fd = -1};
   if (r->opts->verify) {
     f.md = EVP_MD_CTX_new();
     if (f.md == NULL)
@@ -312,6 +345,7 @@ sl_status sl__hub_download_blob(sl__hub_run *r, sl__http_client *c, const char *
   if (st == SL_STATUS_OK && (m->size == 0 || !parallel || fallback))
     st = download_stream(r, c, &f, m, blob, err);
   EVP_MD_CTX_free(f.md);
+  free(f.buf);
   if (st == SL_STATUS_OK) {
     /* A single-stream partial of this blob (another client, another threshold) is now useless. */
     sl__cache_remove_temps(r->repo_dir, m->etag, true);

@@ -32,6 +32,9 @@ typedef struct chunk_run {
   uint64_t chunk_bytes;
   uint64_t n_chunks;
   uint64_t next; /* first chunk not handed to a slot yet */
+  uint64_t front;  /* chunks [0, front) are complete (chunks are handed out in order) */
+  uint64_t prefix; /* bytes [0, prefix) are written: told to sink->prefix */
+  const sl__http_sink *sink;
   CURLM *multi;
   chunk *ks;
   uint32_t slots;
@@ -200,6 +203,29 @@ static sl_status chunks_progress(chunk_run *r, sl__err *err) {
   return st;
 }
 
+/* The written prefix: past the complete chunks, into the first incomplete one as far as it got
+ * (a chunk's position only grows: a break resumes it where it stopped). */
+static void chunks_prefix(chunk_run *r) {
+  if (r->sink == NULL || r->sink->prefix == NULL)
+    return;
+  for (;;) {
+    const chunk *held = NULL;
+    for (uint32_t i = 0; i < r->slots && held == NULL; i++)
+      if (r->ks[i].in_use && r->ks[i].a == r->front * r->chunk_bytes)
+        held = &r->ks[i];
+    if (r->front < r->next && held == NULL) {
+      r->front++; /* handed out and no longer held: complete */
+      continue;
+    }
+    uint64_t upto = r->front >= r->n_chunks ? r->size : held != NULL ? held->x.pos : r->front * r->chunk_bytes;
+    if (upto > r->prefix) {
+      r->prefix = upto;
+      r->sink->prefix(r->sink->user, upto);
+    }
+    return;
+  }
+}
+
 /* Sleeps until socket activity, or until a free slot or a waiting chunk can start; returns at
  * once when every chunk is done. */
 static void chunks_wait(chunk_run *r, double soonest) {
@@ -236,6 +262,7 @@ sl_status sl__http_fetch_chunks(const sl__http *h, const char *url, const char *
   r.size = size;
   r.chunk_bytes = chunk_bytes;
   r.no_ranges = no_ranges;
+  r.sink = sink;
   sl_status st = chunks_open(&r, connections, fd, sink, err);
   while (st == SL_STATUS_OK) {
     bool any = false;
@@ -247,6 +274,7 @@ sl_status sl__http_fetch_chunks(const sl__http *h, const char *url, const char *
     st = chunks_progress(&r, err);
     if (st != SL_STATUS_OK)
       break;
+    chunks_prefix(&r);
     if (sl__http_cancelled(h)) {
       st = sl__err_set(err, SL_STATUS_HUB_NETWORK, "download of %s cancelled", file);
       break;

@@ -881,6 +881,19 @@ def t_parallel(ctx):
     check(ranges.count("bytes=16384-24575") == 2, "chunk_retry: the 503 chunk was retried")
     check_tree(sc, DEFAULT_FILES)
     sc.cleanup()
+    # Chunks are hashed as their prefix completes: a flipped byte in a middle chunk (hashed while
+    # later ones arrive) and in the last one (hashed after the transfer) both fail the checksum.
+    for name, k in (("chunk_corrupt_mid", 1), ("chunk_corrupt_last", None)):
+        sc = Scenario(ctx, name, shard_floats=(16000, 9000, 4000))
+        ranges = chunk_ranges(len(sc.files[SHARDS[0]]))
+        rng = ranges[k if k is not None else len(ranges) - 1]
+        at = int(rng.split("=")[1].split("-")[0]) + 5
+        sc.serve(rules=[shard_rule(0, {"corrupt": at}, range=rng)])
+        expect_err(sc, sc.run(*PAR), "HUB_CHECKSUM", "checksum mismatch for " + SHARDS[0])
+        check(not os.path.exists(blob_path(sc, SHARDS[0])), "%s: nothing published under blobs/" % name)
+        check(not os.path.lexists(os.path.join(sc.snap, SHARDS[0])), "%s: no pointer" % name)
+        check(leftovers(sc) == [], "%s: temp removed: %s" % (name, leftovers(sc)))
+        sc.cleanup()
     sc = Scenario(ctx, "no_ranges", shard_floats=(16000, 9000, 4000))
     sc.serve(rules=[shard_rule(0, {"ignore_range": True}, times=-1)])
     expect_ok(sc, sc.run(*PAR))
