@@ -1,9 +1,10 @@
 /*
  * hub/overlap.c — the download behind a load (docs/spec/HUB.md §13): once the selection is known,
  * config.json (and the index) are fetched as usual, then the header of every missing weight file
- * by ranged GETs (its first 64 KiB, then the rest of a longer header), so that rank 0 can build the
+ * by ranged GETs (its first 64 KiB, then the rest of a longer header; up to hub_connections files
+ * at once), so that rank 0 can build the
  * catalog and every rank its plan while the weights download. The weights then download in the
- * background, one file at a time in the selection's natural order (the order the read engine
+ * background, two files at a time in the selection's natural order (the order the read engine
  * reads them), through the same jobs, blobs and pointers as any resolution: the cache ends up
  * exactly as sl__hub_resolve leaves it. Each weight is announced once its pointer is published
  * and its first bytes equal the header the plan was made from.
@@ -12,6 +13,7 @@
 
 #include "base/log.h"
 #include "base/util.h"
+#include "base/workers.h"
 #include "format/safetensors.h"
 #include "hub/cache.h"
 #include "hub/interrupt.h"
@@ -69,6 +71,81 @@ static sl_status fetch_header(sl__hub_run *r, sl__http_client *c, sl__hub_job *j
   return st;
 }
 
+/* The header requests of the missing weights, shared by the header threads. */
+typedef struct header_pool {
+  sl__hub_run *r;
+  size_t *todo; /* job indices */
+  size_t n_todo;
+  size_t next;
+  bool no_ranges; /* a server ignored ranges: the overlap is off, the rest is not needed */
+  sl__err err;    /* the first failure */
+  pthread_mutex_t mu;
+} header_pool;
+
+static void *header_worker(void *arg) {
+  header_pool *p = arg;
+  sl__err e;
+  sl__err_clear(&e);
+  sl__http_client c;
+  sl_status st = sl__http_client_init(&c, &p->r->http, &e);
+  while (st == SL_STATUS_OK) {
+    pthread_mutex_lock(&p->mu);
+    bool stop = p->next >= p->n_todo || p->no_ranges || p->err.status != SL_STATUS_OK ||
+                atomic_load(&p->r->cancel) != 0 || sl__hub_interrupted();
+    size_t i = stop ? 0 : p->todo[p->next++];
+    pthread_mutex_unlock(&p->mu);
+    if (stop)
+      break;
+    bool no_ranges = false;
+    st = fetch_header(p->r, &c, &p->r->jobs[i], &no_ranges, &e);
+    if (no_ranges) {
+      pthread_mutex_lock(&p->mu);
+      p->no_ranges = true;
+      pthread_mutex_unlock(&p->mu);
+    }
+  }
+  if (st != SL_STATUS_OK) {
+    pthread_mutex_lock(&p->mu);
+    if (p->err.status == SL_STATUS_OK)
+      sl__err_copy(&p->err, &e);
+    pthread_mutex_unlock(&p->mu);
+  }
+  sl__http_client_free(&c);
+  return NULL;
+}
+
+/* Fetches the headers of jobs todo[0..n) on up to hub_connections threads at once: one request
+ * (two for a long header, plus a redirect) per file, so on a distant Hub a checkpoint of many
+ * files waited one round trip after another before its plan could be made. */
+static sl_status fetch_headers(sl__hub_run *r, size_t *todo, size_t n, bool *no_ranges, sl__err *err) {
+  header_pool p = {.r = r, .todo = todo, .n_todo = n};
+  sl__err_clear(&p.err);
+  pthread_mutex_init(&p.mu, NULL);
+  size_t n_threads = r->opts->connections > 0 ? r->opts->connections : 1;
+  if (n_threads > n)
+    n_threads = n;
+  sl__err start_err;
+  sl__err_clear(&start_err);
+  sl__workers w;
+  sl_status st = sl__workers_start(&w, n_threads, header_worker, &p, 0, "header", &start_err);
+  if (st != SL_STATUS_OK)
+    SL_DEBUG("%s (%zu started)", start_err.msg, w.started);
+  if (w.started == 0)
+    header_worker(&p); /* no thread could start: fetch them on this one */
+  sl__workers_join(&w);
+  pthread_mutex_destroy(&p.mu);
+  *no_ranges = p.no_ranges;
+  if (p.err.status != SL_STATUS_OK) {
+    sl__err_copy(err, &p.err);
+    return p.err.status;
+  }
+  if (!p.no_ranges && p.next < n) /* stopped early without an error of its own */
+    return sl__hub_interrupted_err(
+        r, sl__hub_interrupt_signal(),
+        sl__err_set(err, SL_STATUS_HUB_NETWORK, "the header requests of %s were cancelled", r->repo_id), err);
+  return SL_STATUS_OK;
+}
+
 sl_status sl__hub_overlap_headers(sl__hub_run *r, size_t first, size_t n_weights, sl__err *err) {
   /* config.json first, alone: the architecture is chosen from it before the catalog. */
   size_t n_all = r->n_jobs;
@@ -77,13 +154,11 @@ sl_status sl__hub_overlap_headers(sl__hub_run *r, size_t first, size_t n_weights
   r->n_jobs = n_all;
   if (st != SL_STATUS_OK)
     return st;
-  sl__http_client c;
-  st = sl__http_client_init(&c, &r->http, err);
-  if (st != SL_STATUS_OK)
-    return st;
+  size_t *todo = calloc(n_weights + 1, sizeof *todo);
+  if (todo == NULL)
+    return sl__err_set(err, SL_STATUS_NOMEM, "out of memory");
   size_t missing = 0;
-  bool no_ranges = false;
-  for (size_t i = 0; i < n_weights && st == SL_STATUS_OK && !no_ranges; i++) {
+  for (size_t i = 0; i < n_weights && st == SL_STATUS_OK; i++) {
     sl__hub_job *j = &r->jobs[first + 1 + i];
     j->announce = true;
     j->weight = i;
@@ -92,14 +167,14 @@ sl_status sl__hub_overlap_headers(sl__hub_run *r, size_t first, size_t n_weights
       st = sl__err_set(err, SL_STATUS_NOMEM, "out of memory");
       break;
     }
-    bool present = sl__cache_file_present(ptr);
+    if (!sl__cache_file_present(ptr))
+      todo[missing++] = first + 1 + i;
     free(ptr);
-    if (present)
-      continue;
-    missing++;
-    st = fetch_header(r, &c, j, &no_ranges, err);
   }
-  sl__http_client_free(&c);
+  bool no_ranges = false;
+  if (st == SL_STATUS_OK && missing > 0)
+    st = fetch_headers(r, todo, missing, &no_ranges, err);
+  free(todo);
   if (st != SL_STATUS_OK)
     return st;
   if (missing == 0 || no_ranges) {

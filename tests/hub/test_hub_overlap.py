@@ -3,7 +3,8 @@
 
 Through the local Hub server, from an empty cache, at 1 and 2 ranks:
   1. the load succeeds and its pre-sharded copy is byte-identical to the one loaded from the
-     fixture folder itself; the last weight file is held back by the server (a delay before its
+     fixture folder itself; the weights' header requests are in flight together (each held 0.3 s
+     by the server); the last weight file is held back by the server (a delay before its
      body), and rank 0's log shows a file being read while fewer files than all were complete,
      before the last file's "downloaded" line: ordering events, not times;
   2. the cache afterwards has the layout `shardload download` leaves: every snapshot entry a
@@ -175,6 +176,10 @@ def main():
         base.pop("HF_HUB_OFFLINE", None)
         # the last weight's body (a plain GET, not the ranged header request) comes 2 s late
         hold = [{"port": "cdn", "method": "GET", "path": LAST, "range": False, "action": {"delay": 2.0},
+                 "times": -1},
+                # every header request answers 0.3 s late, so that requests made one after the
+                # other cannot overlap and requests made together must
+                {"port": "hub", "method": "GET", "range": "bytes=0-65535", "action": {"delay": 0.3},
                  "times": -1}]
         for ranks in (1, 2):
             tp = ["--tp", str(ranks), "--hub-backoff-base-ms", "10"]
@@ -191,6 +196,11 @@ def main():
             copy = os.path.join(work, "hub-%d" % ranks)
             rc, _, err = run([mpirun, "-np", str(ranks), cli, "load", "org/llama"] + tp + ["--save-sharded", copy], env)
             check(rc == 0, "%d rank(s): load through the Hub succeeds (rc=%d): %s" % (ranks, rc, err[-2500:]))
+            heads = [e for e in server.log() if e["port"] == "hub" and e["range"] == "bytes=0-65535"]
+            most = max([sum(1 for o in heads if o["t"] <= e["t"] < (o["t_end"] or o["t"])) for e in heads] or [0])
+            check(len(heads) == 3 and most >= 2,
+                  "%d rank(s): the 3 weights' header requests were in flight together (%d requests, at most %d "
+                  "at once)" % (ranks, len(heads), most))
             lines = err.splitlines()
             reads = [i for i, l in enumerate(lines)
                      if re.match(r"\[shardload 0\] info: reading \S+ \((\d+) of 3 files complete\)", l)
