@@ -102,6 +102,10 @@ sl_status sl__engine_open_files(sl__engine *e);
  * file is opened on first use, after its gate opened (engine/file_gate.h). */
 sl_status sl__engine_fd(sl__engine *e, uint32_t f, int *fd, sl__err *werr);
 
+/* Takes the next queued read operation (bucket reads first); called with e->mu held and one
+ * queued. While files still download, an operation on a complete file goes first (see readers.c). */
+uint32_t sl__engine_take_op(sl__engine *e);
+
 /* ---- file_choice.c ---- */
 /* Per open file: measures, decides (engine/strategy_choice.h), turns O_DIRECT on where chosen. */
 sl_status sl__engine_choose(sl__engine *e);

@@ -19,7 +19,7 @@ struct sl__file_gate {
   pthread_mutex_t mu;
   pthread_cond_t cv;
   size_t n;
-  bool *open;    /* per file */
+  _Atomic bool *open; /* per file; read without the lock (sl__file_gate_is_open) */
   char **paths;  /* watching: per file; NULL when fed */
   bool failed;   /* fed: the download failed */
   sl__err why;   /* its error */
@@ -34,6 +34,8 @@ sl__file_gate *sl__file_gate_create(size_t n, const char *const *paths) {
   g->n = n;
   g->open = calloc(n + 1, sizeof *g->open);
   bool ok = g->open != NULL;
+  for (size_t i = 0; ok && i < n; i++)
+    atomic_init(&g->open[i], false);
   if (ok && paths != NULL) {
     g->paths = calloc(n + 1, sizeof *g->paths);
     ok = g->paths != NULL;
@@ -58,7 +60,7 @@ void sl__file_gate_free(sl__file_gate *g) {
   for (size_t i = 0; g->paths != NULL && i < g->n; i++)
     free(g->paths[i]);
   free(g->paths);
-  free(g->open);
+  free((void *)g->open);
   pthread_cond_destroy(&g->cv);
   pthread_mutex_destroy(&g->mu);
   free(g);
@@ -66,10 +68,8 @@ void sl__file_gate_free(sl__file_gate *g) {
 
 void sl__file_gate_open(sl__file_gate *g, size_t f) {
   pthread_mutex_lock(&g->mu);
-  if (f < g->n && !g->open[f]) {
-    g->open[f] = true;
+  if (f < g->n && !atomic_exchange(&g->open[f], true))
     atomic_fetch_add(&g->n_open, 1);
-  }
   pthread_cond_broadcast(&g->cv);
   pthread_mutex_unlock(&g->mu);
 }
@@ -87,24 +87,22 @@ void sl__file_gate_fail(sl__file_gate *g, const sl__err *e) {
   pthread_mutex_unlock(&g->mu);
 }
 
-/* Watching: the path exists (a pointer is published only once its blob is complete). Called with
- * g->mu held. */
+/* Open, or (watching) the path exists: a pointer is published only once its blob is complete.
+ * Needs no lock, so that a caller holding its own lock (the reader pool choosing an operation)
+ * never takes g->mu: sl__file_gate_wait holds g->mu while it asks give_up, which takes theirs. */
 static bool watch(sl__file_gate *g, size_t f) {
   struct stat st;
-  if (g->open[f] || g->paths == NULL || stat(g->paths[f], &st) != 0 || !S_ISREG(st.st_mode))
-    return g->open[f];
-  g->open[f] = true;
-  atomic_fetch_add(&g->n_open, 1);
+  if (atomic_load(&g->open[f]))
+    return true;
+  if (g->paths == NULL || stat(g->paths[f], &st) != 0 || !S_ISREG(st.st_mode))
+    return false;
+  if (!atomic_exchange(&g->open[f], true))
+    atomic_fetch_add(&g->n_open, 1);
   return true;
 }
 
 bool sl__file_gate_is_open(sl__file_gate *g, size_t f) {
-  if (f >= g->n)
-    return true;
-  pthread_mutex_lock(&g->mu);
-  bool open = watch(g, f);
-  pthread_mutex_unlock(&g->mu);
-  return open;
+  return f >= g->n || watch(g, f);
 }
 
 static void deadline_after(struct timespec *ts, long ns) {

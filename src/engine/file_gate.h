@@ -34,7 +34,7 @@ void sl__file_gate_free(sl__file_gate *g);
 void sl__file_gate_open(sl__file_gate *g, size_t f);
 void sl__file_gate_fail(sl__file_gate *g, const sl__err *e);
 
-/* Whether file f can be read now (without waiting). */
+/* Whether file f can be read now (without waiting, and without taking the gate's lock). */
 bool sl__file_gate_is_open(sl__file_gate *g, size_t f);
 
 /* Waits until file f is ready. give_up(arg) is asked between naps: true → SL_STATUS_PEER_FAILED

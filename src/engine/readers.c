@@ -6,6 +6,8 @@
  */
 #include "engine/engine.h"
 
+#include "engine/file_gate.h"
+
 #include "engine/filemap.h"
 
 #include <errno.h>
@@ -102,6 +104,41 @@ static sl_status run_op(sl__engine *e, int worker, int slot, uint8_t *staging, c
   return st;
 }
 
+/* Operations looked at past the head of a queue for one on a complete file. */
+#define READY_SCAN_MAX 256
+
+/* Moves the first of q[head, tail) (up to READY_SCAN_MAX) whose file is complete to the head;
+ * returns whether the head is now such an operation. */
+static bool ready_to_head(sl__engine *e, uint32_t *q, size_t head, size_t tail) {
+  uint32_t closed = SL_NONE; /* queues run file by file: one look per file */
+  for (size_t i = head; i < tail && i < head + READY_SCAN_MAX; i++) {
+    uint32_t f = SL_VEC_AT(&e->rp.ops, sl__read_op, q[i]).file;
+    if (f == closed)
+      continue;
+    if (sl__file_gate_is_open(e->t->gate, f)) {
+      uint32_t x = q[head];
+      q[head] = q[i];
+      q[i] = x;
+      return true;
+    }
+    closed = f;
+  }
+  return false;
+}
+
+uint32_t sl__engine_take_op(sl__engine *e) {
+  bool hi = e->hi_head != e->hi_tail;
+  /* While the files arrive (docs/spec/HUB.md §13) a reader that took the next operation in
+   * order could wait for a file still downloading while operations on complete files sat behind
+   * it: the whole pool then waited, and those reads were left to the end (a rank read a complete
+   * file only after the last one arrived). Order within the queues does not matter for the bytes;
+   * bucket reads keep their priority among ready operations. */
+  if (e->t->gate != NULL && !(hi && ready_to_head(e, e->queue_hi, e->hi_head, e->hi_tail)) &&
+      e->lo_head != e->lo_tail && ready_to_head(e, e->queue_lo, e->lo_head, e->lo_tail))
+    hi = false;
+  return hi ? e->queue_hi[e->hi_head++] : e->queue_lo[e->lo_head++];
+}
+
 /* The next operation (bucket reads first), or SL_NONE once the pool stops or failed. */
 static uint32_t next_op(sl__engine *e) {
   pthread_mutex_lock(&e->mu);
@@ -109,7 +146,7 @@ static uint32_t next_op(sl__engine *e) {
     pthread_cond_wait(&e->cv, &e->mu);
   uint32_t idx = SL_NONE;
   if (!e->stop && !atomic_load(&e->failed))
-    idx = e->hi_head != e->hi_tail ? e->queue_hi[e->hi_head++] : e->queue_lo[e->lo_head++];
+    idx = sl__engine_take_op(e);
   pthread_mutex_unlock(&e->mu);
   return idx;
 }

@@ -70,7 +70,7 @@ static bool take_ops(uring_reader *r, uint32_t *take, uint32_t *n_take) {
   bool quit = (r->busy == 0 && e->stop) || atomic_load(&e->failed);
   *n_take = 0;
   while (!quit && r->busy + *n_take < r->depth && (e->hi_head != e->hi_tail || e->lo_head != e->lo_tail))
-    take[(*n_take)++] = e->hi_head != e->hi_tail ? e->queue_hi[e->hi_head++] : e->queue_lo[e->lo_head++];
+    take[(*n_take)++] = sl__engine_take_op(e);
   pthread_mutex_unlock(&e->mu);
   return quit;
 }
