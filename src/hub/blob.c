@@ -214,7 +214,8 @@ static bool temp_resumable(sl_status st) {
 }
 
 /* Parallel chunks into blobs/<etag>.<8hex>.incomplete. *fallback = the server ignores ranges. */
-static sl_status download_parallel(sl__hub_run *r, file_dl *f, const sl__http_meta *m, const char *blob,
+static sl_status download_parallel(sl__hub_run *r, sl__http_client *c, file_dl *f, const sl__http_meta *m,
+                                   const char *blob,
                                    bool *fallback, sl__err *err) {
   char hex[9];
   sl__cache_random_hex(hex);
@@ -240,7 +241,7 @@ static sl_status download_parallel(sl__hub_run *r, file_dl *f, const sl__http_me
   if (st == SL_STATUS_OK && f->md != NULL && !hash_start(f))
     st = sl__err_set(err, SL_STATUS_INTERNAL, "cannot start hashing %s", f->path);
   if (st == SL_STATUS_OK)
-    st = sl__http_fetch_chunks(&r->http, m->location, f->path, fd, m->size, r->opts->chunk_bytes,
+    st = sl__http_fetch_chunks(c, m->location, f->path, fd, m->size, r->opts->chunk_bytes,
                                r->opts->connections, &sink, &no_ranges, err);
   if (st == SL_STATUS_UNSUPPORTED && no_ranges) {
     if (m->size > SL_HTTP_HUGE_BYTES)
@@ -341,7 +342,7 @@ sl_status sl__hub_download_blob(sl__hub_run *r, sl__http_client *c, const char *
   bool parallel = m->size > r->opts->parallel_threshold || m->size > SL_HTTP_HUGE_BYTES;
   bool fallback = false;
   if (m->size > 0 && parallel)
-    st = download_parallel(r, &f, m, blob, &fallback, err);
+    st = download_parallel(r, c, &f, m, blob, &fallback, err);
   if (st == SL_STATUS_OK && (m->size == 0 || !parallel || fallback))
     st = download_stream(r, c, &f, m, blob, err);
   EVP_MD_CTX_free(f.md);

@@ -279,6 +279,7 @@ void sl__http_free(sl__http *h) {
 
 sl_status sl__http_client_init(sl__http_client *c, const sl__http *h, sl__err *err) {
   c->h = h;
+  c->multi = NULL;
   c->easy = curl_easy_init();
   if (c->easy == NULL)
     return sl__err_set(err, SL_STATUS_NOMEM, "cannot create a libcurl handle");
@@ -291,6 +292,9 @@ void sl__http_client_free(sl__http_client *c) {
   if (c->easy != NULL)
     curl_easy_cleanup(c->easy);
   c->easy = NULL;
+  if (c->multi != NULL)
+    curl_multi_cleanup(c->multi);
+  c->multi = NULL;
 }
 
 void sl__http_meta_free(sl__http_meta *m) {

@@ -46,7 +46,9 @@ void sl__http_free(sl__http *h);
 /* One thread's connection cache (keeps connections alive between requests). */
 typedef struct sl__http_client {
   const sl__http *h;
-  void *easy; /* CURL *, reused with curl_easy_reset */
+  void *easy;  /* CURL *, reused with curl_easy_reset */
+  void *multi; /* CURLM * of this client's chunked downloads, made on first use and kept: its
+                * connection cache carries the connections from one file's chunks to the next */
 } sl__http_client;
 
 sl_status sl__http_client_init(sl__http_client *c, const sl__http *h, sl__err *err);
@@ -104,7 +106,7 @@ sl_status sl__http_fetch_stream(sl__http_client *c, const char *url, const char 
 /* docs/spec/HUB.md §5.3 parallel ranged chunks of chunk_bytes, at most `connections` in flight, pwrite into
  * fd (already ftruncate'd to size). When the server answers a chunk with 200 (no range support),
  * returns SL_STATUS_UNSUPPORTED with *no_ranges = true and no message recorded. */
-sl_status sl__http_fetch_chunks(const sl__http *h, const char *url, const char *file, int fd, uint64_t size,
+sl_status sl__http_fetch_chunks(sl__http_client *c, const char *url, const char *file, int fd, uint64_t size,
                                 uint64_t chunk_bytes, uint32_t connections, const sl__http_sink *sink,
                                 bool *no_ranges, sl__err *err);
 

@@ -96,13 +96,18 @@ static sl_status chunk_finished(const sl__http *h, chunk *k, CURLcode rc, const 
 }
 
 /* The multi handle and min(connections, chunks) slots, each with its own easy handle. */
-static sl_status chunks_open(chunk_run *r, uint32_t connections, int fd, const sl__http_sink *sink,
-                             sl__err *err) {
+static sl_status chunks_open(chunk_run *r, sl__http_client *c, uint32_t connections, int fd,
+                             const sl__http_sink *sink, sl__err *err) {
   r->n_chunks = r->size / r->chunk_bytes + (r->size % r->chunk_bytes != 0 ? 1 : 0);
   r->slots = connections;
   if ((uint64_t)r->slots > r->n_chunks)
     r->slots = (uint32_t)r->n_chunks;
-  r->multi = curl_multi_init();
+  /* The client's multi handle, kept between files: the next file's chunks find their connections
+   * open (a new connection per chunk slot and file cost a handshake each, TLS on a real Hub, and
+   * left the link idle between two files while they were made). */
+  if (c->multi == NULL && (c->multi = curl_multi_init()) != NULL)
+    curl_multi_setopt(c->multi, CURLMOPT_MAXCONNECTS, (long)connections + 1);
+  r->multi = c->multi;
   r->ks = calloc(r->slots > 0 ? r->slots : 1, sizeof *r->ks);
   sl_status st = r->multi != NULL && r->ks != NULL
                      ? SL_STATUS_OK
@@ -131,8 +136,6 @@ static void chunks_close(chunk_run *r) {
     sl__http_xfer_free(&r->ks[i].x);
   }
   free(r->ks);
-  if (r->multi != NULL)
-    curl_multi_cleanup(r->multi);
 }
 
 /* Hands the next chunks to free slots and starts every slot whose wait is over. *any: some chunk is
@@ -248,7 +251,7 @@ static void chunks_wait(chunk_run *r, double soonest) {
   curl_multi_poll(r->multi, NULL, 0, timeout_ms, NULL);
 }
 
-sl_status sl__http_fetch_chunks(const sl__http *h, const char *url, const char *file, int fd, uint64_t size,
+sl_status sl__http_fetch_chunks(sl__http_client *c, const char *url, const char *file, int fd, uint64_t size,
                                 uint64_t chunk_bytes, uint32_t connections, const sl__http_sink *sink,
                                 bool *no_ranges, sl__err *err) {
   *no_ranges = false;
@@ -256,6 +259,7 @@ sl_status sl__http_fetch_chunks(const sl__http *h, const char *url, const char *
     return sl__err_set(err, SL_STATUS_CONFIG, "hub_chunk_bytes and hub_connections must be positive");
   chunk_run r;
   memset(&r, 0, sizeof r);
+  const sl__http *h = c->h;
   r.h = h;
   r.url = url;
   r.file = file;
@@ -263,7 +267,7 @@ sl_status sl__http_fetch_chunks(const sl__http *h, const char *url, const char *
   r.chunk_bytes = chunk_bytes;
   r.no_ranges = no_ranges;
   r.sink = sink;
-  sl_status st = chunks_open(&r, connections, fd, sink, err);
+  sl_status st = chunks_open(&r, c, connections, fd, sink, err);
   while (st == SL_STATUS_OK) {
     bool any = false;
     double now = sl__now();
