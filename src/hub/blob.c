@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #define SL_HUB_HASH_BUF ((size_t)4 << 20)
+#define SL_HUB_HASH_STEP ((uint64_t)32 << 20) /* hashed per turn of a chunked download (~16 ms) */
 
 /* ---------------------------------------------------------------------------------------------
  * hashing (docs/spec/HUB.md §5.4): sha256 for hex64 etags, git blob sha1 for hex40
@@ -172,12 +173,15 @@ static sl_status hash_fd(file_dl *f, int fd, uint64_t n, const char *tmp, sl__er
   return st;
 }
 
-/* Chunks of a parallel download: bytes [0, upto) are written; hash them now, from the page cache
- * they were just written to, so that after the last chunk only its own tail is left to hash. */
+/* Chunks of a parallel download: bytes [0, upto) are written; hash the next of them now (a step
+ * at most per call), from the page cache they were just written to, so that after the last chunk
+ * little is left to hash. */
 static void sink_prefix(void *user, uint64_t upto) {
   file_dl *f = user;
-  if (f->md == NULL || f->hash_broken)
+  if (f->md == NULL || f->hash_broken || upto <= f->hashed)
     return;
+  if (upto - f->hashed > SL_HUB_HASH_STEP)
+    upto = f->hashed + SL_HUB_HASH_STEP;
   sl__err e;
   sl__err_clear(&e);
   if (hash_fd(f, f->fd, upto, f->tmp, &e) != SL_STATUS_OK)

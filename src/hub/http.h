@@ -90,9 +90,10 @@ typedef struct sl__http_sink {
   /* Writing to the file failed with errnum (ENOSPC: the caller removes the partial file and says
    * how much space the file needs); may be NULL. */
   void (*write_failed)(void *user, int errnum);
-  /* Ranged chunks only (may be NULL): bytes [0, upto) of the file are all written, upto only
-   * growing. Lets the caller hash the file while it downloads instead of reading it all again
-   * after the last chunk (that pass delayed every file's publication by its size / hash rate). */
+  /* Ranged chunks only (may be NULL): bytes [0, upto) of the file are all written; called on
+   * every turn of the transfer loop, upto never shrinking. Lets the caller hash the file while it
+   * downloads, a bounded step per call so that the transfers are not held up, instead of reading
+   * it all again after the last chunk (that pass delayed every publication by size / hash rate). */
   void (*prefix)(void *user, uint64_t upto);
 } sl__http_sink;
 

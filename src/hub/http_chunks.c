@@ -33,7 +33,7 @@ typedef struct chunk_run {
   uint64_t n_chunks;
   uint64_t next; /* first chunk not handed to a slot yet */
   uint64_t front;  /* chunks [0, front) are complete (chunks are handed out in order) */
-  uint64_t prefix; /* bytes [0, prefix) are written: told to sink->prefix */
+  uint64_t prefix; /* bytes [0, prefix) are written: told to sink->prefix every turn of the loop */
   const sl__http_sink *sink;
   CURLM *multi;
   chunk *ks;
@@ -221,10 +221,10 @@ static void chunks_prefix(chunk_run *r) {
       continue;
     }
     uint64_t upto = r->front >= r->n_chunks ? r->size : held != NULL ? held->x.pos : r->front * r->chunk_bytes;
-    if (upto > r->prefix) {
-      r->prefix = upto;
-      r->sink->prefix(r->sink->user, upto);
-    }
+    r->prefix = upto > r->prefix ? upto : r->prefix;
+    /* Told every turn, grown or not: the sink takes a bounded step each time and catches up. */
+    if (r->prefix > 0)
+      r->sink->prefix(r->sink->user, r->prefix);
     return;
   }
 }
