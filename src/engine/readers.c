@@ -7,7 +7,6 @@
 #include "engine/engine.h"
 
 #include "engine/file_gate.h"
-
 #include "engine/filemap.h"
 
 #include <errno.h>

@@ -157,6 +157,19 @@ static void record_failure(sl__hub_run *r, const sl__err *e) {
   atomic_store(&r->cancel, 1);
 }
 
+sl_status sl__hub_fetch_job(sl__hub_run *r, sl__http_client *c, sl__hub_job *j, sl__err *err) {
+  sl_status st = fetch_file(r, c, j, err);
+  if (st == SL_STATUS_OK)
+    st = sl__hub_overlap_announce(r, j, err);
+  if (st == SL_STATUS_OK) {
+    pthread_mutex_lock(&r->mu);
+    r->prog.files_done++;
+    sl__hub_progress_draw(&r->prog, false);
+    pthread_mutex_unlock(&r->mu);
+  }
+  return st;
+}
+
 static void *worker_main(void *arg) {
   sl__hub_run *r = arg;
   sl__err e;
@@ -168,34 +181,39 @@ static void *worker_main(void *arg) {
   }
   for (;;) {
     pthread_mutex_lock(&r->mu);
-    bool stop = atomic_load(&r->cancel) != 0 || sl__hub_interrupted() || r->next_job >= r->n_jobs;
+    bool stop = atomic_load(&r->cancel) != 0 || sl__hub_interrupted() || r->next_job >= r->end_job;
     size_t i = r->next_job;
     if (!stop)
       r->next_job++;
     pthread_mutex_unlock(&r->mu);
     if (stop)
       break;
-    if (fetch_file(r, &c, &r->jobs[i], &e) != SL_STATUS_OK || sl__hub_overlap_announce(r, &r->jobs[i], &e) != SL_STATUS_OK) {
+    if (r->work(r, &c, &r->jobs[i], &e) != SL_STATUS_OK) {
       record_failure(r, &e);
       break;
     }
-    pthread_mutex_lock(&r->mu);
-    r->prog.files_done++;
-    sl__hub_progress_draw(&r->prog, false);
-    pthread_mutex_unlock(&r->mu);
   }
   sl__http_client_free(&c);
   return NULL;
 }
 
-/* Fetches jobs[first..n_jobs) with up to hub_parallel_files threads. The jobs are a shared queue,
- * so fewer threads than asked for (some could not start) still do every job. */
 sl_status sl__hub_run_jobs(sl__hub_run *r, size_t first, sl__err *err) {
-  r->next_job = first;
-  size_t todo = r->n_jobs - first;
   size_t n_threads = r->opts->parallel_files > 0 ? r->opts->parallel_files : 1;
   if (r->max_threads > 0 && n_threads > r->max_threads)
     n_threads = r->max_threads;
+  return sl__hub_run_job_range(r, first, r->n_jobs, n_threads, sl__hub_fetch_job, err);
+}
+
+/* The jobs are a shared queue, so fewer threads than asked for (some could not start) still do
+ * every job. */
+sl_status sl__hub_run_job_range(sl__hub_run *r, size_t first, size_t last, size_t n_threads, sl__hub_job_fn work,
+                                sl__err *err) {
+  r->next_job = first;
+  r->end_job = last;
+  r->work = work;
+  size_t todo = last > first ? last - first : 0;
+  if (n_threads == 0)
+    n_threads = 1;
   if (n_threads > todo)
     n_threads = todo;
   sl__err start_err;

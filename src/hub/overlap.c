@@ -13,7 +13,6 @@
 
 #include "base/log.h"
 #include "base/util.h"
-#include "base/workers.h"
 #include "format/safetensors.h"
 #include "hub/cache.h"
 #include "hub/interrupt.h"
@@ -71,112 +70,43 @@ static sl_status fetch_header(sl__hub_run *r, sl__http_client *c, sl__hub_job *j
   return st;
 }
 
-/* The header requests of the missing weights, shared by the header threads. */
-typedef struct header_pool {
-  sl__hub_run *r;
-  size_t *todo; /* job indices */
-  size_t n_todo;
-  size_t next;
-  bool no_ranges; /* a server ignored ranges: the overlap is off, the rest is not needed */
-  sl__err err;    /* the first failure */
-  pthread_mutex_t mu;
-} header_pool;
-
-static void *header_worker(void *arg) {
-  header_pool *p = arg;
-  sl__err e;
-  sl__err_clear(&e);
-  sl__http_client c;
-  sl_status st = sl__http_client_init(&c, &p->r->http, &e);
-  while (st == SL_STATUS_OK) {
-    pthread_mutex_lock(&p->mu);
-    bool stop = p->next >= p->n_todo || p->no_ranges || p->err.status != SL_STATUS_OK ||
-                atomic_load(&p->r->cancel) != 0 || sl__hub_interrupted();
-    size_t i = stop ? 0 : p->todo[p->next++];
-    pthread_mutex_unlock(&p->mu);
-    if (stop)
-      break;
-    bool no_ranges = false;
-    st = fetch_header(p->r, &c, &p->r->jobs[i], &no_ranges, &e);
-    if (no_ranges) {
-      pthread_mutex_lock(&p->mu);
-      p->no_ranges = true;
-      pthread_mutex_unlock(&p->mu);
-    }
-  }
-  if (st != SL_STATUS_OK) {
-    pthread_mutex_lock(&p->mu);
-    if (p->err.status == SL_STATUS_OK)
-      sl__err_copy(&p->err, &e);
-    pthread_mutex_unlock(&p->mu);
-  }
-  sl__http_client_free(&c);
-  return NULL;
-}
-
-/* Fetches the headers of jobs todo[0..n) on up to hub_connections threads at once: one request
- * (two for a long header, plus a redirect) per file, so on a distant Hub a checkpoint of many
- * files waited one round trip after another before its plan could be made. */
-static sl_status fetch_headers(sl__hub_run *r, size_t *todo, size_t n, bool *no_ranges, sl__err *err) {
-  header_pool p = {.r = r, .todo = todo, .n_todo = n};
-  sl__err_clear(&p.err);
-  pthread_mutex_init(&p.mu, NULL);
-  size_t n_threads = r->opts->connections > 0 ? r->opts->connections : 1;
-  if (n_threads > n)
-    n_threads = n;
-  sl__err start_err;
-  sl__err_clear(&start_err);
-  sl__workers w;
-  sl_status st = sl__workers_start(&w, n_threads, header_worker, &p, 0, "header", &start_err);
-  if (st != SL_STATUS_OK)
-    SL_DEBUG("%s (%zu started)", start_err.msg, w.started);
-  if (w.started == 0)
-    header_worker(&p); /* no thread could start: fetch them on this one */
-  sl__workers_join(&w);
-  pthread_mutex_destroy(&p.mu);
-  *no_ranges = p.no_ranges;
-  if (p.err.status != SL_STATUS_OK) {
-    sl__err_copy(err, &p.err);
-    return p.err.status;
-  }
-  if (!p.no_ranges && p.next < n) /* stopped early without an error of its own */
-    return sl__hub_interrupted_err(
-        r, sl__hub_interrupt_signal(),
-        sl__err_set(err, SL_STATUS_HUB_NETWORK, "the header requests of %s were cancelled", r->repo_id), err);
-  return SL_STATUS_OK;
+/* The header of one weight not in the snapshot (a job of sl__hub_run_job_range: up to
+ * hub_connections at once, one round trip for all of them rather than one per file on a distant
+ * Hub). A weight in the snapshot keeps size 0 and no header. */
+static sl_status header_job(sl__hub_run *r, sl__http_client *c, sl__hub_job *j, sl__err *err) {
+  char *ptr = sl__path_join(r->snapshot_dir, j->path);
+  if (ptr == NULL)
+    return sl__err_set(err, SL_STATUS_NOMEM, "out of memory");
+  bool present = sl__cache_file_present(ptr);
+  free(ptr);
+  if (present || atomic_load(&r->no_ranges))
+    return SL_STATUS_OK;
+  bool no_ranges = false;
+  sl_status st = fetch_header(r, c, j, &no_ranges, err);
+  if (no_ranges)
+    atomic_store(&r->no_ranges, true);
+  return st;
 }
 
 sl_status sl__hub_overlap_headers(sl__hub_run *r, size_t first, size_t n_weights, sl__err *err) {
   /* config.json first, alone: the architecture is chosen from it before the catalog. */
-  size_t n_all = r->n_jobs;
-  r->n_jobs = first + 1;
-  sl_status st = sl__hub_run_jobs(r, first, err);
-  r->n_jobs = n_all;
+  sl_status st = sl__hub_run_job_range(r, first, first + 1, 1, sl__hub_fetch_job, err);
   if (st != SL_STATUS_OK)
     return st;
-  size_t *todo = calloc(n_weights + 1, sizeof *todo);
-  if (todo == NULL)
-    return sl__err_set(err, SL_STATUS_NOMEM, "out of memory");
-  size_t missing = 0;
-  for (size_t i = 0; i < n_weights && st == SL_STATUS_OK; i++) {
-    sl__hub_job *j = &r->jobs[first + 1 + i];
-    j->announce = true;
-    j->weight = i;
-    char *ptr = sl__path_join(r->snapshot_dir, j->path);
-    if (ptr == NULL) {
-      st = sl__err_set(err, SL_STATUS_NOMEM, "out of memory");
-      break;
-    }
-    if (!sl__cache_file_present(ptr))
-      todo[missing++] = first + 1 + i;
-    free(ptr);
+  for (size_t i = 0; i < n_weights; i++) {
+    r->jobs[first + 1 + i].announce = true;
+    r->jobs[first + 1 + i].weight = i;
   }
-  bool no_ranges = false;
-  if (st == SL_STATUS_OK && missing > 0)
-    st = fetch_headers(r, todo, missing, &no_ranges, err);
-  free(todo);
+  atomic_store(&r->no_ranges, false);
+  st = sl__hub_run_job_range(r, first + 1, first + 1 + n_weights, r->opts->connections, header_job, err);
+  /* A SIGINT/SIGTERM leaves header requests not made: never a catalog without them. */
+  st = sl__hub_interrupted_err(r, sl__hub_interrupt_signal(), st, err);
   if (st != SL_STATUS_OK)
     return st;
+  bool no_ranges = atomic_load(&r->no_ranges);
+  size_t missing = 0;
+  for (size_t i = 0; i < n_weights; i++)
+    missing += r->jobs[first + 1 + i].header != NULL;
   if (missing == 0 || no_ranges) {
     if (no_ranges)
       SL_INFO("the Hub ignores byte ranges: downloading %s before loading it", r->repo_id);

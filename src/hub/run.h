@@ -67,6 +67,8 @@ typedef struct sl__hub_run {
   sl__hub_job *jobs;
   size_t n_jobs;
   size_t next_job;
+  size_t end_job; /* the running sl__hub_run_job_range: jobs [next_job, end_job) are left */
+  sl_status (*work)(struct sl__hub_run *r, sl__http_client *c, sl__hub_job *j, sl__err *err); /* ...each */
   uint64_t bytes_downloaded;
   uint32_t files_downloaded;
   double last_bytes_at; /* sl__now() when the last body byte arrived (0: none yet) */
@@ -76,6 +78,7 @@ typedef struct sl__hub_run {
   /* overlapped downloads (hub/overlap.c) */
   bool overlap;        /* asked for: stop after the headers when weights are missing */
   bool pending;        /* the weights are still to download (jobs kept) */
+  atomic_bool no_ranges; /* a header request was answered without ranges: no overlap */
   sl__hub_opts own_opts; /* opts, copied for the background downloads (include dropped: used) */
   size_t first_weight; /* jobs[first_weight ..] are the weights, then the other files */
   size_t n_weights;
@@ -94,8 +97,21 @@ void sl__hub_progress_draw(sl__hub_progress *p, bool force);
 /* Draws the final line and ends it, when one was drawn. */
 void sl__hub_progress_end(sl__hub_progress *p);
 
-/* Fetches r->jobs[first .. n_jobs) with up to hub_parallel_files threads; the first failure
- * cancels the others and is returned. */
+/* What one job does, on the worker's own HTTP client. */
+typedef sl_status (*sl__hub_job_fn)(sl__hub_run *r, sl__http_client *c, sl__hub_job *j, sl__err *err);
+
+/* Runs work on r->jobs[first .. last) with up to n_threads threads taking jobs from one queue; the
+ * first failure cancels the others and is returned. Jobs not started because of SIGINT/SIGTERM
+ * are not reported here (sl__hub_interrupted_err says so). */
+sl_status sl__hub_run_job_range(sl__hub_run *r, size_t first, size_t last, size_t n_threads, sl__hub_job_fn work,
+                                sl__err *err);
+
+/* One file of a resolution (a sl__hub_job_fn): made present in the snapshot, announced when it
+ * is a weight of an overlapped download, counted for the progress line. */
+sl_status sl__hub_fetch_job(sl__hub_run *r, sl__http_client *c, sl__hub_job *j, sl__err *err);
+
+/* Fetches r->jobs[first .. n_jobs) with up to hub_parallel_files threads (at most max_threads):
+ * sl__hub_run_job_range with the download of each file. */
 sl_status sl__hub_run_jobs(sl__hub_run *r, size_t first, sl__err *err);
 
 /* Downloads, verifies and publishes blobs/<etag> of the file `path` described by m; the caller

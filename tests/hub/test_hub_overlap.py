@@ -211,6 +211,13 @@ def main():
             if ranks == 2:
                 check(any(l.startswith("[shardload 1] info: reading ") for l in lines),
                       "rank 1 read files as they arrived: " + err[-1500:])
+            # every rank starts each complete file before the held-back one arrives (the contract;
+            # this small fixture queues the held-back file's reads last, so the order readers take
+            # operations in is not what this tells apart)
+            late = [l for i, l in enumerate(lines) if last and i > last[0]
+                    and re.match(r"\[shardload \d+\] info: reading (?!%s)" % re.escape(LAST), l)]
+            check(last != [] and late == [],
+                  "%d rank(s): no complete file is first read after the last one arrived: %s" % (ranks, late))
             if rc == 0:
                 a = files_of(copy)
                 b = {k: v for k, v in files_of(ref).items() if k in a}
