@@ -17,8 +17,8 @@ sl_status sl__backend_cuda_create(sl__comm *comm, int workers, int device, void 
   *out = NULL;
   return sl__err_set(
       err, SL_STATUS_UNSUPPORTED,
-      "--device cuda: this shardload was built without CUDA and NCCL (rebuild where the CUDA toolkit "
-      "and NCCL are installed, or use --device cpu)");
+      "device cuda (--device cuda): this shardload was built without CUDA and NCCL (rebuild where the "
+      "CUDA toolkit and NCCL are installed, or set device to cpu: --device cpu)");
 }
 
 bool sl__cuda_available(char *why, size_t cap) {

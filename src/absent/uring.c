@@ -8,8 +8,8 @@ sl_status sl__uring_create(unsigned depth, sl__uring **out, sl__err *err) {
   *out = NULL;
   return sl__err_set(
       err, SL_STATUS_UNSUPPORTED,
-      "--load-strategy io_uring: this shardload was built without liburing (install liburing-dev and "
-      "rebuild, or use auto or direct)");
+      "load_strategy io_uring (--load-strategy io_uring): this shardload was built without liburing "
+      "(install liburing-dev and rebuild, or set load_strategy to auto or direct)");
 }
 
 void sl__uring_destroy(sl__uring *u) {

@@ -15,6 +15,7 @@
  */
 #include "shardload/shardload.h"
 
+#include "api/bind.h"
 #include "api/config.h"
 #include "api/options.h"
 #include "api/params.h"
@@ -23,7 +24,7 @@
 #include "base/log.h"
 #include "base/memory.h"
 #include "base/util.h"
-#include "engine/comm.h"
+#include "comm/comm.h"
 #include "engine/coverage.h"
 #include "engine/filemap.h"
 #include "engine/nodes.h"
@@ -59,6 +60,8 @@ struct sl_loader {
   void **param_ptr; /* per local parameter (aliases point at their target's memory) */
   bool *bound;      /* the caller's buffer */
   bool *mapped;     /* a mapping of its checkpoint bytes (load strategy mmap, or auto on host) */
+  /* per local parameter: planned → bound dtype (sl_loader_bind_as, api/bind.c); NULL: none */
+  sl__cast_pair *cast;
   sl__filemaps maps;
   _Atomic uint64_t *copy_done;
   sl__track track;
@@ -79,7 +82,18 @@ static sl_status advance(sl_loader *l, sl__prep_stage until);
  * Create / destroy
  * ------------------------------------------------------------------------------------------- */
 
-sl_status sl_loader_create(sl_config *config, MPI_Comm comm, sl_loader **out) {
+/* The communicator's implementation (comm/comm.h), made over what the caller passed. */
+typedef sl_status (*comm_init_fn)(sl__comm *c, const void *arg, sl__err *err);
+
+static sl_status init_mpi(sl__comm *c, const void *comm, sl__err *err) {
+  return sl__comm_init_mpi(c, comm, err);
+}
+
+static sl_status init_caller(sl__comm *c, const void *ops, sl__err *err) {
+  return sl__comm_init_caller(c, ops, err);
+}
+
+static sl_status create_over(sl_config *config, comm_init_fn init, const void *arg, sl_loader **out) {
   if (out == NULL)
     return SL_STATUS_INVALID_ARGUMENT;
   *out = NULL;
@@ -92,16 +106,19 @@ sl_status sl_loader_create(sl_config *config, MPI_Comm comm, sl_loader **out) {
   sl__buf_init(&l->report, 0);
   sl__buf_init(&l->summary, 0);
   l->cuda_device = -1;
-  sl_status st = sl__comm_init(&l->comm, comm, &l->err);
+  sl_status st = init(&l->comm, arg, &l->err);
   if (st != SL_STATUS_OK) {
     sl__config_set_error(config, &l->err);
     free(l);
     return st;
   }
   sl__log_set_rank(l->comm.rank);
+  /* Creation is bounded like every later wait: the configuration's timeout_s is only known once it
+   * is checked, so the default deadline holds until then. */
+  sl__comm_set_timeout(&l->comm, SL_TIMEOUT_DEFAULT_S);
   /* The job's nodes, once: read-ahead only on one node (engine/reads.c); per-node report figures. */
   sl__err nerr;
-  if (sl__job_nodes_detect(l->comm.world, &l->nodes, &nerr) != SL_STATUS_OK)
+  if (sl__job_nodes_detect(&l->comm, &l->nodes, &nerr) != SL_STATUS_OK)
     SL_WARN("the job's nodes are unknown (per-node figures use ranks_per_node): %s", nerr.msg);
   l->cfg = sl__config_clone(config);
   if (l->cfg != NULL)
@@ -120,6 +137,14 @@ sl_status sl_loader_create(sl_config *config, MPI_Comm comm, sl_loader **out) {
   }
   *out = l;
   return SL_STATUS_OK;
+}
+
+sl_status sl_loader_create(sl_config *config, MPI_Comm comm, sl_loader **out) {
+  return create_over(config, init_mpi, &comm, out);
+}
+
+sl_status sl_loader_create_ops(sl_config *config, const sl_comm_ops *ops, sl_loader **out) {
+  return create_over(config, init_caller, ops, out);
 }
 
 static void free_buffers(sl_loader *l) {
@@ -144,6 +169,7 @@ void sl_loader_destroy(sl_loader *l) {
     l->backend->ops->destroy(l->backend);
   free(l->bound);
   free(l->mapped);
+  free(l->cast);
   free((void *)l->copy_done);
   free(l->table);
   free(l->records);
@@ -256,7 +282,8 @@ static sl_status after_stage(void *ctx, sl__prep_stage stage, sl_status st, doub
     if (st == SL_STATUS_OK && l->pl.opts.device == SL_DEVICE_CUDA) {
       char why[512];
       if (!sl__cuda_available(why, sizeof why))
-        st = sl__err_set(err, SL_STATUS_NO_DEVICE, "--device cuda: no CUDA device available (%s)", why);
+        st = sl__err_set(err, SL_STATUS_NO_DEVICE, "device cuda (--device cuda): no CUDA device available (%s)",
+                         why);
     }
     return sl__comm_agree(&l->comm, st, err, "checking the configuration");
   case SL_PREP_CATALOG:
@@ -377,7 +404,9 @@ const sl_param *sl_loader_find(const sl_loader *l, const char *name) {
   return NULL;
 }
 
-sl_status sl_loader_bind(sl_loader *l, const char *name, void *data, uint64_t nbytes) {
+/* sl_loader_bind and sl_loader_bind_as: the state here, the checks and the record in api/bind.c. */
+static sl_status bind(sl_loader *l, const char *fn, const char *name, void *data, uint64_t nbytes, bool as,
+                      sl_dtype dtype) {
   if (l == NULL || name == NULL || data == NULL)
     return SL_STATUS_INVALID_ARGUMENT;
   sl_status st = begin(l);
@@ -385,52 +414,18 @@ sl_status sl_loader_bind(sl_loader *l, const char *name, void *data, uint64_t nb
     return st;
   if (l->state != STATE_PLANNED)
     return sl__err_set(&l->err, SL_STATUS_INVALID_ARGUMENT,
-                       "sl_loader_bind(%s): bind after sl_loader_plan and before sl_loader_load", name);
-  for (size_t i = 0; i < l->pl.plan.n_lparams; i++) {
-    if (strcmp(l->table[i].name, name) != 0)
-      continue;
-    if (l->pl.plan.lparams[i].alias_of != SL_NONE)
-      return sl__err_set(&l->err, SL_STATUS_INVALID_ARGUMENT,
-                         "%s shares the memory of %s: bind that one instead", name, l->table[i].alias_of);
-    if (nbytes != l->table[i].nbytes)
-      return sl__err_set(&l->err, SL_STATUS_INVALID_ARGUMENT, "%s needs a buffer of %llu bytes, got %llu",
-                         name, (unsigned long long)l->table[i].nbytes, (unsigned long long)nbytes);
-    l->param_ptr[i] = data;
-    l->bound[i] = true;
-    return SL_STATUS_OK;
-  }
-  return sl__err_set(&l->err, SL_STATUS_NOT_FOUND, "this rank holds no parameter named '%s'", name);
+                       "%s(%s): bind after sl_loader_plan and before sl_loader_load", fn, name);
+  sl__loader_view v;
+  sl__loader_view_of(l, &v);
+  return sl__bind(&v, fn, name, data, nbytes, as, dtype);
 }
 
-/* A caller's buffer is not zero-filled like ours: the bytes that no copy writes (the padded rows
- * of a vocabulary) are zeroed here. Through the backend (a zeroed block copied over the
- * buffer), so a bound device buffer is zeroed alike. */
-static sl_status zero_unwritten_bound(sl_loader *l) {
-  const sl__rank_plan *plan = &l->pl.plan;
-  uint64_t *written = calloc(plan->n_lparams + 1, sizeof *written);
-  if (written == NULL)
-    return sl__err_set(&l->err, SL_STATUS_NOMEM, "out of memory");
-  for (size_t c = 0; c < plan->n_copies; c++)
-    written[plan->copies[c].lparam] += plan->copies[c].rows * plan->copies[c].row_bytes;
-  sl_status st = SL_STATUS_OK;
-  for (size_t i = 0; i < plan->n_lparams && st == SL_STATUS_OK; i++) {
-    uint64_t nbytes = plan->lparams[i].nbytes;
-    if (!l->bound[i] || written[i] >= nbytes || nbytes == 0)
-      continue;
-    void *zeros = NULL;
-    st = l->backend->ops->alloc(l->backend, nbytes, &zeros, &l->err);
-    if (st == SL_STATUS_OK)
-      st = l->backend->ops->copy(l->backend, l->param_ptr[i], nbytes, zeros, nbytes, nbytes, 1, &l->err);
-    if (zeros != NULL) {
-      sl_status synced = l->backend->ops->sync(l->backend, &l->err);
-      st = st == SL_STATUS_OK ? synced : st;
-      l->backend->ops->release(l->backend, zeros);
-    }
-    if (st != SL_STATUS_OK)
-      sl__err_prefix(&l->err, "zeroing the padding of the bound buffer of %s", l->table[i].name);
-  }
-  free(written);
-  return st;
+sl_status sl_loader_bind(sl_loader *l, const char *name, void *data, uint64_t nbytes) {
+  return bind(l, "sl_loader_bind", name, data, nbytes, false, SL_DTYPE_COUNT);
+}
+
+sl_status sl_loader_bind_as(sl_loader *l, const char *name, void *data, uint64_t nbytes, sl_dtype dtype) {
+  return bind(l, "sl_loader_bind_as", name, data, nbytes, true, dtype);
 }
 
 static sl_status allocate(sl_loader *l) {
@@ -458,9 +453,9 @@ static sl_status allocate(sl_loader *l) {
     l->table[i].data = l->param_ptr[i];
     l->table[i].device = l->backend->device;
   }
-  if (st == SL_STATUS_OK)
-    st = zero_unwritten_bound(l);
-  return st;
+  sl__loader_view v;
+  sl__loader_view_of(l, &v);
+  return st == SL_STATUS_OK ? sl__bind_finish(&v) : st;
 }
 
 static sl_status create_backend(sl_loader *l) {
@@ -524,6 +519,7 @@ static sl_status transfer_phase(sl_loader *l) {
                      .comm = &l->comm,
                      .param_ptr = l->param_ptr,
                      .param_mapped = sl__filemaps_tried(&l->maps) ? l->mapped : NULL,
+                     .param_cast = l->cast,
                      .workers = o->extra.num_threads,
                      .chunk = l->pl.po.read_chunk,
                      .coalesce_gap = o->coalesce_gap,
@@ -748,11 +744,13 @@ sl_status sl_loader_save_sharded(sl_loader *l, const char *dir) {
     st = sl__err_set(&l->err, SL_STATUS_NOMEM, "out of memory");
   for (size_t i = 0; i < n && st == SL_STATUS_OK; i++) {
     const sl__lparam *lp = &l->pl.plan.lparams[i];
+    /* A converted parameter is saved as it is held: in its buffer's dtype (the table's). */
+    sl__dtype dtype = l->cast != NULL ? l->cast[i].to : l->pl.prep.model.params[lp->mparam].dtype;
     entries[i] = (sl__save_entry){.name = l->table[i].name,
-                                  .dtype = l->pl.prep.model.params[lp->mparam].dtype,
+                                  .dtype = dtype,
                                   .ndim = lp->ndim,
                                   .data = l->param_ptr[i],
-                                  .nbytes = lp->nbytes};
+                                  .nbytes = l->table[i].nbytes};
     memcpy(entries[i].shape, lp->shape, sizeof entries[i].shape);
   }
   st = sl__comm_agree(&l->comm, st, &l->err, "preparing the sharded copy");
@@ -795,5 +793,7 @@ void sl__loader_view_of(sl_loader *l, sl__loader_view *out) {
   v.param_ptr = &l->param_ptr;
   v.bound = l->bound;
   v.mapped = l->mapped;
+  v.cast = &l->cast;
+  v.cuda = l->pl.opts.device == SL_DEVICE_CUDA;
   *out = v;
 }

@@ -413,6 +413,20 @@ void sl_dlpack_free(void *managed_tensor) {
  * Agreement
  * ------------------------------------------------------------------------------------------- */
 
+sl_status sl_loader_error_cause(const sl_loader *l, int *rank) {
+  if (rank != NULL)
+    *rank = -1;
+  if (l == NULL)
+    return SL_STATUS_INVALID_ARGUMENT;
+  sl__loader_view v;
+  sl__loader_view_of((sl_loader *)l, &v);
+  if (v.comm->first_failed < 0)
+    return v.err->status;
+  if (rank != NULL)
+    *rank = v.comm->first_failed;
+  return v.comm->first_status;
+}
+
 sl_status sl_loader_agree(sl_loader *l, sl_status status, const char *message) {
   if (l == NULL)
     return SL_STATUS_INVALID_ARGUMENT;
@@ -422,13 +436,9 @@ sl_status sl_loader_agree(sl_loader *l, sl_status status, const char *message) {
   if (status != SL_STATUS_OK)
     sl__err_set(v.err, status, "%s",
                 message != NULL && message[0] != '\0' ? message : sl_status_message(status));
-  /* The first failing rank's status, so that every rank reports the same kind of failure. */
-  int mine[2] = {status != SL_STATUS_OK ? v.comm->rank : v.comm->size, (int)status};
-  int first[2] = {v.comm->size, (int)SL_STATUS_OK};
-  if (MPI_Allreduce(mine, first, 1, MPI_2INT, MPI_MINLOC, v.comm->world) != MPI_SUCCESS)
-    return sl__err_set(v.err, SL_STATUS_MPI, "MPI_Allreduce failed checking the caller's parameters");
   sl_status st = sl__comm_agree(v.comm, status, v.err, "checking the caller's parameters");
-  if (st == SL_STATUS_PEER_FAILED && first[0] < v.comm->size && first[1] > 0 && first[1] < SL_STATUS_COUNT)
-    st = (sl_status)first[1];
+  /* The first failing rank's status, so that every rank reports the same kind of failure. */
+  if (st == SL_STATUS_PEER_FAILED && v.comm->first_failed >= 0)
+    st = v.comm->first_status;
   return st;
 }

@@ -1,6 +1,7 @@
 /*
  * api/params.h — what api/params.c (the parameter accessors of shardload.h section 8: dtype ids,
- * sources, reference-counted parameter memory, DLPack, agreement) needs from the loader.
+ * sources, reference-counted parameter memory, DLPack, agreement) and api/bind.c (the caller's
+ * buffers) need from the loader.
  *
  * api/loader.c keeps its struct private; it fills this view on request and calls
  * sl__params_loader_destroy first thing in sl_loader_destroy, so that memory handed out by
@@ -13,8 +14,9 @@
 
 #include "backend/backend.h"
 #include "base/err.h"
-#include "engine/comm.h"
+#include "comm/comm.h"
 #include "engine/filemap.h"
+#include "format/cast.h"
 #include "model/catalog.h"
 #include "plan/plan.h"
 
@@ -34,8 +36,10 @@ typedef struct sl__loader_view {
   sl__backend **backend;
   sl__filemaps *maps;
   void ***param_ptr;
-  const bool *bound;
+  bool *bound;
   const bool *mapped;
+  sl__cast_pair **cast; /* per local parameter: planned → bound dtype; NULL until a sl_loader_bind_as */
+  bool cuda;            /* device=cuda: parameters are device memory */
 } sl__loader_view;
 
 /* api/loader.c */

@@ -10,7 +10,7 @@
 #define SL_BACKEND_H
 
 #include "base/err.h"
-#include "engine/comm.h"
+#include "comm/comm.h"
 #include "engine/staging.h" /* SL_STAGING_RING_DEPTH: staging slots per reader thread */
 
 #include <stdbool.h>

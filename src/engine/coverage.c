@@ -26,7 +26,8 @@ static void set_bit(uint8_t *b, size_t i) {
   b[i / 8] |= (uint8_t)(1u << (i % 8));
 }
 
-static const sl__catalog *sort_cat;
+/* Per thread: loaders on several threads of one process may check coverage at once. */
+static _Thread_local const sl__catalog *sort_cat;
 static int cmp_tensor_name(const void *a, const void *b) {
   return strcmp(sort_cat->tensors[*(const uint32_t *)a].name, sort_cat->tensors[*(const uint32_t *)b].name);
 }

@@ -8,7 +8,7 @@
 #define SL_TRACK_H
 
 #include "model/catalog.h"
-#include "engine/comm.h"
+#include "comm/comm.h"
 #include "model/model.h"
 #include "plan/plan.h"
 

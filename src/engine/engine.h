@@ -14,7 +14,10 @@
  * Data of a piece is thought of as its "packed" form: rows × row_bytes bytes in row order. A
  * delivery moves the packed range [p0, p1) of a piece from a read buffer (source rows
  * src_stride apart) either into a bucket (packed, contiguous) or into every local copy of the
- * piece (rows dst_stride apart).
+ * piece (rows dst_stride apart). A parameter bound with another dtype (sl_loader_bind_as) is
+ * converted element by element on the way (engine/deliver.c): its offsets in the plan are planned
+ * bytes, scaled to the memory's element size; an element whose bytes arrive in two deliveries (a
+ * chunk or bucket boundary inside it) waits in cast_partial until its other bytes arrive.
  */
 #ifndef SL_ENGINE_H
 #define SL_ENGINE_H
@@ -81,7 +84,23 @@ typedef struct sl__engine {
   double t_start;
   _Atomic bool inject_error; /* test hook: the next read fails (SHARDLOAD_INJECT_READ_ERROR) */
   uint64_t inject_delay_us;  /* test hook: every read operation first sleeps this long */
+  /* converted parameters: elements split between two deliveries, until complete */
+  pthread_mutex_t cast_mu;
+  sl__vec cast_partial; /* sl__cast_partial */
 } sl__engine;
+
+/* The bytes of one element of a converted parameter that arrived so far. */
+typedef struct sl__cast_partial {
+  uint32_t lparam;
+  uint64_t off;     /* the element's first byte in the parameter, planned bytes */
+  uint8_t bytes[8]; /* planned dtype */
+  uint8_t have;     /* bit k: bytes[k] arrived */
+} sl__cast_partial;
+
+/* Whether local parameter lparam is converted on delivery (sl_loader_bind_as). */
+static inline bool sl__engine_casts(const sl__transfer *t, uint32_t lparam) {
+  return t->param_cast != NULL && t->param_cast[lparam].from != t->param_cast[lparam].to;
+}
 
 /* A reader thread's argument. */
 typedef struct sl__engine_worker {
@@ -120,6 +139,8 @@ sl_status sl__engine_check_files(sl__engine *e);
  * backend memory by the main thread (worker < 0). */
 sl_status sl__engine_to_copies(sl__engine *e, uint32_t piece, const sl__segment *seg, const uint8_t *src,
                                uint64_t src_stride, int worker, int slot, sl__err *err);
+/* After the last delivery: no element of a converted parameter is left incomplete. */
+sl_status sl__engine_cast_check(sl__engine *e);
 /* Moves delivery d from a host buffer holding file bytes from file offset buf_off, or (packed) the
  * delivery's packed bytes themselves (a row run). */
 sl_status sl__engine_deliver(sl__engine *e, int worker, int slot, const sl__delivery *d, const uint8_t *buf,

@@ -8,7 +8,7 @@
  */
 #include "engine/engine.h"
 
-#include "engine/comm.h"
+#include "comm/comm.h"
 #include "plan/twophase.h"
 
 #include <stdlib.h>

@@ -1,9 +1,11 @@
 /*
- * engine/nodes.c — the job's node layout (see engine/nodes.h): ranks that share memory are on one
- * node; every rank learns the lowest rank of its node and its host name by one allgather.
+ * engine/nodes.c — the job's node layout (see engine/nodes.h): ranks that share memory are on one node
+ * (the communicator tells, or else equal host names); every rank learns the lowest rank of its node
+ * and its host name by one allgather.
  */
 #include "engine/nodes.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -13,6 +15,14 @@ typedef struct entry {
   char host[SL_HOST_MAX];
 } entry;
 
+/* Without a shared-memory leader: the lowest rank with rank r's host name. */
+static int first_on_host(const entry *all, int r) {
+  for (int q = 0; q < r; q++)
+    if (strncmp(all[q].host, all[r].host, SL_HOST_MAX) == 0)
+      return q;
+  return r;
+}
+
 void sl__job_nodes_free(sl__job_nodes *n) {
   free(n->node_of);
   free(n->hosts);
@@ -20,20 +30,16 @@ void sl__job_nodes_free(sl__job_nodes *n) {
   memset(n, 0, sizeof *n);
 }
 
-sl_status sl__job_nodes_detect(MPI_Comm comm, sl__job_nodes *out, sl__err *err) {
+sl_status sl__job_nodes_detect(sl__comm *c, sl__job_nodes *out, sl__err *err) {
   memset(out, 0, sizeof *out);
-  int rank = 0, size = 0;
-  MPI_Comm_rank(comm, &rank);
-  MPI_Comm_size(comm, &size);
-  MPI_Comm node = MPI_COMM_NULL;
-  entry me = {.leader = rank};
-  if (MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node) != MPI_SUCCESS)
-    return sl__err_set(err, SL_STATUS_MPI, "MPI_Comm_split_type failed");
-  /* The node communicator keeps the order of comm (key = rank): its rank 0 is the lowest rank. */
-  int rc = MPI_Allreduce(MPI_IN_PLACE, &me.leader, 1, MPI_INT, MPI_MIN, node);
-  MPI_Comm_free(&node);
+  int size = c->size;
+  entry me = {.leader = -1};
+  /* -1: the communicator cannot tell shared memory; the host name decides below. */
+  sl_status lst = sl__comm_node_leader(c, &me.leader, err);
+  if (lst != SL_STATUS_OK)
+    return lst;
   if (gethostname(me.host, sizeof me.host - 1) != 0)
-    strcpy(me.host, "?");
+    snprintf(me.host, sizeof me.host, "?");
   entry *all = calloc((size_t)size, sizeof *all);
   out->node_of = calloc((size_t)size, sizeof *out->node_of);
   uint32_t *node_id = calloc((size_t)size, sizeof *node_id); /* leader rank → node + 1 */
@@ -43,13 +49,10 @@ sl_status sl__job_nodes_detect(MPI_Comm comm, sl__job_nodes *out, sl__err *err) 
     sl__job_nodes_free(out);
     return sl__err_set(err, SL_STATUS_NOMEM, "out of memory finding the nodes");
   }
-  if (rc == MPI_SUCCESS)
-    rc = MPI_Allgather(&me, (int)sizeof me, MPI_BYTE, all, (int)sizeof me, MPI_BYTE, comm);
-  sl_status st =
-      rc == MPI_SUCCESS ? SL_STATUS_OK : sl__err_set(err, SL_STATUS_MPI, "gathering host names failed");
+  sl_status st = sl__comm_allgather(c, &me, sizeof me, all, "gathering host names", err);
   uint32_t *count = NULL;
   for (int r = 0; r < size && st == SL_STATUS_OK; r++) {
-    int l = all[r].leader >= 0 && all[r].leader < size ? all[r].leader : r;
+    int l = all[r].leader >= 0 && all[r].leader < size ? all[r].leader : first_on_host(all, r);
     if (node_id[l] == 0)
       node_id[l] = ++out->n_nodes;
     out->node_of[r] = node_id[l] - 1;

@@ -57,8 +57,11 @@ sl_status sl__engine_wait_for(sl__engine *e, bool (*pred)(sl__engine *, void *),
       sl__comm_progress(c);
       sl__comm_block_begin(c, "waiting for this rank's reads");
     } else if (c->timeout_s > 0 && sl__now() - since > c->timeout_s) {
-      if (sl__comm_expire(c, "waiting for this rank's reads: no byte read meanwhile", sl__now() - since))
-        since = sl__now(); /* the others still move: a new deadline */
+      if (!sl__comm_expire(c, "waiting for this rank's reads: no byte read meanwhile", sl__now() - since, e->err)) {
+        sl__comm_block_end(c);
+        return e->err->status;
+      }
+      since = sl__now(); /* the others still move: a new deadline */
     }
     pthread_mutex_lock(&e->mu);
   }
@@ -110,6 +113,8 @@ static void engine_init(sl__engine *e, sl__transfer *t, sl__err *err) {
   sl__staging_split(&req, &e->staging);
   pthread_mutex_init(&e->mu, NULL);
   pthread_cond_init(&e->cv, NULL);
+  pthread_mutex_init(&e->cast_mu, NULL);
+  sl__vec_init(&e->cast_partial, sizeof(sl__cast_partial));
   e->t_start = sl__now();
 }
 
@@ -142,6 +147,8 @@ static void engine_free(sl__engine *e) {
   free(e->bucket_left);
   pthread_cond_destroy(&e->cv);
   pthread_mutex_destroy(&e->mu);
+  sl__vec_free(&e->cast_partial);
+  pthread_mutex_destroy(&e->cast_mu);
 }
 
 /* My pieces' local copies (CSR by piece) and my buckets: those whose group contains me, in
@@ -313,6 +320,8 @@ sl_status sl__transfer_run(sl__transfer *t, sl__transfer_stats *stats, sl__err *
   /* The reads are over: a file changed meanwhile may have given bytes of two versions. */
   if (st == SL_STATUS_OK && !aborted)
     st = sl__engine_check_files(&e);
+  if (st == SL_STATUS_OK && !aborted)
+    st = sl__engine_cast_check(&e);
   free(args);
   if (st == SL_STATUS_OK && !aborted)
     st = t->backend->ops->sync(t->backend, err);

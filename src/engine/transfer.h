@@ -11,8 +11,9 @@
 
 #include "api/options.h"
 #include "backend/backend.h"
-#include "engine/comm.h"
+#include "comm/comm.h"
 #include "engine/strategy_choice.h"
+#include "format/cast.h"
 #include "model/catalog.h"
 #include "plan/plan.h"
 
@@ -46,6 +47,10 @@ typedef struct sl__transfer {
   sl__comm *comm;
   void *const *param_ptr;   /* per local parameter: its memory (aliases share it) */
   const bool *param_mapped; /* per local parameter: a mapping of its file bytes (engine/filemap.h), or NULL */
+  /* per local parameter: planned dtype → dtype of its memory (sl_loader_bind_as, format/cast.h),
+   * or NULL when nothing is converted. Offsets in the plan stay in planned bytes; a converted
+   * parameter is host memory, never read into directly nor mapped */
+  const sl__cast_pair *param_cast;
   uint32_t workers;
   uint64_t chunk; /* largest single read */
   uint64_t coalesce_gap;

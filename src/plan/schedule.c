@@ -210,7 +210,8 @@ static sl_status collect_pieces(builder *b) {
   return st == SL_STATUS_OK ? unpack_pieces(b) : st;
 }
 
-static const sl__piece *sort_base;
+/* Per thread: loaders on several threads of one process (one per worker) plan at once. */
+static _Thread_local const sl__piece *sort_base;
 static int cmp_piece_idx(const void *a, const void *b) {
   const sl__piece *x = &sort_base[*(const uint32_t *)a];
   const sl__piece *y = &sort_base[*(const uint32_t *)b];
@@ -591,7 +592,9 @@ sl_status sl__schedule_build(const sl__model *m, const sl__catalog *cat, const s
   sl__hashmap_init(&b.piece_of, SL_HASHMAP_COPY);
   sl__vec_init(&b.counts, sizeof(piece_count));
   sl__vec_init(&b.pairs, sizeof(pair));
-  sl_status st = collect_pieces(&b);
+  sl_status st = sl__plan_check_heads(m, o->layout.tp, err);
+  if (st == SL_STATUS_OK)
+    st = collect_pieces(&b);
   if (st == SL_STATUS_OK)
     st = sort_pieces(&b);
   sl__hashmap_free(&b.piece_of);

@@ -50,7 +50,8 @@ if(SL_HAVE_CUDA)
   add_executable(test_cuda_mock ${_sl_gpu_dir}/test_cuda_backend.c ${_sl_gpu_dir}/cuda_mock.c
     ${PROJECT_SOURCE_DIR}/src/backend/cuda/backend.c ${PROJECT_SOURCE_DIR}/src/backend/cuda/memory.c
     ${PROJECT_SOURCE_DIR}/src/backend/cuda/nccl.c ${PROJECT_SOURCE_DIR}/src/backend/cuda/logic.c
-    ${PROJECT_SOURCE_DIR}/src/engine/comm.c ${PROJECT_SOURCE_DIR}/src/engine/watchdog.c
+    ${PROJECT_SOURCE_DIR}/src/comm/comm.c ${PROJECT_SOURCE_DIR}/src/comm/mpi.c
+    ${PROJECT_SOURCE_DIR}/src/comm/mpi_watchdog.c
     ${PROJECT_SOURCE_DIR}/src/base/err.c ${PROJECT_SOURCE_DIR}/src/base/util.c
     ${PROJECT_SOURCE_DIR}/src/base/log.c ${PROJECT_SOURCE_DIR}/src/api/status.c
     ${PROJECT_SOURCE_DIR}/tests/common/check.c ${PROJECT_SOURCE_DIR}/tests/common/values.c)

@@ -421,7 +421,7 @@ int main(int argc, char **argv) {
   sl__comm c;
   sl__comm_groups s = test_groups();
   int rc = 1;
-  if (sl__comm_init(&c, MPI_COMM_WORLD, &err) != SL_STATUS_OK ||
+  if (sl__comm_init_mpi(&c, &(MPI_Comm){MPI_COMM_WORLD}, &err) != SL_STATUS_OK ||
       sl__comm_groups_create(&c, &s, &err) != SL_STATUS_OK) {
     fprintf(stderr, "[rank %d] MPI setup: %s\n", rank, err.msg);
   } else {

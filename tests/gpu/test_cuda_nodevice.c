@@ -38,7 +38,7 @@ int main(int argc, char **argv) {
   sl__err err;
   sl__err_clear(&err);
   sl__comm c;
-  if (sl__comm_init(&c, MPI_COMM_WORLD, &err) != SL_STATUS_OK) {
+  if (sl__comm_init_mpi(&c, &(MPI_Comm){MPI_COMM_WORLD}, &err) != SL_STATUS_OK) {
     fprintf(stderr, "[rank %d] MPI setup: %s\n", rank, err.msg);
     MPI_Finalize();
     return 1;

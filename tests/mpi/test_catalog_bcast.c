@@ -6,7 +6,7 @@
  */
 #include "model/catalog.h"
 #include "check.h"
-#include "engine/comm.h"
+#include "comm/comm.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -88,7 +88,7 @@ int main(int argc, char **argv) {
   sl__comm c;
   sl__err err;
   sl__err_clear(&err);
-  if (sl__comm_init(&c, MPI_COMM_WORLD, &err) != SL_STATUS_OK) {
+  if (sl__comm_init_mpi(&c, &(MPI_Comm){MPI_COMM_WORLD}, &err) != SL_STATUS_OK) {
     fprintf(stderr, "%s\n", err.msg);
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
@@ -107,7 +107,7 @@ int main(int argc, char **argv) {
   CHECK_CONTAINS(err.msg, "Cannot find any model weights with 'nothing'");
   if (c.rank != 0)
     CHECK_CONTAINS(err.msg, "another rank failed while resolving the model: rank 0");
-  int rc = sl_test_finish_mpi(c.world);
+  int rc = sl_test_finish_mpi(MPI_COMM_WORLD);
   sl__comm_free(&c);
   MPI_Finalize();
   return rc;

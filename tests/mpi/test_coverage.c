@@ -306,7 +306,7 @@ int main(int argc, char **argv) {
   sl__comm c;
   sl__err err;
   sl__err_clear(&err);
-  if (sl__comm_init(&c, MPI_COMM_WORLD, &err) != SL_STATUS_OK) {
+  if (sl__comm_init_mpi(&c, &(MPI_Comm){MPI_COMM_WORLD}, &err) != SL_STATUS_OK) {
     fprintf(stderr, "comm init: %s\n", err.msg);
     MPI_Abort(MPI_COMM_WORLD, 1);
   }

@@ -13,7 +13,7 @@
 #include "api/prepare.h"
 #include "backend/backend.h"
 #include "check.h"
-#include "engine/comm.h"
+#include "comm/comm.h"
 #include "engine/transfer.h"
 #include "model/catalog.h"
 #include "plan/plan.h"
@@ -323,7 +323,7 @@ int main(int argc, char **argv) {
   sl__comm c;
   sl__err err;
   sl__err_clear(&err);
-  if (sl__comm_init(&c, MPI_COMM_WORLD, &err) != SL_STATUS_OK) {
+  if (sl__comm_init_mpi(&c, &(MPI_Comm){MPI_COMM_WORLD}, &err) != SL_STATUS_OK) {
     fprintf(stderr, "%s\n", err.msg);
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
@@ -334,7 +334,7 @@ int main(int argc, char **argv) {
   if (n % 2 == 0)
     check_fixture(&c, "mixtral", n / 2, 1, 2); /* pipeline stages */
   check_fixture(&c, "deepseek_v2_lite", 1, n, 1);
-  int rc = sl_test_finish_mpi(c.world);
+  int rc = sl_test_finish_mpi(MPI_COMM_WORLD);
   sl__comm_free(&c);
   MPI_Finalize();
   return rc;

@@ -23,7 +23,7 @@
  *     default 8, and does not derive it yet).
  */
 #include "check.h"
-#include "engine/comm.h"
+#include "comm/comm.h"
 #include "load_check.h"
 
 #include "shardload/shardload.h"
@@ -80,11 +80,11 @@ static void check_nodes(void) {
   /* The library's node-local rank: what cuda_device defaults to (backend/cuda: device =
    * local rank % device count). */
   sl__comm c;
-  memset(&c, 0, sizeof c);
-  c.world = MPI_COMM_WORLD;
-  c.rank = rank;
-  c.size = world;
+  sl__err cerr;
+  sl__err_clear(&cerr);
+  CHECKF(sl__comm_init_mpi(&c, &(MPI_Comm){MPI_COMM_WORLD}, &cerr) == SL_STATUS_OK, "rank %d: %s", rank, cerr.msg);
   int lib_local = sl__comm_local_rank(&c);
+  sl__comm_free(&c);
   CHECKF(lib_local == rank % ppn, "rank %d: the library's node-local rank (cuda_device default) is %d, expected %d",
          rank, lib_local, rank % ppn);
   if (rank == 0)

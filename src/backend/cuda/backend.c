@@ -62,7 +62,7 @@ static sl_status no_device(sl__err *err, cudaError_t e) {
   return sl__err_set(
       err, SL_STATUS_NO_DEVICE,
       "no CUDA device available (%s): run where an NVIDIA GPU and its driver are present, check "
-      "CUDA_VISIBLE_DEVICES, or use --device cpu",
+      "CUDA_VISIBLE_DEVICES, or set device to cpu (--device cpu)",
       cudaGetErrorString(e));
 }
 
@@ -159,23 +159,21 @@ bool sl__cuda_available(char *why, size_t cap) {
   return true;
 }
 
-/* The broadcast groups must have their MPI communicators (they carry the NCCL ids). */
+/* The broadcast groups must exist in the communicator (they carry the NCCL ids). */
 static sl_status check_groups(const sl__comm *c, const sl__comm_groups *s, sl__err *err) {
   if (s->n == 0)
     return SL_STATUS_OK;
-  if (c->n_groups != s->n || c->groups == NULL)
-    return sl__err_set(
-        err, SL_STATUS_INTERNAL,
-        "the CUDA backend needs the %zu broadcast-group communicators of the schedule (found %zu)",
-        s->n, c->n_groups);
+  if (c->n_groups != s->n || c->group_rank == NULL)
+    return sl__err_set(err, SL_STATUS_INTERNAL,
+                       "the CUDA backend needs the %zu broadcast groups of the schedule (found %zu)", s->n,
+                       c->n_groups);
   for (size_t g = 0; g < s->n; g++) {
     int pos = sl__cuda_group_pos(s, g, c->rank);
-    bool member = c->groups[g] != MPI_COMM_NULL;
-    if ((pos >= 0) != member || (member && c->group_rank[g] != pos))
+    if (pos != c->group_rank[g])
       return sl__err_set(err, SL_STATUS_INTERNAL,
-                         "broadcast group %zu: rank %d is at position %d in the schedule but %d in its MPI "
+                         "broadcast group %zu: rank %d is at position %d in the schedule but %d in the "
                          "communicator",
-                         g, c->rank, pos, member ? c->group_rank[g] : -1);
+                         g, c->rank, pos, c->group_rank[g]);
   }
   return SL_STATUS_OK;
 }
@@ -272,9 +270,9 @@ sl_status sl__backend_cuda_create(sl__comm *comm, int workers, int device, void 
   *out = NULL;
   if (groups == NULL)
     groups = &no_groups;
-  /* Collective (MPI_Comm_split_type): first, before anything can fail on one rank only. */
+  /* Collective: first, before anything can fail on one rank only. */
   int local_rank = sl__comm_local_rank(comm);
-  /* The NCCL ids travel over the groups' MPI communicators: made here when the caller has not
+  /* The NCCL ids travel within the broadcast groups: made here when the caller has not
    * made them yet (collective too; every rank sees the same counts). */
   sl_status res = SL_STATUS_OK;
   if (groups->n > 0 && comm->n_groups != groups->n)

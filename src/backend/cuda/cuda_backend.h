@@ -9,7 +9,7 @@
 #define SL_CUDA_BACKEND_H
 
 #include "base/err.h"
-#include "engine/comm.h"
+#include "comm/comm.h"
 
 #include <stdbool.h>
 #include <stdint.h>

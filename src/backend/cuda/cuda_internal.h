@@ -108,7 +108,7 @@ sl_status sl__cuda_bcast(sl__backend *b, uint32_t g, void *buf, uint64_t nbytes,
  * or a caller's NCCL communicator on some ranks only, is an error. */
 sl_status sl__cuda_check_placement(sl__backend *b, const sl__comm_groups *groups, sl__err *err);
 /* COLLECTIVE: our NCCL communicator of every group we belong to, split from the caller's
- * communicator when one was given, else from ids exchanged over the groups' MPI communicators. */
+ * communicator when one was given, else from ids exchanged within the groups through the communicator. */
 sl_status sl__cuda_create_comms(sl__backend *b, const sl__comm_groups *groups, sl__err *err);
 /* Finalizes (or, after a failure, aborts) every communicator; at most 60 s. */
 void sl__cuda_release_comms(sl__backend *b);

@@ -38,7 +38,7 @@ sl_status sl__cuda_pick_device(int requested, int local_rank, int count, int *ou
   if (count <= 0)
     return sl__err_set(err, SL_STATUS_NO_DEVICE,
                        "no CUDA device available (this process sees no CUDA device; check "
-                       "CUDA_VISIBLE_DEVICES, or use --device cpu)");
+                       "CUDA_VISIBLE_DEVICES, or set device to cpu: --device cpu)");
   if (requested >= 0) {
     if (requested >= count)
       return sl__err_set(

@@ -1,6 +1,6 @@
 /*
  * backend/cuda/nccl.c — the CUDA backend's NCCL side: one non-blocking communicator per broadcast
- * group this rank belongs to (made from ids exchanged over the group's MPI communicator, or split
+ * group this rank belongs to (made from ids exchanged within the group through the communicator, or split
  * from the caller's communicator), the GPU placement check that precedes them, broadcasts polled
  * against NCCL errors, the abort channel and a deadline (a broadcast that must stop aborts its
  * communicator), and their finalization at teardown.
@@ -187,9 +187,7 @@ sl_status sl__cuda_check_placement(sl__backend *b, const sl__comm_groups *groups
   if (all == NULL || places == NULL) {
     res = sl__err_set(err, SL_STATUS_NOMEM, "out of memory gathering GPU placements");
   } else {
-    int rc = MPI_Allgather(&mine, (int)sizeof mine, MPI_BYTE, all, (int)sizeof mine, MPI_BYTE, c->world);
-    if (rc != MPI_SUCCESS)
-      res = sl__err_set(err, SL_STATUS_MPI, "MPI_Allgather of GPU placements failed (error %d)", rc);
+    res = sl__comm_allgather(c, &mine, sizeof mine, all, "gathering GPU placements", err);
   }
   int with_parent = 0;
   for (int r = 0; res == SL_STATUS_OK && r < c->size; r++) {
@@ -214,9 +212,9 @@ static const char *group_ctx(char *buf, size_t cap, const sl__comm_groups *group
   return buf;
 }
 
-/* Our NCCL communicators, from NCCL ids that each group's first member makes and broadcasts over
- * the group's MPI communicator. Every rank walks the groups in schedule order; the inits are
- * non-blocking and batched in NCCL groups, then polled until ready. */
+/* Our NCCL communicators, from NCCL ids that each group's first member makes and broadcasts within
+ * the group (comm/comm.h: over MPI or the caller's transport). Every rank walks the groups in
+ * schedule order; the inits are non-blocking and batched in NCCL groups, then polled until ready. */
 typedef struct id_msg {
   int32_t ok; /* the root made an id */
   ncclUniqueId id;
@@ -243,10 +241,10 @@ static sl_status create_comms_by_id(sl__backend *b, const sl__comm_groups *group
       if (r != ncclSuccess)
         res = sl__nccl_fail(err, r, NULL, "ncclGetUniqueId", __FILE__, __LINE__);
     }
-    int rc = MPI_Bcast(&msgs[g], (int)sizeof msgs[g], MPI_BYTE, 0, c->groups[g]);
-    if (rc != MPI_SUCCESS) {
-      res = sl__err_set(err, SL_STATUS_MPI,
-                        "MPI_Bcast of the NCCL id of broadcast group %zu failed (error %d)", g, rc);
+    bool aborted = false; /* no transfer yet: nothing can stop this broadcast but a failure */
+    sl_status bst = sl__comm_group_bcast(c, (uint32_t)g, &msgs[g], sizeof msgs[g], 0, &aborted, err);
+    if (bst != SL_STATUS_OK) {
+      res = bst;
       break;
     }
     if (!msgs[g].ok && res == SL_STATUS_OK)

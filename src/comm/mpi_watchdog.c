@@ -1,5 +1,5 @@
 /*
- * engine/watchdog.c — the load watchdog (see engine/comm.h). A rank whose peer died or stopped
+ * comm/mpi_watchdog.c — the load watchdog of the MPI communicator (see comm/mpi.h). A rank whose peer died or stopped
  * (SIGSTOP, a node gone, a link down) would otherwise wait forever inside a collective: every
  * wait of a load polls a non-blocking request against a deadline instead, and a blocking call that
  * cannot poll is watched by a backstop thread.
@@ -17,7 +17,7 @@
  * that wait the first MPI_Abort kills ranks still listening, before they print. Queries cost
  * nothing while all is well (waits probe for them at most every few milliseconds).
  */
-#include "engine/comm.h"
+#include "comm/mpi.h"
 
 #include "base/log.h"
 #include "base/util.h"
@@ -86,14 +86,14 @@ static void *backstop_main(void *arg) {
             c->rank, sl__now() - b->since, c->phase != NULL ? c->phase : "loading", b->what);
     fflush(stderr);
     /* Another thread than the one inside MPI: the last resort, when the main thread cannot act. */
-    MPI_Abort(c->world, 1);
+    MPI_Abort(sl__mpi_of(c)->world, 1);
   }
   pthread_mutex_unlock(&b->mu);
   return NULL;
 }
 
 static void backstop_free(sl__comm *c) {
-  sl__backstop *b = c->backstop;
+  sl__backstop *b = sl__mpi_of(c)->backstop;
   if (b == NULL)
     return;
   pthread_mutex_lock(&b->mu);
@@ -104,13 +104,11 @@ static void backstop_free(sl__comm *c) {
   pthread_cond_destroy(&b->cv);
   pthread_mutex_destroy(&b->mu);
   free(b);
-  c->backstop = NULL;
+  sl__mpi_of(c)->backstop = NULL;
 }
 
-void sl__comm_set_timeout(sl__comm *c, double seconds) {
-  c->timeout_s = seconds > 0 ? seconds : 0;
-  c->last_progress = sl__now();
-  if (c->timeout_s <= 0 || c->backstop != NULL)
+void sl__mpi_set_timeout(sl__comm *c) {
+  if (c->timeout_s <= 0 || sl__mpi_of(c)->backstop != NULL)
     return;
   sl__backstop *b = calloc(1, sizeof *b);
   if (b == NULL)
@@ -124,17 +122,16 @@ void sl__comm_set_timeout(sl__comm *c, double seconds) {
     free(b);
     return;
   }
-  c->backstop = b;
+  sl__mpi_of(c)->backstop = b;
 }
 
-void sl__comm_watchdog_free(sl__comm *c) {
+void sl__mpi_watchdog_free(sl__comm *c) {
   backstop_free(c);
 }
 
-void sl__comm_block_begin(sl__comm *c, const char *what) {
-  c->waiting_for = what;
-  c->last_poll = 0;
-  sl__backstop *b = c->backstop;
+void sl__mpi_block_begin(sl__comm *c, const char *what) {
+  sl__mpi_of(c)->last_poll = 0;
+  sl__backstop *b = sl__mpi_of(c)->backstop;
   if (b == NULL)
     return;
   pthread_mutex_lock(&b->mu);
@@ -143,9 +140,8 @@ void sl__comm_block_begin(sl__comm *c, const char *what) {
   pthread_mutex_unlock(&b->mu);
 }
 
-void sl__comm_block_end(sl__comm *c) {
-  c->waiting_for = NULL;
-  sl__backstop *b = c->backstop;
+void sl__mpi_block_end(sl__comm *c) {
+  sl__backstop *b = sl__mpi_of(c)->backstop;
   if (b == NULL)
     return;
   pthread_mutex_lock(&b->mu);
@@ -155,16 +151,12 @@ void sl__comm_block_end(sl__comm *c) {
 
 /* The wait in progress gets a new deadline (the job still moves): so does the backstop's. */
 static void backstop_rearm(sl__comm *c) {
-  sl__backstop *b = c->backstop;
+  sl__backstop *b = sl__mpi_of(c)->backstop;
   if (b == NULL)
     return;
   pthread_mutex_lock(&b->mu);
   b->since = sl__now();
   pthread_mutex_unlock(&b->mu);
-}
-
-void sl__comm_phase(sl__comm *c, const char *phase) {
-  c->phase = phase;
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -186,7 +178,7 @@ static void send_to(sl__comm *c, int r, int tag, const char *text) {
   char *buf = sent[sent_next++ % SENT_SLOTS];
   snprintf(buf, PHASE_MAX, "%s", text);
   MPI_Request req;
-  if (MPI_Isend(buf, PHASE_MAX, MPI_CHAR, r, tag, c->abort_comm, &req) == MPI_SUCCESS)
+  if (MPI_Isend(buf, PHASE_MAX, MPI_CHAR, r, tag, sl__mpi_of(c)->abort_comm, &req) == MPI_SUCCESS)
     MPI_Request_free(&req);
 }
 
@@ -216,9 +208,9 @@ static void answer(sl__comm *c, int r) {
 static int take(sl__comm *c, int tag, char *text) {
   int flag = 0;
   MPI_Status status;
-  if (MPI_Iprobe(MPI_ANY_SOURCE, tag, c->abort_comm, &flag, &status) != MPI_SUCCESS || !flag)
+  if (MPI_Iprobe(MPI_ANY_SOURCE, tag, sl__mpi_of(c)->abort_comm, &flag, &status) != MPI_SUCCESS || !flag)
     return -1;
-  MPI_Recv(text, PHASE_MAX, MPI_CHAR, status.MPI_SOURCE, tag, c->abort_comm, MPI_STATUS_IGNORE);
+  MPI_Recv(text, PHASE_MAX, MPI_CHAR, status.MPI_SOURCE, tag, sl__mpi_of(c)->abort_comm, MPI_STATUS_IGNORE);
   text[PHASE_MAX - 1] = '\0';
   return status.MPI_SOURCE;
 }
@@ -338,7 +330,7 @@ static void report(sl__comm *c, const char *what, double waited, int from, int t
             "shardload: rank %d: error: watchdog: no progress while %s (%s); ending the job with MPI_Abort\n",
             c->rank, phase, what);
     fflush(stderr);
-    MPI_Abort(c->world, 1);
+    MPI_Abort(sl__mpi_of(c)->world, 1);
     return;
   }
   backstop_rearm(c); /* the report's own waits are bounded below */
@@ -357,9 +349,9 @@ static void report(sl__comm *c, const char *what, double waited, int from, int t
   size_t n_missing = list_ranks(c, h->heard, 0, missing, sizeof missing);
   char cause[PHASE_MAX + 192];
   char self[96] = "";
-  if (c->self_stalled > 1)
+  if (sl__mpi_of(c)->self_stalled > 1)
     snprintf(self, sizeof self, "; this rank itself did not run for %.1f s (stopped or starved)",
-             c->self_stalled);
+             sl__mpi_of(c)->self_stalled);
   if (trigger >= 0)
     snprintf(cause, sizeof cause, "rank %d's watchdog expired while %s; this rank was %s%s", trigger,
              trigger_phase, phase, self);
@@ -380,10 +372,10 @@ static void report(sl__comm *c, const char *what, double waited, int from, int t
   send_all(c, DONE_TAG, "");
   await_prints(c, h->heard);
   free(mine.heard);
-  MPI_Abort(c->world, 1);
+  MPI_Abort(sl__mpi_of(c)->world, 1);
 }
 
-bool sl__comm_expire(sl__comm *c, const char *what, double waited) {
+bool sl__mpi_expire(sl__comm *c, const char *what, double waited) {
   heard_set h = {.heard = calloc((size_t)c->size, 1), .left = (size_t)c->size - 1, .end_from = -1};
   if (h.heard == NULL) {
     report(c, what, waited, -1, -1, NULL, NULL);
@@ -414,22 +406,19 @@ bool sl__comm_expire(sl__comm *c, const char *what, double waited) {
   return false;
 }
 
-void sl__comm_progress(sl__comm *c) {
-  c->last_progress = sl__now();
-}
-
-void sl__comm_poll(sl__comm *c) {
-  if (c->timeout_s <= 0 || c->abort_comm == MPI_COMM_NULL)
+void sl__mpi_poll(sl__comm *c) {
+  sl__comm_mpi *m = sl__mpi_of(c);
+  if (c->timeout_s <= 0 || m->abort_comm == MPI_COMM_NULL)
     return;
   double now = sl__now();
   /* Polls come every few milliseconds: a long gap means this rank itself was stopped (SIGSTOP)
    * or starved, which its report must say rather than blame the others. */
-  if (c->last_poll > 0 && now - c->last_poll > c->self_stalled)
-    c->self_stalled = now - c->last_poll;
-  c->last_poll = now;
-  if (now < c->next_probe)
+  if (m->last_poll > 0 && now - m->last_poll > m->self_stalled)
+    m->self_stalled = now - m->last_poll;
+  m->last_poll = now;
+  if (now < m->next_probe)
     return;
-  c->next_probe = now + PROBE_EVERY_S;
+  m->next_probe = now + PROBE_EVERY_S;
   char buf[PHASE_MAX];
   int r;
   while ((r = take(c, PING_TAG, buf)) >= 0)
@@ -442,7 +431,7 @@ void sl__comm_poll(sl__comm *c) {
   }
 }
 
-sl_status sl__comm_wait(sl__comm *c, MPI_Request *req, const char *what, sl__err *err) {
+sl_status sl__mpi_wait(sl__comm *c, MPI_Request *req, const char *what, sl__err *err) {
   double start = sl__now();
   sl__comm_block_begin(c, what);
   /* Spin (yielding) first: Open MPI progresses a request only inside MPI calls, and most waits are
@@ -462,7 +451,7 @@ sl_status sl__comm_wait(sl__comm *c, MPI_Request *req, const char *what, sl__err
     sl__comm_poll(c);
     double waited = sl__now() - start;
     if (c->timeout_s > 0 && waited > c->timeout_s) {
-      if (sl__comm_expire(c, what, waited)) {
+      if (sl__mpi_expire(c, what, waited)) {
         start = sl__now();
         continue;
       }

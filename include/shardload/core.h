@@ -1,0 +1,547 @@
+/*
+ * shardload/core.h — the public API of libshardload without MPI. shardload/shardload.h includes it
+ * and adds the MPI entry point (sl_loader_create over an MPI_Comm); a program that is not an MPI job
+ * (torch.distributed workers, its own transport) includes this header only and creates its loaders
+ * with sl_loader_create_ops over a table of communication functions it provides (section 4).
+ *
+ * shardload loads the weights of a Hugging Face safetensors checkpoint into the memory of every
+ * rank of a distributed job, so that each rank holds exactly its tensor-parallel slices and experts
+ * and every checkpoint byte is read from storage once, cluster-wide.
+ *
+ * Organisation of this header:
+ *   1. status codes (one X-macro table: enum, names and messages are generated from it)
+ *   2. logging
+ *   3. configuration (a key/value builder validated up front)
+ *   4. the loader (collective: create, download, bind, load, walk the parameter table, report)
+ *   5. dry-run planning for any world size (no MPI)
+ *   6. model inspection (no MPI)
+ *   7. Hub download without loading (no MPI)
+ *
+ * Conventions: every function returns an sl_status; out-parameters come last; every create has a
+ * destroy and destroy(NULL) is a no-op. Functions marked COLLECTIVE must be called by every rank
+ * of the loader's communicator, in the same order. No function calls MPI_Init, exit or abort.
+ * Handles are not thread-safe: use one handle from one thread at a time.
+ */
+
+/*
+ * For integrators.
+ *
+ * Building against it: shardload/shardload.h includes <mpi.h>, so compile with MPI's flags (this
+ * header alone needs none; the library itself still links libmpi, unused by sl_loader_create_ops). CMake:
+ * find_package(shardload CONFIG) and link shardload::shardload (MPI comes with it); pkg-config:
+ * cc app.c $(pkg-config --cflags --libs shardload). The library finds its architecture specs in
+ * $SHARDLOAD_SPECS (colon-separated folders, searched first), then relative to its own file:
+ * <libdir>/../share/shardload/specs (an install prefix), then <libdir>/specs (a package that bundles
+ * the library beside its specs, as the Python package does).
+ *
+ * MPI thread level: MPI_THREAD_FUNNELED or higher (MPI_Init_thread). The library starts reader
+ * (and download) threads of its own, but every MPI call it makes is made from the thread that
+ * called it. With FUNNELED that must be the thread that initialised MPI; with SERIALIZED or
+ * MULTIPLE any thread, one call on a loader at a time. The library never initialises or finalises
+ * MPI: create loaders after MPI_Init_thread and destroy them before MPI_Finalize.
+ *
+ * Thread safety: one handle must not be used from two threads at once. Distinct handles may be
+ * used from distinct threads, except that loaders used concurrently need MPI_THREAD_MULTIPLE
+ * (and distinct communicators), and the logging settings are process-wide: set them, and make a
+ * first call of sl_config_keys, before starting threads.
+ *
+ * Memory: the caller owns what it creates and frees it with the matching destroy/close. Every
+ * string and table the library returns (messages, sl_param entries and their data, reports,
+ * summaries, key lists) is owned by the library and stays valid as documented at each function,
+ * at the latest until the handle is destroyed; the exceptions, which the caller frees with
+ * free(), are said so (sl_model_open's error, sl_hub_download's snapshot folder). Buffers given
+ * to sl_loader_bind (or sl_loader_bind_as) stay the caller's; the library never frees them.
+ * Strings passed in are copied (sl_config_set) or only read during the call.
+ */
+#ifndef SHARDLOAD_CORE_H
+#define SHARDLOAD_CORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The library is built with hidden symbols; what this header declares is its exported API. */
+#pragma GCC visibility push(default)
+
+#define SL_VERSION_MAJOR 0
+#define SL_VERSION_MINOR 1
+#define SL_VERSION_PATCH 0
+#define SL_VERSION_STRING "0.1.0"
+
+/* ---------------------------------------------------------------------------------------------
+ * 1. Status codes. Append-only: a value never changes meaning. X(NAME, "message").
+ * ------------------------------------------------------------------------------------------- */
+#define SL_STATUS_MAP(X)                                                                                     \
+  X(OK, "success")                                                                                           \
+  X(INTERNAL, "internal error")                                                                              \
+  X(INVALID_ARGUMENT, "invalid argument")                                                                    \
+  X(CONFIG, "invalid configuration")                                                                         \
+  X(NOMEM, "out of memory")                                                                                  \
+  X(IO, "input/output error")                                                                                \
+  X(NOT_FOUND, "not found")                                                                                  \
+  X(UNSUPPORTED, "not supported")                                                                            \
+  X(ST_HEADER_TOO_SMALL, "safetensors file too small for a header")                                          \
+  X(ST_HEADER_TOO_LARGE, "safetensors header length too large")                                              \
+  X(ST_HEADER_LENGTH, "safetensors header length exceeds the file")                                          \
+  X(ST_HEADER_UTF8, "safetensors header is not valid UTF-8")                                                 \
+  X(ST_HEADER_JSON, "safetensors header is not valid")                                                       \
+  X(ST_INVALID_OFFSET, "safetensors tensor has invalid data offsets")                                        \
+  X(ST_OVERFLOW, "safetensors tensor size overflows")                                                        \
+  X(ST_MISALIGNED, "safetensors tensor does not end on a byte boundary")                                     \
+  X(ST_TENSOR_INFO, "safetensors tensor shape and offsets disagree")                                         \
+  X(ST_INCOMPLETE, "safetensors data section does not match the file size")                                  \
+  X(INDEX, "invalid safetensors index file")                                                                 \
+  X(NO_WEIGHTS, "cannot find any model weights")                                                             \
+  X(DUPLICATE_TENSOR, "duplicate tensor name")                                                               \
+  X(PICKLE, "invalid or unsupported PyTorch (torch.save) checkpoint")                                        \
+  X(MODEL_CONFIG, "invalid model config.json")                                                               \
+  X(ARCH, "architecture spec error")                                                                         \
+  X(SHAPE, "tensor shape mismatch")                                                                          \
+  X(DIVISIBILITY, "size not divisible by the parallel layout")                                               \
+  X(LAYOUT, "invalid parallel layout")                                                                       \
+  X(QUANTIZATION, "unsupported quantization")                                                                \
+  X(MISSING_WEIGHTS, "weights not initialized from checkpoint")                                              \
+  X(UNEXPECTED_WEIGHTS, "checkpoint tensors consumed by no rank")                                            \
+  X(MPI, "MPI error")                                                                                        \
+  X(PEER_FAILED, "another rank failed")                                                                      \
+  X(CUDA, "CUDA error")                                                                                      \
+  X(NO_DEVICE, "no CUDA device available")                                                                   \
+  X(NCCL, "NCCL error")                                                                                      \
+  X(HUB_REVISION_NOT_FOUND, "revision not found on the Hub")                                                 \
+  X(HUB_ENTRY_NOT_FOUND, "file not found in the repository")                                                 \
+  X(HUB_GATED, "gated repository")                                                                           \
+  X(HUB_DISABLED, "access to the repository is disabled")                                                    \
+  X(HUB_REPO_NOT_FOUND, "repository not found")                                                              \
+  X(HUB_BAD_TOKEN, "invalid Hub token")                                                                      \
+  X(HUB_FORBIDDEN, "forbidden by the Hub")                                                                   \
+  X(HUB_NOT_FOUND, "not found on the Hub")                                                                   \
+  X(HUB_BAD_REQUEST, "bad request to the Hub")                                                               \
+  X(HUB_HTTP, "HTTP error from the Hub")                                                                     \
+  X(HUB_NETWORK, "network error")                                                                            \
+  X(HUB_TLS, "TLS error")                                                                                    \
+  X(HUB_PROXY, "proxy error")                                                                                \
+  X(HUB_OFFLINE, "not in the cache and offline mode is on")                                                  \
+  X(HUB_CHECKSUM, "downloaded file failed its checksum")                                                     \
+  X(HUB_SIZE, "downloaded file has the wrong size")                                                          \
+  X(HUB_METADATA, "unexpected reply from the Hub")                                                           \
+  X(HUB_INVALID_NAME, "invalid repository id, revision or path")                                             \
+  X(HUB_CACHE, "Hub cache error")                                                                            \
+  X(COMM, "communication between ranks failed")
+
+typedef enum sl_status {
+#define SL__STATUS_ENUM(name, msg) SL_STATUS_##name,
+  SL_STATUS_MAP(SL__STATUS_ENUM)
+#undef SL__STATUS_ENUM
+      SL_STATUS_COUNT
+} sl_status;
+
+/* "SL_STATUS_IO" → "IO"; unknown values → "UNKNOWN". Static strings. */
+const char *sl_status_name(sl_status status);
+/* A one-line generic description of the status (the handle's message has the details). */
+const char *sl_status_message(sl_status status);
+
+/* ---------------------------------------------------------------------------------------------
+ * 2. Logging. Levels come from the environment variable SHARDLOAD_LOG (error, warn, info, debug;
+ * default warn). Lines go to stderr, prefixed with the rank, unless a callback is set.
+ * ------------------------------------------------------------------------------------------- */
+typedef enum sl_log_level {
+  SL_LOG_ERROR = 0,
+  SL_LOG_WARN = 1,
+  SL_LOG_INFO = 2,
+  SL_LOG_DEBUG = 3
+} sl_log_level;
+
+typedef void (*sl_log_fn)(sl_log_level level, int rank, const char *line, void *user);
+
+/* Process-wide; not thread-safe with respect to concurrent logging. NULL restores stderr. */
+void sl_log_set_callback(sl_log_fn fn, void *user);
+void sl_log_set_level(sl_log_level level);
+
+/* ---------------------------------------------------------------------------------------------
+ * 3. Configuration: string keys and values, validated when set (the message names the key and
+ * what it accepts) and again as a whole when a loader is created. Keys are listed in the README
+ * ("Configuration keys"); the CLI flags map onto them one to one.
+ * ------------------------------------------------------------------------------------------- */
+typedef struct sl_config sl_config;
+
+sl_status sl_config_create(sl_config **out);
+void sl_config_destroy(sl_config *config);
+/* Copies key and value. An unknown key or a malformed value is an error; the config is unchanged.
+ * vLLM's names are accepted for the same keys: tensor_parallel_size (tp), pipeline_parallel_size
+ * (pp), data_parallel_size (dp), download_dir (cache_dir). The message of an unknown key suggests
+ * the nearest key ("did you mean tp?") when one is near. */
+sl_status sl_config_set(sl_config *config, const char *key, const char *value);
+/* The value last set for key (or its vLLM name, as for sl_config_set), or NULL (the default
+ * applies). Valid until the next set/destroy. */
+const char *sl_config_get(const sl_config *config, const char *key);
+/* Every configuration key with its default and meaning, one per line (static text). */
+const char *sl_config_keys(void);
+/* The message of the last failure of a call that took this config (sl_config_set,
+ * sl_loader_create, sl_dryrun_create, sl_hub_download); "" when none. */
+const char *sl_config_error(const sl_config *config);
+
+/* ---------------------------------------------------------------------------------------------
+ * 4. The loader.
+ * ------------------------------------------------------------------------------------------- */
+typedef struct sl_loader sl_loader;
+
+#define SL_MAX_DIMS 8
+
+/* One entry of the table of local parameters. Owned by the loader; valid until destroy. */
+typedef struct sl_param {
+  const char *name;                   /* vLLM parameter name (layout vllm) or checkpoint name */
+  const char *dtype;                  /* safetensors dtype name: "BF16", "F8_E4M3", ... */
+  uint32_t dtype_bits;                /* bits per element */
+  uint32_t ndim;                      /* number of dimensions (0 = scalar) */
+  uint64_t global_shape[SL_MAX_DIMS]; /* unsharded shape (padded vocabulary included) */
+  uint64_t local_shape[SL_MAX_DIMS];  /* shape of this rank's tensor */
+  const char *shard;                  /* human description, e.g. "column dim 0 [256, 512) of 1024" */
+  void *data;                         /* host or device pointer (see device) to local bytes */
+  uint64_t nbytes;                    /* bytes of the local tensor */
+  int device;                         /* -1 host memory, else the CUDA device ordinal */
+  const char *alias_of;               /* non-NULL when data is shared with another entry */
+} sl_param;
+
+/* The communicator of a loader that is not an MPI job: functions the caller provides (the Python
+ * package builds them over a torch.distributed process group). sl_loader_create (shardload.h) takes
+ * an MPI communicator instead.
+ *
+ * Every function but poll and abort is COLLECTIVE over the ranks it names and BLOCKING: it returns
+ * when this rank's part is done, or with an error. Ranks are 0 .. size-1 of the job; `members` lists
+ * the ranks of a group in increasing order (NULL with n_members == size: every rank), and `root` is a
+ * position in that list. Each call gets `timeout_s` (the configuration key timeout_s; 0: none): it
+ * must not wait longer than that without progress of the job; past it, it returns SL_COMM_TIMEOUT
+ * with a message naming the ranks not heard from. A function that fails writes a one-line message
+ * into msg (msg_cap bytes, always NUL-terminated by the library). Calls come from the thread that
+ * called the loader function, one at a time, always in the same order on every rank.
+ *
+ * stop_epoch (broadcast and alltoallv, during a transfer): nonzero means the call must return
+ * SL_COMM_STOPPED soon after any rank called stop_raise(ctx, stop_epoch), instead of completing; the
+ * operation may then be left unfinished (the load fails on every rank and the loader is destroyed).
+ * Epochs start at 1 and grow by one with every transfer, identically on every rank.
+ *
+ * A call that returns SL_COMM_ERROR or SL_COMM_TIMEOUT leaves the communicator unusable: the library
+ * calls abort(ctx, message) once (a transport should make the other ranks' calls fail soon after,
+ * e.g. by telling them the message), returns SL_STATUS_COMM with the message on this rank, and every
+ * later call of this loader fails at once with the same message. The library never ends the process
+ * and never calls MPI on such a loader: MPI need not be initialised, or even present at run time. */
+typedef enum sl_comm_result {
+  SL_COMM_OK = 0,
+  SL_COMM_ERROR = 1,   /* failed: msg says why (a peer's connection closed, ...) */
+  SL_COMM_TIMEOUT = 2, /* no progress within timeout_s: msg names the silent ranks */
+  SL_COMM_STOPPED = 3  /* stop_epoch was raised by some rank before completion */
+} sl_comm_result;
+
+typedef enum sl_comm_reduce_op { SL_COMM_MIN = 0, SL_COMM_SUM = 1 } sl_comm_reduce_op;
+
+#define SL_COMM_OPS_VERSION 1
+
+typedef struct sl_comm_ops {
+  uint32_t version; /* SL_COMM_OPS_VERSION */
+  int rank;         /* this process: 0 .. size-1 */
+  int size;         /* ranks of the job: tp * pp * dp */
+  void *ctx;        /* passed to every function */
+  /* nbytes from members[root] into buf on every member (nbytes <= 1 GiB). */
+  int (*broadcast)(void *ctx, const int *members, int n_members, int root, void *buf, uint64_t nbytes,
+                   uint64_t stop_epoch, double timeout_s, char *msg, size_t msg_cap);
+  /* Every rank's nbytes from send into recv[r * nbytes] (every rank). */
+  int (*allgather)(void *ctx, const void *send, uint64_t nbytes, void *recv, double timeout_s, char *msg,
+                   size_t msg_cap);
+  /* Among members: send_counts[i] bytes at send + send_displs[i] go to members[i]; recv_counts[i]
+   * bytes from members[i] land at recv + recv_displs[i] (counts may be 0). */
+  int (*alltoallv)(void *ctx, const int *members, int n_members, const void *send, const uint64_t *send_counts,
+                   const uint64_t *send_displs, void *recv, const uint64_t *recv_counts,
+                   const uint64_t *recv_displs, uint64_t stop_epoch, double timeout_s, char *msg, size_t msg_cap);
+  /* Element-wise reduction (sl_comm_reduce_op) of count values over every rank, in place. */
+  int (*allreduce)(void *ctx, int64_t *values, int count, int op, double timeout_s, char *msg, size_t msg_cap);
+  /* Not collective. stop_raise: every rank's calls with this stop_epoch return SL_COMM_STOPPED;
+   * stop_check: 1 (and *from, the rank that raised, or -1) when some rank raised it, else 0. Cheap:
+   * the library calls stop_check at most every few milliseconds while it waits. */
+  void (*stop_raise)(void *ctx, uint64_t stop_epoch);
+  int (*stop_check)(void *ctx, uint64_t stop_epoch, int *from);
+  /* Optional (NULL). poll: called at least every 100 ms while the library waits outside the
+   * functions above or reads, with the seconds since this rank last made progress (a transport that
+   * must show other ranks that this one lives does it here). abort: the communicator failed (see
+   * above); `reason` names the failure. Neither may call this library. */
+  void (*poll)(void *ctx, double idle_s);
+  void (*abort)(void *ctx, const char *reason);
+} sl_comm_ops;
+
+/* COLLECTIVE (over the caller's ranks). As sl_loader_create, over the communication functions of
+ * `ops` (copied; ctx stays the caller's and must outlive the loader). Checks the table (version,
+ * rank, size, every function but poll and abort set): SL_STATUS_INVALID_ARGUMENT naming what is
+ * wrong. With device=cuda and no NCCL communicator given (sl_loader_set_cuda), the NCCL ids travel
+ * through ops. */
+sl_status sl_loader_create_ops(sl_config *config, const sl_comm_ops *ops, sl_loader **out);
+/* COLLECTIVE. Frees every buffer the loader allocated (bound buffers stay the caller's). */
+void sl_loader_destroy(sl_loader *loader);
+/* Message of the last failure on this rank ("another rank failed: ..." when a peer failed). */
+const char *sl_loader_error(const sl_loader *loader);
+/* After a COLLECTIVE call failed: the status of the failure that caused it — on the rank that
+ * failed first its own status, elsewhere (where the call returned SL_STATUS_PEER_FAILED) that rank's
+ * status — and *rank, that rank (-1 when no agreement named one, e.g. the communicator failed).
+ * Lets every rank report the same kind of failure. rank may be NULL. */
+sl_status sl_loader_error_cause(const sl_loader *loader, int *rank);
+
+/* Optional, before sl_loader_load with device=cuda: use this CUDA device, stream (cudaStream_t)
+ * and NCCL communicator (ncclComm_t, spanning the loader's communicator in the same rank order)
+ * instead of creating them. Pass -1 / NULL to keep the default. Not collective. */
+sl_status sl_loader_set_cuda(sl_loader *loader, int device, void *cuda_stream, void *nccl_comm);
+
+/* COLLECTIVE. Rank 0 resolves the model argument (local folder, or Hub repository downloaded into
+ * the cache) and builds the catalog; every rank receives it. Called by sl_loader_load if needed. */
+sl_status sl_loader_download(sl_loader *loader);
+
+/* Planning is done by sl_loader_load; this runs it early (COLLECTIVE: needs the catalog) so that
+ * the caller can walk the planned table, bind its own buffers, then load. */
+sl_status sl_loader_plan(sl_loader *loader);
+
+/* After sl_loader_plan, before sl_loader_load: the loader writes the parameter named name into
+ * the caller's buffer (host pointer, or device pointer with device=cuda) of exactly nbytes
+ * bytes. The buffer stays owned by the caller. Not collective. A buffer of another element type
+ * (converted while loading): sl_loader_bind_as, section 8. */
+sl_status sl_loader_bind(sl_loader *loader, const char *name, void *data, uint64_t nbytes);
+
+/* COLLECTIVE. Reads this rank's byte ranges, broadcasts shared ranges, checks missing and
+ * unexpected weights across ranks. On return every rank has the same status. Every file read is
+ * checked for change (size, modification and change time, inode and device) when opened and after
+ * its ranges were read: a file rewritten during the load fails it on every rank, naming the file.
+ *
+ * The load watchdog (configuration key timeout_s, default 600 s): no wait of sl_loader_create,
+ * sl_loader_download, sl_loader_plan or sl_loader_load lasts longer than timeout_s. A rank whose
+ * wait expires asks every rank whether it is alive, prints on stderr the phase and the ranks it has
+ * not heard from (a rank killed, stopped, or cut off), and ENDS THE JOB WITH MPI_Abort on the
+ * loader's communicator: a collective that a dead peer never joins cannot be returned from. This
+ * is the one place where the library ends the process; every other failure is a status. */
+sl_status sl_loader_load(sl_loader *loader);
+
+/* The table of local parameters (after sl_loader_plan or sl_loader_load). */
+size_t sl_loader_param_count(const sl_loader *loader);
+const sl_param *sl_loader_param(const sl_loader *loader, size_t index);
+/* NULL when this rank holds no parameter of that name. */
+const sl_param *sl_loader_find(const sl_loader *loader, const char *name);
+
+/* COLLECTIVE. Writes each rank's local parameters as
+ * DIR/model-rank-{rank}-part-{part}.safetensors and, on rank 0, copies the non-weight files. */
+sl_status sl_loader_save_sharded(sl_loader *loader, const char *dir);
+
+/* The JSON report (rank 0 holds the cluster-wide figures; other ranks their own). The string is
+ * owned by the loader and valid until the next call on it. NULL before sl_loader_load. */
+const char *sl_loader_report_json(sl_loader *loader);
+/* A short human summary (rank 0: cluster-wide). Same ownership as the report. */
+const char *sl_loader_summary(sl_loader *loader);
+
+/* ---------------------------------------------------------------------------------------------
+ * 5. Dry-run planning: the plan of every rank of a world of any size, from the headers alone.
+ * No MPI, no tensor data read. The config's tp*pp*dp must equal world_size.
+ * ------------------------------------------------------------------------------------------- */
+typedef struct sl_dryrun sl_dryrun;
+
+typedef struct sl_rank_stats {
+  uint64_t bytes_needed;   /* bytes of the rank's local parameters (zero padding excluded) */
+  uint64_t bytes_read;     /* bytes this rank reads from storage (covering bytes included) */
+  uint64_t bytes_covering; /* extra bytes read only to cover gaps between coalesced ranges */
+  uint64_t bytes_received; /* bytes that arrive by broadcast from other ranks */
+  uint64_t bytes_sent;     /* bytes this rank broadcasts (counted once per broadcast) */
+  uint64_t bytes_local;    /* bytes of the local table (padding included) */
+  uint64_t bytes_naive;    /* what reading every touched tensor whole would cost this rank */
+  uint32_t files_opened;   /* files this rank reads from */
+  uint32_t params;         /* entries in the local table */
+  uint32_t experts_local;  /* local experts per MoE layer (0 for dense models) */
+} sl_rank_stats;
+
+/* On failure *out is NULL and sl_config_error(config) holds the message. */
+sl_status sl_dryrun_create(sl_config *config, int world_size, sl_dryrun **out);
+void sl_dryrun_destroy(sl_dryrun *dryrun);
+int sl_dryrun_world_size(const sl_dryrun *dryrun);
+sl_status sl_dryrun_rank_stats(const sl_dryrun *dryrun, int rank, sl_rank_stats *out);
+/* JSON summary (per-rank figures, amplification, predicted time). Owned by the handle. */
+const char *sl_dryrun_json(sl_dryrun *dryrun);
+/* Human summary table. Owned by the handle. */
+const char *sl_dryrun_summary(sl_dryrun *dryrun);
+
+/* ---------------------------------------------------------------------------------------------
+ * 6. Inspection of a safetensors file or a model folder (no MPI).
+ * ------------------------------------------------------------------------------------------- */
+typedef struct sl_model sl_model;
+
+typedef struct sl_tensor_info {
+  const char *name;
+  const char *dtype;
+  uint32_t ndim;
+  uint64_t shape[SL_MAX_DIMS];
+  uint64_t nbytes;
+  uint64_t offset; /* absolute byte offset in its file */
+  size_t file;     /* index into the file list */
+} sl_tensor_info;
+
+/* path: a .safetensors file or a model folder (file selection per the config's load_format).
+ * config may be NULL (defaults). On failure *out is NULL and *error (if non-NULL) receives a
+ * message the caller frees with free(). */
+sl_status sl_model_open(const char *path, const sl_config *config, sl_model **out, char **error);
+void sl_model_close(sl_model *model);
+size_t sl_model_file_count(const sl_model *model);
+const char *sl_model_file_path(const sl_model *model, size_t index);
+uint64_t sl_model_file_size(const sl_model *model, size_t index);
+size_t sl_model_tensor_count(const sl_model *model);
+sl_status sl_model_tensor(const sl_model *model, size_t index, sl_tensor_info *out);
+/* The model folder's config.json text, or NULL when absent. */
+const char *sl_model_config_json(const sl_model *model);
+/* The effective load format of a folder ("hf", "safetensors", "mistral", "pt"; auto resolved),
+ * or "single file". */
+const char *sl_model_load_format(const sl_model *model);
+/* Non-fatal findings (index entries naming absent tensors...), one per line; "" when none. */
+const char *sl_model_warnings(const sl_model *model);
+
+/* ---------------------------------------------------------------------------------------------
+ * 7. Hub download without loading. Fills the Hugging Face cache with what a load of the config's
+ * "model" (a repository id) needs, plus the files matching "include" and, with download_all,
+ * every other top-level non-weight file (the `shardload download` command sets download_all, as
+ * the Hub contract says a download does). No MPI. *snapshot_dir (freed by the caller with free())
+ * receives the snapshot folder; on failure the message is in sl_config_error(config).
+ * ------------------------------------------------------------------------------------------- */
+sl_status sl_hub_download(sl_config *config, char **snapshot_dir);
+
+
+/* ---------------------------------------------------------------------------------------------
+ * 8. Parameters for other runtimes (the Python package, DLPack consumers): element types as
+ * numbers, where each local parameter's bytes come from, parameter memory that outlives the
+ * loader, and an agreement between ranks. Existing calls are unchanged.
+ * ------------------------------------------------------------------------------------------- */
+
+/* The 22 safetensors element types, in the safetensors writer's order (values never change). */
+typedef enum sl_dtype {
+  SL_DTYPE_BOOL = 0,
+  SL_DTYPE_F4 = 1,
+  SL_DTYPE_F6_E2M3 = 2,
+  SL_DTYPE_F6_E3M2 = 3,
+  SL_DTYPE_U8 = 4,
+  SL_DTYPE_I8 = 5,
+  SL_DTYPE_F8_E5M2 = 6,
+  SL_DTYPE_F8_E4M3 = 7,
+  SL_DTYPE_F8_E8M0 = 8,
+  SL_DTYPE_F8_E4M3FNUZ = 9,
+  SL_DTYPE_F8_E5M2FNUZ = 10,
+  SL_DTYPE_I16 = 11,
+  SL_DTYPE_U16 = 12,
+  SL_DTYPE_F16 = 13,
+  SL_DTYPE_BF16 = 14,
+  SL_DTYPE_I32 = 15,
+  SL_DTYPE_U32 = 16,
+  SL_DTYPE_F32 = 17,
+  SL_DTYPE_C64 = 18,
+  SL_DTYPE_F64 = 19,
+  SL_DTYPE_I64 = 20,
+  SL_DTYPE_U64 = 21,
+  SL_DTYPE_COUNT
+} sl_dtype;
+
+/* The dtype of a table entry as a number (SL_DTYPE_COUNT for NULL or an unknown name). */
+sl_dtype sl_param_dtype_id(const sl_param *param);
+/* "BF16" for SL_DTYPE_BF16; NULL out of range. Static strings. */
+const char *sl_dtype_name(sl_dtype dtype);
+/* Bits per element (4, 6, 8 ... 64); 0 out of range. */
+uint32_t sl_dtype_bits(sl_dtype dtype);
+
+/* sl_loader_bind with a conversion: the caller's buffer (host memory) holds the parameter's local
+ * shape in element type dtype, and nbytes must be its element count times dtype's size. Each
+ * element is converted from the planned dtype as it is delivered, rounding as torch's
+ * Tensor.to(dtype) does on the CPU (round to nearest even; values past the range become ±inf; NaN
+ * stays NaN; F64 → F16/BF16 rounds through F32, as torch does). Conversions: among F32, F16, BF16
+ * and F64, in every direction; dtype equal to the planned dtype is a plain sl_loader_bind.
+ * Errors: another pair of types, SL_STATUS_UNSUPPORTED naming both; device=cuda with a dtype other
+ * than the planned one, SL_STATUS_UNSUPPORTED (convert on the GPU instead); a wrong nbytes,
+ * SL_STATUS_INVALID_ARGUMENT naming the parameter, both dtypes and the size expected.
+ * Once bound with another dtype, the parameter's table entry (and that of an alias of it)
+ * describes the caller's memory: dtype, dtype_bits and nbytes are the buffer's; its sources
+ * (sl_loader_param_source) still describe the checkpoint's bytes, their offsets and strides in
+ * the planned dtype's bytes. DLPack export and sl_loader_save_sharded give it in the buffer's
+ * dtype. Such a parameter is never read into directly nor mapped (load_strategy mmap): its bytes
+ * go through staging memory. Binding the same name again (sl_loader_bind or sl_loader_bind_as)
+ * replaces the binding. Not collective. */
+sl_status sl_loader_bind_as(sl_loader *loader, const char *name, void *data, uint64_t nbytes, sl_dtype dtype);
+
+/* One source of a local parameter: `rows` rows of `row_bytes` bytes, taken from the checkpoint
+ * tensor `tensor` (rows src_stride bytes apart, starting src_offset bytes after the tensor's
+ * first byte) and written at dst_offset in the local parameter (rows dst_stride bytes apart).
+ * Together the sources of a parameter are exactly what it holds of the checkpoint (bytes covered
+ * by none are zero: vocabulary padding). An alias has no sources (its target has them). */
+typedef struct sl_param_source {
+  const char *tensor;                 /* checkpoint tensor name (owned by the loader) */
+  sl_dtype dtype;                     /* its element type */
+  uint32_t tensor_ndim;               /* its dimensions */
+  uint64_t tensor_shape[SL_MAX_DIMS]; /* its shape */
+  uint64_t src_offset;
+  uint64_t src_stride;
+  uint64_t row_bytes;
+  uint64_t rows;
+  uint64_t dst_offset;
+  uint64_t dst_stride;
+} sl_param_source;
+
+/* After sl_loader_plan: the number of sources of local parameter index (0 when out of range). */
+size_t sl_loader_param_source_count(sl_loader *loader, size_t index);
+/* Source k (0 .. count-1) of local parameter index. */
+sl_status sl_loader_param_source(sl_loader *loader, size_t index, size_t k, sl_param_source *out);
+
+/* A counted reference to the memory of one loaded parameter. After a successful sl_loader_load,
+ * sl_loader_param_retain hands one out: the memory stays valid (and is not freed by
+ * sl_loader_destroy) until the reference is released; the loader's other memory is freed as
+ * usual. Memory the caller bound stays the caller's: a reference to it keeps nothing alive.
+ * Not collective. sl_param_ref_release may be called from any thread, before or after
+ * sl_loader_destroy; release(NULL) is a no-op. With device=cuda, memory that outlives the loader
+ * is freed with cudaFree on release (the loader's NCCL communicators are then aborted at destroy,
+ * not finalized with the peers). */
+typedef struct sl_param_ref sl_param_ref;
+
+sl_status sl_loader_param_retain(sl_loader *loader, size_t index, sl_param_ref **out);
+void *sl_param_ref_data(const sl_param_ref *ref);
+void sl_param_ref_release(sl_param_ref *ref);
+
+/* DLPack: *managed_tensor receives a new DLManagedTensor (dlpack/dlpack.h, the legacy unversioned
+ * struct) viewing local parameter index after a successful load: data, device (kDLCPU or kDLCUDA
+ * with the ordinal), dtype, local shape, contiguous (strides NULL). It holds a reference as
+ * sl_loader_param_retain does; its deleter releases the reference and frees the struct. Types
+ * DLPack has no code for (F8_*, F4, F6_*) are exported as raw bytes: uint8 of shape [nbytes];
+ * BOOL as DLPack's bool when the header knows it, else uint8. SL_STATUS_UNSUPPORTED when the
+ * library was built without dlpack/dlpack.h (Debian: libdlpack-dev). Not collective. */
+sl_status sl_loader_param_dlpack(sl_loader *loader, size_t index, void **managed_tensor);
+/* The deleter of a DLManagedTensor made by sl_loader_param_dlpack (for callers that own one and
+ * drop it unconsumed); NULL is a no-op. */
+void sl_dlpack_free(void *managed_tensor);
+
+/* COLLECTIVE. An agreement on a check done outside the library (e.g. a caller's buffers checked
+ * against the plan before the load): every rank returns the same status; a failing rank's
+ * sl_loader_error is its own message, the others' "another rank failed: rank R: <message>". The
+ * loader stays usable: a failed agreement does not fail the loader. */
+sl_status sl_loader_agree(sl_loader *loader, sl_status status, const char *message);
+
+/* ---------------------------------------------------------------------------------------------
+ * 9. Progress.
+ * ------------------------------------------------------------------------------------------- */
+
+/* Progress of a load: bytes_done of bytes_total. On rank 0 the figures are the job's, cluster-wide:
+ * bytes_total is the sum of every rank's bytes_needed (the report's bytes_needed) and bytes_done an
+ * estimate from rank 0's own progress (no message between ranks: the load is not slowed); on the
+ * other ranks they are the rank's own bytes. Called from a thread the library starts for the load
+ * (never the caller's, never two calls at once), at most 4 times a second and only when the figure
+ * changed, then once with bytes_done == bytes_total after a successful transfer (from the thread that
+ * called sl_loader_load). It must return quickly and call neither MPI nor this library. */
+typedef void (*sl_progress_fn)(uint64_t bytes_done, uint64_t bytes_total, void *user);
+
+/* Sets (fn) or clears (NULL) the progress callback; before sl_loader_load. Not collective: ranks
+ * may set different callbacks, or none. Independent of the `progress` configuration key, which
+ * governs what is printed on stderr. */
+sl_status sl_loader_set_progress(sl_loader *loader, sl_progress_fn fn, void *user);
+
+#pragma GCC visibility pop
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SHARDLOAD_CORE_H */
