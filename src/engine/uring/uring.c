@@ -20,9 +20,10 @@ sl_status sl__uring_create(unsigned depth, sl__uring **out, sl__err *err) {
   int rc = io_uring_queue_init(depth, &u->ring, 0);
   if (rc < 0) {
     free(u);
-    return sl__err_set(err, SL_STATUS_UNSUPPORTED,
-                       "io_uring is not available here (%s); use --load-strategy auto or direct",
-                       strerror(-rc));
+    return sl__err_set(
+        err, SL_STATUS_UNSUPPORTED,
+        "io_uring is not available here (%s); set load_strategy to auto or direct (--load-strategy)",
+        strerror(-rc));
   }
   *out = u;
   return SL_STATUS_OK;

@@ -1,0 +1,171 @@
+/*
+ * api/bind.c — the caller's buffers (see api/bind.h).
+ *
+ *   bind      find the parameter, refuse aliases, check the buffer's size against the plan (in the
+ *             buffer's dtype for sl_loader_bind_as) and record it: param_ptr, bound, and for a
+ *             conversion the per-parameter cast array (created on the first sl_loader_bind_as,
+ *             handed to the transfer) and the table entry's dtype, dtype_bits and nbytes
+ *   finish    at allocation: aliases follow their target's dtype; zero the bytes no copy writes
+ *
+ * Conversions are host memory only: with device=cuda a bind of another dtype is refused, the
+ * caller converts on the GPU (the Python package's torch layer does).
+ */
+#include "api/bind.h"
+
+#include "base/util.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* The planned dtype of local parameter i: the cast array's, else the table's (which only a
+ * conversion changes, after creating the array). */
+static sl__dtype planned_dtype(const sl__loader_view *v, size_t i) {
+  if (*v->cast != NULL)
+    return (*v->cast)[i].from;
+  sl__dtype dt = SL_DT_COUNT;
+  const char *name = v->table[i].dtype;
+  if (name == NULL || !sl__dtype_parse(name, strlen(name), &dt))
+    return SL_DT_COUNT;
+  return dt;
+}
+
+/* The cast array, every parameter at its planned dtype (no conversion). */
+static sl_status make_cast(const sl__loader_view *v) {
+  size_t n = v->plan->n_lparams;
+  sl__cast_pair *cast = calloc(n + 1, sizeof *cast);
+  if (cast == NULL)
+    return sl__err_set(v->err, SL_STATUS_NOMEM, "out of memory binding a buffer");
+  for (size_t i = 0; i < n; i++) {
+    sl__dtype dt = planned_dtype(v, i);
+    cast[i] = (sl__cast_pair){.from = dt, .to = dt};
+  }
+  *v->cast = cast;
+  return SL_STATUS_OK;
+}
+
+/* The bytes a buffer of dtype `to` needs for parameter i (planned dtype `from`, planned_bytes). */
+static sl_status needed_bytes(const sl__loader_view *v, const char *fn, const char *name,
+                              uint64_t planned_bytes, sl__dtype from, sl__dtype to, uint64_t *out) {
+  uint64_t from_size = sl__dtype_bits(from) / 8;
+  uint64_t elements = from_size > 0 ? planned_bytes / from_size : 0;
+  if (from == to) {
+    *out = planned_bytes;
+    return SL_STATUS_OK;
+  }
+  if (from_size == 0 || planned_bytes % from_size != 0 ||
+      sl__mul_overflow(elements, sl__dtype_bits(to) / 8, out))
+    return sl__err_set(v->err, SL_STATUS_INVALID_ARGUMENT,
+                       "%s(%s): %llu bytes of %s are not a whole number of elements, or as %s overflow", fn,
+                       name, (unsigned long long)planned_bytes, sl__dtype_name(from), sl__dtype_name(to));
+  return SL_STATUS_OK;
+}
+
+/* Whether a buffer of dtype `to` can receive parameter name (planned dtype from). */
+static sl_status check_cast(const sl__loader_view *v, const char *fn, const char *name, sl__dtype from,
+                            sl__dtype to) {
+  if (from == to)
+    return SL_STATUS_OK;
+  if (!sl__cast_supported(from, to))
+    return sl__err_set(v->err, SL_STATUS_UNSUPPORTED,
+                       "%s(%s): the plan holds %s, the buffer is %s: no conversion between them (conversions "
+                       "are among F32, F16, BF16 and F64)",
+                       fn, name, sl__dtype_name(from), sl__dtype_name(to));
+  if (v->cuda)
+    return sl__err_set(
+        v->err, SL_STATUS_UNSUPPORTED,
+        "%s(%s): the plan holds %s, the buffer is %s: the loader converts in host memory only, "
+        "not in CUDA memory (device=cuda); bind a %s buffer and convert it on the GPU (the "
+        "Python package's torch layer does)",
+        fn, name, sl__dtype_name(from), sl__dtype_name(to), sl__dtype_name(from));
+  return SL_STATUS_OK;
+}
+
+sl_status sl__bind(const sl__loader_view *v, const char *fn, const char *name, void *data, uint64_t nbytes,
+                   bool as, sl_dtype dtype) {
+  size_t n = v->plan->n_lparams;
+  size_t i = 0;
+  while (i < n && strcmp(v->table[i].name, name) != 0)
+    i++;
+  if (i == n)
+    return sl__err_set(v->err, SL_STATUS_NOT_FOUND, "this rank holds no parameter named '%s'", name);
+  const sl__lparam *lp = &v->plan->lparams[i];
+  sl_param *p = &v->table[i];
+  if (lp->alias_of != SL_NONE)
+    return sl__err_set(v->err, SL_STATUS_INVALID_ARGUMENT,
+                       "%s shares the memory of %s: bind that one instead", name, p->alias_of);
+  if (as && (unsigned)dtype >= (unsigned)SL_DTYPE_COUNT)
+    return sl__err_set(v->err, SL_STATUS_INVALID_ARGUMENT, "%s(%s): unknown dtype %d", fn, name, (int)dtype);
+  sl__dtype from = planned_dtype(v, i);
+  sl__dtype to = as ? (sl__dtype)dtype : from;
+  uint64_t want = 0;
+  sl_status st = check_cast(v, fn, name, from, to);
+  if (st == SL_STATUS_OK)
+    st = needed_bytes(v, fn, name, lp->nbytes, from, to, &want);
+  if (st != SL_STATUS_OK)
+    return st;
+  if (nbytes != want && !as)
+    return sl__err_set(v->err, SL_STATUS_INVALID_ARGUMENT, "%s needs a buffer of %llu bytes, got %llu", name,
+                       (unsigned long long)want, (unsigned long long)nbytes);
+  if (nbytes != want)
+    return sl__err_set(v->err, SL_STATUS_INVALID_ARGUMENT,
+                       "%s(%s): the plan holds %s; as %s it needs a buffer of %llu bytes, got %llu", fn, name,
+                       sl__dtype_name(from), sl__dtype_name(to), (unsigned long long)want,
+                       (unsigned long long)nbytes);
+  if (to != from && *v->cast == NULL && (st = make_cast(v)) != SL_STATUS_OK)
+    return st;
+  if (*v->cast != NULL)
+    (*v->cast)[i].to = to;
+  (*v->param_ptr)[i] = data;
+  v->bound[i] = true;
+  p->dtype = sl__dtype_name(to);
+  p->dtype_bits = sl__dtype_bits(to);
+  p->nbytes = want;
+  return SL_STATUS_OK;
+}
+
+/* A caller's buffer is not zero-filled like ours: the bytes that no copy writes (the padded rows
+ * of a vocabulary) are zeroed here. Through the backend (a zeroed block copied over the
+ * buffer), so a bound device buffer is zeroed alike; a converted buffer in its own size (zero is
+ * zero in every floating-point type). */
+static sl_status zero_unwritten(const sl__loader_view *v) {
+  const sl__rank_plan *plan = v->plan;
+  sl__backend *backend = *v->backend;
+  uint64_t *written = calloc(plan->n_lparams + 1, sizeof *written);
+  if (written == NULL)
+    return sl__err_set(v->err, SL_STATUS_NOMEM, "out of memory");
+  for (size_t c = 0; c < plan->n_copies; c++)
+    written[plan->copies[c].lparam] += plan->copies[c].rows * plan->copies[c].row_bytes;
+  sl_status st = SL_STATUS_OK;
+  for (size_t i = 0; i < plan->n_lparams && st == SL_STATUS_OK; i++) {
+    uint64_t nbytes = v->table[i].nbytes; /* the buffer's bytes */
+    if (!v->bound[i] || written[i] >= plan->lparams[i].nbytes || nbytes == 0)
+      continue;
+    void *zeros = NULL;
+    st = backend->ops->alloc(backend, nbytes, &zeros, v->err);
+    if (st == SL_STATUS_OK)
+      st = backend->ops->copy(backend, (*v->param_ptr)[i], nbytes, zeros, nbytes, nbytes, 1, v->err);
+    if (zeros != NULL) {
+      sl_status synced = backend->ops->sync(backend, v->err);
+      st = st == SL_STATUS_OK ? synced : st;
+      backend->ops->release(backend, zeros);
+    }
+    if (st != SL_STATUS_OK)
+      sl__err_prefix(v->err, "zeroing the padding of the bound buffer of %s", v->table[i].name);
+  }
+  free(written);
+  return st;
+}
+
+sl_status sl__bind_finish(const sl__loader_view *v) {
+  const sl__rank_plan *plan = v->plan;
+  for (size_t i = 0; *v->cast != NULL && i < plan->n_lparams; i++) {
+    uint32_t target = plan->lparams[i].alias_of;
+    if (target == SL_NONE)
+      continue;
+    (*v->cast)[i].to = (*v->cast)[target].to;
+    v->table[i].dtype = v->table[target].dtype;
+    v->table[i].dtype_bits = v->table[target].dtype_bits;
+    v->table[i].nbytes = v->table[target].nbytes;
+  }
+  return zero_unwritten(v);
+}
