@@ -1,9 +1,16 @@
-"""setup.py -- copies libshardload.so next to the package when it can find a build.
+"""setup.py -- copies libshardload.so and the architecture specs into the package when it can find
+a build.
 
 `python3 -m pip install --no-build-isolation ./python` (no network). The library is taken from
 SHARDLOAD_LIBRARY when set, else from the repository's build folder (../build/lib, or
 $SL_BUILD_DIR/lib); without one the package installs alone and finds the library at run time
 (SHARDLOAD_LIBRARY, then the system linker path).
+
+The specs (specs/*.json of the repository: what tells the library how to slice each architecture)
+go to shardload/specs/, beside the bundled library, where the library looks for them (a `specs`
+folder next to its own file). They are taken from where the library found above reads its own
+(<libdir>/../share/shardload/specs: a build folder or an install prefix), else from the
+repository's specs/ folder (../specs).
 """
 
 import glob
@@ -31,6 +38,18 @@ def find_library():
     return None
 
 
+def find_specs(lib):
+    """The folder of *.json specs to bundle, or None."""
+    dirs = []
+    if lib is not None:
+        dirs.append(os.path.join(os.path.dirname(lib), "..", "share", "shardload", "specs"))
+    dirs.append(os.path.join(HERE, "..", "specs"))
+    for d in dirs:
+        if glob.glob(os.path.join(d, "*.json")):
+            return os.path.realpath(d)
+    return None
+
+
 class BuildPy(build_py):
     def run(self):
         super().run()
@@ -38,10 +57,22 @@ class BuildPy(build_py):
         if lib is None:
             print("shardload: no libshardload.so found to bundle (set SHARDLOAD_LIBRARY); the "
                   "package will look for it at run time")
+        else:
+            dst = os.path.join(self.build_lib, "shardload", "libshardload.so")
+            shutil.copyfile(lib, dst)
+            print("shardload: bundled %s" % lib)
+        specs = find_specs(lib)
+        if specs is None:
+            print("shardload: no architecture specs found to bundle (specs/*.json); the library "
+                  "will look for them beside itself and in SHARDLOAD_SPECS")
             return
-        dst = os.path.join(self.build_lib, "shardload", "libshardload.so")
-        shutil.copyfile(lib, dst)
-        print("shardload: bundled %s" % lib)
+        dst = os.path.join(self.build_lib, "shardload", "specs")
+        shutil.rmtree(dst, ignore_errors=True)
+        os.makedirs(dst)
+        names = sorted(os.path.basename(p) for p in glob.glob(os.path.join(specs, "*.json")))
+        for name in names:
+            shutil.copyfile(os.path.join(specs, name), os.path.join(dst, name))
+        print("shardload: bundled %d architecture specs from %s" % (len(names), specs))
 
 
 setup(cmdclass={"build_py": BuildPy})

@@ -1,7 +1,9 @@
 """config.py -- shardload.Config: the C library's configuration keys, validated by the C library.
 
 The key list comes from sl_config_keys() and every value goes through sl_config_set(), so names,
-defaults and validation messages are the C table's (one source of truth). Python values are
+defaults and validation messages are the C table's (one source of truth): vLLM's spellings
+(tensor_parallel_size, pipeline_parallel_size, data_parallel_size, download_dir) set the same keys
+as in the CLI, and an unknown key's message suggests the nearest one ("did you mean ...?"). Python values are
 converted to the C text form: bool -> "true"/"false", int/float -> str, list/tuple (include) ->
 newline-separated, dict (extra_config) -> JSON.
 """
@@ -52,7 +54,8 @@ class Config:
         return dict(KEYS)
 
     def set(self, key, value):
-        """Sets one key; a bad key or value raises ConfigError with the C message."""
+        """Sets one key (or its vLLM spelling: tensor_parallel_size for tp, ...); a bad key or value
+        raises ConfigError with the C message (an unknown key's names the nearest one)."""
         if value is None:
             return self
         st = _lib.lib.sl_config_set(self._h, key.encode(), to_text(value).encode())

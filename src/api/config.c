@@ -6,8 +6,10 @@
 #include "api/config.h"
 
 #include "api/extra_config.h"
+#include "base/edit_distance.h"
 #include "base/util.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -97,17 +99,65 @@ static const key_def keys[] = {
 
 #define N_KEYS (sizeof keys / sizeof keys[0])
 
+/* vLLM's spellings of keys (its EngineArgs names), accepted wherever a key is (sl_config_set,
+ * sl_config_get): the CLI's --tensor-parallel-size and Python's tensor_parallel_size=2 mean tp. */
+static const struct {
+  const char *alias;
+  const char *key;
+} key_aliases[] = {
+    {"tensor_parallel_size", "tp"},
+    {"pipeline_parallel_size", "pp"},
+    {"data_parallel_size", "dp"},
+    {"download_dir", "cache_dir"},
+};
+
+#define N_ALIASES (sizeof key_aliases / sizeof key_aliases[0])
+
 struct sl_config {
   char *values[sizeof keys / sizeof keys[0]];
   sl__err err;
 };
 
 static int key_index(const char *key) {
+  for (size_t a = 0; a < N_ALIASES; a++) {
+    if (strcmp(key_aliases[a].alias, key) == 0) {
+      key = key_aliases[a].key;
+      break;
+    }
+  }
   for (size_t i = 0; i < N_KEYS; i++) {
     if (strcmp(keys[i].name, key) == 0)
       return (int)i;
   }
   return -1;
+}
+
+/* ---- did you mean ---- */
+
+/* Scores a candidate as the CLI does for options: its edit distance, or 1 when one name contains
+ * the other and the typed one has 4 characters or more (staging -> staging_bytes); a short name
+ * suggests only near misses. */
+static void consider(const char *typed, const char *candidate, const char **best, size_t *best_score) {
+  size_t score = sl__edit_distance(typed, candidate);
+  size_t tl = strlen(typed);
+  if (tl >= 4 && (strstr(candidate, typed) != NULL || strstr(typed, candidate) != NULL) && score > 1)
+    score = 1;
+  size_t limit = tl < 4 ? 1 : tl / 3 > 2 ? tl / 3 : 2;
+  if (score <= limit && score < *best_score) {
+    *best_score = score;
+    *best = candidate;
+  }
+}
+
+/* The key or alias nearest to an unknown one, or NULL when none is near. */
+static const char *nearest_key(const char *typed) {
+  const char *best = NULL;
+  size_t score = (size_t)-1;
+  for (size_t i = 0; i < N_KEYS; i++)
+    consider(typed, keys[i].name, &best, &score);
+  for (size_t a = 0; a < N_ALIASES; a++)
+    consider(typed, key_aliases[a].alias, &best, &score);
+  return best;
 }
 
 static bool parse_bool(const char *v, bool *out) {
@@ -272,11 +322,22 @@ sl_status sl_config_set(sl_config *config, const char *key, const char *value) {
     return SL_STATUS_INVALID_ARGUMENT;
   sl__err_clear(&config->err);
   int i = key_index(key);
-  if (i < 0)
+  if (i < 0) {
+    const char *near = nearest_key(key);
+    if (near != NULL)
+      return sl__err_set(&config->err, SL_STATUS_CONFIG, "unknown configuration key '%s'; did you mean %s?",
+                         key, near);
     return sl__err_set(&config->err, SL_STATUS_CONFIG, "unknown configuration key '%s'", key);
+  }
   sl_status st = validate(&keys[i], value, &config->err);
-  if (st != SL_STATUS_OK)
+  if (st != SL_STATUS_OK) {
+    if (strcmp(key, keys[i].name) != 0) { /* an alias: say which key the message names */
+      size_t len = strlen(config->err.msg);
+      snprintf(config->err.msg + len, sizeof config->err.msg - len, " (%s is vLLM's name for %s)", key,
+               keys[i].name);
+    }
     return st;
+  }
   /* Enum values are stored in their canonical (table) spelling: "CUDA" is kept as "cuda". */
   const char *canon = value;
   size_t canon_len = strlen(value);

@@ -274,13 +274,15 @@ sl_status sl__extra_config_parse(const char *json, const char *load_format_name,
     goto done;
   }
   if (threads_flag != 0 && cfg.num_threads_set && cfg.num_threads != threads_flag) {
-    st = sl__err_set(err, SL_STATUS_CONFIG, "--threads %u conflicts with num_threads %u in the extra config",
-                     threads_flag, cfg.num_threads);
+    st = sl__err_set(err, SL_STATUS_CONFIG,
+                     "threads %u (--threads) conflicts with num_threads %u in the extra config", threads_flag,
+                     cfg.num_threads);
     goto done;
   }
   if (no_strict && cfg.weights_track_set && cfg.weights_track) {
-    st = sl__err_set(err, SL_STATUS_CONFIG,
-                     "--no-strict conflicts with enable_weights_track: true in the extra config");
+    st = sl__err_set(
+        err, SL_STATUS_CONFIG,
+        "strict false (--no-strict) conflicts with enable_weights_track: true in the extra config");
     goto done;
   }
   out->multithread = cfg.multithread;

@@ -53,11 +53,13 @@ sl_status sl__opts_from_config(const sl_config *cfg, sl__opts *o, sl__err *err) 
   if (st != SL_STATUS_OK)
     return st;
   if (o->eplb && !o->enable_ep)
-    return sl__err_set(err, SL_STATUS_CONFIG, "--enable-eplb requires --enable-expert-parallel");
+    return sl__err_set(
+        err, SL_STATUS_CONFIG,
+        "enable_eplb (--enable-eplb) requires enable_expert_parallel (--enable-expert-parallel)");
   if (o->redundant > 0 && !o->eplb)
-    return sl__err_set(err, SL_STATUS_CONFIG, "num_redundant_experts requires --enable-eplb");
+    return sl__err_set(err, SL_STATUS_CONFIG, "num_redundant_experts requires enable_eplb (--enable-eplb)");
   if (sl__config_is_set(cfg, "expert_placement") && !o->enable_ep)
-    SL_INFO("--expert-placement has no effect without --enable-expert-parallel");
+    SL_INFO("expert_placement (--expert-placement) has no effect without enable_expert_parallel");
   const char *layout = sl__config_str(cfg, "layout");
   o->layout = strcmp(layout, "checkpoint") == 0 ? SL_LAYOUT_CHECKPOINT : SL_LAYOUT_VLLM;
   o->device = strcmp(sl__config_str(cfg, "device"), "cuda") == 0 ? SL_DEVICE_CUDA : SL_DEVICE_CPU;

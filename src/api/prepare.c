@@ -46,12 +46,59 @@ static bool is_dir(const char *path) {
   return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+static bool exists(const char *path) {
+  struct stat st;
+  return stat(path, &st) == 0;
+}
+
+/* Whether the model argument is a local path rather than a Hub repository id: it starts with
+ * "./", "../", "/" or "~", or has more than one '/', or names something that exists, or is
+ * "org/name" where a local folder "org" exists (a mistyped "models/lama" beside "models/"). Only
+ * a plain "name" or "org/name" with nothing of that name here goes to the Hub. */
+static bool is_local_path(const char *model) {
+  if (model[0] == '/' || model[0] == '~' || strncmp(model, "./", 2) == 0 || strncmp(model, "../", 3) == 0 ||
+      strcmp(model, ".") == 0 || strcmp(model, "..") == 0)
+    return true;
+  const char *slash = strchr(model, '/');
+  if (slash != NULL && strchr(slash + 1, '/') != NULL)
+    return true;
+  if (exists(model))
+    return true;
+  if (slash == NULL || slash == model)
+    return false;
+  char *first = sl__strndup(model, (size_t)(slash - model));
+  bool local = first != NULL && is_dir(first);
+  free(first);
+  return local;
+}
+
 /* The model folder: the argument itself, or the Hub snapshot it names. */
 static sl_status resolve_folder(const sl_config *cfg, const sl__opts *o, bool overlap, sl__prepared *p,
                                 char **folder, sl__err *err) {
   if (is_dir(o->model)) {
     *folder = sl__strdup(o->model);
     return *folder != NULL ? SL_STATUS_OK : sl__err_set(err, SL_STATUS_NOMEM, "out of memory");
+  }
+  if (is_local_path(o->model)) { /* at once: never a Hub request for a mistyped local path */
+    /* "~/m" that no shell expanded (a path from Python or a config file): the home folder. */
+    const char *home = getenv("HOME");
+    char *path = NULL;
+    if (o->model[0] == '~' && (o->model[1] == '/' || o->model[1] == '\0') && home != NULL && *home != '\0')
+      path = sl__asprintf("%s%s", home, o->model + 1);
+    const char *where = path != NULL ? path : o->model;
+    sl_status st = SL_STATUS_OK;
+    if (path != NULL && is_dir(path)) {
+      *folder = path;
+      return SL_STATUS_OK;
+    }
+    if (exists(where))
+      st = sl__err_set(err, SL_STATUS_NOT_FOUND,
+                       "not a folder: %s (a model is a folder with config.json and the weight files)", where);
+    else
+      st = sl__err_set(err, SL_STATUS_NOT_FOUND,
+                       "no such folder: %s (a local path; Hub ids look like org/name)", where);
+    free(path);
+    return st;
   }
   SL_INFO("resolving '%s' (process %ld): not a folder, trying the Hub", o->model, (long)getpid());
   if (!sl__hub_valid_repo_id(o->model))
@@ -303,7 +350,8 @@ sl_status sl__prepare_model(const sl__opts *o, sl__prepared *p, sl__err *err) {
   if (st == SL_STATUS_OK)
     st = sl__model_vision(&p->model, p->spec, &p->cat, o->skip_vision, err);
   if (st == SL_STATUS_OK && o->enable_ep && p->model.experts == 0)
-    SL_INFO("--enable-expert-parallel has no effect on %s: the model has no experts", p->model.family);
+    SL_INFO("enable_expert_parallel (--enable-expert-parallel) has no effect on %s: the model has no experts",
+            p->model.family);
   return st;
 }
 

@@ -14,7 +14,7 @@
 #define SL_PREPARE_H
 
 #include "api/options.h"
-#include "engine/comm.h"
+#include "comm/comm.h"
 #include "model/catalog.h"
 #include "model/layout.h"
 #include "model/model.h"

@@ -5,6 +5,8 @@
  */
 #include "args.h"
 
+#include "base/edit_distance.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -140,10 +142,9 @@ const sl_cli_command sl_cli_cmd_download = {"download", download_keys, 0};
 /* ---- the configuration keys, from the library's own list ---- */
 
 #define MAX_KEYS 128
-#define NAME_MAX_LEN 64
 
 typedef struct key_line {
-  char name[NAME_MAX_LEN];
+  char name[SL_EDIT_NAME_MAX];
   const char *help; /* into sl_config_keys() */
   size_t help_len;
 } key_line;
@@ -161,7 +162,7 @@ static size_t config_keys(key_line *out, size_t cap) {
     size_t s = i;
     while (i < len && p[i] != ' ')
       i++;
-    if (i > s && i - s < NAME_MAX_LEN) {
+    if (i > s && i - s < SL_EDIT_NAME_MAX) {
       memcpy(out[n].name, p + s, i - s);
       out[n].name[i - s] = '\0';
       while (i < len && p[i] == ' ')
@@ -207,44 +208,15 @@ static bool uses_key(const sl_cli_command *cmd, const char *key) {
 
 /* ---- did you mean ---- */
 
-/* Edit distance (insertions, deletions, substitutions, adjacent swaps), on at most NAME_MAX_LEN
- * characters of each string. */
-static size_t distance(const char *a, const char *b) {
-  size_t n = strlen(a);
-  size_t m = strlen(b);
-  if (n >= NAME_MAX_LEN)
-    n = NAME_MAX_LEN - 1;
-  if (m >= NAME_MAX_LEN)
-    m = NAME_MAX_LEN - 1;
-  static size_t d[NAME_MAX_LEN][NAME_MAX_LEN];
-  for (size_t i = 0; i <= n; i++)
-    d[i][0] = i;
-  for (size_t j = 0; j <= m; j++)
-    d[0][j] = j;
-  for (size_t i = 1; i <= n; i++) {
-    for (size_t j = 1; j <= m; j++) {
-      size_t best = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
-      if (d[i - 1][j] + 1 < best)
-        best = d[i - 1][j] + 1;
-      if (d[i][j - 1] + 1 < best)
-        best = d[i][j - 1] + 1;
-      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] && d[i - 2][j - 2] + 1 < best)
-        best = d[i - 2][j - 2] + 1;
-      d[i][j] = best;
-    }
-  }
-  return d[n][m];
-}
-
 typedef struct suggestion {
-  char best[NAME_MAX_LEN + 2];
+  char best[SL_EDIT_NAME_MAX + 2];
   size_t score; /* lower is better */
 } suggestion;
 
 /* A candidate scores its edit distance, or 1 when one name contains the other (--staging →
  * --staging-bytes); candidates of the command itself win ties over other keys. */
 static void consider(suggestion *s, const char *typed, const char *candidate) {
-  size_t score = distance(typed, candidate);
+  size_t score = sl__edit_distance(typed, candidate);
   const char *t = typed + strspn(typed, "-");
   const char *c = candidate + strspn(candidate, "-");
   if (strlen(t) >= 4 && (strstr(c, t) != NULL || strstr(t, c) != NULL) && score > 1)
@@ -259,7 +231,7 @@ static void consider(suggestion *s, const char *typed, const char *candidate) {
 
 static void unknown_option(const sl_cli_command *cmd, const char *typed) {
   suggestion s = {.best = "", .score = (size_t)-1};
-  char f[NAME_MAX_LEN + 2];
+  char f[SL_EDIT_NAME_MAX + 2];
   for (const char *const *k = cmd->keys; *k != NULL; k++) {
     flag_from_key(*k, f, sizeof f);
     consider(&s, typed, f);
@@ -408,7 +380,7 @@ void sl_cli_print_options(FILE *out, const sl_cli_command *cmd) {
         line = &lines[i];
     if (line == NULL)
       continue;
-    char f[NAME_MAX_LEN + 2];
+    char f[SL_EDIT_NAME_MAX + 2];
     flag_from_key(*k, f, sizeof f);
     /* Every spelling of the key: its own flag (unless a boolean flag spells it the same), the
      * boolean flags and vLLM's aliases. */

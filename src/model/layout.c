@@ -18,9 +18,9 @@ sl_status sl__layout_init(sl__layout *l, uint32_t tp, uint32_t pp, uint32_t dp, 
   if (prod != world)
     return sl__err_set(
         err, SL_STATUS_LAYOUT,
-        "tp * pp * dp = %u * %u * %u = %llu, but the world size is %u (run with %llu ranks or change "
-        "--tp/--pp/--dp)",
-        tp, pp, dp, (unsigned long long)prod, world, (unsigned long long)prod);
+        "tp * pp * dp = %u * %u * %u = %llu, but the world size is %u: run with %llu ranks, or change the "
+        "sizes tp, pp, dp (--tp, --pp, --dp) to multiply to %u",
+        tp, pp, dp, (unsigned long long)prod, world, (unsigned long long)prod, world);
   l->tp = tp;
   l->pp = pp;
   l->dp = dp;

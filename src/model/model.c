@@ -208,9 +208,9 @@ sl_status sl__model_architecture(const cJSON *config, const char **out, sl__err 
   const cJSON *archs = cJSON_GetObjectItemCaseSensitive(config, "architectures");
   const cJSON *first = cJSON_IsArray(archs) ? cJSON_GetArrayItem(archs, 0) : NULL;
   if (!cJSON_IsString(first))
-    return sl__err_set(
-        err, SL_STATUS_MODEL_CONFIG,
-        "config.json has no \"architectures\" list of strings (pass --arch FILE.json to choose a spec)");
+    return sl__err_set(err, SL_STATUS_MODEL_CONFIG,
+                       "config.json has no \"architectures\" list of strings (set arch to a spec file to "
+                       "choose one: --arch FILE.json)");
   *out = first->valuestring;
   return SL_STATUS_OK;
 }

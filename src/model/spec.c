@@ -51,7 +51,10 @@ static char *spec_own_dir(void) {
 }
 
 /* The spec folders, colon-separated, in search order: $SHARDLOAD_SPECS (so that a user's folder
- * can override a bundled spec), then the bundled specs next to the library. Caller frees. */
+ * can override a bundled spec), then the bundled specs relative to the library (an install
+ * prefix's share/shardload/specs), then a `specs` folder beside the library file (where a
+ * package that bundles the library puts them, e.g. the Python package: shardload/libshardload.so
+ * and shardload/specs/). Caller frees. */
 static char *spec_search_path(void) {
   sl__buf dirs;
   sl__buf_init(&dirs, 0);
@@ -60,7 +63,7 @@ static char *spec_search_path(void) {
     sl__buf_appendf(&dirs, "%s:", env);
   char *own = spec_own_dir();
   if (own != NULL)
-    sl__buf_appendf(&dirs, "%s/%s", own, SL_SPECS_RELATIVE);
+    sl__buf_appendf(&dirs, "%s/%s:%s/specs", own, SL_SPECS_RELATIVE, own);
   free(own);
   return sl__buf_take(&dirs);
 }
@@ -713,28 +716,41 @@ sl_status sl__spec_find(const char *architecture, sl__spec **out, sl__err *err) 
   sl__err first_err;
   sl__err_clear(&first_err);
   char *list = spec_search_path();
+  sl__buf searched; /* the folders tried, for the message when no spec is found at all */
+  sl__buf_init(&searched, 0);
   sl_status st = SL_STATUS_NOT_FOUND;
   char *p = list;
   while (p != NULL && st != SL_STATUS_OK) {
     char *colon = strchr(p, ':');
     if (colon != NULL)
       *colon = '\0';
-    if (*p != '\0')
+    if (*p != '\0') {
       st = search_dir(p, architecture, out, &known, &first_err);
+      sl__buf_appendf(&searched, "%s%s", searched.len > 0 ? ", " : "", p);
+    }
     p = colon != NULL ? colon + 1 : NULL;
   }
   free(list);
   if (st == SL_STATUS_OK) {
     sl__buf_free(&known);
+    sl__buf_free(&searched);
     return SL_STATUS_OK;
   }
+  /* No spec at all: say where the bundled ones were looked for (a package missing its specs). */
+  char known_text[2048];
+  if (known.len > 0)
+    snprintf(known_text, sizeof known_text, "%s", sl__buf_str(&known));
+  else
+    snprintf(known_text, sizeof known_text, "none found; searched %s",
+             searched.len > 0 ? sl__buf_str(&searched) : "no folder");
   st =
       sl__err_set(err, SL_STATUS_ARCH,
-                  "unknown architecture '%s' (known: %s); describe it in a spec file and pass it with --arch "
-                  "FILE.json (see docs/SPECS.md)%s%s",
-                  architecture, known.len > 0 ? sl__buf_str(&known) : "none found",
-                  first_err.status != SL_STATUS_OK ? "; note: " : "",
+                  "unknown architecture '%s' (known: %s); describe it in a spec file and pass it as the arch "
+                  "setting (--arch FILE.json; see docs/SPECS.md), or name a folder of specs in "
+                  "SHARDLOAD_SPECS%s%s",
+                  architecture, known_text, first_err.status != SL_STATUS_OK ? "; note: " : "",
                   first_err.status != SL_STATUS_OK ? first_err.msg : "");
   sl__buf_free(&known);
+  sl__buf_free(&searched);
   return st;
 }

@@ -129,7 +129,9 @@ void sl__spec_free(sl__spec *s);
 
 /* Finds the spec for an architecture name among the *.json files of the spec folders:
  * $SHARDLOAD_SPECS (colon-separated; first, so a folder of yours overrides a bundled spec), then the
- * bundled specs found relative to the library itself (share/shardload/specs beside its lib folder).
+ * bundled specs found relative to the library itself (share/shardload/specs beside its lib folder,
+ * then a specs folder beside the library file). When no spec is found at all, the message lists
+ * the folders searched.
  * Unknown architecture → SL_STATUS_ARCH naming the known ones and how to pass a spec file. */
 sl_status sl__spec_find(const char *architecture, sl__spec **out, sl__err *err);
 

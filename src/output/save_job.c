@@ -6,7 +6,7 @@
  */
 #include "output/save.h"
 
-#include "engine/comm.h"
+#include "comm/comm.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -83,6 +83,12 @@ typedef struct sl__rank_plan {
 
 sl_status sl__rank_ctx_init(const sl__model *m, const sl__plan_opts *o, uint32_t rank, sl__rank_ctx *out,
                             sl__err *err);
+/* Attention heads over tp, as vLLM checks them first: every parameter cut by heads must have a
+ * head count divisible by tp ("Total number of attention heads (N) must be divisible by tensor
+ * parallel size (T)"), and q/k/v key/value heads must divide tp or be divided by it. Called by
+ * sl__schedule_build before any parameter is sliced, so that this is the first complaint of a
+ * bad tp, before the padded vocabulary or any other tensor's. */
+sl_status sl__plan_check_heads(const sl__model *m, uint32_t tp, sl__err *err);
 /* The plan of one rank. with_table = false skips the shard descriptions (dry runs). */
 sl_status sl__plan_rank(const sl__model *m, const sl__catalog *cat, const sl__plan_opts *o, uint32_t rank,
                         bool with_table, sl__rank_plan *out, sl__err *err);

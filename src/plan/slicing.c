@@ -55,7 +55,7 @@ sl_status sl__rank_ctx_init(const sl__model *m, const sl__plan_opts *o, uint32_t
   x->eplb = o->eplb;
   if (o->eplb) {
     if (m->layout == SL_LAYOUT_CHECKPOINT && o->redundant > 0)
-      return sl__err_set(err, SL_STATUS_CONFIG, "redundant experts need --layout vllm");
+      return sl__err_set(err, SL_STATUS_CONFIG, "redundant experts need layout vllm (--layout vllm)");
     sl_status st = sl__eplb_check(m->experts, o->redundant, x->ep, err);
     if (st != SL_STATUS_OK)
       return st;
@@ -618,6 +618,65 @@ void sl__rank_plan_free(sl__rank_plan *p) {
   free(p->lparams);
   free(p->copies);
   memset(p, 0, sizeof *p);
+}
+
+/* Whether a parameter is cut by attention heads over the tensor-parallel ranks (its q_heads
+ * count), and whether by key/value heads too (q/k/v projections). */
+static bool cut_by_heads(const sl__mparam *p) {
+  return p->q_heads != 0 && !p->owned && p->style != SL_STYLE_REPLICATED && p->style != SL_STYLE_VOCAB;
+}
+
+static bool cut_by_kv_heads(const sl__mparam *p) {
+  return cut_by_heads(p) && p->kv_heads != 0 &&
+         (p->style == SL_STYLE_QKV || p->style == SL_STYLE_QKV_FUSED ||
+          (p->style == SL_STYLE_INT4 && p->quant_of == SL_STYLE_QKV));
+}
+
+/* The divisors of n up to 4096 (a head count comes from config.json: bounded work), for the
+ * message ("1, 2, 4, 8"); at most cap characters. */
+static void divisors(uint64_t n, char *out, size_t cap) {
+  size_t off = 0;
+  out[0] = '\0';
+  for (uint64_t d = 1; d <= n && d <= 4096 && off + 8 < cap; d++) {
+    if (n % d == 0) {
+      int k = snprintf(out + off, cap - off, "%s%llu", off > 0 ? ", " : "", (unsigned long long)d);
+      if (k < 0 || (size_t)k >= cap - off)
+        break;
+      off += (size_t)k;
+    }
+  }
+  if (n > 4096 && off + 5 < cap)
+    snprintf(out + off, cap - off, ", ...");
+}
+
+sl_status sl__plan_check_heads(const sl__model *m, uint32_t tp, sl__err *err) {
+  if (tp <= 1)
+    return SL_STATUS_OK;
+  char list[256];
+  for (size_t i = 0; i < m->n_params; i++) {
+    const sl__mparam *p = &m->params[i];
+    if (!cut_by_heads(p) || p->q_heads % tp == 0)
+      continue;
+    divisors(p->q_heads, list, sizeof list);
+    return sl__err_set(err, SL_STATUS_DIVISIBILITY,
+                       "Total number of attention heads (%llu) must be divisible by tensor parallel size "
+                       "(%u): %s is split by heads, so the tensor-parallel size tp must be one of %s",
+                       (unsigned long long)p->q_heads, tp, p->name, list);
+  }
+  for (size_t i = 0; i < m->n_params; i++) {
+    const sl__mparam *p = &m->params[i];
+    uint64_t kv = p->kv_heads;
+    if (!cut_by_kv_heads(p) || (tp >= kv && tp % kv == 0) || (tp < kv && kv % tp == 0))
+      continue;
+    divisors(kv, list, sizeof list);
+    return sl__err_set(
+        err, SL_STATUS_DIVISIBILITY,
+        "Total number of key/value heads (%llu) and tensor parallel size (%u): one must divide "
+        "the other (%s is split by key/value heads), so the tensor-parallel size tp must be "
+        "one of %s or a multiple of %llu",
+        (unsigned long long)kv, tp, p->name, list, (unsigned long long)kv);
+  }
+  return SL_STATUS_OK;
 }
 
 sl_status sl__plan_rank(const sl__model *m, const sl__catalog *cat, const sl__plan_opts *o, uint32_t rank,

@@ -4,7 +4,9 @@
 # counts with units, "did you mean" for unknown options, `plan` without --world, and each
 # subcommand's --help listing only its own keys. The effect of an alias is read back from
 # `plan --json` (tp, pp, dp) or from the message naming the cache folder; one load at 2 ranks
-# takes aliases and units end to end. Needs SL_CLI, SL_FIXTURES and SL_MPIRUN.
+# takes aliases and units end to end. A mistyped local path (models/lama, ./x, ../m) fails at once
+# as a missing folder, not as a Hub request; a tp that does not divide the attention heads says so
+# first. Needs SL_CLI, SL_FIXTURES and SL_MPIRUN.
 set -u
 
 fails=0
@@ -152,6 +154,49 @@ check "help states the unit convention" contains "$TMP/hplan.out" "powers of 102
 run top --help
 expect_rc top 0
 check "shardload --help names the commands" contains "$TMP/top.out" "shardload plan MODEL --world N"
+
+# 6. local paths vs Hub ids: a mistyped local path fails at once as a missing folder, never as a
+# Hub request (the Hub endpoint points at a closed port: a request would end in a network error).
+mkdir -p "$TMP/cwd/models"
+: >"$TMP/cwd/weights.safetensors"
+local_case() { # local_case NAME MODEL SHOWN
+  n=$1 model=$2 shown=$3
+  (cd "$TMP/cwd" && HF_ENDPOINT=http://127.0.0.1:9 HF_HUB_OFFLINE=0 "$SL_CLI" plan "$model" --world 1) \
+    >"$TMP/$n.out" 2>"$TMP/$n.err"
+  rc=$?
+  expect_rc "$n" 1
+  check "$n: a missing local folder ($(cat "$TMP/$n.err"))" contains "$TMP/$n.err" \
+    "no such folder: $shown (a local path; Hub ids look like org/name)"
+  check "$n: no Hub request" lacks "$TMP/$n.err" "127.0.0.1"
+}
+local_case beside models/lama models/lama # "models/" exists here: not a Hub id
+local_case dot ./x ./x
+local_case dotdot ../m ../m
+local_case deep a/b/c a/b/c
+local_case abs "$TMP/cwd/none" "$TMP/cwd/none"
+(cd "$TMP/cwd" && HF_ENDPOINT=http://127.0.0.1:9 "$SL_CLI" plan weights.safetensors --world 1) \
+  >"$TMP/file.out" 2>"$TMP/file.err"
+rc=$?
+expect_rc file 1
+check "a local file: not a folder ($(cat "$TMP/file.err"))" contains "$TMP/file.err" "not a folder: weights.safetensors"
+# org/name with no local "org": still a Hub id (offline here: the cache is asked, not the network)
+(cd "$TMP/cwd" && "$SL_CLI" plan org/none --world 1 --offline --cache-dir "$TMP/hub-cache") \
+  >"$TMP/hubid.out" 2>"$TMP/hubid.err"
+rc=$?
+expect_rc hubid 1
+check "org/none is a Hub id ($(cat "$TMP/hubid.err"))" lacks "$TMP/hubid.err" "no such folder"
+check "org/none is looked up as a Hub id" contains "$TMP/hubid.err" "org/none"
+# the model as a local path, relative to the working folder
+(cd "$SL_FIXTURES" && "$SL_CLI" plan ./llama --world 2 --tp 2) >"$TMP/rel.out" 2>"$TMP/rel.err"
+rc=$?
+expect_rc rel 0
+
+# 7. attention heads first: tp 3 divides neither llama's 8 heads nor its padded vocabulary (256)
+run heads plan "$M" --world 3 --tp 3
+expect_rc heads 1
+check "heads: vLLM's message first ($(cat "$TMP/heads.err"))" contains "$TMP/heads.err" \
+  "Total number of attention heads (8) must be divisible by tensor parallel size (3)"
+check "heads: no complaint about the vocabulary" lacks "$TMP/heads.err" "vocabulary"
 
 if [ "$fails" -ne 0 ]; then
   echo "test_cli_args: $fails of $checks checks failed" >&2

@@ -4,7 +4,8 @@
  * its type and default: the valid forms are accepted and read back typed, invalid ones are refused
  * with SL_STATUS_CONFIG and a message naming the key and the value, a refused value leaves the
  * previous one in place; defaults; sl_config_keys() lists each key exactly once with its default;
- * the public sl_config_* API (NULL arguments, unknown keys, error message life cycle), lists,
+ * the public sl_config_* API (NULL arguments, unknown keys and their "did you mean", vLLM's names
+ * of keys, error message life cycle), lists,
  * clones; sl__opts_from_config defaults, cross-key errors and the effective bucket/chunk sizes
  * (computed by hand).
  */
@@ -309,14 +310,50 @@ static void test_api(void) {
   CHECK(sl_config_get(c, "nope") == NULL);
   CHECK_STR(sl_config_error(NULL), "");
   CHECK_STR(sl_config_error(c), "");
-  /* Unknown keys: exact names only (no dashes, no case folding). */
-  static const char *const unknown[] = {"nope", "TP", "load-format", "tp ", "", "model.name"};
+  /* Unknown keys: exact names only (no dashes, no case folding); a near key is suggested. */
+  static const struct {
+    const char *key;
+    const char *near; /* the suggestion, or NULL for none */
+  } unknown[] = {{"nope", NULL},
+                 {"TP", NULL},
+                 {"load-format", "load_format"},
+                 {"tp ", "tp"},
+                 {"", NULL},
+                 {"model.name", "model"},
+                 {"zzzzzzzz", NULL},
+                 {"stagin_bytes", "staging_bytes"},
+                 {"staging", "staging_bytes"},
+                 {"tensor_paralel_size", "tensor_parallel_size"},
+                 {"downlaod_dir", "download_dir"},
+                 {"tq", "tp"},
+                 {"enable_expert_paralel", "enable_expert_parallel"}};
   for (size_t i = 0; i < sizeof unknown / sizeof unknown[0]; i++) {
-    char want[128];
-    snprintf(want, sizeof want, "unknown configuration key '%s'", unknown[i]);
-    CHECK(sl_config_set(c, unknown[i], "1") == SL_STATUS_CONFIG);
+    char want[160];
+    if (unknown[i].near != NULL)
+      snprintf(want, sizeof want, "unknown configuration key '%s'; did you mean %s?", unknown[i].key,
+               unknown[i].near);
+    else
+      snprintf(want, sizeof want, "unknown configuration key '%s'", unknown[i].key);
+    CHECK(sl_config_set(c, unknown[i].key, "1") == SL_STATUS_CONFIG);
     CHECK_STR(sl_config_error(c), want);
   }
+  /* vLLM's names of keys: the same value as the key itself, read back by either name. */
+  static const char *const aliases[][2] = {{"tensor_parallel_size", "tp"},
+                                           {"pipeline_parallel_size", "pp"},
+                                           {"data_parallel_size", "dp"},
+                                           {"download_dir", "cache_dir"}};
+  for (size_t i = 0; i < sizeof aliases / sizeof aliases[0]; i++) {
+    sl_config *a = fresh();
+    CHECKF(sl_config_set(a, aliases[i][0], "3") == SL_STATUS_OK, "%s: %s", aliases[i][0], sl_config_error(a));
+    CHECK_STR(sl_config_get(a, aliases[i][1]), "3");
+    CHECK_STR(sl_config_get(a, aliases[i][0]), "3");
+    CHECK_STR(sl__config_str(a, aliases[i][1]), "3");
+    sl_config_destroy(a);
+  }
+  /* A bad value under an alias names the key and says which one the alias is. */
+  CHECK(sl_config_set(c, "tensor_parallel_size", "0") == SL_STATUS_CONFIG);
+  CHECK_STR(sl_config_error(c),
+            "tp: '0' is not a positive integer (tensor_parallel_size is vLLM's name for tp)");
   /* The message of a failure stays until the next call; a success clears it. */
   CHECK(sl_config_set(c, "tp", "4") == SL_STATUS_OK);
   CHECK(sl_config_set(c, "tp", "0") == SL_STATUS_CONFIG);
@@ -617,15 +654,16 @@ static void test_options(void) {
   OPTS_ERR("tp: 2147483648 is too large", "model", "m", "tp", "2147483648");
   OPTS_ERR("dp: 4294967297 is too large", "model", "m", "dp", "4294967297");
   OPTS_ERR("ranks_per_node: 2147483648 is too large", "model", "m", "ranks_per_node", "2147483648");
-  OPTS_ERR("--enable-eplb requires --enable-expert-parallel", "model", "m", "enable_eplb", "true");
-  OPTS_ERR("num_redundant_experts requires --enable-eplb", "model", "m", "enable_expert_parallel", "true",
-           "num_redundant_experts", "1");
+  OPTS_ERR("enable_eplb (--enable-eplb) requires enable_expert_parallel (--enable-expert-parallel)", "model",
+           "m", "enable_eplb", "true");
+  OPTS_ERR("num_redundant_experts requires enable_eplb (--enable-eplb)", "model", "m",
+           "enable_expert_parallel", "true", "num_redundant_experts", "1");
   OPTS_ERR("cuda_device: 'abc' is not a device ordinal", "model", "m", "cuda_device", "abc");
   OPTS_ERR("cuda_device: '1025' is not a device ordinal", "model", "m", "cuda_device", "1025");
   OPTS_ERR("cuda_device: '-1' is not a device ordinal", "model", "m", "cuda_device", "-1");
   OPTS_ERR("load_strategy 'mmap'", "model", "m", "load_strategy", "mmap", "device", "cuda");
   OPTS_ERR("staging_bytes: 1048575 is below the minimum of 1 MiB", "model", "m", "staging_bytes", "1048575");
-  OPTS_ERR("--threads 4 conflicts with num_threads 2", "model", "m", "threads", "4", "extra_config",
+  OPTS_ERR("threads 4 (--threads) conflicts with num_threads 2", "model", "m", "threads", "4", "extra_config",
            "{\"num_threads\": 2}");
   st = opts_of((const char *const[]){"model", "m", "staging_bytes", "1048576", "cuda_device", "1024", NULL},
                &o, &err, &c);

@@ -171,7 +171,7 @@ static void test_strategy_and_flags(void) {
   /* --threads */
   c = plain("{\"num_threads\": 8}");
   c.threads = 4;
-  EXPECT_ERR(c, "--threads 4 conflicts with num_threads 8 in the extra config", NULL);
+  EXPECT_ERR(c, "threads 4 (--threads) conflicts with num_threads 8 in the extra config", NULL);
   c.threads = 8;
   EXPECT_OK(c, -1, 8, true, true, false);
   c = plain(NULL);
@@ -189,7 +189,8 @@ static void test_strategy_and_flags(void) {
   /* --no-strict */
   c = plain("{\"enable_weights_track\": true}");
   c.no_strict = true;
-  EXPECT_ERR(c, "--no-strict conflicts with enable_weights_track: true in the extra config", NULL);
+  EXPECT_ERR(c, "strict false (--no-strict) conflicts with enable_weights_track: true in the extra config",
+             NULL);
   c = plain("{\"enable_weights_track\": false}");
   c.no_strict = true;
   EXPECT_OK(c, -1, 8, false, false, true);

@@ -4,7 +4,8 @@
  * experts with gate/up [128,64] and down [64,128], one shared_experts.gate_proj), which expert tensors each
  * rank's plan reads without EP, with EP=2 and with EP=8; the skip-predicate invariant (no plan
  * reads a tensor vLLM's filter would skip, and the plans together cover every expert tensor);
- * the schedule's single reader per byte.
+ * the schedule's single reader per byte; attention heads checked before anything else when tp
+ * does not divide them.
  */
 #include "model/catalog.h"
 #include "check.h"
@@ -180,7 +181,68 @@ static void check_layout(fixture *f, uint32_t tp, uint32_t dp, bool ep, uint32_t
   sl__model_free(&m);
 }
 
+/* Attention heads come first (sl__plan_check_heads, called by sl__schedule_build before any
+ * parameter is sliced): vLLM's message, the parameter, the valid sizes; key/value heads must divide
+ * tp or be divided by it; replicated parameters and the vocabulary are not cut by heads. */
+static void test_heads_first(void) {
+  sl__mparam p[4];
+  memset(p, 0, sizeof p);
+  char names[4][32] = {"norm", "embed", "layers.0.qkv_proj.weight", "layers.0.o_proj.weight"};
+  p[0] = (sl__mparam){.name = names[0], .style = SL_STYLE_REPLICATED, .q_heads = 7};
+  p[1] = (sl__mparam){.name = names[1], .style = SL_STYLE_VOCAB, .q_heads = 5};
+  p[2] = (sl__mparam){.name = names[2], .style = SL_STYLE_QKV, .q_heads = 12, .kv_heads = 8};
+  p[3] = (sl__mparam){.name = names[3], .style = SL_STYLE_ROW, .q_heads = 12};
+  sl__model m;
+  memset(&m, 0, sizeof m);
+  m.params = p;
+  m.n_params = 4;
+  sl__err err;
+  for (uint32_t tp = 1; tp <= 16; tp++) {
+    sl__err_clear(&err);
+    bool q_ok = 12 % tp == 0;
+    bool kv_ok = tp >= 8 ? tp % 8 == 0 : 8 % tp == 0;
+    sl_status st = sl__plan_check_heads(&m, tp, &err);
+    CHECKF(st == (q_ok && kv_ok ? SL_STATUS_OK : SL_STATUS_DIVISIBILITY), "tp %u: %s (%s)", tp,
+           sl_status_name(st), err.msg);
+    char want[256];
+    if (!q_ok) {
+      snprintf(want, sizeof want,
+               "Total number of attention heads (12) must be divisible by tensor parallel size (%u): "
+               "layers.0.qkv_proj.weight is split by heads, so the tensor-parallel size tp must be one of "
+               "1, 2, 3, 4, 6, 12",
+               tp);
+      CHECK_STR(err.msg, want);
+    } else if (!kv_ok) { /* tp 3, 6, 12 */
+      snprintf(want, sizeof want, "Total number of key/value heads (8) and tensor parallel size (%u)", tp);
+      CHECK_CONTAINS(err.msg, want);
+      CHECK_CONTAINS(err.msg, "one of 1, 2, 4, 8 or a multiple of 8");
+    }
+  }
+}
+
+/* Through the public dry run on the llama fixture (8 heads, vocabulary 250 padded to 256): tp 3
+ * divides neither, and the heads are what the message says first. */
+static void test_heads_before_vocabulary(void) {
+  char model[4096];
+  snprintf(model, sizeof model, "%s/llama", sl_test_env("SL_FIXTURES", "fixtures"));
+  sl_config *cfg = NULL;
+  CHECK(sl_config_create(&cfg) == SL_STATUS_OK);
+  CHECK(sl_config_set(cfg, "model", model) == SL_STATUS_OK);
+  CHECK(sl_config_set(cfg, "tensor_parallel_size", "3") == SL_STATUS_OK);
+  sl_dryrun *d = NULL;
+  sl_status st = sl_dryrun_create(cfg, 3, &d);
+  CHECKF(st == SL_STATUS_DIVISIBILITY, "llama tp 3: %s (%s)", sl_status_name(st), sl_config_error(cfg));
+  CHECK_CONTAINS(sl_config_error(cfg),
+                 "Total number of attention heads (8) must be divisible by tensor parallel size (3)");
+  CHECKF(strstr(sl_config_error(cfg), "vocabulary") == NULL, "llama tp 3 complains of the vocabulary: %s",
+         sl_config_error(cfg));
+  sl_dryrun_destroy(d);
+  sl_config_destroy(cfg);
+}
+
 int main(void) {
+  test_heads_first();
+  test_heads_before_vocabulary();
   fixture f;
   if (make_fixture(&f) != 0) {
     fprintf(stderr, "cannot build the synthetic checkpoint\n");
