@@ -8,8 +8,11 @@
         weights = loader.params()                            # name -> torch tensor (or numpy)
 
 Binding is checked against the plan (name, dtype, shape, contiguity, device) before any byte
-moves. A failed check is recorded and raised by load() on every rank (the failing rank's status
-and message; "another rank failed: rank R: ..." elsewhere), so that no rank waits for another.
+moves. A host tensor of another float dtype (float32, float16, bfloat16, float64 against a plan of
+F32, F16, BF16 or F64) is accepted: the C library converts each element while it writes
+(sl_loader_bind_as, rounding as torch's .to(dtype)); on CUDA a dtype difference is refused. A
+failed check is recorded and raised by load() on every rank (the failing rank's status and
+message; "another rank failed: rank R: ..." elsewhere), so that no rank waits for another.
 
 Loaded parameters are exported by DLPack: each Parameter has __dlpack__/__dlpack_device__, and the
 capsule holds a counted reference on the memory (sl_loader_param_retain), so a tensor made from
@@ -25,6 +28,10 @@ from . import progress as _progress
 from .config import Config
 from .errors import (Error, InvalidArgumentError, NotFoundError, ShapeError, check,
                      error_for)
+
+from . import errors as _errors
+
+PEER_FAILED = next(c.status for c in _errors.BY_STATUS.values() if c.status_name == "PEER_FAILED")
 
 lib = _lib.lib
 
@@ -140,6 +147,19 @@ def _dtype_ok(kind, have, want, raw_ok):
         return False
     return have == numpy_dtype(want) or (raw_ok and want not in _NUMPY and
                                          have.itemsize * 8 == _lib.lib.sl_dtype_bits(_dtype_id(want)))
+
+
+# The float types the C library converts between (sl_loader_bind_as), by torch and numpy name.
+_CASTS = {"float32": "F32", "float16": "F16", "bfloat16": "BF16", "float64": "F64"}
+
+
+def _cast_dtype(kind, have, want):
+    """The safetensors name of `have` when a host buffer of it can receive a parameter planned as
+    `want` by conversion (both among F32, F16, BF16, F64), else None."""
+    if want not in _CASTS.values():
+        return None
+    name = str(have)[len("torch."):] if kind == "torch" else getattr(have, "name", str(have))
+    return _CASTS.get(name)
 
 
 def _width(torch_dtype_name):
@@ -279,10 +299,12 @@ class Parameter:
         import numpy as np
         if self.device != "cpu":
             raise InvalidArgumentError("%s is in CUDA memory: numpy needs host memory" % self.name)
-        if self.dtype in _NUMPY:
+        c = self._loader._param(self.index)  # the memory's dtype: a binding's (converted), or planned
+        dtype, bits, nbytes = _lib.text(c.dtype), c.dtype_bits, c.nbytes
+        if dtype in _NUMPY:
             return np.from_dlpack(self)
-        dt = numpy_dtype(self.dtype)
-        shape = self.shape if self.dtype_bits % 8 == 0 else (self.nbytes,)
+        dt = numpy_dtype(dtype)
+        shape = self.shape if bits % 8 == 0 else (nbytes,)
         return np.asarray(_Retained(self, dt, shape))
 
 
@@ -309,13 +331,21 @@ class _Retained:
 
 
 class Loader:
-    """Loader(model, comm=None, **config): COLLECTIVE over comm (an mpi4py communicator, default
-    COMM_WORLD). config: the C library's keys (shardload.Config.keys()), e.g. tp=2,
-    enable_expert_parallel=True, strict=False. A Config object may be passed as config=.
+    """Loader(model, comm=None, group=None, **config): COLLECTIVE over the ranks of the load.
+
+    The ranks are either an MPI communicator (comm: an mpi4py communicator, default COMM_WORLD;
+    the job is started by mpirun) or a torch.distributed process group (group: every rank of the
+    load, e.g. torch.distributed.group.WORLD or vLLM's world CPU group; gloo carries the host
+    bytes; torchrun, torch.multiprocessing, vLLM and SGLang workers): MPI is then never
+    initialised. store: with group, the torch.distributed Store the group's ranks share (default:
+    the default process group's). config: the C library's keys (shardload.Config.keys()), e.g.
+    tp=2, enable_expert_parallel=True, strict=False. A Config object may be passed as config=.
     progress: a callable fn(bytes_done, bytes_total) or True (shardload/progress.py); a string
     is the `progress` configuration key (auto, always, never: what rank 0 prints on stderr)."""
 
-    def __init__(self, model, comm=None, config=None, progress=None, **values):
+    def __init__(self, model, comm=None, config=None, progress=None, group=None, store=None, **values):
+        from .torchcomm import TorchComm, is_process_group
+        self._h = None
         cfg = config if config is not None else Config()
         cfg.set("model", model)
         for key, value in values.items():
@@ -324,11 +354,22 @@ class Loader:
             cfg.set("progress", progress)
             progress = None
         self._cfg = cfg
-        self._comm_int, self._comm_obj = comm_handle(comm)
+        if group is None and comm is not None and is_process_group(comm):
+            group, comm = comm, None
+        if group is not None and comm is not None:
+            raise InvalidArgumentError("pass comm (MPI) or group (torch.distributed), not both")
         handle = ctypes.c_void_p()
-        st = lib.sl_loader_create(cfg.handle, ctypes.c_void_p(self._comm_int), ctypes.byref(handle))
+        self._transport = None
+        if group is not None:
+            timeout = cfg.get("timeout_s")
+            self._transport = TorchComm(group, store, float(timeout) if timeout else 600.0)
+            self._comm_int, self._comm_obj = None, None
+            st = lib.sl_loader_create_ops(cfg.handle, ctypes.byref(self._transport.ops()), ctypes.byref(handle))
+        else:
+            self._comm_int, self._comm_obj = comm_handle(comm)
+            st = lib.sl_loader_create(cfg.handle, ctypes.c_void_p(self._comm_int), ctypes.byref(handle))
         if st != 0:
-            raise error_for(st, cfg.error())
+            raise error_for(st, self._comm_failure() or cfg.error())
         self._h = handle
         self.device = cfg.get("device") or "cpu"
         self._plan = None
@@ -346,17 +387,34 @@ class Loader:
 
     # plumbing ----------------------------------------------------------------------------------
 
+    @property
+    def rank(self):
+        """This process's rank in the load."""
+        return self._rank()
+
     def _rank(self):
+        if self._transport is not None:
+            return self._transport.rank
         r = ctypes.c_int(0)
         lib.MPI_Comm_rank(ctypes.c_void_p(self._comm_int), ctypes.byref(r))
         return r.value
+
+    def _comm_failure(self):
+        return self._transport.failure if self._transport is not None else None
 
     def _message(self):
         return _lib.text(lib.sl_loader_error(self._h)) if self._h else ""
 
     def _check(self, st):
-        if st != 0:
-            raise error_for(st, self._message())
+        """Raises the failure of a C call: the same class on every rank (a rank that only saw a
+        peer fail raises the class of that peer's failure, with .peer_rank set)."""
+        if st == 0:
+            return
+        cause_rank = ctypes.c_int(-1)
+        cause = lib.sl_loader_error_cause(self._h, ctypes.byref(cause_rank)) if self._h else st
+        e = error_for(cause if st == PEER_FAILED and cause not in (0, PEER_FAILED) else st, self._message())
+        e.peer_rank = cause_rank.value if cause_rank.value >= 0 and st == PEER_FAILED else None
+        raise e
 
     def _need_open(self):
         if not self._h:
@@ -390,8 +448,10 @@ class Loader:
     def bind(self, name, tensor):
         """Not collective. The parameter `name` is written into `tensor` (torch tensor or numpy
         array, CPU or CUDA, contiguous, of the planned dtype and local shape, on the loader's
-        device). Checked before any byte moves; a failure is raised by load() on every rank.
-        Returns True when the binding was accepted."""
+        device). A CPU tensor may have another float dtype than the plan (float32, float16,
+        bfloat16, float64; the plan F32, F16, BF16 or F64): the C library converts each element
+        while it writes, as torch's .to(dtype) rounds. Checked before any byte moves; a failure is
+        raised by load() on every rank. Returns True when the binding was accepted."""
         self._need_open()
         if self._plan is None:
             raise InvalidArgumentError("call plan() before bind()")
@@ -410,10 +470,16 @@ class Loader:
         except Error as e:
             self._fail_bind(type(e), "bind(%s): %s" % (name, e.message))
             return False
+        cast = None
         if not _dtype_ok(kind, dtype, p.dtype, True):
-            self._fail_bind(InvalidArgumentError, "bind(%s): the plan holds %s, the %s tensor is %s"
-                            % (name, p.dtype, kind, dtype))
-            return False
+            cast = _cast_dtype(kind, dtype, p.dtype) if dev == "cpu" else None
+            if cast is None:
+                hint = ""
+                if dev != "cpu" and _cast_dtype(kind, dtype, p.dtype) is not None:
+                    hint = " (a conversion is done on the host only: load, then convert on the GPU)"
+                self._fail_bind(InvalidArgumentError, "bind(%s): the plan holds %s, the %s tensor is %s%s"
+                                % (name, p.dtype, kind, dtype, hint))
+                return False
         if tuple(shape) != tuple(p.shape):
             self._fail_bind(ShapeError, "bind(%s): the plan holds local shape %s, the tensor has "
                             "shape %s" % (name, list(p.shape), list(shape)))
@@ -426,7 +492,11 @@ class Loader:
             self._fail_bind(InvalidArgumentError, "bind(%s): the loader writes %s memory (device=%s), "
                             "the tensor is on %s" % (name, want_dev, self.device, dev))
             return False
-        st = lib.sl_loader_bind(self._h, name.encode(), ctypes.c_void_p(ptr), nbytes)
+        if cast is not None:
+            st = lib.sl_loader_bind_as(self._h, name.encode(), ctypes.c_void_p(ptr), nbytes,
+                                       _dtype_id(cast))
+        else:
+            st = lib.sl_loader_bind(self._h, name.encode(), ctypes.c_void_p(ptr), nbytes)
         if st != 0:
             self._fail_bind(type(error_for(st)), self._message())
             return False

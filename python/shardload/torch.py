@@ -1,34 +1,76 @@
-"""shardload.torch -- load a checkpoint straight into an nn.Module's own parameters.
+"""shardload.torch -- load a checkpoint straight into an nn.Module's own tensors, as torch and
+vLLM fill a module.
 
     missing, unexpected = shardload.torch.load_into(module, "/models/m", tp=2)
+    missing, unexpected = shardload.torch.load_into(module, "/models/m", group=cpu_group, tp=2)
 
-Every parameter and persistent buffer of `module` whose name is a planned parameter (vLLM's
-layout: qkv_proj, gate_up_proj, experts.w13_weight / w2_weight, padded vocabulary ...) is bound,
-so the loader writes into the module's memory (no copy, no second allocation). Returns
-(missing, unexpected) as torch's load_state_dict does: module tensors the plan does not fill, and
-planned parameters the module lacks. With strict (the default, as the C key `strict`) either list
-non-empty is an error raised on every rank before any byte is read; strict=False loads the rest.
-A planned alias (tied embeddings: lm_head.weight) is filled by sharing when the module ties the
-two tensors already, else copied from its target after the load.
+Every parameter and persistent buffer of `module` (every name state_dict gives it, tied names
+included) whose name is a planned parameter (vLLM's layout: qkv_proj, gate_up_proj,
+experts.w13_weight / w2_weight, padded vocabulary ...) is filled:
+
+- same dtype, shape and device, contiguous: bound, so the loader writes into the module's memory
+  (no copy, no second allocation);
+- another float dtype (F32/F16/BF16/F64 on either side), on the host: bound with the module's
+  dtype, converted by the C library while it writes (Loader.bind);
+- another float dtype on a GPU, another device, or not contiguous: loaded into the loader's
+  memory, then copied with torch's copy_ (which casts on the device); that memory is freed after;
+- a planned alias (tied embeddings: lm_head.weight of model.embed_tokens.weight): nothing to do
+  when the module's two names share storage (vLLM's tie, torch's `lm_head.weight = embed.weight`),
+  else copied from its target after the load;
+- another shape (or a non-float dtype change): handed to `fallback` when one is given, else bound
+  so that the load fails with the bind's ShapeError/InvalidArgumentError on every rank.
+
+Returns (missing, unexpected) as torch's load_state_dict does: module tensors the plan does not
+fill, planned parameters the module lacks (and no fallback takes). Module tensors whose last name
+component is in KEPT_DEFAULTS (attention scales: _k_scale, k_scale, ...) keep their initial value
+when the plan has none and are loaded when it has them; they are never reported. With strict (the
+default, as the C key `strict`) either list non-empty is an error raised on every rank before any
+byte is read; strict=False loads the rest.
+
+fallback(name, tensor): called after the load, on every rank, for each planned parameter it takes
+(see load_into), with the loaded local tensor (the loader's memory, valid during the call; copy
+what you keep). An exception in it fails the load on every rank. `fallback.targets(name)`, when
+the callable has that attribute, says which planned names it takes: a list of the module tensor
+names it fills from that parameter (possibly empty), or None to refuse the name (which is then
+reported as usual); without `targets` it takes every parameter load_into cannot bind and fills
+the module tensor of the same name.
 """
 
 import torch
 
-from .errors import MissingWeightsError, UnexpectedWeightsError
+from .errors import Error, InvalidArgumentError, MissingWeightsError, UnexpectedWeightsError
 from .loader import Loader
+
+# Module tensors that keep their initial value when the checkpoint has none (vLLM's attention
+# scales: the buffers every attention layer registers, the parameters FP8 checkpoints add).
+KEPT_DEFAULTS = frozenset(["_k_scale", "_v_scale", "_q_scale", "_prob_scale",
+                           "k_scale", "v_scale", "q_scale", "prob_scale"])
+
+_FLOATS = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "F64": torch.float64}
 
 
 def module_tensors(module):
-    """{name: tensor}: parameters and persistent buffers, as state_dict names them."""
-    out = {}
-    for name, p in module.named_parameters():
-        out[name] = p
-    for mod_name, mod in module.named_modules():
-        skip = getattr(mod, "_non_persistent_buffers_set", set())
-        for b_name, b in mod.named_buffers(recurse=False):
-            if b is not None and b_name not in skip:
-                out[(mod_name + "." if mod_name else "") + b_name] = b
-    return out
+    """{name: tensor}: parameters and persistent buffers under every name state_dict gives them
+    (a tied tensor appears under each of its names: torch 1.13's named_parameters() lists it
+    once and has no remove_duplicate=False)."""
+    try:
+        return dict(module.state_dict(keep_vars=True))
+    except Exception:  # a module whose state_dict hooks fail: walk it instead
+        out = {}
+        for mod_name, mod in module.named_modules(remove_duplicate=False):
+            prefix = mod_name + "." if mod_name else ""
+            skip = getattr(mod, "_non_persistent_buffers_set", set())
+            for n, p in mod._parameters.items():
+                if p is not None:
+                    out[prefix + n] = p
+            for n, b in mod._buffers.items():
+                if b is not None and n not in skip:
+                    out[prefix + n] = b
+        return out
+
+
+def kept_default(name):
+    return name.rsplit(".", 1)[-1] in KEPT_DEFAULTS
 
 
 def _strict_value(strict, config):
@@ -39,20 +81,88 @@ def _strict_value(strict, config):
     return bool(strict)
 
 
-def load_into(module, model, comm=None, strict=None, **config):
-    """COLLECTIVE. Loads `model` (folder or Hub id) into `module` on every rank of comm.
-    config: the C library's keys (tp, pp, dp, enable_expert_parallel, device, ...). The device
-    defaults to the module's (cuda when its parameters are on a GPU)."""
+def _same_memory(a, b):
+    return a.device == b.device and a.data_ptr() == b.data_ptr() and \
+        tuple(a.shape) == tuple(b.shape) and a.dtype == b.dtype
+
+
+def open_loader(model, comm=None, group=None, **config):
+    """Loader over an MPI communicator (comm) or a torch.distributed group (group)."""
+    if group is not None:
+        return Loader(model, comm, group=group, **config)
+    return Loader(model, comm, **config)
+
+
+def _how(p, t, loader_device):
+    """How planned parameter p reaches module tensor t: "bind" (the loader writes t), "copy" (from
+    the loader's memory after the load) or "other" (a shape, or a change between a float and a
+    non-float type, that neither can do: the fallback's, else a bind that fails)."""
+    if tuple(t.shape) != tuple(p.shape):
+        return "other"
+    want = _FLOATS.get(p.dtype)
+    if want is not None and t.dtype not in _FLOATS.values():
+        return "other"
+    direct = ((t.device.type == "cuda") == (loader_device == "cuda")) and t.is_contiguous()
+    if not direct:
+        return "copy"
+    if want is None or t.dtype == want or t.device.type == "cpu":
+        return "bind"  # non-float types are checked by the bind; host floats converted in C
+    return "copy"      # another float type on a GPU: torch casts on the device
+
+
+def load_into(module, model, comm=None, group=None, strict=None, fallback=None, check=None,
+              **config):
+    """COLLECTIVE. Loads `model` (folder or Hub id) into `module` on every rank of the load.
+    comm: an mpi4py communicator (default: MPI's world); group: a torch.distributed ProcessGroup
+    (gloo) of every rank of the load, used instead of MPI. config: the C library's keys (tp, pp,
+    dp, enable_expert_parallel, device, ...). The device defaults to the module's (cuda when its
+    parameters are on a GPU). fallback: see the module's docstring. check(plan): called before
+    any byte is read with this rank's plan (a list of shardload.Parameter); a returned message
+    fails the load on every rank. Returns (missing, unexpected)."""
     strict = _strict_value(strict, config)
     tensors = module_tensors(module)
     if "device" not in config:
         on_gpu = any(t.is_cuda for t in tensors.values())
         config["device"] = "cuda" if on_gpu else "cpu"
-    with Loader(model, comm, strict=strict, **config) as loader:
+    targets = getattr(fallback, "targets", None)
+
+    def taken(name):
+        """Module names the fallback fills from planned `name`, or None when it does not take it."""
+        if fallback is None:
+            return None
+        if targets is None:
+            return [name] if name in tensors else []
+        out = targets(name)
+        return None if out is None else list(out)
+
+    with open_loader(model, comm, group, strict=strict, **config) as loader:
         plan = loader.plan()
-        planned = {p.name: p for p in plan}
-        missing = sorted(n for n in tensors if n not in planned)
-        unexpected = sorted(n for n in planned if n not in tensors)
+        binds, copies, aliases, handed = [], [], [], []
+        filled, unexpected = set(), []
+        for p in plan:
+            t = tensors.get(p.name)
+            if p.alias_of is not None:
+                if t is not None:
+                    target = tensors.get(p.alias_of)
+                    if target is None or not _same_memory(t, target):
+                        aliases.append((p.name, p.alias_of))
+                    filled.add(p.name)
+                    continue
+            how = "other" if t is None or p.alias_of is not None else _how(p, t, loader.device)
+            names = taken(p.name) if how == "other" else None
+            if names is not None:
+                handed.append(p.name)
+                filled.update(names)
+            elif t is None:
+                unexpected.append(p.name)
+            elif how == "copy":
+                copies.append(p.name)
+                filled.add(p.name)
+            else:  # bind; a shape the bind refuses fails the load on every rank with its message
+                binds.append(p.name)
+                filled.add(p.name)
+        unexpected.sort()
+        missing = sorted(n for n in tensors if n not in filled and not kept_default(n))
         problem = None
         if strict and (missing or unexpected):
             parts = []
@@ -62,23 +172,45 @@ def load_into(module, model, comm=None, strict=None, **config):
                 parts.append("planned parameters the module lacks: " + ", ".join(unexpected))
             cls = MissingWeightsError if missing else UnexpectedWeightsError
             problem = cls("load_into: " + "; ".join(parts))
+        if problem is None and check is not None:
+            try:
+                message = check(plan)
+            except Exception as e:  # a failing check must fail every rank, not hang the others
+                message = "load_into: check: %s: %s" % (type(e).__name__, e)
+            if message:
+                problem = InvalidArgumentError(message)
         loader.agree(problem)
-        aliases = []
-        for name, p in planned.items():
-            if name not in tensors:
-                continue
-            if p.alias_of is not None:
-                aliases.append((name, p.alias_of))
-                continue
+        for name in binds:
             loader.bind(name, tensors[name].data)
         loader.load()
-        for name, target in aliases:
-            dst = tensors[name].data
-            src = tensors.get(target)
-            if src is not None and dst.data_ptr() != src.data.data_ptr():
+
+        failure = None
+        loaded = loader.params() if (copies or aliases or handed) else {}
+
+        def step(kind, name, target=None):
+            if kind == "copy":
+                tensors[name].data.copy_(loaded[name])
+            elif kind == "alias":
+                tensors[name].data.copy_(tensors[target].data if target in tensors else loaded[name])
+            else:
+                fallback(name, loaded[name])
+
+        work = [("copy", n, None) for n in copies] + [("alias", n, t) for n, t in aliases] + \
+            [("fallback", n, None) for n in handed]
+        for kind, name, target in work:
+            try:
                 with torch.no_grad():
-                    dst.copy_(src.data)
-            elif src is None:
-                with torch.no_grad():
-                    dst.copy_(loader.params()[name])
+                    step(kind, name, target)
+            except Exception as e:
+                if failure is None:
+                    failure = InvalidArgumentError("load_into: %s: %s: %s"
+                                                   % (name, type(e).__name__, e))
+                    failure.__cause__ = e
+        loaded = None   # the loader's memory of copied parameters is freed with the tensors
+        try:
+            loader.agree(failure)  # every rank raises when a fallback failed on any rank
+        except Error as e:
+            if failure is not None:
+                raise e from failure.__cause__
+            raise
     return missing, unexpected

@@ -1,74 +1,416 @@
-"""shardload.vllm -- vLLM's load format "shardload" (`vllm serve M --load-format shardload`).
+"""shardload.vllm -- vLLM's load format "shardload": every vLLM worker reads only its own
+tensor-parallel slices and experts, and every byte of the checkpoint is read once cluster-wide.
 
-A thin adaptor over shardload.torch.load_into, written against the model-loader interface of
-vLLM 0.10.2 / 0.11 (vllm/model_executor/model_loader/base_loader.py: BaseModelLoader with
-download_model(model_config) and load_weights(model, model_config); registration through
-vllm.model_executor.model_loader.register_model_loader, or ModelLoaderRegistry.register where a
-version has that instead). It is not exercised in CI (vLLM is not installed there): everything it
-does is load_into, which is.
+    vllm serve M --load-format shardload [--model-loader-extra-config '{"threads": 16}']
+    LLM(model=M, load_format="shardload", tensor_parallel_size=4)
 
-It works where every vLLM worker is an MPI rank: the external_launcher executor started by mpirun
-(launch/vllm-mpirun.sh). Ranks follow vLLM's order (dp outer, then pp, then tp), which is
-shardload's. Options: the load config's model_loader_extra_config is passed on as shardload
-configuration keys (e.g. {"threads": 16, "load_strategy": "mmap"}).
+Registration. `pip install ./python` declares the entry point vllm.general_plugins: shardload =
+shardload.vllm:register; vLLM calls it in every process it starts (API server, engine, workers).
+register() adds the loader with vllm.model_executor.model_loader.register_model_loader and never
+raises (vLLM calls general plugins outside a try block): anything that goes wrong is a warning,
+and `--load-format shardload` then fails in vLLM as an unknown format. This module imports no
+other part of shardload at import or registration; the loader imports what it needs when the
+format is used. (Importing the package `shardload`, which the entry point does, opens
+libshardload today: python/shardload/__init__.py imports the loader eagerly.)
 
-vllm is imported only by register() and the loader class, never by `import shardload`.
+Where it runs. The workers of a load are vLLM's own torch.distributed world, whatever started
+them: the mp executor (`vllm serve`, one process per GPU), Ray (one node or several),
+external_launcher (torchrun, mpirun with launch/vllm-mpirun.sh), with data parallelism (vLLM's
+world then spans every data-parallel rank). Control traffic uses vLLM's world CPU (gloo) group,
+`get_world_group().cpu_group`, passed to shardload as group= (shardload.torch.load_into); the
+sizes come from vLLM's tp, pp and dp groups, and the rank order is checked to be shardload's
+(dp outer, then pp, tp fastest) before any byte is read.
+
+Configuration forwarded (captured in load_model, while vLLM hands over its VllmConfig:
+vLLM 0.10.2-0.13 leave get_current_vllm_config() unset during load_weights): tp, pp, dp;
+enable_expert_parallel, expert_placement_strategy (linear|round_robin), enable_eplb,
+num_redundant_experts; the load config's download_dir (shardload's cache_dir) and the model
+revision. model_loader_extra_config: vLLM's own keys (enable_multithread_load, num_threads,
+enable_weights_track) go to shardload's `extra_config` key, validated as vLLM validates them;
+every other key is a shardload configuration key ({"load_strategy": "mmap", "threads": 16},
+"strict": false, "arch": "spec.json"), validated by the C library when the loader is created.
+
+What a worker gets (shardload.torch.load_into on the model vLLM built):
+- parameters and buffers bound and written in place; tied embeddings (lm_head.weight, the same
+  Parameter as model.embed_tokens.weight) are shared, not copied; a model dtype other than the
+  checkpoint's is converted (host: by the C library while writing; GPU: torch's copy_);
+- attention scales (_k_scale, _v_scale, _q_scale, _prob_scale buffers; k_scale, v_scale, ...
+  Parameters of FP8 checkpoints) keep their initial values when the plan has none, and are loaded
+  when it has them, checkpoint names (self_attn.k_proj.k_scale) mapped to vLLM's (attn.k_scale);
+- bytes that cannot be bound go to the parameter's own weight_loader, in vLLM's conventions for
+  data that is already the rank's: FusedMoE MXFP4 parameters (gpt-oss, intermediate size padded
+  by vLLM) as weight_loader(param, rank_tensor, weight_name=..., shard_id=None, expert_id=None),
+  parameters without a weight_loader through vLLM's default_weight_loader; Llama-4's transposed
+  experts (shardload keeps the checkpoint's [E, H, 2I] orientation) are transposed into w13_weight
+  / w2_weight. Any other parameter the plan cannot fill (a tensor-parallel weight_loader slices
+  whole checkpoint tensors itself: it cannot take a rank's slice) is an error on every rank;
+- the experts of each FusedMoE layer are checked against its expert_map (local slots, EPLB's
+  redundant slots holding logical expert slot % experts) before any byte is read;
+- then vLLM's process_weights_after_loading, as for any loader.
+
+A draft (speculative) model goes through shardload when shardload knows its architecture and its
+plan fits the module vLLM built; otherwise (an architecture shardload has no spec for, or a
+module vLLM names its own way, such as EAGLE heads) it is handed to vLLM's DefaultModelLoader,
+with a log line naming it. The target model is never handed over: an unknown architecture is an
+error naming it.
+
+vllm is imported only inside register() and the loader class, never by `import shardload.vllm`.
 """
 
+import json
+import logging
+import re
+import warnings
+
 LOAD_FORMAT = "shardload"
+VLLM_EXTRA_KEYS = ("enable_multithread_load", "num_threads", "enable_weights_track")
+logger = logging.getLogger("shardload.vllm")
 _registered = None
+_class = None
+_DRAFT_MISFIT = "the plan does not fit the draft model"
 
 
-def _parallel():
-    from vllm.config import get_current_vllm_config
-    from vllm.distributed import get_pp_group, get_tensor_model_parallel_world_size
-    import torch.distributed as dist
-    tp = get_tensor_model_parallel_world_size()
-    pp = get_pp_group().world_size
-    world = dist.get_world_size() if dist.is_initialized() else tp * pp
-    parallel = get_current_vllm_config().parallel_config
-    return {"tp": tp, "pp": pp, "dp": max(1, world // (tp * pp)),
-            "enable_expert_parallel": bool(getattr(parallel, "enable_expert_parallel", False))}
+def register():
+    """The vllm.general_plugins entry point: registers load format "shardload". Never raises."""
+    global _registered
+    if _registered is not None:
+        return _registered
+    try:
+        from vllm.model_executor.model_loader import register_model_loader
+        cls = loader_class()
+        register_model_loader(LOAD_FORMAT)(cls)
+    except Exception as e:  # vLLM calls plugins unguarded: a raise here would stop every start
+        message = "shardload: load format %r not registered with vLLM: %s: %s" % (
+            LOAD_FORMAT, type(e).__name__, e)
+        logger.warning(message)
+        warnings.warn(message, RuntimeWarning)
+        return None
+    _registered = cls
+    return cls
+
+
+# -------------------------------------------------------------------------------------------------
+# Options
+
+
+def split_options(extra):
+    """(shardload keys, strict) from model_loader_extra_config: vLLM's keys become `extra_config`
+    (validated by the C library as vLLM validates them), the others are shardload keys."""
+    if extra is None:
+        extra = {}
+    if isinstance(extra, str):
+        extra = json.loads(extra) if extra.strip() else {}
+    if not isinstance(extra, dict):
+        raise ValueError("model_loader_extra_config must be a dict for load format %s, got %s"
+                         % (LOAD_FORMAT, type(extra).__name__))
+    options = dict(extra)
+    vllm_keys = {k: options.pop(k) for k in VLLM_EXTRA_KEYS if k in options}
+    if vllm_keys:
+        options["extra_config"] = vllm_keys
+    strict = options.pop("strict", None)
+    if strict is None:
+        track = vllm_keys.get("enable_weights_track")
+        strict = track if isinstance(track, bool) else True
+    return options, strict
+
+
+def _redundant_experts(parallel):
+    n = getattr(parallel, "num_redundant_experts", None)   # vLLM 0.10.2
+    if n is None:
+        n = getattr(getattr(parallel, "eplb_config", None), "num_redundant_experts", 0)
+    return int(n or 0)
+
+
+def parallel_layout(vllm_config):
+    """The load's sizes, keys and control group, read from vLLM's process groups and config.
+    Returns a dict: tp, pp, dp (sizes), rank (world rank), keys (shardload configuration keys),
+    group (the world's CPU ProcessGroup), problem (a message when vLLM's rank order or sizes are
+    not shardload's, else None)."""
+    from vllm.distributed import parallel_state as ps
+    world, tp, pp = ps.get_world_group(), ps.get_tp_group(), ps.get_pp_group()
+    parallel = getattr(vllm_config, "parallel_config", None)
+    try:
+        dp = ps.get_dp_group()
+        dp_size, dp_rank = dp.world_size, dp.rank_in_group
+    except Exception:  # a version or launcher without a data-parallel group
+        dp_size = int(getattr(parallel, "data_parallel_size", 1) or 1)
+        dp_rank = int(getattr(parallel, "data_parallel_rank", 0) or 0)
+    keys = {"tp": tp.world_size, "pp": pp.world_size, "dp": dp_size}
+    if parallel is not None and getattr(parallel, "enable_expert_parallel", False):
+        keys["enable_expert_parallel"] = True
+        keys["expert_placement"] = getattr(parallel, "expert_placement_strategy", None) or "linear"
+        if getattr(parallel, "enable_eplb", False):
+            keys["enable_eplb"] = True
+            keys["num_redundant_experts"] = _redundant_experts(parallel)
+    problem = None
+    want = (dp_rank * pp.world_size + pp.rank_in_group) * tp.world_size + tp.rank_in_group
+    for cp in ("prefill_context_parallel_size", "decode_context_parallel_size"):
+        if int(getattr(parallel, cp, 1) or 1) > 1:
+            problem = "shardload: %s %s > 1 is not supported" % (cp, getattr(parallel, cp))
+    if problem is None and world.world_size != dp_size * pp.world_size * tp.world_size:
+        problem = ("shardload: vLLM's world has %d workers, dp %d x pp %d x tp %d = %d"
+                   % (world.world_size, dp_size, pp.world_size, tp.world_size,
+                      dp_size * pp.world_size * tp.world_size))
+    if problem is None and world.rank_in_group != want:
+        problem = ("shardload: vLLM worker %d is dp rank %d, pp rank %d, tp rank %d, which "
+                   "shardload places at rank %d (dp outer, then pp, tp fastest)"
+                   % (world.rank_in_group, dp_rank, pp.rank_in_group, tp.rank_in_group, want))
+    return {"tp": tp.world_size, "pp": pp.world_size, "dp": dp_size, "rank": world.rank_in_group,
+            "keys": keys, "group": world.cpu_group, "problem": problem}
+
+
+# -------------------------------------------------------------------------------------------------
+# Experts: FusedMoE's expert map against shardload's plan
+
+_EXPERT_ID = re.compile(r"\.experts\.(\d+)\.")
+_BITS = {"F64": 64, "I64": 64, "U64": 64, "F32": 32, "I32": 32, "U32": 32, "F16": 16, "BF16": 16,
+         "I16": 16, "U16": 16}
+
+
+def module_experts(moe):
+    """Logical expert ids of a FusedMoE's local slots, in slot order (redundant EPLB slot s holds
+    logical expert s % experts)."""
+    total = int(getattr(moe, "global_num_experts", 0) or 0)
+    logical = getattr(moe, "logical_num_experts", None) or \
+        total - int(getattr(moe, "num_redundant_experts", 0) or 0)
+    expert_map = getattr(moe, "expert_map", None)
+    if expert_map is None:
+        expert_map = getattr(moe, "_expert_map", None)
+    if expert_map is None:
+        physical = list(range(total))
+    else:
+        slots = sorted((slot, phys) for phys, slot in enumerate(expert_map.tolist()) if slot >= 0)
+        physical = [phys for _, phys in slots]
+    return [p % logical for p in physical] if logical else physical
+
+
+def planned_experts(p):
+    """Global expert ids of a planned stacked-expert parameter's slots (from its sources), or
+    None when they cannot be told."""
+    if not p.shape or p.shape[0] == 0 or not p.slices:
+        return None
+    slot_bytes = p.nbytes // p.shape[0]
+    by_slot = {}
+    for s in p.slices:
+        m = _EXPERT_ID.search(s["tensor"])
+        if m:
+            expert = int(m.group(1))
+        else:  # a fused [E, ...] source: the expert is the source offset's slab
+            shape = s["tensor_shape"]
+            bits = _BITS.get(s["tensor_dtype"], 8)
+            per = 1
+            for d in shape[1:]:
+                per *= d
+            per = per * bits // 8
+            if len(shape) < 3 or per == 0:
+                return None
+            expert = s["src_offset"] // per
+        by_slot.setdefault(s["dst_offset"] // slot_bytes, expert)
+    if len(by_slot) != p.shape[0]:
+        return None
+    return [by_slot[k] for k in sorted(by_slot)]
+
+
+def check_experts(plan, model):
+    """None, or a message naming the first FusedMoE layer whose local experts differ from the plan."""
+    modules = dict(model.named_modules())
+    for p in plan:
+        for suffix in (".w13_weight", ".gate_up_proj"):
+            if not p.name.endswith(suffix) or "experts" not in p.name:
+                continue
+            moe = modules.get(p.name[: -len(suffix)])
+            if moe is None or not hasattr(moe, "global_num_experts"):
+                continue
+            want, got = module_experts(moe), planned_experts(p)
+            if got is not None and want != got:
+                return ("shardload: %s: vLLM's FusedMoE holds experts %s (local slot order), "
+                        "shardload planned %s; the expert-parallel settings differ "
+                        "(enable_expert_parallel, expert_placement_strategy, enable_eplb, "
+                        "num_redundant_experts)" % (p.name[: -len(suffix)], want, got))
+    return None
+
+
+# -------------------------------------------------------------------------------------------------
+# What cannot be bound: to the parameter's weight_loader
+
+
+_KV_SCALE = re.compile(r"^(.*)\.self_attn\.(?:[qkv]_proj\.|prob_proj\.)?((?:k|v|q|prob)_scale)$")
+_TRANSPOSED = {".experts.gate_up_proj": ".experts.w13_weight", ".experts.down_proj": ".experts.w2_weight"}
+
+
+class WeightLoaderFallback:
+    """load_into's fallback for a vLLM model: targets(name) says which planned parameters it
+    takes (before any byte is read), __call__(name, tensor) hands the rank's bytes over."""
+
+    def __init__(self, model):
+        self.params = dict(model.named_parameters())
+        self.modules = dict(model.named_modules())
+        self.handed = []   # (planned name, module parameter, how), for the report and the tests
+
+    def _route(self, name):
+        """(module parameter name, how) or None."""
+        for ckpt, vllm_name in _TRANSPOSED.items():
+            if name.endswith(ckpt):
+                target = name[: -len(ckpt)] + vllm_name
+                if target in self.params:
+                    return target, "transpose"
+        m = _KV_SCALE.match(name)
+        if m:
+            target = "%s.self_attn.attn.%s" % (m.group(1), m.group(2))
+            if target in self.params:
+                return target, "default"
+        if name not in self.params:
+            return None
+        module = self.modules.get(name.rsplit(".", 1)[0])
+        if getattr(module, "quant_config", None) is not None and \
+                "mxfp4" in str(_quant_name(module.quant_config)) and hasattr(module, "expert_map"):
+            return name, "moe_rank"
+        if not hasattr(self.params[name], "weight_loader"):
+            return name, "default"
+        return None
+
+    def targets(self, name):
+        route = self._route(name)
+        return None if route is None else [route[0]]
+
+    def __call__(self, name, tensor):
+        import torch
+        target, how = self._route(name)
+        param = self.params[target]
+        with torch.no_grad():
+            if how == "transpose":
+                param.data.copy_(tensor.transpose(-1, -2))
+            elif how == "moe_rank":   # vLLM's MXFP4 convention: the rank's tensor, every expert
+                t = tensor if param.dim() == tensor.dim() else \
+                    tensor.reshape(tuple(tensor.shape[:param.dim() - 1]) + (-1,))
+                param.weight_loader(param, t, weight_name=target, shard_id=None, expert_id=None)
+            else:
+                from vllm.model_executor.model_loader.weight_utils import default_weight_loader
+                default_weight_loader(param, tensor)
+        self.handed.append((name, target, how))
+
+
+def _quant_name(quant_config):
+    get_name = getattr(quant_config, "get_name", None)
+    return get_name() if callable(get_name) else quant_config
+
+
+# -------------------------------------------------------------------------------------------------
+# The loader
 
 
 def loader_class():
     """The BaseModelLoader subclass (defined on first use: it needs vllm)."""
+    global _class
+    if _class is not None:
+        return _class
     from vllm.model_executor.model_loader.base_loader import BaseModelLoader
 
     class ShardloadModelLoader(BaseModelLoader):
-        """load_format="shardload": every rank loads its own shards with shardload."""
+        """load_format="shardload": every worker loads its own shards with shardload."""
+
+        def __init__(self, load_config):
+            super().__init__(load_config)
+            self.options, self.strict = split_options(
+                getattr(load_config, "model_loader_extra_config", None))
+            from .config import Config
+            Config(**{k: v for k, v in self.options.items()})   # unknown keys and values fail here
+            self.vllm_config = None
+            self.main_model_config = None
+            self.last = None   # what the last load_weights did: for logs and tests
 
         def download_model(self, model_config):
-            # Rank 0 of the load resolves Hub repositories itself; nothing to do ahead of it.
-            return None
+            return None   # rank 0 of the load resolves and downloads Hub repositories itself
 
-        def load_weights(self, model, model_config):
+        def load_model(self, vllm_config, model_config, *args, **kwargs):
+            self.vllm_config = vllm_config
+            self.main_model_config = getattr(vllm_config, "model_config", None)
+            return super().load_model(vllm_config, model_config, *args, **kwargs)
+
+        def _config(self):
+            if self.vllm_config is not None:
+                return self.vllm_config
+            from vllm.config import get_current_vllm_config
+            return get_current_vllm_config()
+
+        def _options(self, model, model_config, layout):
             import torch
-            from .torch import load_into
-            options = dict(getattr(self.load_config, "model_loader_extra_config", None) or {})
-            options.update(_parallel())
+            options = dict(self.options)
+            options.update(layout["keys"])
             if any(p.is_cuda for p in model.parameters()):
                 options.setdefault("device", "cuda")
                 options.setdefault("cuda_device", torch.cuda.current_device())
+            download_dir = getattr(self.load_config, "download_dir", None)
+            if download_dir:
+                options.setdefault("cache_dir", download_dir)
             revision = getattr(model_config, "revision", None)
             if revision:
                 options.setdefault("revision", revision)
-            load_into(model, model_config.model, **options)
+            return options
 
-    return ShardloadModelLoader
+        def load_weights(self, model, model_config):
+            from . import torch as sl_torch
+            layout = parallel_layout(self._config())
+            options = self._options(model, model_config, layout)
+            draft = self.main_model_config is not None and model_config is not self.main_model_config
+            if draft:
+                reason = self._draft_misfit(model, model_config, layout, options)
+                if reason is not None:
+                    self._to_default_loader(model, model_config, reason)
+                    return
+            fallback = WeightLoaderFallback(model)
 
+            def check(plan):
+                return layout["problem"] or check_experts(plan, model)
 
-def register():
-    """The vllm.general_plugins entry point: registers load_format "shardload"."""
-    global _registered
-    if _registered is not None:
-        return _registered
-    cls = loader_class()
-    try:
-        from vllm.model_executor.model_loader import register_model_loader
-        register_model_loader(LOAD_FORMAT)(cls)
-    except ImportError:
-        from vllm.model_executor.model_loader.registry import ModelLoaderRegistry
-        ModelLoaderRegistry.register(LOAD_FORMAT)(cls)
-    _registered = cls
-    return cls
+            missing, unexpected = sl_torch.load_into(
+                model, model_config.model, group=layout["group"], strict=self.strict,
+                fallback=fallback, check=check, **options)
+            self.last = {"loader": "shardload", "missing": missing, "unexpected": unexpected,
+                         "handed": list(fallback.handed), "options": options}
+
+        def _draft_misfit(self, model, model_config, layout, options):
+            """None when shardload can load the draft model, else the reason (collective)."""
+            from . import torch as sl_torch
+            from .errors import Error, UnexpectedWeightsError
+            fallback = WeightLoaderFallback(model)
+            try:
+                with sl_torch.open_loader(model_config.model, None, layout["group"],
+                                          strict=self.strict, **options) as loader:
+                    plan = loader.plan()
+                    tensors = sl_torch.module_tensors(model)
+                    planned = set()
+                    lacking = []
+                    for p in plan:
+                        names = [p.name] if p.name in tensors else fallback.targets(p.name)
+                        if names is None:
+                            lacking.append(p.name)
+                        planned.update(names or [])
+                    unfilled = [n for n in tensors if n not in planned and not sl_torch.kept_default(n)]
+                    problem = None
+                    if lacking or unfilled:
+                        problem = UnexpectedWeightsError(
+                            "%s (module lacks %s; plan lacks %s)" % (_DRAFT_MISFIT, lacking[:5], unfilled[:5]))
+                    loader.agree(problem)
+                return None
+            except Error as e:
+                if "unknown architecture" in e.message or _DRAFT_MISFIT in e.message:
+                    return e.message
+                raise
+
+        def _to_default_loader(self, model, model_config, reason):
+            import copy
+            from vllm.model_executor.model_loader import DefaultModelLoader
+            archs = getattr(model_config, "architectures", None) or \
+                getattr(getattr(model_config, "hf_config", None), "architectures", None)
+            logger.info("shardload: draft model %s (%s) loaded by vLLM's default loader: %s",
+                        model_config.model, archs, reason)
+            config = copy.copy(self.load_config)
+            config.load_format = "auto"
+            extra = getattr(self.load_config, "model_loader_extra_config", None) or {}
+            config.model_loader_extra_config = {k: v for k, v in extra.items() if k in VLLM_EXTRA_KEYS}
+            DefaultModelLoader(config).load_weights(model, model_config)
+            self.last = {"loader": "default", "reason": reason}
+
+    _class = ShardloadModelLoader
+    return _class

@@ -200,3 +200,149 @@ def raw(t):
             t = t.view(torch.int16)
         t = t.numpy()
     return np.ascontiguousarray(t).tobytes()
+
+
+# -------------------------------------------------------------------------------------------------
+# dp x pp x tp layouts, pipeline stages, DeepSeek MLA (the torch.distributed worker tests)
+
+
+class StageLayout:
+    """One rank of a dp x pp x tp job, vLLM's order: tensor parallel fastest, then the pipeline,
+    then data parallel (g = q*pp*tp + p*tp + r). Experts live in the stage group of dp*tp ranks:
+    sliced over all of them without expert parallelism (moe rank q*tp + r), whole ones with it
+    (expert-parallel rank q*tp + r). The fields reference() reads mean what they mean in Layout."""
+
+    def __init__(self, world, rank, tp, pp=1, ep=False):
+        assert world % (tp * pp) == 0, (world, tp, pp)
+        self.tp, self.pp, self.dp = tp, pp, world // (tp * pp)
+        self.r = rank % tp
+        self.stage = (rank // tp) % pp
+        self.dp_rank = rank // (tp * pp)
+        self.ep = ep
+        stage_rank, stage_size = self.dp_rank * tp + self.r, self.dp * tp
+        self.moe_tp = 1 if ep else stage_size
+        self.moe_r = 0 if ep else stage_rank
+        self.ep_size = stage_size if ep else 1
+        self.ep_rank = stage_rank if ep else 0
+
+
+def pp_stages(layers, pp, partition=None):
+    """[(start, end)] of every pipeline stage, as vLLM's get_pp_indices: `partition` (a list of
+    counts) when given, else layers // pp each and one more for the layers % pp stages just
+    before the last one."""
+    if partition is not None:
+        counts = list(partition)
+    else:
+        counts = [layers // pp] * pp
+        for i in range(2, layers % pp + 2):
+            counts[-i] += 1
+    out, start = [], 0
+    for n in counts:
+        out.append((start, start + n))
+        start += n
+    assert start == layers, (layers, counts)
+    return out
+
+
+def stage_filter(full, config, lay, partition=None):
+    """The part of a whole-model reference {name: array} stage lay.stage holds: its layers under
+    their global index, the embedding on the first stage (and on the last when tied: the head uses
+    it), the final norm and lm_head on the last."""
+    start, end = pp_stages(config["num_hidden_layers"], lay.pp, partition)[lay.stage]
+    first, last = lay.stage == 0, lay.stage == lay.pp - 1
+    out = {}
+    for name, a in full.items():
+        if name.startswith("model.layers."):
+            keep = start <= int(name.split(".")[2]) < end
+        elif name.startswith("model.embed_tokens."):
+            keep = first or (last and bool(config.get("tie_word_embeddings")))
+        elif name.startswith("model.norm.") or name.startswith("lm_head."):
+            keep = last
+        else:
+            keep = True
+        if keep:
+            out[name] = a
+    return out
+
+
+def reference_stage(ckpt, lay, partition=None):
+    """reference() of a dp x pp x tp rank (StageLayout): the llama / mistral / qwen2 / mixtral
+    families, only what its pipeline stage holds."""
+    return stage_filter(reference(ckpt, lay), ckpt.config, lay, partition)
+
+
+def _column(t, lay):
+    n = t.shape[0] // lay.tp
+    return t[lay.r * n:(lay.r + 1) * n]
+
+
+def _row(t, lay):
+    n = t.shape[1] // lay.tp
+    return np.ascontiguousarray(t[:, lay.r * n:(lay.r + 1) * n])
+
+
+def _merged(parts, lay):
+    return np.concatenate([_column(p, lay) for p in parts])
+
+
+def reference_deepseek(ckpt, lay, partition=None):
+    """{vLLM name: array} a rank (StageLayout) holds of a DeepSeek-V2/V3 checkpoint, as vLLM's
+    DeepseekV2ForCausalLM builds it. Attention (MLA): q_proj (no q LoRA) or q_b_proj column-parallel
+    over the heads; q_a_proj and kv_a_proj_with_mqa replicated, concatenated into fused_qkv_a_proj
+    (q rows first) when there is a q LoRA; kv_b_proj column-parallel (its rows are per head);
+    o_proj row-parallel; the LoRA norms replicated. MLP: gate_up_proj / down_proj on the first
+    first_k_dense_replace layers (and those off moe_layer_freq), else a replicated router,
+    e_score_correction_bias with noaux_tc, routed experts stacked as in reference() (w1 = gate_proj,
+    w3 = up_proj, w2 = down_proj) and shared experts as a dense MLP over the tensor-parallel group.
+    MTP layers (index >= num_hidden_layers) are not loaded."""
+    c = ckpt.config
+    g = ckpt.get
+    V = c["vocab_size"]
+    q_lora = c.get("q_lora_rank") or 0
+    E = c.get("n_routed_experts") or 0
+    first_dense = c.get("first_k_dense_replace", 0)
+    freq = c.get("moe_layer_freq", 1)
+    out = {"model.embed_tokens.weight": vocab_slice(g("model.embed_tokens.weight"), V, lay),
+           "model.norm.weight": g("model.norm.weight"),
+           "lm_head.weight": vocab_slice(g("lm_head.weight"), V, lay)}
+    for L in range(c["num_hidden_layers"]):
+        p = "model.layers.%d." % L
+        a = p + "self_attn."
+        for n in ("input_layernorm.weight", "post_attention_layernorm.weight"):
+            out[p + n] = g(p + n)
+        if q_lora:
+            out[a + "fused_qkv_a_proj.weight"] = np.concatenate(
+                [g(a + "q_a_proj.weight"), g(a + "kv_a_proj_with_mqa.weight")])
+            out[a + "q_a_layernorm.weight"] = g(a + "q_a_layernorm.weight")
+            out[a + "q_b_proj.weight"] = _column(g(a + "q_b_proj.weight"), lay)
+        else:
+            out[a + "q_proj.weight"] = _column(g(a + "q_proj.weight"), lay)
+            out[a + "kv_a_proj_with_mqa.weight"] = g(a + "kv_a_proj_with_mqa.weight")
+        out[a + "kv_a_layernorm.weight"] = g(a + "kv_a_layernorm.weight")
+        out[a + "kv_b_proj.weight"] = _column(g(a + "kv_b_proj.weight"), lay)
+        out[a + "o_proj.weight"] = _row(g(a + "o_proj.weight"), lay)
+        m = p + "mlp."
+        if not (E > 0 and L >= first_dense and L % freq == 0):
+            out[m + "gate_up_proj.weight"] = _merged([g(m + "gate_proj.weight"),
+                                                      g(m + "up_proj.weight")], lay)
+            out[m + "down_proj.weight"] = _row(g(m + "down_proj.weight"), lay)
+            continue
+        out[m + "gate.weight"] = g(m + "gate.weight")
+        if c.get("topk_method") == "noaux_tc":
+            out[m + "gate.e_score_correction_bias"] = g(m + "gate.e_score_correction_bias")
+        ip = c["moe_intermediate_size"] // lay.moe_tp
+        s = lay.moe_r * ip
+        w13, w2 = [], []
+        for x in local_experts(E, lay):
+            e = m + "experts.%d." % x
+            w13.append(np.concatenate([g(e + "gate_proj.weight")[s:s + ip],
+                                       g(e + "up_proj.weight")[s:s + ip]]))
+            w2.append(g(e + "down_proj.weight")[:, s:s + ip])
+        out[m + "experts.w13_weight"] = np.stack(w13)
+        out[m + "experts.w2_weight"] = np.ascontiguousarray(np.stack(w2))
+        if c.get("n_shared_experts"):
+            sh = m + "shared_experts."
+            out[sh + "gate_up_proj.weight"] = _merged([g(sh + "gate_proj.weight"),
+                                                       g(sh + "up_proj.weight")], lay)
+            out[sh + "down_proj.weight"] = _row(g(sh + "down_proj.weight"), lay)
+    return stage_filter(out, c, lay, partition)

@@ -30,10 +30,14 @@ sl_python_test(python_errors test_errors.py 1 2 3 4)
 sl_python_test(python_forward test_forward.py 1 2 4)
 sl_python_test(python_rss test_rss.py 2)
 sl_python_test(python_progress test_progress.py 1 2 3)
+# Keys as vLLM spells them, did you mean, local paths against Hub ids, the heads first at tp 3.
+sl_python_test(python_options test_options.py 1 2 3)
 
+# pip install into a fresh venv, then a load at 2 ranks and an uncaught exception's abort under
+# `python -m mpi4py`, in a clean environment outside the repository (the script says how).
 add_test(NAME python_install COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/python/test_install.sh)
-set_tests_properties(python_install PROPERTIES LABELS python TIMEOUT 300 SKIP_RETURN_CODE 77
-  ENVIRONMENT "${SL_TEST_ENV}")
+set_tests_properties(python_install PROPERTIES LABELS python TIMEOUT 420 SKIP_RETURN_CODE 77 PROCESSORS 2
+  FIXTURES_REQUIRED models ENVIRONMENT "${SL_TEST_ENV}")
 
 # The vLLM-style peer of scripts/bench against shardload's --save-sharded output, tp = 1, 2, 4.
 # Nine interpreter starts with torch: a generous bound for a loaded machine.
@@ -44,3 +48,6 @@ set_tests_properties(python_bench_peer PROPERTIES LABELS python TIMEOUT 600 PROC
 # scripts/bench's pause of free page reporting is always undone (stand-in kernel files).
 add_test(NAME python_bench_page_reporting COMMAND ${SL_PY} ${CMAKE_CURRENT_SOURCE_DIR}/python/test_bench_page_reporting.py)
 set_tests_properties(python_bench_page_reporting PROPERTIES LABELS python TIMEOUT 60)
+
+# Parameters bound to host tensors of another float dtype, against torch's own .to(dtype).
+sl_python_test(python_cast test_cast.py 1 2 4)

@@ -4,7 +4,7 @@ bounded by ctest's timeout and `timeout` in python.cmake). Under mpirun at 1..4 
   - the last rank binds a tensor of the wrong shape: ShapeError on every rank (the others' message
     "another rank failed: ...");
   - the last rank binds an unknown name: NotFoundError on every rank;
-  - a wrong dtype: InvalidArgumentError; a bad configuration value: ConfigError (the C message);
+  - a wrong dtype (int32 for BF16: no conversion): InvalidArgumentError; a bad configuration value: ConfigError (the C message);
   - a checkpoint lacking a weight: MissingWeightsError on every rank (strict), a warning without;
   - load_into a module with an extra parameter: MissingWeightsError naming it, on every rank;
     strict=False loads and returns it in `missing`;
@@ -55,7 +55,7 @@ def bind_then_load(what):
             elif what == "name":
                 l.bind("no.such.weight", torch.empty(4, dtype=torch.bfloat16))
             else:
-                l.bind(p.name, torch.empty(p.shape, dtype=torch.float32))
+                l.bind(p.name, torch.empty(p.shape, dtype=torch.int32))  # float types convert
         l.load()
 
 

@@ -3,10 +3,11 @@ tensor-parallel layout (the tests' stand-in for vLLM's model classes).
 
 Column-parallel layers (qkv_proj, gate_up_proj, experts' w13, lm_head) hold their rank's rows;
 row-parallel layers (o_proj, down_proj, experts' w2) their rank's columns, followed by an
-allreduce through mpi4py; the vocabulary-parallel embedding masks tokens outside its rows and
-allreduces; the lm_head's logits are gathered and the padding cut off. Experts: every rank runs its
-local experts (all of them, sharded, without expert parallelism; whole ones, a subset, with it)
-and the partial outputs are allreduced. tp = 1 and comm = None is the unsharded model.
+allreduce through mpi4py (or a torch.distributed gloo group: TorchGroupComm); the
+vocabulary-parallel embedding masks tokens outside its rows and allreduces; the lm_head's logits
+are gathered and the padding cut off. Experts: every rank runs its local experts (all of them,
+sharded, without expert parallelism; whole ones, a subset, with it) and the partial outputs are
+allreduced. tp = 1 and comm = None is the unsharded model.
 """
 
 import torch
@@ -29,6 +30,32 @@ class Comm:
             return t
         parts = self.comm.allgather(t.detach().contiguous().numpy())
         return torch.cat([torch.from_numpy(p) for p in parts], dim=-1)
+
+
+class TorchGroupComm:
+    """Comm's two collectives over a torch.distributed process group (gloo) instead of mpi4py:
+    for workers joined by torch.distributed without MPI."""
+
+    def __init__(self, group=None):
+        import torch.distributed as dist
+        self.dist = dist
+        self.group = group if group is not None else dist.group.WORLD
+        self.size = dist.get_world_size(self.group)
+
+    def allreduce(self, t):
+        if self.size == 1:
+            return t
+        a = t.detach().contiguous().clone()
+        self.dist.all_reduce(a, op=self.dist.ReduceOp.SUM, group=self.group)
+        return a
+
+    def allgather_last(self, t):
+        if self.size == 1:
+            return t
+        a = t.detach().contiguous()
+        parts = [torch.empty_like(a) for _ in range(self.size)]
+        self.dist.all_gather(parts, a, group=self.group)
+        return torch.cat(parts, dim=-1)
 
 
 def rms_norm(x, w, eps):
@@ -79,7 +106,9 @@ class TinyDecoder(torch.nn.Module):
 
     def __init__(self, config, tp=1, rank=0, comm=None, experts_local=None, ep=False):
         super().__init__()
-        self.c, self.tp, self.r, self.comm = config, tp, rank, Comm(comm)
+        self.c, self.tp, self.r = config, tp, rank
+        # comm: an mpi4py communicator (or None), or an adaptor such as TorchGroupComm
+        self.comm = comm if hasattr(comm, "allgather_last") else Comm(comm)
         E = config.get("num_local_experts", 0)
         self.experts_local = list(range(E)) if experts_local is None else experts_local
         for name, shape in empty_params(config, tp, self.experts_local, ep).items():

@@ -1,0 +1,54 @@
+#!/usr/bin/env python3
+"""make_fixtures.py OUTDIR -- the checkpoints of the vLLM plugin tests, from scripts/make-fixture:
+llama_f32, mixtral_f32, qwen3 (tied head, BF16), llama (BF16), gpt_oss (MXFP4 experts),
+llama4_text (transposed fused experts), and variants:
+  mixtral_ng2  mixtral_f32 whose config.json declares n_group 2 (expert groups, as DeepSeek's
+               does), so that round_robin expert placement is in effect in shardload and vLLM;
+  llama_kv     llama_f32 with KV-cache scales under the checkpoint names FP8 checkpoints use
+               (self_attn.k_proj.k_scale / v_proj.v_scale, and self_attn.k_scale / v_scale), and
+               kv_spec.json, shardload's llama spec plus those scales as replicated parameters;
+  eagle_draft  llama_f32 whose config.json names an architecture shardload has no spec for."""
+
+import json
+import os
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SOURCE = os.environ.get("SL_SOURCE_DIR", os.path.join(HERE, "..", ".."))
+MAKE = os.path.join(SOURCE, "scripts", "make-fixture")
+KV = ["model.layers.0.self_attn.k_proj.k_scale", "model.layers.0.self_attn.v_proj.v_scale",
+      "model.layers.1.self_attn.k_scale", "model.layers.1.self_attn.v_scale"]
+
+
+def make(name, out, *args):
+    subprocess.run([MAKE, name, out] + list(args), check=True, stdout=subprocess.DEVNULL)
+
+
+def kv_spec(path):
+    with open(os.path.join(SOURCE, "specs", "llama.json")) as f:
+        spec = json.load(f)
+    spec["_comment"] = "tests/vllm: the llama spec plus KV-cache scales (replicated scalars)"
+    for layer, names in ((0, ("k_proj.k_scale", "v_proj.v_scale")), (1, ("k_scale", "v_scale"))):
+        for n in names:
+            name = "model.layers.{layer}.self_attn." + n
+            spec["params"].append({"name": name, "place": "layer", "style": "replicated",
+                                   "when": "layer == %d" % layer,
+                                   "sources": [{"tensor": name, "shape": []}]})
+    with open(path, "w") as f:
+        json.dump(spec, f, indent=1)
+
+
+def main(out):
+    os.makedirs(out, exist_ok=True)
+    for name in ("llama_f32", "mixtral_f32", "qwen3", "llama", "gpt_oss", "llama4_text"):
+        make(name, os.path.join(out, name))
+    make("mixtral_f32", os.path.join(out, "mixtral_ng2"), "--set-config", "n_group=2")
+    make("llama_f32", os.path.join(out, "llama_kv"), *sum((["--extra", n + ":F32:"] for n in KV), []))
+    kv_spec(os.path.join(out, "kv_spec.json"))
+    make("llama_f32", os.path.join(out, "eagle_draft"),
+         "--set-config", 'architectures=["EagleLlamaForCausalLM"]')
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else "fixtures-vllm")

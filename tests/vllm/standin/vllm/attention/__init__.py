@@ -1,0 +1,3 @@
+"""STAND-IN for vllm.attention."""
+
+from .layer import Attention  # noqa: F401

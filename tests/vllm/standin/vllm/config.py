@@ -1,0 +1,127 @@
+"""STAND-IN for vllm.config (vLLM's vllm/config/): the config classes shardload.vllm reads, and the
+current-config context that vLLM sets while it builds a model (get_current_vllm_config outside
+it returns a default VllmConfig, as vLLM does, with a warning)."""
+
+import contextlib
+import dataclasses
+import json
+import os
+import types
+import warnings
+from typing import Any, Optional
+
+import torch
+
+
+def _namespace(d):
+    if isinstance(d, dict):
+        return types.SimpleNamespace(**{k: _namespace(v) for k, v in d.items()})
+    return d
+
+
+@dataclasses.dataclass
+class ModelConfig:
+    """model: folder of the checkpoint; dtype: "auto" (config.json's torch_dtype) or a torch
+    dtype or its name; hf_config: config.json as attributes (the text config for multimodal
+    models is hf_config.text_config, as transformers gives it)."""
+    model: str = ""
+    revision: Optional[str] = None
+    dtype: Any = "auto"
+    quantization: Optional[str] = None
+
+    def __post_init__(self):
+        with open(os.path.join(self.model, "config.json")) as f:
+            raw = json.load(f)
+        self.hf_config = _namespace(raw)
+        self.hf_text_config = getattr(self.hf_config, "text_config", self.hf_config)
+        self.architectures = list(raw.get("architectures", []))
+        if self.quantization is None and "quantization_config" in raw:
+            self.quantization = raw["quantization_config"].get("quant_method")
+        if self.dtype == "auto":
+            name = raw.get("torch_dtype") or getattr(self.hf_text_config, "torch_dtype", "float32")
+            self.dtype = name
+        if isinstance(self.dtype, str):
+            self.dtype = getattr(torch, self.dtype)
+
+
+@dataclasses.dataclass
+class LoadConfig:
+    load_format: str = "auto"
+    download_dir: Optional[str] = None
+    model_loader_extra_config: dict = dataclasses.field(default_factory=dict)
+    device: Optional[str] = None
+    ignore_patterns: Optional[list] = None
+
+
+@dataclasses.dataclass
+class EPLBConfig:
+    num_redundant_experts: int = 0
+
+
+@dataclasses.dataclass
+class ParallelConfig:
+    tensor_parallel_size: int = 1
+    pipeline_parallel_size: int = 1
+    data_parallel_size: int = 1
+    data_parallel_rank: int = 0
+    enable_expert_parallel: bool = False
+    expert_placement_strategy: str = "linear"   # linear | round_robin
+    enable_eplb: bool = False
+    eplb_config: EPLBConfig = dataclasses.field(default_factory=EPLBConfig)
+    distributed_executor_backend: Optional[str] = None   # mp | ray | external_launcher
+    prefill_context_parallel_size: int = 1
+    decode_context_parallel_size: int = 1
+
+    @property
+    def world_size(self):
+        return self.tensor_parallel_size * self.pipeline_parallel_size
+
+    @property
+    def world_size_across_dp(self):
+        return self.world_size * self.data_parallel_size
+
+
+@dataclasses.dataclass
+class DeviceConfig:
+    device: str = "cpu"
+
+
+@dataclasses.dataclass
+class CacheConfig:
+    cache_dtype: str = "auto"
+
+
+@dataclasses.dataclass
+class SpeculativeConfig:
+    draft_model_config: Optional[ModelConfig] = None
+
+
+@dataclasses.dataclass
+class VllmConfig:
+    model_config: Optional[ModelConfig] = None
+    load_config: LoadConfig = dataclasses.field(default_factory=LoadConfig)
+    parallel_config: ParallelConfig = dataclasses.field(default_factory=ParallelConfig)
+    device_config: DeviceConfig = dataclasses.field(default_factory=DeviceConfig)
+    cache_config: CacheConfig = dataclasses.field(default_factory=CacheConfig)
+    speculative_config: Optional[SpeculativeConfig] = None
+
+
+_current = None
+
+
+@contextlib.contextmanager
+def set_current_vllm_config(vllm_config):
+    global _current
+    old = _current
+    _current = vllm_config
+    try:
+        yield
+    finally:
+        _current = old
+
+
+def get_current_vllm_config():
+    if _current is None:
+        warnings.warn("Current vLLM config is not set.")
+        return VllmConfig()
+    return _current

@@ -1,0 +1,1 @@
+"""STAND-IN for vllm.model_executor (see vllm/__init__.py of this stand-in)."""
