@@ -13,7 +13,9 @@
 #   LLM(model=M, tensor_parallel_size=4, distributed_executor_backend="external_launcher",
 #       load_format="shardload")
 # MASTER_ADDR defaults to 127.0.0.1 (one node; set it to the first host for multi-node jobs),
-# MASTER_PORT to 29500. vLLM picks cuda:LOCAL_RANK. Not exercised in CI (vLLM is not installed there).
+# MASTER_PORT to 29500. vLLM picks cuda:LOCAL_RANK. The load runs over vLLM's own torch.distributed
+# group, not MPI; mpirun only starts the processes (`vllm serve` needs no wrapper at all). The test
+# suite runs this wrapper with a stand-in of vLLM (ctest -L vllm: vllm_mpirun_np*), not vLLM itself.
 set -euo pipefail
 : "${OMPI_COMM_WORLD_RANK:?run this under Open MPI mpirun}"
 export RANK="$OMPI_COMM_WORLD_RANK"

@@ -41,8 +41,9 @@
  * MPI: create loaders after MPI_Init_thread and destroy them before MPI_Finalize.
  *
  * Thread safety: one handle must not be used from two threads at once. Distinct handles may be
- * used from distinct threads, except that loaders used concurrently need MPI_THREAD_MULTIPLE
- * (and distinct communicators), and the logging settings are process-wide: set them, and make a
+ * used from distinct threads, except that MPI loaders used concurrently need MPI_THREAD_MULTIPLE
+ * (and distinct communicators; loaders of sl_loader_create_ops need nothing more: the test suite
+ * runs two at once in one process), and the logging settings are process-wide: set them, and make a
  * first call of sl_config_keys, before starting threads.
  *
  * Memory: the caller owns what it creates and frees it with the matching destroy/close. Every

@@ -31,7 +31,7 @@ MIN, SUM = 0, 1
 OPS_VERSION = 1
 
 HEARTBEAT_EVERY_S = 0.5
-CHECK_EVERY_S = 0.005  # the store's stop and failure keys, while a call waits
+CHECK_EVERY_S = 0.05  # the store's stop and failure keys, while a call waits (a store round trip each)
 TAG_BASE = 0x5100
 
 _c_msg = ctypes.c_void_p
@@ -345,7 +345,7 @@ class TorchComm:
         deadline = start + timeout_s if timeout_s and timeout_s > 0 else None
         _RECENT_WORKS.extend(works)
         done, box = self._waiter.submit(works)
-        while not done.wait(0.0005):
+        while not done.wait(CHECK_EVERY_S):  # returns at once when the works complete
             now = time.monotonic()
             self._beat_quietly(now - self._last_progress)
             if now >= self._next_check:

@@ -178,15 +178,26 @@ static void stopped(sl__comm *c, bool *aborted) {
   *aborted = true;
 }
 
+/* Before a group call: a broken communicator refuses it, a raised stop skips it (*aborted). */
+static bool group_call_skipped(sl__comm *c, bool *aborted, sl__err *err, sl_status *status) {
+  if (state_of(c)->broken) {
+    *status = refuse(c, err);
+    return true;
+  }
+  if (sl__comm_abort_check(c)) {
+    *aborted = true;
+    *status = SL_STATUS_OK;
+    return true;
+  }
+  return false;
+}
+
 static sl_status caller_group_bcast(sl__comm *c, uint32_t g, void *buf, uint64_t nbytes, int root, bool *aborted,
                                     sl__err *err) {
   caller_state *s = state_of(c);
-  if (s->broken)
-    return refuse(c, err);
-  if (sl__comm_abort_check(c)) {
-    *aborted = true;
-    return SL_STATUS_OK;
-  }
+  sl_status skipped;
+  if (group_call_skipped(c, aborted, err, &skipped))
+    return skipped;
   char msg[MSG_CAP] = "";
   char what[96];
   snprintf(what, sizeof what, "broadcast of %llu bytes in group %u", (unsigned long long)nbytes, g);
@@ -201,12 +212,9 @@ static sl_status caller_group_alltoallv(sl__comm *c, uint32_t g, const void *sen
                                         const uint64_t *sdispl, void *recv, const uint64_t *rcount,
                                         const uint64_t *rdispl, bool *aborted, sl__err *err) {
   caller_state *s = state_of(c);
-  if (s->broken)
-    return refuse(c, err);
-  if (sl__comm_abort_check(c)) {
-    *aborted = true;
-    return SL_STATUS_OK;
-  }
+  sl_status skipped;
+  if (group_call_skipped(c, aborted, err, &skipped))
+    return skipped;
   char msg[MSG_CAP] = "";
   char what[96];
   snprintf(what, sizeof what, "two-phase exchange in group %u", g);

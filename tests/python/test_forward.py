@@ -34,16 +34,6 @@ worst = 0.0
 bad = 0
 
 
-def unsharded(folder):
-    ckpt = common.Checkpoint(folder)
-    model = tiny_models.TinyDecoder(ckpt.config)
-    weights = common.reference(ckpt, common.Layout(1, 0, 1, False))
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            p.copy_(torch.from_numpy(weights[name].copy()))
-    return ckpt.config, model
-
-
 def sharded(folder, config, ep):
     lay = common.Layout(world, rank, world, ep)
     experts = common.local_experts(config["num_local_experts"], lay) \
@@ -57,7 +47,7 @@ def sharded(folder, config, ep):
 
 for name, ep in (("llama_f32", False), ("mixtral_f32", True), ("mixtral_f32", False)):
     folder = os.path.join(common.numeric_fixtures(), name)
-    config, full = unsharded(folder)
+    config, full = tiny_models.unsharded(folder)
     V = config["vocab_size"]
     tokens = torch.tensor([[1, 5, 99, 42, 7, 3, 77, 17], [0, 64, 63, 98, 2, 11, 50, 8]]) % V
     with torch.no_grad():

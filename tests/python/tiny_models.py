@@ -173,3 +173,16 @@ class TinyDecoder(torch.nn.Module):
         x = rms_norm(x, m.norm.weight, eps)
         logits = self.comm.allgather_last(x @ self.lm_head.weight.T)
         return logits[..., : c["vocab_size"]]
+
+
+def unsharded(folder):
+    """(config, the whole TinyDecoder) with the tests' reference weights at one rank: the model the
+    shards' forward passes are compared with."""
+    import common
+    ckpt = common.Checkpoint(folder)
+    model = TinyDecoder(ckpt.config)
+    weights = common.reference(ckpt, common.Layout(1, 0, 1, False))
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.copy_(torch.from_numpy(weights[name].copy()))
+    return ckpt.config, model

@@ -29,19 +29,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE = os.environ.get("SL_SOURCE_DIR", os.path.join(HERE, "..", ".."))
 sys.path.insert(0, os.path.join(HERE, "standin"))
 sys.path.insert(0, os.path.join(SOURCE, "python"))
-
-
-def skip(msg):
-    print("SKIP: " + msg)
-    sys.exit(77)
-
-
-def need(modules):
-    for m in modules:
-        try:
-            __import__(m)
-        except ImportError:
-            skip("%s is not installed for %s (Debian: python3-%s)" % (m, sys.executable, m))
+sys.path.insert(0, os.path.join(HERE, "..", "python"))
+from common import need, skip  # noqa: E402,F401  (the python tests' own: exit 77 with the reason)
 
 
 def fixtures():

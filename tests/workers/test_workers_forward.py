@@ -21,18 +21,6 @@ TOL = 1e-5
 CASES = (("llama_f32", False), ("mixtral_f32", True), ("mixtral_f32", False))
 
 
-def unsharded(folder):
-    import torch
-    import tiny_models
-    ckpt = common.Checkpoint(folder)
-    model = tiny_models.TinyDecoder(ckpt.config)
-    weights = common.reference(ckpt, common.Layout(1, 0, 1, False))
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            p.copy_(torch.from_numpy(weights[name].copy()))
-    return ckpt.config, model
-
-
 def sharded(w, folder, config, ep):
     import shardload.torch
     import tiny_models
@@ -51,11 +39,12 @@ def sharded(w, folder, config, ep):
 
 def body(w):
     import torch
+    import tiny_models
     torch.manual_seed(0)
     worst, done = 0.0, 0
     for name, ep in CASES:
         folder = os.path.join(common.numeric_fixtures(), name)
-        config, full = unsharded(folder)
+        config, full = tiny_models.unsharded(folder)
         V = config["vocab_size"]
         tokens = torch.tensor([[1, 5, 99, 42, 7, 3, 77, 17], [0, 64, 63, 98, 2, 11, 50, 8]]) % V
         with torch.no_grad():
