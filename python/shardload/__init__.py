@@ -1,8 +1,9 @@
-"""shardload -- load a safetensors checkpoint into the ranks of an MPI job, from Python.
+"""shardload -- load a safetensors checkpoint into the ranks of a distributed job, from Python.
 
 Pure Python over libshardload.so (ctypes). Each rank gets exactly its vLLM-layout tensor-parallel
 slices and experts, written into the caller's own tensors (Loader.bind, shardload.torch.load_into)
-or into the loader's memory, handed out zero-copy by DLPack (Loader.params()).
+or into the loader's memory, handed out zero-copy by DLPack (Loader.params()). The ranks are an
+MPI job (comm=, under mpirun) or a torch.distributed process group (group=, no MPI).
 
     import shardload
     with shardload.Loader("/models/m", tp=2) as loader:   # under mpirun, every rank
@@ -11,16 +12,45 @@ or into the loader's memory, handed out zero-copy by DLPack (Loader.params()).
 
 Submodules: shardload.torch (load_into for an nn.Module), shardload.vllm (vLLM's load format
 "shardload"; imports vllm lazily). See python/README.md.
+
+The C library is opened on first use of a name that needs it (Loader, Config, the error classes,
+library_path), not by `import shardload`: vLLM imports the plugin module shardload.vllm in every
+process it starts, and only a process that loads with shardload should open libshardload (and the
+MPI, CUDA and NCCL libraries it links). A library that cannot be found raises
+shardload._lib.LibraryNotFound (an ImportError) there, listing the paths tried.
 """
 
-from . import _lib
-from .config import Config
-from .errors import *  # noqa: F401,F403  (Error and one subclass per status code)
-from .errors import BY_STATUS, Error, error_for
-from .loader import Loader, Parameter, comm_handle
-
 __version__ = "0.1.0"
-library_path = _lib.path
 
-__all__ = ["Config", "Loader", "Parameter", "Error", "error_for", "BY_STATUS", "library_path",
-           "comm_handle"] + [c.__name__ for c in BY_STATUS.values()]
+# name -> the submodule that defines it (imported on first access).
+_LAZY = {"Config": "config", "Loader": "loader", "Parameter": "loader", "comm_handle": "loader",
+         "Error": "errors", "error_for": "errors", "BY_STATUS": "errors"}
+
+
+def _errors():
+    from . import errors
+    return errors
+
+
+def __getattr__(name):
+    import importlib
+    if name in _LAZY:
+        value = getattr(importlib.import_module("." + _LAZY[name], __name__), name)
+    elif name == "library_path":
+        from . import _lib
+        value = _lib.path
+    elif name == "__all__":
+        value = sorted(_LAZY) + ["library_path"] + [c.__name__ for c in _errors().BY_STATUS.values()]
+    elif name.endswith("Error") and not name.startswith("_"):
+        # One class per C status code, generated from the library's own table.
+        value = getattr(_errors(), name, None)
+        if value is None:
+            raise AttributeError("module 'shardload' has no attribute %r" % name)
+    else:
+        raise AttributeError("module 'shardload' has no attribute %r" % name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY) | {"library_path"})

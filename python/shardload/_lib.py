@@ -4,7 +4,11 @@ Search order (the first that loads wins; the error lists every path tried):
   1. next to this package: shardload/libshardload.so* (what `pip install ./python` copies in);
   2. the file named by the environment variable SHARDLOAD_LIBRARY;
   3. the system linker path: libshardload.so.0, libshardload.so (ldconfig, LD_LIBRARY_PATH).
-The library is loaded with RTLD_GLOBAL so that Open MPI's plugins resolve libmpi's symbols.
+The library is loaded with RTLD_LOCAL: its symbols (and those of the MPI, CUDA and NCCL libraries
+it links) do not take part in the resolution of libraries loaded later into the process (torch's
+own NCCL). Where this package initialises MPI itself (no mpi4py), libmpi is first made global
+(promote_mpi): Open MPI builds whose components do not link libmpi resolve its symbols from the
+global scope (Debian's do link it; mpi4py does the same promotion for itself).
 MPI_Comm is Open MPI's pointer-sized handle (c_void_p).
 """
 
@@ -40,7 +44,7 @@ def _load():
     tried = []
     for label, path in candidates():
         try:
-            lib = ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+            lib = ctypes.CDLL(path, mode=ctypes.RTLD_LOCAL)
             return lib, path
         except OSError as e:
             tried.append("  %s: %s (%s)" % (label, path, e))
@@ -49,6 +53,23 @@ def _load():
     raise LibraryNotFound("cannot load libshardload; tried:\n" + "\n".join(tried) +
                           "\nbuild it (cmake --build build) and set SHARDLOAD_LIBRARY=<build>/lib/"
                           "libshardload.so, or reinstall the package after building")
+
+
+def promote_mpi():
+    """Makes the libmpi that libshardload linked global (before MPI_Init without mpi4py): Open MPI
+    opens its components with dlopen, and some builds' components resolve libmpi's symbols from the
+    global scope. The library is the one already loaded (found from an MPI function's address)."""
+    info = _DlInfo()
+    addr = ctypes.cast(lib.MPI_Init, ctypes.c_void_p)
+    libc = ctypes.CDLL(None)
+    libc.dladdr.argtypes = [ctypes.c_void_p, ctypes.POINTER(_DlInfo)]
+    if libc.dladdr(addr, ctypes.byref(info)) and info.dli_fname:
+        ctypes.CDLL(info.dli_fname.decode(), mode=ctypes.RTLD_GLOBAL)
+
+
+class _DlInfo(ctypes.Structure):
+    _fields_ = [("dli_fname", ctypes.c_char_p), ("dli_fbase", ctypes.c_void_p),
+                ("dli_sname", ctypes.c_char_p), ("dli_saddr", ctypes.c_void_p)]
 
 
 class Param(ctypes.Structure):

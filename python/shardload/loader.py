@@ -52,6 +52,7 @@ def _world_without_mpi4py():
     flag = ctypes.c_int(0)
     lib.MPI_Initialized(ctypes.byref(flag))
     if not flag.value:
+        _lib.promote_mpi()
         if lib.MPI_Init(None, None) != 0:
             raise error_for(31, "MPI_Init failed")  # SL_STATUS_MPI
         _mpi_initialized_here = True

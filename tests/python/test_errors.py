@@ -8,7 +8,7 @@ bounded by ctest's timeout and `timeout` in python.cmake). Under mpirun at 1..4 
   - a checkpoint lacking a weight: MissingWeightsError on every rank (strict), a warning without;
   - load_into a module with an extra parameter: MissingWeightsError naming it, on every rank;
     strict=False loads and returns it in `missing`;
-  - the library search reports the paths it tried.
+  - importing shardload and shardload.vllm opens no library; the first use reports the paths tried.
 """
 
 import os
@@ -107,10 +107,13 @@ if rank == 0:
         if f.endswith(".py"):
             with open(os.path.join(src, f)) as a, open(os.path.join(pkg, f), "w") as b:
                 b.write(a.read())
-    r = subprocess.run([sys.executable, "-c", "import shardload"], env=env, cwd=tmp,
-                       capture_output=True, text=True)
+    # Importing the package and its vLLM plugin module opens nothing (vLLM imports the plugin in
+    # every process it starts); the first name that needs the library says where it looked.
+    r = subprocess.run([sys.executable, "-c", "import shardload, shardload.vllm, sys; "
+                        "assert not any('libshardload' in l for l in open('/proc/self/maps')); "
+                        "shardload.Loader"], env=env, cwd=tmp, capture_output=True, text=True)
     if r.returncode == 0 or "/nonexistent/libshardload.so" not in r.stderr or \
-            "system linker path" not in r.stderr:
+            "system linker path" not in r.stderr or "LibraryNotFound" not in r.stderr:
         fails.append("library search message: %r" % r.stderr[-500:])
 
 comm.Barrier()
