@@ -1,10 +1,13 @@
 /*
- * test_gpu_load.c — end to end through the public API: each fixture model (docs/FIXTURES.md) is
- * loaded twice at tp = world size, with device=cpu and with device=cuda, and every local
- * parameter must match: same table (names, dtypes, shapes, sizes), host pointers on the CPU,
- * device pointers on the GPU, and the same bytes once copied back. Usage:
- *   mpirun -np N test_gpu_load [MODEL...]      (default: llama qwen2 qwen3 mixtral deepseek_v2_lite)
+ * test_gpu_load.c — end to end through the public API: fixture models (docs/FIXTURES.md) are
+ * loaded twice in each layout of the world size (tensor, pipeline and data parallel, experts with
+ * and without expert parallelism: the table `layouts` below), with device=cpu and with
+ * device=cuda, and every local parameter must match: same table (names, dtypes, shapes, sizes),
+ * host pointers on the CPU, device pointers on the GPU, and the same bytes once copied back. Usage:
+ *   mpirun -np N test_gpu_load [MODEL...]      (MODEL...: every layout at tp = N, those models only)
  * Models are folders under $SL_FIXTURES. Without a usable GPU per rank: "SKIP: ..." and exit 77.
+ * Built twice: against the CUDA runtime and NCCL (label gpu), and against the CPU stand-in of both
+ * (tests/gpu/cuda_mock.c, label gpumock).
  */
 #include "backend/backend.h"
 #include "check.h"
@@ -13,37 +16,128 @@
 
 #include <cuda_runtime.h>
 
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
 static int rank;
 static int size;
 
-/* Creates and loads a loader for model at tp = world size on device ("cpu" or "cuda"). */
-static sl_loader *load(const char *dir, const char *device) {
+/* One layout of a world size, and the fixtures loaded in it (NULL: every default model). */
+typedef struct layout {
+  int world, tp, pp, dp;
+  bool ep;
+  const char *models; /* comma-separated */
+} layout;
+
+static const char *const default_models[] = {"llama", "qwen2", "qwen3", "mixtral", "deepseek_v2_lite"};
+
+/* The fixtures: llama 8/2 heads, 3 layers; qwen2 12/1 heads (tp 3); mixtral and deepseek_v2_lite 8
+ * experts (deepseek: MLA and shared experts). */
+static const layout layouts[] = {
+    {1, 1, 1, 1, false, NULL},
+    {2, 2, 1, 1, false, NULL},
+    {2, 1, 2, 1, false, "llama,qwen3,mixtral"},
+    {2, 1, 1, 2, false, "llama,mixtral"},
+    {2, 2, 1, 1, true, "mixtral,deepseek_v2_lite"},
+    {3, 3, 1, 1, false, "qwen2"},
+    {3, 1, 3, 1, false, "llama"},
+    {3, 1, 1, 3, false, "llama"}, /* experts split over dp x tp = 3: 64 rows do not divide */
+    {4, 4, 1, 1, false, NULL},
+    {4, 2, 2, 1, false, "llama,mixtral"},
+    {4, 2, 1, 2, true, "mixtral,deepseek_v2_lite"},
+    {4, 1, 1, 4, true, "mixtral"},
+};
+
+/* Creates a loader for model in layout lay on device ("cpu" or "cuda"), not loaded yet. */
+static sl_loader *create(const char *dir, const layout *lay, const char *device) {
   sl_config *cfg = NULL;
   CHECK(sl_config_create(&cfg) == SL_STATUS_OK);
   if (cfg == NULL)
     return NULL;
-  char tp[16];
-  snprintf(tp, sizeof tp, "%d", size);
-  const char *kv[][2] = {{"model", dir}, {"device", device}, {"tp", tp}, {"quiet", "true"}};
+  char tp[16], pp[16], dp[16];
+  snprintf(tp, sizeof tp, "%d", lay->tp);
+  snprintf(pp, sizeof pp, "%d", lay->pp);
+  snprintf(dp, sizeof dp, "%d", lay->dp);
+  const char *kv[][2] = {{"model", dir},
+                         {"device", device},
+                         {"tp", tp},
+                         {"pp", pp},
+                         {"dp", dp},
+                         {"enable_expert_parallel", lay->ep ? "true" : "false"},
+                         {"quiet", "true"}};
   for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++)
     CHECKF(sl_config_set(cfg, kv[i][0], kv[i][1]) == SL_STATUS_OK, "config %s=%s: %s", kv[i][0], kv[i][1],
            sl_config_error(cfg));
   sl_loader *l = NULL;
   sl_status st = sl_loader_create(cfg, MPI_COMM_WORLD, &l);
-  CHECKF(st == SL_STATUS_OK, "%s on %s: sl_loader_create: %s", dir, device, sl_config_error(cfg));
+  CHECKF(st == SL_STATUS_OK, "%s on %s (tp %d pp %d dp %d%s): sl_loader_create: %s", dir, device, lay->tp,
+         lay->pp, lay->dp, lay->ep ? " ep" : "", sl_config_error(cfg));
   sl_config_destroy(cfg);
+  return l;
+}
+
+/* Loads l (created by create()); NULL, and l destroyed, when the load fails. */
+static sl_loader *finish(sl_loader *l, const char *dir, const layout *lay, const char *device) {
   if (l == NULL)
     return NULL;
-  st = sl_loader_load(l);
-  CHECKF(st == SL_STATUS_OK, "%s on %s: sl_loader_load: %s", dir, device, sl_loader_error(l));
+  sl_status st = sl_loader_load(l);
+  CHECKF(st == SL_STATUS_OK, "%s on %s (tp %d pp %d dp %d%s): sl_loader_load: %s", dir, device, lay->tp,
+         lay->pp, lay->dp, lay->ep ? " ep" : "", sl_loader_error(l));
   if (st != SL_STATUS_OK) {
     sl_loader_destroy(l);
     return NULL;
   }
   return l;
+}
+
+static sl_loader *load(const char *dir, const layout *lay, const char *device) {
+  return finish(create(dir, lay, device), dir, lay, device);
+}
+
+/* A caller's device buffers, bound to every parameter of a cuda load. Just before the load, the
+ * caller queues a fill of each on the legacy default stream (as a framework fills parameters when
+ * it builds a model): the loader must write after that work, not race it. */
+typedef struct bound {
+  size_t n;
+  void **buf;
+} bound;
+
+static sl_loader *load_bound(const char *dir, const layout *lay, bound *b) {
+  sl_loader *l = create(dir, lay, "cuda");
+  b->n = 0;
+  b->buf = NULL;
+  if (l == NULL)
+    return NULL;
+  sl_status st = sl_loader_plan(l);
+  CHECKF(st == SL_STATUS_OK, "%s bound: sl_loader_plan: %s", dir, sl_loader_error(l));
+  size_t n = st == SL_STATUS_OK ? sl_loader_param_count(l) : 0;
+  b->buf = calloc(n > 0 ? n : 1, sizeof *b->buf);
+  CHECK(b->buf != NULL);
+  for (size_t i = 0; b->buf != NULL && i < n; i++) {
+    const sl_param *p = sl_loader_param(l, i);
+    if (p == NULL || p->nbytes == 0 || p->alias_of != NULL)
+      continue;
+    cudaError_t e = cudaMalloc(&b->buf[i], (size_t)p->nbytes);
+    CHECKF(e == cudaSuccess, "%s: cudaMalloc: %s", p->name, cudaGetErrorString(e));
+    if (e != cudaSuccess) {
+      b->buf[i] = NULL;
+      continue;
+    }
+    b->n = i + 1;
+    e = cudaMemsetAsync(b->buf[i], 0x5A, (size_t)p->nbytes, 0); /* the caller's pending work */
+    CHECKF(e == cudaSuccess, "%s: cudaMemsetAsync: %s", p->name, cudaGetErrorString(e));
+    st = sl_loader_bind(l, p->name, b->buf[i], p->nbytes);
+    CHECKF(st == SL_STATUS_OK, "%s: sl_loader_bind: %s", p->name, sl_loader_error(l));
+  }
+  return finish(l, dir, lay, "cuda");
+}
+
+static void free_bound(bound *b) {
+  for (size_t i = 0; i < b->n; i++)
+    if (b->buf[i] != NULL)
+      (void)cudaFree(b->buf[i]);
+  free(b->buf);
 }
 
 static void compare(const char *model, sl_loader *cpu, sl_loader *gpu) {
@@ -103,6 +197,19 @@ static void compare(const char *model, sl_loader *cpu, sl_loader *gpu) {
             (unsigned long long)bytes);
 }
 
+/* Whether NAME is one of the comma-separated LIST. */
+static bool in_list(const char *list, const char *name) {
+  size_t n = strlen(name);
+  for (const char *p = list; p != NULL && *p != '\0';) {
+    const char *end = strchr(p, ',');
+    size_t len = end != NULL ? (size_t)(end - p) : strlen(p);
+    if (len == n && strncmp(p, name, n) == 0)
+      return true;
+    p = end != NULL ? end + 1 : NULL;
+  }
+  return false;
+}
+
 static int gpus_for_every_rank(char *why, size_t cap) {
   int have = sl__cuda_available(why, cap) ? 1 : 0;
   int count = 0;
@@ -141,19 +248,47 @@ int main(int argc, char **argv) {
   }
   const char *fixtures = sl_test_env("SL_FIXTURES", NULL);
   CHECKF(fixtures != NULL, "SL_FIXTURES is not set");
-  const char *defaults[] = {"llama", "qwen2", "qwen3", "mixtral", "deepseek_v2_lite"};
-  int n_models = argc > 1 ? argc - 1 : (int)(sizeof defaults / sizeof defaults[0]);
-  for (int i = 0; fixtures != NULL && i < n_models; i++) {
-    const char *model = argc > 1 ? argv[i + 1] : defaults[i];
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s/%s", fixtures, model);
-    sl_loader *cpu = load(dir, "cpu");
-    sl_loader *gpu = load(dir, "cuda");
-    if (cpu != NULL && gpu != NULL)
-      compare(model, cpu, gpu);
-    sl_loader_destroy(gpu);
-    sl_loader_destroy(cpu);
+  int loads = 0;
+  for (size_t c = 0; fixtures != NULL && c < sizeof layouts / sizeof layouts[0]; c++) {
+    const layout *lay = &layouts[c];
+    if (lay->world != size)
+      continue;
+    if (argc > 1 && lay->tp != size)
+      continue; /* models named: tensor parallel over the world only */
+    size_t n_default = sizeof default_models / sizeof default_models[0];
+    bool bound_done = false;
+    size_t n_models = argc > 1 ? (size_t)(argc - 1) : n_default;
+    for (size_t i = 0; i < n_models; i++) {
+      const char *model = argc > 1 ? argv[i + 1] : default_models[i];
+      if (argc == 1 && lay->models != NULL && !in_list(lay->models, model))
+        continue;
+      char dir[4096];
+      snprintf(dir, sizeof dir, "%s/%s", fixtures, model);
+      sl_loader *cpu = load(dir, lay, "cpu");
+      sl_loader *gpu = load(dir, lay, "cuda");
+      char what[160];
+      snprintf(what, sizeof what, "%s tp %d pp %d dp %d%s", model, lay->tp, lay->pp, lay->dp, lay->ep ? " ep" : "");
+      if (cpu != NULL && gpu != NULL) {
+        compare(what, cpu, gpu);
+        loads++;
+      }
+      sl_loader_destroy(gpu);
+      if (cpu != NULL && !bound_done) { /* the first model of each layout again, into the caller's buffers */
+        bound_done = true;
+        bound b;
+        sl_loader *into = load_bound(dir, lay, &b);
+        if (into != NULL) {
+          char bwhat[200];
+          snprintf(bwhat, sizeof bwhat, "%s, bound after the caller's pending fill", what);
+          compare(bwhat, cpu, into);
+        }
+        sl_loader_destroy(into);
+        free_bound(&b);
+      }
+      sl_loader_destroy(cpu);
+    }
   }
+  CHECKF(loads > 0, "no layout of %d ranks was loaded", size);
   int rc = sl_test_finish_mpi(MPI_COMM_WORLD);
   MPI_Finalize();
   return rc;

@@ -1,0 +1,62 @@
+/*
+ * cuda_mock.h — what the three parts of the CPU stand-in for the CUDA runtime and NCCL share
+ * (cuda_mock.c: devices, memory, errors; cuda_mock_stream.c: streams, events and the mock's
+ * device thread; cuda_mock_nccl.c: NCCL). The model is described at the top of cuda_mock.c.
+ */
+#ifndef SL_TEST_CUDA_MOCK_H
+#define SL_TEST_CUDA_MOCK_H
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+/* Guards every structure of the mock; the device thread waits on mock_cv. */
+extern pthread_mutex_t mock_mu;
+extern pthread_cond_t mock_cv;
+
+int mock_env_int(const char *name, int dflt);
+void mock_nap_us(long us);
+double mock_now(void);
+
+/* The device this thread made current (cudaSetDevice). */
+int mock_current_device(void);
+
+/* Host-accessible address of LEN bytes at P: device memory is handed out as a mapping the host
+ * cannot read or write (any access faults), and the mock reaches it through a second mapping of
+ * the same pages. Host memory is returned as is. NULL when P..P+LEN straddles the end of a device
+ * allocation. *is_device tells which (may be NULL). Called with mock_mu held. */
+void *mock_shadow(const void *p, size_t len, bool *is_device);
+
+/* A sticky error, once set, is what every later runtime call returns (as after a device fault).
+ * mock_set_sticky keeps the first one (mock_mu held). */
+cudaError_t mock_sticky(void);
+void mock_set_sticky(cudaError_t e);
+
+/* One broadcast carried by a stream (cuda_mock_nccl.c runs it on the device thread). */
+struct ncclComm;
+typedef struct mock_bcast {
+  struct ncclComm *comm;
+  unsigned seq;
+  const void *send; /* device pointers, translated when the operation runs */
+  void *recv;
+  size_t count;
+  int root;
+  int phase; /* 0 not started, 1 connected/posted, 2 done */
+} mock_bcast;
+
+/* Moves a broadcast on (device thread, mock_mu held); true when complete. */
+bool mock_nccl_progress(mock_bcast *b);
+
+/* Enqueues a broadcast on stream s (NULL: the legacy stream). */
+cudaError_t mock_enqueue_bcast(cudaStream_t s, const mock_bcast *b);
+
+/* Drops every queued operation of communicator c (ncclCommAbort, ncclCommDestroy). */
+void mock_drop_comm(struct ncclComm *c);
+
+/* Waits until no stream has work queued (the implicit synchronisation of cudaFree). */
+void mock_drain_all(void);
+
+#endif

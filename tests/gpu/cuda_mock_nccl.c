@@ -1,0 +1,414 @@
+/*
+ * cuda_mock_nccl.c — the mock's NCCL (see cuda_mock.c for the model). Communicators meet in a folder
+ * ${TMPDIR:-/tmp}/sl-nccl-mock-<id>/: a rank joins by writing join.<rank>; creation of a blocking
+ * communicator returns once every member has joined (a non-blocking one answers ncclInProgress
+ * until then). A broadcast is queued on its stream and run by the mock's device thread in stream
+ * order: the first collective of a communicator connects first (conn.<rank> from every member, as
+ * NCCL connects lazily), then the root writes b<seq>.data from its send buffer as it is at that
+ * point of its stream, receivers copy it into their buffer and write b<seq>.ack.<rank>, and the
+ * root completes when every member has acknowledged: a root cannot finish while a member stays
+ * away (the abort and timeout paths), like NCCL. A rank that destroys or aborts a communicator
+ * writes gone.<rank>; the last one removes the folder. An abort takes MOCK_NCCL_ABORT_MS.
+ */
+#include "cuda_mock.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+enum { C_INIT, C_READY, C_FINALIZING, C_DONE };
+
+struct ncclComm {
+  char key[300]; /* names the meeting folder */
+  char dir[512];
+  int nranks;
+  int rank;
+  int device;
+  int state;
+  bool blocking;
+  bool connected;  /* the first collective connected every member */
+  unsigned seq;    /* broadcasts issued */
+  unsigned splits; /* splits issued */
+};
+
+static char last_error[256] = "";
+static int group_depth;
+static bool group_in_progress;
+
+const char *ncclGetErrorString(ncclResult_t r) {
+  switch (r) {
+  case ncclSuccess:
+    return "no error";
+  case ncclInProgress:
+    return "NCCL operation in progress";
+  case ncclInvalidArgument:
+    return "invalid argument";
+  case ncclInvalidUsage:
+    return "invalid usage";
+  case ncclRemoteError:
+    return "remote process exited or there was a network error";
+  default:
+    return "mock NCCL error";
+  }
+}
+
+const char *ncclGetLastError(ncclComm_t comm) {
+  (void)comm;
+  return last_error;
+}
+
+static void file_path(const struct ncclComm *c, const char *name, char *out, size_t cap) {
+  snprintf(out, cap, "%s/%s", c->dir, name);
+}
+
+static bool exists(const struct ncclComm *c, const char *name) {
+  char p[600];
+  file_path(c, name, p, sizeof p);
+  return access(p, F_OK) == 0;
+}
+
+/* Writes a file atomically (temporary name, then rename). */
+static bool write_file(struct ncclComm *c, const char *name, const void *data, size_t n) {
+  char p[600];
+  char tmp[640];
+  file_path(c, name, p, sizeof p);
+  snprintf(tmp, sizeof tmp, "%s.tmp.%d", p, (int)getpid());
+  FILE *f = fopen(tmp, "wb");
+  if (f == NULL)
+    return false;
+  bool ok = n == 0 || fwrite(data, 1, n, f) == n;
+  ok = fclose(f) == 0 && ok;
+  ok = ok && rename(tmp, p) == 0;
+  return ok;
+}
+
+static bool all_present(const struct ncclComm *c, const char *prefix) {
+  for (int r = 0; r < c->nranks; r++) {
+    char name[64];
+    snprintf(name, sizeof name, "%s.%d", prefix, r);
+    if (!exists(c, name))
+      return false;
+  }
+  return true;
+}
+
+/* A rank leaving writes gone.<rank>; the one that finds every rank gone removes the folder. (Files
+ * stay until then: a peer may still be looking for this rank's join or fin file.) */
+static void cleanup_files(struct ncclComm *c) {
+  char name[64];
+  snprintf(name, sizeof name, "gone.%d", c->rank);
+  write_file(c, name, "", 0);
+  if (!all_present(c, "gone"))
+    return;
+  DIR *d = opendir(c->dir);
+  for (struct dirent *e = d != NULL ? readdir(d) : NULL; e != NULL; e = readdir(d)) {
+    char p[1024];
+    if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) {
+      snprintf(p, sizeof p, "%s/%s", c->dir, e->d_name);
+      unlink(p);
+    }
+  }
+  if (d != NULL)
+    closedir(d);
+  rmdir(c->dir);
+}
+
+ncclResult_t ncclGetUniqueId(ncclUniqueId *id) {
+  memset(id, 0, sizeof *id);
+  unsigned char rnd[8] = {0};
+  int fd = open("/dev/urandom", O_RDONLY);
+  if (fd < 0 || read(fd, rnd, sizeof rnd) != (ssize_t)sizeof rnd) {
+    if (fd >= 0)
+      close(fd);
+    snprintf(last_error, sizeof last_error, "mock: no randomness");
+    return ncclSystemError;
+  }
+  close(fd);
+  snprintf(id->internal, sizeof id->internal, "%d-%02x%02x%02x%02x%02x%02x%02x%02x", (int)getpid(), rnd[0],
+           rnd[1], rnd[2], rnd[3], rnd[4], rnd[5], rnd[6], rnd[7]);
+  return ncclSuccess;
+}
+
+static ncclResult_t join(struct ncclComm *c) {
+  mkdir(c->dir, 0700);
+  char name[64];
+  snprintf(name, sizeof name, "join.%d", c->rank);
+  if (!write_file(c, name, "", 0)) {
+    snprintf(last_error, sizeof last_error, "mock: cannot write in %.150s: %.60s", c->dir, strerror(errno));
+    return ncclSystemError;
+  }
+  if (!c->blocking)
+    return ncclInProgress;
+  for (int i = 0; i < 60000 && !all_present(c, "join"); i++)
+    mock_nap_us(1000);
+  if (!all_present(c, "join")) {
+    snprintf(last_error, sizeof last_error, "mock: not every rank joined %.200s", c->dir);
+    return ncclSystemError;
+  }
+  c->state = C_READY;
+  return ncclSuccess;
+}
+
+static struct ncclComm *new_comm(const char *key, int nranks, int rank, bool blocking) {
+  struct ncclComm *c = calloc(1, sizeof *c);
+  if (c == NULL)
+    return NULL;
+  const char *tmp = getenv("TMPDIR");
+  snprintf(c->key, sizeof c->key, "%s", key);
+  snprintf(c->dir, sizeof c->dir, "%s/sl-nccl-mock-%s", tmp != NULL && *tmp != '\0' ? tmp : "/tmp", key);
+  c->nranks = nranks;
+  c->rank = rank;
+  c->device = mock_current_device();
+  c->state = C_INIT;
+  c->blocking = blocking;
+  return c;
+}
+
+ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank,
+                                    ncclConfig_t *config) {
+  *comm = NULL;
+  if (nranks < 1 || rank < 0 || rank >= nranks)
+    return ncclInvalidArgument;
+  bool blocking = config == NULL || config->blocking != 0;
+  struct ncclComm *c = new_comm(id.internal, nranks, rank, blocking);
+  if (c == NULL)
+    return ncclSystemError;
+  *comm = c;
+  ncclResult_t r = join(c);
+  if (r == ncclInProgress && group_depth > 0) {
+    group_in_progress = true;
+    return ncclSuccess;
+  }
+  return r;
+}
+
+ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank) {
+  return ncclCommInitRankConfig(comm, nranks, id, rank, NULL);
+}
+
+ncclResult_t ncclGroupStart(void) {
+  group_depth++;
+  return ncclSuccess;
+}
+
+ncclResult_t ncclGroupEnd(void) {
+  if (group_depth == 0)
+    return ncclInvalidUsage;
+  group_depth--;
+  if (group_depth == 0 && group_in_progress) {
+    group_in_progress = false;
+    return ncclInProgress;
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t ncclCommGetAsyncError(ncclComm_t c, ncclResult_t *state) {
+  if (c == NULL)
+    return ncclInvalidArgument;
+  if (c->state == C_INIT && all_present(c, "join"))
+    c->state = C_READY;
+  if (c->state == C_FINALIZING && all_present(c, "fin"))
+    c->state = C_DONE;
+  *state = c->state == C_INIT || c->state == C_FINALIZING ? ncclInProgress : ncclSuccess;
+  return ncclSuccess;
+}
+
+ncclResult_t ncclCommCount(const ncclComm_t c, int *count) {
+  *count = c->nranks;
+  return ncclSuccess;
+}
+
+ncclResult_t ncclCommUserRank(const ncclComm_t c, int *rank) {
+  *rank = c->rank;
+  return ncclSuccess;
+}
+
+ncclResult_t ncclCommCuDevice(const ncclComm_t c, int *device) {
+  *device = c->device;
+  return ncclSuccess;
+}
+
+/* Device thread, mock_mu held: moves a queued broadcast on; true when it is complete. */
+bool mock_nccl_progress(mock_bcast *op) {
+  struct ncclComm *c = op->comm;
+  char name[64];
+  if (op->phase == 0) {
+    if (!c->connected) { /* lazy connection: every member's first collective meets here */
+      snprintf(name, sizeof name, "conn.%d", c->rank);
+      if (!exists(c, name))
+        write_file(c, name, "", 0);
+      if (!all_present(c, "conn"))
+        return false;
+      c->connected = true;
+    }
+    if (c->rank == op->root) {
+      const void *send = mock_shadow(op->send, op->count, NULL);
+      void *recv = mock_shadow(op->recv, op->count, NULL);
+      if (send == NULL || recv == NULL) {
+        mock_set_sticky(cudaErrorIllegalAddress);
+        return true;
+      }
+      if (send != recv)
+        memmove(recv, send, op->count);
+      snprintf(name, sizeof name, "b%u.data", op->seq);
+      if (c->nranks > 1 && !write_file(c, name, recv, op->count)) {
+        snprintf(last_error, sizeof last_error, "mock: cannot write %s", name);
+        mock_set_sticky(cudaErrorUnknown);
+        return true;
+      }
+    }
+    op->phase = 1;
+  }
+  if (c->rank != op->root) {
+    char p[600];
+    snprintf(name, sizeof name, "b%u.data", op->seq);
+    file_path(c, name, p, sizeof p);
+    FILE *f = fopen(p, "rb");
+    if (f == NULL)
+      return false;
+    void *recv = mock_shadow(op->recv, op->count, NULL);
+    size_t got = recv != NULL ? fread(recv, 1, op->count, f) : 0;
+    fclose(f);
+    if (recv == NULL) {
+      mock_set_sticky(cudaErrorIllegalAddress);
+      return true;
+    }
+    if (got != op->count)
+      return false;
+    snprintf(name, sizeof name, "b%u.ack.%d", op->seq, c->rank);
+    write_file(c, name, "", 0);
+    return true;
+  }
+  for (int r = 0; r < c->nranks; r++) {
+    snprintf(name, sizeof name, "b%u.ack.%d", op->seq, r);
+    if (r != c->rank && !exists(c, name))
+      return false;
+  }
+  return true;
+}
+
+ncclResult_t ncclBroadcast(const void *send, void *recv, size_t count, ncclDataType_t type, int root,
+                           ncclComm_t c, cudaStream_t s) {
+  if (c == NULL || type != ncclUint8 || root < 0 || root >= c->nranks || c->state != C_READY)
+    return ncclInvalidArgument;
+  pthread_mutex_lock(&mock_mu);
+  bool dev_ok = true;
+  bool is_dev = false;
+  if (mock_shadow(recv, count, &is_dev) == NULL || !is_dev)
+    dev_ok = false;
+  if (c->rank == root && (mock_shadow(send, count, &is_dev) == NULL || !is_dev))
+    dev_ok = false;
+  unsigned seq = ++c->seq;
+  pthread_mutex_unlock(&mock_mu);
+  if (!dev_ok) {
+    snprintf(last_error, sizeof last_error, "mock: broadcast buffers must be device memory");
+    return ncclInvalidArgument;
+  }
+  mock_bcast b = {.comm = c, .seq = seq, .send = send, .recv = recv, .count = count, .root = root};
+  if (mock_enqueue_bcast(s, &b) != cudaSuccess) {
+    snprintf(last_error, sizeof last_error, "mock: the device has failed");
+    return ncclUnhandledCudaError;
+  }
+  return c->blocking ? ncclSuccess : ncclInProgress;
+}
+
+ncclResult_t ncclCommAbort(ncclComm_t c) {
+  if (c == NULL)
+    return ncclSuccess;
+  mock_nap_us(1000L * mock_env_int("MOCK_NCCL_ABORT_MS", 50)); /* an abort takes time */
+  mock_drop_comm(c);
+  cleanup_files(c);
+  free(c);
+  return ncclSuccess;
+}
+
+ncclResult_t ncclCommFinalize(ncclComm_t c) {
+  if (c == NULL || c->state != C_READY)
+    return ncclInvalidUsage;
+  char name[64];
+  snprintf(name, sizeof name, "fin.%d", c->rank);
+  if (!write_file(c, name, "", 0))
+    return ncclSystemError;
+  c->state = C_FINALIZING;
+  if (!c->blocking)
+    return ncclInProgress;
+  while (!all_present(c, "fin"))
+    mock_nap_us(1000);
+  c->state = C_DONE;
+  return ncclSuccess;
+}
+
+ncclResult_t ncclCommDestroy(ncclComm_t c) {
+  if (c == NULL)
+    return ncclSuccess;
+  if (c->state == C_FINALIZING || c->state == C_INIT)
+    return ncclInvalidUsage;
+  mock_drop_comm(c);
+  cleanup_files(c);
+  free(c);
+  return ncclSuccess;
+}
+
+/* Every rank of the parent writes s<n>.<rank> = "color key"; members of a color form a child
+ * ordered by (key, parent rank). Blocking, like a split of a blocking parent. */
+ncclResult_t ncclCommSplit(ncclComm_t parent, int color, int key, ncclComm_t *newcomm, ncclConfig_t *config) {
+  *newcomm = NULL;
+  if (parent == NULL || parent->state != C_READY)
+    return ncclInvalidUsage;
+  unsigned n = ++parent->splits;
+  char name[64];
+  char text[64];
+  snprintf(name, sizeof name, "s%u.%d", n, parent->rank);
+  int len = snprintf(text, sizeof text, "%d %d", color, key);
+  if (!write_file(parent, name, text, (size_t)len))
+    return ncclSystemError;
+  char prefix[32];
+  snprintf(prefix, sizeof prefix, "s%u", n);
+  for (int i = 0; i < 60000 && !all_present(parent, prefix); i++)
+    mock_nap_us(1000);
+  int size = 0;
+  int rank = 0;
+  for (int r = 0; r < parent->nranks; r++) {
+    char p[600];
+    snprintf(name, sizeof name, "s%u.%d", n, r);
+    file_path(parent, name, p, sizeof p);
+    FILE *f = fopen(p, "r");
+    int col = 0;
+    int k = 0;
+    bool ok = f != NULL && fscanf(f, "%d %d", &col, &k) == 2;
+    if (f != NULL)
+      fclose(f);
+    if (!ok) {
+      snprintf(last_error, sizeof last_error, "mock: split %u: rank %d did not take part", n, r);
+      return ncclSystemError;
+    }
+    if (col != color || color == NCCL_SPLIT_NOCOLOR)
+      continue;
+    size++;
+    if (k < key || (k == key && r < parent->rank))
+      rank++;
+  }
+  if (color == NCCL_SPLIT_NOCOLOR)
+    return ncclSuccess;
+  char child_key[300];
+  snprintf(child_key, sizeof child_key, "%.200s-s%u-c%d", parent->key, n, color);
+  struct ncclComm *c =
+      new_comm(child_key, size, rank, config == NULL ? parent->blocking : config->blocking != 0);
+  if (c == NULL)
+    return ncclSystemError;
+  c->device = parent->device;
+  ncclResult_t r = join(c);
+  if (r != ncclSuccess && r != ncclInProgress) {
+    cleanup_files(c);
+    free(c);
+    return r;
+  }
+  *newcomm = c;
+  return ncclSuccess;
+}

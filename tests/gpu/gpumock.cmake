@@ -1,0 +1,36 @@
+# tests/gpu/gpumock.cmake — the whole library against the CPU stand-in of the CUDA runtime and NCCL
+# (tests/gpu/cuda_mock.c), label gpumock: the loader's GPU path end to end where no GPU exists.
+# shardload_gpumock is libshardload's own objects (built with the CUDA backend) linked with the
+# mock instead of libcudart and libnccl; test_gpu_load runs against it at 1-4 ranks, comparing
+# every parameter of a --device cuda load with the --device cpu load of the same model.
+
+if(NOT SL_HAVE_CUDA)
+  return()
+endif()
+set(_sl_mock_dir ${CMAKE_CURRENT_LIST_DIR})
+
+add_library(shardload_gpumock STATIC $<TARGET_OBJECTS:shardload_obj> ${_sl_mock_dir}/cuda_mock.c
+  ${_sl_mock_dir}/cuda_mock_stream.c ${_sl_mock_dir}/cuda_mock_nccl.c)
+target_include_directories(shardload_gpumock PUBLIC ${PROJECT_SOURCE_DIR}/include ${PROJECT_SOURCE_DIR}/src)
+target_include_directories(shardload_gpumock SYSTEM PUBLIC ${CUDAToolkit_INCLUDE_DIRS} ${NCCL_INCLUDE_DIR})
+target_compile_definitions(shardload_gpumock PRIVATE _GNU_SOURCE)
+target_link_libraries(shardload_gpumock PUBLIC MPI::MPI_C PkgConfig::CJSON Threads::Threads ${CMAKE_DL_LIBS} m)
+if(SL_HUB)
+  target_link_libraries(shardload_gpumock PUBLIC PkgConfig::CURL PkgConfig::LIBCRYPTO)
+endif()
+if(LIBURING_FOUND)
+  target_link_libraries(shardload_gpumock PUBLIC PkgConfig::LIBURING)
+endif()
+
+add_executable(test_gpu_load_mock ${_sl_mock_dir}/test_gpu_load.c ${PROJECT_SOURCE_DIR}/tests/common/check.c
+  ${PROJECT_SOURCE_DIR}/tests/common/values.c)
+target_include_directories(test_gpu_load_mock PRIVATE ${PROJECT_SOURCE_DIR}/tests/common)
+target_link_libraries(test_gpu_load_mock PRIVATE shardload_gpumock)
+target_compile_options(test_gpu_load_mock PRIVATE ${SL_WARNINGS})
+target_compile_definitions(test_gpu_load_mock PRIVATE _GNU_SOURCE SL_TEST_HAVE_CUDA=1)
+
+foreach(np 1 2 3 4)
+  add_test(NAME test_gpu_load_mock_np${np} COMMAND ${SL_MPIRUN} -np ${np} $<TARGET_FILE:test_gpu_load_mock>)
+  set_tests_properties(test_gpu_load_mock_np${np} PROPERTIES LABELS gpumock TIMEOUT 300 PROCESSORS ${np}
+    FIXTURES_REQUIRED models ENVIRONMENT "${SL_TEST_ENV};MOCK_CUDA_LEGACY_MS=500")
+endforeach()
