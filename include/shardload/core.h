@@ -470,7 +470,13 @@ sl_status sl_loader_bind_as(sl_loader *loader, const char *name, void *data, uin
  * tensor `tensor` (rows src_stride bytes apart, starting src_offset bytes after the tensor's
  * first byte) and written at dst_offset in the local parameter (rows dst_stride bytes apart).
  * Together the sources of a parameter are exactly what it holds of the checkpoint (bytes covered
- * by none are zero: vocabulary padding). An alias has no sources (its target has them). */
+ * by none are zero: vocabulary padding). An alias has no sources (its target has them).
+ * A parameter held with its last two dimensions transposed against the checkpoint (layout vllm:
+ * Llama-4's experts.w13_weight and experts.w2_weight, whose checkpoint tensors are stored
+ * [E, H, 2I] and [E, I, H]) has dst_transposed set on every source: its dst_offset and dst_stride
+ * then address the local tensor in the checkpoint's orientation, local_shape with its last two
+ * dimensions swapped ([.., A, B] for local_shape [.., B, A], row-major), and the element at
+ * (.., a, b) of that view lies at (.., b, a) of the parameter's memory. */
 typedef struct sl_param_source {
   const char *tensor;                 /* checkpoint tensor name (owned by the loader) */
   sl_dtype dtype;                     /* its element type */
@@ -482,6 +488,7 @@ typedef struct sl_param_source {
   uint64_t rows;
   uint64_t dst_offset;
   uint64_t dst_stride;
+  uint32_t dst_transposed; /* nonzero: dst_offset / dst_stride are in the checkpoint's orientation */
 } sl_param_source;
 
 /* After sl_loader_plan: the number of sources of local parameter index (0 when out of range). */

@@ -88,7 +88,8 @@ class ParamSource(ctypes.Structure):
                 ("tensor_shape", ctypes.c_uint64 * SL_MAX_DIMS),
                 ("src_offset", ctypes.c_uint64), ("src_stride", ctypes.c_uint64),
                 ("row_bytes", ctypes.c_uint64), ("rows", ctypes.c_uint64),
-                ("dst_offset", ctypes.c_uint64), ("dst_stride", ctypes.c_uint64)]
+                ("dst_offset", ctypes.c_uint64), ("dst_stride", ctypes.c_uint64),
+                ("dst_transposed", ctypes.c_uint32)]
 
 
 lib, path = _load()

@@ -227,7 +227,9 @@ class Parameter:
         """Where the bytes come from, machine-readable: one dict per source (sl_param_source):
         the checkpoint tensor, its shape, the byte geometry, and (when the geometry is whole
         elements of a 2-D view [prod(shape[:-1]), shape[-1]] of the tensor) the element slice
-        'start'/'stop'/'step' of that view and the local element offset 'dst_start'."""
+        'start'/'stop'/'step' of that view and the local element offset 'dst_start'. With
+        'dst_transposed' (Llama-4's experts in the vllm layout) the destination offsets count in the
+        checkpoint's orientation: the local shape with its last two dimensions swapped."""
         out = []
         n = lib.sl_loader_param_source_count(loader._h, index)
         src = _lib.ParamSource()
@@ -237,7 +239,7 @@ class Parameter:
             d = {"tensor": _lib.text(src.tensor), "tensor_dtype": _lib.text(lib.sl_dtype_name(src.dtype)),
                  "tensor_shape": shape, "src_offset": src.src_offset, "src_stride": src.src_stride,
                  "row_bytes": src.row_bytes, "rows": src.rows, "dst_offset": src.dst_offset,
-                 "dst_stride": src.dst_stride}
+                 "dst_stride": src.dst_stride, "dst_transposed": bool(src.dst_transposed)}
             bits = lib.sl_dtype_bits(src.dtype)
             cols = shape[-1] if shape else 1
             row = cols * bits // 8 if bits % 8 == 0 else 0

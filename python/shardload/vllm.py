@@ -31,19 +31,20 @@ every other key is a shardload configuration key ({"load_strategy": "mmap", "thr
 "strict": false, "arch": "spec.json"), validated by the C library when the loader is created.
 
 What a worker gets (shardload.torch.load_into on the model vLLM built):
-- parameters and buffers bound and written in place; tied embeddings (lm_head.weight, the same
-  Parameter as model.embed_tokens.weight) are shared, not copied; a model dtype other than the
-  checkpoint's is converted (host: by the C library while writing; GPU: torch's copy_);
+- parameters and buffers bound and written in place (Llama-4's experts too: the checkpoint stores
+  them transposed, shardload plans vLLM's w13_weight / w2_weight and the C library transposes
+  while the bytes land); tied embeddings (lm_head.weight, the same Parameter as
+  model.embed_tokens.weight) are shared, not copied; a model dtype other than the checkpoint's is
+  converted (host: by the C library while writing; GPU: torch's copy_);
 - attention scales (_k_scale, _v_scale, _q_scale, _prob_scale buffers; k_scale, v_scale, ...
   Parameters of FP8 checkpoints) keep their initial values when the plan has none, and are loaded
   when it has them, checkpoint names (self_attn.k_proj.k_scale) mapped to vLLM's (attn.k_scale);
 - bytes that cannot be bound go to the parameter's own weight_loader, in vLLM's conventions for
   data that is already the rank's: FusedMoE MXFP4 parameters (gpt-oss, intermediate size padded
   by vLLM) as weight_loader(param, rank_tensor, weight_name=..., shard_id=None, expert_id=None),
-  parameters without a weight_loader through vLLM's default_weight_loader; Llama-4's transposed
-  experts (shardload keeps the checkpoint's [E, H, 2I] orientation) are transposed into w13_weight
-  / w2_weight. Any other parameter the plan cannot fill (a tensor-parallel weight_loader slices
-  whole checkpoint tensors itself: it cannot take a rank's slice) is an error on every rank;
+  parameters without a weight_loader through vLLM's default_weight_loader. Any other parameter
+  the plan cannot fill (a tensor-parallel weight_loader slices whole checkpoint tensors itself: it
+  cannot take a rank's slice) is an error on every rank;
 - the experts of each FusedMoE layer are checked against its expert_map (local slots, EPLB's
   redundant slots holding logical expert slot % experts) before any byte is read;
 - then vLLM's process_weights_after_loading, as for any loader.
@@ -235,7 +236,6 @@ def check_experts(plan, model):
 
 
 _KV_SCALE = re.compile(r"^(.*)\.self_attn\.(?:[qkv]_proj\.|prob_proj\.)?((?:k|v|q|prob)_scale)$")
-_TRANSPOSED = {".experts.gate_up_proj": ".experts.w13_weight", ".experts.down_proj": ".experts.w2_weight"}
 
 
 class WeightLoaderFallback:
@@ -249,11 +249,6 @@ class WeightLoaderFallback:
 
     def _route(self, name):
         """(module parameter name, how) or None."""
-        for ckpt, vllm_name in _TRANSPOSED.items():
-            if name.endswith(ckpt):
-                target = name[: -len(ckpt)] + vllm_name
-                if target in self.params:
-                    return target, "transpose"
         m = _KV_SCALE.match(name)
         if m:
             target = "%s.self_attn.attn.%s" % (m.group(1), m.group(2))
@@ -278,9 +273,7 @@ class WeightLoaderFallback:
         target, how = self._route(name)
         param = self.params[target]
         with torch.no_grad():
-            if how == "transpose":
-                param.data.copy_(tensor.transpose(-1, -2))
-            elif how == "moe_rank":   # vLLM's MXFP4 convention: the rank's tensor, every expert
+            if how == "moe_rank":   # vLLM's MXFP4 convention: the rank's tensor, every expert
                 t = tensor if param.dim() == tensor.dim() else \
                     tensor.reshape(tuple(tensor.shape[:param.dim() - 1]) + (-1,))
                 param.weight_loader(param, t, weight_name=target, shard_id=None, expert_id=None)

@@ -216,6 +216,7 @@ sl_status sl_loader_param_source(sl_loader *l, size_t index, size_t k, sl_param_
   out->rows = c->rows;
   out->dst_offset = c->dst_off;
   out->dst_stride = c->dst_stride;
+  out->dst_transposed = v.plan->lparams[c->lparam].transposed > 0;
   return SL_STATUS_OK;
 }
 

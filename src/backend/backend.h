@@ -35,6 +35,15 @@ typedef struct sl__backend_ops {
   /* Backend memory → backend memory (bucket → parameter), from the main thread. */
   sl_status (*copy)(sl__backend *b, void *dst, uint64_t dst_stride, const void *src, uint64_t src_stride,
                     uint64_t row_bytes, uint64_t rows, sl__err *err);
+  /* Host memory, or backend memory from the main thread (worker < 0: a bucket) → backend memory,
+   * transposed on the way (a parameter held with its last two dimensions transposed,
+   * engine/deliver.c): `rows` rows of `cols` elements of `elem` bytes at src (rows src_stride
+   * apart) land as `cols` rows of `rows` elements at dst (rows dst_stride apart): element (i, j) of
+   * src at dst + j*dst_stride + i*elem. worker/slot as upload (worker < 0: the main thread).
+   * Synchronous: when it returns, src may be reused and the bytes have landed. */
+  sl_status (*transpose)(sl__backend *b, int worker, int slot, void *dst, uint64_t dst_stride,
+                         const void *src, uint64_t src_stride, uint64_t rows, uint64_t cols, uint64_t elem,
+                         sl__err *err);
   /* Broadcast within broadcast group g (root = rank inside the group), polled against the abort
    * channel: *aborted set when the load must stop. */
   sl_status (*bcast)(sl__backend *b, uint32_t g, void *buf, uint64_t nbytes, int root, bool *aborted,

@@ -3,6 +3,8 @@
  */
 #include "backend/backend.h"
 
+#include "base/util.h"
+
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -136,6 +138,17 @@ static sl_status host_copy(sl__backend *b, void *dst, uint64_t dst_stride, const
   return SL_STATUS_OK;
 }
 
+static sl_status host_transpose(sl__backend *b, int worker, int slot, void *dst, uint64_t dst_stride,
+                                const void *src, uint64_t src_stride, uint64_t rows, uint64_t cols,
+                                uint64_t elem, sl__err *err) {
+  (void)b;
+  (void)worker;
+  (void)slot;
+  (void)err;
+  sl__transpose_elems(dst, dst_stride, src, src_stride, rows, cols, elem);
+  return SL_STATUS_OK;
+}
+
 static sl_status host_bcast(sl__backend *b, uint32_t g, void *buf, uint64_t nbytes, int root, bool *aborted,
                             sl__err *err) {
   return sl__comm_group_bcast(b->comm, g, buf, nbytes, root, aborted, err);
@@ -174,6 +187,7 @@ static const sl__backend_ops host_ops = {
     .upload = host_upload,
     .upload_wait = host_upload_wait,
     .copy = host_copy,
+    .transpose = host_transpose,
     .bcast = host_bcast,
     .download = host_download,
     .sync = host_sync,

@@ -352,6 +352,51 @@ void *sl__vec_push(sl__vec *v) {
   return p;
 }
 
+/* ---- element transposition ---- */
+
+/* Elements per side of the square tiles the transposition walks: a tile of both the source and the
+ * destination stays in cache. */
+#define SL_TRANSPOSE_TILE 32u
+
+/* One tile; inlined with a constant elem, each memcpy is one load and one store. */
+static inline void transpose_tile(uint8_t *dst, uint64_t dst_stride, const uint8_t *src, uint64_t src_stride,
+                                  uint64_t rows, uint64_t cols, size_t elem) {
+  for (uint64_t i = 0; i < rows; i++)
+    for (uint64_t j = 0; j < cols; j++)
+      memcpy(dst + j * dst_stride + i * elem, src + i * src_stride + j * elem, elem);
+}
+
+void sl__transpose_elems(void *dst, uint64_t dst_stride, const void *src, uint64_t src_stride, uint64_t rows,
+                         uint64_t cols, uint64_t elem) {
+  uint8_t *d = dst;
+  const uint8_t *s = src;
+  for (uint64_t i0 = 0; i0 < rows; i0 += SL_TRANSPOSE_TILE) {
+    uint64_t ni = rows - i0 < SL_TRANSPOSE_TILE ? rows - i0 : SL_TRANSPOSE_TILE;
+    for (uint64_t j0 = 0; j0 < cols; j0 += SL_TRANSPOSE_TILE) {
+      uint64_t nj = cols - j0 < SL_TRANSPOSE_TILE ? cols - j0 : SL_TRANSPOSE_TILE;
+      uint8_t *td = d + j0 * dst_stride + i0 * elem;
+      const uint8_t *ts = s + i0 * src_stride + j0 * elem;
+      switch (elem) {
+      case 1:
+        transpose_tile(td, dst_stride, ts, src_stride, ni, nj, 1);
+        break;
+      case 2:
+        transpose_tile(td, dst_stride, ts, src_stride, ni, nj, 2);
+        break;
+      case 4:
+        transpose_tile(td, dst_stride, ts, src_stride, ni, nj, 4);
+        break;
+      case 8:
+        transpose_tile(td, dst_stride, ts, src_stride, ni, nj, 8);
+        break;
+      default:
+        transpose_tile(td, dst_stride, ts, src_stride, ni, nj, (size_t)elem);
+        break;
+      }
+    }
+  }
+}
+
 /* ---- hashing ---- */
 
 uint64_t sl__hash_bytes(const void *data, size_t n) {

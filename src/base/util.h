@@ -81,6 +81,13 @@ void *sl__vec_push(sl__vec *v);
 bool sl__vec_reserve(sl__vec *v, size_t n);
 #define SL_VEC_AT(v, type, i) (((type *)(v)->data)[i])
 
+/* ---- element transposition (host memory) ---- */
+/* `rows` rows of `cols` elements of `elem` bytes at src (rows src_stride bytes apart) → `cols` rows
+ * of `rows` elements at dst (rows dst_stride bytes apart): element (i, j) of src lands at
+ * dst + j*dst_stride + i*elem. Cache-blocked; the regions must not overlap. */
+void sl__transpose_elems(void *dst, uint64_t dst_stride, const void *src, uint64_t src_stride, uint64_t rows,
+                         uint64_t cols, uint64_t elem);
+
 /* ---- hashing (the hash of base/hashmap.h) ---- */
 uint64_t sl__hash_bytes(const void *data, size_t n);
 

@@ -17,7 +17,9 @@
  * piece (rows dst_stride apart). A parameter bound with another dtype (sl_loader_bind_as) is
  * converted element by element on the way (engine/deliver.c): its offsets in the plan are planned
  * bytes, scaled to the memory's element size; an element whose bytes arrive in two deliveries (a
- * chunk or bucket boundary inside it) waits in cast_partial until its other bytes arrive.
+ * chunk or bucket boundary inside it) waits in cast_partial until its other bytes arrive. A
+ * parameter held with its last two dimensions transposed (sl__lparam.transposed) has its offsets
+ * in the planned orientation; delivery puts every element at its transposed place.
  */
 #ifndef SL_ENGINE_H
 #define SL_ENGINE_H
@@ -100,6 +102,12 @@ typedef struct sl__cast_partial {
 /* Whether local parameter lparam is converted on delivery (sl_loader_bind_as). */
 static inline bool sl__engine_casts(const sl__transfer *t, uint32_t lparam) {
   return t->param_cast != NULL && t->param_cast[lparam].from != t->param_cast[lparam].to;
+}
+
+/* Whether delivery rearranges local parameter lparam's bytes (converted, or held transposed:
+ * sl__lparam.transposed): its bytes go through staging, never read into it directly. */
+static inline bool sl__engine_rearranges(const sl__transfer *t, uint32_t lparam) {
+  return sl__engine_casts(t, lparam) || t->plan->lparams[lparam].transposed > 0;
 }
 
 /* A reader thread's argument. */

@@ -46,7 +46,7 @@ static bool interior(uint64_t page, uint64_t a, uint64_t len, uint64_t *lo, uint
  * mappings it costs. */
 static bool eligible(const mapper *m, size_t i, const bool *skip, uint64_t *phase, uint64_t *vmas) {
   const sl__lparam *lp = &m->plan->lparams[i];
-  if (lp->alias_of != SL_NONE || (skip != NULL && skip[i]) || lp->nbytes == 0 ||
+  if (lp->alias_of != SL_NONE || (skip != NULL && skip[i]) || lp->nbytes == 0 || lp->transposed > 0 ||
       m->first[i] == m->first[i + 1])
     return false;
   uint64_t ph = UINT64_MAX;

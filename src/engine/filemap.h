@@ -42,7 +42,8 @@ typedef struct sl__filemaps {
 } sl__filemaps;
 
 /* Maps what can be mapped: not aliases, not skip[i] (the caller's own buffers, those converted on
- * delivery included: a mapping of the file cannot hold another dtype); every copy of
+ * delivery included: a mapping of the file cannot hold another dtype), not a parameter held
+ * transposed (sl__lparam.transposed: nor another orientation); every copy of
  * the parameter contiguous, from a piece this rank alone needs and reads, with one common page
  * phase; at least one whole page mapped. The number of mappings stays within half of the
  * system's limit (vm.max_map_count); parameters beyond it are read as usual. Under

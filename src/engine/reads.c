@@ -21,7 +21,8 @@
  * local piece with one contiguous copy in host memory is read straight into the parameter when its
  * file is read through the page cache, or, when that parameter is a mapping of the piece's bytes,
  * populated in place (whatever the rest of the file is read with). Not a parameter converted on
- * delivery (sl_loader_bind_as): its bytes go through staging, where engine/deliver.c converts them. */
+ * delivery (sl_loader_bind_as) nor one held transposed: its bytes go through staging, where
+ * engine/deliver.c converts or transposes them. */
 static sl_status plan_piece_reads(sl__engine *e, const sl__piece *P, uint64_t p0, uint64_t p1,
                                   uint32_t bucket, uint64_t bucket_off) {
   uint32_t piece = (uint32_t)(P - e->t->sched->pieces);
@@ -30,7 +31,7 @@ static sl_status plan_piece_reads(sl__engine *e, const sl__piece *P, uint64_t p0
   bool buffered = !e->choice[e->t->cat->tensors[P->tensor].file].direct;
   if (bucket == SL_NONE && P->rows <= 1 && e->t->backend->host_addressable &&
       e->copy_start[piece + 1] - e->copy_start[piece] == 1 &&
-      !sl__engine_casts(e->t, e->t->plan->copies[e->copy_list[e->copy_start[piece]]].lparam)) {
+      !sl__engine_rearranges(e->t, e->t->plan->copies[e->copy_list[e->copy_start[piece]]].lparam)) {
     const sl__copy *cp = &e->t->plan->copies[e->copy_list[e->copy_start[piece]]];
     populate = e->t->param_mapped != NULL && e->t->param_mapped[cp->lparam];
     if (buffered || populate)

@@ -43,6 +43,10 @@ typedef struct sl__mparam {
   uint32_t ndim;
   uint64_t shape[SL_SPEC_MAX_DIMS]; /* global (unsharded) shape; vllm vocab padded */
   bool ckpt;                        /* checkpoint layout: sources kept separate */
+  /* vllm layout, spec "transpose": the last two dimensions are held transposed against the
+   * sources' orientation (shape[] is the held one); the planner keeps the copies in the sources'
+   * orientation and flags the local parameter (plan/plan.h sl__lparam.transposed) */
+  bool transposed;
   /* style arguments (in weight elements) */
   uint64_t q_heads; /* qkv, and head-divisibility of column/row (0 = none) */
   uint64_t kv_heads;

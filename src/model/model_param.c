@@ -103,12 +103,16 @@ static sl_status global_shape(sl__model_builder *b, sl__mparam *p) {
   case SL_STYLE_QUANT_PARTS: /* shape set where it is made (model/model_quant.c) */
   case SL_STYLE_INT4:
     return SL_STATUS_OK;
-  case SL_STYLE_MOE3D_W13_TRANSPOSED: /* [E, H, 2*Im] and [E, Im, H]: the checkpoint's orientation */
-  case SL_STYLE_MOE3D_W2_TRANSPOSED:
+  case SL_STYLE_MOE3D_W13_TRANSPOSED: /* [E, H, 2*Im] and [E, Im, H]: the checkpoint's orientation, */
+  case SL_STYLE_MOE3D_W2_TRANSPOSED:  /* or vLLM's [E, 2*Im, H] and [E, H, Im] when transposed */
     if (s0->ndim != 3)
       return sl__err_set(b->err, SL_STATUS_ARCH,
                          "spec %s: fused expert tensor %s must be 3-D, has %u dimensions", b->e.spec->path,
                          s0->name, s0->ndim);
+    if (p->transposed && !p->ckpt) {
+      p->shape[1] = s0->shape[2];
+      p->shape[2] = s0->shape[1];
+    }
     return SL_STATUS_OK;
   case SL_STYLE_VOCAB:
     if (!p->ckpt)
@@ -348,6 +352,7 @@ sl_status sl__model_build_param(sl__model_builder *b, const sl__spec_param *sp, 
   p->style = sp->style;
   p->place = sp->place;
   p->layer = (int32_t)layer;
+  p->transposed = sp->transpose;
   sl_status st = eval_opt(b, sp->q_heads, 0, &p->q_heads);
   if (st == SL_STATUS_OK)
     st = eval_opt(b, sp->kv_heads, 0, &p->kv_heads);
@@ -493,6 +498,7 @@ sl_status sl__model_to_checkpoint_layout(sl__model_builder *b) {
       }
       *p = *v;
       p->ckpt = true;
+      p->transposed = false; /* the checkpoint layout keeps the sources' orientation */
       p->name = NULL;
       p->fields = v->fields != NULL ? sl__strdup(v->fields) : NULL;
       p->n_src = 1;

@@ -331,9 +331,29 @@ static sl_status check_parts(ctx *c, const sl__spec_param *p, const char *where)
   return err != NULL ? spec_error(c, where, err) : SL_STATUS_OK;
 }
 
+/* "transpose": true (docs/SPECS.md): in the vllm layout the parameter holds its local tensor with
+ * the last two dimensions transposed, vLLM's orientation of experts a checkpoint stores the other
+ * way. Only the styles whose sources are stored so take it; the checkpoint layout ignores it. */
+static sl_status parse_transpose(ctx *c, const cJSON *obj, const char *where, sl__spec_param *p) {
+  const cJSON *t = cJSON_GetObjectItemCaseSensitive(obj, "transpose");
+  if (t == NULL)
+    return SL_STATUS_OK;
+  if (!cJSON_IsBool(t))
+    return spec_error(c, where, "'transpose' must be true or false");
+  p->transpose = cJSON_IsTrue(t);
+  if (p->transpose && p->style != SL_STYLE_MOE3D_W13_TRANSPOSED && p->style != SL_STYLE_MOE3D_W2_TRANSPOSED) {
+    char msg[256];
+    snprintf(msg, sizeof msg,
+             "'transpose' is only supported with styles moe3d_w13_transposed and moe3d_w2_transposed, not %s",
+             sl__style_name(p->style));
+    return spec_error(c, where, msg);
+  }
+  return SL_STATUS_OK;
+}
+
 static sl_status parse_param(ctx *c, const cJSON *obj, const char *where, sl__spec_param *p) {
-  static const char *const keys[] = {"name",  "place",   "when",    "style", "heads",
-                                     "vocab", "experts", "sources", NULL};
+  static const char *const keys[] = {"name",  "place",   "when",      "style",   "heads",
+                                     "vocab", "experts", "transpose", "sources", NULL};
   if (!cJSON_IsObject(obj))
     return spec_error(c, where, "a parameter must be an object");
   sl_status st = check_keys(c, obj, where, keys);
@@ -360,7 +380,9 @@ static sl_status parse_param(ctx *c, const cJSON *obj, const char *where, sl__sp
     return spec_error(c, w,
                       "'style' must be one of replicated, column, row, merged, qkv, vocab, concat, moe_w13, "
                       "moe_w2, moe3d_w13, moe3d_w2");
-  st = opt_expr(c, obj, "when", w, NULL, &p->when);
+  st = parse_transpose(c, obj, w, p);
+  if (st == SL_STATUS_OK)
+    st = opt_expr(c, obj, "when", w, NULL, &p->when);
   if (st == SL_STATUS_OK)
     st = opt_expr(c, obj, "vocab", w, NULL, &p->vocab);
   if (st == SL_STATUS_OK)

@@ -11,7 +11,7 @@
  *     "vision_prefixes": [...],
  *     "rename": {"format": "mistral", "map": [[FROM, TO], ...]},
  *     "params": [ { "name": TEMPLATE, "place": embed|layer|final|head, "when": EXPR,
- *                   "style": ..., style arguments, "sources": [ {"tensor": TEMPLATE,
+ *                   "style": ..., style arguments, "transpose": BOOL, "sources": [ {"tensor": TEMPLATE,
  *                   "part": ..., "shape": [EXPR, ...], "rotary_heads": EXPR} ] } ] }
  */
 #ifndef SL_SPEC_H
@@ -89,6 +89,7 @@ typedef struct sl__spec_param {
   sl__expr *v_head_dim; /* NULL = head_dim */
   sl__expr *vocab;      /* vocab: unpadded vocabulary size */
   sl__expr *experts;    /* moe: expert count (NULL = the spec's "experts") */
+  bool transpose;       /* vllm layout: last two dimensions stored transposed (moe3d_*_transposed) */
   size_t n_sources;
   sl__spec_source *sources;
 } sl__spec_param;

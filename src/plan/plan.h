@@ -55,7 +55,13 @@ typedef struct sl__lparam {
   uint64_t shape[SL_SPEC_MAX_DIMS]; /* local shape */
   uint64_t nbytes;
   uint32_t alias_of; /* local index of the entry whose memory it shares, or SL_NONE */
-  char shard[192];   /* human description of the slice */
+  /* > 0: the last two dimensions are held transposed (spec "transpose", docs/spec/LAYOUTS.md §3.10),
+   * and this is the element size in bytes. shape[] is the held shape [.., B, A]; the copies'
+   * dst_off / dst_stride address the sources' orientation [.., A, B] of the same elements, and
+   * delivery (engine/deliver.c) puts element (.., a, b) of that orientation at (.., b, a). Such a
+   * parameter is never read into directly nor mapped. */
+  uint32_t transposed;
+  char shard[192]; /* human description of the slice */
 } sl__lparam;
 
 typedef struct sl__copy {
@@ -66,7 +72,8 @@ typedef struct sl__copy {
   uint64_t src_stride; /* bytes between consecutive rows in the source */
   uint64_t row_bytes;  /* bytes per row */
   uint64_t rows;
-  uint64_t dst_off; /* bytes from the parameter's first byte */
+  uint64_t dst_off; /* bytes from the parameter's first byte (of its sources' orientation when the
+                       parameter is transposed: sl__lparam.transposed) */
   uint64_t dst_stride;
   uint32_t piece; /* schedule piece (set by sl__schedule_build) */
 } sl__copy;

@@ -679,6 +679,26 @@ sl_status sl__plan_check_heads(const sl__model *m, uint32_t tp, sl__err *err) {
   return SL_STATUS_OK;
 }
 
+/* A parameter held transposed (sl__lparam.transposed): the slicer planned its sources' orientation
+ * [.., A, B]; the table holds [.., B, A]. Whole-byte elements only (the engine moves elements). */
+static sl_status transpose_shape(const sl__mparam *p, local_shape *ls, char *desc, size_t dcap,
+                                 uint32_t *elem, sl__err *err) {
+  uint32_t bits = sl__dtype_bits(p->dtype);
+  if (ls->ndim < 2 || bits == 0 || bits % 8 != 0)
+    return sl__err_set(err, SL_STATUS_ARCH,
+                       "%s: a transposed parameter needs 2 or more dimensions of whole-byte "
+                       "elements (%u dimensions of %s)",
+                       p->name, ls->ndim, sl__dtype_name(p->dtype));
+  uint64_t a = ls->shape[ls->ndim - 2];
+  ls->shape[ls->ndim - 2] = ls->shape[ls->ndim - 1];
+  ls->shape[ls->ndim - 1] = a;
+  size_t n = strlen(desc);
+  if (n < dcap)
+    snprintf(desc + n, dcap - n, ", last two dims transposed");
+  *elem = bits / 8;
+  return SL_STATUS_OK;
+}
+
 sl_status sl__plan_rank(const sl__model *m, const sl__catalog *cat, const sl__plan_opts *o, uint32_t rank,
                         bool with_table, sl__rank_plan *out, sl__err *err) {
   memset(out, 0, sizeof *out);
@@ -739,6 +759,9 @@ sl_status sl__plan_rank(const sl__model *m, const sl__catalog *cat, const sl__pl
     if (st != SL_STATUS_OK)
       break;
     lp = &SL_VEC_AT(&lparams, sl__lparam, li);
+    if (p->transposed &&
+        (st = transpose_shape(p, &ls, desc, sizeof desc, &lp->transposed, err)) != SL_STATUS_OK)
+      break;
     lp->ndim = ls.ndim;
     memcpy(lp->shape, ls.shape, sizeof lp->shape);
     uint64_t elems = 1;

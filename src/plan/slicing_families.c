@@ -11,8 +11,11 @@
  *                                and scales) splits its dim 2; the down bias is added once after
  *                                the all-reduce, so only MoE tensor-parallel rank 0 holds it;
  *   moe3d_w13_transposed,        Llama-4 experts stored [E, H, 2*Im] / [E, Im, H] (transposed
- *   moe3d_w2_transposed          against vLLM's w13/w2): kept in that orientation, [El, H, 2*Ip] /
- *                                [El, Ip, H], so that every copy is a strided run of whole rows.
+ *   moe3d_w2_transposed          against vLLM's w13/w2): planned in that orientation, [El, H, 2*Ip] /
+ *                                [El, Ip, H], so that every copy is a strided run of whole rows; with
+ *                                the spec's "transpose" (the vllm layout of specs/llama4.json) the
+ *                                parameter holds vLLM's [El, 2*Ip, H] / [El, H, Ip] and delivery
+ *                                transposes (plan/slicing.c transpose_shape, engine/deliver.c).
  *
  * Every style emits byte copies straight from offsets in the source (emit below), rather than
  * through plan/slicing.c's 2-D views, because the sources here are 3-D or 4-D with the split
@@ -266,8 +269,9 @@ sl_status sl__slice_moe_w2_bias(sl__slicer *s, sl__local_shape *ls, char *desc, 
 }
 
 /* [E, H, 2*Im] (gate columns [0, Im), up columns [Im, 2*Im)) → [El, H, 2*Ip] in the checkpoint's
- * orientation: per local expert and part, columns [p*Im + mr*Ip, +Ip) of every H row, one strided
- * copy (H rows of Ip elements); the gate block then the up block of each local row. */
+ * orientation (held so, or transposed: sl__lparam.transposed): per local expert and part,
+ * columns [p*Im + mr*Ip, +Ip) of every H row, one strided copy (H rows of Ip elements); the gate
+ * block then the up block of each local row. */
 sl_status sl__slice_moe3d_w13_transposed(sl__slicer *s, sl__local_shape *ls, char *desc, size_t dcap) {
   const sl__msrc *src = &s->p->src[0];
   uint64_t eb = 0;
@@ -295,12 +299,12 @@ sl_status sl__slice_moe3d_w13_transposed(sl__slicer *s, sl__local_shape *ls, cha
   shape_like(ls, src);
   ls->shape[0] = s->x->slots;
   ls->shape[2] = 2 * ip;
-  expert_desc(s, "gate_up [E, H, 2*Im] kept", desc, dcap);
+  expert_desc(s, "gate_up [E, H, 2*Im]", desc, dcap);
   return st;
 }
 
-/* [E, Im, H] → [El, Ip, H] in the checkpoint's orientation: rows [mr*Ip, +Ip) of each local
- * expert, one contiguous range. */
+/* [E, Im, H] → [El, Ip, H] in the checkpoint's orientation (held so, or transposed): rows
+ * [mr*Ip, +Ip) of each local expert, one contiguous range. */
 sl_status sl__slice_moe3d_w2_transposed(sl__slicer *s, sl__local_shape *ls, char *desc, size_t dcap) {
   const sl__msrc *src = &s->p->src[0];
   uint64_t eb = 0;
@@ -321,6 +325,6 @@ sl_status sl__slice_moe3d_w2_transposed(sl__slicer *s, sl__local_shape *ls, char
   shape_like(ls, src);
   ls->shape[0] = s->x->slots;
   ls->shape[1] = ip;
-  expert_desc(s, "down [E, Im, H] kept", desc, dcap);
+  expert_desc(s, "down [E, Im, H]", desc, dcap);
   return st;
 }

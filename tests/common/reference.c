@@ -55,8 +55,8 @@ typedef enum style {
   ST_MOE3D_IL,     /* [E, 2*Im, ...] gate/up interleaved: a contiguous row range per expert */
   ST_MOE3D_BLK,    /* [E, H, C, ...]: dim 2 split */
   ST_MOE_W2BIAS,   /* [E, H]: MoE tensor-parallel rank 0 only */
-  ST_GATE_UP_T,    /* Llama-4 [E, H, 2*Im]: gate and up column ranges, orientation kept */
-  ST_DOWN_T,       /* Llama-4 [E, Im, H]: a row range per expert, orientation kept */
+  ST_GATE_UP_T,    /* Llama-4 [E, H, 2*Im]: gate and up column ranges; vllm: w13 [El, 2*Ip, H] */
+  ST_DOWN_T,       /* Llama-4 [E, Im, H]: a row range per expert; vllm: w2 [El, H, Ip] */
   ST_PARTS         /* docs/spec/LAYOUTS.md §3.11: one per-tensor scale per part, [n parts] */
 } style;
 
@@ -717,9 +717,19 @@ static void gpt_oss_layer(sl_ref_model *m, uint32_t layer) {
   layer_renamed(m, ST_MOE_W2BIAS, layer, "mlp.experts.w2_bias", "mlp.experts.down_proj_bias");
 }
 
+/* A Llama-4 layer parameter vname fed by the one tensor sname (both under m->pre). */
+static void llama4_renamed(sl_ref_model *m, style st, uint32_t layer, const char *vname, const char *sname) {
+  char name[256];
+  char src[256];
+  snprintf(name, sizeof name, "%smodel.layers.%u.%s", m->pre, layer, vname);
+  snprintf(src, sizeof src, "%smodel.layers.%u.%s", m->pre, layer, sname);
+  rdef *d = def_new(m, st, AT_LAYER, layer, name);
+  def_src(m, d, src, false);
+}
+
 /* docs/spec/ARCHITECTURES.md §13: Llama-4 text layers (names under "language_model."); routed experts
- * every interleave_moe_layer_step layers, in the checkpoint's fused orientation, plus a shared
- * expert; a dense feed_forward on the other layers. cfg is text_config. */
+ * every interleave_moe_layer_step layers, fused and stored transposed against vLLM's w13_weight /
+ * w2_weight, plus a shared expert; a dense feed_forward on the other layers. cfg is text_config. */
 static void llama4_layer(sl_ref_model *m, const cJSON *cfg, uint32_t layer) {
   llama_attention(m, layer, false, false, false);
   uint64_t step = cfg_num_or(cfg, "interleave_moe_layer_step", 1);
@@ -730,8 +740,8 @@ static void llama4_layer(sl_ref_model *m, const cJSON *cfg, uint32_t layer) {
     return;
   }
   layer_one(m, ST_REPLICATED, layer, "feed_forward.router.weight");
-  layer_one(m, ST_GATE_UP_T, layer, "feed_forward.experts.gate_up_proj");
-  layer_one(m, ST_DOWN_T, layer, "feed_forward.experts.down_proj");
+  llama4_renamed(m, ST_GATE_UP_T, layer, "feed_forward.experts.w13_weight", "feed_forward.experts.gate_up_proj");
+  llama4_renamed(m, ST_DOWN_T, layer, "feed_forward.experts.w2_weight", "feed_forward.experts.down_proj");
   layer_merged(m, layer, "feed_forward.shared_expert.gate_up_proj.weight",
                "feed_forward.shared_expert.gate_proj.weight", "feed_forward.shared_expert.up_proj.weight");
   layer_one(m, ST_ROW, layer, "feed_forward.shared_expert.down_proj.weight");
@@ -1776,9 +1786,38 @@ static void build_gpt_oss_experts(ctx *c, const rdef *d) {
   }
 }
 
-/* docs/spec/LAYOUTS.md §3.10: Llama-4 experts in the checkpoint's orientation. GATE_UP_T: [El, H, 2n]
- * with n = Im/Mt, each row h of local expert j = gate columns [mr*n, +n) then up columns
- * Im + [mr*n, +n) of row h; DOWN_T: [El, n, H], rows [mr*n, +n) of each local expert. */
+/* docs/spec/LAYOUTS.md §3.10: Llama-4 experts, n = Im/Mt. Planned in the checkpoint's orientation:
+ * GATE_UP_T [El, H, 2n], row h of local expert j = gate columns [mr*n, +n) then up columns
+ * Im + [mr*n, +n) of row h; DOWN_T [El, n, H], rows [mr*n, +n) of each local expert. The
+ * checkpoint layout holds exactly that under the checkpoint's names; the vllm layout holds vLLM's
+ * w13_weight [El, 2n, H] and w2_weight [El, H, n], the last two dimensions transposed, element by
+ * element here. */
+static void llama4_vllm_experts(ctx *c, const rdef *d, sl_ref_param *p, bool gu, uint64_t n) {
+  const rtensor *t = tens(c, d->src[0]);
+  uint64_t eb = t->bits / 8;
+  uint64_t slab = t->nbytes / t->shape[0];
+  uint64_t H = gu ? t->shape[1] : t->shape[2];
+  uint64_t im = gu ? t->shape[2] / 2 : t->shape[1];
+  size_t cap = 0;
+  for (uint32_t j = 0; j < c->n_local && p != NULL; j++) {
+    uint64_t base = c->local[j] * slab;
+    uint64_t rows = gu ? 2 * n : H; /* held [El, rows, cols] */
+    uint64_t cols = gu ? H : n;
+    for (uint64_t y = 0; y < rows; y++) {
+      for (uint64_t x = 0; x < cols; x++) {
+        /* gate_up: held (col y, row h = x) ← source row h, column y's gate or up column;
+         * down: held (h = y, i = x) ← source row mr*n + i, column h */
+        uint64_t src = gu ? base + (x * 2 * im + (y < n ? c->mr * n + y : im + c->mr * n + y - n)) * eb
+                          : base + ((c->mr * n + x) * H + y) * eb;
+        if (!seg_add(p, &cap, ((j * rows + y) * cols + x) * eb, eb, d->src[0], src)) {
+          ctx_fail(c, SL_STATUS_NOMEM, "out of memory");
+          return;
+        }
+      }
+    }
+  }
+}
+
 static void build_llama4_experts(ctx *c, const rdef *d) {
   const rtensor *t = tens(c, d->src[0]);
   uint64_t eb = t->bits / 8;
@@ -1787,7 +1826,13 @@ static void build_llama4_experts(ctx *c, const rdef *d) {
   uint64_t shape[SL_MAX_DIMS] = {c->n_local, t->shape[1], t->shape[2]};
   uint64_t n = gu ? t->shape[2] / 2 / c->Mt : t->shape[1] / c->Mt;
   shape[gu ? 2 : 1] = gu ? 2 * n : n;
-  sl_ref_param *p = entry_new(c, c->ckpt ? t->name : d->name, t, 3, t->shape, shape);
+  if (!c->ckpt) {
+    uint64_t global[SL_MAX_DIMS] = {t->shape[0], t->shape[2], t->shape[1]};
+    uint64_t local[SL_MAX_DIMS] = {c->n_local, shape[2], shape[1]};
+    llama4_vllm_experts(c, d, entry_new(c, d->name, t, 3, global, local), gu, n);
+    return;
+  }
+  sl_ref_param *p = entry_new(c, t->name, t, 3, t->shape, shape);
   size_t cap = 0;
   for (uint32_t j = 0; j < c->n_local && p != NULL; j++) {
     uint64_t base = c->local[j] * slab;

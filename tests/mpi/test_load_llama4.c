@@ -3,17 +3,21 @@
  * (ctest runs it at 1, 2, 3 and 4 ranks), against the independent reference.
  *
  *   test_text_layouts   llama4_text (sizes under text_config, MoE on layers 1 and 3 with fused
- *                       experts kept in the checkpoint's orientation, shared expert, dense
- *                       feed_forward on layers 0 and 2): every (tp, pp, dp) of the world size, both
- *                       layouts, without and with expert parallelism (coalescing off with it, so
- *                       that no rank reads a byte it does not hold).
+ *                       experts: vLLM's w13_weight / w2_weight, transposed from the checkpoint's
+ *                       gate_up_proj / down_proj, which the checkpoint layout keeps as stored;
+ *                       shared expert; dense feed_forward on layers 0 and 2): every (tp, pp, dp)
+ *                       of the world size, both layouts, without and with expert parallelism
+ *                       (coalescing off with it, so that no rank reads a byte it does not hold).
  *   test_vision         llama4 (vision tower + projector in the checkpoint): refused without
  *                       skip_vision, naming a vision tensor and the option; with skip_vision the
  *                       text model loads byte-exact at tp = world, with and without EP.
- *   golden_experts      docs/spec/LAYOUTS.md §3.10 through the loader: at tp 2, rank r's
- *                       gate_up_proj [4, 64, 32] row h of expert e is gate columns [16r, +16) then
- *                       up columns 32 + [16r, +16) of source row h; down_proj [4, 16, 64] is source
- *                       rows [16r, +16) of each expert.
+ *   golden_experts      docs/spec/LAYOUTS.md §3.10 through the loader, at tp 2. Layout vllm:
+ *                       rank r's w13_weight [4, 32, 64] row k of expert e is gate column 16r + k
+ *                       (k < 16) or up column 32 + 16r + k - 16 of every source row; w2_weight
+ *                       [4, 64, 16] row h is column h of source rows [16r, +16); no gate_up_proj /
+ *                       down_proj entries. Layout checkpoint: gate_up_proj [4, 64, 32] row h is
+ *                       gate columns [16r, +16) then up columns 32 + [16r, +16) of source row h;
+ *                       down_proj [4, 16, 64] is source rows [16r, +16) of each expert.
  */
 #include "check.h"
 #include "load_check.h"
@@ -63,40 +67,88 @@ static void test_vision(void) {
   }
 }
 
+/* Element (e, y, x) of a held [.., Y, X] F32 tensor at data, against element (row, col) of the
+ * source tensor `src` [E, R, C]: equal values, compared through the fixtures' value function. */
+static bool same_elem(const char *src, uint64_t e, uint64_t R, uint64_t C, uint64_t row, uint64_t col,
+                      const uint8_t *data, uint64_t at) {
+  return sl_value_mismatch(src, ((e * R + row) * C + col) * 4, data + at * 4, 4) == 4;
+}
+
+/* Every source of every parameter says whether its destination is in the checkpoint's orientation
+ * (sl_param_source.dst_transposed): the vllm layout's experts only. */
+static void check_sources(sl_loader *l, bool ckpt) {
+  size_t flagged = 0;
+  for (size_t i = 0; i < sl_loader_param_count(l); i++) {
+    const char *name = sl_loader_param(l, i)->name;
+    bool experts =
+        !ckpt && (strstr(name, "experts.w13_weight") != NULL || strstr(name, "experts.w2_weight") != NULL);
+    for (size_t k = 0; k < sl_loader_param_source_count(l, i); k++) {
+      sl_param_source src;
+      CHECK(sl_loader_param_source(l, i, k, &src) == SL_STATUS_OK);
+      CHECKF((src.dst_transposed != 0) == experts, "%s source %zu: dst_transposed %u", name, k,
+             src.dst_transposed);
+      flagged += src.dst_transposed != 0;
+    }
+  }
+  CHECK((flagged > 0) == !ckpt);
+}
+
 static void golden_experts(void) {
   if (lc_world() != 2)
     return;
-  lc_case c = {.fixture = "llama4_text", .tp = 2, .pp = 1, .dp = 1};
-  lc_result res;
-  lc_run(&c, &res);
+  const char *pre = "language_model.model.layers.1.feed_forward.experts.";
   const char *gu = "language_model.model.layers.1.feed_forward.experts.gate_up_proj";
   const char *dn = "language_model.model.layers.1.feed_forward.experts.down_proj";
-  const sl_param *g = res.status == SL_STATUS_OK ? sl_loader_find(res.loader, gu) : NULL;
-  const sl_param *d = res.status == SL_STATUS_OK ? sl_loader_find(res.loader, dn) : NULL;
-  CHECK(g != NULL && d != NULL);
-  if (g != NULL && d != NULL) {
+  uint64_t r = (uint64_t)lc_rank();
+  for (int ckpt = 0; ckpt < 2; ckpt++) {
+    lc_case c = {.fixture = "llama4_text", .tp = 2, .pp = 1, .dp = 1, .checkpoint = ckpt == 1};
+    lc_result res;
+    lc_run(&c, &res);
+    char wn[160];
+    char dnn[160];
+    snprintf(wn, sizeof wn, "%s%s", pre, ckpt ? "gate_up_proj" : "w13_weight");
+    snprintf(dnn, sizeof dnn, "%s%s", pre, ckpt ? "down_proj" : "w2_weight");
+    const sl_param *g = res.status == SL_STATUS_OK ? sl_loader_find(res.loader, wn) : NULL;
+    const sl_param *d = res.status == SL_STATUS_OK ? sl_loader_find(res.loader, dnn) : NULL;
+    CHECKF(g != NULL && d != NULL, "%s, %s", wn, dnn);
+    if (ckpt == 0)
+      CHECK(sl_loader_find(res.loader, gu) == NULL && sl_loader_find(res.loader, dn) == NULL);
+    if (res.status == SL_STATUS_OK)
+      check_sources(res.loader, ckpt == 1);
+    if (g == NULL || d == NULL) {
+      lc_result_free(&res);
+      continue;
+    }
+    /* checkpoint: gate_up_proj [4, 64, 32], down_proj [4, 16, 64]; vllm: w13_weight [4, 32, 64],
+     * w2_weight [4, 64, 16] (globals [4, 64, 64] / [4, 32, 64] and [4, 64, 64] / [4, 64, 32]) */
     CHECK_EQ_U64(g->local_shape[0], 4);
-    CHECK_EQ_U64(g->local_shape[1], 64);
-    CHECK_EQ_U64(g->local_shape[2], 32);
-    CHECK_EQ_U64(d->local_shape[1], 16);
-    uint64_t r = (uint64_t)lc_rank();
+    CHECK_EQ_U64(g->local_shape[1], ckpt ? 64 : 32);
+    CHECK_EQ_U64(g->local_shape[2], ckpt ? 32 : 64);
+    CHECK_EQ_U64(d->local_shape[1], ckpt ? 16 : 64);
+    CHECK_EQ_U64(d->local_shape[2], ckpt ? 64 : 16);
+    CHECK_EQ_U64(d->global_shape[1], ckpt ? 32 : 64);
+    CHECK_EQ_U64(d->global_shape[2], ckpt ? 64 : 32);
     const uint8_t *gd = g->data;
     const uint8_t *dd = d->data;
     for (uint64_t e = 0; e < 4; e++) {
       for (uint64_t h = 0; h < 64; h += 21) {
-        uint64_t src = (e * 64 + h) * 64 * 4;
-        const uint8_t *row = gd + (e * 64 + h) * 32 * 4;
-        CHECKF(sl_value_mismatch(gu, src + 16 * r * 4, row, 64) == 64, "gate e %llu h %llu",
-               (unsigned long long)e, (unsigned long long)h);
-        CHECKF(sl_value_mismatch(gu, src + (32 + 16 * r) * 4, row + 64, 64) == 64, "up e %llu h %llu",
-               (unsigned long long)e, (unsigned long long)h);
+        for (uint64_t k = 0; k < 16; k++) {
+          /* gate column 16r + k and up column 32 + 16r + k of source row h */
+          uint64_t at_g = ckpt ? (e * 64 + h) * 32 + k : (e * 32 + k) * 64 + h;
+          uint64_t at_u = ckpt ? (e * 64 + h) * 32 + 16 + k : (e * 32 + 16 + k) * 64 + h;
+          CHECKF(same_elem(gu, e, 64, 64, h, 16 * r + k, gd, at_g), "gate e %llu h %llu k %llu",
+                 (unsigned long long)e, (unsigned long long)h, (unsigned long long)k);
+          CHECKF(same_elem(gu, e, 64, 64, h, 32 + 16 * r + k, gd, at_u), "up e %llu h %llu k %llu",
+                 (unsigned long long)e, (unsigned long long)h, (unsigned long long)k);
+          /* down: source row 16r + k, column h */
+          uint64_t at_d = ckpt ? (e * 16 + k) * 64 + h : (e * 64 + h) * 16 + k;
+          CHECKF(same_elem(dn, e, 32, 64, 16 * r + k, h, dd, at_d), "down e %llu h %llu k %llu",
+                 (unsigned long long)e, (unsigned long long)h, (unsigned long long)k);
+        }
       }
-      size_t len = 16 * 64 * 4;
-      CHECKF(sl_value_mismatch(dn, (e * 32 + 16 * r) * 64 * 4, dd + e * len, len) == len, "down e %llu",
-             (unsigned long long)e);
     }
+    lc_result_free(&res);
   }
-  lc_result_free(&res);
 }
 
 int main(int argc, char **argv) {

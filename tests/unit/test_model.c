@@ -162,6 +162,29 @@ static void test_spec_errors(void) {
            "\"sources\":[{\"tensor\":\"a.{layer}\",\"shape\":[1,1]}]}]}",
            head);
   check_spec_error(buf, "{expert}");
+  /* "transpose": a boolean, and only for the styles whose sources are stored transposed */
+  snprintf(buf, sizeof buf,
+           "%s\"params\":[{\"name\":\"a.{layer}\",\"place\":\"layer\",\"style\":\"moe3d_w2_transposed\","
+           "\"transpose\":\"yes\",\"sources\":[{\"tensor\":\"a.{layer}\",\"shape\":[1,1,1]}]}]}",
+           head);
+  check_spec_error(buf, "'transpose' must be true or false");
+  snprintf(buf, sizeof buf,
+           "%s\"params\":[{\"name\":\"a.{layer}\",\"place\":\"layer\",\"style\":\"moe3d_w2\","
+           "\"transpose\":true,\"sources\":[{\"tensor\":\"a.{layer}\",\"shape\":[1,1,1]}]}]}",
+           head);
+  check_spec_error(buf, "'transpose' is only supported with styles moe3d_w13_transposed and "
+                        "moe3d_w2_transposed, not moe3d_w2");
+  sl__spec *ok = NULL;
+  sl__err err;
+  sl__err_clear(&err);
+  snprintf(buf, sizeof buf,
+           "%s\"params\":[{\"name\":\"a.{layer}\",\"place\":\"layer\",\"style\":\"moe3d_w2_transposed\","
+           "\"transpose\":false,\"sources\":[{\"tensor\":\"a.{layer}\",\"shape\":[1,1,1]}]}]}",
+           head);
+  CHECKF(sl__spec_parse(buf, strlen(buf), "ok.json", &ok, &err) == SL_STATUS_OK, "transpose false: %s",
+         err.msg);
+  CHECK(ok != NULL && ok->n_params == 1 && !ok->params[0].transpose);
+  sl__spec_free(ok);
   check_spec_error("{\"family\":", "invalid JSON");
 }
 

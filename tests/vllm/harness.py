@@ -11,9 +11,10 @@ A case loads one fixture twice in every worker: through the plugin
 (get_model_loader(LoadConfig(load_format="shardload")).load_model(...)) and through the stand-in's
 DefaultModelLoader, whose every rank reads every checkpoint tensor whole and applies the model's
 weight_loader rules (vLLM's conventions, independent of shardload's plan). Every parameter and
-buffer of the two models must be equal byte for byte, tied parameters must stay one Parameter,
-and the plugin must have loaded with the options the case expects. Failures are gathered over the
-world so that every worker reports the same verdict.
+buffer of the two models must be equal byte for byte (in a case with a model dtype unlike the
+checkpoint's, NaN elements need only be NaN on both sides: see same()), tied parameters must stay
+one Parameter, and the plugin must have loaded with the options the case expects. Failures are
+gathered over the world so that every worker reports the same verdict.
 """
 
 import dataclasses
@@ -80,7 +81,9 @@ def cases(world, group):
         return [C("llama bf16->f32", "llama", tp=tp, dp=world // tp, dtype="float32"),
                 C("llama_f32 f32->bf16", "llama_f32", tp=tp, dp=world // tp, dtype="bfloat16"),
                 C("mixtral_f32 f32->f16 ep", "mixtral_f32", tp=tp, dp=world // tp, ep=True,
-                  dtype="float16")]
+                  dtype="float16"),
+                C("llama4 f32->bf16 experts converted and transposed", "llama4_text", tp=tp,
+                  dp=world // tp, dtype="bfloat16")]
     if world == 1:
         out += [C("llama_f32", "llama_f32"),
                 C("qwen3 tied", "qwen3"),
@@ -92,7 +95,7 @@ def cases(world, group):
                   extra={"num_threads": 2, "enable_multithread_load": True,
                          "load_strategy": "auto"}),
                 C("gpt_oss mxfp4 padded", "gpt_oss", expect_handed=10),
-                C("llama4 transposed experts", "llama4_text", expect_handed=4),
+                C("llama4 experts in place", "llama4_text"),
                 C("draft known", "llama_f32", draft="llama_f32"),
                 C("draft unknown arch", "llama_f32", draft="eagle_draft",
                   expect_loader="default"),
@@ -117,8 +120,8 @@ def cases(world, group):
                   extra={"arch": "@kv_spec"}, expect_handed=4),
                 C("gpt_oss tp2", "gpt_oss", tp=2, expect_handed=10),
                 C("gpt_oss tp2 ep", "gpt_oss", tp=2, ep=True, expect_handed=10),
-                C("llama4 tp2", "llama4_text", tp=2, expect_handed=4),
-                C("llama4 tp2 ep", "llama4_text", tp=2, ep=True, expect_handed=4),
+                C("llama4 tp2", "llama4_text", tp=2),
+                C("llama4 tp2 ep", "llama4_text", tp=2, ep=True),
                 C("expert map differs", "mixtral_ng2", tp=2, ep=True, placement="round_robin",
                   mutate="drop_placement", expect_error="vLLM's FusedMoE holds experts")]
     if world == 3:
@@ -139,7 +142,7 @@ def cases(world, group):
                 C("mixtral_ng2 tp4 ep round_robin", "mixtral_ng2", tp=4, ep=True,
                   placement="round_robin"),
                 C("gpt_oss tp4", "gpt_oss", tp=4, expect_handed=10),
-                C("llama4 tp2 dp2 ep", "llama4_text", tp=2, dp=2, ep=True, expect_handed=4)]
+                C("llama4 tp2 dp2 ep", "llama4_text", tp=2, dp=2, ep=True)]
     return out
 
 
@@ -153,6 +156,23 @@ def raw(t):
     if t.dtype == torch.bfloat16:
         t = t.view(torch.int16)
     return t.numpy().tobytes()
+
+
+def same(a, b, converted):
+    """a and b byte for byte; in a converted case (a model dtype unlike the checkpoint's) an
+    element that is NaN on both sides may differ in its bits: torch's own conversions give NaN
+    patterns that depend on the path (torch 1.13: a copy_ from a strided float32 view into
+    bfloat16 gives 0x7FC0 where .to() gives 0xFFFF), and vLLM's rules copy_ from transposed
+    views (Llama-4's experts)."""
+    import torch
+    if raw(a) == raw(b):
+        return True
+    if not converted or not a.is_floating_point():
+        return False
+    ints = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
+    a, b = a.detach().cpu().contiguous(), b.detach().cpu().contiguous()
+    m = a.view(ints) != b.view(ints)
+    return bool((torch.isnan(a[m]) & torch.isnan(b[m])).all())
 
 
 def vllm_configs(case, folder, load_format, extra):
@@ -242,7 +262,7 @@ def run_case(case, rank):
         if a.dtype != b.dtype or tuple(a.shape) != tuple(b.shape):
             fails.append("%s: %s is %s %s, vLLM's rules give %s %s"
                          % (case.name, name, a.dtype, list(a.shape), b.dtype, list(b.shape)))
-        elif raw(a) != raw(b):
+        elif not same(a, b, case.dtype != "auto"):
             fails.append("%s: %s differs from vLLM's rules" % (case.name, name))
         nbytes += a.numel() * a.element_size()
     head = getattr(model, "lm_head", None)

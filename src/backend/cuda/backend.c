@@ -59,6 +59,12 @@ static bool is_no_device(cudaError_t e) {
 
 static sl_status no_device(sl__err *err, cudaError_t e) {
   (void)cudaGetLastError();
+  if (e == cudaErrorInsufficientDriver) {
+    char why[400];
+    sl__cuda_driver_too_old(why, sizeof why);
+    return sl__err_set(err, SL_STATUS_NO_DEVICE, "no CUDA device available (%s); or set device to cpu (--device cpu)",
+                       why);
+  }
   return sl__err_set(
       err, SL_STATUS_NO_DEVICE,
       "no CUDA device available (%s): run where an NVIDIA GPU and its driver are present, check "
@@ -110,6 +116,9 @@ static void cuda_destroy(sl__backend *b) {
     for (int w = 0; st->slot_events != NULL && w < st->workers * SL_STAGING_RING_DEPTH; w++)
       if (st->slot_events[w] != NULL)
         (void)cudaEventDestroy(st->slot_events[w]);
+    for (int w = 0; st->caller_events != NULL && w <= st->workers; w++)
+      if (st->caller_events[w] != NULL)
+        (void)cudaEventDestroy(st->caller_events[w]);
     for (int w = 0; st->worker_streams != NULL && w < st->workers; w++)
       if (st->worker_streams[w] != NULL)
         (void)cudaStreamDestroy(st->worker_streams[w]);
@@ -117,6 +126,8 @@ static void cuda_destroy(sl__backend *b) {
       (void)cudaStreamDestroy(st->main);
     (void)cudaGetLastError();
     free(st->slot_events);
+    free(st->caller_events);
+    free(st->after_caller);
     free(st->worker_streams);
     free(st->nccl);
     free(st->nccl_aborted);
@@ -134,6 +145,7 @@ static const sl__backend_ops cuda_ops = {
     .upload = sl__cuda_upload,
     .upload_wait = sl__cuda_upload_wait,
     .copy = sl__cuda_copy,
+    .transpose = sl__cuda_transpose,
     .bcast = sl__cuda_bcast,
     .download = sl__cuda_download,
     .sync = sl__cuda_sync,
@@ -145,7 +157,9 @@ bool sl__cuda_available(char *why, size_t cap) {
   cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess) {
     (void)cudaGetLastError();
-    if (why != NULL && cap > 0)
+    if (why != NULL && cap > 0 && e == cudaErrorInsufficientDriver)
+      sl__cuda_driver_too_old(why, cap);
+    else if (why != NULL && cap > 0)
       snprintf(why, cap, "%s", cudaGetErrorString(e));
     return false;
   }
@@ -231,6 +245,12 @@ static sl_status setup_local(sl__backend *b, int workers, int device, void *stre
   if (res != SL_STATUS_OK)
     return res;
   b->device = st->device;
+  char versions[160];
+  sl__cuda_versions(versions, sizeof versions);
+  SL_INFO("CUDA backend on device %d: %s", st->device, versions);
+  char mismatch[400];
+  if (sl__cuda_nccl_mismatch(mismatch, sizeof mismatch))
+    SL_WARN("%s", mismatch);
   e = cudaSetDevice(st->device);
   if (e == cudaSuccess)
     e = cudaFree(NULL); /* creates the context now, so a busy or broken GPU is reported here */
@@ -248,12 +268,17 @@ static sl_status setup_local(sl__backend *b, int workers, int device, void *stre
   }
   st->worker_streams = calloc((size_t)workers, sizeof *st->worker_streams);
   st->slot_events = calloc((size_t)workers * SL_STAGING_RING_DEPTH, sizeof *st->slot_events);
+  st->caller_events = calloc((size_t)workers + 1, sizeof *st->caller_events);
+  st->after_caller = calloc((size_t)workers + 1, sizeof *st->after_caller);
   st->n_groups = groups->n;
   st->nccl = calloc(groups->n + 1, sizeof *st->nccl);
   st->nccl_aborted = calloc(groups->n + 1, sizeof *st->nccl_aborted);
-  if (st->worker_streams == NULL || st->slot_events == NULL || st->nccl == NULL || st->nccl_aborted == NULL)
+  if (st->worker_streams == NULL || st->slot_events == NULL || st->nccl == NULL || st->nccl_aborted == NULL ||
+      st->caller_events == NULL || st->after_caller == NULL)
     return sl__err_set(err, SL_STATUS_NOMEM, "out of memory setting up the CUDA backend");
   st->workers = workers;
+  for (int w = 0; w <= workers; w++)
+    CUDA_CHECK(err, st->device, cudaEventCreateWithFlags(&st->caller_events[w], cudaEventDisableTiming));
   for (int w = 0; w < workers; w++) {
     CUDA_CHECK(err, st->device, cudaStreamCreateWithFlags(&st->worker_streams[w], cudaStreamNonBlocking));
     for (int k = 0; k < SL_STAGING_RING_DEPTH; k++)

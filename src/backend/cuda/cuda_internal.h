@@ -6,7 +6,8 @@
  *   backend.c  creation (collective), teardown, the table of operations, errors and local waits;
  *   memory.c   device and pinned memory, host-to-device uploads, 2-D copies, downloads, sync;
  *   nccl.c     the NCCL communicators of the broadcast groups (creation, finalization) and
- *              broadcasts polled against the abort channel and a deadline.
+ *              broadcasts polled against the abort channel and a deadline;
+ *   transpose.c  transposed deliveries (blocks transposed on the host, then one 2-D copy).
  * Included by those files only.
  */
 #ifndef SL_CUDA_INTERNAL_H
@@ -60,6 +61,8 @@ typedef struct cuda_state {
   int workers;                  /* reader threads */
   cudaStream_t *worker_streams; /* [workers]: uploads of each reader thread */
   cudaEvent_t *slot_events;     /* [workers * SL_STAGING_RING_DEPTH]: last upload out of each slot */
+  cudaEvent_t *caller_events;   /* [workers + 1]: the caller's legacy-stream work, per stream (main last) */
+  bool *after_caller;           /* [workers + 1]: that stream already waits for it */
   size_t n_groups;              /* broadcast groups */
   ncclComm_t *nccl;             /* [n_groups]: our communicator, NULL when not a member or aborted */
   bool *nccl_aborted;           /* [n_groups]: aborted after an abort, an error or a timeout */
@@ -73,6 +76,16 @@ static inline cuda_state *state_of(sl__backend *b) {
   return (cuda_state *)b->impl;
 }
 
+/* ---- versions (versions.c) ---- */
+
+/* "driver for CUDA 12.4, CUDA runtime 13.0, NCCL 2.28.3 (built with NCCL 2.28.3)". */
+void sl__cuda_versions(char *out, size_t cap);
+/* The message for cudaErrorInsufficientDriver: no driver at all, or the driver's and the runtime's
+ * CUDA versions when it is too old. */
+void sl__cuda_driver_too_old(char *out, size_t cap);
+/* True, with a message, when the NCCL the process runs is not the major.minor built against. */
+bool sl__cuda_nccl_mismatch(char *out, size_t cap);
+
 /* ---- waits (backend.c) ---- */
 
 /* Busy polls before the first sleep: short operations finish without a context switch. */
@@ -84,6 +97,16 @@ void sl__cuda_nap(const sl__backend *b);
  * channel (reader threads call it, and a host-to-device copy depends on no other rank). */
 sl_status sl__cuda_wait_local(sl__backend *b, cudaEvent_t ev, cudaStream_t stream, const char *what,
                               sl__err *err);
+
+/* Queues a strided copy (rows of row_bytes) on stream s as one flat copy, 2-D copies or row by row,
+ * whichever the strides and the device's pitch limit allow (memory.c; transpose.c uses it too). */
+sl_status sl__cuda_issue_copy(cuda_state *st, cudaStream_t s, void *dst, uint64_t dst_stride, const void *src,
+                              uint64_t src_stride, uint64_t row_bytes, uint64_t rows, sl__err *err);
+
+/* Before the first operation the loader issues on stream `which` (a reader's, or workers: the main
+ * one), that stream waits for the work the caller queued on the legacy default stream until then
+ * (memory.c). */
+sl_status sl__cuda_after_caller(cuda_state *st, int which, sl__err *err);
 
 /* ---- operations on memory (memory.c): see sl__backend_ops ---- */
 
@@ -98,6 +121,10 @@ sl_status sl__cuda_upload_wait(sl__backend *b, int worker, int slot, sl__err *er
 sl_status sl__cuda_copy(sl__backend *b, void *dst, uint64_t dst_stride, const void *src, uint64_t src_stride,
                         uint64_t row_bytes, uint64_t rows, sl__err *err);
 sl_status sl__cuda_download(sl__backend *b, void *host_dst, const void *src, uint64_t nbytes, sl__err *err);
+/* transpose.c */
+sl_status sl__cuda_transpose(sl__backend *b, int worker, int slot, void *dst, uint64_t dst_stride,
+                             const void *src, uint64_t src_stride, uint64_t rows, uint64_t cols,
+                             uint64_t elem, sl__err *err);
 sl_status sl__cuda_sync(sl__backend *b, sl__err *err);
 
 /* ---- NCCL (nccl.c) ---- */

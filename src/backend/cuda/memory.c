@@ -90,8 +90,8 @@ void sl__cuda_release_staging(sl__backend *b, void *ptr) {
 
 /* Issues one 2-D copy on stream s (either direction: cudaMemcpyDefault infers it from the
  * pointers, so pageable host memory works too, only slower). */
-static sl_status issue_copy(cuda_state *st, cudaStream_t s, void *dst, uint64_t dst_stride, const void *src,
-                            uint64_t src_stride, uint64_t row_bytes, uint64_t rows, sl__err *err) {
+sl_status sl__cuda_issue_copy(cuda_state *st, cudaStream_t s, void *dst, uint64_t dst_stride, const void *src,
+                              uint64_t src_stride, uint64_t row_bytes, uint64_t rows, sl__err *err) {
   sl__cuda_copy_kind kind = SL_CUDA_COPY_NONE;
   sl_status res = sl__cuda_copy_kind_of(dst_stride, src_stride, row_bytes, rows, st->max_pitch, &kind, err);
   if (res != SL_STATUS_OK)
@@ -122,6 +122,21 @@ static sl_status issue_copy(cuda_state *st, cudaStream_t s, void *dst, uint64_t 
   return SL_STATUS_OK;
 }
 
+/* A caller (a framework's worker) may still have work queued on the legacy default stream that
+ * writes the memory it bound, such as the fill of a freshly built model; the loader's streams are
+ * non-blocking, so nothing else orders them after it, and that fill could land after the loaded
+ * bytes. Each stream of the loader waits, before its first operation, for what the legacy stream
+ * holds then (an event per stream: reader threads call this concurrently). */
+sl_status sl__cuda_after_caller(cuda_state *st, int which, sl__err *err) {
+  if (st->after_caller[which])
+    return SL_STATUS_OK;
+  cudaStream_t s = which == st->workers ? st->main : st->worker_streams[which];
+  CUDA_CHECK(err, st->device, cudaEventRecord(st->caller_events[which], cudaStreamLegacy));
+  CUDA_CHECK(err, st->device, cudaStreamWaitEvent(s, st->caller_events[which], 0));
+  st->after_caller[which] = true;
+  return SL_STATUS_OK;
+}
+
 static sl_status slot_index(cuda_state *st, int worker, int slot, size_t *out, sl__err *err) {
   if (worker < 0 || worker >= st->workers || slot < 0 || slot >= SL_STAGING_RING_DEPTH)
     return sl__err_set(err, SL_STATUS_INTERNAL,
@@ -142,7 +157,10 @@ sl_status sl__cuda_upload(sl__backend *b, int worker, int slot, void *dst, uint6
   /* The current device is per thread: reader threads start on device 0. */
   CUDA_CHECK(err, st->device, cudaSetDevice(st->device));
   cudaStream_t s = st->worker_streams[worker];
-  res = issue_copy(st, s, dst, dst_stride, src, src_stride, row_bytes, rows, err);
+  res = sl__cuda_after_caller(st, worker, err);
+  if (res != SL_STATUS_OK)
+    return res;
+  res = sl__cuda_issue_copy(st, s, dst, dst_stride, src, src_stride, row_bytes, rows, err);
   if (res != SL_STATUS_OK)
     return res;
   /* Re-recording covers every earlier upload of the slot: they precede it on the same stream. */
@@ -164,7 +182,10 @@ sl_status sl__cuda_copy(sl__backend *b, void *dst, uint64_t dst_stride, const vo
                         uint64_t row_bytes, uint64_t rows, sl__err *err) {
   cuda_state *st = state_of(b);
   CUDA_CHECK(err, st->device, cudaSetDevice(st->device));
-  return issue_copy(st, st->main, dst, dst_stride, src, src_stride, row_bytes, rows, err);
+  sl_status res = sl__cuda_after_caller(st, st->workers, err);
+  if (res != SL_STATUS_OK)
+    return res;
+  return sl__cuda_issue_copy(st, st->main, dst, dst_stride, src, src_stride, row_bytes, rows, err);
 }
 
 /* Device → host, synchronous (saving parameters): the main stream first, so that the bytes are

@@ -58,6 +58,9 @@ sl_status sl__cuda_bcast(sl__backend *b, uint32_t g, void *buf, uint64_t nbytes,
   if (nbytes == 0)
     return SL_STATUS_OK;
   CUDA_CHECK(err, st->device, cudaSetDevice(st->device));
+  sl_status ordered = sl__cuda_after_caller(st, st->workers, err);
+  if (ordered != SL_STATUS_OK)
+    return ordered;
   ncclComm_t c = st->nccl[g];
   ncclResult_t r = ncclBroadcast(buf, buf, (size_t)nbytes, ncclUint8, root, c, st->main);
   if (r != ncclSuccess && r != ncclInProgress) {
