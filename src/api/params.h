@@ -10,7 +10,7 @@
 #ifndef SL_API_PARAMS_H
 #define SL_API_PARAMS_H
 
-#include "shardload/shardload.h"
+#include "shardload/core.h"
 
 #include "backend/backend.h"
 #include "base/err.h"

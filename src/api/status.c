@@ -1,5 +1,5 @@
 /* api/status.c — names and messages of the status codes, generated from SL_STATUS_MAP. */
-#include "shardload/shardload.h"
+#include "shardload/core.h"
 
 static const char *const status_names[] = {
 #define SL__STATUS_NAME(name, msg) #name,

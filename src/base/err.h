@@ -5,7 +5,7 @@
 #ifndef SL_ERR_H
 #define SL_ERR_H
 
-#include "shardload/shardload.h"
+#include "shardload/core.h"
 
 #include <stdarg.h>
 

@@ -14,7 +14,7 @@
 #define SL_PROGRESS_H
 
 #include "plan/plan.h"
-#include "shardload/shardload.h"
+#include "shardload/core.h"
 
 #include <pthread.h>
 #include <stdatomic.h>

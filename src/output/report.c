@@ -6,7 +6,7 @@
 #include "output/report.h"
 
 #include "model/file_select.h"
-#include "shardload/shardload.h"
+#include "shardload/core.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -174,13 +174,15 @@ cudaError_t cudaDeviceGetPCIBusId(char *bus, int len, int device) {
   return cudaSuccess;
 }
 
+/* MOCK_CUDA_DRIVER_VERSION: the driver's CUDA version (default 13000; "nodriver" implies 12040). */
 cudaError_t cudaDriverGetVersion(int *v) {
-  *v = 13000;
+  const char *d = getenv("MOCK_CUDA_DEVICES");
+  *v = mock_env_int("MOCK_CUDA_DRIVER_VERSION", d != NULL && strcmp(d, "nodriver") == 0 ? 12040 : 13000);
   return cudaSuccess;
 }
 
 cudaError_t cudaRuntimeGetVersion(int *v) {
-  *v = 13000;
+  *v = CUDART_VERSION;
   return cudaSuccess;
 }
 

@@ -119,6 +119,12 @@ static void cleanup_files(struct ncclComm *c) {
   rmdir(c->dir);
 }
 
+/* The NCCL the headers describe, or MOCK_NCCL_VERSION (another NCCL loaded first). */
+ncclResult_t ncclGetVersion(int *version) {
+  *version = mock_env_int("MOCK_NCCL_VERSION", NCCL_VERSION_CODE);
+  return ncclSuccess;
+}
+
 ncclResult_t ncclGetUniqueId(ncclUniqueId *id) {
   memset(id, 0, sizeof *id);
   unsigned char rnd[8] = {0};

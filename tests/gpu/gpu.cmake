@@ -47,10 +47,9 @@ if(SL_HAVE_CUDA)
 
   # The same checks against the CPU stand-in: built from the backend's sources directly, linked
   # with cuda_mock.c instead of libcudart and libnccl (only their headers are used).
+  file(GLOB _sl_cuda_backend_sources CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/backend/cuda/*.c)
   add_executable(test_cuda_mock ${_sl_gpu_dir}/test_cuda_backend.c ${_sl_gpu_dir}/cuda_mock.c
-    ${_sl_gpu_dir}/cuda_mock_stream.c ${_sl_gpu_dir}/cuda_mock_nccl.c
-    ${PROJECT_SOURCE_DIR}/src/backend/cuda/backend.c ${PROJECT_SOURCE_DIR}/src/backend/cuda/memory.c
-    ${PROJECT_SOURCE_DIR}/src/backend/cuda/nccl.c ${PROJECT_SOURCE_DIR}/src/backend/cuda/logic.c
+    ${_sl_gpu_dir}/cuda_mock_stream.c ${_sl_gpu_dir}/cuda_mock_nccl.c ${_sl_cuda_backend_sources}
     ${PROJECT_SOURCE_DIR}/src/comm/comm.c ${PROJECT_SOURCE_DIR}/src/comm/mpi.c
     ${PROJECT_SOURCE_DIR}/src/comm/mpi_watchdog.c
     ${PROJECT_SOURCE_DIR}/src/base/err.c ${PROJECT_SOURCE_DIR}/src/base/util.c

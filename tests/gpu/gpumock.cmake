@@ -34,3 +34,33 @@ foreach(np 1 2 3 4)
   set_tests_properties(test_gpu_load_mock_np${np} PROPERTIES LABELS gpumock TIMEOUT 300 PROCESSORS ${np}
     FIXTURES_REQUIRED models ENVIRONMENT "${SL_TEST_ENV};MOCK_CUDA_LEGACY_MS=500")
 endforeach()
+
+# What a user is told about driver and NCCL versions (one rank; the mock's versions set per case).
+add_executable(test_gpu_versions_mock ${_sl_mock_dir}/test_gpu_versions_mock.c ${PROJECT_SOURCE_DIR}/tests/common/check.c
+  ${PROJECT_SOURCE_DIR}/tests/common/values.c)
+target_include_directories(test_gpu_versions_mock PRIVATE ${PROJECT_SOURCE_DIR}/tests/common)
+target_link_libraries(test_gpu_versions_mock PRIVATE shardload_gpumock)
+target_compile_options(test_gpu_versions_mock PRIVATE ${SL_WARNINGS})
+target_compile_definitions(test_gpu_versions_mock PRIVATE _GNU_SOURCE)
+foreach(mode_env "ok" "driver|MOCK_CUDA_DEVICES=nodriver" "nodriver|MOCK_CUDA_DEVICES=nodriver;MOCK_CUDA_DRIVER_VERSION=0"
+                 "nccl|MOCK_NCCL_VERSION=22100")
+  string(REPLACE "|" ";" parts "${mode_env}")
+  list(GET parts 0 mode)
+  list(REMOVE_AT parts 0)
+  set(extra "${parts}")
+  add_test(NAME test_gpu_versions_mock_${mode} COMMAND ${SL_MPIRUN} -np 1 $<TARGET_FILE:test_gpu_versions_mock> ${mode})
+  set_tests_properties(test_gpu_versions_mock_${mode} PROPERTIES LABELS gpumock TIMEOUT 120
+    FIXTURES_REQUIRED models ENVIRONMENT "${SL_TEST_ENV};${extra}")
+endforeach()
+
+# Deliveries into transposed parameters (Llama-4's experts) through the CUDA backend on the mock:
+# tests/unit/test_transpose.c's checks, a device-memory bucket included.
+add_executable(test_transpose_cuda_mock ${PROJECT_SOURCE_DIR}/tests/unit/test_transpose.c
+  ${PROJECT_SOURCE_DIR}/tests/common/check.c ${PROJECT_SOURCE_DIR}/tests/common/values.c)
+target_include_directories(test_transpose_cuda_mock PRIVATE ${PROJECT_SOURCE_DIR}/tests/common)
+target_link_libraries(test_transpose_cuda_mock PRIVATE shardload_gpumock)
+target_compile_options(test_transpose_cuda_mock PRIVATE ${SL_WARNINGS})
+target_compile_definitions(test_transpose_cuda_mock PRIVATE _GNU_SOURCE SL_TEST_CUDA_MOCK=1)
+add_test(NAME test_transpose_cuda_mock COMMAND ${SL_MPIRUN} -np 1 $<TARGET_FILE:test_transpose_cuda_mock>)
+set_tests_properties(test_transpose_cuda_mock PROPERTIES LABELS gpumock TIMEOUT 120 PROCESSORS 1
+  ENVIRONMENT "${SL_TEST_ENV}")

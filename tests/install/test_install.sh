@@ -74,6 +74,25 @@ for f in "$lib" "$P/bin/shardload"; do
 done
 readelf -d "$P/bin/shardload" >"$TMP/dynamic"
 check "CLI: relative RUNPATH" contains "$TMP/dynamic" '$ORIGIN/'
+if readelf -d "$lib" | grep -q 'libnccl'; then # the CUDA backend is built
+  readelf -d "$lib" >"$TMP/lib-dynamic"
+  nccl_dir=$(sed -n 's/^NCCL_LIBRARY:FILEPATH=//p' "$SL_BUILD_DIR/CMakeCache.txt" | xargs dirname)
+  check "library: RUNPATH has the NCCL it was built with ($nccl_dir)" contains "$TMP/lib-dynamic" "$nccl_dir"
+fi
+
+# 3b. a program that is not an MPI job: shardload/core.h alone, no MPI include path
+cat >"$TMP/core_only.c" <<'CEOF'
+#include <shardload/core.h>
+int main(void) {
+  sl_config *cfg = NULL;
+  int ok = sl_config_create(&cfg) == SL_STATUS_OK && sl_config_set(cfg, "tp", "2") == SL_STATUS_OK;
+  sl_config_destroy(cfg);
+  return ok ? 0 : 1;
+}
+CEOF
+check "core.h: a program without MPI's headers compiles, links and runs" \
+  sh -c "cc -std=c11 -Wall -Werror -I'$P/include' '$TMP/core_only.c' -L'$libdir' -lshardload -Wl,-rpath,'$libdir' \
+         -o '$TMP/core_only' && '$TMP/core_only'"
 
 # 4. the moved CLI runs and finds the bundled specs next to the library
 "$P/bin/shardload" plan "$MODEL" --world 2 --tp 2 >"$TMP/plan.out" 2>"$TMP/plan.err"

@@ -24,7 +24,7 @@ SRC = os.path.join(ROOT, "src")
 
 FUNC_START = re.compile(r"^(?:static\s+)?(?:inline\s+)?[A-Za-z_][\w\s\*]*?\b([A-Za-z_]\w*)\s*\(")
 DEFINE = re.compile(r"^\s*#\s*define\s+([A-Za-z_]\w*)(?:\s+(\S.*?))?\s*(?:/\*.*)?$")
-INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
+INCLUDE = re.compile(r'^\s*#\s*include\s+(?:"([^"]+)"|<(mpi\.h)>)')
 
 
 def sources():
@@ -109,10 +109,17 @@ def main():
         for line in lines:
             m = INCLUDE.match(line)
             if m:
-                inc = m.group(1)
+                inc = m.group(1) or m.group(2)
                 if in_comm_or_backend and inc.startswith("plan/"):
                     problems.append(f"{r}: includes \"{inc}\": the communicator and the backends take "
                                     "member lists, not the planner's types")
+                # MPI stays behind the seam: its header only in the MPI transport and the MPI
+                # entry point (api/loader.c); everything else sees shardload/core.h.
+                if inc in ("shardload/shardload.h", "mpi.h") and not in_cli and \
+                        r not in ("src/api/loader.c", "src/comm/mpi.h", "src/comm/mpi.c",
+                                  "src/comm/mpi_watchdog.c"):
+                    problems.append(f"{r}: includes \"{inc}\": only the MPI transport and the MPI entry "
+                                    "point see MPI (use shardload/core.h)")
                 # One self-contained helper is compiled into the tool too (src/CMakeLists.txt).
                 if in_cli and "/" in inc and not inc.startswith("shardload/") and \
                         inc != "base/edit_distance.h":
