@@ -410,6 +410,12 @@ ncclResult_t ncclCommSplit(ncclComm_t parent, int color, int key, ncclComm_t *ne
     return ncclSystemError;
   c->device = parent->device;
   ncclResult_t r = join(c);
+  /* MOCK_NCCL_SPLIT_FAIL=R: rank R's splits into a group fail once the child is formed (the other
+   * members' children work), so that a caller's handling of one rank's failed split is checked. */
+  if ((r == ncclSuccess || r == ncclInProgress) && mock_env_int("MOCK_NCCL_SPLIT_FAIL", -1) == parent->rank) {
+    snprintf(last_error, sizeof last_error, "mock: injected failure of split %u", n);
+    r = ncclInternalError;
+  }
   if (r != ncclSuccess && r != ncclInProgress) {
     cleanup_files(c);
     free(c);

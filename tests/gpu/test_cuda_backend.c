@@ -266,6 +266,40 @@ static void test_split(sl__comm *c, const sl__comm_groups *s, int device) {
   CHECK(ncclCommDestroy(world) == ncclSuccess);
 }
 
+#ifdef SL_TEST_CUDA_MOCK
+/* Against the mock only (it injects the failure): rank 1's split into broadcast group 0 fails
+ * after the others' children formed. A split of a blocking parent waits for every rank of the
+ * parent, so rank 1 must go on taking part in the later splits; every rank's creation then fails
+ * promptly with rank 1's error (a rank that left the loop early would leave the others in their
+ * next split until the mock gives up, 60 s). */
+static void test_split_failure(sl__comm *c, const sl__comm_groups *s, int device) {
+  ncclUniqueId id;
+  memset(&id, 0, sizeof id);
+  if (rank == 0)
+    CHECK(ncclGetUniqueId(&id) == ncclSuccess);
+  MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
+  CHECK(cudaSetDevice(device) == cudaSuccess);
+  ncclComm_t world = NULL;
+  CHECK(ncclCommInitRank(&world, size, id, rank) == ncclSuccess);
+  if (rank == 1)
+    setenv("MOCK_NCCL_SPLIT_FAIL", "1", 1);
+  sl__err err;
+  sl__err_clear(&err);
+  sl__backend *b = NULL;
+  double t0 = MPI_Wtime();
+  sl_status st = sl__backend_cuda_create(c, 1, -1, NULL, world, s, &b, &err);
+  double took = MPI_Wtime() - t0;
+  unsetenv("MOCK_NCCL_SPLIT_FAIL");
+  CHECKF(st == (rank == 1 ? SL_STATUS_NCCL : SL_STATUS_PEER_FAILED), "a failed split: status %s (%s)",
+         sl_status_name(st), err.msg);
+  CHECKF(strstr(err.msg, "ncclCommSplit") != NULL, "the message does not name the split: %s", err.msg);
+  CHECKF(took < 30.0, "creation with a failed split took %.1f s: a rank left the splits early", took);
+  if (b != NULL)
+    b->ops->destroy(b);
+  CHECK(ncclCommDestroy(world) == ncclSuccess);
+}
+#endif
+
 /* Rank 1 stops (abort channel raised) and never joins the broadcast; the others must return. */
 static void test_abort(sl__comm *c, const sl__comm_groups *s) {
   sl__err err;
@@ -398,6 +432,10 @@ static int run_gpu(sl__comm *c, const sl__comm_groups *s) {
     int device = b->device;
     b->ops->destroy(b);
     test_split(c, s, device);
+#ifdef SL_TEST_CUDA_MOCK
+    if (s->n >= 2)
+      test_split_failure(c, s, device);
+#endif
   }
   if (size >= 2) {
     test_abort(c, s);

@@ -304,7 +304,10 @@ static sl_status create_comms_by_id(sl__backend *b, const sl__comm_groups *group
 }
 
 /* Our NCCL communicators split from the caller's (which spans the loader's ranks): one split per
- * group, every rank in schedule order, non-members with NCCL_SPLIT_NOCOLOR. */
+ * group, every rank in schedule order, non-members with NCCL_SPLIT_NOCOLOR. A split of a blocking
+ * parent (torch's are) returns only once every rank of the parent has called it, so a rank never
+ * leaves the loop early: after a failure it goes on taking part with NCCL_SPLIT_NOCOLOR, and says
+ * why at the end. Each split is a call that cannot poll: the watchdog's backstop bounds it. */
 static sl_status create_comms_by_split(sl__backend *b, const sl__comm_groups *groups, sl__err *err) {
   cuda_state *st = state_of(b);
   sl__comm *c = b->comm;
@@ -312,36 +315,45 @@ static sl_status create_comms_by_split(sl__backend *b, const sl__comm_groups *gr
   config.blocking = 0;
   char ctx[96];
   double deadline = sl__now() + st->timeout_s;
+  sl_status res = SL_STATUS_OK;
   for (size_t g = 0; g < groups->n; g++) {
-    int pos = sl__cuda_group_pos(groups, g, c->rank);
+    int pos = res == SL_STATUS_OK ? sl__cuda_group_pos(groups, g, c->rank) : -1;
     /* NCCL writes the new communicator when the split completes, possibly from its own thread:
      * straight into the state, which outlives any wait here. */
     st->nccl[g] = NULL;
-    NCCL_START(err, ncclCommSplit(st->parent, pos >= 0 ? 0 : NCCL_SPLIT_NOCOLOR, pos >= 0 ? pos : 0,
-                                  &st->nccl[g], &config));
+    sl__comm_block_begin(c, "ncclCommSplit");
+    ncclResult_t r = ncclCommSplit(st->parent, pos >= 0 ? 0 : NCCL_SPLIT_NOCOLOR, pos >= 0 ? pos : 0, &st->nccl[g],
+                                   &config);
+    sl__comm_block_end(c);
+    if (r != ncclSuccess && r != ncclInProgress) {
+      if (res == SL_STATUS_OK)
+        res = sl__nccl_fail(err, r, group_ctx(ctx, sizeof ctx, groups, g), "ncclCommSplit", __FILE__, __LINE__);
+      continue;
+    }
     /* With a non-blocking parent the split completes in the background: the parent reports it. */
     bool timed_out = false;
-    ncclResult_t r = wait_comm_idle(b, st->parent, deadline, &timed_out);
+    r = wait_comm_idle(b, st->parent, deadline, &timed_out);
+    if (res != SL_STATUS_OK)
+      continue;
     if (timed_out)
-      return sl__err_set(err, SL_STATUS_NCCL,
-                         "splitting broadcast group %zu from the caller's NCCL communicator did not "
-                         "finish within %.1f s (raise %s to wait longer)",
-                         g, st->timeout_s, SL_CUDA_TIMEOUT_ENV);
-    if (r != ncclSuccess)
-      return sl__nccl_fail(err, r, group_ctx(ctx, sizeof ctx, groups, g), "ncclCommSplit", __FILE__,
-                           __LINE__);
-    if ((pos >= 0) != (st->nccl[g] != NULL))
-      return sl__err_set(err, SL_STATUS_NCCL, "ncclCommSplit %s a communicator for broadcast group %zu",
-                         pos >= 0 ? "gave no" : "unexpectedly gave", g);
-    if (st->nccl[g] != NULL) {
+      res = sl__err_set(err, SL_STATUS_NCCL,
+                        "splitting broadcast group %zu from the caller's NCCL communicator did not "
+                        "finish within %.1f s (raise %s to wait longer)",
+                        g, st->timeout_s, SL_CUDA_TIMEOUT_ENV);
+    else if (r != ncclSuccess)
+      res = sl__nccl_fail(err, r, group_ctx(ctx, sizeof ctx, groups, g), "ncclCommSplit", __FILE__, __LINE__);
+    else if ((pos >= 0) != (st->nccl[g] != NULL))
+      res = sl__err_set(err, SL_STATUS_NCCL, "ncclCommSplit %s a communicator for broadcast group %zu",
+                        pos >= 0 ? "gave no" : "unexpectedly gave", g);
+    else if (st->nccl[g] != NULL) {
       r = wait_comm_idle(b, st->nccl[g], deadline, &timed_out);
       if (timed_out || r != ncclSuccess)
-        return sl__err_set(err, SL_STATUS_NCCL,
-                           "the NCCL communicator split for broadcast group %zu is not usable: %s", g,
-                           timed_out ? "not ready in time" : ncclGetErrorString(r));
+        res = sl__err_set(err, SL_STATUS_NCCL,
+                          "the NCCL communicator split for broadcast group %zu is not usable: %s", g,
+                          timed_out ? "not ready in time" : ncclGetErrorString(r));
     }
   }
-  return SL_STATUS_OK;
+  return res;
 }
 
 sl_status sl__cuda_create_comms(sl__backend *b, const sl__comm_groups *groups, sl__err *err) {
