@@ -341,9 +341,7 @@ static const sl__comm_impl caller_impl = {
 };
 
 sl_status sl__comm_init_caller(sl__comm *c, const sl_comm_ops *ops, sl__err *err) {
-  memset(c, 0, sizeof *c);
-  c->abort_from = -1;
-  c->first_failed = -1;
+  sl__comm_reset(c);
   if (ops == NULL)
     return sl__err_set(err, SL_STATUS_INVALID_ARGUMENT, "sl_loader_create_ops: no communication functions (ops is NULL)");
   if (ops->version != SL_COMM_OPS_VERSION)

@@ -261,3 +261,9 @@ int sl__comm_local_rank(sl__comm *c) {
   free(all);
   return local;
 }
+
+void sl__comm_reset(sl__comm *c) {
+  memset(c, 0, sizeof *c);
+  c->abort_from = -1;
+  c->first_failed = -1;
+}

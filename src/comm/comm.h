@@ -180,6 +180,8 @@ bool sl__comm_expire(sl__comm *c, const char *what, double waited, sl__err *err)
 void sl__comm_progress(sl__comm *c);
 /* Brackets a call that cannot poll (communicator creation, joining threads): with MPI, if it lasts
  * longer than timeout_s plus the reporting grace, a backstop thread reports and calls MPI_Abort. */
+/* A communicator with nothing set: no rank failed, no abort heard (the start of both inits). */
+void sl__comm_reset(sl__comm *c);
 void sl__comm_block_begin(sl__comm *c, const char *what);
 void sl__comm_block_end(sl__comm *c);
 

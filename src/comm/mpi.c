@@ -320,9 +320,7 @@ static const sl__comm_impl mpi_impl = {
 };
 
 sl_status sl__comm_init_mpi(sl__comm *c, const void *mpi_comm, sl__err *err) {
-  memset(c, 0, sizeof *c);
-  c->abort_from = -1;
-  c->first_failed = -1;
+  sl__comm_reset(c);
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (!initialized)

@@ -232,9 +232,8 @@ static void test_bcast(sl__backend *b, const sl__comm_groups *s) {
 
 /* The caller's NCCL communicator over every rank (same order): group communicators are split
  * from it, and it survives the backend. */
-static void test_split(sl__comm *c, const sl__comm_groups *s, int device) {
-  sl__err err;
-  sl__err_clear(&err);
+/* A caller's NCCL communicator over every rank, or NULL (on every rank) when it cannot be made. */
+static ncclComm_t world_nccl(int device) {
   ncclUniqueId id;
   memset(&id, 0, sizeof id);
   if (rank == 0)
@@ -247,11 +246,19 @@ static void test_split(sl__comm *c, const sl__comm_groups *s, int device) {
   int ok = r == ncclSuccess;
   int all = 0;
   MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-  if (!all) {
-    if (world != NULL)
-      ncclCommAbort(world);
-    return;
+  if (!all && world != NULL) {
+    ncclCommAbort(world);
+    world = NULL;
   }
+  return all ? world : NULL;
+}
+
+static void test_split(sl__comm *c, const sl__comm_groups *s, int device) {
+  sl__err err;
+  sl__err_clear(&err);
+  ncclComm_t world = world_nccl(device);
+  if (world == NULL)
+    return;
   sl__backend *b = NULL;
   CHECKF(sl__backend_cuda_create(c, 1, -1, NULL, world, s, &b, &err) == SL_STATUS_OK,
          "create with a split: %s", err.msg);
@@ -273,14 +280,9 @@ static void test_split(sl__comm *c, const sl__comm_groups *s, int device) {
  * promptly with rank 1's error (a rank that left the loop early would leave the others in their
  * next split until the mock gives up, 60 s). */
 static void test_split_failure(sl__comm *c, const sl__comm_groups *s, int device) {
-  ncclUniqueId id;
-  memset(&id, 0, sizeof id);
-  if (rank == 0)
-    CHECK(ncclGetUniqueId(&id) == ncclSuccess);
-  MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
-  CHECK(cudaSetDevice(device) == cudaSuccess);
-  ncclComm_t world = NULL;
-  CHECK(ncclCommInitRank(&world, size, id, rank) == ncclSuccess);
+  ncclComm_t world = world_nccl(device);
+  if (world == NULL)
+    return;
   if (rank == 1)
     setenv("MOCK_NCCL_SPLIT_FAIL", "1", 1);
   sl__err err;
