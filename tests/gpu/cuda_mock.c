@@ -273,9 +273,11 @@ cudaError_t cudaMalloc(void **p, size_t n) {
 }
 
 cudaError_t cudaFree(void *p) {
-  mock_drain_all(); /* cudaFree synchronises the device */
+  /* cudaFree(NULL) does nothing (callers use it to create the context); a real free synchronises
+   * the device first. */
   if (p == NULL)
     return mock_sticky();
+  mock_drain_all();
   pthread_mutex_lock(&mock_mu);
   alloc_rec **pp = &allocs;
   while (*pp != NULL && (*pp)->dev != p)

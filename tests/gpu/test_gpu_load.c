@@ -50,7 +50,8 @@ static const layout layouts[] = {
 };
 
 /* Creates a loader for model in layout lay on device ("cpu" or "cuda"), not loaded yet. */
-static sl_loader *create(const char *dir, const layout *lay, const char *device) {
+/* threads: the reader threads (NULL: the default). */
+static sl_loader *create(const char *dir, const layout *lay, const char *device, const char *threads) {
   sl_config *cfg = NULL;
   CHECK(sl_config_create(&cfg) == SL_STATUS_OK);
   if (cfg == NULL)
@@ -65,10 +66,12 @@ static sl_loader *create(const char *dir, const layout *lay, const char *device)
                          {"pp", pp},
                          {"dp", dp},
                          {"enable_expert_parallel", lay->ep ? "true" : "false"},
-                         {"quiet", "true"}};
+                         {"quiet", "true"},
+                         {"threads", threads}};
   for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++)
-    CHECKF(sl_config_set(cfg, kv[i][0], kv[i][1]) == SL_STATUS_OK, "config %s=%s: %s", kv[i][0], kv[i][1],
-           sl_config_error(cfg));
+    if (kv[i][1] != NULL)
+      CHECKF(sl_config_set(cfg, kv[i][0], kv[i][1]) == SL_STATUS_OK, "config %s=%s: %s", kv[i][0], kv[i][1],
+             sl_config_error(cfg));
   sl_loader *l = NULL;
   sl_status st = sl_loader_create(cfg, MPI_COMM_WORLD, &l);
   CHECKF(st == SL_STATUS_OK, "%s on %s (tp %d pp %d dp %d%s): sl_loader_create: %s", dir, device, lay->tp,
@@ -92,19 +95,21 @@ static sl_loader *finish(sl_loader *l, const char *dir, const layout *lay, const
 }
 
 static sl_loader *load(const char *dir, const layout *lay, const char *device) {
-  return finish(create(dir, lay, device), dir, lay, device);
+  return finish(create(dir, lay, device, NULL), dir, lay, device);
 }
 
 /* A caller's device buffers, bound to every parameter of a cuda load. Just before the load, the
  * caller queues a fill of each on the legacy default stream (as a framework fills parameters when
- * it builds a model): the loader must write after that work, not race it. */
+ * it builds a model): the loader must write after that work, not race it. One reader thread: a
+ * reader with nothing to read frees its pinned staging at once, and cudaFreeHost synchronises the
+ * whole device, which would order the uploads after the fill by accident. */
 typedef struct bound {
   size_t n;
   void **buf;
 } bound;
 
 static sl_loader *load_bound(const char *dir, const layout *lay, bound *b) {
-  sl_loader *l = create(dir, lay, "cuda");
+  sl_loader *l = create(dir, lay, "cuda", "1");
   b->n = 0;
   b->buf = NULL;
   if (l == NULL)
