@@ -33,6 +33,21 @@ def need(modules):
             skip("%s is not installed for %s (Debian: python3-%s)" % (m, sys.executable, m))
 
 
+def finish_mpi(comm, name, fails, tmp=None):
+    """The end of an MPI test: every rank prints its failures, the ranks agree on the count, rank 0
+    removes tmp and says the total; exits 1 when any rank failed."""
+    import shutil
+    comm.Barrier()
+    if tmp is not None and comm.Get_rank() == 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+    for f in fails:
+        print("rank %d: FAIL: %s" % (comm.Get_rank(), f), flush=True)
+    bad = comm.allreduce(len(fails))
+    if comm.Get_rank() == 0:
+        print("%s: %d ranks, %d failures" % (name, comm.Get_size(), bad))
+    sys.exit(1 if bad else 0)
+
+
 def fixtures():
     return os.environ.get("SL_FIXTURES", "fixtures")
 

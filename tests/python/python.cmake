@@ -27,7 +27,7 @@ endfunction()
 
 sl_python_test(python_load test_load.py 1 2 3 4)
 sl_python_test(python_errors test_errors.py 1 2 3 4)
-sl_python_test(python_no_mpi4py test_no_mpi4py.py 1 2 4)
+sl_python_test(python_no_mpi4py test_no_mpi4py.py 1 2 3 4)
 sl_python_test(python_forward test_forward.py 1 2 4)
 sl_python_test(python_rss test_rss.py 2)
 sl_python_test(python_progress test_progress.py 1 2 3)

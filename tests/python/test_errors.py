@@ -116,13 +116,4 @@ if rank == 0:
             "system linker path" not in r.stderr or "LibraryNotFound" not in r.stderr:
         fails.append("library search message: %r" % r.stderr[-500:])
 
-comm.Barrier()
-if rank == 0:
-    import shutil
-    shutil.rmtree(tmp, ignore_errors=True)
-for f in fails:
-    print("rank %d: FAIL: %s" % (rank, f), flush=True)
-bad = comm.allreduce(len(fails))
-if rank == 0:
-    print("test_errors: %d ranks, %d failures" % (world, bad))
-sys.exit(1 if bad else 0)
+common.finish_mpi(comm, "test_errors", fails, tmp)

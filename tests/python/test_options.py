@@ -114,13 +114,4 @@ if world == 3:
            ["Total number of attention heads (8) must be divisible by tensor parallel size (3)"],
            ["vocabulary"])
 
-comm.Barrier()
-if rank == 0:
-    import shutil
-    shutil.rmtree(tmp, ignore_errors=True)
-for f in fails:
-    print("rank %d: FAIL: %s" % (rank, f), flush=True)
-bad = comm.allreduce(len(fails))
-if rank == 0:
-    print("test_options: %d ranks, %d failures" % (world, bad))
-sys.exit(1 if bad else 0)
+common.finish_mpi(comm, "test_options", fails, tmp)

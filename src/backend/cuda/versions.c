@@ -9,7 +9,6 @@
 #include "base/log.h"
 
 #include <stdio.h>
-#include <string.h>
 
 /* CUDA versions are 1000 * major + 10 * minor. */
 static void cuda_version_text(int v, char *out, size_t cap) {
@@ -29,8 +28,9 @@ static void nccl_version_text(int v, char *out, size_t cap) {
     snprintf(out, cap, "%d.%d.%d", v / 1000, (v % 1000) / 100, v % 100);
 }
 
-/* The driver's and the runtime's CUDA versions as text ("unknown" for what cannot be asked). */
-static void cuda_versions_text(char *d, char *r, size_t cap) {
+/* The driver's and the runtime's CUDA versions as text ("unknown" for what cannot be asked); returns
+ * the driver's (0: no driver). */
+static int cuda_versions_text(char *d, char *r, size_t cap) {
   int driver = 0;
   int runtime = 0;
   if (cudaDriverGetVersion(&driver) != cudaSuccess)
@@ -40,6 +40,7 @@ static void cuda_versions_text(char *d, char *r, size_t cap) {
   (void)cudaGetLastError();
   cuda_version_text(driver, d, cap);
   cuda_version_text(runtime, r, cap);
+  return driver;
 }
 
 void sl__cuda_versions(char *out, size_t cap) {
@@ -47,7 +48,7 @@ void sl__cuda_versions(char *out, size_t cap) {
   if (ncclGetVersion(&nccl) != ncclSuccess)
     nccl = 0;
   char d[32], r[32], n[32], built[32];
-  cuda_versions_text(d, r, sizeof d);
+  (void)cuda_versions_text(d, r, sizeof d);
   nccl_version_text(nccl, n, sizeof n);
   nccl_version_text(NCCL_VERSION_CODE, built, sizeof built);
   snprintf(out, cap, "driver for CUDA %s, CUDA runtime %s, NCCL %s (built with NCCL %s)", d, r, n, built);
@@ -55,8 +56,7 @@ void sl__cuda_versions(char *out, size_t cap) {
 
 void sl__cuda_driver_too_old(char *out, size_t cap) {
   char d[32], r[32];
-  cuda_versions_text(d, r, sizeof d);
-  if (strcmp(d, "unknown") == 0) { /* the runtime reports a missing driver the same way as an old one */
+  if (cuda_versions_text(d, r, sizeof d) <= 0) { /* the runtime reports a missing driver the same way as an old one */
     snprintf(out, cap,
              "no NVIDIA driver was found (the CUDA runtime %s cannot load libcuda): run where an NVIDIA GPU "
              "and its driver are installed",
