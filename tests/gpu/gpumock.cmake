@@ -22,13 +22,17 @@ if(LIBURING_FOUND)
   target_link_libraries(shardload_gpumock PUBLIC PkgConfig::LIBURING)
 endif()
 
-add_executable(test_gpu_load_mock ${_sl_mock_dir}/test_gpu_load.c ${PROJECT_SOURCE_DIR}/tests/common/check.c
-  ${PROJECT_SOURCE_DIR}/tests/common/values.c)
-target_include_directories(test_gpu_load_mock PRIVATE ${PROJECT_SOURCE_DIR}/tests/common)
-target_link_libraries(test_gpu_load_mock PRIVATE shardload_gpumock)
-target_compile_options(test_gpu_load_mock PRIVATE ${SL_WARNINGS})
-target_compile_definitions(test_gpu_load_mock PRIVATE _GNU_SOURCE SL_TEST_HAVE_CUDA=1)
+# sl_gpumock_exe(NAME SOURCE [DEFINITION...]) — a test program against the library on the mock.
+function(sl_gpumock_exe name source)
+  add_executable(${name} ${source} ${PROJECT_SOURCE_DIR}/tests/common/check.c
+    ${PROJECT_SOURCE_DIR}/tests/common/values.c)
+  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/tests/common)
+  target_link_libraries(${name} PRIVATE shardload_gpumock)
+  target_compile_options(${name} PRIVATE ${SL_WARNINGS})
+  target_compile_definitions(${name} PRIVATE _GNU_SOURCE ${ARGN})
+endfunction()
 
+sl_gpumock_exe(test_gpu_load_mock ${_sl_mock_dir}/test_gpu_load.c SL_TEST_HAVE_CUDA=1)
 foreach(np 1 2 3 4)
   add_test(NAME test_gpu_load_mock_np${np} COMMAND ${SL_MPIRUN} -np ${np} $<TARGET_FILE:test_gpu_load_mock>)
   set_tests_properties(test_gpu_load_mock_np${np} PROPERTIES LABELS gpumock TIMEOUT 300 PROCESSORS ${np}
@@ -36,12 +40,7 @@ foreach(np 1 2 3 4)
 endforeach()
 
 # What a user is told about driver and NCCL versions (one rank; the mock's versions set per case).
-add_executable(test_gpu_versions_mock ${_sl_mock_dir}/test_gpu_versions_mock.c ${PROJECT_SOURCE_DIR}/tests/common/check.c
-  ${PROJECT_SOURCE_DIR}/tests/common/values.c)
-target_include_directories(test_gpu_versions_mock PRIVATE ${PROJECT_SOURCE_DIR}/tests/common)
-target_link_libraries(test_gpu_versions_mock PRIVATE shardload_gpumock)
-target_compile_options(test_gpu_versions_mock PRIVATE ${SL_WARNINGS})
-target_compile_definitions(test_gpu_versions_mock PRIVATE _GNU_SOURCE)
+sl_gpumock_exe(test_gpu_versions_mock ${_sl_mock_dir}/test_gpu_versions_mock.c)
 foreach(mode_env "ok" "driver|MOCK_CUDA_DEVICES=nodriver" "nodriver|MOCK_CUDA_DEVICES=nodriver;MOCK_CUDA_DRIVER_VERSION=0"
                  "nccl|MOCK_NCCL_VERSION=22100")
   string(REPLACE "|" ";" parts "${mode_env}")
@@ -55,12 +54,7 @@ endforeach()
 
 # Deliveries into transposed parameters (Llama-4's experts) through the CUDA backend on the mock:
 # tests/unit/test_transpose.c's checks, a device-memory bucket included.
-add_executable(test_transpose_cuda_mock ${PROJECT_SOURCE_DIR}/tests/unit/test_transpose.c
-  ${PROJECT_SOURCE_DIR}/tests/common/check.c ${PROJECT_SOURCE_DIR}/tests/common/values.c)
-target_include_directories(test_transpose_cuda_mock PRIVATE ${PROJECT_SOURCE_DIR}/tests/common)
-target_link_libraries(test_transpose_cuda_mock PRIVATE shardload_gpumock)
-target_compile_options(test_transpose_cuda_mock PRIVATE ${SL_WARNINGS})
-target_compile_definitions(test_transpose_cuda_mock PRIVATE _GNU_SOURCE SL_TEST_CUDA_MOCK=1)
+sl_gpumock_exe(test_transpose_cuda_mock ${PROJECT_SOURCE_DIR}/tests/unit/test_transpose.c SL_TEST_CUDA_MOCK=1)
 add_test(NAME test_transpose_cuda_mock COMMAND ${SL_MPIRUN} -np 1 $<TARGET_FILE:test_transpose_cuda_mock>)
 set_tests_properties(test_transpose_cuda_mock PROPERTIES LABELS gpumock TIMEOUT 120 PROCESSORS 1
   ENVIRONMENT "${SL_TEST_ENV}")

@@ -48,12 +48,7 @@ def sharded(folder, config, ep):
 for name, ep in (("llama_f32", False), ("mixtral_f32", True), ("mixtral_f32", False)):
     folder = os.path.join(common.numeric_fixtures(), name)
     config, full = tiny_models.unsharded(folder)
-    V = config["vocab_size"]
-    tokens = torch.tensor([[1, 5, 99, 42, 7, 3, 77, 17], [0, 64, 63, 98, 2, 11, 50, 8]]) % V
-    with torch.no_grad():
-        want = full(tokens)
-        got = sharded(folder, config, ep)(tokens)
-    diff = (got - want).abs().max().item()
+    got, want, diff = tiny_models.logits_both(full, sharded(folder, config, ep), config)
     worst = max(worst, diff)
     ok = diff <= TOL and got.shape == want.shape and torch.isfinite(got).all()
     bad += 0 if ok else 1

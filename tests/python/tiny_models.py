@@ -186,3 +186,15 @@ def unsharded(folder):
         for name, p in model.named_parameters():
             p.copy_(torch.from_numpy(weights[name].copy()))
     return ckpt.config, model
+
+
+def logits_both(full, sharded, config):
+    """(got, want, max |diff|) of the sharded and the whole model on the same two token rows (the
+    diff is inf when the shapes differ, so a wrong shape never passes)."""
+    V = config["vocab_size"]
+    tokens = torch.tensor([[1, 5, 99, 42, 7, 3, 77, 17], [0, 64, 63, 98, 2, 11, 50, 8]]) % V
+    with torch.no_grad():
+        want = full(tokens)
+        got = sharded(tokens)
+    diff = (got - want).abs().max().item() if got.shape == want.shape else float("inf")
+    return got, want, diff

@@ -45,12 +45,7 @@ def body(w):
     for name, ep in CASES:
         folder = os.path.join(common.numeric_fixtures(), name)
         config, full = tiny_models.unsharded(folder)
-        V = config["vocab_size"]
-        tokens = torch.tensor([[1, 5, 99, 42, 7, 3, 77, 17], [0, 64, 63, 98, 2, 11, 50, 8]]) % V
-        with torch.no_grad():
-            want = full(tokens)
-            got = sharded(w, folder, config, ep)(tokens)
-        diff = (got - want).abs().max().item() if got.shape == want.shape else float("inf")
+        got, want, diff = tiny_models.logits_both(full, sharded(w, folder, config, ep), config)
         worst = max(worst, diff)
         ok = diff <= TOL and bool(torch.isfinite(got).all())
         w.check(ok, "%s tp=%d%s: logits %s (want %s), max |diff| %.3g > %g" % (
