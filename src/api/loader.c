@@ -529,14 +529,7 @@ static sl_status transfer_phase(sl_loader *l) {
   st = st == SL_STATUS_OK ? sl__prepare_gate(&l->pl.prep, &l->comm, &tr.gate, &l->err) : st;
   st = st == SL_STATUS_OK ? sl__transfer_run(&tr, &l->tstats, &l->err) : st;
   st = sl__prepare_download_wait(&l->pl.prep, &l->comm, st, &l->err);
-  sl__err derr;
-  sl__err_clear(&derr);
-  sl_status dst = sl__comm_abort_disarm(&l->comm, &derr);
-  if (st == SL_STATUS_OK && dst != SL_STATUS_OK) {
-    sl__err_copy(&l->err, &derr);
-    st = dst;
-  }
-  st = sl__comm_agree(&l->comm, st, &l->err, "loading");
+  st = sl__transfer_finish(&l->comm, l->backend, st, &l->err);
   l->t_transfer = sl__now() - t0;
   return st;
 }
@@ -573,6 +566,7 @@ static void own_record(const sl_loader *l, sl__rank_record *rec) {
   rec->peak_rss_bytes = sl__peak_rss_bytes();
   sl__rss_by_kind(&rec->rss_anon, &rec->rss_file, &rec->rss_shmem);
   rec->bytes_mapped = l->maps.bytes_mapped;
+  rec->nccl_comms = l->backend != NULL ? l->backend->nccl_comms : 0;
 }
 
 /* Rank 0: the report and the summary, from every rank's record. */

@@ -52,6 +52,9 @@ typedef struct sl__backend_ops {
   sl_status (*download)(sl__backend *b, void *host_dst, const void *src, uint64_t nbytes, sl__err *err);
   /* Everything issued so far has completed. */
   sl_status (*sync)(sl__backend *b, sl__err *err);
+  /* COLLECTIVE, after a transfer every rank agreed succeeded (NULL: nothing to do): resources held
+   * only for broadcasts (NCCL communicators) are released; bcast is not called again. */
+  sl_status (*end_transfer)(sl__backend *b, sl__err *err);
   void (*destroy)(sl__backend *b);
 } sl__backend_ops;
 
@@ -61,6 +64,7 @@ struct sl__backend {
   bool host_addressable; /* parameters are host memory: readers may pread straight into them */
   int device;            /* CUDA device ordinal, -1 on the host */
   void *impl;            /* backend private state */
+  uint32_t nccl_comms;   /* NCCL communicators made for this load (0 on the host) */
   bool failed;           /* set by the loader once the ranks agreed that a load failed: destroy
                             then aborts NCCL communicators instead of finalizing them with peers */
 };

@@ -25,10 +25,14 @@
 #include <stdint.h>
 
 /* One broadcast group: the world ranks that receive the same bytes, sorted. A member's position
- * in `members` is its rank in the group (MPI, NCCL and caller transports alike). */
+ * in `members` is its rank in the group (MPI, NCCL and caller transports alike). `broadcasts`:
+ * some bucket is broadcast in it (false for a group that only swaps column blocks in two-phase
+ * exchanges, which travel through this layer in host memory: the GPU backend makes no NCCL
+ * communicator for it). */
 typedef struct sl__comm_group {
   uint32_t n;
   const uint32_t *members;
+  bool broadcasts;
 } sl__comm_group;
 
 /* The broadcast groups of a load, numbered in the one order every rank walks: group g is

@@ -334,3 +334,18 @@ sl_status sl__transfer_run(sl__transfer *t, sl__transfer_stats *stats, sl__err *
   engine_free(&e);
   return st;
 }
+
+sl_status sl__transfer_finish(sl__comm *comm, sl__backend *backend, sl_status st, sl__err *err) {
+  sl__err derr;
+  sl__err_clear(&derr);
+  sl_status dst = sl__comm_abort_disarm(comm, &derr);
+  if (st == SL_STATUS_OK && dst != SL_STATUS_OK) {
+    sl__err_copy(err, &derr);
+    st = dst;
+  }
+  st = sl__comm_agree(comm, st, err, "loading");
+  if (st != SL_STATUS_OK || backend->ops->end_transfer == NULL)
+    return st;
+  /* Communicators held until the loader is destroyed would keep their device buffers for nothing. */
+  return sl__comm_agree(comm, backend->ops->end_transfer(backend, err), err, "releasing NCCL communicators");
+}

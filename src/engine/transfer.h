@@ -66,6 +66,12 @@ typedef struct sl__transfer {
  * Every rank must call it (it takes part in bucket broadcasts). stats is overwritten: free it
  * with sl__transfer_stats_free. */
 sl_status sl__transfer_run(sl__transfer *t, sl__transfer_stats *stats, sl__err *err);
+
+/* COLLECTIVE, after sl__transfer_run (and anything else done while the abort channel was armed),
+ * with this rank's status: disarms the abort channel, agrees on the verdict ("loading"), and once
+ * every rank succeeded releases what the backend held only for broadcasts (its NCCL
+ * communicators). Returns the agreed status. */
+sl_status sl__transfer_finish(sl__comm *comm, sl__backend *backend, sl_status st, sl__err *err);
 void sl__transfer_stats_free(sl__transfer_stats *stats);
 
 #endif

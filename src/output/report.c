@@ -9,6 +9,7 @@
 #include "shardload/core.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static const char *layout_name(const sl__model *m) {
@@ -29,13 +30,29 @@ static void parallel_json(sl__buf *b, const sl__report_setup *s) {
                   json_bool(s->expert_parallel));
 }
 
+/* Groups in which some bucket is broadcast (the others only swap column blocks in two-phase
+ * exchanges): a GPU load makes an NCCL communicator for these only. */
+static size_t broadcasting_groups(const sl__schedule *sc) {
+  uint8_t *seen = calloc(sc->n_groups + 1, 1);
+  size_t n = 0;
+  for (size_t j = 0; seen != NULL && j < sc->n_buckets; j++) {
+    const sl__bucket *bk = &sc->buckets[j];
+    if (bk->xchg == SL_NONE && bk->group < sc->n_groups && !seen[bk->group]) {
+      seen[bk->group] = 1;
+      n++;
+    }
+  }
+  free(seen);
+  return n;
+}
+
 /* `"pieces":..,"broadcast_groups":..,"buckets":..,"exchanges":..`: the schedule's counts. */
 static void schedule_json(sl__buf *b, const sl__schedule *sc) {
   sl__buf_appendf(b,
-                  "\"pieces\":%zu,\"broadcast_groups\":%zu,\"buckets\":%zu,\"exchanges\":%zu,"
-                  "\"bytes_exchanged\":%llu,\"bytes_read_for_others\":%llu",
-                  sc->n_pieces, sc->n_groups, sc->n_buckets, sc->n_xchgs, (unsigned long long)sc->bytes_exchanged,
-                  (unsigned long long)sc->bytes_read_for_others);
+                  "\"pieces\":%zu,\"broadcast_groups\":%zu,\"broadcasting_groups\":%zu,\"buckets\":%zu,"
+                  "\"exchanges\":%zu,\"bytes_exchanged\":%llu,\"bytes_read_for_others\":%llu",
+                  sc->n_pieces, sc->n_groups, broadcasting_groups(sc), sc->n_buckets, sc->n_xchgs,
+                  (unsigned long long)sc->bytes_exchanged, (unsigned long long)sc->bytes_read_for_others);
 }
 
 void sl__rank_record_transfer(sl__rank_record *rec, const sl__transfer_stats *t) {
@@ -137,7 +154,8 @@ static void load_ranks_json(const sl__load_report *r, sl__buf *b) {
         "\"bytes_naive\":%llu,\"files_opened\":%u,\"files_mapped\":%u,\"files_direct\":%u,\"params\":%u,"
         "\"experts_local\":%u,\"read_ops\":%llu,"
         "\"bytes_mapped\":%llu,\"peak_rss_bytes\":%llu,\"rss_anon_bytes\":%llu,\"rss_file_bytes\":%llu,"
-        "\"rss_shmem_bytes\":%llu,\"transfer_seconds\":%.6f,\"broadcast_seconds\":%.6f}",
+        "\"rss_shmem_bytes\":%llu,\"transfer_seconds\":%.6f,\"broadcast_seconds\":%.6f,"
+        "\"nccl_communicators\":%u}",
         i > 0 ? "," : "", i, (unsigned long long)rr->stats.bytes_needed,
         (unsigned long long)rr->stats.bytes_read, (unsigned long long)rr->bytes_read_planned,
         (unsigned long long)rr->stats.bytes_covering, (unsigned long long)rr->stats.bytes_received,
@@ -146,7 +164,7 @@ static void load_ranks_json(const sl__load_report *r, sl__buf *b) {
         rr->stats.params, rr->stats.experts_local, (unsigned long long)rr->read_ops,
         (unsigned long long)rr->bytes_mapped, (unsigned long long)rr->peak_rss_bytes,
         (unsigned long long)rr->rss_anon, (unsigned long long)rr->rss_file, (unsigned long long)rr->rss_shmem,
-        rr->transfer_seconds, rr->bcast_seconds);
+        rr->transfer_seconds, rr->bcast_seconds, rr->nccl_comms);
   }
   sl__buf_appendf(b, "],");
 }
@@ -212,6 +230,14 @@ void sl__report_load_summary(const sl__load_report *r, sl__buf *b) {
     sl__fmt_bytes(mp, sizeof mp, mapped);
     sl__buf_appendf(b, "  %s of the parameters are mappings of the checkpoint files (no copy)\n", mp);
   }
+  uint64_t comms = 0;
+  for (int i = 0; i < r->world; i++)
+    comms += r->ranks[i].nccl_comms;
+  if (comms > 0)
+    sl__buf_appendf(b,
+                    "  %llu NCCL communicator%s over %zu broadcasting group%s, released after the transfer\n",
+                    (unsigned long long)comms, comms == 1 ? "" : "s", broadcasting_groups(s->sched),
+                    broadcasting_groups(s->sched) == 1 ? "" : "s");
   strategy_summary(r, b);
 }
 

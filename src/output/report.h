@@ -32,6 +32,7 @@ typedef struct sl__rank_record {
   uint64_t read_ops;
   uint64_t bytes_mapped;
   uint32_t files_mapped, files_direct; /* files with mapped parameters; files read with O_DIRECT */
+  uint32_t nccl_comms;                 /* NCCL communicators made (device cuda; 0 on the host) */
   double transfer_seconds;
   double read_seconds;
   double bcast_seconds;

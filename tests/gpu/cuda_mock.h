@@ -56,6 +56,16 @@ cudaError_t mock_enqueue_bcast(cudaStream_t s, const mock_bcast *b);
 /* Drops every queued operation of communicator c (ncclCommAbort, ncclCommDestroy). */
 void mock_drop_comm(struct ncclComm *c);
 
+/* What the mock's NCCL has seen in this process, for tests: communicators made, those not yet
+ * destroyed or aborted, and those released without ever carrying a broadcast of more than one
+ * byte (a loader's one-byte warm-up does not count as use). */
+typedef struct mock_nccl_counts {
+  int made;
+  int live;
+  int unused;
+} mock_nccl_counts;
+mock_nccl_counts mock_nccl_count(void);
+
 /* Waits until no stream has work queued (the implicit synchronisation of cudaFree). */
 void mock_drain_all(void);
 

@@ -9,6 +9,9 @@
  * root completes when every member has acknowledged: a root cannot finish while a member stays
  * away (the abort and timeout paths), like NCCL. A rank that destroys or aborts a communicator
  * writes gone.<rank>; the last one removes the folder. An abort takes MOCK_NCCL_ABORT_MS.
+ * MOCK_NCCL_CONNECT_FAIL=R: the first connection of a communicator that world rank R belongs to
+ * fails on every member (a broken link fails both ends), as an asynchronous ncclRemoteError.
+ * mock_nccl_count() tells a test how many communicators were made, are alive, went unused.
  */
 #include "cuda_mock.h"
 
@@ -35,7 +38,27 @@ struct ncclComm {
   bool connected;  /* the first collective connected every member */
   unsigned seq;    /* broadcasts issued */
   unsigned splits; /* splits issued */
+  bool used;       /* carried a broadcast of more than one byte */
+  ncclResult_t async_error; /* what ncclCommGetAsyncError reports once set (a failed connection) */
 };
+
+static mock_nccl_counts counts; /* guarded by mock_mu */
+
+mock_nccl_counts mock_nccl_count(void) {
+  pthread_mutex_lock(&mock_mu);
+  mock_nccl_counts c = counts;
+  pthread_mutex_unlock(&mock_mu);
+  return c;
+}
+
+/* Bookkeeping of a communicator made (delta +1) or released (-1). */
+static void count_comm(const struct ncclComm *c, int delta) {
+  pthread_mutex_lock(&mock_mu);
+  counts.made += delta > 0;
+  counts.live += delta;
+  counts.unused += delta < 0 && !c->used;
+  pthread_mutex_unlock(&mock_mu);
+}
 
 static char last_error[256] = "";
 static int group_depth;
@@ -186,6 +209,7 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId i
   if (c == NULL)
     return ncclSystemError;
   *comm = c;
+  count_comm(c, 1);
   ncclResult_t r = join(c);
   if (r == ncclInProgress && group_depth > 0) {
     group_in_progress = true;
@@ -217,6 +241,10 @@ ncclResult_t ncclGroupEnd(void) {
 ncclResult_t ncclCommGetAsyncError(ncclComm_t c, ncclResult_t *state) {
   if (c == NULL)
     return ncclInvalidArgument;
+  if (c->async_error != ncclSuccess) {
+    *state = c->async_error;
+    return ncclSuccess;
+  }
   if (c->state == C_INIT && all_present(c, "join"))
     c->state = C_READY;
   if (c->state == C_FINALIZING && all_present(c, "fin"))
@@ -240,12 +268,31 @@ ncclResult_t ncclCommCuDevice(const ncclComm_t c, int *device) {
   return ncclSuccess;
 }
 
+/* MOCK_NCCL_CONNECT_FAIL: this member's world rank is the failing one (it marks the folder), or
+ * another member already failed. */
+static bool connect_fails(struct ncclComm *c) {
+  int fail = mock_env_int("MOCK_NCCL_CONNECT_FAIL", -1);
+  if (fail < 0 || c->nranks < 2)
+    return false;
+  if (exists(c, "connfail"))
+    return true;
+  if (mock_env_int("OMPI_COMM_WORLD_RANK", -2) != fail)
+    return false;
+  write_file(c, "connfail", "", 0);
+  return true;
+}
+
 /* Device thread, mock_mu held: moves a queued broadcast on; true when it is complete. */
 bool mock_nccl_progress(mock_bcast *op) {
   struct ncclComm *c = op->comm;
   char name[64];
   if (op->phase == 0) {
     if (!c->connected) { /* lazy connection: every member's first collective meets here */
+      if (connect_fails(c)) {
+        c->async_error = ncclRemoteError;
+        snprintf(last_error, sizeof last_error, "mock: connection to a peer of the communicator failed");
+        return true; /* the operation ends; the error is the communicator's */
+      }
       snprintf(name, sizeof name, "conn.%d", c->rank);
       if (!exists(c, name))
         write_file(c, name, "", 0);
@@ -311,6 +358,7 @@ ncclResult_t ncclBroadcast(const void *send, void *recv, size_t count, ncclDataT
   if (c->rank == root && (mock_shadow(send, count, &is_dev) == NULL || !is_dev))
     dev_ok = false;
   unsigned seq = ++c->seq;
+  c->used = c->used || count > 1;
   pthread_mutex_unlock(&mock_mu);
   if (!dev_ok) {
     snprintf(last_error, sizeof last_error, "mock: broadcast buffers must be device memory");
@@ -329,6 +377,7 @@ ncclResult_t ncclCommAbort(ncclComm_t c) {
     return ncclSuccess;
   mock_nap_us(1000L * mock_env_int("MOCK_NCCL_ABORT_MS", 50)); /* an abort takes time */
   mock_drop_comm(c);
+  count_comm(c, -1);
   cleanup_files(c);
   free(c);
   return ncclSuccess;
@@ -356,6 +405,7 @@ ncclResult_t ncclCommDestroy(ncclComm_t c) {
   if (c->state == C_FINALIZING || c->state == C_INIT)
     return ncclInvalidUsage;
   mock_drop_comm(c);
+  count_comm(c, -1);
   cleanup_files(c);
   free(c);
   return ncclSuccess;
@@ -409,6 +459,7 @@ ncclResult_t ncclCommSplit(ncclComm_t parent, int color, int key, ncclComm_t *ne
   if (c == NULL)
     return ncclSystemError;
   c->device = parent->device;
+  count_comm(c, 1);
   ncclResult_t r = join(c);
   /* MOCK_NCCL_SPLIT_FAIL=R: rank R's splits into a group fail once the child is formed (the other
    * members' children work), so that a caller's handling of one rank's failed split is checked. */
@@ -417,6 +468,7 @@ ncclResult_t ncclCommSplit(ncclComm_t parent, int color, int key, ncclComm_t *ne
     r = ncclInternalError;
   }
   if (r != ncclSuccess && r != ncclInProgress) {
+    count_comm(c, -1);
     cleanup_files(c);
     free(c);
     return r;

@@ -32,7 +32,7 @@ function(sl_gpumock_exe name source)
   target_compile_definitions(${name} PRIVATE _GNU_SOURCE ${ARGN})
 endfunction()
 
-sl_gpumock_exe(test_gpu_load_mock ${_sl_mock_dir}/test_gpu_load.c SL_TEST_HAVE_CUDA=1)
+sl_gpumock_exe(test_gpu_load_mock ${_sl_mock_dir}/test_gpu_load.c SL_TEST_HAVE_CUDA=1 SL_TEST_CUDA_MOCK=1)
 foreach(np 1 2 3 4)
   add_test(NAME test_gpu_load_mock_np${np} COMMAND ${SL_MPIRUN} -np ${np} $<TARGET_FILE:test_gpu_load_mock>)
   set_tests_properties(test_gpu_load_mock_np${np} PROPERTIES LABELS gpumock TIMEOUT 300 PROCESSORS ${np}
@@ -58,3 +58,16 @@ sl_gpumock_exe(test_transpose_cuda_mock ${PROJECT_SOURCE_DIR}/tests/unit/test_tr
 add_test(NAME test_transpose_cuda_mock COMMAND ${SL_MPIRUN} -np 1 $<TARGET_FILE:test_transpose_cuda_mock>)
 set_tests_properties(test_transpose_cuda_mock PROPERTIES LABELS gpumock TIMEOUT 120 PROCESSORS 1
   ENVIRONMENT "${SL_TEST_ENV}")
+
+# The command-line tool on the mock: `shardload load --device cuda` end to end, compared byte for
+# byte with `--device cpu` (tests/gpu/cli_mock_load.sh), and a broadcast whose root is slow to
+# read while the watchdog's timeout is short (the wait is extended, not failed).
+file(GLOB _sl_cli_sources CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/cli/*.c)
+add_executable(shardload_mock ${_sl_cli_sources} ${PROJECT_SOURCE_DIR}/src/base/edit_distance.c)
+target_include_directories(shardload_mock PRIVATE ${PROJECT_SOURCE_DIR}/src)
+target_compile_options(shardload_mock PRIVATE ${SL_WARNINGS})
+target_compile_definitions(shardload_mock PRIVATE _GNU_SOURCE)
+target_link_libraries(shardload_mock PRIVATE shardload_gpumock)
+add_test(NAME test_cli_cuda_mock COMMAND bash ${_sl_mock_dir}/cli_mock_load.sh)
+set_tests_properties(test_cli_cuda_mock PROPERTIES LABELS gpumock TIMEOUT 300 PROCESSORS 2
+  FIXTURES_REQUIRED models ENVIRONMENT "${SL_TEST_ENV};SL_CLI_MOCK=$<TARGET_FILE:shardload_mock>")

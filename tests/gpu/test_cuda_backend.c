@@ -21,6 +21,9 @@
 #include "backend/cuda/cuda_backend.h"
 #include "check.h"
 #include "values.h"
+#ifdef SL_TEST_CUDA_MOCK
+#include "cuda_mock.h"
+#endif
 
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -31,9 +34,10 @@
 static int rank;
 static int size;
 
-/* Group 0: every rank; group 1 (3 ranks or more): ranks 1..size-1. Members in rank order. */
+/* Group 0: every rank; group 1 (3 ranks or more): ranks 1..size-1; last, every rank again but
+ * exchanging only (no broadcast: no NCCL communicator). Members in rank order. */
 static uint32_t members[128];
-static sl__comm_group groups[2];
+static sl__comm_group groups[3];
 
 static sl__comm_groups test_groups(void) {
   sl__comm_groups s;
@@ -42,14 +46,20 @@ static sl__comm_groups test_groups(void) {
     members[r] = (uint32_t)r;
   groups[0].n = (uint32_t)size;
   groups[0].members = members;
+  groups[0].broadcasts = true;
   s.n = 1;
   if (size >= 3) {
     for (int r = 1; r < size; r++)
       members[size + r - 1] = (uint32_t)r;
     groups[1].n = (uint32_t)size - 1;
     groups[1].members = &members[size];
+    groups[1].broadcasts = true;
     s.n = 2;
   }
+  groups[s.n].n = (uint32_t)size;
+  groups[s.n].members = members;
+  groups[s.n].broadcasts = false;
+  s.n++;
   s.group = groups;
   return s;
 }
@@ -188,8 +198,10 @@ static void test_bcast(sl__backend *b, const sl__comm_groups *s) {
     return;
   }
   int broadcasts = 0;
+  /* One communicator per broadcasting group of this rank, none for the exchange-only one. */
+  CHECK(b->nccl_comms == (rank == 0 || size < 3 ? 1u : 2u));
   for (uint32_t g = 0; g < s->n; g++) {
-    int pos = sl__cuda_group_pos(s, g, rank);
+    int pos = sl__cuda_comm_pos(s, g, rank);
     if (pos < 0)
       continue;
     for (int root = (int)s->group[g].n - 1; root >= 0; root--) {
@@ -220,11 +232,14 @@ static void test_bcast(sl__backend *b, const sl__comm_groups *s) {
   /* A group that does not exist, or that this rank is not in: an internal error. */
   sl__err_clear(&err);
   CHECK(b->ops->bcast(b, (uint32_t)s->n, dev, 8, 0, &aborted, &err) == SL_STATUS_INTERNAL);
-  if (s->n > 1 && rank == 0) {
+  if (s->n > 2 && rank == 0) {
     sl__err_clear(&err);
     CHECK(b->ops->bcast(b, 1, dev, 8, 0, &aborted, &err) == SL_STATUS_INTERNAL);
-    CHECK_CONTAINS(err.msg, "not part of");
+    CHECK_CONTAINS(err.msg, "not a member");
   }
+  sl__err_clear(&err);
+  CHECK(b->ops->bcast(b, (uint32_t)s->n - 1, dev, 8, 0, &aborted, &err) == SL_STATUS_INTERNAL);
+  CHECK_CONTAINS(err.msg, "without broadcasts");
   b->ops->release(b, dev);
   free(host);
   free(got);
@@ -274,6 +289,30 @@ static void test_split(sl__comm *c, const sl__comm_groups *s, int device) {
 }
 
 #ifdef SL_TEST_CUDA_MOCK
+/* Against the mock only (it injects the failure): the first connection of the communicators of
+ * rank 1 fails (NCCL connects lazily, in a communicator's first collective). The backend's
+ * warm-up broadcast makes that happen at creation: every rank's creation fails promptly, naming
+ * the connection of the group, instead of the first broadcast of the load. */
+static void test_connect_failure(sl__comm *c, const sl__comm_groups *s) {
+  setenv("MOCK_NCCL_CONNECT_FAIL", "1", 1);
+  sl__err err;
+  sl__err_clear(&err);
+  sl__backend *b = NULL;
+  double t0 = MPI_Wtime();
+  sl_status st = sl__backend_cuda_create(c, 1, -1, NULL, NULL, s, &b, &err);
+  double took = MPI_Wtime() - t0;
+  unsetenv("MOCK_NCCL_CONNECT_FAIL");
+  CHECKF(b == NULL && (st == SL_STATUS_NCCL || st == SL_STATUS_PEER_FAILED),
+         "creation with a failing connection: status %s (%s)", sl_status_name(st), err.msg);
+  CHECKF(strstr(err.msg, "connecting the NCCL communicator of broadcast group") != NULL,
+         "the message does not say that connecting failed: %s", err.msg);
+  CHECKF(took < 30.0, "creation with a failing connection took %.1f s", took);
+  mock_nccl_counts n = mock_nccl_count();
+  CHECKF(n.live == 0, "%d mock communicators left after a failed creation", n.live);
+  if (b != NULL)
+    b->ops->destroy(b);
+}
+
 /* Against the mock only (it injects the failure): rank 1's split into broadcast group 0 fails
  * after the others' children formed. A split of a blocking parent waits for every rank of the
  * parent, so rank 1 must go on taking part in the later splits; every rank's creation then fails
@@ -435,8 +474,10 @@ static int run_gpu(sl__comm *c, const sl__comm_groups *s) {
     b->ops->destroy(b);
     test_split(c, s, device);
 #ifdef SL_TEST_CUDA_MOCK
-    if (s->n >= 2)
+    if (s->n >= 3)
       test_split_failure(c, s, device);
+    if (size >= 2)
+      test_connect_failure(c, s);
 #endif
   }
   if (size >= 2) {

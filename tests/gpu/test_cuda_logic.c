@@ -71,8 +71,11 @@ static void test_pick_device(void) {
 /* Groups: 0 = {0,1}, 1 = {2,3}, 2 = {1,3}, 3 = {0,2}, 4 = {0,1,2,3} (members sorted, as the
  * schedule makes them). */
 static uint32_t members[] = {0, 1, 2, 3, 1, 3, 0, 2, 0, 1, 2, 3};
-static sl__comm_group groups[] = {
-    {2, &members[0]}, {2, &members[2]}, {2, &members[4]}, {2, &members[6]}, {4, &members[8]}};
+static sl__comm_group groups[] = {{2, &members[0], true},
+                                  {2, &members[2], true},
+                                  {2, &members[4], true},
+                                  {2, &members[6], true},
+                                  {4, &members[8], true}};
 
 static sl__comm_groups make_groups(size_t n_groups) {
   sl__comm_groups s = {.n = n_groups, .group = groups};
@@ -89,6 +92,12 @@ static void test_group_pos(void) {
   CHECK(sl__cuda_group_pos(&s, 5, 0) == -1);
   CHECK(sl__cuda_group_pos(&s, 0, -1) == -1);
   CHECK(sl__cuda_group_pos(&s, 0, 7) == -1);
+  /* A group that only exchanges has no NCCL communicator: no position in one. */
+  CHECK(sl__cuda_comm_pos(&s, 2, 3) == 1);
+  groups[2].broadcasts = false;
+  CHECK(sl__cuda_comm_pos(&s, 2, 3) == -1);
+  CHECK(sl__cuda_group_pos(&s, 2, 3) == 1);
+  groups[2].broadcasts = true;
 }
 
 static sl__cuda_place place(const char *host, const char *bus, int device) {
@@ -118,6 +127,14 @@ static void test_places(void) {
       CHECK_CONTAINS(err.msg, "broadcast group 2");
     }
   }
+  /* Group 2 only exchanging: no communicator, so ranks 1 and 3 may share the GPU. */
+  groups[2].broadcasts = false;
+  for (int r = 0; r < 4; r++) {
+    sl__err err;
+    sl__err_clear(&err);
+    CHECKF(sl__cuda_check_places(&four, r, places, &err) == SL_STATUS_OK, "rank %d: %s", r, err.msg);
+  }
+  groups[2].broadcasts = true;
   sl__comm_groups five = make_groups(5); /* group 4 holds everyone: every rank sees it */
   for (int r = 0; r < 4; r++) {
     sl__err err;

@@ -47,7 +47,7 @@ int main(int argc, char **argv) {
   uint32_t *members = calloc((size_t)size, sizeof *members);
   for (int r = 0; members != NULL && r < size; r++)
     members[r] = (uint32_t)r;
-  sl__comm_group group = {(uint32_t)size, members};
+  sl__comm_group group = {(uint32_t)size, members, true};
   sl__comm_groups s = {.n = 1, .group = &group};
   CHECK(members != NULL);
   CHECKF(sl__comm_groups_create(&c, &s, &err) == SL_STATUS_OK, "groups: %s", err.msg);

@@ -15,6 +15,11 @@
 #include "shardload/shardload.h"
 
 #include <cuda_runtime.h>
+#ifdef SL_TEST_CUDA_MOCK
+#include "cuda_mock.h"
+
+#include <cjson/cJSON.h>
+#endif
 
 #include <stdbool.h>
 #include <stdlib.h>
@@ -202,6 +207,38 @@ static void compare(const char *model, sl_loader *cpu, sl_loader *gpu) {
             (unsigned long long)bytes);
 }
 
+#ifdef SL_TEST_CUDA_MOCK
+/* Against the mock, which counts NCCL communicators (COLLECTIVE): the load made communicators only
+ * for groups that broadcast (each carried more than its one-byte warm-up), released them all once
+ * the transfer was over (the loader is still alive), and the report's per-rank count equals what
+ * the mock saw on each rank. */
+static void check_comms(const char *what, sl_loader *gpu, mock_nccl_counts before) {
+  mock_nccl_counts now = mock_nccl_count();
+  int made = now.made - before.made;
+  CHECKF(now.live == before.live, "%s: %d NCCL communicators still held after the load", what,
+         now.live - before.live);
+  CHECKF(now.unused == before.unused, "%s: %d NCCL communicators carried no broadcast", what,
+         now.unused - before.unused);
+  int *all = calloc((size_t)size, sizeof *all);
+  MPI_Gather(&made, 1, MPI_INT, all, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  if (rank != 0 || all == NULL) {
+    free(all);
+    return;
+  }
+  const char *json = sl_loader_report_json(gpu);
+  cJSON *doc = json != NULL ? cJSON_Parse(json) : NULL;
+  cJSON *ranks = cJSON_GetObjectItemCaseSensitive(doc, "ranks");
+  CHECKF(cJSON_GetArraySize(ranks) == size, "%s: the report lists %d ranks", what, cJSON_GetArraySize(ranks));
+  for (int r = 0; r < size && r < cJSON_GetArraySize(ranks); r++) {
+    const cJSON *n = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(ranks, r), "nccl_communicators");
+    CHECKF(cJSON_IsNumber(n) && n->valueint == all[r], "%s: rank %d: the report counts %d NCCL communicators, the mock saw %d",
+           what, r, cJSON_IsNumber(n) ? n->valueint : -1, all[r]);
+  }
+  cJSON_Delete(doc);
+  free(all);
+}
+#endif
+
 /* Whether NAME is one of the comma-separated LIST. */
 static bool in_list(const char *list, const char *name) {
   size_t n = strlen(name);
@@ -270,11 +307,17 @@ int main(int argc, char **argv) {
       char dir[4096];
       snprintf(dir, sizeof dir, "%s/%s", fixtures, model);
       sl_loader *cpu = load(dir, lay, "cpu");
+#ifdef SL_TEST_CUDA_MOCK
+      mock_nccl_counts before = mock_nccl_count();
+#endif
       sl_loader *gpu = load(dir, lay, "cuda");
       char what[160];
       snprintf(what, sizeof what, "%s tp %d pp %d dp %d%s", model, lay->tp, lay->pp, lay->dp, lay->ep ? " ep" : "");
       if (cpu != NULL && gpu != NULL) {
         compare(what, cpu, gpu);
+#ifdef SL_TEST_CUDA_MOCK
+        check_comms(what, gpu, before);
+#endif
         loads++;
       }
       sl_loader_destroy(gpu);

@@ -131,6 +131,7 @@ static void cuda_destroy(sl__backend *b) {
     free(st->worker_streams);
     free(st->nccl);
     free(st->nccl_aborted);
+    free(st->nccl_made);
     free(st);
   }
   free(b);
@@ -149,6 +150,7 @@ static const sl__backend_ops cuda_ops = {
     .bcast = sl__cuda_bcast,
     .download = sl__cuda_download,
     .sync = sl__cuda_sync,
+    .end_transfer = sl__cuda_end_transfer,
     .destroy = cuda_destroy,
 };
 
@@ -273,7 +275,9 @@ static sl_status setup_local(sl__backend *b, int workers, int device, void *stre
   st->n_groups = groups->n;
   st->nccl = calloc(groups->n + 1, sizeof *st->nccl);
   st->nccl_aborted = calloc(groups->n + 1, sizeof *st->nccl_aborted);
+  st->nccl_made = calloc(groups->n + 1, sizeof *st->nccl_made);
   if (st->worker_streams == NULL || st->slot_events == NULL || st->nccl == NULL || st->nccl_aborted == NULL ||
+      st->nccl_made == NULL ||
       st->caller_events == NULL || st->after_caller == NULL)
     return sl__err_set(err, SL_STATUS_NOMEM, "out of memory setting up the CUDA backend");
   st->workers = workers;
@@ -329,6 +333,13 @@ sl_status sl__backend_cuda_create(sl__comm *comm, int workers, int device, void 
     if (res != SL_STATUS_OK)
       st->failed = true; /* peers may be half way: tear down with ncclCommAbort */
     res = sl__comm_agree(comm, res, err, "creating NCCL communicators");
+    /* Only once every rank has its communicators: a warm-up waits for every member. */
+    if (res == SL_STATUS_OK) {
+      res = sl__cuda_warm_up(b, err);
+      if (res != SL_STATUS_OK)
+        st->failed = true;
+      res = sl__comm_agree(comm, res, err, "connecting NCCL communicators");
+    }
   }
   if (res != SL_STATUS_OK) {
     if (b != NULL)
@@ -336,8 +347,9 @@ sl_status sl__backend_cuda_create(sl__comm *comm, int workers, int device, void 
     cuda_destroy(b);
     return res;
   }
-  SL_DEBUG("cuda backend: device %d, %d reader streams, %zu broadcast groups, timeout %.1f s", st->device,
-           workers, groups->n, st->timeout_s);
+  SL_DEBUG("cuda backend: device %d, %d reader streams, %zu broadcast groups, %u NCCL communicators, timeout "
+           "%.1f s",
+           st->device, workers, groups->n, b->nccl_comms, st->timeout_s);
   *out = b;
   return SL_STATUS_OK;
 }

@@ -31,6 +31,9 @@ sl_status sl__cuda_pick_device(int requested, int local_rank, int count, int *ou
 /* Position of rank among the members of broadcast group g (= its rank in the group's NCCL
  * communicator, members in group order), or -1 when it is not a member. */
 int sl__cuda_group_pos(const sl__comm_groups *groups, size_t g, int rank);
+/* This rank's position in group g's NCCL communicator: as sl__cuda_group_pos for a group that
+ * broadcasts, -1 for one that only exchanges (no communicator is made for it). */
+int sl__cuda_comm_pos(const sl__comm_groups *groups, size_t g, int rank);
 
 /* Where a rank's GPU is: two ranks with equal host and bus_id use the same GPU. */
 typedef struct sl__cuda_place {

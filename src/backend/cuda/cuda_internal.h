@@ -66,6 +66,7 @@ typedef struct cuda_state {
   size_t n_groups;              /* broadcast groups */
   ncclComm_t *nccl;             /* [n_groups]: our communicator, NULL when not a member or aborted */
   bool *nccl_aborted;           /* [n_groups]: aborted after an abort, an error or a timeout */
+  bool *nccl_made;              /* [n_groups]: a communicator was made (released ones included) */
   ncclComm_t parent;            /* the caller's communicator (never destroyed here), or NULL */
   double timeout_s;             /* longest wait, seconds (SHARDLOAD_NCCL_TIMEOUT_S) */
   uint64_t max_pitch;           /* largest pitch of a 2-D copy, bytes */
@@ -134,10 +135,16 @@ sl_status sl__cuda_bcast(sl__backend *b, uint32_t g, void *buf, uint64_t nbytes,
 /* COLLECTIVE: every rank learns where the others' GPUs are; two members of one group on one GPU,
  * or a caller's NCCL communicator on some ranks only, is an error. */
 sl_status sl__cuda_check_placement(sl__backend *b, const sl__comm_groups *groups, sl__err *err);
-/* COLLECTIVE: our NCCL communicator of every group we belong to, split from the caller's
- * communicator when one was given, else from ids exchanged within the groups through the communicator. */
+/* COLLECTIVE: our NCCL communicator of every broadcasting group we belong to, split from the
+ * caller's communicator when one was given, else from ids exchanged within the groups through the
+ * communicator; b->nccl_comms counts them. */
 sl_status sl__cuda_create_comms(sl__backend *b, const sl__comm_groups *groups, sl__err *err);
-/* Finalizes (or, after a failure, aborts) every communicator; at most 60 s. */
+/* COLLECTIVE, once every rank has its communicators: a one-byte broadcast in each (NCCL connects
+ * lazily, in the first collective). */
+sl_status sl__cuda_warm_up(sl__backend *b, sl__err *err);
+/* Finalizes (or, after a failure, aborts) every communicator still held; at most 60 s. */
 void sl__cuda_release_comms(sl__backend *b);
+/* The end_transfer operation: the communicators are released (backend/backend.h). */
+sl_status sl__cuda_end_transfer(sl__backend *b, sl__err *err);
 
 #endif

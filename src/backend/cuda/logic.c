@@ -64,6 +64,10 @@ int sl__cuda_group_pos(const sl__comm_groups *groups, size_t g, int rank) {
   return -1;
 }
 
+int sl__cuda_comm_pos(const sl__comm_groups *groups, size_t g, int rank) {
+  return g < groups->n && groups->group[g].broadcasts ? sl__cuda_group_pos(groups, g, rank) : -1;
+}
+
 static bool same_gpu(const sl__cuda_place *a, const sl__cuda_place *b) {
   return strncmp(a->host, b->host, sizeof a->host) == 0 &&
          strncmp(a->bus_id, b->bus_id, sizeof a->bus_id) == 0;
@@ -72,7 +76,7 @@ static bool same_gpu(const sl__cuda_place *a, const sl__cuda_place *b) {
 sl_status sl__cuda_check_places(const sl__comm_groups *groups, int rank, const sl__cuda_place *places,
                                 sl__err *err) {
   for (size_t g = 0; g < groups->n; g++) {
-    if (sl__cuda_group_pos(groups, g, rank) < 0)
+    if (sl__cuda_comm_pos(groups, g, rank) < 0)
       continue;
     const sl__comm_group *gr = &groups->group[g];
     const uint32_t *mem = gr->members;

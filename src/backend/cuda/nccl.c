@@ -1,9 +1,13 @@
 /*
  * backend/cuda/nccl.c — the CUDA backend's NCCL side: one non-blocking communicator per broadcast
- * group this rank belongs to (made from ids exchanged within the group through the communicator, or split
- * from the caller's communicator), the GPU placement check that precedes them, broadcasts polled
- * against NCCL errors, the abort channel and a deadline (a broadcast that must stop aborts its
- * communicator), and their finalization at teardown.
+ * group this rank belongs to that carries broadcasts (groups that only swap column blocks in
+ * two-phase exchanges get none: those travel in host memory), made from ids exchanged within the
+ * group through the communicator, or split from the caller's communicator, and warmed up by a
+ * one-byte broadcast; the GPU placement check that precedes them; broadcasts polled against NCCL
+ * errors, the abort channel and a deadline (a broadcast that must stop aborts its communicator);
+ * their finalization once the transfer is over. Every NCCL call that cannot poll (split, abort,
+ * destroy) is bracketed for the watchdog's backstop, and every polled wait answers other ranks'
+ * alive queries.
  */
 #include "backend/cuda/cuda_internal.h"
 
@@ -15,10 +19,14 @@
 #include <string.h>
 #include <unistd.h>
 
-static void abort_group(cuda_state *st, size_t g) {
+static void abort_group(sl__backend *b, size_t g) {
+  cuda_state *st = state_of(b);
   if (g >= st->n_groups || st->nccl[g] == NULL)
     return;
+  /* An abort waits for NCCL's own threads and may hang on a broken device: the backstop bounds it. */
+  sl__comm_block_begin(b->comm, "ncclCommAbort");
   ncclResult_t r = ncclCommAbort(st->nccl[g]);
+  sl__comm_block_end(b->comm);
   if (r != ncclSuccess)
     SL_WARN("ncclCommAbort of broadcast group %zu: %s", g, ncclGetErrorString(r));
   st->nccl[g] = NULL;
@@ -41,19 +49,42 @@ static ncclResult_t wait_comm_idle(sl__backend *b, ncclComm_t c, double deadline
       *timed_out = true;
       return ncclInProgress;
     }
+    sl__comm_poll(b->comm); /* other ranks' alive queries: this rank is waiting, not gone */
     if (spins >= SL_CUDA_SPINS_BEFORE_NAP)
       sl__cuda_nap(b);
   }
 }
+/* A broadcast waits for its root, which may still be reading the bucket from slow storage. Past
+ * the deadline the load's watchdog decides (when it is on): if some rank made progress recently
+ * the job is slow, not stuck, and the wait goes on with a new deadline; otherwise the watchdog
+ * reports the ranks not heard from (with MPI it then ends the job, as every other wait of a load
+ * does). Without the watchdog the deadline is final. */
+static bool extend_deadline(sl__backend *b, double start, double *deadline) {
+  cuda_state *st = state_of(b);
+  if (b->comm == NULL || b->comm->timeout_s <= 0)
+    return false;
+  sl__err xerr;
+  sl__err_clear(&xerr);
+  if (!sl__comm_expire(b->comm, "an NCCL broadcast", sl__now() - start, &xerr))
+    return false;
+  *deadline = sl__now() + st->timeout_s;
+  return true;
+}
+
+static sl_status bcast_wait(sl__backend *b, uint32_t g, void *buf, uint64_t nbytes, int root, bool *aborted,
+                            sl__err *err);
+
 sl_status sl__cuda_bcast(sl__backend *b, uint32_t g, void *buf, uint64_t nbytes, int root, bool *aborted,
                          sl__err *err) {
   cuda_state *st = state_of(b);
   *aborted = false;
   if (g >= st->n_groups || st->nccl[g] == NULL)
     return sl__err_set(err, SL_STATUS_INTERNAL,
-                       g < st->n_groups && st->nccl_aborted[g]
-                           ? "broadcast in group %u, whose NCCL communicator was aborted earlier"
-                           : "broadcast in group %u that this rank is not part of",
+                       g >= st->n_groups || !st->nccl_made[g] ? "broadcast in group %u that this rank has no NCCL "
+                                                                "communicator for (not a member, or a group "
+                                                                "without broadcasts)"
+                       : st->nccl_aborted[g] ? "broadcast in group %u, whose NCCL communicator was aborted earlier"
+                                             : "broadcast in group %u after its NCCL communicator was released",
                        g);
   if (nbytes == 0)
     return SL_STATUS_OK;
@@ -61,6 +92,13 @@ sl_status sl__cuda_bcast(sl__backend *b, uint32_t g, void *buf, uint64_t nbytes,
   sl_status ordered = sl__cuda_after_caller(st, st->workers, err);
   if (ordered != SL_STATUS_OK)
     return ordered;
+  return bcast_wait(b, g, buf, nbytes, root, aborted, err);
+}
+
+/* The broadcast itself, on the main stream, waited for (sl__cuda_bcast has checked g). */
+static sl_status bcast_wait(sl__backend *b, uint32_t g, void *buf, uint64_t nbytes, int root, bool *aborted,
+                            sl__err *err) {
+  cuda_state *st = state_of(b);
   ncclComm_t c = st->nccl[g];
   ncclResult_t r = ncclBroadcast(buf, buf, (size_t)nbytes, ncclUint8, root, c, st->main);
   if (r != ncclSuccess && r != ncclInProgress) {
@@ -68,12 +106,13 @@ sl_status sl__cuda_bcast(sl__backend *b, uint32_t g, void *buf, uint64_t nbytes,
     snprintf(ctx, sizeof ctx, "broadcast of %llu bytes in group %u from root %d", (unsigned long long)nbytes,
              g, root);
     sl_status res = sl__nccl_fail(err, r, ctx, "ncclBroadcast", __FILE__, __LINE__);
-    abort_group(st, g);
+    abort_group(b, g);
     return res;
   }
   /* Done when NCCL has enqueued the operation (state no longer in progress) and the stream has
    * run it; meanwhile watch for NCCL errors, other ranks' aborts and the deadline. */
-  double deadline = sl__now() + st->timeout_s;
+  double start = sl__now();
+  double deadline = start + st->timeout_s;
   for (int spins = 0;; spins++) {
     ncclResult_t state = ncclSuccess;
     r = ncclCommGetAsyncError(c, &state);
@@ -87,7 +126,7 @@ sl_status sl__cuda_bcast(sl__backend *b, uint32_t g, void *buf, uint64_t nbytes,
                       "group's NCCL communicator was aborted",
                       (unsigned long long)nbytes, g, root, ncclGetErrorString(r),
                       last != NULL && *last != '\0' ? "; NCCL says: " : "", last != NULL ? last : "");
-      abort_group(st, g);
+      abort_group(b, g);
       return res;
     }
     if (state == ncclSuccess) {
@@ -95,18 +134,21 @@ sl_status sl__cuda_bcast(sl__backend *b, uint32_t g, void *buf, uint64_t nbytes,
       if (e == cudaSuccess)
         return SL_STATUS_OK;
       if (e != cudaErrorNotReady) {
-        abort_group(st, g);
+        abort_group(b, g);
         return sl__cuda_fail(err, e, st->device, "cudaStreamQuery (after ncclBroadcast)", __FILE__, __LINE__);
       }
     }
     if (sl__comm_abort_check(b->comm)) {
-      abort_group(st, g);
+      abort_group(b, g);
       *aborted = true;
       return SL_STATUS_OK;
     }
     sl__comm_poll(b->comm); /* another rank's watchdog report */
+    if (sl__now() > deadline && extend_deadline(b, start, &deadline)) {
+      continue;
+    }
     if (sl__now() > deadline) {
-      abort_group(st, g);
+      abort_group(b, g);
       return sl__err_set(
           err, SL_STATUS_NCCL,
           "ncclBroadcast of %llu bytes in broadcast group %u (root %d) did not complete within %.1f s "
@@ -118,7 +160,7 @@ sl_status sl__cuda_bcast(sl__backend *b, uint32_t g, void *buf, uint64_t nbytes,
       sl__cuda_nap(b);
   }
 }
-/* Longest wait for communicators to finalize at teardown: a rank that never comes costs this. */
+/* Longest wait for communicators to finalize: a rank that never comes costs this. */
 #define FINALIZE_MAX_S 60.0
 
 void sl__cuda_release_comms(sl__backend *b) {
@@ -146,7 +188,10 @@ void sl__cuda_release_comms(sl__backend *b) {
                          ? wait_comm_idle(b, st->nccl[g], deadline, &timed_out)
                          : ncclInternalError;
     if (r == ncclSuccess) {
+      /* Destroy frees NCCL's device buffers (a device synchronisation): watched like an abort. */
+      sl__comm_block_begin(b->comm, "ncclCommDestroy");
       r = ncclCommDestroy(st->nccl[g]);
+      sl__comm_block_end(b->comm);
       if (r != ncclSuccess)
         SL_WARN("ncclCommDestroy of broadcast group %zu: %s", g, ncclGetErrorString(r));
       st->nccl[g] = NULL;
@@ -158,9 +203,18 @@ void sl__cuda_release_comms(sl__backend *b) {
     else if (!abort_all)
       SL_WARN("finalizing the NCCL communicator of broadcast group %zu: %s: aborting it", g,
               ncclGetErrorString(r));
-    abort_group(st, g);
+    abort_group(b, g);
   }
   free(finalizing);
+}
+
+sl_status sl__cuda_end_transfer(sl__backend *b, sl__err *err) {
+  cuda_state *st = state_of(b);
+  if (st->nccl == NULL)
+    return SL_STATUS_OK;
+  CUDA_CHECK(err, st->device, cudaSetDevice(st->device));
+  sl__cuda_release_comms(b);
+  return SL_STATUS_OK;
 }
 
 /* Every rank learns where every other rank's GPU is (two members of one group on one GPU is an
@@ -234,7 +288,7 @@ static sl_status create_comms_by_id(sl__backend *b, const sl__comm_groups *group
                           "exchanging NCCL ids");
   sl_status res = SL_STATUS_OK;
   for (size_t g = 0; g < groups->n; g++) {
-    int pos = sl__cuda_group_pos(groups, g, c->rank);
+    int pos = sl__cuda_comm_pos(groups, g, c->rank);
     if (pos < 0)
       continue;
     if (pos == 0) {
@@ -270,7 +324,7 @@ static sl_status create_comms_by_id(sl__backend *b, const sl__comm_groups *group
       break;
     }
     for (int batch = 0; g < groups->n && batch < INIT_BATCH; g++) {
-      int pos = sl__cuda_group_pos(groups, g, c->rank);
+      int pos = sl__cuda_comm_pos(groups, g, c->rank);
       if (pos < 0)
         continue;
       batch++;
@@ -317,7 +371,9 @@ static sl_status create_comms_by_split(sl__backend *b, const sl__comm_groups *gr
   double deadline = sl__now() + st->timeout_s;
   sl_status res = SL_STATUS_OK;
   for (size_t g = 0; g < groups->n; g++) {
-    int pos = res == SL_STATUS_OK ? sl__cuda_group_pos(groups, g, c->rank) : -1;
+    if (!groups->group[g].broadcasts)
+      continue; /* every rank knows it: no split at all */
+    int pos = res == SL_STATUS_OK ? sl__cuda_comm_pos(groups, g, c->rank) : -1;
     /* NCCL writes the new communicator when the split completes, possibly from its own thread:
      * straight into the state, which outlives any wait here. */
     st->nccl[g] = NULL;
@@ -356,7 +412,42 @@ static sl_status create_comms_by_split(sl__backend *b, const sl__comm_groups *gr
   return res;
 }
 
+/* NCCL connects a communicator's ranks lazily, inside its first collective: a one-byte broadcast
+ * in each, every rank walking the groups in the same order, makes that happen at creation, under
+ * its deadline and reported as such, instead of inside the first bucket of the load. */
+sl_status sl__cuda_warm_up(sl__backend *b, sl__err *err) {
+  cuda_state *st = state_of(b);
+  void *one = NULL;
+  CUDA_CHECK(err, st->device, cudaMalloc(&one, 1));
+  sl_status res = SL_STATUS_OK;
+  /* After a failure the walk goes on (that communicator is aborted): the other members of later
+   * groups wait for this rank's part in their warm-up. */
+  for (size_t g = 0; g < st->n_groups; g++) {
+    if (st->nccl[g] == NULL)
+      continue;
+    bool aborted = false; /* the abort channel is not armed yet: only a failure stops it */
+    sl__err gerr;
+    sl__err_clear(&gerr);
+    sl_status gst = bcast_wait(b, (uint32_t)g, one, 1, 0, &aborted, &gerr);
+    if (gst != SL_STATUS_OK && res == SL_STATUS_OK) {
+      sl__err_copy(err, &gerr);
+      sl__err_prefix(err, "connecting the NCCL communicator of broadcast group %zu (its warm-up broadcast)", g);
+      res = gst;
+    }
+  }
+  cudaError_t e = cudaFree(one);
+  if (e != cudaSuccess && res == SL_STATUS_OK)
+    res = sl__cuda_fail(err, e, st->device, "cudaFree", __FILE__, __LINE__);
+  return res;
+}
+
 sl_status sl__cuda_create_comms(sl__backend *b, const sl__comm_groups *groups, sl__err *err) {
-  return state_of(b)->parent != NULL ? create_comms_by_split(b, groups, err)
-                                     : create_comms_by_id(b, groups, err);
+  cuda_state *st = state_of(b);
+  sl_status res = st->parent != NULL ? create_comms_by_split(b, groups, err) : create_comms_by_id(b, groups, err);
+  b->nccl_comms = 0;
+  for (size_t g = 0; g < st->n_groups; g++) {
+    st->nccl_made[g] = st->nccl[g] != NULL;
+    b->nccl_comms += st->nccl_made[g];
+  }
+  return res;
 }
