@@ -1,0 +1,59 @@
+/*
+ * api/loader_state.h — the state of a loader (struct sl_loader of the public header), shared by the
+ * files that drive it: api/loader.c (creation, the phases of a load, destruction) and
+ * api/load_stats.c (the statistics gathered after a load, the report and the summary).
+ */
+#ifndef SL_API_LOADER_STATE_H
+#define SL_API_LOADER_STATE_H
+
+#include "api/params.h"
+#include "api/prepare.h"
+#include "backend/backend.h"
+#include "comm/comm.h"
+#include "engine/filemap.h"
+#include "engine/nodes.h"
+#include "engine/progress.h"
+#include "engine/transfer.h"
+#include "output/report.h"
+#include "shardload/core.h"
+
+enum { STATE_CREATED = 0, STATE_CATALOG, STATE_PLANNED, STATE_LOADED, STATE_FAILED };
+
+struct sl_loader {
+  sl_config *cfg; /* private copy: options point into it */
+  sl__comm comm;
+  sl__err err;
+  int state;
+  sl__pipeline pl;        /* options, layout, catalog, model, schedule, this rank's plan */
+  sl__comm_groups groups; /* the schedule's broadcast groups, for the communication layer */
+  sl__backend *backend;
+  int cuda_device;
+  void *cuda_stream;
+  void *nccl_comm;
+  sl_param *table;
+  void **param_ptr; /* per local parameter (aliases point at their target's memory) */
+  bool *bound;      /* the caller's buffer */
+  bool *mapped;     /* a mapping of its checkpoint bytes (load strategy mmap, or auto on host) */
+  /* per local parameter: planned → bound dtype (sl_loader_bind_as, api/bind.c); NULL: none */
+  sl__cast_pair *cast;
+  sl__filemaps maps;
+  _Atomic uint64_t *copy_done;
+  sl__track track;
+  bool have_track;
+  sl__transfer_stats tstats;
+  sl__rank_record *records; /* rank 0: one per rank */
+  double t_resolve, t_catalog, t_model, t_plan, t_alloc, t_transfer, t_track, t_total;
+  sl__buf report;
+  sl__buf summary;
+  sl__params_state *params; /* api/params.c: parameter sources and memory handed out */
+  sl__progress progress;    /* engine/progress.h: bar, log lines, the caller's callback */
+  sl__job_nodes nodes;      /* engine/nodes.h: the job's nodes (rank 0's report) */
+};
+
+/* After a transfer: every rank's record to rank 0, which writes the report and the summary
+ * (COLLECTIVE; t0: when the load's own phases started). The state becomes STATE_LOADED. */
+sl_status sl__loader_statistics(sl_loader *l, double t0);
+/* Rank 0 writes the report file, when configured (COLLECTIVE). */
+sl_status sl__loader_report_file(sl_loader *l);
+
+#endif
