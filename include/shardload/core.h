@@ -288,6 +288,18 @@ const char *sl_loader_error(const sl_loader *loader);
  * Lets every rank report the same kind of failure. rank may be NULL. */
 sl_status sl_loader_error_cause(const sl_loader *loader, int *rank);
 
+/* Not collective. For a process that will load with device=cuda, before MPI_Init (or anything else
+ * that touches CUDA): a CUDA-aware MPI creates a context on the current device inside MPI_Init, on
+ * GPU 0 in every rank of a node unless the rank's own device is current by then. Makes a device
+ * current on the calling thread: `device` >= 0, that ordinal; otherwise the node-local rank the
+ * launcher exported (OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID, PMI_LOCAL_RANK, SLURM_LOCALID,
+ * LOCAL_RANK) modulo the number of devices, the loader's own default. *chosen: the ordinal, or -1
+ * when device < 0 and none of those variables is set (nothing was changed). Pass the ordinal on to
+ * the loader (configuration key cuda_device). On failure (SL_STATUS_NO_DEVICE, or
+ * SL_STATUS_UNSUPPORTED without CUDA support) *error, if not NULL, receives a message the caller
+ * frees with free(). The shardload command does this itself. */
+sl_status sl_cuda_select_device(int device, int *chosen, char **error);
+
 /* Optional, before sl_loader_load with device=cuda: use this CUDA device, stream (cudaStream_t)
  * and NCCL communicator (ncclComm_t, spanning the loader's communicator in the same rank order)
  * instead of creating them. Pass -1 / NULL to keep the default. Not collective. */

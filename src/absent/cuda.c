@@ -26,3 +26,21 @@ bool sl__cuda_available(char *why, size_t cap) {
     snprintf(why, cap, "shardload was built without CUDA support");
   return false;
 }
+
+void sl__device_scope_enter(sl__device_scope *s, bool active) {
+  (void)active;
+  s->mode = 0;
+  s->ctx = NULL;
+  s->device = -1;
+}
+
+void sl__device_scope_leave(sl__device_scope *s) {
+  s->mode = 0;
+}
+
+sl_status sl__cuda_select_device(int device, int *chosen, sl__err *err) {
+  (void)device;
+  *chosen = -1;
+  return sl__err_set(err, SL_STATUS_UNSUPPORTED,
+                     "choosing a CUDA device: this shardload was built without CUDA and NCCL");
+}

@@ -123,10 +123,10 @@ sl_status sl__bind(const sl__loader_view *v, const char *fn, const char *name, v
   return SL_STATUS_OK;
 }
 
-/* A caller's buffer is not zero-filled like ours: the bytes that no copy writes (the padded rows
- * of a vocabulary) are zeroed here. Through the backend (a zeroed block copied over the
- * buffer), so a bound device buffer is zeroed alike; a converted buffer in its own size (zero is
- * zero in every floating-point type). */
+/* A caller's buffer is not zero-filled like ours: the bytes that no copy writes (the padding of a
+ * vocabulary) are zeroed here, in place, through the backend (device memory alike, after the
+ * caller's pending work on it); a converted buffer in its own size (zero is zero in every
+ * floating-point type). One wait at the end orders all of it before the transfer's uploads. */
 static sl_status zero_unwritten(const sl__loader_view *v) {
   const sl__rank_plan *plan = v->plan;
   sl__backend *backend = *v->backend;
@@ -136,22 +136,18 @@ static sl_status zero_unwritten(const sl__loader_view *v) {
   for (size_t c = 0; c < plan->n_copies; c++)
     written[plan->copies[c].lparam] += plan->copies[c].rows * plan->copies[c].row_bytes;
   sl_status st = SL_STATUS_OK;
+  bool zeroed = false;
   for (size_t i = 0; i < plan->n_lparams && st == SL_STATUS_OK; i++) {
     uint64_t nbytes = v->table[i].nbytes; /* the buffer's bytes */
     if (!v->bound[i] || written[i] >= plan->lparams[i].nbytes || nbytes == 0)
       continue;
-    void *zeros = NULL;
-    st = backend->ops->alloc(backend, nbytes, &zeros, v->err);
-    if (st == SL_STATUS_OK)
-      st = backend->ops->copy(backend, (*v->param_ptr)[i], nbytes, zeros, nbytes, nbytes, 1, v->err);
-    if (zeros != NULL) {
-      sl_status synced = backend->ops->sync(backend, v->err);
-      st = st == SL_STATUS_OK ? synced : st;
-      backend->ops->release(backend, zeros);
-    }
+    st = backend->ops->zero(backend, (*v->param_ptr)[i], nbytes, v->err);
+    zeroed = true;
     if (st != SL_STATUS_OK)
       sl__err_prefix(v->err, "zeroing the padding of the bound buffer of %s", v->table[i].name);
   }
+  if (zeroed && st == SL_STATUS_OK)
+    st = backend->ops->sync(backend, v->err);
   free(written);
   return st;
 }

@@ -131,11 +131,14 @@ static void free_buffers(sl_loader *l) {
 void sl_loader_destroy(sl_loader *l) {
   if (l == NULL)
     return;
+  sl__device_scope scope; /* freeing device memory makes the loader's device current */
+  sl__device_scope_enter(&scope, l->backend != NULL && l->backend->device >= 0);
   sl__params_loader_destroy(l); /* memory still referenced is taken over, not freed here */
   free_buffers(l);
   sl__transfer_stats_free(&l->tstats);
   if (l->backend != NULL)
     l->backend->ops->destroy(l->backend);
+  sl__device_scope_leave(&scope);
   free(l->bound);
   free(l->mapped);
   free(l->cast);
@@ -167,6 +170,16 @@ sl_status sl_loader_set_cuda(sl_loader *l, int device, void *cuda_stream, void *
   l->cuda_stream = cuda_stream;
   l->nccl_comm = nccl_comm;
   return SL_STATUS_OK;
+}
+
+sl_status sl_cuda_select_device(int device, int *chosen, char **error) {
+  int dummy = -1;
+  sl__err err;
+  sl__err_clear(&err);
+  sl_status st = sl__cuda_select_device(device, chosen != NULL ? chosen : &dummy, &err);
+  if (error != NULL)
+    *error = st != SL_STATUS_OK ? strdup(err.msg) : NULL;
+  return st;
 }
 
 sl_status sl_loader_set_progress(sl_loader *l, sl_progress_fn fn, void *user) {
@@ -404,6 +417,14 @@ static sl_status allocate(sl_loader *l) {
       !l->pl.prep.cat.arriving)
     st = sl__filemap_params(&l->pl.prep.cat, &l->pl.sched, &l->pl.plan, l->bound, l->pl.opts.strategy,
                             l->param_ptr, l->mapped, &l->maps, &l->err);
+  /* One block for all of them where the backend offers it (device memory). */
+  uint64_t total = 0;
+  for (size_t i = 0; i < l->pl.plan.n_lparams && st == SL_STATUS_OK; i++)
+    if (l->pl.plan.lparams[i].alias_of == SL_NONE && !l->bound[i] && !l->mapped[i] &&
+        sl__add_overflow(total, sl__arena_room(l->pl.plan.lparams[i].nbytes), &total))
+      st = sl__err_set(&l->err, SL_STATUS_NOMEM, "the parameters of this rank need more than 2^64 bytes");
+  if (st == SL_STATUS_OK && l->backend->ops->reserve != NULL)
+    st = l->backend->ops->reserve(l->backend, total, &l->err);
   for (size_t i = 0; i < l->pl.plan.n_lparams && st == SL_STATUS_OK; i++) {
     const sl__lparam *lp = &l->pl.plan.lparams[i];
     if (lp->alias_of != SL_NONE || l->bound[i] || l->mapped[i])
@@ -529,9 +550,7 @@ static sl_status track_phase(sl_loader *l) {
 /* Every wait below is bounded by the watchdog (timeout_s, engine/watchdog.c): past it a rank names
  * the phase and the ranks it has not heard from, then ends the job with MPI_Abort on the load's
  * communicator, the library's one exception to returning a status. */
-sl_status sl_loader_load(sl_loader *l) {
-  if (l == NULL)
-    return SL_STATUS_INVALID_ARGUMENT;
+static sl_status load_phases(sl_loader *l) {
   sl_status st = begin(l);
   if (st != SL_STATUS_OK)
     return st;
@@ -566,6 +585,17 @@ sl_status sl_loader_load(sl_loader *l) {
   if (l->pl.opts.save_dir != NULL)
     return sl_loader_save_sharded(l, l->pl.opts.save_dir);
   return SL_STATUS_OK;
+}
+
+sl_status sl_loader_load(sl_loader *l) {
+  if (l == NULL)
+    return SL_STATUS_INVALID_ARGUMENT;
+  /* The caller's current CUDA context (or device) is what it was once the load returns. */
+  sl__device_scope scope;
+  sl__device_scope_enter(&scope, l->pl.opts.device == SL_DEVICE_CUDA);
+  sl_status st = load_phases(l);
+  sl__device_scope_leave(&scope);
+  return st;
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -605,8 +635,11 @@ sl_status sl_loader_save_sharded(sl_loader *l, const char *dir) {
                       .max_part = l->pl.opts.save_max_part,
                       .overwrite = l->pl.opts.overwrite,
                       .backend = l->backend};
+  sl__device_scope scope; /* device parameters are copied back to the host */
+  sl__device_scope_enter(&scope, st == SL_STATUS_OK && l->backend->device >= 0);
   if (st == SL_STATUS_OK)
     st = sl__save_sharded(&l->comm, &job, &l->err);
+  sl__device_scope_leave(&scope);
   free(entries);
   return st;
 }

@@ -101,8 +101,8 @@ static void keeper_free(keeper *k) {
   free(k);
 }
 
-/* Drops one reference (of parameter index, or the loader's when index == SIZE_MAX). */
-static void keeper_put(keeper *k, size_t index) {
+/* keeper_put's work, in the caller's CUDA scope. */
+static void keeper_drop(keeper *k, size_t index) {
   pthread_mutex_lock(&k->mu);
   if (index != SIZE_MAX && index < k->n) {
     k->param_refs[index]--;
@@ -115,6 +115,18 @@ static void keeper_put(keeper *k, size_t index) {
   pthread_mutex_unlock(&k->mu);
   if (last)
     keeper_free(k);
+}
+
+/* Drops one reference (of parameter index, or the loader's when index == SIZE_MAX). Any thread
+ * (a DLPack deleter runs where the last tensor dies): its current CUDA context is kept. */
+static void keeper_put(keeper *k, size_t index) {
+  pthread_mutex_lock(&k->mu);
+  bool gpu = k->adopted && k->backend != NULL && k->backend->device >= 0;
+  pthread_mutex_unlock(&k->mu);
+  sl__device_scope scope;
+  sl__device_scope_enter(&scope, gpu);
+  keeper_drop(k, index);
+  sl__device_scope_leave(&scope);
 }
 
 void sl__params_loader_destroy(sl_loader *l) {

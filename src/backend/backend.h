@@ -22,6 +22,13 @@ typedef struct sl__backend_ops {
   const char *name;
   /* Parameter and bucket memory, zero-filled. */
   sl_status (*alloc)(sl__backend *b, uint64_t nbytes, void **out, sl__err *err);
+  /* Optional (NULL: allocations are separate): the parameters' allocations that follow, nbytes in
+   * all (each rounded up to SL_ARENA_ALIGN), are carved from one zero-filled block, allocated and
+   * cleared once; release frees the block with its last parameter. */
+  sl_status (*reserve)(sl__backend *b, uint64_t nbytes, sl__err *err);
+  /* Zeroes nbytes of backend memory in place (the padding of a caller's buffer), after the
+   * caller's pending work; complete once sync returns. */
+  sl_status (*zero)(sl__backend *b, void *ptr, uint64_t nbytes, sl__err *err);
   void (*release)(sl__backend *b, void *ptr);
   /* Host memory that reader threads read into (pinned on GPUs). */
   sl_status (*alloc_staging)(sl__backend *b, uint64_t nbytes, void **out, sl__err *err);
@@ -68,6 +75,29 @@ struct sl__backend {
   bool failed;           /* set by the loader once the ranks agreed that a load failed: destroy
                             then aborts NCCL communicators instead of finalizing them with peers */
 };
+
+/* Alignment of the parameters carved from a reserved block (cudaMalloc's own). */
+#define SL_ARENA_ALIGN 256u
+
+/* The room an allocation of nbytes takes in a reserved block (at least one aligned unit). */
+static inline uint64_t sl__arena_room(uint64_t nbytes) {
+  uint64_t n = nbytes > 0 ? nbytes : 1;
+  return (n + SL_ARENA_ALIGN - 1) / SL_ARENA_ALIGN * SL_ARENA_ALIGN;
+}
+
+/* The calling thread's current CUDA context (or, without the driver's entry points, its current
+ * device), saved when a public call that uses the GPU starts and restored when it returns: the
+ * backend makes its device current on the caller's thread, which must not leak into the caller. */
+typedef struct sl__device_scope {
+  int mode; /* 0: nothing saved; 1: a context; 2: a device ordinal */
+  void *ctx;
+  int device;
+} sl__device_scope;
+/* active false: nothing is done (a host load never touches CUDA). No-ops without CUDA support. */
+void sl__device_scope_enter(sl__device_scope *s, bool active);
+void sl__device_scope_leave(sl__device_scope *s);
+/* sl_cuda_select_device of the public header (absent: SL_STATUS_UNSUPPORTED). */
+sl_status sl__cuda_select_device(int device, int *chosen, sl__err *err);
 
 /* Host backend: always available. */
 sl_status sl__backend_host_create(sl__comm *comm, int workers, sl__backend **out, sl__err *err);

@@ -162,6 +162,13 @@ static sl_status host_download(sl__backend *b, void *host_dst, const void *src, 
   return SL_STATUS_OK;
 }
 
+static sl_status host_zero(sl__backend *b, void *ptr, uint64_t nbytes, sl__err *err) {
+  (void)b;
+  (void)err;
+  memset(ptr, 0, (size_t)nbytes);
+  return SL_STATUS_OK;
+}
+
 static sl_status host_sync(sl__backend *b, sl__err *err) {
   (void)b;
   (void)err;
@@ -191,6 +198,7 @@ static const sl__backend_ops host_ops = {
     .bcast = host_bcast,
     .download = host_download,
     .sync = host_sync,
+    .zero = host_zero,
     .destroy = host_destroy,
 };
 

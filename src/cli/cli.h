@@ -11,4 +11,9 @@ int sl_cli_plan(int argc, char **argv);
 int sl_cli_inspect(int argc, char **argv);
 int sl_cli_download(int argc, char **argv);
 
+/* Before MPI_Init, for `load --device cuda`: makes the rank's CUDA device current (from
+ * --cuda-device or the launcher's node-local rank; early_device.c) and returns it, or -1 when
+ * none was chosen. */
+int sl_cli_early_cuda_device(int argc, char **argv);
+
 #endif

@@ -74,6 +74,7 @@ static void print_table(MPI_Comm comm, sl_loader *l) {
 }
 
 int sl_cli_load(int argc, char **argv) {
+  int early_device = sl_cli_early_cuda_device(argc, argv); /* before MPI creates any CUDA context */
   int provided = 0;
   if (MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
     fprintf(stderr, "shardload load: MPI_Init failed\n");
@@ -101,6 +102,10 @@ int sl_cli_load(int argc, char **argv) {
     rc = 2;
   }
   if (rc == 0 && sl_config_set(cfg, "model", args.positional) != SL_STATUS_OK)
+    rc = 2;
+  char device[16];
+  snprintf(device, sizeof device, "%d", early_device);
+  if (rc == 0 && early_device >= 0 && sl_config_set(cfg, "cuda_device", device) != SL_STATUS_OK)
     rc = 2;
   /* Usage errors are the same on every rank: print once. */
   int worst = 0;

@@ -5,7 +5,9 @@
 #     at tensor-parallel, expert-parallel and pipeline layouts, and the report counts the NCCL
 #     communicators: every rank made one per broadcasting group it belongs to, none when nothing
 #     is broadcast.
-#  2. A broadcast whose root is slow to read its bucket (every read delayed, one reader thread)
+#  2. Each rank's GPU is current when MPI starts (a CUDA-aware MPI makes its context there, on
+#     GPU 0 otherwise): mpi_init_probe.c prints the context current at MPI_Init.
+#  3. A broadcast whose root is slow to read its bucket (every read delayed, one reader thread)
 #     while the load watchdog's timeout is 1 s: the receivers' wait is extended because the root
 #     makes progress, and the load succeeds (a fixed NCCL deadline failed it).
 # Environment (set by ctest): SL_CLI_MOCK, SL_MPIRUN, SL_FIXTURES; python3 reads the reports.
@@ -62,6 +64,17 @@ for case in "tp2|llama|--tp 2" "ep2|mixtral|--tp 2 --enable-expert-parallel" "pp
   check_comms "$out/$name-cpu.json" 0
   check_comms "$out/$name-cuda.json" groups
 done
+
+# The device before MPI_Init: rank r (node-local rank r) on device r.
+if MOCK_MPI_INIT_PROBE=1 load probe llama cuda --tp 2; then
+  for r in 0 1; do
+    if ! grep -q "mock: MPI_Init with the CUDA context of device $r\$" "$out/probe.log"; then
+      echo "FAIL: probe: no rank started MPI with device $r current:" >&2
+      grep "mock: MPI_Init" "$out/probe.log" >&2
+      fail=1
+    fi
+  done
+fi
 
 # The slow root: 250 ms per read, one reader thread, watchdog timeout 1 s.
 if SHARDLOAD_LOG=info SHARDLOAD_INJECT_READ_DELAY_MS=250 load slow llama cuda --tp 2 --threads 1 --timeout-s 1; then

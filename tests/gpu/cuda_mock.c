@@ -31,6 +31,7 @@
 #include "cuda_mock.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,10 +63,67 @@ double mock_now(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static _Thread_local int current_device;
+/* Contexts as the runtime makes them: a thread has none until cudaSetDevice (or the first call
+ * that needs one, which binds device 0's); the driver's cuCtxGetCurrent/cuCtxSetCurrent (through
+ * cudaGetDriverEntryPointByVersion) read and bind a thread's context: NULL, or one per device. */
+static _Thread_local int current_device = -1; /* -1: no context on this thread */
+static _Atomic unsigned contexts_made;        /* bit d: device d's primary context exists */
+static char context_of[32];                   /* the context handle of device d: &context_of[d] */
+
+static void bind_device(int device) {
+  current_device = device;
+  if (device >= 0 && device < 32)
+    contexts_made |= 1u << device;
+}
 
 int mock_current_device(void) {
+  if (current_device < 0)
+    bind_device(0); /* the runtime's implicit initialisation */
   return current_device;
+}
+
+int mock_thread_context(void) {
+  return current_device;
+}
+
+unsigned mock_contexts_made(void) {
+  return contexts_made;
+}
+
+static CUresult mock_ctx_get(CUcontext *ctx) {
+  *ctx = current_device >= 0 ? (CUcontext)(void *)&context_of[current_device] : NULL;
+  return CUDA_SUCCESS;
+}
+
+static CUresult mock_ctx_set(CUcontext ctx) {
+  if (ctx == NULL) {
+    current_device = -1;
+    return CUDA_SUCCESS;
+  }
+  ptrdiff_t d = (char *)(void *)ctx - context_of;
+  if (d < 0 || d >= 32 || !(contexts_made & (1u << d)))
+    return CUDA_ERROR_INVALID_CONTEXT;
+  current_device = (int)d;
+  return CUDA_SUCCESS;
+}
+
+cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void **fn, unsigned int version,
+                                             unsigned long long flags, enum cudaDriverEntryPointQueryResult *q) {
+  (void)version;
+  (void)flags;
+  const char *v = getenv("MOCK_CUDA_DEVICES");
+  if (v != NULL && strcmp(v, "nodriver") == 0)
+    return cudaErrorInsufficientDriver;
+  CUresult (*get)(CUcontext *) = mock_ctx_get;
+  CUresult (*set)(CUcontext) = mock_ctx_set;
+  *fn = NULL;
+  if (strcmp(symbol, "cuCtxGetCurrent") == 0)
+    memcpy(fn, &get, sizeof get);
+  else if (strcmp(symbol, "cuCtxSetCurrent") == 0)
+    memcpy(fn, &set, sizeof set);
+  if (q != NULL)
+    *q = *fn != NULL ? cudaDriverEntryPointSuccess : cudaDriverEntryPointSymbolNotFound;
+  return cudaSuccess;
 }
 
 /* ---- errors ---- */
@@ -154,12 +212,12 @@ cudaError_t cudaSetDevice(int device) {
     return e;
   if (device < 0 || device >= n)
     return cudaErrorInvalidDevice;
-  current_device = device;
+  bind_device(device);
   return cudaSuccess;
 }
 
 cudaError_t cudaGetDevice(int *device) {
-  *device = current_device;
+  *device = current_device >= 0 ? current_device : 0; /* as the runtime: 0 without a context */
   return cudaSuccess;
 }
 
@@ -262,7 +320,7 @@ cudaError_t cudaMalloc(void **p, size_t n) {
   memset(r->shadow, 0xCD, mapped);
   r->n = n;
   r->mapped = mapped;
-  r->device = current_device;
+  r->device = mock_current_device();
   pthread_mutex_lock(&mock_mu);
   r->next = allocs;
   allocs = r;

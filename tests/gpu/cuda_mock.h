@@ -6,6 +6,7 @@
 #ifndef SL_TEST_CUDA_MOCK_H
 #define SL_TEST_CUDA_MOCK_H
 
+#include <cuda.h>
 #include <cuda_runtime.h>
 #include <nccl.h>
 
@@ -21,8 +22,13 @@ int mock_env_int(const char *name, int dflt);
 void mock_nap_us(long us);
 double mock_now(void);
 
-/* The device this thread made current (cudaSetDevice). */
+/* The device this thread made current (cudaSetDevice); a thread without a context gets device 0's,
+ * as the runtime's implicit initialisation does. */
 int mock_current_device(void);
+/* For tests: this thread's context (its device, -1: none) without creating one; the devices whose
+ * primary context exists in the process (bit d). */
+int mock_thread_context(void);
+unsigned mock_contexts_made(void);
 
 /* Host-accessible address of LEN bytes at P: device memory is handed out as a mapping the host
  * cannot read or write (any access faults), and the mock reaches it through a second mapping of

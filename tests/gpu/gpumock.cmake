@@ -60,10 +60,12 @@ set_tests_properties(test_transpose_cuda_mock PROPERTIES LABELS gpumock TIMEOUT 
   ENVIRONMENT "${SL_TEST_ENV}")
 
 # The command-line tool on the mock: `shardload load --device cuda` end to end, compared byte for
-# byte with `--device cpu` (tests/gpu/cli_mock_load.sh), and a broadcast whose root is slow to
-# read while the watchdog's timeout is short (the wait is extended, not failed).
+# byte with `--device cpu` (tests/gpu/cli_mock_load.sh), a broadcast whose root is slow to read
+# while the watchdog's timeout is short (the wait is extended, not failed), and the rank's device
+# current before MPI_Init (mpi_init_probe.c reports it).
 file(GLOB _sl_cli_sources CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/cli/*.c)
-add_executable(shardload_mock ${_sl_cli_sources} ${PROJECT_SOURCE_DIR}/src/base/edit_distance.c)
+add_executable(shardload_mock ${_sl_cli_sources} ${PROJECT_SOURCE_DIR}/src/base/edit_distance.c
+  ${_sl_mock_dir}/mpi_init_probe.c)
 target_include_directories(shardload_mock PRIVATE ${PROJECT_SOURCE_DIR}/src)
 target_compile_options(shardload_mock PRIVATE ${SL_WARNINGS})
 target_compile_definitions(shardload_mock PRIVATE _GNU_SOURCE)

@@ -14,6 +14,7 @@
 
 #include "shardload/shardload.h"
 
+#include <cuda.h>
 #include <cuda_runtime.h>
 #ifdef SL_TEST_CUDA_MOCK
 #include "cuda_mock.h"
@@ -113,12 +114,15 @@ typedef struct bound {
   void **buf;
 } bound;
 
-static sl_loader *load_bound(const char *dir, const layout *lay, bound *b) {
+static sl_loader *load_bound(const char *dir, const layout *lay, int device, bound *b) {
   sl_loader *l = create(dir, lay, "cuda", "1");
   b->n = 0;
   b->buf = NULL;
   if (l == NULL)
     return NULL;
+  /* The caller's buffers are on the rank's GPU, made current by the caller (the loader leaves the
+   * caller's current device alone). */
+  CHECK(cudaSetDevice(device) == cudaSuccess);
   sl_status st = sl_loader_plan(l);
   CHECKF(st == SL_STATUS_OK, "%s bound: sl_loader_plan: %s", dir, sl_loader_error(l));
   size_t n = st == SL_STATUS_OK ? sl_loader_param_count(l) : 0;
@@ -239,6 +243,82 @@ static void check_comms(const char *what, sl_loader *gpu, mock_nccl_counts befor
 }
 #endif
 
+/* The driver's current-context calls, through the runtime (false where the driver lacks them). */
+typedef CUresult (*ctx_get_fn)(CUcontext *ctx);
+typedef CUresult (*ctx_set_fn)(CUcontext ctx);
+static ctx_get_fn ctx_get;
+static ctx_set_fn ctx_set;
+
+static bool driver_contexts(void) {
+  void *get = NULL;
+  void *set = NULL;
+  enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+  if (cudaGetDriverEntryPointByVersion("cuCtxGetCurrent", &get, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+      q != cudaDriverEntryPointSuccess ||
+      cudaGetDriverEntryPointByVersion("cuCtxSetCurrent", &set, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+      q != cudaDriverEntryPointSuccess)
+    return false;
+  memcpy(&ctx_get, &get, sizeof ctx_get);
+  memcpy(&ctx_set, &set, sizeof ctx_set);
+  return true;
+}
+
+/* A cuda load that must leave the calling thread's CUDA context as it found it. The first one
+ * starts from no context at all: the loader must not leave one bound (nor, on the mock, create
+ * any but its own device's: restoring "device 0" would make GPU 0's context in every rank). */
+static sl_loader *load_cuda(const char *dir, const layout *lay, bool first) {
+  CUcontext before = NULL;
+  bool have = ctx_get != NULL && ctx_get(&before) == CUDA_SUCCESS;
+  if (have && first) {
+    CHECK(ctx_set(NULL) == CUDA_SUCCESS);
+    before = NULL;
+  }
+#ifdef SL_TEST_CUDA_MOCK
+  unsigned made_before = mock_contexts_made();
+#endif
+  sl_loader *l = load(dir, lay, "cuda");
+  CUcontext after = NULL;
+  if (have && l != NULL) {
+    CHECK(ctx_get(&after) == CUDA_SUCCESS);
+    CHECKF(after == before, "%s: the calling thread's CUDA context changed during sl_loader_load", dir);
+  }
+#ifdef SL_TEST_CUDA_MOCK
+  const sl_param *p0 = l != NULL && sl_loader_param_count(l) > 0 ? sl_loader_param(l, 0) : NULL;
+  if (first && made_before == 0 && p0 != NULL)
+    CHECKF(mock_contexts_made() == 1u << p0->device, "%s: CUDA contexts on devices 0x%x, only device %d's expected",
+           dir, mock_contexts_made(), p0->device);
+#endif
+  return l;
+}
+
+/* Parameter memory the loader allocated is one block (COLLECTIVE-free): sorted by address, every
+ * parameter starts SL_ARENA_ALIGN-aligned right where the previous one's room ends. */
+static void check_arena(const char *what, sl_loader *l) {
+  size_t n = sl_loader_param_count(l);
+  const sl_param **ps = calloc(n + 1, sizeof *ps);
+  size_t k = 0;
+  for (size_t i = 0; ps != NULL && i < n; i++) {
+    const sl_param *p = sl_loader_param(l, i);
+    if (p != NULL && p->alias_of == NULL && p->data != NULL)
+      ps[k++] = p;
+  }
+  for (size_t i = 1; i < k; i++) /* insertion sort by address: a few hundred parameters */
+    for (size_t j = i; j > 0 && (uintptr_t)ps[j]->data < (uintptr_t)ps[j - 1]->data; j--) {
+      const sl_param *t = ps[j];
+      ps[j] = ps[j - 1];
+      ps[j - 1] = t;
+    }
+  for (size_t i = 0; i < k; i++) {
+    CHECKF((uintptr_t)ps[i]->data % SL_ARENA_ALIGN == 0, "%s: %s is not %u-byte aligned", what, ps[i]->name,
+           SL_ARENA_ALIGN);
+    if (i + 1 < k)
+      CHECKF((uintptr_t)ps[i + 1]->data - (uintptr_t)ps[i]->data == sl__arena_room(ps[i]->nbytes),
+             "%s: %s and %s are not neighbours in one block of parameter memory", what, ps[i]->name,
+             ps[i + 1]->name);
+  }
+  free(ps);
+}
+
 /* Whether NAME is one of the comma-separated LIST. */
 static bool in_list(const char *list, const char *name) {
   size_t n = strlen(name);
@@ -288,6 +368,8 @@ int main(int argc, char **argv) {
     MPI_Finalize();
     return 77;
   }
+  if (!driver_contexts() && rank == 0)
+    fprintf(stderr, "the driver's context calls are not available: the caller's context is not checked\n");
   const char *fixtures = sl_test_env("SL_FIXTURES", NULL);
   CHECKF(fixtures != NULL, "SL_FIXTURES is not set");
   int loads = 0;
@@ -310,21 +392,23 @@ int main(int argc, char **argv) {
 #ifdef SL_TEST_CUDA_MOCK
       mock_nccl_counts before = mock_nccl_count();
 #endif
-      sl_loader *gpu = load(dir, lay, "cuda");
+      sl_loader *gpu = load_cuda(dir, lay, loads == 0);
       char what[160];
       snprintf(what, sizeof what, "%s tp %d pp %d dp %d%s", model, lay->tp, lay->pp, lay->dp, lay->ep ? " ep" : "");
       if (cpu != NULL && gpu != NULL) {
         compare(what, cpu, gpu);
+        check_arena(what, gpu);
 #ifdef SL_TEST_CUDA_MOCK
         check_comms(what, gpu, before);
 #endif
         loads++;
       }
+      int device = gpu != NULL && sl_loader_param_count(gpu) > 0 ? sl_loader_param(gpu, 0)->device : 0;
       sl_loader_destroy(gpu);
       if (cpu != NULL && !bound_done) { /* the first model of each layout again, into the caller's buffers */
         bound_done = true;
         bound b;
-        sl_loader *into = load_bound(dir, lay, &b);
+        sl_loader *into = load_bound(dir, lay, device, &b);
         if (into != NULL) {
           char bwhat[200];
           snprintf(bwhat, sizeof bwhat, "%s, bound after the caller's pending fill", what);

@@ -112,6 +112,8 @@ static void cuda_destroy(sl__backend *b) {
       (void)cudaSetDevice(st->device);
     if (st->nccl != NULL)
       sl__cuda_release_comms(b);
+    if (st->arena != NULL) /* parameters never released one by one (a failed load) */
+      (void)cudaFree(st->arena);
     /* Destroying a stream or an event with work pending is allowed: CUDA releases it when done. */
     for (int w = 0; st->slot_events != NULL && w < st->workers * SL_STAGING_RING_DEPTH; w++)
       if (st->slot_events[w] != NULL)
@@ -140,6 +142,8 @@ static void cuda_destroy(sl__backend *b) {
 static const sl__backend_ops cuda_ops = {
     .name = "cuda",
     .alloc = sl__cuda_alloc,
+    .reserve = sl__cuda_reserve,
+    .zero = sl__cuda_zero,
     .release = sl__cuda_release,
     .alloc_staging = sl__cuda_alloc_staging,
     .release_staging = sl__cuda_release_staging,

@@ -70,6 +70,11 @@ typedef struct cuda_state {
   ncclComm_t parent;            /* the caller's communicator (never destroyed here), or NULL */
   double timeout_s;             /* longest wait, seconds (SHARDLOAD_NCCL_TIMEOUT_S) */
   uint64_t max_pitch;           /* largest pitch of a 2-D copy, bytes */
+  /* The parameters' block (reserve): allocations are carved from it while they fit; it is freed
+   * with the last of them. Caller's thread only (the keeper serialises late releases). */
+  char *arena;
+  uint64_t arena_size, arena_used;
+  size_t arena_live; /* allocations carved and not released */
   bool failed;                  /* a communicator was aborted or broke: tear down with ncclCommAbort */
 } cuda_state;
 
@@ -112,6 +117,8 @@ sl_status sl__cuda_after_caller(cuda_state *st, int which, sl__err *err);
 /* ---- operations on memory (memory.c): see sl__backend_ops ---- */
 
 sl_status sl__cuda_alloc(sl__backend *b, uint64_t nbytes, void **out, sl__err *err);
+sl_status sl__cuda_reserve(sl__backend *b, uint64_t nbytes, sl__err *err);
+sl_status sl__cuda_zero(sl__backend *b, void *ptr, uint64_t nbytes, sl__err *err);
 void sl__cuda_release(sl__backend *b, void *ptr);
 sl_status sl__cuda_alloc_staging(sl__backend *b, uint64_t nbytes, void **out, sl__err *err);
 void sl__cuda_release_staging(sl__backend *b, void *ptr);

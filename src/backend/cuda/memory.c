@@ -10,7 +10,8 @@
 
 #include <stdlib.h>
 
-sl_status sl__cuda_alloc(sl__backend *b, uint64_t nbytes, void **out, sl__err *err) {
+/* Device memory of its own, zero-filled: one cudaMalloc, one memset waited for. */
+static sl_status alloc_block(sl__backend *b, uint64_t nbytes, void **out, sl__err *err) {
   cuda_state *st = state_of(b);
   *out = NULL;
   size_t n = nbytes > 0 ? (size_t)nbytes : 1;
@@ -45,10 +46,55 @@ sl_status sl__cuda_alloc(sl__backend *b, uint64_t nbytes, void **out, sl__err *e
   return SL_STATUS_OK;
 }
 
+sl_status sl__cuda_alloc(sl__backend *b, uint64_t nbytes, void **out, sl__err *err) {
+  cuda_state *st = state_of(b);
+  uint64_t room = sl__arena_room(nbytes);
+  if (st->arena != NULL && room <= st->arena_size - st->arena_used) {
+    *out = st->arena + st->arena_used; /* zeroed when the block was reserved, never used since */
+    st->arena_used += room;
+    st->arena_live++;
+    return SL_STATUS_OK;
+  }
+  return alloc_block(b, nbytes, out, err);
+}
+
+/* One cudaMalloc and one memset for every parameter instead of one each: allocation is a
+ * synchronising driver call, and the memset waited for per tensor serialised thousands of them. */
+sl_status sl__cuda_reserve(sl__backend *b, uint64_t nbytes, sl__err *err) {
+  cuda_state *st = state_of(b);
+  if (st->arena != NULL || nbytes == 0)
+    return SL_STATUS_OK; /* one block per backend: later allocations are separate */
+  void *p = NULL;
+  sl_status res = alloc_block(b, nbytes, &p, err);
+  if (res != SL_STATUS_OK)
+    return res;
+  st->arena = p;
+  st->arena_size = nbytes;
+  st->arena_used = 0;
+  st->arena_live = 0;
+  return SL_STATUS_OK;
+}
+
+sl_status sl__cuda_zero(sl__backend *b, void *ptr, uint64_t nbytes, sl__err *err) {
+  cuda_state *st = state_of(b);
+  CUDA_CHECK(err, st->device, cudaSetDevice(st->device));
+  sl_status res = sl__cuda_after_caller(st, st->workers, err);
+  if (res != SL_STATUS_OK)
+    return res;
+  CUDA_CHECK(err, st->device, cudaMemsetAsync(ptr, 0, (size_t)nbytes, st->main));
+  return SL_STATUS_OK;
+}
+
 void sl__cuda_release(sl__backend *b, void *ptr) {
   cuda_state *st = state_of(b);
   if (ptr == NULL)
     return;
+  if (st->arena != NULL && (char *)ptr >= st->arena && (char *)ptr < st->arena + st->arena_size) {
+    if (st->arena_live > 0 && --st->arena_live > 0)
+      return; /* the block goes with its last parameter */
+    ptr = st->arena;
+    st->arena = NULL;
+  }
   (void)cudaSetDevice(st->device);
   cudaError_t e = cudaFree(ptr);
   if (e != cudaSuccess) {
