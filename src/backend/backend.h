@@ -34,8 +34,10 @@ typedef struct sl__backend_ops {
   sl_status (*alloc_staging)(sl__backend *b, uint64_t nbytes, void **out, sl__err *err);
   void (*release_staging)(sl__backend *b, void *ptr);
   /* Host staging → backend memory, from reader thread `worker` (0 .. workers-1) out of its
-   * staging buffer `slot` (0 .. ring depth-1). May be asynchronous: the read engine reuses a
-   * slot's bytes only after upload_wait(worker, slot) returned. */
+   * staging buffer `slot` (0 .. sl__staging_slots_per_thread(workers)-1: the pread ring or the
+   * io_uring reader's share of the queue). May be asynchronous: the read engine reuses a slot's
+   * bytes only after upload_wait(worker, slot) returned, and waits for a slot only when it is
+   * about to reuse it, so that uploads out of several slots may be in flight at once. */
   sl_status (*upload)(sl__backend *b, int worker, int slot, void *dst, uint64_t dst_stride, const void *src,
                       uint64_t src_stride, uint64_t row_bytes, uint64_t rows, sl__err *err);
   sl_status (*upload_wait)(sl__backend *b, int worker, int slot, sl__err *err);
@@ -62,6 +64,14 @@ typedef struct sl__backend_ops {
   /* COLLECTIVE, after a transfer every rank agreed succeeded (NULL: nothing to do): resources held
    * only for broadcasts (NCCL communicators) are released; bcast is not called again. */
   sl_status (*end_transfer)(sl__backend *b, sl__err *err);
+  /* What the main thread issued so far (bucket → parameter copies, broadcasts) has completed, so
+   * that a bucket slot may be refilled; the readers' uploads may still be in flight (the engine
+   * waits for a bucket's uploads in the reader before the bucket counts as read). NULL: the
+   * engine calls sync instead. */
+  sl_status (*sync_main)(sl__backend *b, sl__err *err);
+  /* Called by each reader thread when it starts, before it allocates staging: a backend may bind
+   * the thread to the CPUs near its device (the CUDA backend: the GPU's NUMA node). NULL: nothing. */
+  void (*reader_start)(sl__backend *b, int worker);
   void (*destroy)(sl__backend *b);
 } sl__backend_ops;
 

@@ -120,6 +120,15 @@ static sl_status exchange_bucket(sl__engine *e, size_t j, sl__transfer_stats *st
   return st;
 }
 
+/* Before bucket slot j is refilled: the main thread's work on it (the broadcast, the copies out of
+ * it) has completed. Only that: the readers' uploads into the slot were waited for before the
+ * bucket counted as read, and waiting for their streams here too would make every bucket wait
+ * for the local reads' uploads queued meanwhile. */
+static sl_status slot_free(sl__transfer *t, sl__err *err) {
+  sl__backend *b = t->backend;
+  return b->ops->sync_main != NULL ? b->ops->sync_main(b, err) : b->ops->sync(b, err);
+}
+
 sl_status sl__engine_run_buckets(sl__engine *e, sl__transfer_stats *stats, double *t_bcast, bool *aborted) {
   sl__transfer *t = e->t;
   sl_status st = SL_STATUS_OK;
@@ -135,7 +144,7 @@ sl_status sl__engine_run_buckets(sl__engine *e, sl__transfer_stats *stats, doubl
       e->slot_abandoned[j % SL_BUCKET_SLOTS] = true;
     if (st != SL_STATUS_OK || *aborted)
       break;
-    st = t->backend->ops->sync(t->backend, e->err);
+    st = slot_free(t, e->err);
     if (st == SL_STATUS_OK && j + SL_BUCKET_SLOTS < e->n_my_buckets)
       push_bucket_ops(e, j + SL_BUCKET_SLOTS);
   }

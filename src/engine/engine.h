@@ -160,6 +160,8 @@ sl_status sl__engine_deliver(sl__engine *e, int worker, int slot, const sl__deli
 sl_status sl__engine_injected_failure(sl__engine *e, uint32_t f, uint64_t off, sl__err *werr);
 /* Records a worker's error (the first one wins) and wakes everybody up. */
 void sl__engine_fail(sl__engine *e, const sl__err *werr);
+/* First thing a reader thread does: the backend's reader_start (binding it near the device). */
+void sl__engine_reader_start(sl__engine *e, int worker);
 /* Counts operation op as finished (its bucket, or the local reads) and wakes the waiters. */
 void sl__engine_op_done(sl__engine *e, const sl__read_op *op);
 /* Thread body of the pread strategies (arg: sl__engine_worker). */

@@ -31,6 +31,12 @@ void sl__engine_fail(sl__engine *e, const sl__err *werr) {
   pthread_mutex_unlock(&e->mu);
 }
 
+void sl__engine_reader_start(sl__engine *e, int worker) {
+  sl__backend *be = e->t->backend;
+  if (be->ops->reader_start != NULL)
+    be->ops->reader_start(be, worker);
+}
+
 void sl__engine_op_done(sl__engine *e, const sl__read_op *op) {
   pthread_mutex_lock(&e->mu);
   if (op->bucket != SL_NONE)
@@ -160,6 +166,7 @@ void *sl__engine_pread_worker(void *arg) {
   sl__err werr;
   sl__err_clear(&werr);
   sl_status st = SL_STATUS_OK;
+  sl__engine_reader_start(e, w); /* before the staging: its pages land near the CPU that touches them */
   for (int s = 0; s < SL_STAGING_RING_DEPTH && st == SL_STATUS_OK; s++) {
     void *p = NULL;
     st = be->ops->alloc_staging(be, e->staging.slot_bytes, &p, &werr);

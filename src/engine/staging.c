@@ -38,3 +38,13 @@ void sl__staging_split(const sl__staging_req *req, sl__staging *out) {
   out->chunk = chunk > 0 ? chunk : align;
   out->slot_bytes = out->chunk + 2 * align;
 }
+
+uint32_t sl__staging_slots_per_thread(uint32_t workers) {
+  sl__staging_req req = {.staging_bytes = SL_STAGING_UNBOUNDED, .read_chunk = SL_DIRECT_ALIGN, .workers = workers};
+  sl__staging ring;
+  sl__staging uring;
+  sl__staging_split(&req, &ring);
+  req.uring = true;
+  sl__staging_split(&req, &uring);
+  return ring.ring_slots > uring.ring_slots ? ring.ring_slots : uring.ring_slots;
+}

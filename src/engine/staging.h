@@ -45,4 +45,9 @@ typedef struct sl__staging {
 
 void sl__staging_split(const sl__staging_req *req, sl__staging *out);
 
+/* Staging slots one reader thread may use, with either strategy, when `workers` threads are
+ * requested: the most ring_slots sl__staging_split gives for them. A backend tracks uploads per
+ * (thread, slot) for that many slots. */
+uint32_t sl__staging_slots_per_thread(uint32_t workers);
+
 #endif

@@ -10,6 +10,7 @@
 #   fuzz_catalog_blob  the catalog blob rank 0 broadcasts (model/catalog.c)
 #   fuzz_pickle        the state-dict pickle of torch.save files (format/pickle.c)
 #   fuzz_zip           torch.save zip archives: directory and whole checkpoint (format/zip.c)
+#   fuzz_cpulist       sysfs CPU lists, numa_node files and PCI bus ids (base/numa.c)
 # The library is compiled once with clang and the fuzzer's instrumentation into libsl_fuzz.a
 # (tests/fuzz/build-lib.sh); each target links it. A ctest test per target runs it briefly on a
 # copy of its seed corpus tests/fuzz/corpus/<name> (libFuzzer adds finds to the first corpus
@@ -21,6 +22,7 @@ set(_sl_fuzz_dir ${CMAKE_CURRENT_LIST_DIR})
 set(SL_FUZZ_TARGETS header expr spec config index extra_config options catalog_blob pickle zip)
 list(APPEND SL_FUZZ_TARGETS hub_json) # Hub revision API replies and trees/<commit>.json (hub/hub.c, hub/offline.c)
 list(APPEND SL_FUZZ_TARGETS hub_ref) # refs files of the Hub cache (hub/cache.c)
+list(APPEND SL_FUZZ_TARGETS cpulist) # what the CUDA backend reads of sysfs to place its readers (base/numa.c)
 # Seconds each target runs in the suite: long enough to get past the seeds, short enough for CI.
 set(SL_FUZZ_SECONDS 20 CACHE STRING "Seconds each fuzz target runs under ctest")
 find_program(SL_CLANG NAMES clang clang-19 clang-18 clang-17 clang-16 clang-15 clang-14)

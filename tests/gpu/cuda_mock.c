@@ -7,7 +7,9 @@
  * It behaves like a device where the backend could get it wrong unnoticed (cuda_mock.h):
  *   - device memory is not host memory: cudaMalloc hands out a mapping with no access (a host read
  *     or write of it faults), filled with 0xCD so that zero-filling is checked; the mock reaches
- *     the pages through a second mapping. Pinned host memory (cudaHostAlloc) is plain memory;
+ *     the pages through a second mapping. Pinned host memory (cudaHostAlloc) is plain memory,
+ *     page-aligned as CUDA's (each allocation remembered, so that copies can be counted by their
+ *     source buffer);
  *   - work is asynchronous: every copy, memset, event record, event wait and broadcast is queued on
  *     its stream and executed later by the mock's own device thread, in stream order, each due
  *     0-4 x MOCK_CUDA_OP_US microseconds (default 20, drawn per operation: MOCK_CUDA_SEED) after
@@ -368,14 +370,55 @@ cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *attr, const v
   return cudaSuccess;
 }
 
+/* Pinned allocations, so that a copy's source can be told apart by its buffer (mock_stats). */
+typedef struct pinned_rec {
+  char *p;
+  size_t n;
+  struct pinned_rec *next;
+} pinned_rec;
+
+static pinned_rec *pinned; /* under mock_mu */
+
+const void *mock_pinned_base(const void *p) {
+  for (const pinned_rec *r = pinned; r != NULL; r = r->next)
+    if ((const char *)p >= r->p && (const char *)p < r->p + r->n)
+      return r->p;
+  return NULL;
+}
+
 cudaError_t cudaHostAlloc(void **p, size_t n, unsigned int flags) {
   (void)flags;
-  *p = malloc(n > 0 ? n : 1);
-  return *p != NULL ? cudaSuccess : cudaErrorMemoryAllocation;
+  n = n > 0 ? n : 1;
+  pinned_rec *r = malloc(sizeof *r);
+  /* CUDA's pinned memory is page-aligned: O_DIRECT reads (io_uring) go straight into it */
+  if (posix_memalign(p, 4096, n) != 0)
+    *p = NULL;
+  if (r == NULL || *p == NULL) {
+    free(r);
+    free(*p);
+    *p = NULL;
+    return cudaErrorMemoryAllocation;
+  }
+  pthread_mutex_lock(&mock_mu);
+  *r = (pinned_rec){.p = *p, .n = n, .next = pinned};
+  pinned = r;
+  mock_stats_note_pinned();
+  pthread_mutex_unlock(&mock_mu);
+  return cudaSuccess;
 }
 
 cudaError_t cudaFreeHost(void *p) {
   mock_drain_all(); /* as cudaFree */
+  pthread_mutex_lock(&mock_mu);
+  for (pinned_rec **pp = &pinned; *pp != NULL; pp = &(*pp)->next) {
+    if ((*pp)->p == p) {
+      pinned_rec *r = *pp;
+      *pp = r->next;
+      free(r);
+      break;
+    }
+  }
+  pthread_mutex_unlock(&mock_mu);
   free(p);
   return cudaSuccess;
 }

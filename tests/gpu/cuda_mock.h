@@ -11,6 +11,7 @@
 #include <nccl.h>
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -74,5 +75,28 @@ mock_nccl_counts mock_nccl_count(void);
 
 /* Waits until no stream has work queued (the implicit synchronisation of cudaFree). */
 void mock_drain_all(void);
+
+/* The start of the pinned allocation (cudaHostAlloc) that holds P, or NULL (mock_mu held). */
+const void *mock_pinned_base(const void *p);
+
+/* What the overlap test (test_gpu_overlap_mock.c) reads: how the loader waits on its streams and
+ * how many of its uploads are in flight, since the last mock_stats_reset. An "upload stream"
+ * carried host-to-device copies and nothing else that moves bytes (no device copy, fill or
+ * broadcast): a reader thread's stream. */
+typedef struct mock_stats {
+  int upload_streams;                 /* upload streams seen */
+  unsigned long long upload_waits_max; /* most host waits (cudaStreamQuery answering cudaSuccess,
+                                          cudaStreamSynchronize) on one upload stream */
+  int pinned_in_flight_max;           /* most distinct pinned allocations with copies out of them
+                                         queued on one stream at once */
+  unsigned long long broadcasts;      /* ncclBroadcast calls */
+  int pinned_allocs;                  /* cudaHostAlloc calls */
+  cpu_set_t pinned_cpus;              /* union of the CPU affinities of the threads that made them */
+} mock_stats;
+
+void mock_stats_reset(void);
+void mock_stats_get(mock_stats *out);
+/* A pinned allocation by the calling thread (mock_mu held): counted, with its affinity. */
+void mock_stats_note_pinned(void);
 
 #endif

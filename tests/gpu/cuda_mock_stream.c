@@ -7,6 +7,9 @@
  * blocking stream waits for the earlier ones of the legacy stream (non-blocking streams wait for
  * neither, as in CUDA). Events count records: a record completes when the device thread reaches
  * it, and cudaStreamWaitEvent waits for the record that was last made before the wait was queued.
+ *
+ * Each stream also keeps what the overlap test reads (mock_stats in cuda_mock.h): its host waits,
+ * what kind of copies it carried, and how many pinned buffers had copies queued on it at once.
  */
 #include "cuda_mock.h"
 
@@ -31,13 +34,23 @@ typedef struct op {
   struct CUevent_st *ev;
   unsigned long long gen; /* RECORD: the record it completes; WAIT: the record it waits for */
   mock_bcast bcast;
+  const void *pinned; /* COPY, COPY2D from pinned memory to the device: the source allocation */
   struct op *next;
 } op;
+
+/* What one stream did since the last mock_stats_reset. */
+typedef struct stream_stats {
+  unsigned long long h2d;   /* host-to-device copies */
+  unsigned long long moves; /* every other copy, fill or broadcast */
+  unsigned long long waits; /* host waits that found it drained */
+  int pinned_max;           /* most distinct pinned sources of queued copies at once */
+} stream_stats;
 
 struct CUstream_st {
   bool nonblocking;
   bool destroyed;
   op *head, *tail;
+  stream_stats stats;
   struct CUstream_st *next;
 };
 
@@ -54,6 +67,7 @@ static unsigned long long executed;
 static bool thread_started;
 static _Thread_local bool sync_call; /* inside cudaMemcpy, cudaMemset, cudaMemcpy2D */
 static unsigned long long jitter_state;
+static mock_stats totals; /* streams already freed, and the counters of no stream */
 
 /* A factor in [0, 4) from a per-process generator (MOCK_CUDA_SEED, default from the pid): work of
  * different streams finishes in an order the caller cannot rely on. */
@@ -141,13 +155,90 @@ static void drop_all(void) {
   }
 }
 
-/* Frees destroyed streams that have drained (mock_mu held). */
+/* ---- what the overlap test reads ---- */
+
+/* Adds stream s's figures to t (mock_mu held). The legacy stream is the caller's, never the
+ * loader's. */
+static void fold(mock_stats *t, const struct CUstream_st *s) {
+  if (s == &legacy)
+    return;
+  if (s->stats.h2d > 0 && s->stats.moves == 0) {
+    t->upload_streams++;
+    if (s->stats.waits > t->upload_waits_max)
+      t->upload_waits_max = s->stats.waits;
+  }
+  if (s->stats.pinned_max > t->pinned_in_flight_max)
+    t->pinned_in_flight_max = s->stats.pinned_max;
+}
+
+/* Counts o, just queued on s (mock_mu held): its kind, and for a copy out of pinned memory the
+ * distinct pinned buffers that now have copies queued on s. */
+static void note_queued(struct CUstream_st *s, op *o) {
+  if (o->kind == OP_BCAST)
+    totals.broadcasts++;
+  if (o->kind != OP_COPY && o->kind != OP_COPY2D) {
+    s->stats.moves += o->kind == OP_SET || o->kind == OP_BCAST;
+    return;
+  }
+  bool dst_dev = false;
+  bool src_dev = false;
+  (void)mock_shadow(o->dst, 1, &dst_dev);
+  (void)mock_shadow(o->src, 1, &src_dev);
+  if (!dst_dev || src_dev) {
+    s->stats.moves++;
+    return;
+  }
+  s->stats.h2d++;
+  o->pinned = mock_pinned_base(o->src);
+  if (o->pinned == NULL)
+    return;
+  enum { SEEN_MAX = 256 };
+  const void *seen[SEEN_MAX];
+  int n = 0;
+  for (const op *q = s->head; q != NULL && n < SEEN_MAX; q = q->next) {
+    int k = 0;
+    while (k < n && seen[k] != q->pinned)
+      k++;
+    if (k == n && q->pinned != NULL)
+      seen[n++] = q->pinned;
+  }
+  if (n > s->stats.pinned_max)
+    s->stats.pinned_max = n;
+}
+
+void mock_stats_reset(void) {
+  pthread_mutex_lock(&mock_mu);
+  memset(&totals, 0, sizeof totals);
+  for (struct CUstream_st *s = streams; s != NULL; s = s->next)
+    memset(&s->stats, 0, sizeof s->stats);
+  pthread_mutex_unlock(&mock_mu);
+}
+
+void mock_stats_get(mock_stats *out) {
+  pthread_mutex_lock(&mock_mu);
+  *out = totals;
+  for (const struct CUstream_st *s = streams; s != NULL; s = s->next)
+    fold(out, s);
+  pthread_mutex_unlock(&mock_mu);
+}
+
+void mock_stats_note_pinned(void) {
+  cpu_set_t mine;
+  CPU_ZERO(&mine);
+  if (sched_getaffinity(0, sizeof mine, &mine) != 0)
+    return;
+  totals.pinned_allocs++;
+  CPU_OR(&totals.pinned_cpus, &totals.pinned_cpus, &mine);
+}
+
+/* Frees destroyed streams that have drained (mock_mu held), keeping their figures. */
 static void reap(void) {
   struct CUstream_st **pp = &streams;
   while (*pp != NULL) {
     struct CUstream_st *s = *pp;
     if (s->destroyed && s->head == NULL) {
       *pp = s->next;
+      fold(&totals, s);
       free(s);
     } else {
       pp = &s->next;
@@ -218,6 +309,7 @@ static cudaError_t enqueue(struct CUstream_st *s, op *o) {
   else
     s->head = o;
   s->tail = o;
+  note_queued(s, o);
   if (!thread_started) {
     pthread_t t;
     pthread_attr_t a;
@@ -300,6 +392,8 @@ cudaError_t cudaStreamQuery(cudaStream_t s) {
   cudaError_t e = mock_sticky();
   if (e == cudaSuccess && stream_of(s)->head != NULL)
     e = cudaErrorNotReady;
+  if (e == cudaSuccess)
+    stream_of(s)->stats.waits++;
   pthread_mutex_unlock(&mock_mu);
   return e;
 }
@@ -307,6 +401,8 @@ cudaError_t cudaStreamQuery(cudaStream_t s) {
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
   pthread_mutex_lock(&mock_mu);
   cudaError_t e = wait_drained(stream_of(s));
+  if (e == cudaSuccess)
+    stream_of(s)->stats.waits++;
   pthread_mutex_unlock(&mock_mu);
   return e;
 }

@@ -2,7 +2,8 @@
 # (tests/gpu/cuda_mock.c), label gpumock: the loader's GPU path end to end where no GPU exists.
 # shardload_gpumock is libshardload's own objects (built with the CUDA backend) linked with the
 # mock instead of libcudart and libnccl; test_gpu_load runs against it at 1-4 ranks, comparing
-# every parameter of a --device cuda load with the --device cpu load of the same model.
+# every parameter of a --device cuda load with the --device cpu load of the same model;
+# test_gpu_overlap_mock measures waits and uploads in flight on the mock's streams.
 
 if(NOT SL_HAVE_CUDA)
   return()
@@ -73,3 +74,13 @@ target_link_libraries(shardload_mock PRIVATE shardload_gpumock)
 add_test(NAME test_cli_cuda_mock COMMAND bash ${_sl_mock_dir}/cli_mock_load.sh)
 set_tests_properties(test_cli_cuda_mock PROPERTIES LABELS gpumock TIMEOUT 300 PROCESSORS 2
   FIXTURES_REQUIRED models ENVIRONMENT "${SL_TEST_ENV};SL_CLI_MOCK=$<TARGET_FILE:shardload_mock>")
+
+# How the loader keeps the GPU busy (the mock counts waits and uploads in flight per stream): the
+# readers' streams are not waited for after each bucket, the io_uring reader keeps several slots'
+# uploads in flight (uploads made slow), reader threads run on the GPU's NUMA node (a fake sysfs).
+sl_gpumock_exe(test_gpu_overlap_mock ${_sl_mock_dir}/test_gpu_overlap_mock.c)
+foreach(np 1 2)
+  add_test(NAME test_gpu_overlap_mock_np${np} COMMAND ${SL_MPIRUN} -np ${np} $<TARGET_FILE:test_gpu_overlap_mock>)
+  set_tests_properties(test_gpu_overlap_mock_np${np} PROPERTIES LABELS gpumock TIMEOUT 300 PROCESSORS ${np}
+    FIXTURES_REQUIRED models ENVIRONMENT "${SL_TEST_ENV};MOCK_CUDA_OP_US=300")
+endforeach()

@@ -39,9 +39,12 @@ typedef struct queue {
 } queue;
 
 #define MAX_WORKERS 64
+/* Staging slots a thread may upload out of: the pread ring, or the io_uring reader's share of its
+ * queue (the whole queue for one thread). */
+#define MAX_SLOTS (SL_URING_DEPTH > SL_STAGING_RING_DEPTH ? SL_URING_DEPTH : SL_STAGING_RING_DEPTH)
 
 typedef struct deferred {
-  queue q[MAX_WORKERS][SL_STAGING_RING_DEPTH];
+  queue q[MAX_WORKERS][MAX_SLOTS];
   _Atomic uint64_t uploads;
   _Atomic uint64_t waits;
 } deferred;
@@ -77,7 +80,7 @@ static sl_status d_upload(sl__backend *b, int worker, int slot, void *dst, uint6
                           const void *src, uint64_t src_stride, uint64_t row_bytes, uint64_t rows,
                           sl__err *err) {
   deferred *d = b->impl;
-  if (worker < 0 || worker >= MAX_WORKERS || slot < 0 || slot >= SL_STAGING_RING_DEPTH)
+  if (worker < 0 || worker >= MAX_WORKERS || slot < 0 || slot >= (int)MAX_SLOTS)
     return sl__err_set(err, SL_STATUS_INTERNAL, "upload from worker %d slot %d out of range", worker, slot);
   queue *q = &d->q[worker][slot];
   if (q->n == q->cap) {
@@ -94,8 +97,9 @@ static sl_status d_upload(sl__backend *b, int worker, int slot, void *dst, uint6
 }
 
 static sl_status d_upload_wait(sl__backend *b, int worker, int slot, sl__err *err) {
-  (void)err;
   deferred *d = b->impl;
+  if (worker < 0 || worker >= MAX_WORKERS || slot < 0 || slot >= (int)MAX_SLOTS)
+    return sl__err_set(err, SL_STATUS_INTERNAL, "wait for worker %d slot %d out of range", worker, slot);
   queue *q = &d->q[worker][slot];
   for (size_t i = 0; i < q->n; i++) {
     const pending_copy *c = &q->items[i];
@@ -135,7 +139,7 @@ static sl_status d_sync(sl__backend *b, sl__err *err) {
 static void d_destroy(sl__backend *b) {
   deferred *d = b->impl;
   for (int w = 0; w < MAX_WORKERS; w++)
-    for (int s = 0; s < SL_STAGING_RING_DEPTH; s++)
+    for (int s = 0; s < (int)MAX_SLOTS; s++)
       free(d->q[w][s].items);
   free(d);
   free(b);

@@ -5,7 +5,8 @@
  * (group communicators, broadcasts), the shared state and check macros in cuda_internal.h.
  *
  * State: one device; a main stream (device copies, broadcasts), one stream per reader thread with
- * one event per staging slot; one NCCL communicator per broadcast group we belong to. Every wait
+ * one event per staging slot (as many slots as either read strategy gives a thread); one NCCL
+ * communicator per broadcast group we belong to; the CPUs of the GPU's NUMA node (numa.c). Every wait
  * polls (cudaEventQuery, cudaStreamQuery, ncclCommGetAsyncError) against a deadline
  * (SHARDLOAD_NCCL_TIMEOUT_S) and, for broadcasts, the loader's abort channel; a broadcast that must
  * stop aborts its communicator instead of hanging. Creation is collective: local setup,
@@ -115,7 +116,7 @@ static void cuda_destroy(sl__backend *b) {
     if (st->arena != NULL) /* parameters never released one by one (a failed load) */
       (void)cudaFree(st->arena);
     /* Destroying a stream or an event with work pending is allowed: CUDA releases it when done. */
-    for (int w = 0; st->slot_events != NULL && w < st->workers * SL_STAGING_RING_DEPTH; w++)
+    for (int w = 0; st->slot_events != NULL && w < st->workers * st->slots; w++)
       if (st->slot_events[w] != NULL)
         (void)cudaEventDestroy(st->slot_events[w]);
     for (int w = 0; st->caller_events != NULL && w <= st->workers; w++)
@@ -155,6 +156,8 @@ static const sl__backend_ops cuda_ops = {
     .download = sl__cuda_download,
     .sync = sl__cuda_sync,
     .end_transfer = sl__cuda_end_transfer,
+    .sync_main = sl__cuda_sync_main,
+    .reader_start = sl__cuda_reader_start,
     .destroy = cuda_destroy,
 };
 
@@ -272,8 +275,9 @@ static sl_status setup_local(sl__backend *b, int workers, int device, void *stre
     CUDA_CHECK(err, st->device, cudaStreamCreateWithFlags(&st->main, cudaStreamNonBlocking));
     st->own_main = true;
   }
+  int slots = (int)sl__staging_slots_per_thread((uint32_t)workers);
   st->worker_streams = calloc((size_t)workers, sizeof *st->worker_streams);
-  st->slot_events = calloc((size_t)workers * SL_STAGING_RING_DEPTH, sizeof *st->slot_events);
+  st->slot_events = calloc((size_t)workers * (size_t)slots, sizeof *st->slot_events);
   st->caller_events = calloc((size_t)workers + 1, sizeof *st->caller_events);
   st->after_caller = calloc((size_t)workers + 1, sizeof *st->after_caller);
   st->n_groups = groups->n;
@@ -285,16 +289,15 @@ static sl_status setup_local(sl__backend *b, int workers, int device, void *stre
       st->caller_events == NULL || st->after_caller == NULL)
     return sl__err_set(err, SL_STATUS_NOMEM, "out of memory setting up the CUDA backend");
   st->workers = workers;
+  st->slots = slots;
   for (int w = 0; w <= workers; w++)
     CUDA_CHECK(err, st->device, cudaEventCreateWithFlags(&st->caller_events[w], cudaEventDisableTiming));
   for (int w = 0; w < workers; w++) {
     CUDA_CHECK(err, st->device, cudaStreamCreateWithFlags(&st->worker_streams[w], cudaStreamNonBlocking));
-    for (int k = 0; k < SL_STAGING_RING_DEPTH; k++)
-      CUDA_CHECK(
-          err, st->device,
-          cudaEventCreateWithFlags(&st->slot_events[w * SL_STAGING_RING_DEPTH + k], cudaEventDisableTiming));
+    for (int k = 0; k < slots; k++)
+      CUDA_CHECK(err, st->device, cudaEventCreateWithFlags(&st->slot_events[w * slots + k], cudaEventDisableTiming));
   }
-  return SL_STATUS_OK;
+  return sl__cuda_numa_setup(b, err);
 }
 
 sl_status sl__backend_cuda_create(sl__comm *comm, int workers, int device, void *stream, void *nccl_comm,

@@ -7,7 +7,8 @@
  *   memory.c   device and pinned memory, host-to-device uploads, 2-D copies, downloads, sync;
  *   nccl.c     the NCCL communicators of the broadcast groups (creation, finalization) and
  *              broadcasts polled against the abort channel and a deadline;
- *   transpose.c  transposed deliveries (blocks transposed on the host, then one 2-D copy).
+ *   transpose.c  transposed deliveries (blocks transposed on the host, then one 2-D copy);
+ *   numa.c     the reader threads' CPUs: those of the GPU's NUMA node (base/numa.h decides).
  * Included by those files only.
  */
 #ifndef SL_CUDA_INTERNAL_H
@@ -15,6 +16,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
+#include "base/numa.h"
 
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -59,8 +61,9 @@ typedef struct cuda_state {
   cudaStream_t main;            /* device copies and broadcasts (the caller's stream when given) */
   bool own_main;                /* main was created here */
   int workers;                  /* reader threads */
+  int slots;                    /* staging slots per reader thread (sl__staging_slots_per_thread) */
   cudaStream_t *worker_streams; /* [workers]: uploads of each reader thread */
-  cudaEvent_t *slot_events;     /* [workers * SL_STAGING_RING_DEPTH]: last upload out of each slot */
+  cudaEvent_t *slot_events;     /* [workers * slots]: last upload out of each slot */
   cudaEvent_t *caller_events;   /* [workers + 1]: the caller's legacy-stream work, per stream (main last) */
   bool *after_caller;           /* [workers + 1]: that stream already waits for it */
   size_t n_groups;              /* broadcast groups */
@@ -76,6 +79,8 @@ typedef struct cuda_state {
   uint64_t arena_size, arena_used;
   size_t arena_live; /* allocations carved and not released */
   bool failed;                  /* a communicator was aborted or broke: tear down with ncclCommAbort */
+  bool bind_readers;            /* reader threads are bound to near_cpus (numa.c) */
+  sl__cpus near_cpus;           /* the GPU's NUMA node's CPUs within the process's affinity */
 } cuda_state;
 
 static inline cuda_state *state_of(sl__backend *b) {
@@ -134,6 +139,16 @@ sl_status sl__cuda_transpose(sl__backend *b, int worker, int slot, void *dst, ui
                              const void *src, uint64_t src_stride, uint64_t rows, uint64_t cols,
                              uint64_t elem, sl__err *err);
 sl_status sl__cuda_sync(sl__backend *b, sl__err *err);
+sl_status sl__cuda_sync_main(sl__backend *b, sl__err *err);
+
+/* ---- NUMA (numa.c) ---- */
+
+/* At creation, once the device is chosen: decides which CPUs the reader threads run on (the GPU's
+ * NUMA node within the process's affinity; SHARDLOAD_NUMA_BIND=0 turns it off) and logs it. Fails
+ * only on a malformed SHARDLOAD_NUMA_BIND; a node that cannot be found leaves the threads alone. */
+sl_status sl__cuda_numa_setup(sl__backend *b, sl__err *err);
+/* sl__backend_ops.reader_start: binds the calling reader thread to those CPUs. */
+void sl__cuda_reader_start(sl__backend *b, int worker);
 
 /* ---- NCCL (nccl.c) ---- */
 

@@ -2,7 +2,7 @@
  * backend/cuda/memory.c — the CUDA backend's operations on memory (see backend/backend.h): device
  * parameter and bucket memory (zero-filled), pinned staging, host-to-device uploads on the reader
  * threads' streams with one event per staging slot, device-to-device 2-D copies on the main
- * stream, synchronous downloads, and the final sync.
+ * stream, synchronous downloads, the wait for the main stream between buckets, and the final sync.
  */
 #include "backend/cuda/cuda_internal.h"
 
@@ -184,11 +184,11 @@ sl_status sl__cuda_after_caller(cuda_state *st, int which, sl__err *err) {
 }
 
 static sl_status slot_index(cuda_state *st, int worker, int slot, size_t *out, sl__err *err) {
-  if (worker < 0 || worker >= st->workers || slot < 0 || slot >= SL_STAGING_RING_DEPTH)
+  if (worker < 0 || worker >= st->workers || slot < 0 || slot >= st->slots)
     return sl__err_set(err, SL_STATUS_INTERNAL,
                        "upload from reader %d slot %d: the backend has %d readers of %d slots", worker, slot,
-                       st->workers, SL_STAGING_RING_DEPTH);
-  *out = (size_t)worker * SL_STAGING_RING_DEPTH + (size_t)slot;
+                       st->workers, st->slots);
+  *out = (size_t)worker * (size_t)st->slots + (size_t)slot;
   return SL_STATUS_OK;
 }
 
@@ -243,6 +243,13 @@ sl_status sl__cuda_download(sl__backend *b, void *host_dst, const void *src, uin
   CUDA_CHECK(err, st->device, cudaMemcpy(host_dst, src, (size_t)nbytes, cudaMemcpyDeviceToHost));
   return SL_STATUS_OK;
 }
+/* Between buckets: the main stream only (backend.h: sync_main). */
+sl_status sl__cuda_sync_main(sl__backend *b, sl__err *err) {
+  cuda_state *st = state_of(b);
+  CUDA_CHECK(err, st->device, cudaSetDevice(st->device));
+  return sl__cuda_wait_local(b, NULL, st->main, "device copies", err);
+}
+
 sl_status sl__cuda_sync(sl__backend *b, sl__err *err) {
   cuda_state *st = state_of(b);
   CUDA_CHECK(err, st->device, cudaSetDevice(st->device));

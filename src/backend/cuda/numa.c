@@ -1,0 +1,73 @@
+/*
+ * backend/cuda/numa.c — reader threads on the GPU's NUMA node. A reader thread allocates its
+ * pinned staging (the kernel places those pages on the node of the CPU that first touches them)
+ * and copies out of it to the GPU; on a machine with several sockets, staging on the far socket
+ * makes every upload cross the socket link. At creation the backend asks which node the GPU sits
+ * on (its PCI bus id → sysfs, base/numa.h) and keeps that node's CPUs within the process's
+ * affinity; each reader thread then binds itself there when it starts (reader_start). The
+ * affinity the process was started with is never widened (a launcher's --bind-to wins), and when
+ * nothing is known or nothing would change, the threads are left alone. The main thread is not
+ * bound: it is the caller's thread. SHARDLOAD_NUMA_BIND=0 turns this off.
+ */
+#include "backend/cuda/cuda_internal.h"
+
+#include "base/log.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+sl_status sl__cuda_numa_setup(sl__backend *b, sl__err *err) {
+  cuda_state *st = state_of(b);
+  st->bind_readers = false;
+  bool on = true;
+  sl_status res = sl__numa_bind_enabled(getenv(SL_NUMA_BIND_ENV), &on, err);
+  if (res != SL_STATUS_OK || !on) {
+    if (res == SL_STATUS_OK)
+      SL_INFO("reader threads: not bound to the GPU's NUMA node (%s=0)", SL_NUMA_BIND_ENV);
+    return res;
+  }
+  char bus[64];
+  cudaError_t e = cudaDeviceGetPCIBusId(bus, (int)sizeof bus, st->device);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    SL_INFO("reader threads: left unbound (the PCI bus id of CUDA device %d is unknown: %s)", st->device,
+            cudaGetErrorString(e));
+    return SL_STATUS_OK;
+  }
+  /* A node that cannot be read leaves the threads as they are: binding is an optimisation. */
+  const char *root = getenv(SL_SYSFS_ROOT_ENV);
+  sl__err why;
+  sl__err_clear(&why);
+  int node = -1;
+  sl__cpus node_cpus;
+  sl__cpus allowed;
+  sl__cpus_clear(&node_cpus);
+  sl_status found = sl__numa_node_of(root, bus, &node, &why);
+  if (found == SL_STATUS_OK && node >= 0)
+    found = sl__numa_node_cpus(root, node, &node_cpus, &why);
+  if (found == SL_STATUS_OK && !sl__cpus_of_thread(&allowed))
+    found = sl__err_set(&why, SL_STATUS_UNSUPPORTED, "this process's CPU affinity cannot be read");
+  if (found != SL_STATUS_OK) {
+    SL_INFO("reader threads: left unbound (GPU %d at PCI %s: %s)", st->device, bus, why.msg);
+    return SL_STATUS_OK;
+  }
+  sl__numa_verdict v = sl__numa_decide(node, &node_cpus, &allowed, &st->near_cpus);
+  st->bind_readers = v == SL_NUMA_BIND;
+  char cpus[160];
+  sl__cpus_format(v == SL_NUMA_BIND ? &st->near_cpus : &allowed, cpus, sizeof cpus);
+  if (v == SL_NUMA_BIND)
+    SL_INFO("reader threads: bound to CPUs %s (NUMA node %d of GPU %d at PCI %s)", cpus, node, st->device, bus);
+  else
+    SL_INFO("reader threads: left on CPUs %s (GPU %d at PCI %s, NUMA node %d: %s)", cpus, st->device, bus, node,
+            sl__numa_verdict_text(v));
+  return SL_STATUS_OK;
+}
+
+void sl__cuda_reader_start(sl__backend *b, int worker) {
+  cuda_state *st = state_of(b);
+  if (!st->bind_readers)
+    return;
+  int rc = sl__cpus_bind_thread(&st->near_cpus);
+  if (rc != 0)
+    SL_DEBUG("reader thread %d: binding to the GPU's NUMA node failed: %s", worker, strerror(rc));
+}
