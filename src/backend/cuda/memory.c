@@ -1,6 +1,7 @@
 /*
  * backend/cuda/memory.c — the CUDA backend's operations on memory (see backend/backend.h): device
- * parameter and bucket memory (zero-filled), pinned staging, host-to-device uploads on the reader
+ * parameter and bucket memory (zero-filled; the parameters carved from one reserved block),
+ * zeroing in place, pinned staging, host-to-device uploads on the reader
  * threads' streams with one event per staging slot, device-to-device 2-D copies on the main
  * stream, synchronous downloads, the wait for the main stream between buckets, and the final sync.
  */
@@ -96,7 +97,13 @@ void sl__cuda_release(sl__backend *b, void *ptr) {
     st->arena = NULL;
   }
   (void)cudaSetDevice(st->device);
+  /* cudaFree waits for the device: a hung one would hold the caller here, so the watchdog's
+   * backstop bounds it (only where the loader's communicator still exists). */
+  if (b->comm != NULL)
+    sl__comm_block_begin(b->comm, "cudaFree");
   cudaError_t e = cudaFree(ptr);
+  if (b->comm != NULL)
+    sl__comm_block_end(b->comm);
   if (e != cudaSuccess) {
     (void)cudaGetLastError();
     SL_WARN("cudaFree on CUDA device %d: %s", st->device, cudaGetErrorString(e));

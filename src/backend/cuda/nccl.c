@@ -19,14 +19,26 @@
 #include <string.h>
 #include <unistd.h>
 
+/* Brackets a call that cannot poll for the watchdog's backstop. A backend kept alive by
+ * parameters still referenced after its loader is gone has no communicator (comm NULL). */
+static void watch(sl__backend *b, const char *what) {
+  if (b->comm != NULL)
+    sl__comm_block_begin(b->comm, what);
+}
+
+static void unwatch(sl__backend *b) {
+  if (b->comm != NULL)
+    sl__comm_block_end(b->comm);
+}
+
 static void abort_group(sl__backend *b, size_t g) {
   cuda_state *st = state_of(b);
   if (g >= st->n_groups || st->nccl[g] == NULL)
     return;
   /* An abort waits for NCCL's own threads and may hang on a broken device: the backstop bounds it. */
-  sl__comm_block_begin(b->comm, "ncclCommAbort");
+  watch(b, "ncclCommAbort");
   ncclResult_t r = ncclCommAbort(st->nccl[g]);
-  sl__comm_block_end(b->comm);
+  unwatch(b);
   if (r != ncclSuccess)
     SL_WARN("ncclCommAbort of broadcast group %zu: %s", g, ncclGetErrorString(r));
   st->nccl[g] = NULL;
@@ -49,7 +61,8 @@ static ncclResult_t wait_comm_idle(sl__backend *b, ncclComm_t c, double deadline
       *timed_out = true;
       return ncclInProgress;
     }
-    sl__comm_poll(b->comm); /* other ranks' alive queries: this rank is waiting, not gone */
+    if (b->comm != NULL)
+      sl__comm_poll(b->comm); /* other ranks' alive queries: this rank is waiting, not gone */
     if (spins >= SL_CUDA_SPINS_BEFORE_NAP)
       sl__cuda_nap(b);
   }
@@ -189,9 +202,9 @@ void sl__cuda_release_comms(sl__backend *b) {
                          : ncclInternalError;
     if (r == ncclSuccess) {
       /* Destroy frees NCCL's device buffers (a device synchronisation): watched like an abort. */
-      sl__comm_block_begin(b->comm, "ncclCommDestroy");
+      watch(b, "ncclCommDestroy");
       r = ncclCommDestroy(st->nccl[g]);
-      sl__comm_block_end(b->comm);
+      unwatch(b);
       if (r != ncclSuccess)
         SL_WARN("ncclCommDestroy of broadcast group %zu: %s", g, ncclGetErrorString(r));
       st->nccl[g] = NULL;
