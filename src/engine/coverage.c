@@ -26,10 +26,11 @@ static void set_bit(uint8_t *b, size_t i) {
   b[i / 8] |= (uint8_t)(1u << (i % 8));
 }
 
-/* Per thread: loaders on several threads of one process may check coverage at once. */
-static _Thread_local const sl__catalog *sort_cat;
-static int cmp_tensor_name(const void *a, const void *b) {
-  return strcmp(sort_cat->tensors[*(const uint32_t *)a].name, sort_cat->tensors[*(const uint32_t *)b].name);
+/* The catalog is qsort_r's context: loaders on several threads of one process check coverage at
+ * once. */
+static int cmp_tensor_name(const void *a, const void *b, void *ctx) {
+  const sl__catalog *cat = ctx;
+  return strcmp(cat->tensors[*(const uint32_t *)a].name, cat->tensors[*(const uint32_t *)b].name);
 }
 
 /* Builds the lists from NEED, FAIL (may be NULL) and USED. */
@@ -56,9 +57,8 @@ static sl_status verdict(const sl__model *m, const sl__catalog *cat, const uint8
     else if (!bit(used, t))
       out->unexpected[out->n_unexpected++] = (uint32_t)t;
   }
-  sort_cat = cat;
-  qsort(out->unexpected, out->n_unexpected, sizeof *out->unexpected, cmp_tensor_name);
-  qsort(out->ignored, out->n_ignored, sizeof *out->ignored, cmp_tensor_name);
+  qsort_r(out->unexpected, out->n_unexpected, sizeof *out->unexpected, cmp_tensor_name, (void *)cat);
+  qsort_r(out->ignored, out->n_ignored, sizeof *out->ignored, cmp_tensor_name, (void *)cat);
   return SL_STATUS_OK;
 }
 

@@ -210,11 +210,12 @@ static sl_status collect_pieces(builder *b) {
   return st == SL_STATUS_OK ? unpack_pieces(b) : st;
 }
 
-/* Per thread: loaders on several threads of one process (one per worker) plan at once. */
-static _Thread_local const sl__piece *sort_base;
-static int cmp_piece_idx(const void *a, const void *b) {
-  const sl__piece *x = &sort_base[*(const uint32_t *)a];
-  const sl__piece *y = &sort_base[*(const uint32_t *)b];
+/* Sorts of piece indices take the pieces as qsort_r's context: no state outside the call, so
+ * loaders on several threads of one process (one per worker) plan at once. */
+static int cmp_piece_idx(const void *a, const void *b, void *ctx) {
+  const sl__piece *base = ctx;
+  const sl__piece *x = &base[*(const uint32_t *)a];
+  const sl__piece *y = &base[*(const uint32_t *)b];
   if (x->tensor != y->tensor)
     return x->tensor < y->tensor ? -1 : 1;
   if (x->src_off != y->src_off)
@@ -264,8 +265,7 @@ static sl_status sort_pieces(builder *b) {
   if (st == SL_STATUS_OK) {
     for (uint32_t i = 0; i < n; i++)
       order[i] = i;
-    sort_base = b->unsorted;
-    qsort(order, n, sizeof *order, cmp_piece_idx);
+    qsort_r(order, n, sizeof *order, cmp_piece_idx, b->unsorted);
     for (uint32_t k = 0; k < n; k++) {
       rank_of[order[k]] = k;
       out->pieces[k] = b->unsorted[order[k]];
@@ -285,11 +285,12 @@ static sl_status sort_pieces(builder *b) {
  * 2. Readers
  * ------------------------------------------------------------------------------------------- */
 
-static int cmp_piece_size_desc(const void *a, const void *b) {
+static int cmp_piece_size_desc(const void *a, const void *b, void *ctx) {
+  const sl__piece *base = ctx;
   uint32_t ia = *(const uint32_t *)a;
   uint32_t ib = *(const uint32_t *)b;
-  const sl__piece *x = &sort_base[ia];
-  const sl__piece *y = &sort_base[ib];
+  const sl__piece *x = &base[ia];
+  const sl__piece *y = &base[ib];
   if (x->nbytes != y->nbytes)
     return x->nbytes > y->nbytes ? -1 : 1;
   return ia < ib ? -1 : (ia > ib ? 1 : 0);
@@ -318,8 +319,7 @@ static sl_status assign_readers(sl__schedule *s, sl__err *err) {
       shared[n_shared++] = (uint32_t)k;
     }
   }
-  sort_base = s->pieces;
-  qsort(shared, n_shared, sizeof *shared, cmp_piece_size_desc);
+  qsort_r(shared, n_shared, sizeof *shared, cmp_piece_size_desc, s->pieces);
   for (size_t i = 0; i < n_shared; i++) {
     sl__piece *p = &s->pieces[shared[i]];
     const uint32_t *mem = &s->members[p->members_off];

@@ -143,27 +143,36 @@ static sl_status storage_blocks(sl__figures *f, const sl__schedule *s, const sl_
 
 /* One exchange round over the nodes: member m sends member r (r != m) its rows of r's column
  * block; what crosses between nodes counts, and each node of the group waits for the larger of
- * what it sends and receives. out/in: per-node scratch, zero on entry and on return. */
+ * what it sends and receives. In closed form, linear in the group's size (groups of replicas span
+ * thousands of ranks): member m sends its bytes to every member off its node, n - members[node(m)]
+ * of them, and member r receives every byte sent from other nodes, total - bytes[node(r)].
+ * out/in/cnt/sum: per-node scratch, zero on entry and on return. */
 static void exchange_round(sl__figures *f, const sl__schedule *s, const sl__bucket *bk,
-                           const sl__node_layout *l, uint64_t *out, uint64_t *in) {
+                           const sl__node_layout *l, uint64_t *out, uint64_t *in, uint64_t *cnt, uint64_t *sum) {
   const sl__xchg *X = &s->xchgs[bk->xchg];
   const sl__group *g = &s->groups[bk->group];
+  uint64_t total = 0;
   for (uint32_t m = 0; m < g->n; m++) {
     uint64_t lo = 0, hi = 0;
     sl__xchg_rows(X, g->n, m, bk->round, &lo, &hi);
     uint64_t bytes = (hi - lo) * X->col_bytes;
-    uint32_t nm = node_of(l, s->group_members[g->off + m]);
-    for (uint32_t r = 0; r < g->n; r++) {
-      uint32_t nr = node_of(l, s->group_members[g->off + r]);
-      if (r != m && nr != nm) {
-        out[nm] += bytes;
-        in[nr] += bytes;
-      }
-    }
+    uint32_t node = node_of(l, s->group_members[g->off + m]);
+    cnt[node]++;
+    sum[node] += bytes;
+    total += bytes;
+  }
+  for (uint32_t m = 0; m < g->n; m++) {
+    uint64_t lo = 0, hi = 0;
+    sl__xchg_rows(X, g->n, m, bk->round, &lo, &hi);
+    uint64_t bytes = (hi - lo) * X->col_bytes;
+    uint32_t node = node_of(l, s->group_members[g->off + m]);
+    out[node] += bytes * (g->n - cnt[node]);
+    in[node] += total - sum[node];
   }
   double rate = f->network_gbps * 1e9;
   for (uint32_t j = 0; j < g->n; j++) {
     uint32_t node = node_of(l, s->group_members[g->off + j]);
+    cnt[node] = sum[node] = 0;
     if (out[node] == 0 && in[node] == 0)
       continue; /* done (a node with several members), or nothing crossed its link */
     uint64_t most = out[node] > in[node] ? out[node] : in[node];
@@ -180,18 +189,22 @@ static sl_status broadcasts(sl__figures *f, const sl__schedule *s, const sl__nod
   uint32_t *list = calloc(f->n_nodes + 1, sizeof *list);
   uint64_t *xout = calloc(f->n_nodes + 1, sizeof *xout);
   uint64_t *xin = calloc(f->n_nodes + 1, sizeof *xin);
-  if (seen == NULL || list == NULL || xout == NULL || xin == NULL) {
+  uint64_t *xcnt = calloc(f->n_nodes + 1, sizeof *xcnt);
+  uint64_t *xsum = calloc(f->n_nodes + 1, sizeof *xsum);
+  if (seen == NULL || list == NULL || xout == NULL || xin == NULL || xcnt == NULL || xsum == NULL) {
     free(seen);
     free(list);
     free(xout);
     free(xin);
+    free(xcnt);
+    free(xsum);
     return sl__err_set(err, SL_STATUS_NOMEM, "out of memory in the time model");
   }
   double rate = f->network_gbps * 1e9;
   for (size_t b = 0; b < s->n_buckets; b++) {
     const sl__bucket *bk = &s->buckets[b];
     if (bk->xchg != SL_NONE) {
-      exchange_round(f, s, bk, l, xout, xin);
+      exchange_round(f, s, bk, l, xout, xin, xcnt, xsum);
       continue;
     }
     const sl__group *g = &s->groups[bk->group];
@@ -221,6 +234,8 @@ static sl_status broadcasts(sl__figures *f, const sl__schedule *s, const sl__nod
   free(list);
   free(xout);
   free(xin);
+  free(xcnt);
+  free(xsum);
   return SL_STATUS_OK;
 }
 

@@ -5,3 +5,9 @@ sl_unit_test(test_dryrun)
 set_tests_properties(test_dryrun PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300)
 sl_unit_test(test_model)
 sl_unit_test(test_readplan)
+# Two dry runs on two threads at once give the result of one alone (the planner is reentrant).
+sl_unit_test(test_plan_threads)
+# `shardload plan --json` of a set of layouts equals the planner's output recorded before the work
+# on its speed, field by field (tests/data/plan_golden).
+sl_script_test(test_plan_golden unit ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_plan_golden.py)
+set_tests_properties(test_plan_golden PROPERTIES TIMEOUT 300)
