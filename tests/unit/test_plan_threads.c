@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define ROUNDS 12
+#define ROUNDS 200
 
 typedef struct job {
   const char *model;

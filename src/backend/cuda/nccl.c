@@ -67,6 +67,7 @@ static ncclResult_t wait_comm_idle(sl__backend *b, ncclComm_t c, double deadline
       sl__cuda_nap(b);
   }
 }
+
 /* A broadcast waits for its root, which may still be reading the bucket from slow storage. Past
  * the deadline the load's watchdog decides (when it is on): if some rank made progress recently
  * the job is slow, not stuck, and the wait goes on with a new deadline; otherwise the watchdog
@@ -390,10 +391,10 @@ static sl_status create_comms_by_split(sl__backend *b, const sl__comm_groups *gr
     /* NCCL writes the new communicator when the split completes, possibly from its own thread:
      * straight into the state, which outlives any wait here. */
     st->nccl[g] = NULL;
-    sl__comm_block_begin(c, "ncclCommSplit");
+    watch(b, "ncclCommSplit");
     ncclResult_t r = ncclCommSplit(st->parent, pos >= 0 ? 0 : NCCL_SPLIT_NOCOLOR, pos >= 0 ? pos : 0, &st->nccl[g],
                                    &config);
-    sl__comm_block_end(c);
+    unwatch(b);
     if (r != ncclSuccess && r != ncclInProgress) {
       if (res == SL_STATUS_OK)
         res = sl__nccl_fail(err, r, group_ctx(ctx, sizeof ctx, groups, g), "ncclCommSplit", __FILE__, __LINE__);
