@@ -110,7 +110,8 @@ typedef struct sl__piece {
   uint32_t n_members;
   uint64_t src_off, src_stride, row_bytes, rows;
   uint64_t nbytes;      /* rows * row_bytes (packed size) */
-  uint64_t members_off; /* first member in sl__schedule.members */
+  uint64_t classes_off; /* its member classes: sl__schedule.piece_classes[classes_off ..] */
+  uint32_t n_classes;   /* its members are the ranks of these classes (sl__piece_member) */
   uint32_t xchg;        /* two-phase exchange delivering it (plan/twophase.h), or SL_NONE */
 } sl__piece;
 
@@ -140,7 +141,14 @@ typedef struct sl__schedule {
   uint32_t world;
   size_t n_pieces;
   sl__piece *pieces; /* sorted by (tensor, src_off, geometry) */
-  uint32_t *members; /* member ranks of pieces (then of groups) */
+  /* Rank classes: ranks whose plans are equal up to the rank id (same stage, tensor rank, experts,
+   * ...). Each class is planned once and a piece's members are the ranks of its classes, so the
+   * schedule never lists a piece's members rank by rank: data-parallel replicas cost no planning. */
+  uint32_t n_classes;
+  uint32_t *class_of;      /* per rank */
+  uint64_t *class_off;     /* per class (+ 1): its ranks are class_ranks[class_off[c] .. class_off[c+1]) */
+  uint32_t *class_ranks;   /* ascending within a class */
+  uint32_t *piece_classes; /* per piece, ascending (sl__piece.classes_off) */
   size_t n_groups;
   sl__group *groups;
   uint32_t *group_members; /* ranks of groups */
@@ -169,6 +177,12 @@ typedef struct sl__schedule {
 sl_status sl__schedule_build(const sl__model *m, const sl__catalog *cat, const sl__plan_opts *o,
                              uint32_t own_rank, sl__rank_plan *own, sl__schedule *out, sl__err *err);
 void sl__schedule_free(sl__schedule *s);
+
+/* Whether rank is a member of piece p. */
+bool sl__piece_member(const sl__schedule *s, const sl__piece *p, uint32_t rank);
+/* The ranks of classes cls[0 .. n) (distinct), ascending, into out (room for them all); returns their
+ * count. bits: scratch of (world + 63) / 64 zeroed words, zeroed again on return. */
+uint32_t sl__class_ranks(const sl__schedule *s, const uint32_t *cls, uint32_t n, uint32_t *out, uint64_t *bits);
 
 /* ---- read extents (shared by the read engine and the dry-run statistics) ---- */
 

@@ -2,11 +2,14 @@
  * plan/schedule.c — the schedule: the plans of all ranks merged (see plan/plan.h).
  *
  * sl__schedule_build is a list of phases, each a function below:
- *   1. pieces: plan every rank and merge the identical source slices of their copies into pieces,
- *      each with the ranks that need it (its members); then sort them by (tensor, geometry);
+ *   1. pieces (plan/pieces.c): plan every class of ranks with equal plans once and merge the
+ *      identical source slices of their copies into pieces, each with the classes whose ranks need
+ *      it (its members); then sort them by (tensor, geometry);
  *   2. readers: one member reads each piece (exclusive pieces their only member, shared ones
  *      largest first to the least-loaded member);
  *   3. groups: the distinct member lists of shared pieces (one broadcast group each);
+ * Members are handled by class wherever the result allows it, so that data-parallel replicas (most
+ * of a large world) add no work beyond their own figures.
  *   4. buckets: shared pieces packed into broadcast buckets per (group, reader), in one global
  *      order that every rank computes identically;
  *   5. figures: per-rank statistics and the counts of tensors read whole by one rank.
@@ -15,6 +18,7 @@
  * adds a group after phase 3 and its rounds as buckets after phase 4.
  * Also the read extents of a piece, shared by the read engine and the statistics.
  */
+#include "plan/pieces.h"
 #include "plan/plan.h"
 #include "plan/twophase.h"
 
@@ -48,7 +52,10 @@ void sl__schedule_free(sl__schedule *s) {
   if (s == NULL)
     return;
   free(s->pieces);
-  free(s->members);
+  free(s->class_of);
+  free(s->class_off);
+  free(s->class_ranks);
+  free(s->piece_classes);
   free(s->groups);
   free(s->group_members);
   free(s->buckets);
@@ -58,227 +65,6 @@ void sl__schedule_free(sl__schedule *s) {
   free(s->unit_needed);
   free(s->tensor_used);
   memset(s, 0, sizeof *s);
-}
-
-/* ---------------------------------------------------------------------------------------------
- * 1. Pieces
- * ------------------------------------------------------------------------------------------- */
-
-typedef struct pair {
-  uint32_t piece;
-  uint32_t rank;
-} pair;
-
-/* What is counted per piece while ranks are merged; its geometry is its key in the piece map. */
-typedef struct piece_count {
-  uint32_t n_members;
-  uint32_t last_rank; /* last rank appended as member */
-} piece_count;
-
-/* What phase 1 collects before the pieces are sorted into the schedule. */
-typedef struct builder {
-  const sl__model *m;
-  const sl__catalog *cat;
-  const sl__plan_opts *o;
-  uint32_t own_rank;
-  sl__rank_plan *own;
-  sl__schedule *out;
-  sl__err *err;
-  /* Piece i is entry i of piece_of (entries keep insertion order): its key is the geometry
-   * {tensor, src_off, src_stride, row_bytes, rows}, stored once, and counts[i] its members. */
-  sl__hashmap piece_of;  /* geometry (5 × u64, copied) → piece index */
-  sl__vec counts;        /* piece_count per piece */
-  sl__vec pairs;         /* pair: one per (piece, member rank) */
-  uint32_t *tensor_seen; /* per catalog tensor: the last rank whose naive bytes counted it */
-  sl__piece *unsorted;   /* the pieces in creation order, once all ranks are merged */
-  size_t n_pieces;
-} builder;
-
-static sl_status nomem(builder *b) {
-  return sl__err_set(b->err, SL_STATUS_NOMEM, "out of memory planning %u ranks", b->o->layout.world);
-}
-
-/* Finds or creates the piece of copy c; returns its index or SL_NONE when out of memory. */
-static uint32_t piece_of(builder *b, const sl__copy *c) {
-  uint64_t key[5] = {c->tensor, c->src_off, c->src_stride, c->row_bytes, c->rows};
-  bool added = false;
-  sl__hashval *v = sl__hashmap_slot(&b->piece_of, key, sizeof key, &added);
-  if (v == NULL)
-    return SL_NONE;
-  if (!added)
-    return (uint32_t)v->u64;
-  piece_count *pc = sl__vec_push(&b->counts);
-  if (pc == NULL)
-    return SL_NONE;
-  pc->last_rank = SL_NONE;
-  v->u64 = b->counts.len - 1;
-  return (uint32_t)(b->counts.len - 1);
-}
-
-/* The pieces in creation order from the map's keys; then the map and the counts are freed. */
-static sl_status unpack_pieces(builder *b) {
-  size_t n = b->counts.len;
-  b->unsorted = calloc(n + 1, sizeof *b->unsorted);
-  if (b->unsorted == NULL)
-    return nomem(b);
-  for (size_t i = 0; i < n; i++) {
-    uint64_t key[5];
-    memcpy(key, b->piece_of.entries[i].key, sizeof key);
-    sl__piece *p = &b->unsorted[i];
-    p->tensor = (uint32_t)key[0];
-    p->src_off = key[1];
-    p->src_stride = key[2];
-    p->row_bytes = key[3];
-    p->rows = key[4];
-    p->nbytes = p->rows * p->row_bytes;
-    p->group = SL_NONE;
-    p->xchg = SL_NONE;
-    p->n_members = SL_VEC_AT(&b->counts, piece_count, i).n_members;
-  }
-  b->n_pieces = n;
-  sl__hashmap_free(&b->piece_of);
-  sl__vec_free(&b->counts);
-  return SL_STATUS_OK;
-}
-
-/* Merges the copies of one rank's plan: pieces, memberships, bitmaps and naive bytes. */
-static sl_status merge_copies(builder *b, uint32_t rank, sl__rank_plan *rp) {
-  sl__schedule *out = b->out;
-  sl_rank_stats *rs = &out->stats[rank];
-  for (size_t c = 0; c < rp->n_copies; c++) {
-    sl__copy *cp = &rp->copies[c];
-    uint32_t pi = piece_of(b, cp);
-    if (pi == SL_NONE)
-      return nomem(b);
-    cp->piece = pi;
-    if (cp->unit != SL_NONE)
-      out->unit_needed[cp->unit / 8] |= (uint8_t)(1u << (cp->unit % 8));
-    out->tensor_used[cp->tensor / 8] |= (uint8_t)(1u << (cp->tensor % 8));
-    piece_count *pc = &SL_VEC_AT(&b->counts, piece_count, pi);
-    if (pc->last_rank != rank) {
-      pc->last_rank = rank;
-      pair *pr = sl__vec_push(&b->pairs);
-      if (pr == NULL)
-        return nomem(b);
-      pr->piece = pi;
-      pr->rank = rank;
-      pc->n_members++;
-    }
-    if (b->tensor_seen[cp->tensor] != rank) {
-      b->tensor_seen[cp->tensor] = rank;
-      out->naive_bytes += b->cat->tensors[cp->tensor].nbytes;
-      rs->bytes_naive += b->cat->tensors[cp->tensor].nbytes;
-    }
-  }
-  return SL_STATUS_OK;
-}
-
-/* Plans every rank and merges its copies; the own rank's plan is kept in *b->own. */
-static sl_status collect_pieces(builder *b) {
-  sl__schedule *out = b->out;
-  uint32_t W = out->world;
-  out->stats = calloc(W, sizeof *out->stats);
-  out->unit_needed = calloc(b->m->n_units / 8 + 1, 1);
-  out->tensor_used = calloc(b->cat->n_tensors / 8 + 1, 1);
-  b->tensor_seen = calloc(b->cat->n_tensors + 1, sizeof *b->tensor_seen);
-  sl_status st = SL_STATUS_OK;
-  if (out->stats == NULL || b->tensor_seen == NULL || out->unit_needed == NULL || out->tensor_used == NULL)
-    st = nomem(b);
-  for (size_t i = 0; i < b->cat->n_tensors && b->tensor_seen != NULL; i++)
-    b->tensor_seen[i] = SL_NONE;
-  for (size_t i = 0; i < b->cat->n_tensors; i++)
-    out->checkpoint_bytes += b->cat->tensors[i].nbytes;
-  for (uint32_t rank = 0; rank < W && st == SL_STATUS_OK; rank++) {
-    sl__rank_plan rp;
-    bool mine = b->own != NULL && rank == b->own_rank;
-    st = sl__plan_rank(b->m, b->cat, b->o, rank, mine, &rp, b->err);
-    if (st != SL_STATUS_OK)
-      break;
-    sl_rank_stats *rs = &out->stats[rank];
-    rs->bytes_needed = rp.bytes_needed;
-    rs->bytes_local = rp.bytes_local;
-    rs->params = (uint32_t)rp.n_lparams;
-    rs->experts_local = (uint32_t)rp.ctx.slots;
-    st = merge_copies(b, rank, &rp);
-    if (mine && st == SL_STATUS_OK)
-      *b->own = rp;
-    else
-      sl__rank_plan_free(&rp);
-  }
-  free(b->tensor_seen);
-  b->tensor_seen = NULL;
-  return st == SL_STATUS_OK ? unpack_pieces(b) : st;
-}
-
-/* Sorts of piece indices take the pieces as qsort_r's context: no state outside the call, so
- * loaders on several threads of one process (one per worker) plan at once. */
-static int cmp_piece_idx(const void *a, const void *b, void *ctx) {
-  const sl__piece *base = ctx;
-  const sl__piece *x = &base[*(const uint32_t *)a];
-  const sl__piece *y = &base[*(const uint32_t *)b];
-  if (x->tensor != y->tensor)
-    return x->tensor < y->tensor ? -1 : 1;
-  if (x->src_off != y->src_off)
-    return x->src_off < y->src_off ? -1 : 1;
-  if (x->src_stride != y->src_stride)
-    return x->src_stride < y->src_stride ? -1 : 1;
-  if (x->row_bytes != y->row_bytes)
-    return x->row_bytes < y->row_bytes ? -1 : 1;
-  if (x->rows != y->rows)
-    return x->rows < y->rows ? -1 : 1;
-  return 0;
-}
-
-/* Members: a counting sort of the (piece, rank) pairs by sorted piece index (ranks ascending, as
- * ranks were planned in order). */
-static sl_status place_members(builder *b, const uint32_t *rank_of) {
-  sl__schedule *out = b->out;
-  uint64_t off = 0;
-  for (size_t k = 0; k < out->n_pieces; k++) {
-    out->pieces[k].members_off = off;
-    off += out->pieces[k].n_members;
-  }
-  uint64_t *fill = calloc(out->n_pieces + 1, sizeof *fill);
-  if (fill == NULL)
-    return nomem(b);
-  for (size_t i = 0; i < b->pairs.len; i++) {
-    const pair *pr = &SL_VEC_AT(&b->pairs, pair, i);
-    uint32_t k = rank_of[pr->piece];
-    out->members[out->pieces[k].members_off + fill[k]++] = pr->rank;
-  }
-  free(fill);
-  return SL_STATUS_OK;
-}
-
-/* Moves the pieces into the schedule sorted by (tensor, src_off, geometry), with their members,
- * and renumbers the pieces of the own rank's copies. */
-static sl_status sort_pieces(builder *b) {
-  sl__schedule *out = b->out;
-  size_t n = b->n_pieces;
-  uint32_t *order = calloc(n + 1, sizeof *order);
-  uint32_t *rank_of = calloc(n + 1, sizeof *rank_of);
-  out->pieces = calloc(n + 1, sizeof *out->pieces);
-  out->members = calloc(b->pairs.len + 1, sizeof *out->members);
-  sl_status st = SL_STATUS_OK;
-  if (order == NULL || rank_of == NULL || out->pieces == NULL || out->members == NULL)
-    st = nomem(b);
-  if (st == SL_STATUS_OK) {
-    for (uint32_t i = 0; i < n; i++)
-      order[i] = i;
-    qsort_r(order, n, sizeof *order, cmp_piece_idx, b->unsorted);
-    for (uint32_t k = 0; k < n; k++) {
-      rank_of[order[k]] = k;
-      out->pieces[k] = b->unsorted[order[k]];
-    }
-    out->n_pieces = n;
-    st = place_members(b, rank_of);
-    if (b->own != NULL)
-      for (size_t c = 0; c < b->own->n_copies; c++)
-        b->own->copies[c].piece = rank_of[b->own->copies[c].piece];
-  }
-  free(order);
-  free(rank_of);
-  return st;
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -296,42 +82,88 @@ static int cmp_piece_size_desc(const void *a, const void *b, void *ctx) {
   return ia < ib ? -1 : (ia > ib ? 1 : 0);
 }
 
+/* Whether rank a comes before rank b as a reader: less loaded, or as loaded and lower. */
+static bool before(const uint64_t *load, uint32_t a, uint32_t b) {
+  return load[a] != load[b] ? load[a] < load[b] : a < b;
+}
+
+/* Restores the heap order of h[0 .. n) (by `before`) from position i down. */
+static void sift_down(uint32_t *h, uint64_t n, uint64_t i, const uint64_t *load) {
+  for (;;) {
+    uint64_t l = 2 * i + 1;
+    uint64_t m = i;
+    if (l < n && before(load, h[l], h[m]))
+      m = l;
+    if (l + 1 < n && before(load, h[l + 1], h[m]))
+      m = l + 1;
+    if (m == i)
+      return;
+    uint32_t t = h[i];
+    h[i] = h[m];
+    h[m] = t;
+    i = m;
+  }
+}
+
+/* The least-loaded member of p (the lowest rank among equals): the best of its classes' heap tops,
+ * each class's ranks kept in a heap of their loads (heap: the classes' ranks, heapified). */
+static uint32_t least_loaded(const sl__schedule *s, const sl__piece *p, const uint32_t *heap,
+                             const uint64_t *load) {
+  const uint32_t *cls = &s->piece_classes[p->classes_off];
+  uint32_t best = heap[s->class_off[cls[0]]];
+  for (uint32_t j = 1; j < p->n_classes; j++)
+    if (before(load, heap[s->class_off[cls[j]]], best))
+      best = heap[s->class_off[cls[j]]];
+  return best;
+}
+
 /* Exclusive pieces first, then shared ones largest first to the least-loaded member. */
 static sl_status assign_readers(sl__schedule *s, sl__err *err) {
   size_t n = s->n_pieces;
   uint64_t *load = calloc(s->world, sizeof *load);
   uint32_t *shared = calloc(n + 1, sizeof *shared);
-  if (load == NULL || shared == NULL) {
+  uint32_t *heap = calloc((size_t)s->world + 1, sizeof *heap);
+  if (load == NULL || shared == NULL || heap == NULL) {
     free(load);
     free(shared);
+    free(heap);
     return sl__err_set(err, SL_STATUS_NOMEM, "out of memory planning %u ranks", s->world);
   }
   size_t n_shared = 0;
   for (size_t k = 0; k < n; k++) {
     sl__piece *p = &s->pieces[k];
     s->unique_bytes += p->nbytes;
-    if (p->xchg != SL_NONE) {
-      p->reader = s->members[p->members_off]; /* nominal: every member reads a block of rows */
+    const uint32_t *cls = &s->piece_classes[p->classes_off];
+    if (p->xchg != SL_NONE) { /* nominal: every member reads a block of rows; the lowest member */
+      p->reader = SL_NONE;
+      for (uint32_t j = 0; j < p->n_classes; j++)
+        p->reader = s->class_ranks[s->class_off[cls[j]]] < p->reader ? s->class_ranks[s->class_off[cls[j]]]
+                                                                     : p->reader;
     } else if (p->n_members == 1) {
-      p->reader = s->members[p->members_off];
+      p->reader = s->class_ranks[s->class_off[cls[0]]];
       load[p->reader] += p->nbytes;
     } else {
       shared[n_shared++] = (uint32_t)k;
     }
   }
+  memcpy(heap, s->class_ranks, (size_t)s->world * sizeof *heap);
+  for (uint32_t c = 0; c < s->n_classes; c++) {
+    uint64_t len = s->class_off[c + 1] - s->class_off[c];
+    for (uint64_t i = len / 2; i-- > 0;)
+      sift_down(&heap[s->class_off[c]], len, i, load);
+  }
   qsort_r(shared, n_shared, sizeof *shared, cmp_piece_size_desc, s->pieces);
   for (size_t i = 0; i < n_shared; i++) {
     sl__piece *p = &s->pieces[shared[i]];
-    const uint32_t *mem = &s->members[p->members_off];
-    uint32_t best = mem[0];
-    for (uint32_t j = 1; j < p->n_members; j++)
-      if (load[mem[j]] < load[best])
-        best = mem[j];
+    uint32_t best = least_loaded(s, p, heap, load);
+    uint32_t c = s->class_of[best];
     p->reader = best;
     load[best] += p->nbytes;
+    sift_down(&heap[s->class_off[c]], s->class_off[c + 1] - s->class_off[c], 0, load);
   }
   free(load);
   free(shared);
+  free(heap);
   return SL_STATUS_OK;
 }
 
@@ -339,41 +171,44 @@ static sl_status assign_readers(sl__schedule *s, sl__err *err) {
  * 3. Groups
  * ------------------------------------------------------------------------------------------- */
 
-/* Groups: distinct member lists of shared pieces, numbered in piece order. */
+/* Groups: distinct member lists of shared pieces, numbered in piece order. Classes are disjoint,
+ * so two pieces have the same members exactly when they have the same classes: the class lists are
+ * compared, and a group's ranks are listed once, when it is new. */
 static sl_status build_groups(sl__schedule *s, sl__err *err) {
-  sl__hashmap group_of; /* member list (borrowed from s->members) → group index */
+  sl__hashmap group_of; /* class list (borrowed from s->piece_classes) → group index */
   sl__hashmap_init(&group_of, SL_HASHMAP_BORROW);
   sl__vec groups;
   sl__vec gm;
   sl__vec_init(&groups, sizeof(sl__group));
   sl__vec_init(&gm, sizeof(uint32_t));
-  sl_status st = SL_STATUS_OK;
-  for (size_t i = 0; i < s->n_pieces; i++) {
+  uint64_t *bits = calloc(((size_t)s->world + 63) / 64 + 1, sizeof *bits);
+  sl_status st = bits != NULL ? SL_STATUS_OK : SL_STATUS_NOMEM;
+  for (size_t i = 0; i < s->n_pieces && st == SL_STATUS_OK; i++) {
     sl__piece *p = &s->pieces[i];
     if (p->n_members < 2 || p->xchg != SL_NONE)
       continue;
-    const uint32_t *mem = &s->members[p->members_off];
+    const uint32_t *cls = &s->piece_classes[p->classes_off];
     bool added = false;
-    sl__hashval *v = sl__hashmap_slot(&group_of, mem, p->n_members * sizeof *mem, &added);
+    sl__hashval *v = sl__hashmap_slot(&group_of, cls, p->n_classes * sizeof *cls, &added);
     sl__group *g = v != NULL && added ? sl__vec_push(&groups) : NULL;
     if (v == NULL || (added && (g == NULL || !sl__vec_reserve(&gm, gm.len + p->n_members)))) {
-      st = sl__err_set(err, SL_STATUS_NOMEM, "out of memory building broadcast groups");
+      st = SL_STATUS_NOMEM;
       break;
     }
     if (added) {
       g->n = p->n_members;
       g->off = gm.len;
-      memcpy((uint32_t *)gm.data + gm.len, mem, p->n_members * sizeof *mem);
-      gm.len += p->n_members;
+      gm.len += sl__class_ranks(s, cls, p->n_classes, (uint32_t *)gm.data + gm.len, bits);
       v->u64 = groups.len - 1;
     }
     p->group = (uint32_t)v->u64;
   }
+  free(bits);
   sl__hashmap_free(&group_of);
   if (st != SL_STATUS_OK) {
     sl__vec_free(&groups);
     sl__vec_free(&gm);
-    return st;
+    return sl__err_set(err, SL_STATUS_NOMEM, "out of memory building broadcast groups");
   }
   s->groups = groups.data;
   s->n_groups = groups.len;
@@ -507,13 +342,19 @@ static sl_status build_buckets(sl__schedule *s, uint64_t bucket_bytes, sl__err *
  * 5. Figures
  * ------------------------------------------------------------------------------------------- */
 
-/* Per-rank reads (covering gaps included), files opened, bytes sent and received. */
+/* Per-rank reads (covering gaps included), files opened, bytes sent and received. A rank receives
+ * every shared piece of its class but those it reads itself: summed per class, then per rank. */
 static sl_status rank_figures(sl__schedule *s, const sl__catalog *cat, const sl__plan_opts *o, sl__err *err) {
   uint8_t *files = NULL; /* bitmap: rank × file opened */
-  if (cat->n_files > 0) {
+  if (cat->n_files > 0)
     files = calloc(((size_t)s->world * cat->n_files + 7) / 8 + 1, 1);
-    if (files == NULL)
-      return sl__err_set(err, SL_STATUS_NOMEM, "out of memory planning %u ranks", s->world);
+  uint64_t *shared = calloc((size_t)s->n_classes + 1, sizeof *shared); /* per class */
+  uint64_t *sent = calloc((size_t)s->world + 1, sizeof *sent);        /* per rank: shared pieces read */
+  if ((files == NULL && cat->n_files > 0) || shared == NULL || sent == NULL) {
+    free(files);
+    free(shared);
+    free(sent);
+    return sl__err_set(err, SL_STATUS_NOMEM, "out of memory planning %u ranks", s->world);
   }
   for (size_t k = 0; k < s->n_pieces; k++) {
     const sl__piece *p = &s->pieces[k];
@@ -530,15 +371,17 @@ static sl_status rank_figures(sl__schedule *s, const sl__catalog *cat, const sl_
     }
     if (p->n_members > 1) {
       rs->bytes_sent += p->nbytes;
-      for (uint32_t j = 0; j < p->n_members; j++) {
-        uint32_t mrank = s->members[p->members_off + j];
-        if (mrank != p->reader)
-          s->stats[mrank].bytes_received += p->nbytes;
-      }
+      sent[p->reader] += p->nbytes;
+      for (uint32_t j = 0; j < p->n_classes; j++)
+        shared[s->piece_classes[p->classes_off + j]] += p->nbytes;
     }
   }
+  for (uint32_t r = 0; r < s->world; r++)
+    s->stats[r].bytes_received += shared[s->class_of[r]] - sent[r];
   sl__twophase_figures(s, cat, files);
   free(files);
+  free(shared);
+  free(sent);
   return SL_STATUS_OK;
 }
 
@@ -588,19 +431,9 @@ sl_status sl__schedule_build(const sl__model *m, const sl__catalog *cat, const s
   if (own != NULL)
     memset(own, 0, sizeof *own);
   out->world = o->layout.world;
-  builder b = {.m = m, .cat = cat, .o = o, .own_rank = own_rank, .own = own, .out = out, .err = err};
-  sl__hashmap_init(&b.piece_of, SL_HASHMAP_COPY);
-  sl__vec_init(&b.counts, sizeof(piece_count));
-  sl__vec_init(&b.pairs, sizeof(pair));
   sl_status st = sl__plan_check_heads(m, o->layout.tp, err);
   if (st == SL_STATUS_OK)
-    st = collect_pieces(&b);
-  if (st == SL_STATUS_OK)
-    st = sort_pieces(&b);
-  sl__hashmap_free(&b.piece_of);
-  sl__vec_free(&b.counts);
-  sl__vec_free(&b.pairs);
-  free(b.unsorted);
+    st = sl__pieces_build(m, cat, o, own_rank, own, out, err);
   if (st == SL_STATUS_OK)
     st = sl__twophase_find(out, o, err);
   if (st == SL_STATUS_OK)

@@ -77,16 +77,15 @@ static uint64_t run_blocks(const run *r, uint64_t B) {
   return (uint64_t)((long double)B * sum * r->rows / n);
 }
 
-/* Per node: the storage blocks its readers' pieces touch. */
+/* Per node: the storage blocks its readers' pieces touch. Only row slices (strided runs) merge
+ * with others, so contiguous ranges are counted at once and only the strided runs are sorted. */
 static sl_status storage_blocks(sl__figures *f, const sl__schedule *s, const sl__catalog *cat,
                                 const sl__node_layout *l, sl__err *err) {
-  size_t cap = s->n_pieces;
-  for (size_t x = 0; x < s->n_xchgs; x++)
-    cap += s->groups[s->xchgs[x].group].n;
-  run *runs = calloc(cap + 1, sizeof *runs);
+  run *runs = calloc(s->n_pieces + 1, sizeof *runs);
   if (runs == NULL)
     return sl__err_set(err, SL_STATUS_NOMEM, "out of memory in the time model");
   size_t n_runs = 0;
+  uint64_t B = f->block;
   /* Exchanges: each member's block of whole rows, one contiguous range. */
   for (size_t x = 0; x < s->n_xchgs; x++) {
     const sl__xchg *X = &s->xchgs[x];
@@ -95,12 +94,10 @@ static sl_status storage_blocks(sl__figures *f, const sl__schedule *s, const sl_
     for (uint32_t m = 0; m < g->n; m++) {
       uint64_t lo = 0, hi = 0;
       sl__xchg_rows(X, g->n, m, UINT64_MAX, &lo, &hi);
+      uint64_t base = t->offset + X->src_off + lo * X->row_bytes;
       if (hi > lo)
-        runs[n_runs++] = (run){.node = node_of(l, s->group_members[g->off + m]),
-                               .file = t->file,
-                               .base = t->offset + X->src_off + lo * X->row_bytes,
-                               .rows = 1,
-                               .c1 = (hi - lo) * X->row_bytes};
+        f->nodes[node_of(l, s->group_members[g->off + m])].storage +=
+            B * blocks_of(base, base + (hi - lo) * X->row_bytes, B);
     }
   }
   for (size_t k = 0; k < s->n_pieces; k++) {
@@ -108,15 +105,13 @@ static sl_status storage_blocks(sl__figures *f, const sl__schedule *s, const sl_
     if (P->xchg != SL_NONE)
       continue; /* read as whole rows, above */
     const sl__cat_tensor *t = &cat->tensors[P->tensor];
-    run *r = &runs[n_runs++];
-    r->node = node_of(l, P->reader);
-    r->file = t->file;
+    uint32_t node = node_of(l, P->reader);
     if (P->rows <= 1 || P->src_stride == P->row_bytes) {
-      *r =
-          (run){.node = r->node, .file = t->file, .base = t->offset + P->src_off, .rows = 1, .c1 = P->nbytes};
+      uint64_t base = t->offset + P->src_off;
+      f->nodes[node].storage += B * blocks_of(base, base + P->nbytes, B);
     } else {
       uint64_t col = P->src_off % P->src_stride;
-      *r = (run){.node = r->node,
+      runs[n_runs++] = (run){.node = node,
                  .file = t->file,
                  .base = t->offset + P->src_off - col,
                  .stride = P->src_stride,
@@ -126,7 +121,6 @@ static sl_status storage_blocks(sl__figures *f, const sl__schedule *s, const sl_
     }
   }
   qsort(runs, n_runs, sizeof *runs, run_cmp);
-  uint64_t B = f->block;
   for (size_t i = 0; i < n_runs;) {
     run m = runs[i++];
     /* Column slices of the same rows on the same node, gaps under a block: one run. */
@@ -141,81 +135,138 @@ static sl_status storage_blocks(sl__figures *f, const sl__schedule *s, const sl_
   return SL_STATUS_OK;
 }
 
+/* Scratch of the network model, per node, zero between uses. */
+typedef struct net_scratch {
+  uint32_t *seen;   /* stamp + 1 of the group or exchange that listed the node */
+  uint32_t *list;   /* the nodes of the current group or exchange */
+  uint32_t *cnt[2]; /* an exchange's members on the node with a short, a long block of rows */
+  uint64_t *gnodes_off; /* per group (+ 1): its distinct nodes at gnodes[..] */
+  uint32_t *gnodes;
+} net_scratch;
+
+/* The distinct nodes of every group, in member order: a bucket then costs its nodes, not its ranks. */
+static bool group_nodes(const sl__schedule *s, const sl__node_layout *l, net_scratch *ns) {
+  uint64_t total = 0;
+  for (size_t g = 0; g < s->n_groups; g++)
+    total += s->groups[g].n;
+  ns->gnodes_off = calloc(s->n_groups + 1, sizeof *ns->gnodes_off);
+  ns->gnodes = calloc(total + 1, sizeof *ns->gnodes);
+  if (ns->gnodes_off == NULL || ns->gnodes == NULL)
+    return false;
+  uint64_t len = 0;
+  for (size_t g = 0; g < s->n_groups; g++) {
+    const sl__group *G = &s->groups[g];
+    for (uint32_t j = 0; j < G->n; j++) {
+      uint32_t node = node_of(l, s->group_members[G->off + j]);
+      if (ns->seen[node] != g + 1) {
+        ns->seen[node] = (uint32_t)g + 1;
+        ns->gnodes[len++] = node;
+      }
+    }
+    ns->gnodes_off[g + 1] = len;
+  }
+  return true;
+}
+
+/* Rows of member m's block in an exchange among n: rows / n, or one more for (rows % n) members. */
+static int long_block(const sl__xchg *X, uint32_t n, uint32_t m) {
+  uint64_t r = X->rows % n;
+  return r * (m + 1) / n - r * m / n != 0;
+}
+
+/* Counts an exchange's members per node by block length (sl__xchg_rows: a member's rows in a round
+ * depend only on its block's length); returns the number of nodes listed. */
+static uint32_t exchange_nodes(const sl__schedule *s, const sl__xchg *X, const sl__node_layout *l, uint32_t stamp,
+                               net_scratch *ns) {
+  const sl__group *g = &s->groups[X->group];
+  uint32_t n_nodes = 0;
+  for (uint32_t m = 0; m < g->n; m++) {
+    uint32_t node = node_of(l, s->group_members[g->off + m]);
+    if (ns->seen[node] != stamp) {
+      ns->seen[node] = stamp;
+      ns->cnt[0][node] = ns->cnt[1][node] = 0;
+      ns->list[n_nodes++] = node;
+    }
+    ns->cnt[long_block(X, g->n, m)][node]++;
+  }
+  return n_nodes;
+}
+
 /* One exchange round over the nodes: member m sends member r (r != m) its rows of r's column
  * block; what crosses between nodes counts, and each node of the group waits for the larger of
- * what it sends and receives. In closed form, linear in the group's size (groups of replicas span
+ * what it sends and receives. In closed form, linear in the group's nodes (groups of replicas span
  * thousands of ranks): member m sends its bytes to every member off its node, n - members[node(m)]
- * of them, and member r receives every byte sent from other nodes, total - bytes[node(r)].
- * out/in/cnt/sum: per-node scratch, zero on entry and on return. */
-static void exchange_round(sl__figures *f, const sl__schedule *s, const sl__bucket *bk,
-                           const sl__node_layout *l, uint64_t *out, uint64_t *in, uint64_t *cnt, uint64_t *sum) {
+ * of them, and member r receives every byte sent from other nodes, total - bytes[node(r)]. A
+ * member's bytes in the round depend only on its block's length, so a node's sums come from its
+ * counts of short and long blocks (exchange_nodes). */
+static void exchange_round(sl__figures *f, const sl__schedule *s, const sl__bucket *bk, uint32_t n_nodes,
+                           const net_scratch *ns) {
   const sl__xchg *X = &s->xchgs[bk->xchg];
-  const sl__group *g = &s->groups[bk->group];
-  uint64_t total = 0;
-  for (uint32_t m = 0; m < g->n; m++) {
-    uint64_t lo = 0, hi = 0;
-    sl__xchg_rows(X, g->n, m, bk->round, &lo, &hi);
-    uint64_t bytes = (hi - lo) * X->col_bytes;
-    uint32_t node = node_of(l, s->group_members[g->off + m]);
-    cnt[node]++;
-    sum[node] += bytes;
-    total += bytes;
+  uint32_t n = s->groups[bk->group].n;
+  uint64_t bytes[2];
+  uint64_t members[2] = {0, 0};
+  for (int b = 0; b < 2; b++) { /* the rows of the round, as sl__xchg_rows cuts them */
+    uint64_t len = X->rows / n + (uint64_t)b;
+    uint64_t k = bk->round;
+    uint64_t q = X->rows_per_round;
+    uint64_t done = k < len / q + 1 ? k * q : len;
+    done = done < len ? done : len;
+    bytes[b] = (len - done > q ? q : len - done) * X->col_bytes;
   }
-  for (uint32_t m = 0; m < g->n; m++) {
-    uint64_t lo = 0, hi = 0;
-    sl__xchg_rows(X, g->n, m, bk->round, &lo, &hi);
-    uint64_t bytes = (hi - lo) * X->col_bytes;
-    uint32_t node = node_of(l, s->group_members[g->off + m]);
-    out[node] += bytes * (g->n - cnt[node]);
-    in[node] += total - sum[node];
+  for (uint32_t i = 0; i < n_nodes; i++) {
+    members[0] += ns->cnt[0][ns->list[i]];
+    members[1] += ns->cnt[1][ns->list[i]];
   }
+  uint64_t total = members[0] * bytes[0] + members[1] * bytes[1];
   double rate = f->network_gbps * 1e9;
-  for (uint32_t j = 0; j < g->n; j++) {
-    uint32_t node = node_of(l, s->group_members[g->off + j]);
-    cnt[node] = sum[node] = 0;
-    if (out[node] == 0 && in[node] == 0)
-      continue; /* done (a node with several members), or nothing crossed its link */
-    uint64_t most = out[node] > in[node] ? out[node] : in[node];
-    f->nodes[node].net_out += out[node];
-    f->nodes[node].net_in += in[node];
+  for (uint32_t i = 0; i < n_nodes; i++) {
+    uint32_t node = ns->list[i];
+    uint64_t cnt = ns->cnt[0][node] + ns->cnt[1][node];
+    uint64_t sum = ns->cnt[0][node] * bytes[0] + ns->cnt[1][node] * bytes[1];
+    uint64_t out = sum * (n - cnt);
+    uint64_t in = cnt * (total - sum);
+    if (out == 0 && in == 0)
+      continue; /* nothing crossed its link */
+    uint64_t most = out > in ? out : in;
+    f->nodes[node].net_out += out;
+    f->nodes[node].net_in += in;
     f->nodes[node].bcast_s += rate > 0 ? (double)most / rate : 0;
-    out[node] = in[node] = 0;
   }
+}
+
+static void net_scratch_free(net_scratch *ns) {
+  free(ns->seen);
+  free(ns->list);
+  free(ns->cnt[0]);
+  free(ns->cnt[1]);
+  free(ns->gnodes_off);
+  free(ns->gnodes);
 }
 
 /* Per node: broadcast bytes in and out over its link, and the seconds of the buckets it is in. */
 static sl_status broadcasts(sl__figures *f, const sl__schedule *s, const sl__node_layout *l, sl__err *err) {
-  uint32_t *seen = calloc(f->n_nodes + 1, sizeof *seen); /* bucket index + 1 that marked the node */
-  uint32_t *list = calloc(f->n_nodes + 1, sizeof *list);
-  uint64_t *xout = calloc(f->n_nodes + 1, sizeof *xout);
-  uint64_t *xin = calloc(f->n_nodes + 1, sizeof *xin);
-  uint64_t *xcnt = calloc(f->n_nodes + 1, sizeof *xcnt);
-  uint64_t *xsum = calloc(f->n_nodes + 1, sizeof *xsum);
-  if (seen == NULL || list == NULL || xout == NULL || xin == NULL || xcnt == NULL || xsum == NULL) {
-    free(seen);
-    free(list);
-    free(xout);
-    free(xin);
-    free(xcnt);
-    free(xsum);
+  net_scratch ns = {.seen = calloc(f->n_nodes + 1, sizeof *ns.seen),
+                    .list = calloc(f->n_nodes + 1, sizeof *ns.list),
+                    .cnt = {calloc(f->n_nodes + 1, sizeof(uint32_t)), calloc(f->n_nodes + 1, sizeof(uint32_t))}};
+  if (ns.seen == NULL || ns.list == NULL || ns.cnt[0] == NULL || ns.cnt[1] == NULL || !group_nodes(s, l, &ns)) {
+    net_scratch_free(&ns);
     return sl__err_set(err, SL_STATUS_NOMEM, "out of memory in the time model");
   }
   double rate = f->network_gbps * 1e9;
+  uint32_t xchg = SL_NONE; /* the exchange whose nodes are listed (its rounds are consecutive buckets) */
+  uint32_t x_nodes = 0;
   for (size_t b = 0; b < s->n_buckets; b++) {
     const sl__bucket *bk = &s->buckets[b];
     if (bk->xchg != SL_NONE) {
-      exchange_round(f, s, bk, l, xout, xin, xcnt, xsum);
+      if (bk->xchg != xchg) { /* stamps after the groups' */
+        xchg = bk->xchg;
+        x_nodes = exchange_nodes(s, &s->xchgs[xchg], l, (uint32_t)(s->n_groups + 1 + xchg), &ns);
+      }
+      exchange_round(f, s, bk, x_nodes, &ns);
       continue;
     }
-    const sl__group *g = &s->groups[bk->group];
-    uint32_t n = 0;
-    for (uint32_t j = 0; j < g->n; j++) {
-      uint32_t node = node_of(l, s->group_members[g->off + j]);
-      if (seen[node] != b + 1) {
-        seen[node] = (uint32_t)b + 1;
-        list[n++] = node;
-      }
-    }
+    const uint32_t *list = &ns.gnodes[ns.gnodes_off[bk->group]];
+    uint32_t n = (uint32_t)(ns.gnodes_off[bk->group + 1] - ns.gnodes_off[bk->group]);
     if (n <= 1)
       continue; /* within one node: shared memory */
     uint32_t root = node_of(l, bk->reader);
@@ -230,12 +281,7 @@ static sl_status broadcasts(sl__figures *f, const sl__schedule *s, const sl__nod
       f->nodes[list[j]].bcast_s += sec;
     }
   }
-  free(seen);
-  free(list);
-  free(xout);
-  free(xin);
-  free(xcnt);
-  free(xsum);
+  net_scratch_free(&ns);
   return SL_STATUS_OK;
 }
 

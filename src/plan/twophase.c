@@ -22,12 +22,9 @@ void sl__xchg_rows(const sl__xchg *x, uint32_t n, uint32_t m, uint64_t k, uint64
 }
 
 uint32_t sl__xchg_col_of(const sl__schedule *s, const sl__xchg *x, uint32_t rank) {
-  for (uint32_t j = 0; j < x->n_cols; j++) {
-    const sl__piece *p = &s->pieces[x->first_piece + j];
-    for (uint32_t i = 0; i < p->n_members; i++)
-      if (s->members[p->members_off + i] == rank)
-        return j;
-  }
+  for (uint32_t j = 0; j < x->n_cols; j++)
+    if (sl__piece_member(s, &s->pieces[x->first_piece + j], rank))
+      return j;
   return SL_NONE;
 }
 
@@ -59,20 +56,22 @@ static uint32_t tiling_at(const sl__schedule *s, size_t k) {
   return (uint32_t)n;
 }
 
-/* The exchange group of the n column pieces from k (sorted ranks into u, room for the world);
- * 0 when a rank needs more than one column block. */
-static uint32_t union_members(const sl__schedule *s, size_t k, uint32_t n, uint32_t *u) {
+/* The classes of the n column pieces from k (into cls, room for every class), sorted; 0 when a
+ * class (so a rank: classes are disjoint) needs more than one column block. *members: their ranks. */
+static uint32_t union_classes(const sl__schedule *s, size_t k, uint32_t n, uint32_t *cls, uint32_t *members) {
   uint32_t len = 0;
+  *members = 0;
   for (uint32_t j = 0; j < n; j++) {
     const sl__piece *p = &s->pieces[k + j];
-    if (p->n_members > s->world - len)
-      return 0; /* more memberships than ranks: some rank twice */
-    for (uint32_t i = 0; i < p->n_members; i++)
-      u[len++] = s->members[p->members_off + i];
+    if (p->n_classes > s->n_classes - len)
+      return 0; /* more than every class: some class twice */
+    memcpy(cls + len, &s->piece_classes[p->classes_off], p->n_classes * sizeof *cls);
+    len += p->n_classes;
+    *members += p->n_members;
   }
-  qsort(u, len, sizeof *u, cmp_u32);
+  qsort(cls, len, sizeof *cls, cmp_u32);
   for (uint32_t i = 1; i < len; i++)
-    if (u[i] == u[i - 1])
+    if (cls[i] == cls[i - 1])
       return 0;
   return len;
 }
@@ -80,7 +79,7 @@ static uint32_t union_members(const sl__schedule *s, size_t k, uint32_t n, uint3
 sl_status sl__twophase_find(sl__schedule *s, const sl__plan_opts *o, sl__err *err) {
   sl__vec xs;
   sl__vec_init(&xs, sizeof(sl__xchg));
-  uint32_t *u = calloc((size_t)s->world + 1, sizeof *u);
+  uint32_t *u = calloc((size_t)s->n_classes + 1, sizeof *u);
   /* A round takes half a bucket slot at most: MPI's own buffers for the all-to-all (shared-memory
    * fragments, touched by both sides) come on top of the round's, within the same staging cap. */
   uint64_t bucket = (o->bucket_bytes > 0 ? o->bucket_bytes : 64ull << 20) / 2;
@@ -88,7 +87,9 @@ sl_status sl__twophase_find(sl__schedule *s, const sl__plan_opts *o, sl__err *er
     return sl__err_set(err, SL_STATUS_NOMEM, "out of memory planning two-phase reads");
   for (size_t k = 0; k < s->n_pieces && !o->per_row_reads;) {
     uint32_t n = tiling_at(s, k);
-    uint32_t members = n > 0 ? union_members(s, k, n, u) : 0;
+    uint32_t members = 0;
+    if (n == 0 || union_classes(s, k, n, u, &members) == 0)
+      members = 0;
     const sl__piece *p = &s->pieces[k];
     /* A round holds at least one row read and its columns received from every member. */
     uint64_t per_row = members >= 2 ? p->src_stride + (uint64_t)members * p->row_bytes : 0;
@@ -154,21 +155,25 @@ static uint32_t group_of(sl__schedule *s, const uint32_t *u, uint32_t n, uint32_
 }
 
 sl_status sl__twophase_groups(sl__schedule *s, sl__err *err) {
+  uint32_t *cls = calloc((size_t)s->n_classes + 1, sizeof *cls);
   uint32_t *u = calloc((size_t)s->world + 1, sizeof *u);
-  if (u == NULL)
-    return sl__err_set(err, SL_STATUS_NOMEM, "out of memory planning two-phase reads");
+  uint64_t *bits = calloc(((size_t)s->world + 63) / 64 + 1, sizeof *bits);
+  sl_status st = cls != NULL && u != NULL && bits != NULL ? SL_STATUS_OK : SL_STATUS_NOMEM;
   uint32_t last = SL_NONE;
-  for (size_t i = 0; i < s->n_xchgs; i++) {
+  for (size_t i = 0; i < s->n_xchgs && st == SL_STATUS_OK; i++) {
     sl__xchg *x = &s->xchgs[i];
-    uint32_t n = union_members(s, x->first_piece, x->n_cols, u);
+    uint32_t members = 0;
+    uint32_t nc = union_classes(s, x->first_piece, x->n_cols, cls, &members);
+    uint32_t n = sl__class_ranks(s, cls, nc, u, bits);
     x->group = group_of(s, u, n, last);
-    if (x->group == SL_NONE) {
-      free(u);
-      return sl__err_set(err, SL_STATUS_NOMEM, "out of memory planning two-phase reads");
-    }
+    st = x->group != SL_NONE ? SL_STATUS_OK : SL_STATUS_NOMEM;
     last = x->group;
   }
+  free(cls);
   free(u);
+  free(bits);
+  if (st != SL_STATUS_OK)
+    return sl__err_set(err, SL_STATUS_NOMEM, "out of memory planning two-phase reads");
   return SL_STATUS_OK;
 }
 

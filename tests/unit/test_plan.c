@@ -181,6 +181,66 @@ static void check_layout(fixture *f, uint32_t tp, uint32_t dp, bool ep, uint32_t
   sl__model_free(&m);
 }
 
+/* The copies of two rank plans are the same byte copies (the rank ids aside). */
+static bool same_copies(const sl__rank_plan *a, const sl__rank_plan *b) {
+  if (a->n_copies != b->n_copies || a->n_lparams != b->n_lparams || a->bytes_needed != b->bytes_needed ||
+      a->bytes_local != b->bytes_local || a->ctx.slots != b->ctx.slots)
+    return false;
+  for (size_t i = 0; i < a->n_copies; i++) {
+    const sl__copy *x = &a->copies[i];
+    const sl__copy *y = &b->copies[i];
+    if (x->lparam != y->lparam || x->tensor != y->tensor || x->unit != y->unit || x->src_off != y->src_off ||
+        x->src_stride != y->src_stride || x->row_bytes != y->row_bytes || x->rows != y->rows ||
+        x->dst_off != y->dst_off || x->dst_stride != y->dst_stride)
+      return false;
+  }
+  for (size_t i = 0; i < a->n_lparams; i++)
+    if (a->lparams[i].mparam != b->lparams[i].mparam || a->lparams[i].nbytes != b->lparams[i].nbytes ||
+        memcmp(a->lparams[i].shape, b->lparams[i].shape, sizeof a->lparams[i].shape) != 0)
+      return false;
+  return true;
+}
+
+/* The schedule plans one rank per class of ranks with equal plans (plan/pieces.c): every rank's own
+ * plan must equal its class's first rank's, its copies' pieces must list it as a member, and the
+ * classes must be fewer than the ranks where ranks repeat (replicas holding no expert). */
+static void check_classes(fixture *f, uint32_t tp, uint32_t dp, bool ep, uint32_t expect_classes) {
+  sl__model m;
+  sl__err err;
+  sl__err_clear(&err);
+  CHECKF(sl__model_build(f->spec, &f->cat, SL_LAYOUT_VLLM, &m, &err) == SL_STATUS_OK, "model: %s", err.msg);
+  uint32_t starts[2] = {0, 1};
+  sl__plan_opts o = {.pp_starts = starts,
+                     .enable_ep = ep,
+                     .coalesce_gap = 4096,
+                     .bucket_bytes = 1 << 20,
+                     .read_chunk = 1 << 20};
+  uint32_t world = tp * dp;
+  CHECK(sl__layout_init(&o.layout, tp, 1, dp, world, &err) == SL_STATUS_OK);
+  for (uint32_t r = 0; r < world; r++) {
+    sl__schedule s;
+    sl__rank_plan own;
+    CHECKF(sl__schedule_build(&m, &f->cat, &o, r, &own, &s, &err) == SL_STATUS_OK, "schedule: %s", err.msg);
+    CHECKF(s.n_classes == expect_classes, "tp=%u dp=%u ep=%d: %u classes, want %u", tp, dp, ep, s.n_classes,
+           expect_classes);
+    uint32_t first = s.class_ranks[s.class_off[s.class_of[r]]];
+    sl__rank_plan rep;
+    CHECK(sl__plan_rank(&m, &f->cat, &o, first, false, &rep, &err) == SL_STATUS_OK);
+    CHECKF(same_copies(&own, &rep), "tp=%u dp=%u ep=%d: rank %u plans unlike rank %u of its class", tp, dp, ep,
+           r, first);
+    for (size_t c = 0; c < own.n_copies; c++) {
+      const sl__piece *p = &s.pieces[own.copies[c].piece];
+      CHECKF(sl__piece_member(&s, p, r) && p->tensor == own.copies[c].tensor &&
+                 p->src_off == own.copies[c].src_off && p->rows == own.copies[c].rows,
+             "tp=%u dp=%u ep=%d rank %u: copy %zu's piece", tp, dp, ep, r, c);
+    }
+    sl__rank_plan_free(&rep);
+    sl__rank_plan_free(&own);
+    sl__schedule_free(&s);
+  }
+  sl__model_free(&m);
+}
+
 /* Attention heads come first (sl__plan_check_heads, called by sl__schedule_build before any
  * parameter is sliced): vLLM's message, the parameter, the valid sizes; key/value heads must divide
  * tp or be divided by it; replicated parameters and the vocabulary are not cut by heads. */
@@ -255,6 +315,9 @@ int main(void) {
   check_layout(&f, 1, 2, true, 12);
   check_layout(&f, 8, 1, true, 3); /* EP=8: one expert each */
   check_layout(&f, 4, 2, true, 3);
+  check_classes(&f, 2, 16, true, 10); /* EP=32: 8 ranks one expert each, 24 none, by tp rank: 8 + 2 */
+  check_classes(&f, 2, 4, false, 8);  /* MoE tp 8: every rank its own slice of the experts */
+  check_classes(&f, 1, 8, true, 8);   /* EP=8: one expert each */
   sl__catalog_free(&f.cat);
   sl__spec_free(f.spec);
   sl_test_rmtree(f.dir);
