@@ -8,11 +8,16 @@
 #include "api/extra_config.h"
 #include "base/edit_distance.h"
 #include "base/util.h"
+#include "plan/plan.h" /* SL_BUCKET_BYTES_DEFAULT */
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+
+/* A numeric macro as the text of a default (the macro stays the one owner of the number). */
+#define SL__TEXT2(x) #x
+#define SL__TEXT(x) SL__TEXT2(x)
 
 typedef enum { T_STR, T_BOOL, T_U64, T_POS, T_ENUM, T_DOUBLE, T_LIST } key_type;
 
@@ -71,7 +76,7 @@ static const key_def keys[] = {
     {"two_phase_reads", T_BOOL, "true", NULL,
      "row-parallel slices: each rank reads whole rows, then the ranks swap column blocks (false: "
      "each rank reads its columns row by row)"},
-    {"bucket_bytes", T_POS, "67108864", NULL, "broadcast bucket size, bytes"},
+    {"bucket_bytes", T_POS, SL__TEXT(SL_BUCKET_BYTES_DEFAULT), NULL, "broadcast bucket size, bytes"},
     {"save_sharded", T_STR, NULL, NULL, "write each rank's parameters to this folder"},
     {"save_max_part_bytes", T_POS, "5368709120", NULL, "largest part file of save_sharded, bytes"},
     {"overwrite", T_BOOL, "false", NULL,

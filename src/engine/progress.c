@@ -4,6 +4,7 @@
  */
 #include "engine/progress.h"
 
+#include "base/bytes_fmt.h"
 #include "base/util.h"
 #include "plan/stats.h"
 

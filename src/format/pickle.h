@@ -23,7 +23,7 @@
 #define SL_PK_MAX_MEMO (1u << 24)           /* memo slots */
 #define SL_PK_MAX_DEPTH 32u                 /* nesting of tuples, lists, dicts and marks */
 #define SL_PK_MAX_TENSORS (1u << 22)        /* tensors in one state dict */
-#define SL_PK_MAX_DIMS 8u
+#define SL_PK_MAX_DIMS ((unsigned)SL_MAX_DIMS) /* the public header owns the number */
 
 typedef struct sl__pk_tensor {
   const char *name;        /* NUL-terminated, into sl__pk_state.arena */

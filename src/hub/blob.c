@@ -7,6 +7,7 @@
  */
 #include "hub/run.h"
 
+#include "base/bytes_fmt.h"
 #include "base/log.h"
 #include "base/util.h"
 #include "hub/cache.h"
@@ -116,18 +117,6 @@ static bool out_of_space(const file_dl *f) {
   return f->write_errno == ENOSPC || f->write_errno == EDQUOT;
 }
 
-/* "240.2 kB", "1.5 GB": the order of magnitude a user compares with `df`. */
-static void human_size(uint64_t n, char *out, size_t cap) {
-  static const char *const units[] = {"B", "kB", "MB", "GB", "TB", "PB"};
-  double v = (double)n;
-  size_t u = 0;
-  while (v >= 1000.0 && u + 1 < sizeof units / sizeof units[0]) {
-    v /= 1000.0;
-    u++;
-  }
-  snprintf(out, cap, u == 0 ? "%.0f %s" : "%.1f %s", v, units[u]);
-}
-
 /* The error for out_of_space(f): what the file needs and where (the temporary was removed). */
 static sl_status no_space_error(sl__hub_run *r, const file_dl *f, sl__err *err) {
   char *blobs = sl__path_join(r->repo_dir, "blobs");
@@ -137,7 +126,7 @@ static sl_status no_space_error(sl__hub_run *r, const file_dl *f, sl__err *err) 
     snprintf(avail, sizeof avail, "; %llu bytes are free there now",
              (unsigned long long)vs.f_bavail * (unsigned long long)vs.f_frsize);
   char human[32];
-  human_size(f->size, human, sizeof human);
+  sl__fmt_bytes_si(human, sizeof human, f->size);
   sl__err_clear(err); /* replaces the bare write error with what the user can act on */
   sl_status st =
       sl__err_set(err, SL_STATUS_HUB_CACHE,

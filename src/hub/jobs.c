@@ -7,6 +7,7 @@
  */
 #include "hub/run.h"
 
+#include "base/bytes_fmt.h"
 #include "base/log.h"
 #include "base/util.h"
 #include "base/workers.h"
@@ -23,17 +24,6 @@
  * progress (stderr, rank 0 only: the Hub client runs nowhere else)
  * ------------------------------------------------------------------------------------------- */
 
-static void human_bytes(uint64_t n, char *out, size_t cap) {
-  static const char *const units[] = {"B", "KB", "MB", "GB", "TB"};
-  double v = (double)n;
-  size_t u = 0;
-  while (v >= 1000.0 && u + 1 < sizeof units / sizeof units[0]) {
-    v /= 1000.0;
-    u++;
-  }
-  snprintf(out, cap, u == 0 ? "%.0f %s" : "%.1f %s", v, units[u]);
-}
-
 /* Draws the sl__hub_progress line; called with run->mu held. */
 void sl__hub_progress_draw(sl__hub_progress *p, bool force) {
   if (!p->enabled)
@@ -49,11 +39,11 @@ void sl__hub_progress_draw(sl__hub_progress *p, bool force) {
   char all[16];
   char total[16];
   char speed[16];
-  human_bytes(p->current_done, cur, sizeof cur);
-  human_bytes(p->current_size, size, sizeof size);
-  human_bytes(p->bytes, all, sizeof all);
-  human_bytes(p->total, total, sizeof total);
-  human_bytes((uint64_t)rate, speed, sizeof speed);
+  sl__fmt_bytes_si(cur, sizeof cur, p->current_done);
+  sl__fmt_bytes_si(size, sizeof size, p->current_size);
+  sl__fmt_bytes_si(all, sizeof all, p->bytes);
+  sl__fmt_bytes_si(total, sizeof total, p->total);
+  sl__fmt_bytes_si(speed, sizeof speed, (uint64_t)rate);
   char eta[32] = "";
   if (rate > 0 && p->total > p->bytes)
     snprintf(eta, sizeof eta, " ETA %.0f s", (double)(p->total - p->bytes) / rate);

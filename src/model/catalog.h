@@ -19,7 +19,8 @@
 #define SL_NONE UINT32_MAX
 /* The largest config.json read (real ones are KiB; the JSON limits of base/json.h bound the rest). */
 #define SL_CONFIG_MAX_BYTES (64u * 1024u * 1024u)
-#define SL_CAT_MAX_DIMS 8
+/* Dimensions of a tensor: the public header's SL_MAX_DIMS is the one owner of the number. */
+#define SL_CAT_MAX_DIMS SL_MAX_DIMS
 
 typedef struct sl__cat_file {
   char *path;       /* full path of the file */

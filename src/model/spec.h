@@ -35,7 +35,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SL_SPEC_MAX_DIMS 8
+#define SL_SPEC_MAX_DIMS SL_MAX_DIMS /* the public header owns the number */
 
 typedef enum sl__style {
   SL_STYLE_REPLICATED = 0,

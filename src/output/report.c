@@ -5,6 +5,7 @@
  */
 #include "output/report.h"
 
+#include "base/bytes_fmt.h"
 #include "model/file_select.h"
 #include "shardload/core.h"
 

@@ -21,6 +21,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+/* The broadcast bucket size when none is given: the one owner of the number (the configuration
+ * key bucket_bytes states it as text made from this macro, api/config.c). */
+#define SL_BUCKET_BYTES_DEFAULT 67108864
+
 typedef struct sl__plan_opts {
   sl__layout layout;
   const uint32_t *pp_starts; /* pp + 1 layer boundaries */
@@ -29,7 +33,7 @@ typedef struct sl__plan_opts {
   bool eplb;
   uint64_t redundant;    /* EPLB redundant experts */
   uint64_t coalesce_gap; /* read across gaps up to this many bytes */
-  uint64_t bucket_bytes; /* broadcast bucket size */
+  uint64_t bucket_bytes; /* broadcast bucket size (0: SL_BUCKET_BYTES_DEFAULT) */
   uint64_t read_chunk;   /* largest single read (effective: see sl__staging_split) */
   bool per_row_reads;    /* no two-phase reads (plan/twophase.h): row-parallel slices row by row */
 } sl__plan_opts;

@@ -328,7 +328,7 @@ static sl_status build_buckets(sl__schedule *s, uint64_t bucket_bytes, sl__err *
   sl__vec_init(&f.items, sizeof(sl__bucket_item));
   sl__vec_init(&f.item_bucket, sizeof(uint32_t));
   if (bucket_bytes == 0)
-    bucket_bytes = 64ull << 20;
+    bucket_bytes = SL_BUCKET_BYTES_DEFAULT;
   sl_status st = fill_buckets(s, bucket_bytes, &f);
   if (st == SL_STATUS_OK)
     st = sort_items(s, &f);

@@ -3,22 +3,10 @@
  */
 #include "plan/stats.h"
 
+#include "base/bytes_fmt.h"
+
 #include <stdio.h>
 #include <stdlib.h>
-
-void sl__fmt_bytes(char *buf, size_t cap, uint64_t bytes) {
-  static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-  double v = (double)bytes;
-  int u = 0;
-  while (v >= 1024.0 && u < 5) {
-    v /= 1024.0;
-    u++;
-  }
-  if (u == 0)
-    snprintf(buf, cap, "%llu B", (unsigned long long)bytes);
-  else
-    snprintf(buf, cap, "%.2f %s", v, units[u]);
-}
 
 void sl__figures_compute(const sl_rank_stats *stats, uint32_t world, uint64_t unique, double storage_gbps,
                          double network_gbps, uint32_t ranks_per_node, sl__figures *f) {

@@ -79,7 +79,5 @@ void sl__figures_ranks_json(sl__buf *b, const sl_rank_stats *stats, uint32_t wor
 void sl__figures_nodes_json(sl__buf *b, const sl__figures *f);
 /* A human table; per-rank rows when world ≤ max_rows, else the largest and smallest ranks. */
 void sl__figures_table(sl__buf *b, const sl__figures *f, const sl_rank_stats *stats, uint32_t max_rows);
-/* "1.23 GiB" style. */
-void sl__fmt_bytes(char *buf, size_t cap, uint64_t bytes);
 
 #endif

@@ -82,7 +82,7 @@ sl_status sl__twophase_find(sl__schedule *s, const sl__plan_opts *o, sl__err *er
   uint32_t *u = calloc((size_t)s->n_classes + 1, sizeof *u);
   /* A round takes half a bucket slot at most: MPI's own buffers for the all-to-all (shared-memory
    * fragments, touched by both sides) come on top of the round's, within the same staging cap. */
-  uint64_t bucket = (o->bucket_bytes > 0 ? o->bucket_bytes : 64ull << 20) / 2;
+  uint64_t bucket = (o->bucket_bytes > 0 ? o->bucket_bytes : (uint64_t)SL_BUCKET_BYTES_DEFAULT) / 2;
   if (u == NULL)
     return sl__err_set(err, SL_STATUS_NOMEM, "out of memory planning two-phase reads");
   for (size_t k = 0; k < s->n_pieces && !o->per_row_reads;) {

@@ -6,6 +6,7 @@
  * node's received and sent bytes / network bandwidth; the slowest node of each), the JSON members
  * (parsed back with cJSON), the human table and the byte formatter.
  */
+#include "base/bytes_fmt.h"
 #include "check.h"
 #include "plan/stats.h"
 
