@@ -421,11 +421,17 @@ sl_status sl__prepare_groups(const sl__schedule *s, sl__comm_groups *out, sl__er
   out->group = g;
   if (g == NULL)
     return sl__err_set(err, SL_STATUS_NOMEM, "out of memory creating broadcast groups");
+  bool *bcast = calloc(s->n_groups + 1, sizeof *bcast);
+  if (bcast == NULL) {
+    free(g);
+    out->group = NULL;
+    return sl__err_set(err, SL_STATUS_NOMEM, "out of memory creating broadcast groups");
+  }
+  sl__schedule_broadcasting(s, bcast);
   for (size_t i = 0; i < s->n_groups; i++)
-    g[i] = (sl__comm_group){.n = s->groups[i].n, .members = &s->group_members[s->groups[i].off]};
-  for (size_t j = 0; j < s->n_buckets; j++)
-    if (s->buckets[j].xchg == SL_NONE && s->buckets[j].group < s->n_groups)
-      g[s->buckets[j].group].broadcasts = true;
+    g[i] = (sl__comm_group){
+        .n = s->groups[i].n, .members = &s->group_members[s->groups[i].off], .broadcasts = bcast[i]};
+  free(bcast);
   out->n = s->n_groups;
   return SL_STATUS_OK;
 }

@@ -31,19 +31,11 @@ static void parallel_json(sl__buf *b, const sl__report_setup *s) {
                   json_bool(s->expert_parallel));
 }
 
-/* Groups in which some bucket is broadcast (the others only swap column blocks in two-phase
- * exchanges): a GPU load makes an NCCL communicator for these only. */
+/* plan/plan.h's count of broadcasting groups (a scratch flag per group). */
 static size_t broadcasting_groups(const sl__schedule *sc) {
-  uint8_t *seen = calloc(sc->n_groups + 1, 1);
-  size_t n = 0;
-  for (size_t j = 0; seen != NULL && j < sc->n_buckets; j++) {
-    const sl__bucket *bk = &sc->buckets[j];
-    if (bk->xchg == SL_NONE && bk->group < sc->n_groups && !seen[bk->group]) {
-      seen[bk->group] = 1;
-      n++;
-    }
-  }
-  free(seen);
+  bool *flags = calloc(sc->n_groups + 1, sizeof *flags);
+  size_t n = flags != NULL ? sl__schedule_broadcasting(sc, flags) : 0;
+  free(flags);
   return n;
 }
 
@@ -234,11 +226,11 @@ void sl__report_load_summary(const sl__load_report *r, sl__buf *b) {
   uint64_t comms = 0;
   for (int i = 0; i < r->world; i++)
     comms += r->ranks[i].nccl_comms;
+  size_t groups = comms > 0 ? broadcasting_groups(s->sched) : 0;
   if (comms > 0)
     sl__buf_appendf(b,
                     "  %llu NCCL communicator%s over %zu broadcasting group%s, released after the transfer\n",
-                    (unsigned long long)comms, comms == 1 ? "" : "s", broadcasting_groups(s->sched),
-                    broadcasting_groups(s->sched) == 1 ? "" : "s");
+                    (unsigned long long)comms, comms == 1 ? "" : "s", groups, groups == 1 ? "" : "s");
   strategy_summary(r, b);
 }
 

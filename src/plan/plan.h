@@ -181,6 +181,9 @@ typedef struct sl__schedule {
 sl_status sl__schedule_build(const sl__model *m, const sl__catalog *cat, const sl__plan_opts *o,
                              uint32_t own_rank, sl__rank_plan *own, sl__schedule *out, sl__err *err);
 void sl__schedule_free(sl__schedule *s);
+/* Groups in which some bucket is broadcast (the others only swap column blocks in two-phase
+ * exchanges): flags[g] set for each (flags: n_groups entries, false on entry), their number returned. */
+size_t sl__schedule_broadcasting(const sl__schedule *s, bool *flags);
 
 /* Whether rank is a member of piece p. */
 bool sl__piece_member(const sl__schedule *s, const sl__piece *p, uint32_t rank);

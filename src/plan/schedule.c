@@ -48,6 +48,18 @@ uint64_t sl__piece_read_bytes(const sl__piece *p, uint64_t coalesce_gap, uint64_
   return (p->rows - 1) * p->src_stride + p->row_bytes;
 }
 
+size_t sl__schedule_broadcasting(const sl__schedule *s, bool *flags) {
+  size_t n = 0;
+  for (size_t j = 0; j < s->n_buckets; j++) {
+    const sl__bucket *bk = &s->buckets[j];
+    if (bk->xchg != SL_NONE || bk->group >= s->n_groups || flags[bk->group])
+      continue;
+    flags[bk->group] = true;
+    n++;
+  }
+  return n;
+}
+
 void sl__schedule_free(sl__schedule *s) {
   if (s == NULL)
     return;

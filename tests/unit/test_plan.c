@@ -105,19 +105,27 @@ static bool is_expert_tensor(const char *name, uint64_t *id) {
   return sl__expert_id(name, id);
 }
 
-/* Plans every rank of (tp, dp, ep) and checks which expert tensors each rank's copies touch. */
-static void check_layout(fixture *f, uint32_t tp, uint32_t dp, bool ep, uint32_t expect_per_rank) {
-  sl__model m;
+/* The model of f and the options every check here plans with: tp x dp ranks, one stage. */
+static sl__plan_opts plan_setup(fixture *f, uint32_t tp, uint32_t dp, bool ep, uint32_t *starts, sl__model *m) {
   sl__err err;
   sl__err_clear(&err);
-  CHECKF(sl__model_build(f->spec, &f->cat, SL_LAYOUT_VLLM, &m, &err) == SL_STATUS_OK, "model: %s", err.msg);
-  uint32_t starts[2] = {0, 1};
+  CHECKF(sl__model_build(f->spec, &f->cat, SL_LAYOUT_VLLM, m, &err) == SL_STATUS_OK, "model: %s", err.msg);
   sl__plan_opts o = {.pp_starts = starts,
                      .enable_ep = ep,
                      .coalesce_gap = 4096,
                      .bucket_bytes = 1 << 20,
                      .read_chunk = 1 << 20};
   CHECK(sl__layout_init(&o.layout, tp, 1, dp, tp * dp, &err) == SL_STATUS_OK);
+  return o;
+}
+
+/* Plans every rank of (tp, dp, ep) and checks which expert tensors each rank's copies touch. */
+static void check_layout(fixture *f, uint32_t tp, uint32_t dp, bool ep, uint32_t expect_per_rank) {
+  sl__model m;
+  sl__err err;
+  sl__err_clear(&err);
+  uint32_t starts[2] = {0, 1};
+  sl__plan_opts o = plan_setup(f, tp, dp, ep, starts, &m);
   uint32_t world = tp * dp;
   uint32_t *covered = calloc(f->cat.n_tensors, sizeof *covered);
   for (uint32_t r = 0; r < world; r++) {
@@ -208,15 +216,9 @@ static void check_classes(fixture *f, uint32_t tp, uint32_t dp, bool ep, uint32_
   sl__model m;
   sl__err err;
   sl__err_clear(&err);
-  CHECKF(sl__model_build(f->spec, &f->cat, SL_LAYOUT_VLLM, &m, &err) == SL_STATUS_OK, "model: %s", err.msg);
   uint32_t starts[2] = {0, 1};
-  sl__plan_opts o = {.pp_starts = starts,
-                     .enable_ep = ep,
-                     .coalesce_gap = 4096,
-                     .bucket_bytes = 1 << 20,
-                     .read_chunk = 1 << 20};
+  sl__plan_opts o = plan_setup(f, tp, dp, ep, starts, &m);
   uint32_t world = tp * dp;
-  CHECK(sl__layout_init(&o.layout, tp, 1, dp, world, &err) == SL_STATUS_OK);
   for (uint32_t r = 0; r < world; r++) {
     sl__schedule s;
     sl__rank_plan own;
