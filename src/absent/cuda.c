@@ -6,10 +6,12 @@
 
 #include <stdio.h>
 
-sl_status sl__backend_cuda_create(sl__comm *comm, int workers, int device, void *stream, void *nccl_comm,
-                                  const sl__comm_groups *groups, sl__backend **out, sl__err *err) {
+sl_status sl__backend_cuda_create(sl__comm *comm, int workers, int slots, int device, void *stream,
+                                  void *nccl_comm, const sl__comm_groups *groups, sl__backend **out,
+                                  sl__err *err) {
   (void)comm;
   (void)workers;
+  (void)slots;
   (void)device;
   (void)stream;
   (void)nccl_comm;

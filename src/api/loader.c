@@ -31,6 +31,7 @@
 #include "engine/filemap.h"
 #include "engine/nodes.h"
 #include "engine/progress.h"
+#include "engine/staging.h"
 #include "engine/transfer.h"
 #include "output/report.h"
 #include "output/save.h"
@@ -45,7 +46,8 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-static sl_status advance(sl_loader *l, sl__prep_stage until);
+    static sl_status
+    advance(sl_loader *l, sl__prep_stage until);
 
 /* ---------------------------------------------------------------------------------------------
  * Create / destroy
@@ -264,8 +266,8 @@ static sl_status after_stage(void *ctx, sl__prep_stage stage, sl_status st, doub
     if (st == SL_STATUS_OK && l->pl.opts.device == SL_DEVICE_CUDA) {
       char why[512];
       if (!sl__cuda_available(why, sizeof why))
-        st = sl__err_set(err, SL_STATUS_NO_DEVICE, "device cuda (--device cuda): no CUDA device available (%s)",
-                         why);
+        st = sl__err_set(err, SL_STATUS_NO_DEVICE,
+                         "device cuda (--device cuda): no CUDA device available (%s)", why);
     }
     return sl__comm_agree(&l->comm, st, err, "checking the configuration");
   case SL_PREP_CATALOG:
@@ -452,8 +454,8 @@ static sl_status create_backend(sl_loader *l) {
   uint32_t workers = l->pl.opts.extra.num_threads;
   if (l->pl.opts.device == SL_DEVICE_CUDA) {
     int dev = l->cuda_device >= 0 ? l->cuda_device : l->pl.opts.cuda_device;
-    return sl__backend_cuda_create(&l->comm, (int)workers, dev, l->cuda_stream, l->nccl_comm, &l->groups,
-                                   &l->backend, &l->err);
+    return sl__backend_cuda_create(&l->comm, (int)workers, (int)sl__staging_slots_per_thread(workers), dev,
+                                   l->cuda_stream, l->nccl_comm, &l->groups, &l->backend, &l->err);
   }
   return sl__backend_host_create(&l->comm, (int)workers, &l->backend, &l->err);
 }

@@ -13,20 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-const char *sl__strategy_name(sl__strategy s) {
-  switch (s) {
-  case SL_STRATEGY_DIRECT:
-    return "direct";
-  case SL_STRATEGY_IO_URING:
-    return "io_uring";
-  case SL_STRATEGY_MMAP:
-    return "mmap";
-  case SL_STRATEGY_AUTO:
-    break;
-  }
-  return "auto";
-}
-
 static uint32_t u32_key(const sl_config *cfg, const char *key, sl__err *err, sl_status *st) {
   uint64_t v = sl__config_u64(cfg, key);
   if (v > 0x7fffffff && *st == SL_STATUS_OK)

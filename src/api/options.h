@@ -7,6 +7,7 @@
 #define SL_OPTIONS_H
 
 #include "api/extra_config.h"
+#include "engine/strategy_choice.h"
 #include "model/file_select.h"
 #include "model/layout.h"
 #include "model/model.h"
@@ -15,17 +16,6 @@
 #include <stdint.h>
 
 typedef enum sl__device { SL_DEVICE_CPU = 0, SL_DEVICE_CUDA } sl__device;
-/* auto: chosen per file (engine/strategy_choice.h): on host without prefault, the parameters mmap
- * would map are mapped; the other bytes go through the page cache where resident, else O_DIRECT
- * when its reads are large. mmap: host parameters whose bytes are one contiguous range of a file
- * this rank alone reads are private mappings of that file (no copy, no fresh memory); everything
- * else is read through the page cache. direct, io_uring: O_DIRECT for every file that takes it. */
-typedef enum sl__strategy {
-  SL_STRATEGY_AUTO = 0,
-  SL_STRATEGY_DIRECT,
-  SL_STRATEGY_IO_URING,
-  SL_STRATEGY_MMAP
-} sl__strategy;
 
 typedef struct sl__opts {
   const char *model; /* strings point into the config */
@@ -60,7 +50,6 @@ typedef struct sl__opts {
 } sl__opts;
 
 sl_status sl__opts_from_config(const sl_config *cfg, sl__opts *o, sl__err *err);
-const char *sl__strategy_name(sl__strategy s);
 
 /* The broadcast bucket size: bucket_bytes capped to a quarter of the staging budget and to one
  * MPI message (1 GiB). */

@@ -11,7 +11,6 @@
 
 #include "base/err.h"
 #include "comm/comm.h"
-#include "engine/staging.h" /* SL_STAGING_RING_DEPTH: staging slots per reader thread */
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -34,7 +33,7 @@ typedef struct sl__backend_ops {
   sl_status (*alloc_staging)(sl__backend *b, uint64_t nbytes, void **out, sl__err *err);
   void (*release_staging)(sl__backend *b, void *ptr);
   /* Host staging → backend memory, from reader thread `worker` (0 .. workers-1) out of its
-   * staging buffer `slot` (0 .. sl__staging_slots_per_thread(workers)-1: the pread ring or the
+   * staging buffer `slot` (0 .. slots-1 of create: the pread ring or the
    * io_uring reader's share of the queue). May be asynchronous: the read engine reuses a slot's
    * bytes only after upload_wait(worker, slot) returned, and waits for a slot only when it is
    * about to reuse it, so that uploads out of several slots may be in flight at once. */
@@ -112,11 +111,13 @@ sl_status sl__cuda_select_device(int device, int *chosen, sl__err *err);
 /* Host backend: always available. */
 sl_status sl__backend_host_create(sl__comm *comm, int workers, sl__backend **out, sl__err *err);
 
-/* CUDA backend. device < 0: the node-local rank picks the GPU. stream / nccl_comm: the caller's
- * cudaStream_t and ncclComm_t, or NULL to create them. Without CUDA support compiled in, or
- * without a usable GPU: SL_STATUS_UNSUPPORTED / SL_STATUS_NO_DEVICE with a clear message. */
-sl_status sl__backend_cuda_create(sl__comm *comm, int workers, int device, void *stream, void *nccl_comm,
-                                  const sl__comm_groups *groups, sl__backend **out, sl__err *err);
+/* CUDA backend for `workers` reader threads of `slots` staging slots each (the read engine's split
+ * of the staging budget: sl__staging_slots_per_thread). device < 0: the node-local rank picks the GPU. stream
+ * / nccl_comm: the caller's cudaStream_t and ncclComm_t, or NULL to create them. Without CUDA support
+ * compiled in, or without a usable GPU: SL_STATUS_UNSUPPORTED / SL_STATUS_NO_DEVICE with a clear message. */
+sl_status sl__backend_cuda_create(sl__comm *comm, int workers, int slots, int device, void *stream,
+                                  void *nccl_comm, const sl__comm_groups *groups, sl__backend **out,
+                                  sl__err *err);
 /* Whether a CUDA device is usable in this process (false, with the driver's message, if not). */
 bool sl__cuda_available(char *why, size_t cap);
 /* sl__backend_cuda_create is COLLECTIVE over comm (it agrees on its status, so every rank fails

@@ -17,7 +17,7 @@
 #ifndef SL_FILEMAP_H
 #define SL_FILEMAP_H
 
-#include "api/options.h"
+#include "engine/strategy_choice.h"
 #include "model/catalog.h"
 #include "plan/plan.h"
 

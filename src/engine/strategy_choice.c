@@ -7,6 +7,20 @@
 #include <stdio.h>
 #include <string.h>
 
+const char *sl__strategy_name(sl__strategy s) {
+  switch (s) {
+  case SL_STRATEGY_DIRECT:
+    return "direct";
+  case SL_STRATEGY_IO_URING:
+    return "io_uring";
+  case SL_STRATEGY_MMAP:
+    return "mmap";
+  case SL_STRATEGY_AUTO:
+    break;
+  }
+  return "auto";
+}
+
 bool sl__strategy_maps(sl__strategy s, bool host, bool prefault) {
   return host && (s == SL_STRATEGY_MMAP || (s == SL_STRATEGY_AUTO && !prefault));
 }

@@ -18,11 +18,23 @@
 #ifndef SL_STRATEGY_CHOICE_H
 #define SL_STRATEGY_CHOICE_H
 
-#include "api/options.h"
-
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+/* auto: chosen per file (below): on host without prefault, the parameters mmap
+ * would map are mapped; the other bytes go through the page cache where resident, else O_DIRECT
+ * when its reads are large. mmap: host parameters whose bytes are one contiguous range of a file
+ * this rank alone reads are private mappings of that file (no copy, no fresh memory); everything
+ * else is read through the page cache. direct, io_uring: O_DIRECT for every file that takes it. */
+typedef enum sl__strategy {
+  SL_STRATEGY_AUTO = 0,
+  SL_STRATEGY_DIRECT,
+  SL_STRATEGY_IO_URING,
+  SL_STRATEGY_MMAP
+} sl__strategy;
+/* The strategy's configuration value ("auto", "direct", "io_uring", "mmap"). */
+const char *sl__strategy_name(sl__strategy s);
 
 /* The other bytes are read through the page cache when at least this share of their pages is
  * resident (numerator / denominator). */

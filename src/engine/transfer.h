@@ -9,7 +9,6 @@
 #ifndef SL_TRANSFER_H
 #define SL_TRANSFER_H
 
-#include "api/options.h"
 #include "backend/backend.h"
 #include "comm/comm.h"
 #include "engine/strategy_choice.h"

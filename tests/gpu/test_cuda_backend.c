@@ -20,6 +20,7 @@
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
 #include "check.h"
+#include "engine/staging.h"
 #include "values.h"
 #ifdef SL_TEST_CUDA_MOCK
 #include "cuda_mock.h"
@@ -280,7 +281,8 @@ static void test_split(sl__comm *c, const sl__comm_groups *s, int device) {
   if (world == NULL)
     return;
   sl__backend *b = NULL;
-  CHECKF(sl__backend_cuda_create(c, 1, -1, NULL, world, s, &b, &err) == SL_STATUS_OK,
+  CHECKF(sl__backend_cuda_create(c, 1, (int)sl__staging_slots_per_thread(1), -1, NULL, world, s, &b, &err) ==
+             SL_STATUS_OK,
          "create with a split: %s", err.msg);
   if (b != NULL) {
     CHECK(b->device == device);
@@ -304,7 +306,8 @@ static void test_connect_failure(sl__comm *c, const sl__comm_groups *s) {
   sl__err_clear(&err);
   sl__backend *b = NULL;
   double t0 = MPI_Wtime();
-  sl_status st = sl__backend_cuda_create(c, 1, -1, NULL, NULL, s, &b, &err);
+  sl_status st =
+      sl__backend_cuda_create(c, 1, (int)sl__staging_slots_per_thread(1), -1, NULL, NULL, s, &b, &err);
   double took = MPI_Wtime() - t0;
   unsetenv("MOCK_NCCL_CONNECT_FAIL");
   CHECKF(b == NULL && (st == SL_STATUS_NCCL || st == SL_STATUS_PEER_FAILED),
@@ -333,7 +336,8 @@ static void test_split_failure(sl__comm *c, const sl__comm_groups *s, int device
   sl__err_clear(&err);
   sl__backend *b = NULL;
   double t0 = MPI_Wtime();
-  sl_status st = sl__backend_cuda_create(c, 1, -1, NULL, world, s, &b, &err);
+  sl_status st =
+      sl__backend_cuda_create(c, 1, (int)sl__staging_slots_per_thread(1), -1, NULL, world, s, &b, &err);
   double took = MPI_Wtime() - t0;
   unsetenv("MOCK_NCCL_SPLIT_FAIL");
   CHECKF(st == (rank == 1 ? SL_STATUS_NCCL : SL_STATUS_PEER_FAILED), "a failed split: status %s (%s)",
@@ -351,7 +355,9 @@ static void test_abort(sl__comm *c, const sl__comm_groups *s) {
   sl__err err;
   sl__err_clear(&err);
   sl__backend *b = NULL;
-  CHECKF(sl__backend_cuda_create(c, 1, -1, NULL, NULL, s, &b, &err) == SL_STATUS_OK, "create: %s", err.msg);
+  CHECKF(sl__backend_cuda_create(c, 1, (int)sl__staging_slots_per_thread(1), -1, NULL, NULL, s, &b, &err) ==
+             SL_STATUS_OK,
+         "create: %s", err.msg);
   if (b == NULL)
     return;
   /* Far above NCCL's buffers: the root cannot finish alone. */
@@ -391,7 +397,9 @@ static void test_timeout(sl__comm *c, const sl__comm_groups *s) {
   sl__err_clear(&err);
   setenv("SHARDLOAD_NCCL_TIMEOUT_S", "2", 1);
   sl__backend *b = NULL;
-  CHECKF(sl__backend_cuda_create(c, 1, -1, NULL, NULL, s, &b, &err) == SL_STATUS_OK, "create: %s", err.msg);
+  CHECKF(sl__backend_cuda_create(c, 1, (int)sl__staging_slots_per_thread(1), -1, NULL, NULL, s, &b, &err) ==
+             SL_STATUS_OK,
+         "create: %s", err.msg);
   unsetenv("SHARDLOAD_NCCL_TIMEOUT_S");
   if (b == NULL)
     return;
@@ -448,7 +456,8 @@ static int run_gpu(sl__comm *c, const sl__comm_groups *s) {
   if (!all[1]) {
     /* More ranks than GPUs on a node: creation must refuse with the shared-GPU message. */
     sl__backend *b = NULL;
-    sl_status st = sl__backend_cuda_create(c, 1, -1, NULL, NULL, s, &b, &err);
+    sl_status st =
+        sl__backend_cuda_create(c, 1, (int)sl__staging_slots_per_thread(1), -1, NULL, NULL, s, &b, &err);
     CHECK(b == NULL);
     /* A GPU in exclusive-process mode refuses the second context before NCCL is reached. */
     bool exclusive = strstr(err.msg, "busy or unavailable") != NULL;
@@ -466,7 +475,8 @@ static int run_gpu(sl__comm *c, const sl__comm_groups *s) {
   }
   CHECKF(getenv("SL_TEST_SHARED_ONLY") == NULL, "SL_TEST_SHARED_ONLY is set but every rank has its own GPU");
   sl__backend *b = NULL;
-  sl_status st = sl__backend_cuda_create(c, 2, -1, NULL, NULL, s, &b, &err);
+  sl_status st =
+      sl__backend_cuda_create(c, 2, (int)sl__staging_slots_per_thread(2), -1, NULL, NULL, s, &b, &err);
   CHECKF(st == SL_STATUS_OK, "create: %s", err.msg);
   if (b != NULL) {
     CHECK_STR(b->ops->name, "cuda");

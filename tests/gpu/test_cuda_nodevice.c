@@ -8,6 +8,7 @@
  */
 #include "backend/backend.h"
 #include "check.h"
+#include "engine/staging.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -58,7 +59,8 @@ int main(int argc, char **argv) {
     sl__err_clear(&err);
     sl__backend *b = &sentinel; /* must come back NULL */
     double t0 = MPI_Wtime();
-    sl_status st = sl__backend_cuda_create(&c, 2, devices[i], NULL, NULL, &s, &b, &err);
+    sl_status st = sl__backend_cuda_create(&c, 2, (int)sl__staging_slots_per_thread(2), devices[i], NULL,
+                                           NULL, &s, &b, &err);
     double took = MPI_Wtime() - t0;
     CHECKF(took < 60.0, "device %d: failing creation took %.1f s", devices[i], took);
     CHECK(b == NULL);
@@ -74,7 +76,8 @@ int main(int argc, char **argv) {
   /* Without a schedule (no broadcast groups) it fails the same way. */
   sl__err_clear(&err);
   sl__backend *b = &sentinel;
-  CHECK(sl__backend_cuda_create(&c, 1, -1, NULL, NULL, NULL, &b, &err) != SL_STATUS_OK);
+  CHECK(sl__backend_cuda_create(&c, 1, (int)sl__staging_slots_per_thread(1), -1, NULL, NULL, NULL, &b,
+                                &err) != SL_STATUS_OK);
   CHECK(b == NULL);
 
   int rc = sl_test_finish_mpi(MPI_COMM_WORLD);

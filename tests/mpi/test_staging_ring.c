@@ -14,6 +14,7 @@
 #include "backend/backend.h"
 #include "check.h"
 #include "comm/comm.h"
+#include "engine/staging.h"
 #include "engine/transfer.h"
 #include "model/catalog.h"
 #include "plan/plan.h"

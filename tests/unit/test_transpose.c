@@ -26,6 +26,7 @@
 
 #include "backend/backend.h"
 #include "engine/engine.h"
+#include "engine/staging.h"
 #include "format/cast.h"
 
 #include <stdlib.h>
@@ -380,7 +381,8 @@ int main(int argc, char **argv) {
   if (sl__comm_init_mpi(&comm, &(MPI_Comm){MPI_COMM_WORLD}, &err) != SL_STATUS_OK) {
     CHECKF(false, "MPI setup: %s", err.msg);
   } else {
-    CHECKF(sl__backend_cuda_create(&comm, 2, -1, NULL, NULL, NULL, &backend, &err) == SL_STATUS_OK,
+    CHECKF(sl__backend_cuda_create(&comm, 2, (int)sl__staging_slots_per_thread(2), -1, NULL, NULL, NULL,
+                                   &backend, &err) == SL_STATUS_OK,
            "CUDA backend on the stand-in: %s", err.msg);
     if (backend != NULL) {
       run_all(false);

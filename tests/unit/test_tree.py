@@ -9,7 +9,10 @@ Checks, over src/ (standard library only; SL_SOURCE_DIR or the repository around
      about, and tested, without a schedule;
   4. no macro constant is defined in two files (one owner for every number);
   5. optional components are chosen by folder, not by a file-name suffix (*_cuda.c, *_uring.c);
-  6. the command-line tool (src/cli/) includes only the public header of the library.
+  6. the command-line tool (src/cli/) includes only the public header of the library;
+  7. layers: a folder includes only folders listed before it in the table of docs/ARCHITECTURE.md
+     (read from the document, so the map and the tree cannot drift apart); every folder of src/
+     has its row.
 Exit 0 when every check holds; otherwise every violation is printed and the exit code is 1.
 """
 
@@ -25,6 +28,21 @@ SRC = os.path.join(ROOT, "src")
 FUNC_START = re.compile(r"^(?:static\s+)?(?:inline\s+)?[A-Za-z_][\w\s\*]*?\b([A-Za-z_]\w*)\s*\(")
 DEFINE = re.compile(r"^\s*#\s*define\s+([A-Za-z_]\w*)(?:\s+(\S.*?))?\s*(?:/\*.*)?$")
 INCLUDE = re.compile(r'^\s*#\s*include\s+(?:"([^"]+)"|<(mpi\.h)>)')
+
+
+def layer_order():
+    """The folders of src/ in the order of docs/ARCHITECTURE.md's table (rows "| `name/` | ...")."""
+    with open(os.path.join(ROOT, "docs", "ARCHITECTURE.md"), encoding="utf-8") as f:
+        return [m.group(1) for m in (re.match(r"^\|\s*`([a-z_]+)/`\s*\|", line) for line in f) if m]
+
+
+def layer_problems(r, folder, inc, order):
+    """An include that goes up: inc names a folder of src/ that comes after this file's folder."""
+    target = inc.split("/")[0] if "/" in inc else folder
+    if target not in order or folder not in order or order.index(target) <= order.index(folder):
+        return []
+    return [f"{r}: includes \"{inc}\": {target}/ comes after {folder}/ in docs/ARCHITECTURE.md's layers "
+            "(a folder includes only the folders before it)"]
 
 
 def sources():
@@ -88,6 +106,11 @@ def main():
     problems = []
     defines = {}
     aliases = []  # (file, name, other macro): a second name for a number that has an owner
+    order = layer_order()
+    folders = sorted(d for d in os.listdir(SRC) if os.path.isdir(os.path.join(SRC, d)))
+    for d in folders:
+        if d not in order:
+            problems.append(f"src/{d}/ has no row in docs/ARCHITECTURE.md's table of layers")
     for path in sources():
         with open(path, encoding="utf-8") as f:
             lines = f.read().split("\n")
@@ -105,11 +128,13 @@ def main():
         in_comm_or_backend = r.startswith(os.path.join("src", "backend") + os.sep) or \
             r.startswith(os.path.join("src", "comm") + os.sep) or r.startswith("src/absent/cuda")
         in_cli = r.startswith(os.path.join("src", "cli") + os.sep)
+        folder = os.path.relpath(path, SRC).split(os.sep)[0]
         guard = None
         for line in lines:
             m = INCLUDE.match(line)
             if m:
                 inc = m.group(1) or m.group(2)
+                problems += layer_problems(r, folder, inc, order)
                 if in_comm_or_backend and inc.startswith("plan/"):
                     problems.append(f"{r}: includes \"{inc}\": the communicator and the backends take "
                                     "member lists, not the planner's types")

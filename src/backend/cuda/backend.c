@@ -63,8 +63,8 @@ static sl_status no_device(sl__err *err, cudaError_t e) {
   if (e == cudaErrorInsufficientDriver) {
     char why[400];
     sl__cuda_driver_too_old(why, sizeof why);
-    return sl__err_set(err, SL_STATUS_NO_DEVICE, "no CUDA device available (%s); or set device to cpu (--device cpu)",
-                       why);
+    return sl__err_set(err, SL_STATUS_NO_DEVICE,
+                       "no CUDA device available (%s); or set device to cpu (--device cpu)", why);
   }
   return sl__err_set(
       err, SL_STATUS_NO_DEVICE,
@@ -225,11 +225,12 @@ static sl_status check_parent(const sl__comm *c, ncclComm_t parent, int *device,
 }
 
 /* Everything that needs no other rank: device, streams, events, arrays. */
-static sl_status setup_local(sl__backend *b, int workers, int device, void *stream, void *nccl_comm,
-                             const sl__comm_groups *groups, int local_rank, sl__err *err) {
+static sl_status setup_local(sl__backend *b, int workers, int slots, int device, void *stream,
+                             void *nccl_comm, const sl__comm_groups *groups, int local_rank, sl__err *err) {
   cuda_state *st = state_of(b);
-  if (workers < 1)
-    return sl__err_set(err, SL_STATUS_INTERNAL, "CUDA backend created for %d reader threads", workers);
+  if (workers < 1 || slots < 1)
+    return sl__err_set(err, SL_STATUS_INTERNAL,
+                       "CUDA backend created for %d reader threads of %d staging slots", workers, slots);
   const char *timeout_env = getenv(SL_CUDA_TIMEOUT_ENV);
   sl_status res = sl__cuda_parse_timeout(timeout_env, &st->timeout_s, err);
   if (res != SL_STATUS_OK)
@@ -275,7 +276,6 @@ static sl_status setup_local(sl__backend *b, int workers, int device, void *stre
     CUDA_CHECK(err, st->device, cudaStreamCreateWithFlags(&st->main, cudaStreamNonBlocking));
     st->own_main = true;
   }
-  int slots = (int)sl__staging_slots_per_thread((uint32_t)workers);
   st->worker_streams = calloc((size_t)workers, sizeof *st->worker_streams);
   st->slot_events = calloc((size_t)workers * (size_t)slots, sizeof *st->slot_events);
   st->caller_events = calloc((size_t)workers + 1, sizeof *st->caller_events);
@@ -285,8 +285,7 @@ static sl_status setup_local(sl__backend *b, int workers, int device, void *stre
   st->nccl_aborted = calloc(groups->n + 1, sizeof *st->nccl_aborted);
   st->nccl_made = calloc(groups->n + 1, sizeof *st->nccl_made);
   if (st->worker_streams == NULL || st->slot_events == NULL || st->nccl == NULL || st->nccl_aborted == NULL ||
-      st->nccl_made == NULL ||
-      st->caller_events == NULL || st->after_caller == NULL)
+      st->nccl_made == NULL || st->caller_events == NULL || st->after_caller == NULL)
     return sl__err_set(err, SL_STATUS_NOMEM, "out of memory setting up the CUDA backend");
   st->workers = workers;
   st->slots = slots;
@@ -295,13 +294,15 @@ static sl_status setup_local(sl__backend *b, int workers, int device, void *stre
   for (int w = 0; w < workers; w++) {
     CUDA_CHECK(err, st->device, cudaStreamCreateWithFlags(&st->worker_streams[w], cudaStreamNonBlocking));
     for (int k = 0; k < slots; k++)
-      CUDA_CHECK(err, st->device, cudaEventCreateWithFlags(&st->slot_events[w * slots + k], cudaEventDisableTiming));
+      CUDA_CHECK(err, st->device,
+                 cudaEventCreateWithFlags(&st->slot_events[w * slots + k], cudaEventDisableTiming));
   }
   return sl__cuda_numa_setup(b, err);
 }
 
-sl_status sl__backend_cuda_create(sl__comm *comm, int workers, int device, void *stream, void *nccl_comm,
-                                  const sl__comm_groups *groups, sl__backend **out, sl__err *err) {
+sl_status sl__backend_cuda_create(sl__comm *comm, int workers, int slots, int device, void *stream,
+                                  void *nccl_comm, const sl__comm_groups *groups, sl__backend **out,
+                                  sl__err *err) {
   static const sl__comm_groups no_groups;
   *out = NULL;
   if (groups == NULL)
@@ -329,7 +330,7 @@ sl_status sl__backend_cuda_create(sl__comm *comm, int workers, int device, void 
     st->device = -1;
     st->timeout_s = SL_CUDA_TIMEOUT_DEFAULT_S;
     if (res == SL_STATUS_OK)
-      res = setup_local(b, workers, device, stream, nccl_comm, groups, local_rank, err);
+      res = setup_local(b, workers, slots, device, stream, nccl_comm, groups, local_rank, err);
   }
   /* Every rank takes the same path from here on: one failure fails all, none waits for ever. */
   res = sl__comm_agree(comm, res, err, "setting up the CUDA device");
