@@ -5,6 +5,7 @@
  */
 #include "api/config.h"
 #include "api/prepare.h"
+#include "base/clock.h"
 #include "output/report.h"
 #include "plan/plan.h"
 #include "plan/stats.h"

@@ -6,6 +6,7 @@
  */
 #include "api/loader_state.h"
 
+#include "base/clock.h"
 #include "base/log.h"
 #include "base/memory.h"
 #include "base/util.h"

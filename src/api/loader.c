@@ -23,6 +23,7 @@
 #include "api/params.h"
 #include "api/prepare.h"
 #include "backend/backend.h"
+#include "base/clock.h"
 #include "base/log.h"
 #include "base/memory.h"
 #include "base/util.h"

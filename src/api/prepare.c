@@ -4,6 +4,7 @@
 #include "api/prepare.h"
 
 #include "api/config.h"
+#include "base/clock.h"
 #include "base/json.h"
 #include "base/log.h"
 #include "base/util.h"
@@ -309,8 +310,7 @@ sl_status sl__prepare_download_wait(sl__prepared *p, sl__comm *c, sl_status st, 
   while (!cancel && !sl__hub_pending_done(p->hub)) {
     sl__comm_poll(c);
     cancel = sl__comm_abort_check(c);
-    struct timespec ts = {.tv_sec = 0, .tv_nsec = 5000000};
-    nanosleep(&ts, NULL);
+    sl__sleep_s(0.005);
   }
   sl__hub_result r;
   sl__err herr;

@@ -412,9 +412,3 @@ uint64_t sl__hash_bytes(const void *data, size_t n) {
   h ^= h >> 33;
   return h;
 }
-
-double sl__now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}

@@ -91,7 +91,4 @@ void sl__transpose_elems(void *dst, uint64_t dst_stride, const void *src, uint64
 /* ---- hashing (the hash of base/hashmap.h) ---- */
 uint64_t sl__hash_bytes(const void *data, size_t n);
 
-/* Monotonic seconds. */
-double sl__now(void);
-
 #endif

@@ -8,6 +8,7 @@
  */
 #include "comm/comm.h"
 
+#include "base/clock.h"
 #include "base/util.h"
 #include "shardload/core.h"
 

@@ -5,6 +5,7 @@
  */
 #include "comm/comm.h"
 
+#include "base/clock.h"
 #include "base/util.h"
 
 #include <stdio.h>

@@ -6,6 +6,7 @@
  */
 #include "comm/mpi.h"
 
+#include "base/clock.h"
 #include "base/log.h"
 #include "base/util.h"
 

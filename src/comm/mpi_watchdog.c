@@ -19,6 +19,7 @@
  */
 #include "comm/mpi.h"
 
+#include "base/clock.h"
 #include "base/log.h"
 #include "base/util.h"
 
@@ -45,11 +46,6 @@
 static double grace_s(const sl__comm *c) {
   double g = c->timeout_s / 4;
   return g < 1 ? 1 : g > 5 ? 5 : g;
-}
-
-static void sleep_s(double s) {
-  struct timespec ts = {.tv_sec = (time_t)s, .tv_nsec = (long)((s - (double)(time_t)s) * 1e9)};
-  nanosleep(&ts, NULL);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -287,7 +283,7 @@ static void listen(sl__comm *c, heard_set *h, double until, bool stop_at_end) {
     }
     if (stop_at_end && h->end_from >= 0)
       return;
-    sleep_s(0.001);
+    sl__sleep_s(0.001);
   }
 }
 
@@ -311,7 +307,7 @@ static void await_prints(sl__comm *c, const unsigned char *heard) {
       }
     while (take(c, END_TAG, buf) >= 0 || take(c, PONG_TAG, buf) >= 0)
       ;
-    sleep_s(0.002);
+    sl__sleep_s(0.002);
   }
   free(done);
 }
@@ -462,7 +458,7 @@ sl_status sl__mpi_wait(sl__comm *c, MPI_Request *req, const char *what, sl__err 
     if (spins < 20000)
       sched_yield();
     else
-      sleep_s(0.001);
+      sl__sleep_s(0.001);
   }
   sl__comm_block_end(c);
   sl__comm_progress(c);

@@ -6,6 +6,7 @@
  */
 #include "engine/engine.h"
 
+#include "base/clock.h"
 #include "engine/file_gate.h"
 
 #include "base/util.h"

@@ -1,14 +1,18 @@
 /*
  * engine/engine.h — the state one transfer (engine/transfer.h) shares between the files that run
  * it, by job:
- *   engine/transfer.c      setup, the reader threads' start and stop, waits, progress, the run;
+ *   engine/transfer.c      setup, the reader threads' start and stop, progress, the run;
  *   engine/reads.c         the read operations of this rank's pieces, and opening their files;
  *   engine/file_choice.c   how each file is read (load_strategy auto decides per file);
- *   engine/deliver.c       read bytes → local parameter rows or bucket bytes;
- *   engine/readers.c       the pread reader pool (a ring of staging slots per thread);
+ *   engine/route.c         a read's bytes → a bucket slot, an exchange buffer or the copies;
+ *   engine/deliver.c       piece bytes → every local copy's rows (the one place bytes land);
+ *   engine/readers.c       the pread reader pool (a ring of staging slots per thread), and the
+ *                          main thread's wait for the readers;
  *   engine/uring_reader.c  the io_uring reader (O_DIRECT reads kept in flight);
  *   engine/buckets.c       the bucket loop: wait for the reader, broadcast, scatter;
  *   engine/exchange.c      two-phase exchange rounds: the rows read, column blocks swapped.
+ * Calls go down, never back up: transfer → buckets → exchange → deliver, transfer → readers;
+ * readers → route → exchange (packing) and deliver.
  * Internal to the engine: nothing outside src/engine includes it.
  *
  * Data of a piece is thought of as its "packed" form: rows × row_bytes bytes in row order. A
@@ -149,6 +153,8 @@ sl_status sl__engine_to_copies(sl__engine *e, uint32_t piece, const sl__segment 
                                uint64_t src_stride, int worker, int slot, sl__err *err);
 /* After the last delivery: no element of a converted parameter is left incomplete. */
 sl_status sl__engine_cast_check(sl__engine *e);
+
+/* ---- route.c ---- */
 /* Moves delivery d from a host buffer holding file bytes from file offset buf_off, or (packed) the
  * delivery's packed bytes themselves (a row run). */
 sl_status sl__engine_deliver(sl__engine *e, int worker, int slot, const sl__delivery *d, const uint8_t *buf,
@@ -185,7 +191,7 @@ sl_status sl__engine_exchange_reads(sl__engine *e, const sl__bucket *b, uint32_t
 /* The exchange round of my bucket j, once my rows are read: swap column blocks, deliver mine. */
 sl_status sl__engine_exchange_round(sl__engine *e, uint32_t j, sl__transfer_stats *stats, bool *aborted);
 
-/* ---- transfer.c ---- */
+/* ---- readers.c (the main thread's side) ---- */
 /* Waits until pred holds, polling the abort channel (main thread only: it may call MPI). */
 sl_status sl__engine_wait_for(sl__engine *e, bool (*pred)(sl__engine *, void *), void *arg, bool *aborted);
 

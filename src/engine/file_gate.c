@@ -3,6 +3,7 @@
  */
 #include "engine/file_gate.h"
 
+#include "base/clock.h"
 #include "base/util.h"
 
 #include <pthread.h>
@@ -105,15 +106,6 @@ bool sl__file_gate_is_open(sl__file_gate *g, size_t f) {
   return f >= g->n || watch(g, f);
 }
 
-static void deadline_after(struct timespec *ts, long ns) {
-  clock_gettime(CLOCK_REALTIME, ts);
-  ts->tv_nsec += ns;
-  while (ts->tv_nsec >= 1000000000L) {
-    ts->tv_sec++;
-    ts->tv_nsec -= 1000000000L;
-  }
-}
-
 sl_status sl__file_gate_wait(sl__file_gate *g, size_t f, bool (*give_up)(void *), void *arg, sl__err *err) {
   if (f >= g->n)
     return SL_STATUS_OK;
@@ -133,8 +125,7 @@ sl_status sl__file_gate_wait(sl__file_gate *g, size_t f, bool (*give_up)(void *)
     }
     /* Fed gates are woken by sl__file_gate_open; the timeout only bounds how late give_up is
      * seen. Watching gates nap, longer and longer. */
-    struct timespec ts;
-    deadline_after(&ts, g->paths != NULL ? nap : GATE_NAP_MAX_NS);
+    struct timespec ts = sl__realtime_in((double)(g->paths != NULL ? nap : GATE_NAP_MAX_NS) * 1e-9);
     pthread_cond_timedwait(&g->cv, &g->mu, &ts);
     nap = nap * 2 > GATE_NAP_MAX_NS ? GATE_NAP_MAX_NS : nap * 2;
   }

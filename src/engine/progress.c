@@ -5,6 +5,7 @@
 #include "engine/progress.h"
 
 #include "base/bytes_fmt.h"
+#include "base/clock.h"
 #include "base/util.h"
 #include "plan/stats.h"
 
@@ -94,13 +95,7 @@ static void *progress_main(void *arg) {
   sl__progress *p = arg;
   pthread_mutex_lock(&p->mu);
   while (!p->stop) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_nsec += (long)(TICK_SECONDS * 1e9);
-    if (ts.tv_nsec >= 1000000000) {
-      ts.tv_sec++;
-      ts.tv_nsec -= 1000000000;
-    }
+    struct timespec ts = sl__realtime_in(TICK_SECONDS);
     int rc = pthread_cond_timedwait(&p->cv, &p->mu, &ts);
     if (p->stop)
       break;

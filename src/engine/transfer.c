@@ -9,6 +9,7 @@
  */
 #include "engine/engine.h"
 
+#include "base/clock.h"
 #include "base/log.h"
 #include "base/util.h"
 #include "engine/file_gate.h"
@@ -19,56 +20,6 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-
-sl_status sl__engine_wait_for(sl__engine *e, bool (*pred)(sl__engine *, void *), void *arg, bool *aborted) {
-  *aborted = false;
-  sl__comm *c = e->t->comm;
-  /* The watchdog's deadline counts from the last byte read (or file downloaded): slow storage
-   * that still delivers is waited for, a read that never returns is not. */
-  uint64_t seen = atomic_load(&e->bytes_done) + sl__file_gate_opened(e->t->gate);
-  double since = sl__now();
-  sl__comm_block_begin(c, "waiting for this rank's reads");
-  pthread_mutex_lock(&e->mu);
-  while (!pred(e, arg)) {
-    if (atomic_load(&e->failed)) {
-      pthread_mutex_unlock(&e->mu);
-      sl__comm_block_end(c);
-      return SL_STATUS_IO;
-    }
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_nsec += 2000000;
-    if (ts.tv_nsec >= 1000000000) {
-      ts.tv_sec++;
-      ts.tv_nsec -= 1000000000;
-    }
-    pthread_cond_timedwait(&e->cv, &e->mu, &ts);
-    pthread_mutex_unlock(&e->mu);
-    if (sl__comm_abort_check(c)) {
-      *aborted = true;
-      sl__comm_block_end(c);
-      return SL_STATUS_OK;
-    }
-    sl__comm_poll(c);
-    uint64_t done = atomic_load(&e->bytes_done) + sl__file_gate_opened(e->t->gate);
-    if (done != seen) {
-      seen = done;
-      since = sl__now();
-      sl__comm_progress(c);
-      sl__comm_block_begin(c, "waiting for this rank's reads");
-    } else if (c->timeout_s > 0 && sl__now() - since > c->timeout_s) {
-      if (!sl__comm_expire(c, "waiting for this rank's reads: no byte read meanwhile", sl__now() - since, e->err)) {
-        sl__comm_block_end(c);
-        return e->err->status;
-      }
-      since = sl__now(); /* the others still move: a new deadline */
-    }
-    pthread_mutex_lock(&e->mu);
-  }
-  pthread_mutex_unlock(&e->mu);
-  sl__comm_block_end(c);
-  return SL_STATUS_OK;
-}
 
 static bool locals_done(sl__engine *e, void *arg) {
   (void)arg;

@@ -5,6 +5,7 @@
  */
 #include "hub/cache.h"
 
+#include "base/clock.h"
 #include "base/log.h"
 #include "base/util.h"
 #include "hub/interrupt.h"
@@ -342,11 +343,6 @@ bool sl__cache_no_exist(const char *repo_dir, const char *commit, const char *pa
  * locks (docs/spec/HUB.md §10)
  * ------------------------------------------------------------------------------------------- */
 
-static void sleep_ms(unsigned ms) {
-  struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
-  nanosleep(&ts, NULL);
-}
-
 /* The lock protocol of docs/spec/HUB.md §10; once: a single attempt (busy → HUB_CACHE). */
 static sl_status lock_acquire(const char *path, uint64_t timeout_s, atomic_int *cancel, bool once,
                               sl__cache_lock *out, sl__err *err) {
@@ -428,7 +424,7 @@ static sl_status lock_acquire(const char *path, uint64_t timeout_s, atomic_int *
               now - start);
       next_log = now + SL_LOCK_LOG_EVERY_S;
     }
-    sleep_ms(SL_LOCK_POLL_MS);
+    sl__sleep_s(SL_LOCK_POLL_MS / 1000.0);
   }
   free(out->path);
   out->path = NULL;

@@ -15,6 +15,7 @@
  */
 #include "hub/http_xfer.h"
 
+#include "base/clock.h"
 #include "hub/hub.h"
 #include "hub/interrupt.h"
 
@@ -215,8 +216,7 @@ void sl__http_wait_units(const sl__http *h, uint64_t units) {
     if (left <= 0)
       break;
     double step = left < 0.02 ? left : 0.02;
-    struct timespec ts = {(time_t)step, (long)((step - (double)(time_t)step) * 1e9)};
-    nanosleep(&ts, NULL);
+    sl__sleep_s(step);
   }
 }
 

@@ -7,6 +7,8 @@
  */
 #include "hub/http_xfer.h"
 
+#include "base/clock.h"
+
 #include <stdlib.h>
 #include <string.h>
 

@@ -7,6 +7,7 @@
  */
 #include "hub/hub.h"
 
+#include "base/clock.h"
 #include "base/hashmap.h"
 #include "base/json.h"
 #include "base/log.h"

@@ -8,6 +8,7 @@
 #include "hub/run.h"
 
 #include "base/bytes_fmt.h"
+#include "base/clock.h"
 #include "base/log.h"
 #include "base/util.h"
 #include "base/workers.h"

@@ -53,6 +53,7 @@ if(SL_HAVE_CUDA)
     ${PROJECT_SOURCE_DIR}/src/comm/comm.c ${PROJECT_SOURCE_DIR}/src/comm/mpi.c
     ${PROJECT_SOURCE_DIR}/src/comm/mpi_watchdog.c
     ${PROJECT_SOURCE_DIR}/src/base/err.c ${PROJECT_SOURCE_DIR}/src/base/util.c
+    ${PROJECT_SOURCE_DIR}/src/base/clock.c
     ${PROJECT_SOURCE_DIR}/src/base/log.c ${PROJECT_SOURCE_DIR}/src/base/numa.c
     ${PROJECT_SOURCE_DIR}/src/engine/staging.c ${PROJECT_SOURCE_DIR}/src/api/status.c
     ${PROJECT_SOURCE_DIR}/tests/common/check.c ${PROJECT_SOURCE_DIR}/tests/common/values.c)

@@ -10,6 +10,7 @@
  *   test_refusals   what the writer refuses, leaving nothing behind;
  *   test_roundtrip  seeded random tables: write → read → same table, rewrite → same bytes.
  */
+#include "base/clock.h"
 #include "check.h"
 #include "format/safetensors.h"
 #include "format/safetensors_write.h"

@@ -19,6 +19,7 @@
  */
 #include "backend/cuda/cuda_internal.h"
 
+#include "base/clock.h"
 #include "base/log.h"
 #include "base/util.h"
 
@@ -77,9 +78,7 @@ static sl_status no_device(sl__err *err, cudaError_t e) {
 
 void sl__cuda_nap(const sl__backend *b) {
   (void)b;
-  double s = 0.0002; /* GPU work progresses on its own: a short sleep between polls */
-  struct timespec ts = {.tv_sec = (time_t)s, .tv_nsec = (long)((s - (double)(time_t)s) * 1e9)};
-  nanosleep(&ts, NULL);
+  sl__sleep_s(0.0002); /* GPU work progresses on its own: a short sleep between polls */
 }
 
 sl_status sl__cuda_wait_local(sl__backend *b, cudaEvent_t ev, cudaStream_t stream, const char *what,

@@ -11,6 +11,7 @@
  */
 #include "backend/cuda/cuda_internal.h"
 
+#include "base/clock.h"
 #include "base/log.h"
 #include "base/util.h"
 
