@@ -4,6 +4,7 @@
 #include "api/prepare.h"
 
 #include "api/config.h"
+#include "api/hub_download.h"
 #include "base/clock.h"
 #include "base/json.h"
 #include "base/log.h"

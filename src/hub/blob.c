@@ -13,6 +13,7 @@
 #include "base/util.h"
 #include "hub/cache.h"
 #include "hub/interrupt.h"
+#include "hub/progress.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -36,7 +36,8 @@ typedef struct sl__hub_opts {
   uint64_t lock_timeout_s;     /* hub_lock_timeout_s, default 0 = wait forever */
 } sl__hub_opts;
 
-/* Sets every field to its default. */
+/* Sets every field to its default (hub/opts.c, built without the Hub client too; a configuration
+ * becomes options in api/hub_download.h). */
 void sl__hub_opts_default(sl__hub_opts *o);
 
 typedef struct sl__hub_result {
@@ -49,6 +50,7 @@ typedef struct sl__hub_result {
   bool from_cache_fallback; /* resolved from the cache after a network failure */
 } sl__hub_result;
 
+/* Frees the strings of r and zeroes it (hub/opts.c). */
 void sl__hub_result_free(sl__hub_result *r);
 
 /* A syntactically valid repository id (docs/spec/HUB.md §6). */
@@ -98,18 +100,6 @@ void sl__hub_env_free(sl__hub_env *env);
 bool sl__hub_env_bool(const char *value);
 /* Removes every CR and LF, trims surrounding whitespace; NULL when nothing is left. Caller frees. */
 char *sl__hub_token_clean(const char *raw);
-
-/* ---- options from a configuration (hub/api.c) ---- */
-
-/* Fills out from the config keys revision, cache_dir, offline, quiet, load_format, hub_token,
- * hub_backoff_base_ms, hub_parallel_threshold, hub_chunk_bytes, hub_connections,
- * hub_parallel_files, hub_verify, hub_lock_timeout_s, download_all and include. The strings of
- * out point into cfg (valid while cfg is unchanged), except the include list, which is returned
- * in *owned_include (NULL-terminated; free it with sl__config_free_list after the last use of
- * out). select.fall_back_to_pt is true and allow_patterns_override NULL (the loader overrides
- * them from the architecture spec). */
-sl_status sl__hub_opts_from_config(const sl_config *cfg, sl__hub_opts *out, char ***owned_include,
-                                   sl__err *err);
 
 /* Resolves repo_id per docs/spec/HUB.md §3 (online) or §8 (offline / fallback) and downloads the files of
  * the selection that are not already in the snapshot. Rank 0 only. Several processes may

@@ -3,63 +3,20 @@
  * take files from a shared list; for each, nothing when the snapshot has it, else the metadata
  * HEAD, the blob's lock (under which the temporaries a killed run left are removed), the download
  * of a blob not yet in the cache (hub/blob.c) and the pointer into snapshots/. The first failure,
- * or SIGINT/SIGTERM (hub/interrupt.h), stops the others. Also the progress line on stderr.
+ * or SIGINT/SIGTERM (hub/interrupt.h), stops the others. Each file done is told to the run's
+ * announce hook (when one is registered) and counted on the progress line (hub/progress.h).
  */
 #include "hub/run.h"
 
-#include "base/bytes_fmt.h"
-#include "base/clock.h"
 #include "base/log.h"
 #include "base/util.h"
 #include "base/workers.h"
 #include "hub/cache.h"
 #include "hub/interrupt.h"
+#include "hub/progress.h"
 
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define SL_HUB_PROGRESS_PERIOD_S 0.25
-
-/* ---------------------------------------------------------------------------------------------
- * progress (stderr, rank 0 only: the Hub client runs nowhere else)
- * ------------------------------------------------------------------------------------------- */
-
-/* Draws the sl__hub_progress line; called with run->mu held. */
-void sl__hub_progress_draw(sl__hub_progress *p, bool force) {
-  if (!p->enabled)
-    return;
-  double now = sl__now();
-  if (!force && now - p->last_draw < SL_HUB_PROGRESS_PERIOD_S)
-    return;
-  p->last_draw = now;
-  double elapsed = now - p->start;
-  double rate = elapsed > 0 ? (double)p->bytes / elapsed : 0;
-  char cur[16];
-  char size[16];
-  char all[16];
-  char total[16];
-  char speed[16];
-  sl__fmt_bytes_si(cur, sizeof cur, p->current_done);
-  sl__fmt_bytes_si(size, sizeof size, p->current_size);
-  sl__fmt_bytes_si(all, sizeof all, p->bytes);
-  sl__fmt_bytes_si(total, sizeof total, p->total);
-  sl__fmt_bytes_si(speed, sizeof speed, (uint64_t)rate);
-  char eta[32] = "";
-  if (rate > 0 && p->total > p->bytes)
-    snprintf(eta, sizeof eta, " ETA %.0f s", (double)(p->total - p->bytes) / rate);
-  fprintf(stderr, "\r[%u/%u files] %s %s/%s | total %s/%s %s/s%s\033[K", p->files_done, p->files_total,
-          p->current, cur, size, all, total, speed, eta);
-  fflush(stderr);
-  p->drawn = true;
-}
-
-void sl__hub_progress_end(sl__hub_progress *p) {
-  if (p->enabled && p->drawn) {
-    sl__hub_progress_draw(p, true);
-    fputc('\n', stderr);
-  }
-}
 
 /* ---------------------------------------------------------------------------------------------
  * one file
@@ -150,8 +107,8 @@ static void record_failure(sl__hub_run *r, const sl__err *e) {
 
 sl_status sl__hub_fetch_job(sl__hub_run *r, sl__http_client *c, sl__hub_job *j, sl__err *err) {
   sl_status st = fetch_file(r, c, j, err);
-  if (st == SL_STATUS_OK)
-    st = sl__hub_overlap_announce(r, j, err);
+  if (st == SL_STATUS_OK && r->announce != NULL)
+    st = r->announce(r, j, err);
   if (st == SL_STATUS_OK) {
     pthread_mutex_lock(&r->mu);
     r->prog.files_done++;

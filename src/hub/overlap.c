@@ -7,7 +7,8 @@
  * background, two files at a time in the selection's natural order (the order the read engine
  * reads them), through the same jobs, blobs and pointers as any resolution: the cache ends up
  * exactly as sl__hub_resolve leaves it. Each weight is announced once its pointer is published
- * and its first bytes equal the header the plan was made from.
+ * and its first bytes equal the header the plan was made from: the download jobs tell the run's
+ * announce hook, which this file registers, of every file they finish.
  */
 #include "hub/run.h"
 
@@ -88,6 +89,44 @@ static sl_status header_job(sl__hub_run *r, sl__http_client *c, sl__hub_job *j, 
   return st;
 }
 
+/* The published file's first bytes are the header the plan was made from. */
+static sl_status check_header(sl__hub_run *r, const sl__hub_job *j, sl__err *err) {
+  char *path = sl__path_join(r->snapshot_dir, j->path);
+  uint8_t *got = malloc(j->header_len + 1);
+  int fd = path != NULL ? open(path, O_RDONLY | O_CLOEXEC) : -1;
+  sl_status st = SL_STATUS_OK;
+  if (path == NULL || got == NULL)
+    st = sl__err_set(err, SL_STATUS_NOMEM, "out of memory");
+  else if (fd < 0)
+    st = sl__err_set(err, SL_STATUS_HUB_CACHE, "cannot open %s: %s", path, strerror(errno));
+  else
+    st = sl__pread_full(fd, got, j->header_len, 0, false, path, NULL, NULL, err);
+  if (st == SL_STATUS_OK && memcmp(got, j->header, j->header_len) != 0)
+    st = sl__err_set(err, SL_STATUS_HUB_METADATA,
+                     "%s: the downloaded file's header differs from the header fetched before the download "
+                     "(the load was planned from that one): the repository changed during the download, or "
+                     "the server serves inconsistent bytes [%s]",
+                     j->path, path);
+  if (fd >= 0)
+    close(fd);
+  free(got);
+  free(path);
+  return st;
+}
+
+/* The announce hook (hub/run.h): a weight of an overlapped download, published, its header
+ * checked against the one fetched first, is told to the load. */
+static sl_status announce(sl__hub_run *r, const sl__hub_job *j, sl__err *err) {
+  if (!j->announce || !r->pending || r->on_ready == NULL)
+    return SL_STATUS_OK;
+  sl_status st = j->header != NULL ? check_header(r, j, err) : SL_STATUS_OK;
+  if (st == SL_STATUS_OK) {
+    SL_INFO("downloaded %s (weight file %zu of %zu)", j->path, j->weight + 1, r->n_weights);
+    r->on_ready(r->ctx, j->weight);
+  }
+  return st;
+}
+
 sl_status sl__hub_overlap_headers(sl__hub_run *r, size_t first, size_t n_weights, sl__err *err) {
   /* config.json first, alone: the architecture is chosen from it before the catalog. */
   sl_status st = sl__hub_run_job_range(r, first, first + 1, 1, sl__hub_fetch_job, err);
@@ -97,6 +136,7 @@ sl_status sl__hub_overlap_headers(sl__hub_run *r, size_t first, size_t n_weights
     r->jobs[first + 1 + i].announce = true;
     r->jobs[first + 1 + i].weight = i;
   }
+  r->announce = announce;
   atomic_store(&r->no_ranges, false);
   st = sl__hub_run_job_range(r, first + 1, first + 1 + n_weights, r->opts->connections, header_job, err);
   /* A SIGINT/SIGTERM leaves header requests not made: never a catalog without them. */
@@ -127,42 +167,6 @@ sl_status sl__hub_overlap_headers(sl__hub_run *r, size_t first, size_t n_weights
   SL_INFO("%zu of %zu weight files of %s to download: loading them as they arrive", missing, n_weights,
           r->repo_id);
   return SL_STATUS_OK;
-}
-
-/* The published file's first bytes are the header the plan was made from. */
-static sl_status check_header(sl__hub_run *r, const sl__hub_job *j, sl__err *err) {
-  char *path = sl__path_join(r->snapshot_dir, j->path);
-  uint8_t *got = malloc(j->header_len + 1);
-  int fd = path != NULL ? open(path, O_RDONLY | O_CLOEXEC) : -1;
-  sl_status st = SL_STATUS_OK;
-  if (path == NULL || got == NULL)
-    st = sl__err_set(err, SL_STATUS_NOMEM, "out of memory");
-  else if (fd < 0)
-    st = sl__err_set(err, SL_STATUS_HUB_CACHE, "cannot open %s: %s", path, strerror(errno));
-  else
-    st = sl__pread_full(fd, got, j->header_len, 0, false, path, NULL, NULL, err);
-  if (st == SL_STATUS_OK && memcmp(got, j->header, j->header_len) != 0)
-    st = sl__err_set(err, SL_STATUS_HUB_METADATA,
-                     "%s: the downloaded file's header differs from the header fetched before the download "
-                     "(the load was planned from that one): the repository changed during the download, or "
-                     "the server serves inconsistent bytes [%s]",
-                     j->path, path);
-  if (fd >= 0)
-    close(fd);
-  free(got);
-  free(path);
-  return st;
-}
-
-sl_status sl__hub_overlap_announce(sl__hub_run *r, const sl__hub_job *j, sl__err *err) {
-  if (!j->announce || !r->pending || r->on_ready == NULL)
-    return SL_STATUS_OK;
-  sl_status st = j->header != NULL ? check_header(r, j, err) : SL_STATUS_OK;
-  if (st == SL_STATUS_OK) {
-    SL_INFO("downloaded %s (weight file %zu of %zu)", j->path, j->weight + 1, r->n_weights);
-    r->on_ready(r->ctx, j->weight);
-  }
-  return st;
 }
 
 const sl__hub_file *sl__hub_pending_files(const sl__hub_run *p, size_t *n) {

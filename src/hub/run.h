@@ -1,19 +1,22 @@
 /*
  * hub/run.h — the state of one Hub resolution, shared by the files of the downloader (not part of
- * the Hub client's interface, which is hub/hub.h):
- *   hub/hub.c      the entry point and the online resolution (revision API, listing, selection);
- *   hub/offline.c  resolution from the cache alone (offline mode, fallback, known commits);
- *   hub/jobs.c     the download jobs: up to hub_parallel_files workers, one file each at a time,
- *                  and the progress line;
- *   hub/blob.c     one blob: download into a temp file, verification, publication into blobs/;
- *   hub/overlap.c  the download behind a load: weight headers first, then the files in the
- *                  background, each announced once published and its header checked.
+ * the Hub client's interface, which is hub/hub.h). Each file calls only those listed after it:
+ *   hub/hub.c       the entry point and the online resolution (revision API, listing, selection);
+ *   hub/overlap.c   the download behind a load: weight headers first, then the files in the
+ *                   background, each announced (through the run's announce hook, which it
+ *                   registers) once published and its header checked;
+ *   hub/offline.c   resolution from the cache alone (offline mode, fallback, known commits);
+ *   hub/jobs.c      the download jobs: up to hub_parallel_files workers, one file each at a time;
+ *   hub/blob.c      one blob: download into a temp file, verification, publication into blobs/;
+ *   hub/run_end.c   the end of a resolution, shared by hub.c and overlap.c;
+ *   hub/progress.c  the progress line (hub/progress.h).
  */
 #ifndef SL_HUB_RUN_H
 #define SL_HUB_RUN_H
 
 #include "hub/http.h"
 #include "hub/hub.h"
+#include "hub/progress.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -34,21 +37,6 @@ typedef struct sl__hub_job {
   uint8_t *header;  /* its first 8 + N bytes as fetched before the download, or NULL */
   size_t header_len;
 } sl__hub_job;
-
-/* The progress line (stderr, rank 0 only: the Hub client runs nowhere else). */
-typedef struct sl__hub_progress {
-  bool enabled; /* stderr is a TTY and not quiet */
-  bool drawn;   /* a line was printed (needs a final newline) */
-  double start;
-  double last_draw;
-  uint64_t bytes; /* network bytes received in this call */
-  uint64_t total; /* expected bytes of the files whose HEAD is known */
-  uint32_t files_done;
-  uint32_t files_total;
-  char current[96]; /* file of the last update */
-  uint64_t current_done;
-  uint64_t current_size;
-} sl__hub_progress;
 
 /* One call of sl__hub_resolve. */
 typedef struct sl__hub_run {
@@ -73,6 +61,9 @@ typedef struct sl__hub_run {
   uint32_t files_downloaded;
   double last_bytes_at; /* sl__now() when the last body byte arrived (0: none yet) */
   sl__hub_progress prog;
+  /* The announce hook: told of each file once jobs.c has made it present (NULL: nobody listens).
+   * Registered by hub/overlap.c, which announces the weights of an overlapped download. */
+  sl_status (*announce)(struct sl__hub_run *r, const sl__hub_job *j, sl__err *err);
   double t0;           /* when the resolution started */
   uint32_t max_threads; /* download threads at most (0: hub_parallel_files) */
   /* overlapped downloads (hub/overlap.c) */
@@ -92,11 +83,6 @@ typedef struct sl__hub_run {
   sl__err final_err;
 } sl__hub_run;
 
-/* Draws the progress line at most 4 times a second (force: now); called with run->mu held. */
-void sl__hub_progress_draw(sl__hub_progress *p, bool force);
-/* Draws the final line and ends it, when one was drawn. */
-void sl__hub_progress_end(sl__hub_progress *p);
-
 /* What one job does, on the worker's own HTTP client. */
 typedef sl_status (*sl__hub_job_fn)(sl__hub_run *r, sl__http_client *c, sl__hub_job *j, sl__err *err);
 
@@ -106,8 +92,8 @@ typedef sl_status (*sl__hub_job_fn)(sl__hub_run *r, sl__http_client *c, sl__hub_
 sl_status sl__hub_run_job_range(sl__hub_run *r, size_t first, size_t last, size_t n_threads, sl__hub_job_fn work,
                                 sl__err *err);
 
-/* One file of a resolution (a sl__hub_job_fn): made present in the snapshot, announced when it
- * is a weight of an overlapped download, counted for the progress line. */
+/* One file of a resolution (a sl__hub_job_fn): made present in the snapshot, told to the announce
+ * hook, counted for the progress line. */
 sl_status sl__hub_fetch_job(sl__hub_run *r, sl__http_client *c, sl__hub_job *j, sl__err *err);
 
 /* Fetches r->jobs[first .. n_jobs) with up to hub_parallel_files threads (at most max_threads):
@@ -121,13 +107,11 @@ sl_status sl__hub_download_blob(sl__hub_run *r, sl__http_client *c, const char *
 
 /* hub/overlap.c: with r->overlap, after the selection (jobs[first] is config.json, then n_weights
  * weights): fetches config.json, then the header of every weight not in the snapshot by ranged
- * GETs; sets r->pending when some are missing (the caller then keeps the jobs). */
+ * GETs; sets r->pending when some are missing (the caller then keeps the jobs). Registers the
+ * announce hook that tells the load of each weight published. */
 sl_status sl__hub_overlap_headers(sl__hub_run *r, size_t first, size_t n_weights, sl__err *err);
-/* A job of jobs.c finished: announce it when it is a weight of an overlapped download (its header
- * checked against the one fetched first). */
-sl_status sl__hub_overlap_announce(sl__hub_run *r, const sl__hub_job *j, sl__err *err);
-/* The end of a resolution (shared by sl__hub_resolve and sl__hub_pending_finish): progress line,
- * signals, figures; frees r. */
+/* hub/run_end.c: the end of a resolution (shared by sl__hub_resolve and sl__hub_pending_finish):
+ * progress line, signals, figures; frees r. */
 sl_status sl__hub_run_end(sl__hub_run *r, sl_status st, sl__hub_result *out, sl__err *err);
 
 /* When SIGINT/SIGTERM stopped resolution r (hub/interrupt.h), replaces *err with the one error

@@ -57,7 +57,7 @@ if(_sl_fuzz_ok)
     list(FILTER _sl_fuzz_lib_sources EXCLUDE REGEX "/src/absent/hub\\.c$")
   else()
     list(FILTER _sl_fuzz_lib_sources EXCLUDE REGEX "/src/hub/")
-    list(APPEND _sl_fuzz_lib_sources ${PROJECT_SOURCE_DIR}/src/hub/api.c ${PROJECT_SOURCE_DIR}/src/hub/env.c)
+    list(APPEND _sl_fuzz_lib_sources ${PROJECT_SOURCE_DIR}/src/hub/opts.c ${PROJECT_SOURCE_DIR}/src/hub/env.c)
   endif()
   file(GLOB_RECURSE _sl_fuzz_lib_headers CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/*.h)
   set(_sl_fuzz_cflags -g -O1 -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined

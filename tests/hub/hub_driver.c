@@ -10,6 +10,7 @@
  * Exit status: 0 on success, 1 on a resolution failure, 2 on a usage error.
  */
 #include "api/config.h"
+#include "api/hub_download.h"
 #include "hub/hub.h"
 #include "base/util.h"
 

@@ -7,6 +7,7 @@
  * resolution returns.
  */
 #include "api/config.h"
+#include "api/hub_download.h"
 #include "base/clock.h"
 #include "check.h"
 #include "hub/cache.h"
