@@ -6,9 +6,9 @@
  *   merged               several sources (gate/up) each split by rows, stacked;
  *   qkv                  q, k and v split by heads, key/value heads replicated when tp exceeds
  *                        them; Mistral-format q and k rows put back out of the rotary interleave;
- *   vocab                the embedding and lm_head, over the vocabulary padded to 64 per rank.
- * fp8 block-scale parameters take the same styles in blocks of their weight (§3.7), through the
- * unit conversions of plan/slicing_copy.h.
+ *   vocab                the embedding and lm_head, over the vocabulary padded to a multiple of 64.
+ * fp8 block-scale parameters take the same styles in blocks of their weight
+ * (docs/spec/LAYOUTS.md §3.7), through the unit conversions of plan/slicing_copy.h.
  */
 #include "plan/slicing_styles.h"
 

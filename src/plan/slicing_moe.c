@@ -1,9 +1,10 @@
 /*
- * plan/slicing_moe.c — the slicing styles of mixture-of-experts tensors (docs/spec/LAYOUTS.md
- * §3.5–§3.6), declared in plan/slicing_styles.h: per-expert sources (moe_w13 gate/up, moe_w2 down,
- * one tensor per expert) and fused 3-D sources [E, ...] (moe3d_w13, moe3d_w2). A rank holds the
- * experts of its local slots (plan/rank_ctx.c), each cut over the MoE tensor-parallel ranks along
- * the expert's intermediate dimension; in the checkpoint layout one parameter per expert.
+ * plan/slicing_moe.c — the slicing styles of mixture-of-experts tensors
+ * (docs/spec/LAYOUTS.md §3.5–§3.6), declared in plan/slicing_styles.h: per-expert sources
+ * (moe_w13 gate/up, moe_w2 down, one tensor per expert) and fused 3-D sources [E, ...] (moe3d_w13,
+ * moe3d_w2). A rank holds the experts of its local slots (plan/rank_ctx.c), each cut over the MoE
+ * tensor-parallel ranks along the expert's intermediate dimension; in the checkpoint layout, one
+ * parameter per expert.
  */
 #include "plan/slicing_styles.h"
 

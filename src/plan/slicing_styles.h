@@ -15,7 +15,7 @@
 /* The signature of every style. */
 typedef sl_status (*sl__slice_fn)(sl__slicer *s, sl__local_shape *ls, char *desc, size_t dcap);
 
-/* Dense styles of plan/slicing_dense.c (§3.1–§3.4, fp8 block scales §3.7). */
+/* Dense styles of plan/slicing_dense.c (docs/spec/LAYOUTS.md §3.1–§3.4; fp8 block scales §3.7). */
 sl_status sl__slice_replicated(sl__slicer *s, sl__local_shape *ls, char *desc, size_t dcap);
 sl_status sl__slice_column(sl__slicer *s, sl__local_shape *ls, char *desc, size_t dcap);
 sl_status sl__slice_row(sl__slicer *s, sl__local_shape *ls, char *desc, size_t dcap);
@@ -24,10 +24,10 @@ sl_status sl__slice_concat(sl__slicer *s, sl__local_shape *ls, char *desc, size_
 sl_status sl__slice_qkv(sl__slicer *s, sl__local_shape *ls, char *desc, size_t dcap);
 sl_status sl__slice_vocab(sl__slicer *s, sl__local_shape *ls, char *desc, size_t dcap);
 
-/* Expert styles of plan/slicing_moe.c (§3.5–§3.6): moe_w13, moe_w2, moe3d_w13, moe3d_w2. */
+/* Expert styles of plan/slicing_moe.c (docs/spec/LAYOUTS.md §3.5–§3.6): moe_w13, moe_w2, moe3d_*. */
 sl_status sl__slice_moe(sl__slicer *s, sl__local_shape *ls, char *desc, size_t dcap);
 
-/* Styles of plan/slicing_families.c (§3.8–§3.10). */
+/* Styles of plan/slicing_families.c (docs/spec/LAYOUTS.md §3.8–§3.10). */
 sl_status sl__slice_qkv_fused(sl__slicer *s, sl__local_shape *ls, char *desc, size_t dcap);
 sl_status sl__slice_merged_fused(sl__slicer *s, sl__local_shape *ls, char *desc, size_t dcap);
 sl_status sl__slice_moe3d_w13_interleaved(sl__slicer *s, sl__local_shape *ls, char *desc, size_t dcap);
@@ -36,7 +36,7 @@ sl_status sl__slice_moe_w2_bias(sl__slicer *s, sl__local_shape *ls, char *desc, 
 sl_status sl__slice_moe3d_w13_transposed(sl__slicer *s, sl__local_shape *ls, char *desc, size_t dcap);
 sl_status sl__slice_moe3d_w2_transposed(sl__slicer *s, sl__local_shape *ls, char *desc, size_t dcap);
 
-/* Styles of plan/slicing_quant.c (§3.11–§3.12). */
+/* Styles of plan/slicing_quant.c (docs/spec/LAYOUTS.md §3.11–§3.12). */
 sl_status sl__slice_quant_parts(sl__slicer *s, sl__local_shape *ls, char *desc, size_t dcap);
 sl_status sl__slice_int4(sl__slicer *s, sl__local_shape *ls, char *desc, size_t dcap);
 
