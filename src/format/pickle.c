@@ -3,37 +3,16 @@
  * docs/spec/FILES.md §8.2). The accepted opcodes are what torch.save's protocol-2 pickler emits for
  * a state dict, plus the few protocol-4 spellings of the same things (SHORT_BINUNICODE, MEMOIZE,
  * FRAME, STACK_GLOBAL). Everything else — INST, OBJ, NEWOBJ, EXT*, floats, bytes, sets, PERSID
- * in text form ... — is refused with the opcode's name. What the globals mean lives in
- * format/pickle_torch.c.
+ * in text form ... — is refused with the opcode's name. The machine the opcodes work on (values,
+ * stack, MARKs, memo) is format/pickle_vm.c; what the globals mean lives in format/pickle_torch.c.
  */
 #include "format/pickle_vm.h"
 
 #include "format/safetensors.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-sl_status pk_fail(pk_vm *vm, const char *fmt, ...) {
-  char msg[768];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
-  return sl__err_set(vm->err, SL_STATUS_PICKLE, "%s: byte %zu: %s", vm->what, vm->op_at, msg);
-}
-
-sl_status pk_new(pk_vm *vm, const pk_value *v, uint32_t *out) {
-  if (vm->values.len >= SL_PK_MAX_VALUES)
-    return pk_fail(vm, "more than %u values (limit)", SL_PK_MAX_VALUES);
-  pk_value *slot = sl__vec_push(&vm->values);
-  if (slot == NULL)
-    return sl__err_set(vm->err, SL_STATUS_NOMEM, "%s: out of memory", vm->what);
-  *slot = *v;
-  *out = (uint32_t)(vm->values.len - 1);
-  return SL_STATUS_OK;
-}
 
 /* ---- input ---- */
 
@@ -51,123 +30,31 @@ static uint64_t take_le(pk_vm *vm, size_t n) {
   return v;
 }
 
-/* ---- stack ---- */
-
-static sl_status push(pk_vm *vm, uint32_t v) {
-  if (vm->stack.len >= SL_PK_MAX_STACK)
-    return pk_fail(vm, "stack deeper than %u entries (limit)", SL_PK_MAX_STACK);
-  uint32_t *slot = sl__vec_push(&vm->stack);
-  if (slot == NULL)
-    return sl__err_set(vm->err, SL_STATUS_NOMEM, "%s: out of memory", vm->what);
-  *slot = v;
-  return SL_STATUS_OK;
-}
-
-/* The stack floor: values below the innermost MARK are out of reach of plain pops. */
-static size_t floor_of(const pk_vm *vm) {
-  return vm->marks.len == 0 ? 0 : SL_VEC_AT(&vm->marks, size_t, vm->marks.len - 1);
-}
-
-static sl_status pop(pk_vm *vm, uint32_t *out) {
-  if (vm->stack.len <= floor_of(vm))
-    return pk_fail(vm, "stack underflow");
-  *out = SL_VEC_AT(&vm->stack, uint32_t, --vm->stack.len);
-  return SL_STATUS_OK;
-}
-
-static sl_status top(pk_vm *vm, uint32_t *out) {
-  if (vm->stack.len <= floor_of(vm))
-    return pk_fail(vm, "stack underflow");
-  *out = SL_VEC_AT(&vm->stack, uint32_t, vm->stack.len - 1);
-  return SL_STATUS_OK;
-}
-
-/* Pops the innermost MARK; *from is the stack length it recorded. */
-static sl_status pop_mark(pk_vm *vm, size_t *from) {
-  if (vm->marks.len == 0)
-    return pk_fail(vm, "no MARK to pop");
-  *from = SL_VEC_AT(&vm->marks, size_t, --vm->marks.len);
-  return SL_STATUS_OK;
-}
-
-/* ---- values ---- */
+/* ---- values and containers ---- */
 
 static sl_status push_scalar(pk_vm *vm, pk_kind kind, int64_t i) {
   pk_value v = {.kind = (uint8_t)kind, .i = i};
   uint32_t id = 0;
   sl_status st = pk_new(vm, &v, &id);
-  return st != SL_STATUS_OK ? st : push(vm, id);
+  return st != SL_STATUS_OK ? st : pk_push(vm, id);
 }
 
 static sl_status push_container(pk_vm *vm, pk_kind kind) {
   pk_value v = {.kind = (uint8_t)kind, .a = PK_NIL, .b = PK_NIL};
   uint32_t id = 0;
   sl_status st = pk_new(vm, &v, &id);
-  return st != SL_STATUS_OK ? st : push(vm, id);
-}
-
-/* A tuple of the stack entries from `from` up, which are removed. */
-static sl_status make_tuple(pk_vm *vm, size_t from) {
-  size_t n = vm->stack.len - from;
-  uint8_t depth = 0;
-  for (size_t k = from; k < vm->stack.len; k++) {
-    uint8_t d = pk_at(vm, SL_VEC_AT(&vm->stack, uint32_t, k))->depth;
-    depth = d > depth ? d : depth;
-  }
-  if (depth + 1u > SL_PK_MAX_DEPTH)
-    return pk_fail(vm, "values nested more than %u deep (limit)", SL_PK_MAX_DEPTH);
-  if (vm->items.len + n > SL_PK_MAX_VALUES)
-    return pk_fail(vm, "more than %u tuple items (limit)", SL_PK_MAX_VALUES);
-  if (!sl__vec_reserve(&vm->items, vm->items.len + n))
-    return sl__err_set(vm->err, SL_STATUS_NOMEM, "%s: out of memory", vm->what);
-  pk_value v = {
-      .kind = PK_TUPLE, .depth = (uint8_t)(depth + 1), .a = (uint32_t)vm->items.len, .b = (uint32_t)n};
-  for (size_t k = from; k < vm->stack.len; k++)
-    *(uint32_t *)sl__vec_push(&vm->items) = SL_VEC_AT(&vm->stack, uint32_t, k);
-  vm->stack.len = from;
-  uint32_t id = 0;
-  sl_status st = pk_new(vm, &v, &id);
-  return st != SL_STATUS_OK ? st : push(vm, id);
+  return st != SL_STATUS_OK ? st : pk_push(vm, id);
 }
 
 static sl_status tuple_n(pk_vm *vm, size_t n) {
-  if (vm->stack.len - floor_of(vm) < n)
+  if (vm->stack.len - pk_floor(vm) < n)
     return pk_fail(vm, "stack underflow");
-  return make_tuple(vm, vm->stack.len - n);
-}
-
-/* Appends key → val (key PK_NIL for lists) to the container value c. */
-static sl_status add_link(pk_vm *vm, uint32_t c, uint32_t key, uint32_t val) {
-  pk_value *cv = pk_at(vm, c);
-  uint8_t d = pk_at(vm, val)->depth;
-  if (key != PK_NIL && pk_at(vm, key)->depth > d)
-    d = pk_at(vm, key)->depth;
-  if (d + 1u > SL_PK_MAX_DEPTH)
-    return pk_fail(vm, "values nested more than %u deep (limit)", SL_PK_MAX_DEPTH);
-  if (vm->links.len >= SL_PK_MAX_VALUES)
-    return pk_fail(vm, "more than %u container elements (limit)", SL_PK_MAX_VALUES);
-  pk_link *l = sl__vec_push(&vm->links);
-  if (l == NULL)
-    return sl__err_set(vm->err, SL_STATUS_NOMEM, "%s: out of memory", vm->what);
-  l->key = key;
-  l->val = val;
-  l->next = PK_NIL;
-  uint32_t li = (uint32_t)(vm->links.len - 1);
-  cv = pk_at(vm, c);
-  if (cv->b == PK_NIL)
-    cv->a = li;
-  else
-    SL_VEC_AT(&vm->links, pk_link, cv->b).next = li;
-  cv->b = li;
-  cv->n++;
-  if (d + 1u > cv->depth)
-    cv->depth = (uint8_t)(d + 1);
-  return SL_STATUS_OK;
+  return pk_make_tuple(vm, vm->stack.len - n);
 }
 
 /* SETITEM(S) / APPEND(S): the stack entries from `from` up go into the container below them. */
 static sl_status fill(pk_vm *vm, size_t from, bool dict) {
-  if (from == 0 || from <= floor_of(vm))
+  if (from == 0 || from <= pk_floor(vm))
     return pk_fail(vm, "%s without a container below it", dict ? "SETITEMS" : "APPENDS");
   uint32_t c = SL_VEC_AT(&vm->stack, uint32_t, from - 1);
   if (pk_at(vm, c)->kind != (dict ? PK_DICT : PK_LIST))
@@ -179,39 +66,12 @@ static sl_status fill(pk_vm *vm, size_t from, bool dict) {
   for (size_t k = from; k < vm->stack.len; k += dict ? 2 : 1) {
     uint32_t key = dict ? SL_VEC_AT(&vm->stack, uint32_t, k) : PK_NIL;
     uint32_t val = SL_VEC_AT(&vm->stack, uint32_t, dict ? k + 1 : k);
-    sl_status st = add_link(vm, c, key, val);
+    sl_status st = pk_add_link(vm, c, key, val);
     if (st != SL_STATUS_OK)
       return st;
   }
   vm->stack.len = from;
   return SL_STATUS_OK;
-}
-
-/* ---- memo ---- */
-
-static sl_status memo_put(pk_vm *vm, uint64_t idx) {
-  uint32_t v = 0;
-  sl_status st = top(vm, &v);
-  if (st != SL_STATUS_OK)
-    return st;
-  /* torch's pickler numbers memo slots 0, 1, 2, ...: a sparse index is refused rather than
-   * allocated for. */
-  if (idx > vm->memo.len || idx >= SL_PK_MAX_MEMO)
-    return pk_fail(vm, "memo index %llu is not the next free slot (%zu)", (unsigned long long)idx,
-                   vm->memo.len);
-  if (idx == vm->memo.len) {
-    uint32_t *slot = sl__vec_push(&vm->memo);
-    if (slot == NULL)
-      return sl__err_set(vm->err, SL_STATUS_NOMEM, "%s: out of memory", vm->what);
-  }
-  SL_VEC_AT(&vm->memo, uint32_t, idx) = v;
-  return SL_STATUS_OK;
-}
-
-static sl_status memo_get(pk_vm *vm, uint64_t idx) {
-  if (idx >= vm->memo.len)
-    return pk_fail(vm, "memo index %llu was never stored", (unsigned long long)idx);
-  return push(vm, SL_VEC_AT(&vm->memo, uint32_t, idx));
 }
 
 /* ---- strings and globals ---- */
@@ -234,7 +94,7 @@ static sl_status push_string(pk_vm *vm, size_t len_bytes) {
   vm->pos += (size_t)n;
   uint32_t id = 0;
   st = pk_new(vm, &v, &id);
-  return st != SL_STATUS_OK ? st : push(vm, id);
+  return st != SL_STATUS_OK ? st : pk_push(vm, id);
 }
 
 /* GLOBAL: "module\nname\n" in the opcode stream. */
@@ -249,14 +109,14 @@ static sl_status op_global(pk_vm *vm) {
   vm->pos += (size_t)(nl2 + 1 - s);
   uint32_t id = 0;
   sl_status st = pk_global_value(vm, s, (size_t)(nl1 - s), nl1 + 1, (size_t)(nl2 - nl1 - 1), &id);
-  return st != SL_STATUS_OK ? st : push(vm, id);
+  return st != SL_STATUS_OK ? st : pk_push(vm, id);
 }
 
 static sl_status op_stack_global(pk_vm *vm) {
   uint32_t m = 0, n = 0;
-  sl_status st = pop(vm, &n);
+  sl_status st = pk_pop(vm, &n);
   if (st == SL_STATUS_OK)
-    st = pop(vm, &m);
+    st = pk_pop(vm, &m);
   if (st != SL_STATUS_OK)
     return st;
   const pk_value *mv = pk_at(vm, m), *nv = pk_at(vm, n);
@@ -264,7 +124,7 @@ static sl_status op_stack_global(pk_vm *vm) {
     return pk_fail(vm, "STACK_GLOBAL needs two strings");
   uint32_t id = 0;
   st = pk_global_value(vm, (const char *)vm->p + mv->a, mv->b, (const char *)vm->p + nv->a, nv->b, &id);
-  return st != SL_STATUS_OK ? st : push(vm, id);
+  return st != SL_STATUS_OK ? st : pk_push(vm, id);
 }
 
 /* ---- the loop ---- */
@@ -317,40 +177,40 @@ static const char *refused_name(uint8_t op) {
 
 static sl_status op_reduce(pk_vm *vm) {
   uint32_t args = 0, fn = 0, out = 0;
-  sl_status st = pop(vm, &args);
+  sl_status st = pk_pop(vm, &args);
   if (st == SL_STATUS_OK)
-    st = pop(vm, &fn);
+    st = pk_pop(vm, &fn);
   if (st == SL_STATUS_OK)
     st = pk_reduce(vm, fn, args, &out);
-  return st != SL_STATUS_OK ? st : push(vm, out);
+  return st != SL_STATUS_OK ? st : pk_push(vm, out);
 }
 
 static sl_status op_two(pk_vm *vm, uint8_t op) {
   uint32_t a = 0, b = 0, out = 0;
-  sl_status st = pop(vm, &b);
+  sl_status st = pk_pop(vm, &b);
   if (st != SL_STATUS_OK)
     return st;
   if (op == 'Q') { /* BINPERSID */
     st = pk_persistent(vm, b, &out);
-    return st != SL_STATUS_OK ? st : push(vm, out);
+    return st != SL_STATUS_OK ? st : pk_push(vm, out);
   }
   if (op == 'a') { /* APPEND */
-    if (vm->stack.len <= floor_of(vm))
+    if (vm->stack.len <= pk_floor(vm))
       return pk_fail(vm, "APPEND without a list below it");
-    st = push(vm, b);
+    st = pk_push(vm, b);
     return st != SL_STATUS_OK ? st : fill(vm, vm->stack.len - 1, false);
   }
-  st = top(vm, &a);
+  st = pk_top(vm, &a);
   if (st != SL_STATUS_OK)
     return st;
   if (op == 'b') /* BUILD */
     return pk_build(vm, a, b);
   /* SETITEM: key is below the value */
-  st = pop(vm, &a);
+  st = pk_pop(vm, &a);
   if (st == SL_STATUS_OK)
-    st = push(vm, a);
+    st = pk_push(vm, a);
   if (st == SL_STATUS_OK)
-    st = push(vm, b);
+    st = pk_push(vm, b);
   return st != SL_STATUS_OK ? st : fill(vm, vm->stack.len - 2, true);
 }
 
@@ -372,25 +232,20 @@ static sl_status step(pk_vm *vm, bool *stop) {
     vm->pos += st == SL_STATUS_OK ? 8 : 0;
     return st;
   case '.': /* STOP */
-    st = pop(vm, &vm->result);
+    st = pk_pop(vm, &vm->result);
     *stop = st == SL_STATUS_OK;
     return st;
   case '(': /* MARK */
-    if (vm->marks.len >= SL_PK_MAX_DEPTH)
-      return pk_fail(vm, "MARKs nested more than %u deep (limit)", SL_PK_MAX_DEPTH);
-    if (sl__vec_push(&vm->marks) == NULL)
-      return sl__err_set(vm->err, SL_STATUS_NOMEM, "%s: out of memory", vm->what);
-    SL_VEC_AT(&vm->marks, size_t, vm->marks.len - 1) = vm->stack.len;
-    return SL_STATUS_OK;
+    return pk_push_mark(vm);
   case '}':
     return push_container(vm, PK_DICT);
   case ']':
     return push_container(vm, PK_LIST);
   case ')':
-    return make_tuple(vm, vm->stack.len);
+    return pk_make_tuple(vm, vm->stack.len);
   case 't':
-    st = pop_mark(vm, &from);
-    return st != SL_STATUS_OK ? st : make_tuple(vm, from);
+    st = pk_pop_mark(vm, &from);
+    return st != SL_STATUS_OK ? st : pk_make_tuple(vm, from);
   case 0x85:
     return tuple_n(vm, 1);
   case 0x86:
@@ -398,10 +253,10 @@ static sl_status step(pk_vm *vm, bool *stop) {
   case 0x87:
     return tuple_n(vm, 3);
   case 'u':
-    st = pop_mark(vm, &from);
+    st = pk_pop_mark(vm, &from);
     return st != SL_STATUS_OK ? st : fill(vm, from, true);
   case 'e':
-    st = pop_mark(vm, &from);
+    st = pk_pop_mark(vm, &from);
     return st != SL_STATUS_OK ? st : fill(vm, from, false);
   case 'X':
     return push_string(vm, 4);
@@ -437,18 +292,18 @@ static sl_status step(pk_vm *vm, bool *stop) {
     return push_scalar(vm, PK_BOOL, 0);
   case 'q':
     st = need(vm, 1);
-    return st != SL_STATUS_OK ? st : memo_put(vm, take_le(vm, 1));
+    return st != SL_STATUS_OK ? st : pk_memo_put(vm, take_le(vm, 1));
   case 'r':
     st = need(vm, 4);
-    return st != SL_STATUS_OK ? st : memo_put(vm, take_le(vm, 4));
+    return st != SL_STATUS_OK ? st : pk_memo_put(vm, take_le(vm, 4));
   case 0x94:
-    return memo_put(vm, vm->memo.len); /* MEMOIZE */
+    return pk_memo_put(vm, vm->memo.len); /* MEMOIZE */
   case 'h':
     st = need(vm, 1);
-    return st != SL_STATUS_OK ? st : memo_get(vm, take_le(vm, 1));
+    return st != SL_STATUS_OK ? st : pk_memo_get(vm, take_le(vm, 1));
   case 'j':
     st = need(vm, 4);
-    return st != SL_STATUS_OK ? st : memo_get(vm, take_le(vm, 4));
+    return st != SL_STATUS_OK ? st : pk_memo_get(vm, take_le(vm, 4));
   case 'c':
     return op_global(vm);
   case 0x93:
@@ -463,18 +318,6 @@ static sl_status step(pk_vm *vm, bool *stop) {
   default:
     return pk_fail(vm, "opcode %s (0x%02x) is not allowed in a state-dict pickle", refused_name(op), op);
   }
-}
-
-static void vm_free(pk_vm *vm) {
-  sl__vec_free(&vm->values);
-  sl__vec_free(&vm->items);
-  sl__vec_free(&vm->links);
-  sl__vec_free(&vm->stack);
-  sl__vec_free(&vm->marks);
-  sl__vec_free(&vm->memo);
-  sl__vec_free(&vm->storages);
-  sl__vec_free(&vm->tensors);
-  sl__hashmap_free(&vm->storage_keys);
 }
 
 void sl__pk_state_free(sl__pk_state *s) {
@@ -492,20 +335,7 @@ sl_status sl__pickle_state_dict(const uint8_t *data, size_t len, const char *wha
     return sl__err_set(err, SL_STATUS_PICKLE, "%s: pickle of %zu bytes exceeds the limit of %zu", what, len,
                        SL_PK_MAX_BYTES);
   pk_vm vm;
-  memset(&vm, 0, sizeof vm);
-  vm.p = data;
-  vm.len = len;
-  vm.what = what;
-  vm.err = err;
-  sl__vec_init(&vm.values, sizeof(pk_value));
-  sl__vec_init(&vm.items, sizeof(uint32_t));
-  sl__vec_init(&vm.links, sizeof(pk_link));
-  sl__vec_init(&vm.stack, sizeof(uint32_t));
-  sl__vec_init(&vm.marks, sizeof(size_t));
-  sl__vec_init(&vm.memo, sizeof(uint32_t));
-  sl__vec_init(&vm.storages, sizeof(pk_storage));
-  sl__vec_init(&vm.tensors, sizeof(pk_tensor));
-  sl__hashmap_init(&vm.storage_keys, SL_HASHMAP_BORROW);
+  pk_vm_init(&vm, data, len, what, err);
   bool stop = false;
   sl_status st = SL_STATUS_OK;
   while (st == SL_STATUS_OK && !stop) {
@@ -526,7 +356,7 @@ sl_status sl__pickle_state_dict(const uint8_t *data, size_t len, const char *wha
   }
   if (st == SL_STATUS_OK)
     st = pk_extract(&vm, out);
-  vm_free(&vm);
+  pk_vm_free(&vm);
   if (st != SL_STATUS_OK)
     sl__pk_state_free(out);
   return st;

@@ -1,6 +1,8 @@
 /*
- * format/pickle_vm.h — the state shared by the opcode loop (format/pickle.c) and the torch
- * semantics (format/pickle_torch.c) of the restricted pickle reader. Internal to src/format.
+ * format/pickle_vm.h — the machine of the restricted pickle reader: its state and the primitives
+ * on it (format/pickle_vm.c), used by the opcode loop (format/pickle.c) and the torch semantics
+ * (format/pickle_torch.c), which the loop calls through the declarations at the end. Internal to
+ * src/format.
  *
  * Values live in one array and are referred to by index, so the memo, the stack and containers
  * share them without ownership questions and nothing is ever freed recursively (a hostile pickle
@@ -87,10 +89,32 @@ typedef struct pk_vm {
   uint32_t result;          /* the value STOP returned */
 } pk_vm;
 
+/* ---- the machine (format/pickle_vm.c) ---- */
+
+/* A machine reading the len bytes at data, `what` naming them in messages; pk_vm_free frees it. */
+void pk_vm_init(pk_vm *vm, const uint8_t *data, size_t len, const char *what, sl__err *err);
+void pk_vm_free(pk_vm *vm);
 /* Sets err to "WHAT: byte N: <message>" with SL_STATUS_PICKLE and returns that status. */
 sl_status pk_fail(pk_vm *vm, const char *fmt, ...) SL_PRINTF(2, 3);
 /* A new value (its index in *out); fails beyond SL_PK_MAX_VALUES. */
 sl_status pk_new(pk_vm *vm, const pk_value *v, uint32_t *out);
+/* The stack (at most SL_PK_MAX_STACK entries). Pops and top fail at the floor: entries below the
+ * innermost MARK are out of reach of plain pops. */
+sl_status pk_push(pk_vm *vm, uint32_t v);
+sl_status pk_pop(pk_vm *vm, uint32_t *out);
+sl_status pk_top(pk_vm *vm, uint32_t *out);
+size_t pk_floor(const pk_vm *vm);
+/* MARK (at most SL_PK_MAX_DEPTH deep); popping it gives the stack length it recorded in *from. */
+sl_status pk_push_mark(pk_vm *vm);
+sl_status pk_pop_mark(pk_vm *vm, size_t *from);
+/* Replaces the stack entries from `from` up with one tuple of them. */
+sl_status pk_make_tuple(pk_vm *vm, size_t from);
+/* Appends key → val (key PK_NIL for lists) to the list or dict value c. */
+sl_status pk_add_link(pk_vm *vm, uint32_t c, uint32_t key, uint32_t val);
+/* The memo: PUT of the stack top into slot idx (the next free one or an existing one), GET of a
+ * stored slot onto the stack. */
+sl_status pk_memo_put(pk_vm *vm, uint64_t idx);
+sl_status pk_memo_get(pk_vm *vm, uint64_t idx);
 static inline pk_value *pk_at(pk_vm *vm, uint32_t i) {
   return &SL_VEC_AT(&vm->values, pk_value, i);
 }
@@ -99,7 +123,8 @@ static inline uint32_t pk_item(pk_vm *vm, const pk_value *t, uint32_t i) {
   return SL_VEC_AT(&vm->items, uint32_t, t->a + i);
 }
 
-/* torch semantics (format/pickle_torch.c). */
+/* ---- torch semantics (format/pickle_torch.c) ---- */
+
 /* GLOBAL / STACK_GLOBAL: module and name → an allowed global value, or an error naming them. */
 sl_status pk_global_value(pk_vm *vm, const char *module, size_t mlen, const char *name, size_t nlen,
                           uint32_t *out);

@@ -9,7 +9,7 @@
  * nbytes) where str = u64 length + bytes (no NUL).
  */
 #include "model/catalog.h"
-#include "model/sharded.h"
+#include "model/sharded_name.h"
 
 #include "base/log.h"
 #include "format/safetensors.h"

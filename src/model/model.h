@@ -4,7 +4,7 @@
  * its style arguments and its checkpoint sources (resolved to catalog tensors and checked
  * against their expected shapes), plus the expected set of checkpoint tensors used by tracking
  * and the verdict on every catalog tensor that no parameter consumes (skipped or ignored).
- * Pure: the same on every rank. Per-rank slicing happens in plan/plan.c.
+ * Pure: the same on every rank. Per-rank slicing happens in plan/slicing.c.
  */
 #ifndef SL_MODEL_H
 #define SL_MODEL_H
@@ -111,11 +111,13 @@ sl_status sl__model_vision(sl__model *m, const sl__spec *spec, const sl__catalog
 
 sl_status sl__model_build(const sl__spec *spec, const sl__catalog *cat, sl__layout_kind layout,
                           sl__model *out, sl__err *err);
+/* Frees what a model owns (model/model_table.c). */
 void sl__model_free(sl__model *m);
 
-/* Parses the catalog's config.json (error naming the problem when absent or invalid). */
+/* Parses the catalog's config.json (error naming the problem when absent or invalid;
+ * model/model_config.c). */
 sl_status sl__model_parse_config(const sl__catalog *cat, struct cJSON **out, sl__err *err);
-/* architectures[0] of config.json. */
+/* architectures[0] of config.json (model/model_config.c). */
 sl_status sl__model_architecture(const struct cJSON *config, const char **out, sl__err *err);
 
 #endif

@@ -1,13 +1,17 @@
 /*
  * model/model_build.h — internals of the model builder shared by its files (the interface is
- * model/model.h):
- *   model/model.c         the entry points, the expression environment (spec vars, layer vars,
- *                         config.json fields) and the model-wide values read from config.json;
+ * model/model.h), from the top down:
+ *   model/model.c         the entry point: model-wide values, then the steps below in order;
  *   model/model_param.c   the parameters: each spec parameter instantiated in the vllm layout
  *                         (sources resolved in the catalog and shape-checked), fp8 scale
  *                         companions, tied aliases, and the derivation of the checkpoint layout;
+ *   model/model_quant.c   the companions of compressed-tensors fp8 and GPTQ/AWQ int4 weights;
  *   model/model_expect.c  the expected set of checkpoint tensors and the fate of every catalog
- *                         tensor that no parameter consumes.
+ *                         tensor that no parameter consumes;
+ *   model/model_config.c  config.json and the expression environment (spec vars, layer vars,
+ *                         config.json fields) every step evaluates the spec in;
+ *   model/model_table.c   the parameter table: appending, companions' placement, freeing.
+ * Each file calls only files below it.
  */
 #ifndef SL_MODEL_BUILD_H
 #define SL_MODEL_BUILD_H
@@ -41,7 +45,7 @@ typedef struct sl__model_builder {
   sl__err *err;
 } sl__model_builder;
 
-/* ---- the environment (model/model.c) ---- */
+/* ---- the environment (model/model_config.c) ---- */
 
 /* The sl__expr_lookup_fn of the environment (ctx: sl__model_env): "layer", layer vars, spec vars,
  * then config.json fields (dotted names walk objects). */
@@ -60,11 +64,14 @@ sl_status sl__model_build_param(sl__model_builder *b, const sl__spec_param *sp, 
 sl_status sl__model_build_alias(sl__model_builder *b, const sl__spec_param *sp);
 /* Rewrites b->params (vllm layout) into the checkpoint layout: one parameter per source tensor. */
 sl_status sl__model_to_checkpoint_layout(sl__model_builder *b);
+
+/* ---- the parameter table (model/model_table.c) ---- */
+
 /* Appends a parameter with no fields set but alias_of, only_expert (SL_NONE) and layer (-1). */
 sl__mparam *sl__model_push_param(sl__model_builder *b);
 /* Frees what one parameter owns. */
 void sl__model_mparam_free(sl__mparam *p);
-/* Companion p takes weight w's place, layer and head counts (model_param.c). */
+/* Companion p takes weight w's place, layer and head counts. */
 void sl__mparam_inherit(sl__mparam *p, const sl__mparam *w);
 
 /* ---- quantization companions (model/model_quant.c) ---- */

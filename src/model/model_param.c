@@ -64,26 +64,6 @@ static bool is_f8(sl__dtype d) {
   return d == SL_DT_F8_E4M3 || d == SL_DT_F8_E5M2 || d == SL_DT_F8_E4M3FNUZ || d == SL_DT_F8_E5M2FNUZ;
 }
 
-void sl__model_mparam_free(sl__mparam *p) {
-  free(p->name);
-  for (size_t i = 0; i < p->n_src; i++)
-    free(p->src[i].name);
-  free(p->src);
-  free(p->fields);
-}
-
-sl__mparam *sl__model_push_param(sl__model_builder *b) {
-  sl__mparam *p = sl__vec_push(&b->params);
-  if (p == NULL) {
-    sl__err_set(b->err, SL_STATUS_NOMEM, "out of memory");
-    return NULL;
-  }
-  p->alias_of = SL_NONE;
-  p->only_expert = SL_NONE;
-  p->layer = -1;
-  return p;
-}
-
 /* Global shape from the sources' shapes (works for weights and their scales alike). */
 static sl_status global_shape(sl__model_builder *b, sl__mparam *p) {
   const sl__msrc *s0 = &p->src[0];
@@ -323,16 +303,6 @@ static sl_status add_scale_param(sl__model_builder *b, size_t weight_index) {
 }
 
 /* Instantiates spec parameter sp (at layer, or -1) in the vllm layout. */
-/* A companion of weight w (scales, zeros, group indices) sits where w sits and shares its heads. */
-void sl__mparam_inherit(sl__mparam *p, const sl__mparam *w) {
-  p->place = w->place;
-  p->layer = w->layer;
-  p->q_heads = w->q_heads;
-  p->kv_heads = w->kv_heads;
-  p->head_dim = w->head_dim;
-  p->v_head_dim = w->v_head_dim;
-}
-
 sl_status sl__model_build_param(sl__model_builder *b, const sl__spec_param *sp, int64_t layer) {
   bool on = true;
   if (sp->when != NULL) {

@@ -9,7 +9,6 @@
  * repeats a class is a hash lookup and a copy of the class's figures.
  */
 #include "plan/pieces.h"
-#include "plan/slicing_int.h"
 
 #include "base/hashmap.h"
 #include "base/util.h"
@@ -64,9 +63,8 @@ static sl_status class_key(builder *b, const sl__rank_ctx *x) {
     return nomem(b);
   uint64_t *k = b->key.data;
   memcpy(k, head, sizeof head);
-  sl__slicer s = {.m = b->m, .x = x};
   for (uint64_t i = 0; i < listed; i++)
-    k[nh + i] = sl__slicer_expert(&s, i);
+    k[nh + i] = sl__rank_slot_expert(b->m, x, i);
   b->key.len = nh + listed;
   return SL_STATUS_OK;
 }

@@ -92,8 +92,11 @@ typedef struct sl__rank_plan {
   uint64_t bytes_local;  /* sum of local table bytes (aliases once, padding included) */
 } sl__rank_plan;
 
+/* The coordinates of rank `rank` (plan/rank_ctx.c); an error when the EPLB settings do not fit. */
 sl_status sl__rank_ctx_init(const sl__model *m, const sl__plan_opts *o, uint32_t rank, sl__rank_ctx *out,
                             sl__err *err);
+/* Global id of the expert in local slot k (< x->slots) of the rank (plan/rank_ctx.c). */
+uint64_t sl__rank_slot_expert(const sl__model *m, const sl__rank_ctx *x, uint64_t k);
 /* Attention heads over tp, as vLLM checks them first: every parameter cut by heads must have a
  * head count divisible by tp ("Total number of attention heads (N) must be divisible by tensor
  * parallel size (T)"), and q/k/v key/value heads must divide tp or be divided by it. Called by

@@ -18,10 +18,10 @@
  *                                transposes (plan/slicing.c transpose_shape, engine/deliver.c).
  *
  * Every style emits byte copies straight from offsets in the source (emit below), rather than
- * through plan/slicing.c's 2-D views, because the sources here are 3-D or 4-D with the split
- * on an inner dimension.
+ * through the 2-D views of plan/slicing_copy.h, because the sources here are 3-D or 4-D with the
+ * split on an inner dimension.
  */
-#include "plan/slicing_int.h"
+#include "plan/slicing_styles.h"
 
 #include "base/util.h"
 

@@ -7,7 +7,7 @@
  *   int4         GPTQ / AWQ packed tensors (qweight, qzeros, scales, g_idx) of a linear, sliced
  *                along the dim its style splits, in packs and groups (docs/spec/LAYOUTS.md §3.12).
  */
-#include "plan/slicing_int.h"
+#include "plan/slicing_styles.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -1,0 +1,43 @@
+/*
+ * plan/slicing_styles.h — the slicing styles (docs/spec/LAYOUTS.md §3), one function per style,
+ * each turning one model parameter into the local shape and the copies of one rank (internal to
+ * the planner). plan/slicing.c runs them from its style table; each is made of the primitives of
+ * plan/slicing_copy.h. Every style fills ls, sets s->lcols before its first slab, and writes a
+ * human description of the slice into desc (at most dcap bytes).
+ */
+#ifndef SL_PLAN_SLICING_STYLES_H
+#define SL_PLAN_SLICING_STYLES_H
+
+#include "plan/slicing_copy.h"
+
+#include <stddef.h>
+
+/* The signature of every style. */
+typedef sl_status (*sl__slice_fn)(sl__slicer *s, sl__local_shape *ls, char *desc, size_t dcap);
+
+/* Dense styles of plan/slicing_dense.c (docs/spec/LAYOUTS.md §3.1–§3.4; fp8 block scales §3.7). */
+sl_status sl__slice_replicated(sl__slicer *s, sl__local_shape *ls, char *desc, size_t dcap);
+sl_status sl__slice_column(sl__slicer *s, sl__local_shape *ls, char *desc, size_t dcap);
+sl_status sl__slice_row(sl__slicer *s, sl__local_shape *ls, char *desc, size_t dcap);
+sl_status sl__slice_merged(sl__slicer *s, sl__local_shape *ls, char *desc, size_t dcap);
+sl_status sl__slice_concat(sl__slicer *s, sl__local_shape *ls, char *desc, size_t dcap);
+sl_status sl__slice_qkv(sl__slicer *s, sl__local_shape *ls, char *desc, size_t dcap);
+sl_status sl__slice_vocab(sl__slicer *s, sl__local_shape *ls, char *desc, size_t dcap);
+
+/* Expert styles of plan/slicing_moe.c (docs/spec/LAYOUTS.md §3.5–§3.6): moe_w13, moe_w2, moe3d_*. */
+sl_status sl__slice_moe(sl__slicer *s, sl__local_shape *ls, char *desc, size_t dcap);
+
+/* Styles of plan/slicing_families.c (docs/spec/LAYOUTS.md §3.8–§3.10). */
+sl_status sl__slice_qkv_fused(sl__slicer *s, sl__local_shape *ls, char *desc, size_t dcap);
+sl_status sl__slice_merged_fused(sl__slicer *s, sl__local_shape *ls, char *desc, size_t dcap);
+sl_status sl__slice_moe3d_w13_interleaved(sl__slicer *s, sl__local_shape *ls, char *desc, size_t dcap);
+sl_status sl__slice_moe3d_w2_blocked(sl__slicer *s, sl__local_shape *ls, char *desc, size_t dcap);
+sl_status sl__slice_moe_w2_bias(sl__slicer *s, sl__local_shape *ls, char *desc, size_t dcap);
+sl_status sl__slice_moe3d_w13_transposed(sl__slicer *s, sl__local_shape *ls, char *desc, size_t dcap);
+sl_status sl__slice_moe3d_w2_transposed(sl__slicer *s, sl__local_shape *ls, char *desc, size_t dcap);
+
+/* Styles of plan/slicing_quant.c (docs/spec/LAYOUTS.md §3.11–§3.12). */
+sl_status sl__slice_quant_parts(sl__slicer *s, sl__local_shape *ls, char *desc, size_t dcap);
+sl_status sl__slice_int4(sl__slicer *s, sl__local_shape *ls, char *desc, size_t dcap);
+
+#endif
