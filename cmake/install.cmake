@@ -1,6 +1,7 @@
 # cmake/install.cmake — what `cmake --install` puts where (GNU directories): the shared and static
-# libraries, the public header, the specs, the CLI and its man page, the examples, a CMake package
-# (find_package(shardload CONFIG) → shardload::shardload) and a pkg-config file. Every installed
+# libraries, the public headers (shardload/version.h from the build tree), the specs, the CLI and
+# its man page, the examples, a CMake package (find_package(shardload CONFIG) →
+# shardload::shardload) and a pkg-config file. Every installed
 # file locates the others relatively, so a prefix can be copied elsewhere and still work.
 include(CMakePackageConfigHelpers)
 
@@ -13,7 +14,8 @@ install(TARGETS shardload shardload_static EXPORT shardload-targets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(TARGETS shardload_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
-install(DIRECTORY include/shardload DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(DIRECTORY include/shardload DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} PATTERN "*.in" EXCLUDE)
+install(FILES ${SL_GENERATED_INCLUDE_DIR}/shardload/version.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/shardload)
 install(DIRECTORY specs/ DESTINATION ${CMAKE_INSTALL_DATADIR}/shardload/specs FILES_MATCHING PATTERN "*.json")
 install(FILES packaging/shardload.1 DESTINATION ${CMAKE_INSTALL_MANDIR}/man1)
 install(FILES examples/CMakeLists.txt examples/load_params.c DESTINATION ${CMAKE_INSTALL_DOCDIR}/examples)

@@ -17,7 +17,7 @@
  * is given every advantage. Rank 0 prints one JSON line on stdout and a summary on stderr.
  *
  * Build (scripts/bench does it):
- *   mpicc -O2 -std=c11 -Iinclude scripts/bench_naive.c -Lbuild/lib -lshardload \
+ *   mpicc -O2 -std=c11 -Iinclude -Ibuild/include scripts/bench_naive.c -Lbuild/lib -lshardload \
  *         -Wl,-rpath,build/lib -lpthread -o build/bench_naive
  * Usage: mpirun -np N bench_naive MODEL [--threads N] [--chunk-bytes N] [--slice N | --keep]
  */
@@ -236,7 +236,7 @@ static int build_pieces(const sl_model *m, const options *o, int rank, piece **o
     return 1;
   }
   for (size_t i = 0; i < n; i++) {
-    sl_tensor_info t;
+    sl_tensor_info t = SL_TENSOR_INFO_INIT;
     sl_status st = sl_model_tensor(m, i, &t);
     if (st != SL_STATUS_OK) {
       snprintf(msg, msg_size, "tensor %zu of %s: %s", i, o->model, sl_status_name(st));

@@ -9,6 +9,8 @@
  * and every checkpoint byte is read from storage once, cluster-wide.
  *
  * Organisation of this header:
+ *   0. the version and the ABI: what a program checks the library it runs with against, and the
+ *      rule for the structs the caller allocates and the library fills (they can grow)
  *   1. status codes (one X-macro table: enum, names and messages are generated from it)
  *   2. logging
  *   3. configuration (a key/value builder validated up front)
@@ -68,10 +70,52 @@ extern "C" {
 /* The library is built with hidden symbols; what this header declares is its exported API. */
 #pragma GCC visibility push(default)
 
-#define SL_VERSION_MAJOR 0
-#define SL_VERSION_MINOR 1
-#define SL_VERSION_PATCH 0
-#define SL_VERSION_STRING "0.1.0"
+/* ---------------------------------------------------------------------------------------------
+ * 0. The version and the ABI.
+ *
+ * SL_VERSION_MAJOR, _MINOR, _PATCH, _STRING and SL_VERSION_HEX (0x00MMmmpp) come from
+ * shardload/version.h, which the build writes from the project's version: they are the headers'
+ * version, fixed when a program is compiled. The library says its own, so that a program can
+ * compare the two at run time (sl_version_hex() >> 8 == SL_VERSION_HEX >> 8: the same major and
+ * minor, the compatibility promised within a minor version).
+ *
+ * Structs the caller allocates and the library fills (sl_param_source, sl_rank_stats,
+ * sl_tensor_info) start with a `size` field, so that they can grow without breaking programs built
+ * against an older header:
+ *   - the caller sets .size = sizeof(T) before the call; the initializers SL_PARAM_SOURCE_INIT,
+ *     SL_RANK_STATS_INIT and SL_TENSOR_INFO_INIT do it (and zero the rest);
+ *   - the library refuses a size of 0, or one smaller than the struct's first version, with
+ *     SL_STATUS_INVALID_ARGUMENT and a message naming the struct and both sizes (in
+ *     sl_loader_error for a loader's call; in the log, error level, for calls whose handle keeps
+ *     no message: sl_dryrun_rank_stats, sl_model_tensor);
+ *   - it writes only the first .size bytes: the fields an older caller knows, never past them
+ *     (.size itself is left as the caller set it). A caller newer than the library (a larger
+ *     .size) gets the library's fields and zeros in the bytes the library does not know.
+ * A field is only ever added at the end of such a struct.
+ * ------------------------------------------------------------------------------------------- */
+#include "shardload/version.h"
+
+/* The library's own version, "MAJOR.MINOR.PATCH" (a static string), and the same as 0x00MMmmpp:
+ * the values SL_VERSION_STRING and SL_VERSION_HEX had when the library was built. Two functions,
+ * so that the string needs no parsing and the number no formatting. Thread-safe. */
+const char *sl_version(void);
+uint32_t sl_version_hex(void);
+
+/* What the library was built with, for bindings that copy this header's layouts (the Python
+ * package's ctypes structs) and check them when they load it: sl_abi("sl_param_source") is
+ * sizeof(sl_param_source) in the library, for every struct of this header (sl_param,
+ * sl_param_source, sl_rank_stats, sl_tensor_info, sl_comm_ops); sl_abi("SL_MAX_DIMS") is the
+ * value of that constant, for SL_MAX_DIMS, SL_COMM_OPS_VERSION, SL_VERSION_HEX, SL_DTYPE_COUNT and
+ * SL_STATUS_COUNT. 0 for NULL or a name this library does not know (one newer than it). Thread-safe. */
+uint64_t sl_abi(const char *name);
+
+/* `T var = SL_SIZED_INIT(T);`: .size set to sizeof(T), every other field zero. (C++ compilers warn
+ * of the fields a designated initializer leaves out: there it is a value-initialized copy.) */
+#ifdef __cplusplus
+#define SL_SIZED_INIT(type) ([] { type sized_{}; sized_.size = sizeof(type); return sized_; }())
+#else
+#define SL_SIZED_INIT(type) {.size = sizeof(type)}
+#endif
 
 /* ---------------------------------------------------------------------------------------------
  * 1. Status codes. Append-only: a value never changes meaning. X(NAME, "message").
@@ -355,6 +399,7 @@ const char *sl_loader_summary(sl_loader *loader);
 typedef struct sl_dryrun sl_dryrun;
 
 typedef struct sl_rank_stats {
+  size_t size;             /* sizeof(sl_rank_stats), set by the caller (section 0) */
   uint64_t bytes_needed;   /* bytes of the rank's local parameters (zero padding excluded) */
   uint64_t bytes_read;     /* bytes this rank reads from storage (covering bytes included) */
   uint64_t bytes_covering; /* extra bytes read only to cover gaps between coalesced ranges */
@@ -366,11 +411,13 @@ typedef struct sl_rank_stats {
   uint32_t params;         /* entries in the local table */
   uint32_t experts_local;  /* local experts per MoE layer (0 for dense models) */
 } sl_rank_stats;
+#define SL_RANK_STATS_INIT SL_SIZED_INIT(sl_rank_stats)
 
 /* On failure *out is NULL and sl_config_error(config) holds the message. */
 sl_status sl_dryrun_create(sl_config *config, int world_size, sl_dryrun **out);
 void sl_dryrun_destroy(sl_dryrun *dryrun);
 int sl_dryrun_world_size(const sl_dryrun *dryrun);
+/* The figures of one rank into *out, whose .size the caller set (section 0). */
 sl_status sl_dryrun_rank_stats(const sl_dryrun *dryrun, int rank, sl_rank_stats *out);
 /* JSON summary (per-rank figures, amplification, predicted time). Owned by the handle. */
 const char *sl_dryrun_json(sl_dryrun *dryrun);
@@ -383,6 +430,7 @@ const char *sl_dryrun_summary(sl_dryrun *dryrun);
 typedef struct sl_model sl_model;
 
 typedef struct sl_tensor_info {
+  size_t size; /* sizeof(sl_tensor_info), set by the caller (section 0) */
   const char *name;
   const char *dtype;
   uint32_t ndim;
@@ -391,6 +439,7 @@ typedef struct sl_tensor_info {
   uint64_t offset; /* absolute byte offset in its file */
   size_t file;     /* index into the file list */
 } sl_tensor_info;
+#define SL_TENSOR_INFO_INIT SL_SIZED_INIT(sl_tensor_info)
 
 /* path: a .safetensors file or a model folder (file selection per the config's load_format).
  * config may be NULL (defaults). On failure *out is NULL and *error (if non-NULL) receives a
@@ -401,6 +450,7 @@ size_t sl_model_file_count(const sl_model *model);
 const char *sl_model_file_path(const sl_model *model, size_t index);
 uint64_t sl_model_file_size(const sl_model *model, size_t index);
 size_t sl_model_tensor_count(const sl_model *model);
+/* Tensor index into *out, whose .size the caller set (section 0). */
 sl_status sl_model_tensor(const sl_model *model, size_t index, sl_tensor_info *out);
 /* The model folder's config.json text, or NULL when absent. */
 const char *sl_model_config_json(const sl_model *model);
@@ -490,6 +540,7 @@ sl_status sl_loader_bind_as(sl_loader *loader, const char *name, void *data, uin
  * dimensions swapped ([.., A, B] for local_shape [.., B, A], row-major), and the element at
  * (.., a, b) of that view lies at (.., b, a) of the parameter's memory. */
 typedef struct sl_param_source {
+  size_t size;                        /* sizeof(sl_param_source), set by the caller (section 0) */
   const char *tensor;                 /* checkpoint tensor name (owned by the loader) */
   sl_dtype dtype;                     /* its element type */
   uint32_t tensor_ndim;               /* its dimensions */
@@ -502,10 +553,12 @@ typedef struct sl_param_source {
   uint64_t dst_stride;
   uint32_t dst_transposed; /* nonzero: dst_offset / dst_stride are in the checkpoint's orientation */
 } sl_param_source;
+#define SL_PARAM_SOURCE_INIT SL_SIZED_INIT(sl_param_source)
 
 /* After sl_loader_plan: the number of sources of local parameter index (0 when out of range). */
 size_t sl_loader_param_source_count(sl_loader *loader, size_t index);
-/* Source k (0 .. count-1) of local parameter index. */
+/* Source k (0 .. count-1) of local parameter index into *out, whose .size the caller set
+ * (section 0). */
 sl_status sl_loader_param_source(sl_loader *loader, size_t index, size_t k, sl_param_source *out);
 
 /* A counted reference to the memory of one loaded parameter. After a successful sl_loader_load,

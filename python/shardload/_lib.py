@@ -10,6 +10,14 @@ own NCCL). Where this package initialises MPI itself (no mpi4py), libmpi is firs
 (promote_mpi): Open MPI builds whose components do not link libmpi resolve its symbols from the
 global scope (Debian's do link it; mpi4py does the same promotion for itself).
 MPI_Comm is Open MPI's pointer-sized handle (c_void_p).
+
+The library found is checked before anything uses it (check_library): its version (sl_version) must
+have this package's major and minor version, and every struct this package lays out with ctypes
+(Param, ParamSource, torchcomm.CommOps) must have the size the library was built with (sl_abi), and
+torchcomm.OPS_VERSION the library's SL_COMM_OPS_VERSION; SL_MAX_DIMS, which those layouts use, is
+the library's own (sl_abi("SL_MAX_DIMS")). Any difference
+raises LibraryMismatch (an ImportError) naming the library's path, both versions, and each struct
+with both sizes.
 """
 
 import ctypes
@@ -20,11 +28,15 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 
 c_status = ctypes.c_int
 c_comm = ctypes.c_void_p
-SL_MAX_DIMS = 8
 
 
 class LibraryNotFound(ImportError):
     """libshardload could not be loaded; the message lists the paths tried."""
+
+
+class LibraryMismatch(ImportError):
+    """libshardload was loaded but does not match this package (its version, or the size of a
+    struct); the message names the library's path and every difference."""
 
 
 def candidates():
@@ -72,6 +84,41 @@ class _DlInfo(ctypes.Structure):
                 ("dli_sname", ctypes.c_char_p), ("dli_saddr", ctypes.c_void_p)]
 
 
+def _abi_functions(lib, path):
+    """Declares sl_version, sl_version_hex and sl_abi; a library without them predates them."""
+    for name, res, args in (("sl_version", ctypes.c_char_p, []), ("sl_version_hex", ctypes.c_uint32, []),
+                            ("sl_abi", ctypes.c_uint64, [ctypes.c_char_p])):
+        try:
+            fn = getattr(lib, name)
+        except AttributeError:
+            raise LibraryMismatch("libshardload at %s has no %s(): it is older than this package "
+                                  "(shardload %s); %s" % (path, name, _package_version(), _REMEDY)) from None
+        fn.restype = res
+        fn.argtypes = args
+
+
+def _package_version():
+    from . import __version__
+    return __version__
+
+
+_REMEDY = ("use a library built from the same source as the package: rebuild it (cmake --build build) "
+           "and reinstall the package, or set SHARDLOAD_LIBRARY to a matching libshardload.so")
+
+
+def _max_dims(lib, path):
+    """SL_MAX_DIMS as the library was built (the array length in Param and ParamSource)."""
+    n = lib.sl_abi(b"SL_MAX_DIMS")
+    if not 1 <= n <= 64:
+        raise LibraryMismatch("libshardload at %s reports SL_MAX_DIMS = %d; %s" % (path, n, _REMEDY))
+    return n
+
+
+lib, path = _load()
+_abi_functions(lib, path)
+SL_MAX_DIMS = _max_dims(lib, path)
+
+
 class Param(ctypes.Structure):
     _fields_ = [("name", ctypes.c_char_p), ("dtype", ctypes.c_char_p),
                 ("dtype_bits", ctypes.c_uint32), ("ndim", ctypes.c_uint32),
@@ -83,7 +130,8 @@ class Param(ctypes.Structure):
 
 
 class ParamSource(ctypes.Structure):
-    _fields_ = [("tensor", ctypes.c_char_p), ("dtype", ctypes.c_int),
+    """struct sl_param_source: set .size = ctypes.sizeof(ParamSource) before the call."""
+    _fields_ = [("size", ctypes.c_size_t), ("tensor", ctypes.c_char_p), ("dtype", ctypes.c_int),
                 ("tensor_ndim", ctypes.c_uint32),
                 ("tensor_shape", ctypes.c_uint64 * SL_MAX_DIMS),
                 ("src_offset", ctypes.c_uint64), ("src_stride", ctypes.c_uint64),
@@ -92,7 +140,52 @@ class ParamSource(ctypes.Structure):
                 ("dst_transposed", ctypes.c_uint32)]
 
 
-lib, path = _load()
+def layouts():
+    """The ctypes copy of every struct this package hands to or reads from the library, by its C name."""
+    from .torchcomm import CommOps
+    return {"sl_param": Param, "sl_param_source": ParamSource, "sl_comm_ops": CommOps}
+
+
+def constants():
+    """The header's constants this package writes down itself, by their C name."""
+    from .torchcomm import OPS_VERSION
+    return {"SL_COMM_OPS_VERSION": OPS_VERSION}
+
+
+def check_library(lib, path, version, layouts, constants):
+    """Raises LibraryMismatch unless the library at path has version's major and minor version,
+    every struct of layouts ({C name: ctypes class}) has the size the library was built with, and
+    every constant of constants ({C name: value}) its value. One error lists every difference."""
+    problems = []
+    lib_version = text(lib.sl_version())
+    lib_hex = lib.sl_version_hex()
+    want = [int(x) for x in version.split(".")[:2]]
+    if [lib_hex >> 16, (lib_hex >> 8) & 0xFF] != want:
+        problems.append("version: the library is %s, the package %s (the major and minor versions must be "
+                        "equal)" % (lib_version, version))
+    for name, cls in sorted(layouts.items()):
+        size = lib.sl_abi(name.encode())
+        if size == 0:
+            problems.append("struct %s: unknown to the library (the package's layout is %d bytes)"
+                            % (name, ctypes.sizeof(cls)))
+        elif size != ctypes.sizeof(cls):
+            problems.append("struct %s: %d bytes in the library, %d in the package's ctypes layout (%s.%s)"
+                            % (name, size, ctypes.sizeof(cls), cls.__module__, cls.__name__))
+    for name, value in sorted(constants.items()):
+        got = lib.sl_abi(name.encode())
+        if got != value:
+            problems.append("%s: %d in the library, %d in the package" % (name, got, value))
+    if problems:
+        raise LibraryMismatch("libshardload at %s (version %s) does not match the Python package shardload %s:\n"
+                              "  %s\n%s" % (path, lib_version, version, "\n  ".join(problems), _REMEDY))
+
+
+def text(b):
+    return b.decode("utf-8", "replace") if b is not None else None
+
+
+check_library(lib, path, _package_version(), layouts(), constants())
+
 
 _P = ctypes.POINTER
 _SIGS = {
@@ -145,6 +238,3 @@ for _name, (_res, _args) in _SIGS.items():
 # The address of sl_dlpack_free, for capsule destructors that must not call back into Python.
 dlpack_free_address = ctypes.cast(lib.sl_dlpack_free, ctypes.c_void_p).value
 
-
-def text(b):
-    return b.decode("utf-8", "replace") if b is not None else None

@@ -232,7 +232,7 @@ class Parameter:
         checkpoint's orientation: the local shape with its last two dimensions swapped."""
         out = []
         n = lib.sl_loader_param_source_count(loader._h, index)
-        src = _lib.ParamSource()
+        src = _lib.ParamSource(size=ctypes.sizeof(_lib.ParamSource))
         for k in range(n):
             check(lib.sl_loader_param_source(loader._h, index, k, ctypes.byref(src)))
             shape = [src.tensor_shape[d] for d in range(src.tensor_ndim)]

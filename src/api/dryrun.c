@@ -3,6 +3,7 @@
  * headers alone (no MPI, no tensor data): the preparation pipeline (api/prepare.h) in one
  * process, summarized by plan/stats.c and reported by output/report.c.
  */
+#include "api/abi.h"
 #include "api/config.h"
 #include "api/prepare.h"
 #include "base/clock.h"
@@ -81,8 +82,8 @@ int sl_dryrun_world_size(const sl_dryrun *d) {
 sl_status sl_dryrun_rank_stats(const sl_dryrun *d, int rank, sl_rank_stats *out) {
   if (d == NULL || out == NULL || rank < 0 || (uint32_t)rank >= d->world)
     return SL_STATUS_INVALID_ARGUMENT;
-  *out = d->pl.sched.stats[rank];
-  return SL_STATUS_OK;
+  sl_rank_stats full = d->pl.sched.stats[rank];
+  return sl__sized_out(out, &full, sizeof full, SL__RANK_STATS_SIZE_V1, "sl_rank_stats", NULL);
 }
 
 static sl__plan_report report_of(const sl_dryrun *d) {

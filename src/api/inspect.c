@@ -10,6 +10,7 @@
  *   - the public accessors
  * No MPI: this runs on one process and reads headers only.
  */
+#include "api/abi.h"
 #include "api/config.h"
 #include "format/safetensors.h"
 #include "format/torch_ckpt.h"
@@ -392,10 +393,11 @@ size_t sl_model_tensor_count(const sl_model *model) {
   return model != NULL ? model->cat.n_tensors : 0;
 }
 
-sl_status sl_model_tensor(const sl_model *model, size_t index, sl_tensor_info *out) {
-  if (model == NULL || out == NULL || index >= model->cat.n_tensors)
+sl_status sl_model_tensor(const sl_model *model, size_t index, sl_tensor_info *caller) {
+  if (model == NULL || caller == NULL || index >= model->cat.n_tensors)
     return SL_STATUS_INVALID_ARGUMENT;
   const sl__cat_tensor *t = &model->cat.tensors[index];
+  sl_tensor_info full, *out = &full; /* filled here, handed over as the caller's .size allows */
   memset(out, 0, sizeof *out);
   out->name = t->name;
   out->dtype = sl__dtype_name(t->dtype);
@@ -404,7 +406,7 @@ sl_status sl_model_tensor(const sl_model *model, size_t index, sl_tensor_info *o
   out->nbytes = t->nbytes;
   out->offset = t->offset;
   out->file = t->file;
-  return SL_STATUS_OK;
+  return sl__sized_out(caller, &full, sizeof full, SL__TENSOR_INFO_SIZE_V1, "sl_tensor_info", NULL);
 }
 
 const char *sl_model_config_json(const sl_model *model) {

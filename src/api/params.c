@@ -13,6 +13,7 @@
  */
 #include "api/params.h"
 
+#include "api/abi.h"
 #include "format/dtype.h"
 
 #include <pthread.h>
@@ -207,8 +208,8 @@ size_t sl_loader_param_source_count(sl_loader *l, size_t index) {
   return ps->first[index + 1] - ps->first[index];
 }
 
-sl_status sl_loader_param_source(sl_loader *l, size_t index, size_t k, sl_param_source *out) {
-  if (l == NULL || out == NULL)
+sl_status sl_loader_param_source(sl_loader *l, size_t index, size_t k, sl_param_source *caller) {
+  if (l == NULL || caller == NULL)
     return SL_STATUS_INVALID_ARGUMENT;
   if (k >= sl_loader_param_source_count(l, index))
     return SL_STATUS_NOT_FOUND;
@@ -216,6 +217,7 @@ sl_status sl_loader_param_source(sl_loader *l, size_t index, size_t k, sl_param_
   sl__params_state *ps = state_of(l, &v);
   const sl__copy *c = &v.plan->copies[ps->order[ps->first[index] + k]];
   const sl__cat_tensor *t = &v.cat->tensors[c->tensor];
+  sl_param_source full, *out = &full; /* filled here, handed over as the caller's .size allows */
   memset(out, 0, sizeof *out);
   out->tensor = t->name;
   out->dtype = (sl_dtype)t->dtype;
@@ -229,7 +231,7 @@ sl_status sl_loader_param_source(sl_loader *l, size_t index, size_t k, sl_param_
   out->dst_offset = c->dst_off;
   out->dst_stride = c->dst_stride;
   out->dst_transposed = v.plan->lparams[c->lparam].transposed > 0;
-  return SL_STATUS_OK;
+  return sl__sized_out(caller, &full, sizeof full, SL__PARAM_SOURCE_SIZE_V1, "sl_param_source", v.err);
 }
 
 /* ---------------------------------------------------------------------------------------------

@@ -69,7 +69,7 @@ static bool summarize(const sl_model *m, summary *s) {
     return false;
   size_t n = sl_model_tensor_count(m);
   for (size_t i = 0; i < n; i++) {
-    sl_tensor_info t;
+    sl_tensor_info t = SL_TENSOR_INFO_INIT;
     if (sl_model_tensor(m, i, &t) != SL_STATUS_OK)
       return false;
     if (t.file < s->n_files)
@@ -123,7 +123,7 @@ static void print_human(const char *path, const char *format, const sl_model *m,
   int shape_w = 5;
   char shape[256];
   for (size_t i = 0; i < n; i++) {
-    sl_tensor_info t;
+    sl_tensor_info t = SL_TENSOR_INFO_INIT;
     if (sl_model_tensor(m, i, &t) != SL_STATUS_OK)
       continue;
     shape_text(&t, shape, sizeof shape);
@@ -137,7 +137,7 @@ static void print_human(const char *path, const char *format, const sl_model *m,
     printf("  %-*s  %-11s  %-*s  %12s  %12s  %s\n", name_w, "NAME", "DTYPE", shape_w, "SHAPE", "BYTES",
            "OFFSET", "FILE");
   for (size_t i = 0; i < n; i++) {
-    sl_tensor_info t;
+    sl_tensor_info t = SL_TENSOR_INFO_INIT;
     if (sl_model_tensor(m, i, &t) != SL_STATUS_OK)
       continue;
     shape_text(&t, shape, sizeof shape);
@@ -271,7 +271,7 @@ static void print_json(const char *path, const char *format, const sl_model *m, 
   printf("%s],\n  \"tensors\": [", s->n_files > 0 ? "\n  " : "");
   size_t n = sl_model_tensor_count(m);
   for (size_t i = 0; i < n; i++) {
-    sl_tensor_info t;
+    sl_tensor_info t = SL_TENSOR_INFO_INIT;
     if (sl_model_tensor(m, i, &t) != SL_STATUS_OK)
       continue;
     printf("%s\n    {\"name\": ", i > 0 ? "," : "");

@@ -19,7 +19,7 @@ static void usage(FILE *out) {
           "  shardload download REPO [--revision R] [--include PATTERN]... [--all]\n"
           "\n"
           "Run `shardload COMMAND --help` for the options of a command.\n",
-          SL_VERSION_STRING);
+          sl_version());
 }
 
 int main(int argc, char **argv) {
@@ -41,7 +41,12 @@ int main(int argc, char **argv) {
     return 0;
   }
   if (strcmp(cmd, "--version") == 0) {
-    printf("shardload %s\n", SL_VERSION_STRING);
+    /* The library's version: the one that runs. The tool's own headers only when they differ (a
+     * library replaced under the tool). */
+    if (sl_version_hex() == SL_VERSION_HEX)
+      printf("shardload %s\n", sl_version());
+    else
+      printf("shardload %s (library; the tool was built with %s)\n", sl_version(), SL_VERSION_STRING);
     return 0;
   }
   fprintf(stderr, "shardload: unknown command '%s'\n", cmd);

@@ -385,7 +385,7 @@ static bool load_tensors(sl_ref_model *m) {
     return false;
   }
   for (size_t i = 0; i < m->n_tensors; i++) {
-    sl_tensor_info info;
+    sl_tensor_info info = SL_TENSOR_INFO_INIT;
     st = sl_model_tensor(sm, i, &info);
     if (st != SL_STATUS_OK)
       break;

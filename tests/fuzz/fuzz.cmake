@@ -61,7 +61,7 @@ if(_sl_fuzz_ok)
   endif()
   file(GLOB_RECURSE _sl_fuzz_lib_headers CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/*.h)
   set(_sl_fuzz_cflags -g -O1 -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined
-      -std=c11 -D_GNU_SOURCE -I${PROJECT_SOURCE_DIR}/include -I${PROJECT_SOURCE_DIR}/src)
+      -std=c11 -D_GNU_SOURCE -I${PROJECT_SOURCE_DIR}/include -I${SL_GENERATED_INCLUDE_DIR} -I${PROJECT_SOURCE_DIR}/src)
   foreach(dir ${MPI_C_INCLUDE_DIRS} ${CJSON_INCLUDE_DIRS})
     list(APPEND _sl_fuzz_cflags -I${dir})
   endforeach()

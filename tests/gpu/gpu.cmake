@@ -57,7 +57,7 @@ if(SL_HAVE_CUDA)
     ${PROJECT_SOURCE_DIR}/src/base/log.c ${PROJECT_SOURCE_DIR}/src/base/numa.c
     ${PROJECT_SOURCE_DIR}/src/engine/staging.c ${PROJECT_SOURCE_DIR}/src/api/status.c
     ${PROJECT_SOURCE_DIR}/tests/common/check.c ${PROJECT_SOURCE_DIR}/tests/common/values.c)
-  target_include_directories(test_cuda_mock PRIVATE ${PROJECT_SOURCE_DIR}/include ${PROJECT_SOURCE_DIR}/src
+  target_include_directories(test_cuda_mock PRIVATE ${SL_PUBLIC_INCLUDE_DIRS} ${PROJECT_SOURCE_DIR}/src
     ${PROJECT_SOURCE_DIR}/tests/common)
   target_include_directories(test_cuda_mock SYSTEM PRIVATE ${CUDAToolkit_INCLUDE_DIRS} ${NCCL_INCLUDE_DIR})
   target_compile_options(test_cuda_mock PRIVATE ${SL_WARNINGS})

@@ -12,7 +12,7 @@ set(_sl_mock_dir ${CMAKE_CURRENT_LIST_DIR})
 
 add_library(shardload_gpumock STATIC $<TARGET_OBJECTS:shardload_obj> ${_sl_mock_dir}/cuda_mock.c
   ${_sl_mock_dir}/cuda_mock_stream.c ${_sl_mock_dir}/cuda_mock_nccl.c)
-target_include_directories(shardload_gpumock PUBLIC ${PROJECT_SOURCE_DIR}/include ${PROJECT_SOURCE_DIR}/src)
+target_include_directories(shardload_gpumock PUBLIC ${SL_PUBLIC_INCLUDE_DIRS} ${PROJECT_SOURCE_DIR}/src)
 target_include_directories(shardload_gpumock SYSTEM PUBLIC ${CUDAToolkit_INCLUDE_DIRS} ${NCCL_INCLUDE_DIR})
 target_compile_definitions(shardload_gpumock PRIVATE _GNU_SOURCE)
 target_link_libraries(shardload_gpumock PUBLIC MPI::MPI_C PkgConfig::CJSON Threads::Threads ${CMAKE_DL_LIBS} m)

@@ -52,6 +52,7 @@ for p in $want; do
   check "$p is a Debian package" dpkg-query -W "$p"
 done
 for f in ./usr/lib/libshardload.so ./usr/lib/libshardload.a ./usr/include/shardload/shardload.h \
+  ./usr/include/shardload/core.h ./usr/include/shardload/version.h \
   ./usr/lib/cmake/shardload/shardload-config.cmake ./usr/lib/cmake/shardload/shardload-targets.cmake \
   ./usr/lib/pkgconfig/shardload.pc ./usr/share/shardload/specs/llama.json ./usr/share/shardload/specs/deepseek.json \
   ./usr/bin/shardload ./usr/share/man/man1/shardload.1 ./usr/share/doc/shardload/examples/load_params.c; do

@@ -51,6 +51,8 @@ libdir=$(dirname "$lib")
 check "the shared library is installed" [ -n "$lib" ]
 check "the static library is installed" [ -f "$libdir/libshardload.a" ]
 check "the header is installed" [ -f "$P/include/shardload/shardload.h" ]
+check "the version header written by the build is installed" [ -f "$P/include/shardload/version.h" ]
+check "no header template is installed" [ ! -e "$P/include/shardload/version.h.in" ]
 check "the specs are installed" [ -f "$P/share/shardload/specs/llama.json" ]
 check "the CMake package is installed" [ -f "$libdir/cmake/shardload/shardload-config.cmake" ]
 check "the pkg-config file is installed" [ -f "$libdir/pkgconfig/shardload.pc" ]

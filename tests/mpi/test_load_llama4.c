@@ -83,7 +83,7 @@ static void check_sources(sl_loader *l, bool ckpt) {
     bool experts =
         !ckpt && (strstr(name, "experts.w13_weight") != NULL || strstr(name, "experts.w2_weight") != NULL);
     for (size_t k = 0; k < sl_loader_param_source_count(l, i); k++) {
-      sl_param_source src;
+      sl_param_source src = SL_PARAM_SOURCE_INIT;
       CHECK(sl_loader_param_source(l, i, k, &src) == SL_STATUS_OK);
       CHECKF((src.dst_transposed != 0) == experts, "%s source %zu: dst_transposed %u", name, k,
              src.dst_transposed);

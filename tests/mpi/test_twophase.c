@@ -39,7 +39,7 @@ static uint64_t row_parallel_bytes(void) {
   CHECKF(sl_model_open(path, NULL, &m, &error) == SL_STATUS_OK, "open %s: %s", path, error ? error : "?");
   free(error);
   for (size_t i = 0; m != NULL && i < sl_model_tensor_count(m); i++) {
-    sl_tensor_info t;
+    sl_tensor_info t = SL_TENSOR_INFO_INIT;
     if (sl_model_tensor(m, i, &t) != SL_STATUS_OK)
       continue;
     if (strstr(t.name, "o_proj.weight") != NULL || strstr(t.name, "down_proj.weight") != NULL)

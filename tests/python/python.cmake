@@ -52,3 +52,8 @@ set_tests_properties(python_bench_page_reporting PROPERTIES LABELS python TIMEOU
 
 # Parameters bound to host tensors of another float dtype, against torch's own .to(dtype).
 sl_python_test(python_cast test_cast.py 1 2 4)
+
+# The package's check of the library it opens (version, ctypes layouts, SL_MAX_DIMS): passes on
+# the build's library, names every difference of a simulated mismatch. One process, no MPI job.
+add_test(NAME python_abi COMMAND ${SL_PY} ${CMAKE_CURRENT_SOURCE_DIR}/python/test_abi.py)
+set_tests_properties(python_abi PROPERTIES LABELS python TIMEOUT 60 ENVIRONMENT "${SL_PY_ENV}")

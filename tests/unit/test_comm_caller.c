@@ -1411,7 +1411,7 @@ static bool read_sources(load_arg *la) {
   }
   size_t found = 0;
   for (size_t t = 0; t < sl_model_tensor_count(m); t++) {
-    sl_tensor_info ti;
+    sl_tensor_info ti = SL_TENSOR_INFO_INIT;
     if (sl_model_tensor(m, t, &ti) != SL_STATUS_OK)
       continue;
     for (int s = 0; s < SRC_COUNT; s++) {

@@ -30,7 +30,7 @@ static void plan(const char *dir, int world, const char *tp, const char *dp) {
   uint64_t read = 0, cover = 0, needed = 0, recv = 0, sent = 0;
   uint32_t with_experts = 0;
   for (int r = 0; r < world; r++) {
-    sl_rank_stats s;
+    sl_rank_stats s = SL_RANK_STATS_INIT;
     CHECK(sl_dryrun_rank_stats(d, r, &s) == SL_STATUS_OK);
     read += s.bytes_read;
     cover += s.bytes_covering;

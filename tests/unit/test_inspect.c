@@ -213,7 +213,7 @@ static void test_llama_folder(void) {
   uint64_t prev_end = refs[0].data_start;
   bool saw_inv_freq = false;
   for (size_t i = 0; i < n; i++) {
-    sl_tensor_info t;
+    sl_tensor_info t = SL_TENSOR_INFO_INIT;
     CHECK(sl_model_tensor(m, i, &t) == SL_STATUS_OK);
     CHECKF(t.file < 3, "tensor %zu: file %zu", i, t.file);
     if (t.file >= 3)
@@ -254,7 +254,7 @@ static void test_llama_folder(void) {
            refs[f].n_tensors);
   }
   CHECK_EQ_U64(prev_end, sl_model_file_size(m, 2)); /* the last tensor ends the last file */
-  sl_tensor_info t;
+  sl_tensor_info t = SL_TENSOR_INFO_INIT;
   CHECK(sl_model_tensor(m, n, &t) == SL_STATUS_INVALID_ARGUMENT);
   CHECK(sl_model_tensor(m, 0, NULL) == SL_STATUS_INVALID_ARGUMENT);
   CHECK_CONTAINS(sl_model_config_json(m), "LlamaForCausalLM");
@@ -282,7 +282,7 @@ static void test_single_file(void) {
     CHECK_EQ_U64(sl_model_tensor_count(m), ref.n_tensors);
     uint64_t prev = 0;
     for (size_t i = 0; i < sl_model_tensor_count(m); i++) {
-      sl_tensor_info t;
+      sl_tensor_info t = SL_TENSOR_INFO_INIT;
       CHECK(sl_model_tensor(m, i, &t) == SL_STATUS_OK);
       CHECK_EQ_U64(t.file, 0);
       CHECKF(t.offset >= prev, "tensor '%s' out of offset order", t.name);

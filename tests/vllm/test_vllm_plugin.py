@@ -38,11 +38,13 @@ def check(cond, msg):
 
 
 # --- the entry point, as vLLM loads it -------------------------------------------------------------
+import shardload  # noqa: E402  (the package's version; importing it opens no library)
+
 site = tempfile.mkdtemp(prefix="sl-vllm-ep-")
-dist_info = os.path.join(site, "shardload-0.1.0.dist-info")
+dist_info = os.path.join(site, "shardload-%s.dist-info" % shardload.__version__)
 os.makedirs(dist_info)
 with open(os.path.join(dist_info, "METADATA"), "w") as f:
-    f.write("Metadata-Version: 2.1\nName: shardload\nVersion: 0.1.0\n")
+    f.write("Metadata-Version: 2.1\nName: shardload\nVersion: %s\n" % shardload.__version__)
 with open(os.path.join(harness.SOURCE, "python", "pyproject.toml")) as f:
     toml = f.read()
 check('[project.entry-points."vllm.general_plugins"]' in toml and
