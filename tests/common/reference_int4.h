@@ -1,9 +1,9 @@
 /*
  * reference_int4.h — the independent reference of GPTQ and AWQ int4 linears, written from
- * docs/spec/ARCHITECTURES.md §16 and docs/spec/LAYOUTS.md §3.12 (not from the library). reference.c
- * calls it for every linear whose checkpoint holds X.qweight instead of X.weight: it checks the
- * divisibility rules and adds the table entries of one rank (qweight, qzeros, scales, g_idx) with
- * the segments every byte comes from.
+ * docs/spec/ARCHITECTURES.md §16 and docs/spec/LAYOUTS.md §3.12 (not from the library). The rest of
+ * the reference (reference_slice.c) calls it for every linear whose checkpoint holds X.qweight
+ * instead of X.weight: it checks the divisibility rules and adds the table entries of one rank
+ * (qweight, qzeros, scales, g_idx) with the segments every byte comes from.
  */
 #ifndef SL_TEST_REFERENCE_INT4_H
 #define SL_TEST_REFERENCE_INT4_H
@@ -37,7 +37,7 @@ typedef struct sl_ref_int4_linear {
   uint64_t hq, hkv, d; /* qkv: heads and head dim */
 } sl_ref_int4_linear;
 
-/* A checkpoint tensor as reference.c knows it (strings owned by the model). */
+/* A checkpoint tensor as the reference knows it (strings owned by the model). */
 typedef struct sl_ref_int4_tensor {
   int index;
   const char *name;

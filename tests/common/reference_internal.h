@@ -1,0 +1,254 @@
+/*
+ * reference_internal.h — what the files of the reference share (the tests see reference.h only):
+ * the model's types (checkpoint tensors, parameter definitions, the family), the context of one
+ * table build, and the helpers of each part.
+ *
+ * The reference, by job (each file says which part of docs/spec it is written from):
+ *   reference_util.c     messages, strings, config.json getters, segment lists
+ *   reference_model.c    the model: tensor headers through sl_model_open, Mistral renaming
+ *                        (docs/spec/ARCHITECTURES.md §3), config values, the definitions of every layer
+ *   reference_defs.c     parameter definitions and the building blocks the families share
+ *   reference_dense.c    the dense families (Llama / Mistral, Qwen2, Qwen3, Phi-3, Gemma-3)
+ *   reference_moe.c      the expert families (Mixtral, Qwen-MoE, fused3d, GLM-4-MoE, GPT-OSS, Llama-4)
+ *   reference_mla.c      DeepSeek V2 / V3 (latent attention, routed and shared experts)
+ *   reference_scales.c   fp8 scale companions (block fp8, compressed-tensors)
+ *   reference_check.c    the divisibility rules of docs/spec/LAYOUTS.md §3, per definition
+ *   reference_slice.c    table entries and segments; the dense slicing styles; one definition's entries
+ *   reference_experts.c  expert placement (docs/spec/EXPERTS.md §2) and the expert slicing styles
+ *   reference_int4.c     GPTQ / AWQ int4 linears
+ *   reference.c          a rank's table (docs/spec/LAYOUTS.md §1–§2) and its queries
+ *   reference_cluster.c  cluster figures from the tables of every rank
+ *
+ * Sizes are small (fixtures under 1 MB), so clarity wins over speed: segments are emitted row by
+ * row and merged when contiguous.
+ */
+#ifndef SL_TEST_REFERENCE_INTERNAL_H
+#define SL_TEST_REFERENCE_INTERNAL_H
+
+#include "reference.h"
+#include "reference_int4.h"
+
+#include <cjson/cJSON.h>
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* The slicing styles of docs/spec/LAYOUTS.md §3. */
+typedef enum style {
+  ST_REPLICATED,
+  ST_COLUMN,
+  ST_ROW,
+  ST_MERGED,
+  ST_QKV,
+  ST_VOCAB,
+  ST_CONCAT,
+  ST_MOE_W13,
+  ST_MOE_W2,
+  ST_MOE3D_W13,
+  ST_MOE3D_W2,
+  /* docs/spec/LAYOUTS.md §3.8–§3.10 (the later families) */
+  ST_QKV_FUSED,    /* one [(Hq + 2*Hkv)*d, ...] tensor */
+  ST_MERGED_FUSED, /* one [2*I, ...] tensor */
+  ST_MOE3D_IL,     /* [E, 2*Im, ...] gate/up interleaved: a contiguous row range per expert */
+  ST_MOE3D_BLK,    /* [E, H, C, ...]: dim 2 split */
+  ST_MOE_W2BIAS,   /* [E, H]: MoE tensor-parallel rank 0 only */
+  ST_GATE_UP_T,    /* Llama-4 [E, H, 2*Im]: gate and up column ranges; vllm: w13 [El, 2*Ip, H] */
+  ST_DOWN_T,       /* Llama-4 [E, Im, H]: a row range per expert; vllm: w2 [El, H, Ip] */
+  ST_PARTS         /* docs/spec/LAYOUTS.md §3.11: one per-tensor scale per part, [n parts] */
+} style;
+
+typedef enum place { AT_EMBED, AT_LAYER, AT_FINAL, AT_HEAD } place;
+
+typedef enum family {
+  FAM_LLAMA,
+  FAM_QWEN2,
+  FAM_QWEN3,
+  FAM_MIXTRAL,
+  FAM_QWEN2_MOE,
+  FAM_QWEN3_MOE,
+  FAM_DEEPSEEK,
+  FAM_FUSED3D,
+  FAM_PHI3,
+  FAM_GEMMA3,
+  FAM_GLM4_MOE,
+  FAM_GPT_OSS,
+  FAM_LLAMA4
+} family;
+
+#define MAX_SRC 3
+
+typedef struct rtensor {
+  char *file_name; /* name in the checkpoint file (key of the value function) */
+  char *name;      /* Hugging Face name (Mistral names renamed, docs/spec/ARCHITECTURES.md §3) */
+  char dtype[24];
+  uint32_t bits;
+  uint32_t ndim;
+  uint64_t shape[SL_MAX_DIMS];
+  uint64_t nbytes;
+} rtensor;
+
+typedef struct rdef {
+  char *name; /* vLLM parameter name */
+  style st;
+  place at;
+  uint32_t layer;
+  int n_src;
+  int src[MAX_SRC];  /* tensors read (the scale tensors for a scale companion) */
+  int wsrc[MAX_SRC]; /* weights whose slice boundaries apply (== src unless scale) */
+  int *esrc[2];      /* per-expert styles: tensor of expert x for part k */
+  int *ewsrc[2];
+  bool perm[MAX_SRC];  /* Mistral rotary row permutation (docs/spec/ARCHITECTURES.md §3) */
+  uint64_t hq, hkv, d; /* qkv */
+  uint64_t vocab;      /* vocab: V */
+  bool scale;          /* fp8 scale companion (docs/spec/ARCHITECTURES.md §6): boundaries in blocks */
+  uint64_t bn, bk;
+  bool int4; /* GPTQ / AWQ linear (reference_int4.c): parts by weight name */
+  char *int4_part[MAX_SRC];
+} rdef;
+
+struct sl_ref_model {
+  char *folder;
+  family fam;
+  bool mistral; /* load format auto resolves to mistral (docs/spec/FILES.md §3) */
+  size_t n_tensors;
+  rtensor *tensors;
+  int *by_name; /* tensor indices sorted by Hugging Face name */
+  size_t n_defs, cap_defs;
+  rdef *defs;
+  /* config values */
+  uint64_t H, V, L, Hq, Hkv, d, E, n_group;
+  bool tie;
+  bool fp8;
+  bool ct;          /* compressed-tensors fp8 (docs/spec/ARCHITECTURES.md §15) */
+  sl_ref_int4 int4; /* GPTQ / AWQ (docs/spec/ARCHITECTURES.md §16) */
+  uint64_t bn, bk;
+  uint64_t nh;     /* DeepSeek: heads that TP must divide */
+  const char *pre; /* prefix of every text-model name: "" or Llama-4's "language_model." */
+  sl_status st;    /* first error while building */
+  char msg[512];
+};
+
+/* What a table build needs besides the model. */
+typedef struct ctx {
+  const sl_ref_model *m;
+  uint64_t T, r;   /* dense TP size and rank */
+  uint64_t Mt, mr; /* MoE TP size and rank (docs/spec/EXPERTS.md §1) */
+  uint32_t n_local;
+  const uint32_t *local; /* local expert ids */
+  bool ckpt;
+  sl_ref_table *tab;
+  size_t cap_params;
+  sl_status st;
+  char *msg;
+  size_t cap;
+} ctx;
+
+/* ---- reference_util.c ---------------------------------------------------------------------- */
+
+void ref_msg(char *msg, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Records the first error of a model build. */
+void ref_model_fail(sl_ref_model *m, sl_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+char *ref_strdup(const char *s);
+char *ref_printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* config.json: a present, non-null, non-negative number; with a default; a boolean; a number in a list. */
+bool ref_cfg_num(const cJSON *cfg, const char *key, uint64_t *out);
+uint64_t ref_cfg_num_or(const cJSON *cfg, const char *key, uint64_t dflt);
+bool ref_cfg_bool_or(const cJSON *cfg, const char *key, bool dflt);
+bool ref_cfg_contains(const cJSON *cfg, const char *key, uint64_t value);
+/* Appends a segment to p, merging it with the previous one when both are contiguous. */
+bool ref_seg_add(sl_ref_param *p, size_t *cap, uint64_t dst, uint64_t len, int tensor, uint64_t src);
+
+/* ---- reference_model.c --------------------------------------------------------------------- */
+
+/* Index of the tensor whose Hugging Face name is name, or -1. */
+int ref_find_tensor(const sl_ref_model *m, const char *name);
+
+/* ---- reference_defs.c ---------------------------------------------------------------------- */
+
+rdef *ref_def_new(sl_ref_model *m, style st, place at, uint32_t layer, const char *name);
+/* Adds a source tensor (an int4 linear's part when the checkpoint holds it quantized). */
+void ref_def_src(sl_ref_model *m, rdef *d, const char *tensor, bool permute);
+/* Per-expert source: tensor prefix + X + suffix for X in [0, E). */
+void ref_def_expert_src(sl_ref_model *m, rdef *d, const char *prefix, const char *suffix);
+void ref_def_heads(rdef *d, uint64_t hq, uint64_t hkv, uint64_t dim);
+/* reference_int4.c's view of a checkpoint tensor. */
+bool ref_int4_find(const void *arg, const char *name, sl_ref_int4_tensor *out);
+/* A layer parameter vname (under "<pre>model.layers.L.") fed by the n tensors snames, in order. */
+rdef *ref_layer_def(sl_ref_model *m, style st, uint32_t layer, const char *vname, int n,
+                    const char *const *snames);
+/* ... fed by the one tensor of its own name; by the one tensor sname; by the two tensors a and b. */
+rdef *ref_layer_one(sl_ref_model *m, style st, uint32_t layer, const char *suffix);
+rdef *ref_layer_renamed(sl_ref_model *m, style st, uint32_t layer, const char *vname, const char *sname);
+void ref_layer_merged(sl_ref_model *m, uint32_t layer, const char *vname, const char *a, const char *b);
+/* "<prefix>.gate_up_proj.weight" merged from gate_proj and up_proj, "<prefix>.down_proj.weight" by rows. */
+void ref_gated_mlp(sl_ref_model *m, uint32_t layer, const char *prefix);
+void ref_dense_mlp(sl_ref_model *m, uint32_t layer, bool bias);
+/* docs/spec/ARCHITECTURES.md §2 attention (input norm, qkv_proj, o_proj, q/k norms, post-attention norm). */
+void ref_llama_attention(sl_ref_model *m, uint32_t layer, bool qkv_bias, bool o_bias, bool qk_norm);
+/* "<vprefix>.qkv_proj.<weight|bias>" from "<sprefix>.{q,k,v}_proj.<weight|bias>"; kinds: 1 weight, 2 also
+ * bias. */
+bool ref_qkv_def(sl_ref_model *m, uint32_t layer, const char *vprefix, const char *sprefix, int kinds,
+                 bool mistral_perm);
+/* Stacked experts: vname w13 from gate/up per expert, w2 from down (docs/spec/LAYOUTS.md §3.5). */
+void ref_expert_pair(sl_ref_model *m, uint32_t layer, const char *vprefix, const char *w1, const char *w3,
+                     const char *w2);
+/* The experts "mlp.experts.X.{gate,up,down}_proj.weight" as w13_weight and w2_weight. */
+void ref_mlp_experts(sl_ref_model *m, uint32_t layer);
+/* Every definition of the model: embedding, layers, final norm, head, scale companions. */
+void ref_build_defs(sl_ref_model *m, const cJSON *cfg);
+
+/* ---- the families: reference_dense.c, reference_moe.c, reference_mla.c -------------------- */
+
+void ref_dense_layer(sl_ref_model *m, const cJSON *cfg, uint32_t layer);
+void ref_moe_layer(sl_ref_model *m, const cJSON *cfg, uint32_t layer);
+void ref_mla_layer(sl_ref_model *m, const cJSON *cfg, uint32_t layer);
+
+/* ---- reference_scales.c -------------------------------------------------------------------- */
+
+void ref_add_scales(sl_ref_model *m);
+void ref_add_ct_scales(sl_ref_model *m);
+
+/* ---- reference_check.c --------------------------------------------------------------------- */
+
+void ref_check_def(ctx *c, const rdef *d);
+
+/* ---- reference_slice.c --------------------------------------------------------------------- */
+
+void ref_ctx_fail(ctx *c, sl_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+const rtensor *ref_tens(const ctx *c, int t);
+uint64_t ref_row_bytes(const rtensor *t);
+uint64_t ref_pad64(uint64_t x);
+/* Block conversion of a weight boundary (rows with bn, columns with bk) for scale companions. */
+uint64_t ref_cv(const rdef *d, uint64_t x, bool cols);
+/* The entry name of a one-source definition: vLLM's, or the source's in the checkpoint layout. */
+const char *ref_entry_name(const ctx *c, const rdef *d);
+/* A new table entry; segs are added by the caller. */
+sl_ref_param *ref_entry_new(ctx *c, const char *name, const rtensor *t, uint32_t ndim, const uint64_t *global,
+                            const uint64_t *local);
+/* ref_seg_add, an allocation failure recorded in c; false then. Nothing when p is NULL. */
+bool ref_put(ctx *c, sl_ref_param *p, size_t *cap, uint64_t dst, uint64_t len, int tensor, uint64_t src);
+void ref_copy_rows(ctx *c, sl_ref_param *p, size_t *cap, int t, uint64_t base, uint64_t rb, uint64_t row0,
+                   uint64_t n, uint64_t dst, uint64_t perm_d);
+void ref_copy_cols(ctx *c, sl_ref_param *p, size_t *cap, int t, uint64_t base, uint64_t n, uint64_t rb,
+                   uint64_t colb0, uint64_t colb, uint64_t dst);
+void ref_zero_fill(ctx *c, sl_ref_param *p, size_t *cap, uint64_t dst, uint64_t len);
+/* Shape [rows, rest of t]. */
+void ref_shape_rows(const rtensor *t, uint64_t rows, uint64_t *out);
+/* An entry holding rows [row0, row0 + n) of tensor t (global shape: t's). */
+void ref_rows_entry(ctx *c, const char *name, int t, uint64_t row0, uint64_t n, uint64_t perm_d);
+/* The entries of definition d on this rank; with int4_def when d is an int4 linear. */
+void ref_build_def(ctx *c, const rdef *d);
+/* A GPTQ / AWQ linear (reference_int4.c): checked only (build false) or built into the table. */
+void ref_int4_def(ctx *c, const rdef *d, bool build);
+
+/* ---- reference_experts.c ------------------------------------------------------------------- */
+
+void ref_build_moe_w13(ctx *c, const rdef *d);
+void ref_build_moe_w2(ctx *c, const rdef *d);
+void ref_build_moe3d(ctx *c, const rdef *d);
+void ref_build_gpt_oss_experts(ctx *c, const rdef *d);
+void ref_build_llama4_experts(ctx *c, const rdef *d);
+
+#endif
