@@ -1,8 +1,10 @@
 /*
  * backend/cuda/backend.c — parameters in GPU memory; shared bytes broadcast with NCCL (see
  * backend/backend.h). This file creates and destroys the backend and holds its table of
- * operations; the operations themselves are in memory.c (memory, uploads, copies) and nccl.c
- * (group communicators, broadcasts), the shared state and check macros in cuda_internal.h.
+ * operations; the operations themselves are in memory.c (memory, uploads, copies), nccl.c
+ * (group communicators, broadcasts) and transpose.c, which share errors.c (CUDA and NCCL errors
+ * → messages) and wait.c (bounded waits); the shared state and check macros in cuda_internal.h.
+ * Calls go down: backend.c → memory.c, nccl.c, transpose.c → wait.c → errors.c.
  *
  * State: one device; a main stream (device copies, broadcasts), one stream per reader thread with
  * one event per staging slot (as many slots as either read strategy gives a thread); one NCCL
@@ -19,37 +21,12 @@
  */
 #include "backend/cuda/cuda_internal.h"
 
-#include "base/clock.h"
 #include "base/log.h"
 #include "base/util.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-
-/* ---- errors ---- */
-
-static const char *base_name(const char *path) {
-  const char *slash = strrchr(path, '/');
-  return slash != NULL ? slash + 1 : path;
-}
-
-sl_status sl__cuda_fail(sl__err *err, cudaError_t e, int device, const char *call, const char *file,
-                        int line) {
-  (void)cudaGetLastError(); /* clear a non-sticky error so that later calls report their own */
-  return sl__err_set(err, SL_STATUS_CUDA, "%s failed on CUDA device %d (%s:%d): %s (%s)", call, device,
-                     base_name(file), line, cudaGetErrorString(e), cudaGetErrorName(e));
-}
-
-sl_status sl__nccl_fail(sl__err *err, ncclResult_t r, const char *ctx, const char *call, const char *file,
-                        int line) {
-  const char *last = ncclGetLastError(NULL);
-  bool has_last = last != NULL && *last != '\0';
-  return sl__err_set(err, SL_STATUS_NCCL, "%s%s%s failed (%s:%d): %s%s%s", ctx != NULL ? ctx : "",
-                     ctx != NULL ? ": " : "", call, base_name(file), line, ncclGetErrorString(r),
-                     has_last ? "; NCCL says: " : "", has_last ? last : "");
-}
 
 /* Runtime answers that mean "there is no usable GPU here" rather than "a call went wrong". */
 static bool is_no_device(cudaError_t e) {
@@ -72,33 +49,6 @@ static sl_status no_device(sl__err *err, cudaError_t e) {
       "no CUDA device available (%s): run where an NVIDIA GPU and its driver are present, check "
       "CUDA_VISIBLE_DEVICES, or set device to cpu (--device cpu)",
       cudaGetErrorString(e));
-}
-
-/* ---- waits ---- */
-
-void sl__cuda_nap(const sl__backend *b) {
-  (void)b;
-  sl__sleep_s(0.0002); /* GPU work progresses on its own: a short sleep between polls */
-}
-
-sl_status sl__cuda_wait_local(sl__backend *b, cudaEvent_t ev, cudaStream_t stream, const char *what,
-                              sl__err *err) {
-  cuda_state *st = state_of(b);
-  double deadline = sl__now() + st->timeout_s;
-  for (int spins = 0;; spins++) {
-    cudaError_t e = ev != NULL ? cudaEventQuery(ev) : cudaStreamQuery(stream);
-    if (e == cudaSuccess)
-      return SL_STATUS_OK;
-    if (e != cudaErrorNotReady)
-      return sl__cuda_fail(err, e, st->device, ev != NULL ? "cudaEventQuery" : "cudaStreamQuery", __FILE__,
-                           __LINE__);
-    if (sl__now() > deadline)
-      return sl__err_set(err, SL_STATUS_CUDA,
-                         "%s on CUDA device %d did not complete within %.1f s (raise %s to wait longer)",
-                         what, st->device, st->timeout_s, SL_CUDA_TIMEOUT_ENV);
-    if (spins >= SL_CUDA_SPINS_BEFORE_NAP)
-      sl__cuda_nap(b);
-  }
 }
 
 /* ---- teardown and creation ---- */
