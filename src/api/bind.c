@@ -20,10 +20,10 @@
 /* The planned dtype of local parameter i: the cast array's, else the table's (which only a
  * conversion changes, after creating the array). */
 static sl__dtype planned_dtype(const sl__loader_view *v, size_t i) {
-  if (*v->cast != NULL)
-    return (*v->cast)[i].from;
+  if (v->store->cast != NULL)
+    return v->store->cast[i].from;
   sl__dtype dt = SL_DT_COUNT;
-  const char *name = v->table[i].dtype;
+  const char *name = v->store->table[i].dtype;
   if (name == NULL || !sl__dtype_parse(name, strlen(name), &dt))
     return SL_DT_COUNT;
   return dt;
@@ -39,7 +39,7 @@ static sl_status make_cast(const sl__loader_view *v) {
     sl__dtype dt = planned_dtype(v, i);
     cast[i] = (sl__cast_pair){.from = dt, .to = dt};
   }
-  *v->cast = cast;
+  v->store->cast = cast;
   return SL_STATUS_OK;
 }
 
@@ -84,12 +84,12 @@ sl_status sl__bind(const sl__loader_view *v, const char *fn, const char *name, v
                    bool as, sl_dtype dtype) {
   size_t n = v->plan->n_lparams;
   size_t i = 0;
-  while (i < n && strcmp(v->table[i].name, name) != 0)
+  while (i < n && strcmp(v->store->table[i].name, name) != 0)
     i++;
   if (i == n)
     return sl__err_set(v->err, SL_STATUS_NOT_FOUND, "this rank holds no parameter named '%s'", name);
   const sl__lparam *lp = &v->plan->lparams[i];
-  sl_param *p = &v->table[i];
+  sl_param *p = &v->store->table[i];
   if (lp->alias_of != SL_NONE)
     return sl__err_set(v->err, SL_STATUS_INVALID_ARGUMENT,
                        "%s shares the memory of %s: bind that one instead", name, p->alias_of);
@@ -111,12 +111,12 @@ sl_status sl__bind(const sl__loader_view *v, const char *fn, const char *name, v
                        "%s(%s): the plan holds %s; as %s it needs a buffer of %llu bytes, got %llu", fn, name,
                        sl__dtype_name(from), sl__dtype_name(to), (unsigned long long)want,
                        (unsigned long long)nbytes);
-  if (to != from && *v->cast == NULL && (st = make_cast(v)) != SL_STATUS_OK)
+  if (to != from && v->store->cast == NULL && (st = make_cast(v)) != SL_STATUS_OK)
     return st;
-  if (*v->cast != NULL)
-    (*v->cast)[i].to = to;
-  (*v->param_ptr)[i] = data;
-  v->bound[i] = true;
+  if (v->store->cast != NULL)
+    v->store->cast[i].to = to;
+  v->store->param_ptr[i] = data;
+  v->store->bound[i] = true;
   p->dtype = sl__dtype_name(to);
   p->dtype_bits = sl__dtype_bits(to);
   p->nbytes = want;
@@ -129,7 +129,7 @@ sl_status sl__bind(const sl__loader_view *v, const char *fn, const char *name, v
  * floating-point type). One wait at the end orders all of it before the transfer's uploads. */
 static sl_status zero_unwritten(const sl__loader_view *v) {
   const sl__rank_plan *plan = v->plan;
-  sl__backend *backend = *v->backend;
+  sl__backend *backend = v->store->backend;
   uint64_t *written = calloc(plan->n_lparams + 1, sizeof *written);
   if (written == NULL)
     return sl__err_set(v->err, SL_STATUS_NOMEM, "out of memory");
@@ -138,13 +138,13 @@ static sl_status zero_unwritten(const sl__loader_view *v) {
   sl_status st = SL_STATUS_OK;
   bool zeroed = false;
   for (size_t i = 0; i < plan->n_lparams && st == SL_STATUS_OK; i++) {
-    uint64_t nbytes = v->table[i].nbytes; /* the buffer's bytes */
-    if (!v->bound[i] || written[i] >= plan->lparams[i].nbytes || nbytes == 0)
+    uint64_t nbytes = v->store->table[i].nbytes; /* the buffer's bytes */
+    if (!v->store->bound[i] || written[i] >= plan->lparams[i].nbytes || nbytes == 0)
       continue;
-    st = backend->ops->zero(backend, (*v->param_ptr)[i], nbytes, v->err);
+    st = backend->ops->zero(backend, v->store->param_ptr[i], nbytes, v->err);
     zeroed = true;
     if (st != SL_STATUS_OK)
-      sl__err_prefix(v->err, "zeroing the padding of the bound buffer of %s", v->table[i].name);
+      sl__err_prefix(v->err, "zeroing the padding of the bound buffer of %s", v->store->table[i].name);
   }
   if (zeroed && st == SL_STATUS_OK)
     st = backend->ops->sync(backend, v->err);
@@ -154,14 +154,14 @@ static sl_status zero_unwritten(const sl__loader_view *v) {
 
 sl_status sl__bind_finish(const sl__loader_view *v) {
   const sl__rank_plan *plan = v->plan;
-  for (size_t i = 0; *v->cast != NULL && i < plan->n_lparams; i++) {
+  for (size_t i = 0; v->store->cast != NULL && i < plan->n_lparams; i++) {
     uint32_t target = plan->lparams[i].alias_of;
     if (target == SL_NONE)
       continue;
-    (*v->cast)[i].to = (*v->cast)[target].to;
-    v->table[i].dtype = v->table[target].dtype;
-    v->table[i].dtype_bits = v->table[target].dtype_bits;
-    v->table[i].nbytes = v->table[target].nbytes;
+    v->store->cast[i].to = v->store->cast[target].to;
+    v->store->table[i].dtype = v->store->table[target].dtype;
+    v->store->table[i].dtype_bits = v->store->table[target].dtype_bits;
+    v->store->table[i].nbytes = v->store->table[target].nbytes;
   }
   return zero_unwritten(v);
 }

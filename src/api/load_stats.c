@@ -25,8 +25,8 @@ static void own_record(const sl_loader *l, sl__rank_record *rec) {
   sl__rank_record_transfer(rec, &l->tstats);
   rec->peak_rss_bytes = sl__peak_rss_bytes();
   sl__rss_by_kind(&rec->rss_anon, &rec->rss_file, &rec->rss_shmem);
-  rec->bytes_mapped = l->maps.bytes_mapped;
-  rec->nccl_comms = l->backend != NULL ? l->backend->nccl_comms : 0;
+  rec->bytes_mapped = l->store.maps.bytes_mapped;
+  rec->nccl_comms = l->store.backend != NULL ? l->store.backend->nccl_comms : 0;
 }
 
 /* Rank 0: the report and the summary, from every rank's record. */

@@ -120,33 +120,33 @@ sl_status sl_loader_create_ops(sl_config *config, const sl_comm_ops *ops, sl_loa
 }
 
 static void free_buffers(sl_loader *l) {
-  if (l->param_ptr != NULL && l->backend != NULL) {
+  if (l->store.param_ptr != NULL && l->store.backend != NULL) {
     for (size_t i = 0; i < l->pl.plan.n_lparams; i++)
-      if (l->param_ptr[i] != NULL && !l->bound[i] && !l->mapped[i] &&
+      if (l->store.param_ptr[i] != NULL && !l->store.bound[i] && !l->store.mapped[i] &&
           l->pl.plan.lparams[i].alias_of == SL_NONE)
-        l->backend->ops->release(l->backend, l->param_ptr[i]);
+        l->store.backend->ops->release(l->store.backend, l->store.param_ptr[i]);
   }
-  sl__filemaps_free(&l->maps);
-  free(l->param_ptr);
-  l->param_ptr = NULL;
+  sl__filemaps_free(&l->store.maps);
+  free(l->store.param_ptr);
+  l->store.param_ptr = NULL;
 }
 
 void sl_loader_destroy(sl_loader *l) {
   if (l == NULL)
     return;
   sl__device_scope scope; /* freeing device memory makes the loader's device current */
-  sl__device_scope_enter(&scope, l->backend != NULL && l->backend->device >= 0);
+  sl__device_scope_enter(&scope, l->store.backend != NULL && l->store.backend->device >= 0);
   sl__params_loader_destroy(l); /* memory still referenced is taken over, not freed here */
   free_buffers(l);
   sl__transfer_stats_free(&l->tstats);
-  if (l->backend != NULL)
-    l->backend->ops->destroy(l->backend);
+  if (l->store.backend != NULL)
+    l->store.backend->ops->destroy(l->store.backend);
   sl__device_scope_leave(&scope);
-  free(l->bound);
-  free(l->mapped);
-  free(l->cast);
+  free(l->store.bound);
+  free(l->store.mapped);
+  free(l->store.cast);
   free((void *)l->copy_done);
-  free(l->table);
+  free(l->store.table);
   free(l->records);
   sl__job_nodes_free(&l->nodes);
   sl__track_free(&l->track);
@@ -201,8 +201,8 @@ static sl_status fail(sl_loader *l, sl_status st) {
   if (st != SL_STATUS_OK) {
     l->state = STATE_FAILED;
     /* Peers may have aborted: the backend's teardown must not wait for them. */
-    if (l->backend != NULL)
-      l->backend->failed = true;
+    if (l->store.backend != NULL)
+      l->store.backend->failed = true;
   }
   return st;
 }
@@ -314,20 +314,20 @@ sl_status sl_loader_download(sl_loader *l) {
 
 static sl_status build_table(sl_loader *l) {
   size_t n = l->pl.plan.n_lparams;
-  l->table = calloc(n + 1, sizeof *l->table);
-  l->param_ptr = calloc(n + 1, sizeof *l->param_ptr);
-  l->bound = calloc(n + 1, sizeof *l->bound);
-  l->mapped = calloc(n + 1, sizeof *l->mapped);
+  l->store.table = calloc(n + 1, sizeof *l->store.table);
+  l->store.param_ptr = calloc(n + 1, sizeof *l->store.param_ptr);
+  l->store.bound = calloc(n + 1, sizeof *l->store.bound);
+  l->store.mapped = calloc(n + 1, sizeof *l->store.mapped);
   l->copy_done = calloc(l->pl.plan.n_copies + 1, sizeof *l->copy_done);
-  if (l->table == NULL || l->param_ptr == NULL || l->bound == NULL || l->mapped == NULL ||
-      l->copy_done == NULL)
+  if (l->store.table == NULL || l->store.param_ptr == NULL || l->store.bound == NULL ||
+      l->store.mapped == NULL || l->copy_done == NULL)
     return sl__err_set(&l->err, SL_STATUS_NOMEM, "out of memory building the parameter table");
   for (size_t i = 0; i < l->pl.plan.n_copies; i++)
     atomic_init(&l->copy_done[i], 0);
   for (size_t i = 0; i < n; i++) {
     const sl__lparam *lp = &l->pl.plan.lparams[i];
     const sl__mparam *mp = &l->pl.prep.model.params[lp->mparam];
-    sl_param *p = &l->table[i];
+    sl_param *p = &l->store.table[i];
     p->name = mp->name;
     p->dtype = sl__dtype_name(mp->dtype);
     p->dtype_bits = sl__dtype_bits(mp->dtype);
@@ -375,17 +375,17 @@ size_t sl_loader_param_count(const sl_loader *l) {
 }
 
 const sl_param *sl_loader_param(const sl_loader *l, size_t index) {
-  if (l == NULL || l->table == NULL || index >= l->pl.plan.n_lparams)
+  if (l == NULL || l->store.table == NULL || index >= l->pl.plan.n_lparams)
     return NULL;
-  return &l->table[index];
+  return &l->store.table[index];
 }
 
 const sl_param *sl_loader_find(const sl_loader *l, const char *name) {
-  if (l == NULL || l->table == NULL || name == NULL)
+  if (l == NULL || l->store.table == NULL || name == NULL)
     return NULL;
   for (size_t i = 0; i < l->pl.plan.n_lparams; i++)
-    if (strcmp(l->table[i].name, name) == 0)
-      return &l->table[i];
+    if (strcmp(l->store.table[i].name, name) == 0)
+      return &l->store.table[i];
   return NULL;
 }
 
@@ -416,35 +416,35 @@ sl_status sl_loader_bind_as(sl_loader *l, const char *name, void *data, uint64_t
 static sl_status allocate(sl_loader *l) {
   sl_status st = SL_STATUS_OK;
   /* Files still downloading (docs/spec/HUB.md §13) cannot be mapped yet: such a load copies. */
-  if (sl__strategy_maps(l->pl.opts.strategy, l->backend->host_addressable, l->pl.opts.prefault) &&
+  if (sl__strategy_maps(l->pl.opts.strategy, l->store.backend->host_addressable, l->pl.opts.prefault) &&
       !l->pl.prep.cat.arriving)
-    st = sl__filemap_params(&l->pl.prep.cat, &l->pl.sched, &l->pl.plan, l->bound, l->pl.opts.strategy,
-                            l->param_ptr, l->mapped, &l->maps, &l->err);
+    st = sl__filemap_params(&l->pl.prep.cat, &l->pl.sched, &l->pl.plan, l->store.bound, l->pl.opts.strategy,
+                            l->store.param_ptr, l->store.mapped, &l->store.maps, &l->err);
   /* One block for all of them where the backend offers it (device memory). */
   uint64_t total = 0;
   for (size_t i = 0; i < l->pl.plan.n_lparams && st == SL_STATUS_OK; i++)
-    if (l->pl.plan.lparams[i].alias_of == SL_NONE && !l->bound[i] && !l->mapped[i] &&
+    if (l->pl.plan.lparams[i].alias_of == SL_NONE && !l->store.bound[i] && !l->store.mapped[i] &&
         sl__add_overflow(total, sl__arena_room(l->pl.plan.lparams[i].nbytes), &total))
       st = sl__err_set(&l->err, SL_STATUS_NOMEM, "the parameters of this rank need more than 2^64 bytes");
-  if (st == SL_STATUS_OK && l->backend->ops->reserve != NULL)
-    st = l->backend->ops->reserve(l->backend, total, &l->err);
+  if (st == SL_STATUS_OK && l->store.backend->ops->reserve != NULL)
+    st = l->store.backend->ops->reserve(l->store.backend, total, &l->err);
   for (size_t i = 0; i < l->pl.plan.n_lparams && st == SL_STATUS_OK; i++) {
     const sl__lparam *lp = &l->pl.plan.lparams[i];
-    if (lp->alias_of != SL_NONE || l->bound[i] || l->mapped[i])
+    if (lp->alias_of != SL_NONE || l->store.bound[i] || l->store.mapped[i])
       continue;
-    st = l->backend->ops->alloc(l->backend, lp->nbytes, &l->param_ptr[i], &l->err);
+    st = l->store.backend->ops->alloc(l->store.backend, lp->nbytes, &l->store.param_ptr[i], &l->err);
     char q[SL_QUOTE_BUF];
     if (st != SL_STATUS_OK)
-      sl__err_prefix(&l->err, "allocating %s", sl__quote(l->table[i].name, q, sizeof q));
-    else if (l->pl.opts.prefault && l->backend->host_addressable)
-      sl__prefault(l->param_ptr[i], lp->nbytes);
+      sl__err_prefix(&l->err, "allocating %s", sl__quote(l->store.table[i].name, q, sizeof q));
+    else if (l->pl.opts.prefault && l->store.backend->host_addressable)
+      sl__prefault(l->store.param_ptr[i], lp->nbytes);
   }
   for (size_t i = 0; i < l->pl.plan.n_lparams && st == SL_STATUS_OK; i++) {
     const sl__lparam *lp = &l->pl.plan.lparams[i];
     if (lp->alias_of != SL_NONE)
-      l->param_ptr[i] = l->param_ptr[lp->alias_of];
-    l->table[i].data = l->param_ptr[i];
-    l->table[i].device = l->backend->device;
+      l->store.param_ptr[i] = l->store.param_ptr[lp->alias_of];
+    l->store.table[i].data = l->store.param_ptr[i];
+    l->store.table[i].device = l->store.backend->device;
   }
   sl__loader_view v;
   sl__loader_view_of(l, &v);
@@ -456,9 +456,9 @@ static sl_status create_backend(sl_loader *l) {
   if (l->pl.opts.device == SL_DEVICE_CUDA) {
     int dev = l->cuda_device >= 0 ? l->cuda_device : l->pl.opts.cuda_device;
     return sl__backend_cuda_create(&l->comm, (int)workers, (int)sl__staging_slots_per_thread(workers), dev,
-                                   l->cuda_stream, l->nccl_comm, &l->groups, &l->backend, &l->err);
+                                   l->cuda_stream, l->nccl_comm, &l->groups, &l->store.backend, &l->err);
   }
-  return sl__backend_host_create(&l->comm, (int)workers, &l->backend, &l->err);
+  return sl__backend_host_create(&l->comm, (int)workers, &l->store.backend, &l->err);
 }
 
 /* Missing and unexpected weights are known from the plan alone: fail before reading. */
@@ -508,11 +508,11 @@ static sl_status transfer_phase(sl_loader *l) {
   sl__transfer tr = {.cat = &l->pl.prep.cat,
                      .sched = &l->pl.sched,
                      .plan = &l->pl.plan,
-                     .backend = l->backend,
+                     .backend = l->store.backend,
                      .comm = &l->comm,
-                     .param_ptr = l->param_ptr,
-                     .param_mapped = sl__filemaps_tried(&l->maps) ? l->mapped : NULL,
-                     .param_cast = l->cast,
+                     .param_ptr = l->store.param_ptr,
+                     .param_mapped = sl__filemaps_tried(&l->store.maps) ? l->store.mapped : NULL,
+                     .param_cast = l->store.cast,
                      .workers = o->extra.num_threads,
                      .chunk = l->pl.po.read_chunk,
                      .coalesce_gap = o->coalesce_gap,
@@ -522,7 +522,7 @@ static sl_status transfer_phase(sl_loader *l) {
   st = st == SL_STATUS_OK ? sl__prepare_gate(&l->pl.prep, &l->comm, &tr.gate, &l->err) : st;
   st = st == SL_STATUS_OK ? sl__transfer_run(&tr, &l->tstats, &l->err) : st;
   st = sl__prepare_download_wait(&l->pl.prep, &l->comm, st, &l->err);
-  st = sl__transfer_finish(&l->comm, l->backend, st, &l->err);
+  st = sl__transfer_finish(&l->comm, l->store.backend, st, &l->err);
   l->t_transfer = sl__now() - t0;
   return st;
 }
@@ -621,12 +621,12 @@ sl_status sl_loader_save_sharded(sl_loader *l, const char *dir) {
   for (size_t i = 0; i < n && st == SL_STATUS_OK; i++) {
     const sl__lparam *lp = &l->pl.plan.lparams[i];
     /* A converted parameter is saved as it is held: in its buffer's dtype (the table's). */
-    sl__dtype dtype = l->cast != NULL ? l->cast[i].to : l->pl.prep.model.params[lp->mparam].dtype;
-    entries[i] = (sl__save_entry){.name = l->table[i].name,
+    sl__dtype dtype = l->store.cast != NULL ? l->store.cast[i].to : l->pl.prep.model.params[lp->mparam].dtype;
+    entries[i] = (sl__save_entry){.name = l->store.table[i].name,
                                   .dtype = dtype,
                                   .ndim = lp->ndim,
-                                  .data = l->param_ptr[i],
-                                  .nbytes = l->table[i].nbytes};
+                                  .data = l->store.param_ptr[i],
+                                  .nbytes = l->store.table[i].nbytes};
     memcpy(entries[i].shape, lp->shape, sizeof entries[i].shape);
   }
   st = sl__comm_agree(&l->comm, st, &l->err, "preparing the sharded copy");
@@ -637,9 +637,9 @@ sl_status sl_loader_save_sharded(sl_loader *l, const char *dir) {
                       .n = n,
                       .max_part = l->pl.opts.save_max_part,
                       .overwrite = l->pl.opts.overwrite,
-                      .backend = l->backend};
+                      .backend = l->store.backend};
   sl__device_scope scope; /* device parameters are copied back to the host */
-  sl__device_scope_enter(&scope, st == SL_STATUS_OK && l->backend->device >= 0);
+  sl__device_scope_enter(&scope, st == SL_STATUS_OK && l->store.backend->device >= 0);
   if (st == SL_STATUS_OK)
     st = sl__save_sharded(&l->comm, &job, &l->err);
   sl__device_scope_leave(&scope);
@@ -657,22 +657,4 @@ const char *sl_loader_summary(sl_loader *l) {
   if (l == NULL || l->state != STATE_LOADED || l->summary.len == 0)
     return NULL;
   return sl__buf_str(&l->summary);
-}
-
-/* api/params.h: the parts of the loader that api/params.c works on. */
-void sl__loader_view_of(sl_loader *l, sl__loader_view *out) {
-  sl__loader_view v = {.params = &l->params, .comm = &l->comm, .err = &l->err};
-  v.planned = l->state >= STATE_PLANNED && l->state != STATE_FAILED;
-  v.loaded = l->state == STATE_LOADED;
-  v.plan = &l->pl.plan;
-  v.cat = &l->pl.prep.cat;
-  v.table = l->table;
-  v.backend = &l->backend;
-  v.maps = &l->maps;
-  v.param_ptr = &l->param_ptr;
-  v.bound = l->bound;
-  v.mapped = l->mapped;
-  v.cast = &l->cast;
-  v.cuda = l->pl.opts.device == SL_DEVICE_CUDA;
-  *out = v;
 }

@@ -26,17 +26,10 @@ struct sl_loader {
   int state;
   sl__pipeline pl;        /* options, layout, catalog, model, schedule, this rank's plan */
   sl__comm_groups groups; /* the schedule's broadcast groups, for the communication layer */
-  sl__backend *backend;
   int cuda_device;
   void *cuda_stream;
   void *nccl_comm;
-  sl_param *table;
-  void **param_ptr; /* per local parameter (aliases point at their target's memory) */
-  bool *bound;      /* the caller's buffer */
-  bool *mapped;     /* a mapping of its checkpoint bytes (load strategy mmap, or auto on host) */
-  /* per local parameter: planned → bound dtype (sl_loader_bind_as, api/bind.c); NULL: none */
-  sl__cast_pair *cast;
-  sl__filemaps maps;
+  sl__param_store store; /* api/params.h: the parameters, created here, held by params.c */
   _Atomic uint64_t *copy_done;
   sl__track track;
   bool have_track;
@@ -45,10 +38,21 @@ struct sl_loader {
   double t_resolve, t_catalog, t_model, t_plan, t_alloc, t_transfer, t_track, t_total;
   sl__buf report;
   sl__buf summary;
-  sl__params_state *params; /* api/params.c: parameter sources and memory handed out */
   sl__progress progress;    /* engine/progress.h: bar, log lines, the caller's callback */
   sl__job_nodes nodes;      /* engine/nodes.h: the job's nodes (rank 0's report) */
 };
+
+/* The view api/bind.c and api/params.c work on (a function of the struct: no call into loader.c). */
+static inline void sl__loader_view_of(sl_loader *l, sl__loader_view *out) {
+  *out = (sl__loader_view){.store = &l->store,
+                           .comm = &l->comm,
+                           .err = &l->err,
+                           .planned = l->state >= STATE_PLANNED && l->state != STATE_FAILED,
+                           .loaded = l->state == STATE_LOADED,
+                           .plan = &l->pl.plan,
+                           .cat = &l->pl.prep.cat,
+                           .cuda = l->pl.opts.device == SL_DEVICE_CUDA};
+}
 
 /* After a transfer: every rank's record to rank 0, which writes the report and the summary
  * (COLLECTIVE; t0: when the load's own phases started). The state becomes STATE_LOADED. */

@@ -14,6 +14,7 @@
 #include "api/params.h"
 
 #include "api/abi.h"
+#include "api/loader_state.h"
 #include "format/dtype.h"
 
 #include <pthread.h>
@@ -83,9 +84,9 @@ struct sl_param_ref {
 
 static sl__params_state *state_of(sl_loader *l, sl__loader_view *v) {
   sl__loader_view_of(l, v);
-  if (*v->params == NULL)
-    *v->params = calloc(1, sizeof **v->params);
-  return *v->params;
+  if (v->store->sources == NULL)
+    v->store->sources = calloc(1, sizeof *v->store->sources);
+  return v->store->sources;
 }
 
 static void keeper_free(keeper *k) {
@@ -133,10 +134,10 @@ static void keeper_put(keeper *k, size_t index) {
 void sl__params_loader_destroy(sl_loader *l) {
   sl__loader_view v;
   sl__loader_view_of(l, &v);
-  sl__params_state *ps = *v.params;
+  sl__params_state *ps = v.store->sources;
   if (ps == NULL)
     return;
-  *v.params = NULL;
+  v.store->sources = NULL;
   keeper *k = ps->keep;
   free(ps->first);
   free(ps->order);
@@ -147,17 +148,17 @@ void sl__params_loader_destroy(sl_loader *l) {
   bool take = k->refs > 1; /* references besides the loader's */
   if (take) {
     k->adopted = true;
-    k->param_ptr = *v.param_ptr;
-    *v.param_ptr = NULL;
-    k->backend = *v.backend;
-    *v.backend = NULL;
-    k->maps = *v.maps;
-    memset(v.maps, 0, sizeof *v.maps);
+    k->param_ptr = v.store->param_ptr;
+    v.store->param_ptr = NULL;
+    k->backend = v.store->backend;
+    v.store->backend = NULL;
+    k->maps = v.store->maps;
+    memset(&v.store->maps, 0, sizeof v.store->maps);
     /* The loader's communicators go now: the backend must not finalize collectively later. */
     k->backend->failed = true;
     k->backend->comm = NULL;
     for (size_t i = 0; i < k->n; i++) {
-      k->owned[i] = !v.bound[i] && !v.mapped[i] && v.plan->lparams[i].alias_of == SL_NONE;
+      k->owned[i] = !v.store->bound[i] && !v.store->mapped[i] && v.plan->lparams[i].alias_of == SL_NONE;
       if (k->owned[i] && k->param_refs[i] == 0 && k->param_ptr[i] != NULL) {
         k->backend->ops->release(k->backend, k->param_ptr[i]);
         k->param_ptr[i] = NULL;
@@ -260,8 +261,8 @@ sl_status sl_loader_param_retain(sl_loader *l, size_t index, sl_param_ref **out)
   if (ref == NULL)
     return SL_STATUS_NOMEM;
   ref->index = target;
-  ref->data = v.table[index].data;
-  if (v.bound[target]) { /* the caller's memory: nothing to keep */
+  ref->data = v.store->table[index].data;
+  if (v.store->bound[target]) { /* the caller's memory: nothing to keep */
     *out = ref;
     return SL_STATUS_OK;
   }
@@ -389,7 +390,7 @@ sl_status sl_loader_param_dlpack(sl_loader *l, size_t index, void **managed_tens
   }
   sl__loader_view v;
   sl__loader_view_of(l, &v);
-  const sl_param *p = &v.table[index];
+  const sl_param *p = &v.store->table[index];
   m->ref = ref;
   DLTensor *t = &m->dl.dl_tensor;
   t->data = p->data;

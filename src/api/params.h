@@ -1,11 +1,11 @@
 /*
- * api/params.h — what api/params.c (the parameter accessors of shardload.h section 8: dtype ids,
- * sources, reference-counted parameter memory, DLPack, agreement) and api/bind.c (the caller's
- * buffers) need from the loader.
- *
- * api/loader.c keeps its struct private; it fills this view on request and calls
- * sl__params_loader_destroy first thing in sl_loader_destroy, so that memory handed out by
- * sl_loader_param_retain outlives the loader.
+ * api/params.h — the parameter store: one owner for a loader's parameters. api/loader.c creates
+ * them (the table, the memory, the mappings) in its allocation phase; api/bind.c records the
+ * caller's buffers; api/params.c holds them: the parameter accessors of shardload.h section 8
+ * (dtype ids, sources, reference-counted parameter memory, DLPack, agreement), and at
+ * sl_loader_destroy (sl__params_loader_destroy, called first) the keeper that takes the store
+ * over while references are outstanding, so that memory handed out by sl_loader_param_retain
+ * outlives the loader. Calls go one way: loader.c → bind.c, params.c.
  */
 #ifndef SL_API_PARAMS_H
 #define SL_API_PARAMS_H
@@ -24,26 +24,30 @@
 
 typedef struct sl__params_state sl__params_state;
 
+/* A loader's parameters, per local parameter of the rank plan. */
+typedef struct sl__param_store {
+  sl_param *table;
+  void **param_ptr;          /* the memory (aliases point at their target's) */
+  bool *bound;               /* the caller's buffer (api/bind.c) */
+  bool *mapped;              /* a mapping of its checkpoint bytes (load strategy mmap, or auto on host) */
+  sl__cast_pair *cast;       /* planned → bound dtype (sl_loader_bind_as); NULL: no conversion bound */
+  sl__filemaps maps;         /* the file mappings behind mapped parameters */
+  sl__backend *backend;      /* where the memory lives; the transfer borrows it */
+  sl__params_state *sources; /* api/params.c: sources index and keeper (NULL until first needed) */
+} sl__param_store;
+
+/* What bind.c and params.c see of a loader: its store and the context they check against. */
 typedef struct sl__loader_view {
-  sl__params_state **params; /* the loader's params state (NULL until first needed) */
+  sl__param_store *store;
   sl__comm *comm;
   sl__err *err;
   bool planned; /* the table exists */
   bool loaded;  /* sl_loader_load succeeded */
   const sl__rank_plan *plan;
   const sl__catalog *cat;
-  sl_param *table;
-  sl__backend **backend;
-  sl__filemaps *maps;
-  void ***param_ptr;
-  bool *bound;
-  const bool *mapped;
-  sl__cast_pair **cast; /* per local parameter: planned → bound dtype; NULL until a sl_loader_bind_as */
-  bool cuda;            /* device=cuda: parameters are device memory */
+  bool cuda; /* device=cuda: parameters are device memory */
 } sl__loader_view;
 
-/* api/loader.c */
-void sl__loader_view_of(sl_loader *l, sl__loader_view *out);
 /* api/params.c: called by sl_loader_destroy before it frees anything. When parameter memory is
  * still referenced, takes the backend, the mappings and the parameter pointers over (the loader's
  * fields are left empty) and frees them when the last reference is released. */

@@ -21,11 +21,9 @@ typedef struct fake {
   sl__rank_plan plan;
   sl_param table[N];
   void *ptr[N];
-  void **pp; /* the view's param_ptr points here */
   bool bound[N];
   bool mapped[N];
-  sl__cast_pair *cast;
-  sl__backend *backend;
+  sl__param_store store; /* over the arrays above */
   sl__err err;
   sl__loader_view v;
 } fake;
@@ -47,17 +45,10 @@ static void make(fake *f, bool cuda) {
   /* w is written whole by one copy: finishing zeroes nothing (no backend needed) */
   f->copies[0] = (sl__copy){.lparam = W, .rows = 1, .row_bytes = 12};
   f->plan = (sl__rank_plan){.n_lparams = N, .lparams = f->lparams, .n_copies = 1, .copies = f->copies};
-  f->pp = f->ptr;
-  f->v = (sl__loader_view){.err = &f->err,
-                           .planned = true,
-                           .plan = &f->plan,
-                           .table = f->table,
-                           .backend = &f->backend,
-                           .param_ptr = &f->pp,
-                           .bound = f->bound,
-                           .mapped = f->mapped,
-                           .cast = &f->cast,
-                           .cuda = cuda};
+  f->store =
+      (sl__param_store){.table = f->table, .param_ptr = f->ptr, .bound = f->bound, .mapped = f->mapped};
+  f->v =
+      (sl__loader_view){.store = &f->store, .err = &f->err, .planned = true, .plan = &f->plan, .cuda = cuda};
 }
 
 static sl_status bind_as(fake *f, const char *name, void *data, uint64_t nbytes, sl_dtype dtype) {
@@ -80,8 +71,8 @@ static void host(void) {
   CHECK_STR(f.table[W].dtype, "F32");
   CHECK_EQ_U64(f.table[W].dtype_bits, 32);
   CHECK_EQ_U64(f.table[W].nbytes, 24);
-  CHECK(f.cast != NULL && f.cast[W].from == SL_DT_BF16 && f.cast[W].to == SL_DT_F32);
-  CHECK(f.cast != NULL && f.cast[Q].from == SL_DT_F8_E4M3 && f.cast[Q].to == SL_DT_F8_E4M3);
+  CHECK(f.store.cast != NULL && f.store.cast[W].from == SL_DT_BF16 && f.store.cast[W].to == SL_DT_F32);
+  CHECK(f.store.cast != NULL && f.store.cast[Q].from == SL_DT_F8_E4M3 && f.store.cast[Q].to == SL_DT_F8_E4M3);
   /* the wrong size for the buffer's dtype */
   CHECK(bind_as(&f, "w", buf, 12, SL_DTYPE_F32) == SL_STATUS_INVALID_ARGUMENT);
   CHECK_CONTAINS(f.err.msg, "sl_loader_bind_as(w)");
@@ -93,11 +84,11 @@ static void host(void) {
   CHECK(bind(&f, "w", raw, sizeof raw) == SL_STATUS_OK);
   CHECK_STR(f.table[W].dtype, "BF16");
   CHECK_EQ_U64(f.table[W].nbytes, 12);
-  CHECK(f.cast[W].to == SL_DT_BF16 && f.ptr[W] == raw);
+  CHECK(f.store.cast[W].to == SL_DT_BF16 && f.ptr[W] == raw);
   CHECK(bind(&f, "w", raw, 24) == SL_STATUS_INVALID_ARGUMENT);
   /* the planned dtype through bind_as is a plain bind */
   CHECK(bind_as(&f, "w", raw, sizeof raw, SL_DTYPE_BF16) == SL_STATUS_OK);
-  CHECK(f.cast[W].to == SL_DT_BF16);
+  CHECK(f.store.cast[W].to == SL_DT_BF16);
   /* refused pairs, dtypes, names */
   CHECK(bind_as(&f, "w", buf, 24, SL_DTYPE_I32) == SL_STATUS_UNSUPPORTED);
   CHECK_CONTAINS(f.err.msg, "BF16");
@@ -119,8 +110,8 @@ static void host(void) {
   CHECK(sl__bind_finish(&f.v) == SL_STATUS_OK);
   CHECK_STR(f.table[TIED].dtype, "F16");
   CHECK_EQ_U64(f.table[TIED].nbytes, 12);
-  CHECK(f.cast[TIED].to == SL_DT_F16);
-  free(f.cast);
+  CHECK(f.store.cast[TIED].to == SL_DT_F16);
+  free(f.store.cast);
 }
 
 static void cuda(void) {
@@ -130,10 +121,10 @@ static void cuda(void) {
   CHECK(bind_as(&f, "w", buf, sizeof buf, SL_DTYPE_F32) == SL_STATUS_UNSUPPORTED);
   CHECK_CONTAINS(f.err.msg, "CUDA");
   CHECK_CONTAINS(f.err.msg, "host");
-  CHECK(!f.bound[W] && f.cast == NULL);
+  CHECK(!f.bound[W] && f.store.cast == NULL);
   CHECK(bind_as(&f, "w", buf, 12, SL_DTYPE_BF16) == SL_STATUS_OK); /* no conversion: fine */
   CHECK(bind(&f, "w", buf, 12) == SL_STATUS_OK);
-  free(f.cast);
+  free(f.store.cast);
 }
 
 int main(void) {
