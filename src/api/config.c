@@ -1,7 +1,9 @@
 /*
  * api/config.c — the configuration table. Every key the library accepts is one row below: its type,
  * its default and a short description. sl_config_set validates against the row (so the error
- * names the key and what it accepts); loaders read typed values back with the getters.
+ * names the key and what it accepts); loaders read typed values back with the getters. README.md's
+ * table of keys is written from this one (scripts/config-keys --write, through sl_config_keys), and
+ * tests/unit/test_config_keys.py fails while it or another list of keys disagrees.
  */
 #include "api/config.h"
 
@@ -66,7 +68,7 @@ static const key_def keys[] = {
     {"extra_config", T_STR, NULL, NULL,
      "JSON object: enable_multithread_load, num_threads, "
      "enable_weights_track"},
-    {"threads", T_POS, NULL, NULL, "reader threads per rank (default 8, at most 1024)"},
+    {"threads", T_POS, NULL, NULL, "reader threads per rank, at most 1024 (default 8)"},
     {"load_strategy", T_ENUM, "auto", "auto,direct,io_uring,mmap",
      "how bytes are read (auto: per file, mapped on host, page cache if resident, else O_DIRECT)"},
     {"prefault", T_BOOL, "false", NULL, "touch host parameter memory before reading (timed as allocation)"},
