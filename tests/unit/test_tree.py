@@ -12,7 +12,9 @@ Checks, over src/ (standard library only; SL_SOURCE_DIR or the repository around
   6. the command-line tool (src/cli/) includes only the public header of the library;
   7. layers: a folder includes only folders listed before it in the table of docs/ARCHITECTURE.md
      (read from the document, so the map and the tree cannot drift apart); every folder of src/
-     has its row.
+     has its row;
+  8. the map is true to the tree: every .c file of src/ is named in its folder's row of that table
+     (a pattern such as `http*.c` names the files it matches), and every file a row names exists.
 Exit 0 when every check holds; otherwise every violation is printed and the exit code is 1.
 """
 
@@ -34,6 +36,36 @@ def layer_order():
     """The folders of src/ in the order of docs/ARCHITECTURE.md's table (rows "| `name/` | ...")."""
     with open(os.path.join(ROOT, "docs", "ARCHITECTURE.md"), encoding="utf-8") as f:
         return [m.group(1) for m in (re.match(r"^\|\s*`([a-z_]+)/`\s*\|", line) for line in f) if m]
+
+
+def table_rows():
+    """folder -> the text of its row in docs/ARCHITECTURE.md's table."""
+    rows = {}
+    with open(os.path.join(ROOT, "docs", "ARCHITECTURE.md"), encoding="utf-8") as f:
+        for line in f:
+            m = re.match(r"^\|\s*`([a-z_]+)/`\s*\|", line)
+            if m:
+                rows[m.group(1)] = line
+    return rows
+
+
+def map_problems():
+    """.c files missing from their folder's row, and names in a row that match no file."""
+    import fnmatch
+    problems = []
+    for folder, row in sorted(table_rows().items()):
+        top = os.path.join(SRC, folder)
+        files = sorted(os.path.relpath(os.path.join(d, n), top).replace(os.sep, "/")
+                       for d, _, ns in os.walk(top) for n in ns if n.endswith(".c"))
+        named = set(re.findall(r"`([\w*./-]+\.c)`", row))
+        for f in files:
+            if not any(fnmatch.fnmatch(f, p) or fnmatch.fnmatch(os.path.basename(f), p) for p in named):
+                problems.append(f"src/{folder}/{f} is not named in the {folder}/ row of docs/ARCHITECTURE.md")
+        for p in sorted(named):
+            if not any(fnmatch.fnmatch(f, p) or fnmatch.fnmatch(os.path.basename(f), p) for f in files):
+                problems.append(f"the {folder}/ row of docs/ARCHITECTURE.md names `{p}`, which is no file of "
+                                f"src/{folder}/")
+    return problems
 
 
 def layer_problems(r, folder, inc, order):
@@ -158,6 +190,7 @@ def main():
                 value = m.group(2) or ""
                 if re.fullmatch(r"[A-Z][A-Z0-9_]*", value):
                     aliases.append((r, m.group(1), value))
+    problems += map_problems()
     for name, where in sorted(defines.items()):
         if len(where) > 1:
             problems.append(f"#define {name} appears in {len(where)} files ({', '.join(sorted(where))}): "
