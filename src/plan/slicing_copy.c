@@ -12,6 +12,19 @@ uint64_t sl__slicer_expert(const sl__slicer *s, uint64_t k) {
   return sl__rank_slot_expert(s->m, s->x, k);
 }
 
+sl__copy *sl__slicer_new_copy(sl__slicer *s, const sl__msrc *src) {
+  sl__copy *c = sl__vec_push(s->copies);
+  if (c == NULL) {
+    sl__err_set(s->err, SL_STATUS_NOMEM, "out of memory planning %s", s->p->name);
+    return NULL;
+  }
+  c->lparam = s->lparam;
+  c->tensor = src->tensor;
+  c->unit = src->unit;
+  c->piece = SL_NONE;
+  return c;
+}
+
 /* Emits the copy of rows [row0, row0 + nrows) (stepping row_step) × columns [col0, col0 + ncols)
  * of source `si`'s 2-D view into the local 2-D view at (dst_row0, dst_col0). Element units of the
  * source itself (for scales: blocks). */
@@ -29,13 +42,9 @@ sl_status sl__slab(sl__slicer *s, uint32_t si, uint64_t row0, uint64_t nrows, ui
     return sl__err_set(s->err, SL_STATUS_DIVISIBILITY,
                        "slice of %s not byte-aligned (%s has %u bits per element)", src->name,
                        sl__dtype_name(s->p->dtype), s->bits);
-  sl__copy *c = sl__vec_push(s->copies);
+  sl__copy *c = sl__slicer_new_copy(s, src);
   if (c == NULL)
-    return sl__err_set(s->err, SL_STATUS_NOMEM, "out of memory planning %s", s->p->name);
-  c->lparam = s->lparam;
-  c->tensor = src->tensor;
-  c->unit = src->unit;
-  c->piece = SL_NONE;
+    return s->err->status;
   uint64_t src_row_bytes = cols * b / 8;
   uint64_t dst_row_bytes = s->lcols * b / 8;
   if (ncols == cols && row_step == 1 && dst_col0 == 0 && s->lcols == cols) {

@@ -80,6 +80,9 @@ static inline void sl__shape_like(sl__local_shape *ls, const sl__msrc *s) {
 }
 
 /* ---- the primitives (plan/slicing_copy.c) ---- */
+/* A new copy of source src into the slicer's parameter (offsets and rows still to fill), or NULL
+ * with the slicer's error set (out of memory). */
+sl__copy *sl__slicer_new_copy(sl__slicer *s, const sl__msrc *src);
 
 /* Global id of the expert in local slot k of the slicer's rank. */
 uint64_t sl__slicer_expert(const sl__slicer *s, uint64_t k);

@@ -54,13 +54,9 @@ static sl_status emit(sl__slicer *s, uint64_t src_off, uint64_t rows, uint64_t r
   const sl__msrc *src = &s->p->src[0];
   if (rows == 0 || row_bytes == 0 || src->tensor == SL_NONE)
     return SL_STATUS_OK; /* a missing tensor: tracking reports it */
-  sl__copy *c = sl__vec_push(s->copies);
+  sl__copy *c = sl__slicer_new_copy(s, src);
   if (c == NULL)
-    return sl__err_set(s->err, SL_STATUS_NOMEM, "out of memory planning %s", s->p->name);
-  c->lparam = s->lparam;
-  c->tensor = src->tensor;
-  c->unit = src->unit;
-  c->piece = SL_NONE;
+    return s->err->status;
   c->src_off = src_off;
   c->dst_off = dst_off;
   if (rows == 1 || (src_stride == row_bytes && dst_stride == row_bytes)) {
