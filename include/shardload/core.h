@@ -45,8 +45,9 @@
  * Thread safety: one handle must not be used from two threads at once. Distinct handles may be
  * used from distinct threads, except that MPI loaders used concurrently need MPI_THREAD_MULTIPLE
  * (and distinct communicators; loaders of sl_loader_create_ops need nothing more: the test suite
- * runs two at once in one process), and the logging settings are process-wide: set them, and make a
- * first call of sl_config_keys, before starting threads.
+ * runs two at once in one process). The logging settings are shared by the whole process: any
+ * thread may change them at any time (a line being written meanwhile may still use the previous
+ * setting), so set them before starting threads for every line to follow them.
  *
  * Memory: the caller owns what it creates and frees it with the matching destroy/close. Every
  * string and table the library returns (messages, sl_param entries and their data, reports,
@@ -202,7 +203,11 @@ typedef enum sl_log_level {
 
 typedef void (*sl_log_fn)(sl_log_level level, int rank, const char *line, void *user);
 
-/* Process-wide; not thread-safe with respect to concurrent logging. NULL restores stderr. */
+/* Process-wide; safe to call while other threads log (a line being written at that moment may
+ * still go to the previous callback or level). NULL restores stderr. The callback is called from
+ * the library's threads, several at once: make it thread-safe. `rank` is the rank of the loader
+ * the line comes from (its own threads included); lines from elsewhere carry the rank of the last
+ * loader created in the process, -1 before any. */
 void sl_log_set_callback(sl_log_fn fn, void *user);
 void sl_log_set_level(sl_log_level level);
 
@@ -223,7 +228,9 @@ sl_status sl_config_set(sl_config *config, const char *key, const char *value);
 /* The value last set for key (or its vLLM name, as for sl_config_set), or NULL (the default
  * applies). Valid until the next set/destroy. */
 const char *sl_config_get(const sl_config *config, const char *key);
-/* Every configuration key with its default and meaning, one per line (static text). */
+/* Every configuration key with its default and meaning, one per line. The text is the library's,
+ * built on the first call (from any thread, concurrent calls included) and never changed or freed:
+ * every call returns the same pointer. */
 const char *sl_config_keys(void);
 /* The message of the last failure of a call that took this config (sl_config_set,
  * sl_loader_create, sl_dryrun_create, sl_hub_download); "" when none. */

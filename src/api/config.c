@@ -12,6 +12,7 @@
 #include "base/util.h"
 #include "plan/plan.h" /* SL_BUCKET_BYTES_DEFAULT */
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -469,22 +470,30 @@ sl_config *sl__config_clone(const sl_config *cfg) {
   return c;
 }
 
-const char *sl_config_keys(void) {
-  static char help[8192];
-  if (help[0] != '\0')
-    return help;
+/* process-wide: sl_config_keys' text, the same for every caller (the key table is constant); written
+ * once under keys_once, read-only after. */
+static char keys_help[8192];
+/* process-wide: builds keys_help exactly once, whichever threads ask first. */
+static pthread_once_t keys_once = PTHREAD_ONCE_INIT;
+
+static void keys_build(void) {
+  char *help = keys_help;
   size_t off = 0;
-  for (size_t i = 0; i < N_KEYS && off < sizeof help; i++) {
-    int n = snprintf(help + off, sizeof help - off, "  %-24s %s%s%s\n", keys[i].name, keys[i].help,
+  for (size_t i = 0; i < N_KEYS && off < sizeof keys_help; i++) {
+    int n = snprintf(help + off, sizeof keys_help - off, "  %-24s %s%s%s\n", keys[i].name, keys[i].help,
                      keys[i].dflt != NULL ? " (default " : "", keys[i].dflt != NULL ? keys[i].dflt : "");
     if (n < 0)
       break;
     off += (size_t)n;
-    if (keys[i].dflt != NULL && off + 1 < sizeof help) {
+    if (keys[i].dflt != NULL && off + 1 < sizeof keys_help) {
       help[off - 1] = ')';
       help[off++] = '\n';
       help[off] = '\0';
     }
   }
-  return help;
+}
+
+const char *sl_config_keys(void) {
+  pthread_once(&keys_once, keys_build);
+  return keys_help;
 }

@@ -58,6 +58,7 @@ uint32_t sl_dtype_bits(sl_dtype dtype) {
  * ------------------------------------------------------------------------------------------- */
 
 typedef struct keeper {
+  /* guards every field below: a DLPack deleter drops references from any thread */
   pthread_mutex_t mu;
   size_t refs;          /* the loader's own (until destroy) + one per sl_param_ref */
   size_t n;             /* local parameters */

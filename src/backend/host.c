@@ -21,7 +21,7 @@ typedef struct mapping {
 } mapping;
 
 typedef struct host_state {
-  pthread_mutex_t mu;
+  pthread_mutex_t mu; /* guards maps: reader threads and a DLPack deleter allocate and release at once */
   mapping *maps;
   size_t n_maps, cap_maps;
 } host_state;

@@ -7,8 +7,14 @@
 
 #include "base/err.h"
 
-/* The rank printed in front of lines; -1 (default) prints no rank. */
+/* The rank printed in front of the calling thread's lines (a loader's, set when it is created), and
+ * the default of threads that have no rank of their own; -1 prints no rank. */
 void sl__log_set_rank(int rank);
+/* The rank of the calling thread's lines only (a thread started for a loader takes its starter's:
+ * base/workers.c). */
+void sl__log_set_thread_rank(int rank);
+/* The rank the calling thread's lines carry: its own, else the default; -1: none. */
+int sl__log_rank(void);
 int sl__log_enabled(sl_log_level level);
 void sl__log(sl_log_level level, const char *fmt, ...) SL_PRINTF(2, 3);
 

@@ -24,13 +24,15 @@
 typedef void *(*sl__worker_fn)(void *arg);
 
 typedef struct sl__workers {
-  pthread_t *threads; /* threads[0 .. started) are running or finished, not yet joined */
+  pthread_t *threads;              /* threads[0 .. started) are running or finished, not yet joined */
+  struct sl__worker_start *starts; /* what each thread started with (read by it until it ends) */
   size_t started;
 } sl__workers;
 
 /* Starts n threads; thread i runs fn((char *)args + i * arg_size), so args is an array of n
  * elements of arg_size bytes; with arg_size 0 every thread gets args itself. `what` names the
- * threads in messages ("download", "reader").
+ * threads in messages ("download", "reader"). Their log lines carry the starting thread's rank
+ * (base/log.h): threads started for a loader speak as that loader.
  * Failures: out of memory for the thread table → SL_STATUS_NOMEM ("out of memory starting <what>
  * threads"), nothing started; a thread that cannot be created → SL_STATUS_INTERNAL ("cannot start
  * <what> thread i of n: <reason>") and no further thread is tried, while the w->started threads

@@ -22,6 +22,8 @@ typedef struct sl__comm_mpi {
   double last_poll;              /* the last poll of the wait in progress (0: none yet) */
   double self_stalled;           /* longest gap between two polls: this rank itself not running */
   struct sl__backstop *backstop; /* thread that ends blocking calls which overrun */
+  struct sl__sent *sent;         /* this communicator's send buffers of the watchdog's messages,
+                                    each kept until its sends completed; NULL until the first */
 } sl__comm_mpi;
 
 static inline sl__comm_mpi *sl__mpi_of(const sl__comm *c) {

@@ -54,7 +54,7 @@ static double grace_s(const sl__comm *c) {
 
 typedef struct sl__backstop {
   pthread_t thread;
-  pthread_mutex_t mu;
+  pthread_mutex_t mu; /* guards stop, what and since: the load's thread sets them, the backstop reads */
   pthread_cond_t cv;
   bool stop;
   const char *what; /* the blocking call in progress, or NULL */
@@ -121,10 +121,6 @@ void sl__mpi_set_timeout(sl__comm *c) {
   sl__mpi_of(c)->backstop = b;
 }
 
-void sl__mpi_watchdog_free(sl__comm *c) {
-  backstop_free(c);
-}
-
 void sl__mpi_block_begin(sl__comm *c, const char *what) {
   sl__mpi_of(c)->last_poll = 0;
   sl__backstop *b = sl__mpi_of(c)->backstop;
@@ -159,29 +155,110 @@ static void backstop_rearm(sl__comm *c) {
  * Alive queries and the report
  * ------------------------------------------------------------------------------------------- */
 
-/* Buffers of messages sent without waiting for completion: they must outlive the sends (the
- * process ends shortly after a report; answers rotate through enough slots for every rank to
- * query several times before one is reused). */
-#define SENT_SLOTS 64
-static char sent[SENT_SLOTS][PHASE_MAX];
-static unsigned sent_next;
+/* The texts of the messages this rank sends without waiting (queries, answers, END, DONE): MPI reads
+ * a send buffer until the send completes, so a text stays in its slot until every send of it has
+ * completed (MPI_Test), and only then does the slot take another. A slot holds one text and one
+ * request per rank (a query or END goes to every rank from one text). The slots belong to one
+ * communicator: two loaders of one process never share them. */
+#define SENT_SLOTS 32
+#define SENT_DRAIN_S 1.0 /* at release, the longest wait for sends still in flight */
+typedef struct sl__sent {
+  unsigned next;                    /* the slot tried first */
+  int n_req;                        /* requests per slot: the communicator's size */
+  char text[SENT_SLOTS][PHASE_MAX]; /* text[s] is read by the sends of req[s * n_req ...] */
+  MPI_Request req[];                /* SENT_SLOTS * n_req; MPI_REQUEST_NULL once completed */
+} sl__sent;
+
+/* Whether every send from slot s has completed (completed requests become MPI_REQUEST_NULL; one
+ * that failed counts as still in flight, as MPI may still read its buffer). */
+static bool slot_idle(sl__sent *s, unsigned slot) {
+  MPI_Request *req = s->req + (size_t)slot * (size_t)s->n_req;
+  bool idle = true;
+  for (int r = 0; r < s->n_req; r++) {
+    int flag = 0;
+    if (req[r] != MPI_REQUEST_NULL && (MPI_Test(&req[r], &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS || !flag))
+      idle = false;
+  }
+  return idle;
+}
+
+/* A free slot holding `text`, or NULL (out of memory, or every slot still in flight: the message is
+ * not sent, and the rank it was for counts this one as not heard from). */
+static sl__sent *slot_take(sl__comm *c, const char *text, unsigned *slot) {
+  sl__comm_mpi *m = sl__mpi_of(c);
+  if (m->sent == NULL) {
+    size_t n = c->size > 0 ? (size_t)c->size : 1;
+    m->sent = calloc(1, sizeof *m->sent + SENT_SLOTS * n * sizeof(MPI_Request));
+    if (m->sent == NULL)
+      return NULL;
+    m->sent->n_req = (int)n;
+    for (size_t i = 0; i < SENT_SLOTS * n; i++)
+      m->sent->req[i] = MPI_REQUEST_NULL;
+  }
+  sl__sent *s = m->sent;
+  for (unsigned k = 0; k < SENT_SLOTS; k++) {
+    unsigned i = (s->next + k) % SENT_SLOTS;
+    if (slot_idle(s, i)) {
+      s->next = i + 1;
+      snprintf(s->text[i], PHASE_MAX, "%s", text);
+      *slot = i;
+      return s;
+    }
+  }
+  SL_DEBUG("watchdog: every send buffer is still in flight: a message is not sent");
+  return NULL;
+}
+
+/* Releases the send buffers once their sends completed; a send still in flight after a short wait
+ * (a peer gone) keeps them allocated: MPI may still read them. */
+static void sent_free(sl__comm *c) {
+  sl__sent *s = sl__mpi_of(c)->sent;
+  if (s == NULL)
+    return;
+  sl__mpi_of(c)->sent = NULL;
+  double end = sl__now() + SENT_DRAIN_S;
+  for (;;) {
+    bool idle = true;
+    for (unsigned i = 0; i < SENT_SLOTS; i++)
+      idle = slot_idle(s, i) && idle;
+    if (idle) {
+      free(s);
+      return;
+    }
+    if (sl__now() > end)
+      return;
+    sl__sleep_s(0.001);
+  }
+}
+
+void sl__mpi_watchdog_free(sl__comm *c) {
+  backstop_free(c);
+  sent_free(c);
+}
 
 static const char *phase_of(const sl__comm *c) {
   return c->phase != NULL ? c->phase : "loading";
 }
 
+static void send_from(sl__comm *c, sl__sent *s, unsigned slot, int r, int tag) {
+  MPI_Request *req = &s->req[(size_t)slot * (size_t)s->n_req + (size_t)r];
+  if (MPI_Isend(s->text[slot], PHASE_MAX, MPI_CHAR, r, tag, sl__mpi_of(c)->abort_comm, req) != MPI_SUCCESS)
+    *req = MPI_REQUEST_NULL;
+}
+
 static void send_to(sl__comm *c, int r, int tag, const char *text) {
-  char *buf = sent[sent_next++ % SENT_SLOTS];
-  snprintf(buf, PHASE_MAX, "%s", text);
-  MPI_Request req;
-  if (MPI_Isend(buf, PHASE_MAX, MPI_CHAR, r, tag, sl__mpi_of(c)->abort_comm, &req) == MPI_SUCCESS)
-    MPI_Request_free(&req);
+  unsigned slot;
+  sl__sent *s = slot_take(c, text, &slot);
+  if (s != NULL)
+    send_from(c, s, slot, r, tag);
 }
 
 static void send_all(sl__comm *c, int tag, const char *text) {
-  for (int r = 0; r < c->size; r++)
+  unsigned slot;
+  sl__sent *s = slot_take(c, text, &slot);
+  for (int r = 0; s != NULL && r < c->size; r++)
     if (r != c->rank)
-      send_to(c, r, tag, text);
+      send_from(c, s, slot, r, tag);
 }
 
 /* Seconds since this rank last progressed: its waits and reads, or what progress_hook reports. */

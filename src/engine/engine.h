@@ -68,6 +68,12 @@ typedef struct sl__engine {
   bool xbuf_own; /* allocated apart (staging memory), released with the engine */
   uint64_t xbuf_bytes;
   /* pool */
+  /* guards the pool: the queues and their heads and tails, bucket_left, local_left, stop, pool_err,
+   * and, once the readers run, fds (a file still downloading is opened by the first thread that
+   * reads it); cv signals changes.
+   * lock order: a file gate's lock (engine/file_gate.c) before this one, never this one and then a
+   * gate's (under this lock the pool asks sl__file_gate_is_open, which takes none). Under it
+   * sl__engine_wait_for asks its predicate, which reads the pool and takes no lock. */
   pthread_mutex_t mu;
   pthread_cond_t cv;
   uint32_t *queue_hi; /* op indices ready (bucket reads) */
@@ -91,7 +97,7 @@ typedef struct sl__engine {
   _Atomic bool inject_error; /* test hook: the next read fails (SHARDLOAD_INJECT_READ_ERROR) */
   uint64_t inject_delay_us;  /* test hook: every read operation first sleeps this long */
   /* converted parameters: elements split between two deliveries, until complete */
-  pthread_mutex_t cast_mu;
+  pthread_mutex_t cast_mu; /* guards cast_partial (deliveries of any reader thread) */
   sl__vec cast_partial; /* sl__cast_partial */
 } sl__engine;
 

@@ -17,6 +17,11 @@
 #define GATE_NAP_MAX_NS 20000000L  /* ...up to 20 ms: a file appears at most this late */
 
 struct sl__file_gate {
+  /* guards failed and why, and with cv the waits for a file (open flags and counts are atomics).
+   * lock order: this lock before the waiter's own: sl__file_gate_wait holds it while it asks
+   * give_up, which may take the reader pool's lock (engine/engine.h). Never the other way round:
+   * a thread holding the pool's lock asks sl__file_gate_is_open, which takes no lock (taking both
+   * in the opposite order deadlocked a load). */
   pthread_mutex_t mu;
   pthread_cond_t cv;
   size_t n;

@@ -45,7 +45,8 @@ typedef struct sl__progress {
   /* state */
   _Atomic int phase; /* index into the phase names of progress.c */
   pthread_t thread;
-  pthread_mutex_t mu;
+  pthread_mutex_t mu; /* guards stop (with cv: the thread's wake-ups); the lines' fields below are the
+                        thread's while it runs, the caller's once it is joined */
   pthread_cond_t cv;
   bool running, stop, drew_bar, printed;
   double t_start, t_transfer, t_last_line;

@@ -23,7 +23,9 @@ typedef struct sl__cs {
   uint64_t nr_cache, nr_dirty, nr_writeback, nr_evicted, nr_recently_evicted;
 } sl__cs;
 
-/* Once cachestat failed with ENOSYS (older kernel, or a seccomp filter) it is not asked again. */
+/* process-wide: once cachestat failed with ENOSYS or EPERM (older kernel, or a seccomp filter) it is
+ * not asked again: a fact about the process's kernel, the same for every loader. Atomic: readers
+ * of any loader may find it out at once. */
 static atomic_bool no_cachestat;
 
 static bool by_cachestat(int fd, uint64_t off, uint64_t len, uint64_t *resident) {

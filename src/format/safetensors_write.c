@@ -240,6 +240,8 @@ static sl_status write_all(int fd, const void *data, uint64_t n, const char *pat
 
 /* Creates "<path>.<8 hex>.tmp" exclusively; *tmp receives its name. */
 static sl_status create_temp(const char *path, char **tmp, int *fd, sl__err *err) {
+  /* process-wide: one sequence for every writer of the process, so that two threads (two loaders
+   * saving at once) never draw the same name in one nanosecond; atomic. */
   static atomic_uint counter;
   for (int attempt = 0; attempt < 32; attempt++) {
     struct timespec ts;

@@ -224,7 +224,10 @@ void sl__http_wait_units(const sl__http *h, uint64_t units) {
  * initialisation
  * ------------------------------------------------------------------------------------------- */
 
+/* process-wide: curl_global_init must run once per process, before any other thread uses libcurl
+ * (it is not thread-safe); pthread_once runs it exactly once, whichever thread is first. */
 static pthread_once_t global_once = PTHREAD_ONCE_INIT;
+/* process-wide: curl_global_init's result, written once under global_once, read-only after. */
 static CURLcode global_rc = CURLE_OK;
 
 static void global_init_once(void) {

@@ -14,11 +14,19 @@
 
 static const int k_signals[SL_HUB_N_SIGNALS] = {SIGINT, SIGTERM};
 
-static volatile sig_atomic_t g_signal;                   /* 0, or the signal that arrived */
-static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER; /* guards the fields below */
-static unsigned g_users;                                 /* resolutions in progress */
-static struct sigaction g_old[SL_HUB_N_SIGNALS];
-static bool g_installed[SL_HUB_N_SIGNALS];
+/* process-wide: 0, or the signal that arrived. Dispositions belong to the process, and so does the
+ * flag their handler sets: a volatile sig_atomic_t, all a handler may write; the polling threads
+ * only read it (written otherwise only under g_mu, when no handler is installed or to clear it). */
+static volatile sig_atomic_t g_signal;
+/* process-wide: guards g_handlers: concurrent resolutions (threads, loaders) share the process's one
+ * set of dispositions; the first installs, the last restores. */
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+/* process-wide: the handlers installed for the resolutions in progress, under g_mu. */
+static struct {
+  unsigned users;                         /* resolutions in progress */
+  struct sigaction old[SL_HUB_N_SIGNALS]; /* the dispositions to restore */
+  bool installed[SL_HUB_N_SIGNALS];       /* ours is in place of old[i] */
+} g_handlers;
 
 static void on_signal(int sig) {
   g_signal = sig;
@@ -26,21 +34,21 @@ static void on_signal(int sig) {
 
 void sl__hub_interrupt_begin(void) {
   pthread_mutex_lock(&g_mu);
-  if (g_users++ == 0) {
+  if (g_handlers.users++ == 0) {
     g_signal = 0;
     for (int i = 0; i < SL_HUB_N_SIGNALS; i++) {
-      g_installed[i] = false;
-      if (sigaction(k_signals[i], NULL, &g_old[i]) != 0)
+      g_handlers.installed[i] = false;
+      if (sigaction(k_signals[i], NULL, &g_handlers.old[i]) != 0)
         continue;
       /* An ignored signal (nohup, a background job) must stay ignored. */
-      if ((g_old[i].sa_flags & SA_SIGINFO) == 0 && g_old[i].sa_handler == SIG_IGN)
+      if ((g_handlers.old[i].sa_flags & SA_SIGINFO) == 0 && g_handlers.old[i].sa_handler == SIG_IGN)
         continue;
       struct sigaction sa;
       memset(&sa, 0, sizeof sa);
       sa.sa_handler = on_signal;
       sigemptyset(&sa.sa_mask);
       sa.sa_flags = SA_RESTART; /* other code's system calls go on; the flag is polled */
-      g_installed[i] = sigaction(k_signals[i], &sa, NULL) == 0;
+      g_handlers.installed[i] = sigaction(k_signals[i], &sa, NULL) == 0;
     }
   }
   pthread_mutex_unlock(&g_mu);
@@ -49,15 +57,15 @@ void sl__hub_interrupt_begin(void) {
 int sl__hub_interrupt_end(void) {
   pthread_mutex_lock(&g_mu);
   int sig = g_signal;
-  if (g_users > 0 && --g_users == 0) {
+  if (g_handlers.users > 0 && --g_handlers.users == 0) {
     bool reraise = false;
     for (int i = 0; i < SL_HUB_N_SIGNALS; i++) {
-      if (!g_installed[i])
+      if (!g_handlers.installed[i])
         continue;
-      sigaction(k_signals[i], &g_old[i], NULL);
-      g_installed[i] = false;
-      bool function = (g_old[i].sa_flags & SA_SIGINFO) != 0 ||
-                      (g_old[i].sa_handler != SIG_DFL && g_old[i].sa_handler != SIG_IGN);
+      sigaction(k_signals[i], &g_handlers.old[i], NULL);
+      g_handlers.installed[i] = false;
+      bool function = (g_handlers.old[i].sa_flags & SA_SIGINFO) != 0 ||
+                      (g_handlers.old[i].sa_handler != SIG_DFL && g_handlers.old[i].sa_handler != SIG_IGN);
       if (k_signals[i] == sig && function)
         reraise = true;
     }

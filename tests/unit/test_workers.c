@@ -3,8 +3,11 @@
  * visible after the join, the threads really run at the same time, a shared argument (arg_size 0),
  * n = 0, and the failure paths: no thread can be created (a default stack size no mmap can
  * satisfy), and a group where only the first threads can be created (address space limited in a
- * child process), whose started threads are joined.
+ * child process), whose started threads are joined. And the rank of log lines (base/log.h): two
+ * loaders' threads of one process each print their own, and so do the workers each starts, as
+ * the callback is swapped while they log.
  */
+#include "base/log.h"
 #include "base/workers.h"
 #include "check.h"
 
@@ -209,7 +212,79 @@ static void test_some_threads_start(void) {
     printf("partial start inconclusive on this system (address space limit not between stacks)\n");
 }
 
+/* The ranks the callback saw, per rank 0..9; lines of a rank outside that count as wrong. */
+static atomic_int lines_of[10];
+static atomic_int wrong_rank;
+
+static void count_line(sl_log_level level, int rank, const char *line, void *user) {
+  (void)level, (void)user;
+  int want = atoi(line);
+  if (rank != want || rank < 0 || rank >= 10)
+    atomic_fetch_add(&wrong_rank, 1);
+  else
+    atomic_fetch_add(&lines_of[rank], 1);
+}
+
+typedef struct ranked {
+  int rank; /* the "loader"'s rank (test) */
+  int seen; /* sl__log_rank() in the worker */
+} ranked;
+
+static void *log_as_worker(void *arg) {
+  ranked *r = arg;
+  r->seen = sl__log_rank();
+  for (int i = 0; i < 50; i++)
+    SL_ERROR("%d worker line", r->rank);
+  return NULL;
+}
+
+/* One "loader": its thread takes a rank, then starts workers that log. What it finds is checked by
+ * the main thread (the checks count in a plain variable). */
+typedef struct loader_run {
+  int rank;
+  sl_status st;  /* of sl__workers_run */
+  ranked w[4];   /* what its workers saw */
+  int own_after; /* sl__log_rank() on the loader's thread afterwards */
+} loader_run;
+
+static void *loader_thread(void *arg) {
+  loader_run *l = arg;
+  sl__log_set_rank(l->rank);
+  for (int i = 0; i < 4; i++)
+    l->w[i] = (ranked){.rank = l->rank, .seen = -2};
+  sl__err err;
+  l->st = sl__workers_run(4, log_as_worker, l->w, sizeof l->w[0], "log", &err);
+  l->own_after = sl__log_rank();
+  return NULL;
+}
+
+static void test_log_rank_per_loader(void) {
+  sl_log_set_callback(count_line, NULL);
+  loader_run l[2] = {{.rank = 3}, {.rank = 7}};
+  pthread_t t[2];
+  bool started[2];
+  for (int i = 0; i < 2; i++)
+    CHECK((started[i] = pthread_create(&t[i], NULL, loader_thread, &l[i]) == 0));
+  for (int k = 0; k < 100; k++) /* swapping the sink while lines are written is allowed */
+    sl_log_set_callback(count_line, NULL);
+  for (int i = 0; i < 2; i++)
+    if (started[i])
+      pthread_join(t[i], NULL);
+  sl_log_set_callback(NULL, NULL);
+  for (int i = 0; i < 2; i++) {
+    CHECK(l[i].st == SL_STATUS_OK && l[i].own_after == l[i].rank);
+    for (int j = 0; j < 4; j++)
+      CHECKF(l[i].w[j].seen == l[i].rank, "a worker of rank %d logs as %d", l[i].rank, l[i].w[j].seen);
+  }
+  CHECKF(atomic_load(&wrong_rank) == 0, "%d line(s) with another loader's rank", atomic_load(&wrong_rank));
+  CHECK(atomic_load(&lines_of[3]) == 200 && atomic_load(&lines_of[7]) == 200);
+  /* This thread set no rank: it has the default, the last rank set in the process. */
+  int last = sl__log_rank();
+  CHECK(last == 3 || last == 7);
+}
+
 int main(void) {
+  test_log_rank_per_loader();
   test_run_each_once();
   test_shared_argument();
   test_start_then_join();

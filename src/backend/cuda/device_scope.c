@@ -27,8 +27,12 @@
 typedef CUresult (*ctx_get_fn)(CUcontext *ctx);
 typedef CUresult (*ctx_set_fn)(CUcontext ctx);
 
+/* process-wide: resolves the two driver entry points below exactly once, whichever thread is first. */
 static pthread_once_t resolved = PTHREAD_ONCE_INIT;
+/* process-wide: the driver's cuCtxGetCurrent, the same for every loader of the process (NULL where
+ * it cannot be had); written once under `resolved`, read-only after. */
 static ctx_get_fn ctx_get;
+/* process-wide: the driver's cuCtxSetCurrent, like ctx_get. */
 static ctx_set_fn ctx_set;
 
 /* The driver functions for CUDA 12.0's ABI of these two calls (unchanged since). */
