@@ -1,9 +1,11 @@
 /*
  * hub/blob.c — one blob of the cache (docs/spec/HUB.md §5, §5.4, §9): downloaded into a temp file (parallel
  * ranged chunks for large files, else one stream resumed across runs), its size and hash checked
- * (sha256 for hex64 etags, git blob sha1 for hex40), then renamed into blobs/<etag>. Only a
- * single-stream temp file that holds bytes worth resuming is kept after a failure: never after a
- * full device (its space is what is missing) or SIGINT/SIGTERM (docs/spec/HUB.md §5.5).
+ * (sha256 for hex64 etags, git blob sha1 for hex40), then renamed into blobs/<etag>. A file whose
+ * whole content a header request already received (hub/overlap.c) is written from those bytes
+ * into a temp file and goes the same way. Only a single-stream temp file that holds bytes worth
+ * resuming is kept after a failure: never after a full device (its space is what is missing) or
+ * SIGINT/SIGTERM (docs/spec/HUB.md §5.5).
  */
 #include "hub/run.h"
 
@@ -344,6 +346,62 @@ sl_status sl__hub_download_blob(sl__hub_run *r, sl__http_client *c, const char *
   free(f.buf);
   if (st == SL_STATUS_OK) {
     /* A single-stream partial of this blob (another client, another threshold) is now useless. */
+    sl__cache_remove_temps(r->repo_dir, m->etag, true);
+    pthread_mutex_lock(&r->mu);
+    r->files_downloaded++;
+    pthread_mutex_unlock(&r->mu);
+  }
+  return st;
+}
+
+/* The bytes of a whole file that a header request already received (hub/overlap.c): the same
+ * temporary, verification and figures as a download of them, without fetching them again. */
+sl_status sl__hub_publish_blob(sl__hub_run *r, const char *path, const sl__http_meta *m, const char *blob,
+                               const uint8_t *bytes, size_t n, sl__err *err) {
+  file_dl f = {.run = r, .path = path, .size = m->size, .git = strlen(m->etag) == 40, .fd = -1};
+  if (r->opts->verify && (f.md = EVP_MD_CTX_new()) == NULL)
+    return sl__err_set(err, SL_STATUS_NOMEM, "out of memory hashing %s", path);
+  pthread_mutex_lock(&r->mu);
+  r->prog.total += m->size;
+  pthread_mutex_unlock(&r->mu);
+  char hex[9];
+  sl__cache_random_hex(hex);
+  char *tmp = sl__asprintf("%s/blobs/%s.%s.incomplete", r->repo_dir, m->etag, hex);
+  int fd = tmp != NULL ? open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666) : -1;
+  sl_status st = SL_STATUS_OK;
+  if (tmp == NULL)
+    st = sl__err_set(err, SL_STATUS_NOMEM, "out of memory publishing %s", path);
+  else if (fd < 0)
+    st = sl__err_set(err, SL_STATUS_HUB_CACHE, "cannot create %s: %s", tmp, strerror(errno));
+  if (st == SL_STATUS_OK && f.md != NULL && (!hash_start(&f) || EVP_DigestUpdate(f.md, bytes, n) != 1))
+    st = sl__err_set(err, SL_STATUS_INTERNAL, "cannot hash %s", path);
+  for (size_t done = 0; st == SL_STATUS_OK && done < n;) {
+    ssize_t w = pwrite(fd, bytes + done, n - done, (off_t)done);
+    if (w < 0 && errno == EINTR)
+      continue;
+    if (w <= 0) {
+      f.write_errno = w < 0 ? errno : ENOSPC; /* a write that makes no progress: the device is full */
+      st = sl__err_set(err, SL_STATUS_HUB_CACHE, "cannot write %s at byte %llu: %s", tmp,
+                       (unsigned long long)done, strerror(f.write_errno));
+    } else {
+      done += (size_t)w;
+    }
+  }
+  if (st == SL_STATUS_OK)
+    sink_data(&f, 0, bytes, n); /* the figures and the progress line count the bytes once, here */
+  if (st == SL_STATUS_OK)
+    st = verify_temp(&f, fd, m->etag, tmp, err);
+  if (fd >= 0)
+    close(fd);
+  if (st == SL_STATUS_OK && rename(tmp, blob) != 0)
+    st = sl__err_set(err, SL_STATUS_HUB_CACHE, "cannot rename %s to %s: %s", tmp, blob, strerror(errno));
+  if (st != SL_STATUS_OK && fd >= 0)
+    unlink(tmp);
+  free(tmp);
+  EVP_MD_CTX_free(f.md);
+  if (st != SL_STATUS_OK && out_of_space(&f))
+    return no_space_error(r, &f, err);
+  if (st == SL_STATUS_OK) {
     sl__cache_remove_temps(r->repo_dir, m->etag, true);
     pthread_mutex_lock(&r->mu);
     r->files_downloaded++;

@@ -62,7 +62,9 @@ sl_status sl__http_get_api(sl__http_client *c, const char *url, const char *what
 /* GET of bytes from..to (inclusive) of a resolve URL into body (at most max bytes), redirects
  * followed, retried like the API GET: the header of a weight file before its download
  * (docs/spec/HUB.md §13). *total gets the file's size from Content-Range; the reply may stop at
- * the end of the file. A server that ignores ranges (200): OK with *no_ranges set, body empty. */
+ * the end of the file (body then holds all of it when *total <= max). A server that ignores ranges
+ * (200): OK with *no_ranges set; body empty and *total 0, except when the whole file came within
+ * max bytes: body holds it and *total is its size. */
 sl_status sl__http_get_range(sl__http_client *c, const char *url, const char *file, uint64_t from, uint64_t to,
                              size_t max, sl__buf *body, uint64_t *total, bool *no_ranges, sl__err *err);
 

@@ -188,7 +188,14 @@ sl_status sl__http_get_range(sl__http_client *c, const char *url, const char *fi
   uint64_t a = 0;
   uint64_t b = 0;
   if (x.status == 200) {
-    *no_ranges = true; /* the whole file came (or began to): no ranges here */
+    /* No ranges here. The whole file came when the transfer ended well within max bytes (curl
+     * checks the body against Content-Length): kept, so that a small file is not fetched again. */
+    *no_ranges = true;
+    if (st == SL_STATUS_OK && x.body.len > 0) {
+      *total = x.body.len;
+      *body = x.body;
+      sl__buf_init(&x.body, max);
+    }
     st = SL_STATUS_OK;
   } else if (st != SL_STATUS_OK) {
     sl__err_copy(err, &e);

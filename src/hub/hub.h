@@ -115,7 +115,9 @@ sl_status sl__hub_resolve(const char *repo_id, const sl__hub_opts *opts, sl__hub
 typedef struct sl__hub_file {
   const char *name;      /* repository path (in the snapshot once downloaded) */
   uint64_t size;         /* bytes; 0 when already in the snapshot (read it there) */
-  const uint8_t *header; /* its first 8 + N bytes, fetched by ranged GETs; NULL when in the snapshot */
+  const uint8_t *header; /* its first 8 + N bytes (all of it when no larger than the first ranged
+                          * GET: then in the snapshot already, ready at once); NULL when in the
+                          * snapshot before */
   size_t header_len;
 } sl__hub_file;
 
@@ -125,15 +127,16 @@ struct sl__hub_run;
  * stops after config.json, the index and the weights' headers: *pending is then set, out holds
  * snapshot_dir, commit and format, and the weights are downloaded by sl__hub_pending_start.
  * *pending NULL: resolved completely, as sl__hub_resolve (no header, a .bin repository, a server
- * without ranges, everything cached). */
+ * without ranges, everything cached, every missing weight received whole by its header request). */
 sl_status sl__hub_resolve_begin(const char *repo_id, const sl__hub_opts *opts, sl__hub_result *out,
                                 struct sl__hub_run **pending, sl__err *err);
 /* The weights, in download order (the selection's natural order); valid until finish. */
 const sl__hub_file *sl__hub_pending_files(const struct sl__hub_run *p, size_t *n);
 /* Downloads the weights in the background (two files at a time, in order), then the other files.
  * ready(ctx, i) runs on a download thread once weight i is in the snapshot with the header
- * fetched first; failed(ctx, e) once, on the first failure (the downloads stop; no partial file
- * is visible). */
+ * fetched first (on the calling thread, before the downloads start, for a weight its header
+ * request received whole); failed(ctx, e) once, on the first failure (the downloads stop; no
+ * partial file is visible). */
 sl_status sl__hub_pending_start(struct sl__hub_run *p, void (*ready)(void *ctx, size_t weight),
                                 void (*failed)(void *ctx, const sl__err *e), void *ctx, sl__err *err);
 /* Whether the background downloads have ended (ok or not). */

@@ -2,7 +2,8 @@
  * hub/jobs.c — the download jobs of one resolution: workers (up to hub_parallel_files threads)
  * take files from a shared list; for each, nothing when the snapshot has it, else the metadata
  * HEAD, the blob's lock (under which the temporaries a killed run left are removed), the download
- * of a blob not yet in the cache (hub/blob.c) and the pointer into snapshots/. The first failure,
+ * of a blob not yet in the cache (hub/blob.c; or its publication from the bytes a header request
+ * already received, hub/overlap.c) and the pointer into snapshots/. The first failure,
  * or SIGINT/SIGTERM (hub/interrupt.h), stops the others. Each file done is told to the run's
  * announce hook (when one is registered) and counted on the progress line (hub/progress.h).
  */
@@ -22,8 +23,7 @@
  * one file
  * ------------------------------------------------------------------------------------------- */
 
-/* Makes snapshots/<commit>/<path> present: nothing when it is, else HEAD, lock, download. */
-static sl_status fetch_file(sl__hub_run *r, sl__http_client *c, sl__hub_job *jb, sl__err *err) {
+sl_status sl__hub_fetch_file(sl__hub_run *r, sl__http_client *c, sl__hub_job *jb, sl__err *err) {
   const char *path = jb->path;
   char *ptr = sl__path_join(r->snapshot_dir, path);
   char *enc = sl__http_url_encode(path, true);
@@ -80,7 +80,8 @@ static sl_status fetch_file(sl__hub_run *r, sl__http_client *c, sl__hub_job *jb,
      * a killed download and holds as many bytes as the blob. */
     sl__cache_remove_temps(r->repo_dir, m.etag, false);
     if (!sl__cache_file_present(blob)) {
-      st = sl__hub_download_blob(r, c, path, &m, blob, err);
+      st = jb->kept ? sl__hub_publish_blob(r, path, &m, blob, jb->header, jb->header_len, err)
+                    : sl__hub_download_blob(r, c, path, &m, blob, err);
       fresh = true;
     }
     if (st == SL_STATUS_OK)
@@ -106,7 +107,7 @@ static void record_failure(sl__hub_run *r, const sl__err *e) {
 }
 
 sl_status sl__hub_fetch_job(sl__hub_run *r, sl__http_client *c, sl__hub_job *j, sl__err *err) {
-  sl_status st = fetch_file(r, c, j, err);
+  sl_status st = sl__hub_fetch_file(r, c, j, err);
   if (st == SL_STATUS_OK && r->announce != NULL)
     st = r->announce(r, j, err);
   if (st == SL_STATUS_OK) {

@@ -2,13 +2,15 @@
  * hub/overlap.c — the download behind a load (docs/spec/HUB.md §13): once the selection is known,
  * config.json (and the index) are fetched as usual, then the header of every missing weight file
  * by ranged GETs (its first 64 KiB, then the rest of a longer header; up to hub_connections files
- * at once), so that rank 0 can build the
- * catalog and every rank its plan while the weights download. The weights then download in the
- * background, two files at a time in the selection's natural order (the order the read engine
- * reads them), through the same jobs, blobs and pointers as any resolution: the cache ends up
- * exactly as sl__hub_resolve leaves it. Each weight is announced once its pointer is published
- * and its first bytes equal the header the plan was made from: the download jobs tell the run's
- * announce hook, which this file registers, of every file they finish.
+ * at once), so that rank 0 can build the catalog and every rank its plan while the weights
+ * download. A file the first request received whole (no larger than 64 KiB) is published from
+ * those bytes at once, verified as any download, and never requested again. The other weights
+ * then download in the background, two files at a time in the selection's natural order (the
+ * order the read engine reads them), through the same jobs, blobs and pointers as any resolution:
+ * the cache ends up exactly as sl__hub_resolve leaves it. Each weight is announced once its
+ * pointer is published and its first bytes equal the header the plan was made from: the download
+ * jobs tell the run's announce hook, which this file registers, of every file they finish; the
+ * files published whole are announced when the background downloads start.
  */
 #include "hub/run.h"
 
@@ -41,6 +43,9 @@ static sl_status fetch_header(sl__hub_run *r, sl__http_client *c, sl__hub_job *j
   uint64_t total = 0;
   sl_status st = sl__http_get_range(c, url, j->path, 0, SL_HUB_HEADER_PROBE - 1, SL_HUB_HEADER_PROBE, &b,
                                     &total, no_ranges, err);
+  /* The whole file came (a file no larger than the probe; or a server without ranges that sent all
+   * of it within the probe's size): kept, to be published from these bytes, not fetched again. */
+  bool whole = st == SL_STATUS_OK && b.len > 0 && b.len == total;
   /* A length too short or too long is left to the catalog's strict parser, which names it. */
   uint64_t n = 0;
   for (size_t i = 0; i < 8 && i < b.len; i++)
@@ -59,33 +64,16 @@ static sl_status fetch_header(sl__hub_run *r, sl__http_client *c, sl__hub_job *j
       st = sl__err_set(err, SL_STATUS_NOMEM, "out of memory fetching the header of %s", j->path);
     sl__buf_free(&rest);
   }
-  if (st == SL_STATUS_OK && !*no_ranges) {
+  if (st == SL_STATUS_OK && (!*no_ranges || whole)) {
     j->header_len = b.len;
     j->header = (uint8_t *)sl__buf_take(&b);
     j->size = total;
+    j->kept = whole;
     if (j->header == NULL)
       st = sl__err_set(err, SL_STATUS_NOMEM, "out of memory fetching the header of %s", j->path);
   }
   sl__buf_free(&b);
   free(url);
-  return st;
-}
-
-/* The header of one weight not in the snapshot (a job of sl__hub_run_job_range: up to
- * hub_connections at once, one round trip for all of them rather than one per file on a distant
- * Hub). A weight in the snapshot keeps size 0 and no header. */
-static sl_status header_job(sl__hub_run *r, sl__http_client *c, sl__hub_job *j, sl__err *err) {
-  char *ptr = sl__path_join(r->snapshot_dir, j->path);
-  if (ptr == NULL)
-    return sl__err_set(err, SL_STATUS_NOMEM, "out of memory");
-  bool present = sl__cache_file_present(ptr);
-  free(ptr);
-  if (present || atomic_load(&r->no_ranges))
-    return SL_STATUS_OK;
-  bool no_ranges = false;
-  sl_status st = fetch_header(r, c, j, &no_ranges, err);
-  if (no_ranges)
-    atomic_store(&r->no_ranges, true);
   return st;
 }
 
@@ -111,6 +99,34 @@ static sl_status check_header(sl__hub_run *r, const sl__hub_job *j, sl__err *err
     close(fd);
   free(got);
   free(path);
+  return st;
+}
+
+/* The header of one weight not in the snapshot (a job of sl__hub_run_job_range: up to
+ * hub_connections at once, one round trip for all of them rather than one per file on a distant
+ * Hub). A weight in the snapshot keeps size 0 and no header; one the request received whole is
+ * published here. */
+static sl_status header_job(sl__hub_run *r, sl__http_client *c, sl__hub_job *j, sl__err *err) {
+  char *ptr = sl__path_join(r->snapshot_dir, j->path);
+  if (ptr == NULL)
+    return sl__err_set(err, SL_STATUS_NOMEM, "out of memory");
+  bool present = sl__cache_file_present(ptr);
+  free(ptr);
+  if (present || atomic_load(&r->no_ranges))
+    return SL_STATUS_OK;
+  bool no_ranges = false;
+  sl_status st = fetch_header(r, c, j, &no_ranges, err);
+  if (no_ranges)
+    atomic_store(&r->no_ranges, true);
+  /* A file the request received whole is published now (HEAD, lock, verified and counted as a
+   * download), so that its job finds it present: one transfer of its bytes, not two. */
+  if (st == SL_STATUS_OK && j->kept)
+    st = sl__hub_fetch_file(r, c, j, err);
+  if (st == SL_STATUS_OK && j->kept)
+    st = check_header(r, j, err);
+  if (st == SL_STATUS_OK && j->kept)
+    SL_DEBUG("%s: its header request received the whole file (%zu bytes): published from those bytes", j->path,
+             j->header_len);
   return st;
 }
 
@@ -146,7 +162,7 @@ sl_status sl__hub_overlap_headers(sl__hub_run *r, size_t first, size_t n_weights
   bool no_ranges = atomic_load(&r->no_ranges);
   size_t missing = 0;
   for (size_t i = 0; i < n_weights; i++)
-    missing += r->jobs[first + 1 + i].header != NULL;
+    missing += r->jobs[first + 1 + i].header != NULL && !r->jobs[first + 1 + i].kept;
   if (missing == 0 || no_ranges) {
     if (no_ranges)
       SL_INFO("the Hub ignores byte ranges: downloading %s before loading it", r->repo_id);
@@ -197,6 +213,17 @@ sl_status sl__hub_pending_start(sl__hub_run *p, void (*ready)(void *ctx, size_t 
   p->on_ready = ready;
   p->on_fail = failed;
   p->ctx = ctx;
+  /* A weight its header request received whole is published already: ready now, not after the
+   * files before it in the download order (its job then finds it present and says nothing). */
+  for (size_t i = 0; i < p->n_weights; i++) {
+    sl__hub_job *j = &p->jobs[p->first_weight + i];
+    if (!j->kept)
+      continue;
+    j->announce = false;
+    SL_INFO("downloaded %s (weight file %zu of %zu, whole with its header request)", j->path, i + 1,
+            p->n_weights);
+    ready(ctx, i);
+  }
   /* Two files at a time, in read order: a file is complete after about two files' time, and the
    * next file's chunks keep the link busy while the current one's last chunks finish (one file at
    * a time left it half idle at every file boundary: 336 MB in 4 files at 52 MB/s, 2 ranks,

@@ -7,7 +7,8 @@
  *                   registers) once published and its header checked;
  *   hub/offline.c   resolution from the cache alone (offline mode, fallback, known commits);
  *   hub/jobs.c      the download jobs: up to hub_parallel_files workers, one file each at a time;
- *   hub/blob.c      one blob: download into a temp file, verification, publication into blobs/;
+ *   hub/blob.c      one blob: download into a temp file (or bytes already received written to
+ *                   one), verification, publication into blobs/;
  *   hub/run_end.c   the end of a resolution, shared by hub.c and overlap.c;
  *   hub/progress.c  the progress line (hub/progress.h).
  */
@@ -36,6 +37,9 @@ typedef struct sl__hub_job {
   uint64_t size;    /* its size (Content-Range of the header request; 0: in the snapshot already) */
   uint8_t *header;  /* its first 8 + N bytes as fetched before the download, or NULL */
   size_t header_len;
+  /* header holds the whole file (its header request received all of it): the file is published
+   * from those bytes, verified as any download, instead of being downloaded again */
+  bool kept;
 } sl__hub_job;
 
 /* One call of sl__hub_resolve. */
@@ -96,6 +100,11 @@ sl_status sl__hub_run_job_range(sl__hub_run *r, size_t first, size_t last, size_
  * hook, counted for the progress line. */
 sl_status sl__hub_fetch_job(sl__hub_run *r, sl__http_client *c, sl__hub_job *j, sl__err *err);
 
+/* Makes snapshots/<commit>/<j->path> present (nothing when it is): the metadata HEAD, the blob's
+ * lock, the blob downloaded (or, j->kept, published from j->header) unless in the cache, the
+ * pointer. Neither announced nor counted as a job done. */
+sl_status sl__hub_fetch_file(sl__hub_run *r, sl__http_client *c, sl__hub_job *j, sl__err *err);
+
 /* Fetches r->jobs[first .. n_jobs) with up to hub_parallel_files threads (at most max_threads):
  * sl__hub_run_job_range with the download of each file. */
 sl_status sl__hub_run_jobs(sl__hub_run *r, size_t first, sl__err *err);
@@ -104,6 +113,12 @@ sl_status sl__hub_run_jobs(sl__hub_run *r, size_t first, sl__err *err);
  * holds the blob's lock. */
 sl_status sl__hub_download_blob(sl__hub_run *r, sl__http_client *c, const char *path, const sl__http_meta *m,
                                 const char *blob, sl__err *err);
+
+/* Like sl__hub_download_blob for a file whose n bytes have already arrived (a header request that
+ * received all of it): written to a temp file, verified (size and hash) and counted exactly as a
+ * download, published into blobs/<etag>; the caller holds the blob's lock. */
+sl_status sl__hub_publish_blob(sl__hub_run *r, const char *path, const sl__http_meta *m, const char *blob,
+                               const uint8_t *bytes, size_t n, sl__err *err);
 
 /* hub/overlap.c: with r->overlap, after the selection (jobs[first] is config.json, then n_weights
  * weights): fetches config.json, then the header of every weight not in the snapshot by ranged
