@@ -15,3 +15,12 @@ else()
 endif()
 set_tests_properties(hub_overlap PROPERTIES LABELS hub TIMEOUT 300 SKIP_RETURN_CODE 77 FIXTURES_REQUIRED models
   PROCESSORS 2 ENVIRONMENT "${SL_TEST_ENV}")
+
+# A weight file smaller than the header request, fetched once (tests/hub/test_hub_overlap_small.py).
+if(Python3_Interpreter_FOUND)
+  add_test(NAME hub_overlap_small COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_LIST_DIR}/test_hub_overlap_small.py)
+else()
+  add_test(NAME hub_overlap_small COMMAND sh -c "echo 'python3 not found: skipped'; exit 77")
+endif()
+set_tests_properties(hub_overlap_small PROPERTIES LABELS hub TIMEOUT 300 SKIP_RETURN_CODE 77 FIXTURES_REQUIRED models
+  PROCESSORS 2 ENVIRONMENT "${SL_TEST_ENV}")
