@@ -3,4 +3,4 @@
 # copy of the version number against project(VERSION) (test_version.py).
 sl_unit_test(test_abi)
 sl_script_test(test_version unit ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_version.py)
-set_tests_properties(test_version PROPERTIES TIMEOUT 60 FIXTURES_REQUIRED "")
+set_tests_properties(test_version PROPERTIES TIMEOUT 60 FIXTURES_REQUIRED "" ENVIRONMENT "${SL_TEST_ENV};${SL_PY_LIBRARY_ENV}")
