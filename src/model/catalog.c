@@ -20,6 +20,11 @@
 #include <string.h>
 #include <sys/stat.h>
 
+/* The parsers' shapes are copied into the catalog's, and the catalog's into the spec's and the
+ * public structs' (memcpy of whole arrays): every limit is the public SL_MAX_DIMS, checked here
+ * so that a second owner cannot creep back in. */
+_Static_assert(SL_ST_MAX_DIMS == SL_MAX_DIMS && SL_CAT_MAX_DIMS == SL_MAX_DIMS, "one dimension limit");
+
 void sl__catalog_free(sl__catalog *c) {
   if (c == NULL)
     return;

@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+_Static_assert(SL_SPEC_MAX_DIMS == SL_CAT_MAX_DIMS, "spec and catalog shapes are copied whole");
+
 /* ---------------------------------------------------------------------------------------------
  * Helpers
  * ------------------------------------------------------------------------------------------- */
