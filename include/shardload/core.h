@@ -85,7 +85,8 @@ extern "C" {
  * against an older header:
  *   - the caller sets .size = sizeof(T) before the call; the initializers SL_PARAM_SOURCE_INIT,
  *     SL_RANK_STATS_INIT and SL_TENSOR_INFO_INIT do it (and zero the rest);
- *   - the library refuses a size of 0, or one smaller than the struct's first version, with
+ *   - the library refuses a size of 0, one smaller than the struct's first version, or one over
+ *     64 KiB (no version is that large: an uninitialized .size), with
  *     SL_STATUS_INVALID_ARGUMENT and a message naming the struct and both sizes (in
  *     sl_loader_error for a loader's call; in the log, error level, for calls whose handle keeps
  *     no message: sl_dryrun_rank_stats, sl_model_tensor);

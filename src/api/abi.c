@@ -50,7 +50,9 @@ sl_status sl__sized_out(void *out, const void *full, size_t full_size, size_t v1
                         sl__err *err) {
   size_t have;
   memcpy(&have, out, sizeof have);
-  if (have < v1_size) {
+  /* A size far beyond any version (an uninitialized .size) is refused too: the bytes past the
+   * library's fields are zeroed up to .size, which must not reach outside the caller's struct. */
+  if (have < v1_size || have > SL__SIZED_MAX) {
     /* The struct's initializer: sl_param_source → SL_PARAM_SOURCE_INIT. */
     char init[64] = "SL_";
     size_t n = 3;
@@ -61,9 +63,9 @@ sl_status sl__sized_out(void *out, const void *full, size_t full_size, size_t v1
     sl__err_clear(&local);
     sl_status st =
         sl__err_set(err != NULL ? err : &local, SL_STATUS_INVALID_ARGUMENT,
-                    "%s.size is %zu bytes, less than its first version's %zu: set .size = sizeof(%s) "
-                    "(%zu bytes in this library) before the call, e.g. with %s",
-                    type, have, v1_size, type, full_size, init);
+                    "%s.size is %zu bytes, not between its first version's %zu and %u: set .size = "
+                    "sizeof(%s) (%zu bytes in this library) before the call, e.g. with %s",
+                    type, have, v1_size, SL__SIZED_MAX, type, full_size, init);
     if (err == NULL)
       SL_ERROR("%s", local.msg);
     return st;

@@ -22,9 +22,13 @@
 #define SL__RANK_STATS_SIZE_V1 SL__END_OF(sl_rank_stats, experts_local)
 #define SL__TENSOR_INFO_SIZE_V1 SL__END_OF(sl_tensor_info, file)
 
+/* The largest .size accepted: far beyond any version of these structs, so that an uninitialized
+ * .size is refused rather than trusted for the zeroing of a newer caller's bytes. */
+#define SL__SIZED_MAX 65536u
+
 /* Hands the library's filled struct `full` (full_size bytes: sizeof the library's struct; its own
  * leading size is ignored) to the caller's `out`, whose leading size_t says how many bytes the
- * caller has. Below v1_size (0 included): SL_STATUS_INVALID_ARGUMENT, nothing written, a message
+ * caller has. Below v1_size (0 included) or above SL__SIZED_MAX: SL_STATUS_INVALID_ARGUMENT, nothing written, a message
  * naming `type` and both sizes into err (first error wins), or to the log when err is NULL.
  * Otherwise the bytes after .size up to the caller's size are written: the library's fields that
  * fit, and zeros past the library's struct for a caller newer than it. */

@@ -183,6 +183,7 @@ static void check_sized(const sized_call *c) {
   /* The refusals last: the loader's message is its first error. */
   check_refused(c, 0);
   check_refused(c, c->v1_size - 1);
+  check_refused(c, (size_t)1 << 40); /* an uninitialized .size: nothing zeroed past the struct */
 }
 
 /* ---------------------------------------------------------------------------------------------
