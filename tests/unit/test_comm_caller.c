@@ -1573,9 +1573,7 @@ static void run(int n, scenario_fn fn, const char *name) {
 int main(void) {
   signal(SIGALRM, on_alarm);
   alarm(WATCHDOG_S);
-  /* Process-wide settings first, before any thread (the header's rule). */
-  (void)sl_config_keys();
-  (void)sl__log_enabled(SL_LOG_ERROR); /* reads SHARDLOAD_LOG now */
+  (void)sl__log_enabled(SL_LOG_ERROR); /* reads SHARDLOAD_LOG now, once, before the threads */
 
   test_table();
   for (int n = 1; n <= MAX_RANKS; n++) {
