@@ -10,7 +10,8 @@
  * the cache ends up exactly as sl__hub_resolve leaves it. Each weight is announced once its
  * pointer is published and its first bytes equal the header the plan was made from: the download
  * jobs tell the run's announce hook, which this file registers, of every file they finish; the
- * files published whole are announced when the background downloads start.
+ * files published whole, and those in the snapshot before the load, are announced before the
+ * background downloads start.
  */
 #include "hub/run.h"
 
@@ -112,6 +113,7 @@ static sl_status header_job(sl__hub_run *r, sl__http_client *c, sl__hub_job *j, 
     return sl__err_set(err, SL_STATUS_NOMEM, "out of memory");
   bool present = sl__cache_file_present(ptr);
   free(ptr);
+  j->cached = present;
   if (present || atomic_load(&r->no_ranges))
     return SL_STATUS_OK;
   bool no_ranges = false;
@@ -213,15 +215,20 @@ sl_status sl__hub_pending_start(sl__hub_run *p, void (*ready)(void *ctx, size_t 
   p->on_ready = ready;
   p->on_fail = failed;
   p->ctx = ctx;
-  /* A weight its header request received whole is published already: ready now, not after the
-   * files before it in the download order (its job then finds it present and says nothing). */
+  /* A weight in the snapshot before the load, or one its header request received whole (published
+   * already), is ready now, before any download starts: not after the files before it in the
+   * download order, which kept the readers off bytes they could read (its job then finds it
+   * present and says nothing). A cached one is no download, and is not called one. */
   for (size_t i = 0; i < p->n_weights; i++) {
     sl__hub_job *j = &p->jobs[p->first_weight + i];
-    if (!j->kept)
+    if (!j->kept && !j->cached)
       continue;
     j->announce = false;
-    SL_INFO("downloaded %s (weight file %zu of %zu, whole with its header request)", j->path, i + 1,
-            p->n_weights);
+    if (j->kept)
+      SL_INFO("downloaded %s (weight file %zu of %zu, whole with its header request)", j->path, i + 1,
+              p->n_weights);
+    else
+      SL_INFO("%s is in the cache already (weight file %zu of %zu): ready now", j->path, i + 1, p->n_weights);
     ready(ctx, i);
   }
   /* Two files at a time, in read order: a file is complete after about two files' time, and the

@@ -40,6 +40,9 @@ typedef struct sl__hub_job {
   /* header holds the whole file (its header request received all of it): the file is published
    * from those bytes, verified as any download, instead of being downloaded again */
   bool kept;
+  /* in the snapshot before the load (overlapped: ready at once, neither fetched nor counted as a
+   * download) */
+  bool cached;
 } sl__hub_job;
 
 /* One call of sl__hub_resolve. */

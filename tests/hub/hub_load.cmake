@@ -24,3 +24,12 @@ else()
 endif()
 set_tests_properties(hub_overlap_small PROPERTIES LABELS hub TIMEOUT 300 SKIP_RETURN_CODE 77 FIXTURES_REQUIRED models
   PROCESSORS 2 ENVIRONMENT "${SL_TEST_ENV}")
+
+# Weights already in the cache are ready at once in an overlapped load (tests/hub/test_hub_overlap_cached.py).
+if(Python3_Interpreter_FOUND)
+  add_test(NAME hub_overlap_cached COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_LIST_DIR}/test_hub_overlap_cached.py)
+else()
+  add_test(NAME hub_overlap_cached COMMAND sh -c "echo 'python3 not found: skipped'; exit 77")
+endif()
+set_tests_properties(hub_overlap_cached PROPERTIES LABELS hub TIMEOUT 300 SKIP_RETURN_CODE 77 FIXTURES_REQUIRED models
+  PROCESSORS 2 ENVIRONMENT "${SL_TEST_ENV}")
