@@ -32,9 +32,18 @@ def check(cond, what):
         print("FAIL: " + what, file=sys.stderr)
 
 
-def run(argv, env, timeout=120):
+def run(argv, env, timeout=150):
     p = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout)
     return p.returncode, p.stdout, p.stderr
+
+
+def overlap_env(server, work):
+    """The environment of a load from the test server into a fresh Hub home, logging at info (the
+    overlap tests read rank 0's lines)."""
+    env = dict(os.environ)
+    env.update({"HF_ENDPOINT": server.endpoint, "HF_HOME": os.path.join(work, "home"), "SHARDLOAD_LOG": "info"})
+    env.pop("HF_HUB_OFFLINE", None)
+    return env
 
 
 def files_of(folder):

@@ -34,15 +34,10 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from test_hub import HubServer  # noqa: E402
-import test_hub_load  # noqa: E402
-from test_hub_load import FAILS, check, files_of  # noqa: E402  (the checks this test shares)
+from test_hub_load import FAILS, check, files_of, overlap_env, run  # noqa: E402  (the checks this test shares)
 
 SHA = "0123456789abcdef0123456789abcdef01234567"
 LAST = "model-00003-of-00003.safetensors"
-
-
-def run(argv, env, timeout=150):
-    return test_hub_load.run(argv, env, timeout)
 
 
 def layout(cache):
@@ -171,9 +166,7 @@ def main():
     work = tempfile.mkdtemp(prefix="sl-hubovl-")
     server = HubServer(work)
     try:
-        base = dict(os.environ)
-        base.update({"HF_ENDPOINT": server.endpoint, "HF_HOME": os.path.join(work, "home"), "SHARDLOAD_LOG": "info"})
-        base.pop("HF_HUB_OFFLINE", None)
+        base = overlap_env(server, work)
         # the last weight's body (a plain GET, not the ranged header request) comes 2 s late
         hold = [{"port": "cdn", "method": "GET", "path": LAST, "range": False, "action": {"delay": 2.0},
                  "times": -1},

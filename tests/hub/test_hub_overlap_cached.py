@@ -26,17 +26,12 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from test_hub import HubServer  # noqa: E402
-import test_hub_load  # noqa: E402
-from test_hub_load import FAILS, check, files_of  # noqa: E402  (the checks this test shares)
+from test_hub_load import FAILS, check, files_of, overlap_env, run  # noqa: E402  (the checks this test shares)
 
 SHA = "fedcba9876543210fedcba9876543210fedcba98"
 REPO = "org/llama-cached"
 MISSING = ["model-00001-of-00003.safetensors", "model-00002-of-00003.safetensors"]
 CACHED = "model-00003-of-00003.safetensors"
-
-
-def run(argv, env, timeout=150):
-    return test_hub_load.run(argv, env, timeout)
 
 
 def uncache(cache, names):
@@ -58,9 +53,7 @@ def main():
     work = tempfile.mkdtemp(prefix="sl-hubcached-")
     server = HubServer(work)
     try:
-        base = dict(os.environ)
-        base.update({"HF_ENDPOINT": server.endpoint, "HF_HOME": os.path.join(work, "home"), "SHARDLOAD_LOG": "info"})
-        base.pop("HF_HUB_OFFLINE", None)
+        base = overlap_env(server, work)
         tp = ["--tp", "2", "--hub-backoff-base-ms", "10"]
         ref = os.path.join(work, "ref")
         rc, _, err = run([mpirun, "-np", "2", cli, "load", model_dir] + tp + ["--save-sharded", ref],

@@ -33,17 +33,12 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from test_hub import HubServer  # noqa: E402
-import test_hub_load  # noqa: E402
-from test_hub_load import FAILS, check, files_of  # noqa: E402  (the checks this test shares)
+from test_hub_load import FAILS, check, files_of, overlap_env, run  # noqa: E402  (the checks this test shares)
 
 SHA = "89abcdef0123456789abcdef0123456789abcdef"
 REPO = "org/llama-small"
 SMALL = "model-00003-of-00004.safetensors"
 N_SMALL_TENSORS = 5  # the first tensors of the fixture's last shard: about 21 KB with the header
-
-
-def run(argv, env, timeout=150):
-    return test_hub_load.run(argv, env, timeout)
 
 
 def read_st(path):
@@ -160,9 +155,7 @@ def main():
     try:
         model = os.path.join(work, "model")
         make_model(os.path.join(fixtures, "llama"), model)
-        base = dict(os.environ)
-        base.update({"HF_ENDPOINT": server.endpoint, "HF_HOME": os.path.join(work, "home"), "SHARDLOAD_LOG": "info"})
-        base.pop("HF_HUB_OFFLINE", None)
+        base = overlap_env(server, work)
         tp = ["--tp", "2", "--hub-backoff-base-ms", "10"]
         ref = os.path.join(work, "ref")
         rc, _, err = run([mpirun, "-np", "2", cli, "load", model] + tp + ["--save-sharded", ref],
