@@ -323,9 +323,53 @@ static sl_status download_stream(sl__hub_run *r, sl__http_client *c, file_dl *f,
   return st;
 }
 
-/* Downloads, verifies and publishes blobs/<etag>; the caller holds the blob's lock. */
-sl_status sl__hub_download_blob(sl__hub_run *r, sl__http_client *c, const char *path, const sl__http_meta *m,
-                                const char *blob, sl__err *err) {
+/* The bytes of a whole file that a header request already received (hub/overlap.c) → a temporary
+ * file, verified and renamed into blobs/<etag> like a download of them, without fetching them again. */
+static sl_status publish_kept(sl__hub_run *r, file_dl *f, const sl__http_meta *m, const char *blob,
+                              const uint8_t *bytes, size_t n, sl__err *err) {
+  char hex[9];
+  sl__cache_random_hex(hex);
+  char *tmp = sl__asprintf("%s/blobs/%s.%s.incomplete", r->repo_dir, m->etag, hex);
+  int fd = tmp != NULL ? open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666) : -1;
+  sl_status st = SL_STATUS_OK;
+  if (tmp == NULL)
+    st = sl__err_set(err, SL_STATUS_NOMEM, "out of memory publishing %s", f->path);
+  else if (fd < 0)
+    st = sl__err_set(err, SL_STATUS_HUB_CACHE, "cannot create %s: %s", tmp, strerror(errno));
+  if (st == SL_STATUS_OK && f->md != NULL && (!hash_start(f) || EVP_DigestUpdate(f->md, bytes, n) != 1))
+    st = sl__err_set(err, SL_STATUS_INTERNAL, "cannot hash %s", f->path);
+  for (size_t done = 0; st == SL_STATUS_OK && done < n;) {
+    ssize_t w = pwrite(fd, bytes + done, n - done, (off_t)done);
+    if (w < 0 && errno == EINTR)
+      continue;
+    if (w <= 0) {
+      f->write_errno = w < 0 ? errno : ENOSPC; /* a write that makes no progress: the device is full */
+      st = sl__err_set(err, SL_STATUS_HUB_CACHE, "cannot write %s at byte %llu: %s", tmp,
+                       (unsigned long long)done, strerror(f->write_errno));
+    } else {
+      done += (size_t)w;
+    }
+  }
+  if (st == SL_STATUS_OK)
+    sink_data(f, 0, bytes, n); /* the figures and the progress line count the bytes once, here */
+  if (st == SL_STATUS_OK)
+    st = verify_temp(f, fd, m->etag, tmp, err);
+  if (fd >= 0)
+    close(fd);
+  if (st == SL_STATUS_OK && rename(tmp, blob) != 0)
+    st = sl__err_set(err, SL_STATUS_HUB_CACHE, "cannot rename %s to %s: %s", tmp, blob, strerror(errno));
+  if (st != SL_STATUS_OK && fd >= 0)
+    unlink(tmp);
+  free(tmp);
+  if (st != SL_STATUS_OK && out_of_space(f))
+    return no_space_error(r, f, err);
+  return st;
+}
+
+/* Obtains, verifies and publishes blobs/<etag>: downloaded, or from `kept` (n bytes: the whole file)
+ * when a header request already received it; the caller holds the blob's lock. */
+static sl_status obtain_blob(sl__hub_run *r, sl__http_client *c, const char *path, const sl__http_meta *m,
+                             const char *blob, const uint8_t *kept, size_t n, sl__err *err) {
   file_dl f = {.run = r, .path = path, .size = m->size, .git = strlen(m->etag) == 40, .fd = -1};
   if (r->opts->verify) {
     f.md = EVP_MD_CTX_new();
@@ -336,12 +380,16 @@ sl_status sl__hub_download_blob(sl__hub_run *r, sl__http_client *c, const char *
   r->prog.total += m->size;
   pthread_mutex_unlock(&r->mu);
   sl_status st = SL_STATUS_OK;
-  bool parallel = m->size > r->opts->parallel_threshold || m->size > SL_HTTP_HUGE_BYTES;
-  bool fallback = false;
-  if (m->size > 0 && parallel)
-    st = download_parallel(r, c, &f, m, blob, &fallback, err);
-  if (st == SL_STATUS_OK && (m->size == 0 || !parallel || fallback))
-    st = download_stream(r, c, &f, m, blob, err);
+  if (kept != NULL) {
+    st = publish_kept(r, &f, m, blob, kept, n, err);
+  } else {
+    bool parallel = m->size > r->opts->parallel_threshold || m->size > SL_HTTP_HUGE_BYTES;
+    bool fallback = false;
+    if (m->size > 0 && parallel)
+      st = download_parallel(r, c, &f, m, blob, &fallback, err);
+    if (st == SL_STATUS_OK && (m->size == 0 || !parallel || fallback))
+      st = download_stream(r, c, &f, m, blob, err);
+  }
   EVP_MD_CTX_free(f.md);
   free(f.buf);
   if (st == SL_STATUS_OK) {
@@ -354,58 +402,12 @@ sl_status sl__hub_download_blob(sl__hub_run *r, sl__http_client *c, const char *
   return st;
 }
 
-/* The bytes of a whole file that a header request already received (hub/overlap.c): the same
- * temporary, verification and figures as a download of them, without fetching them again. */
+sl_status sl__hub_download_blob(sl__hub_run *r, sl__http_client *c, const char *path, const sl__http_meta *m,
+                                const char *blob, sl__err *err) {
+  return obtain_blob(r, c, path, m, blob, NULL, 0, err);
+}
+
 sl_status sl__hub_publish_blob(sl__hub_run *r, const char *path, const sl__http_meta *m, const char *blob,
                                const uint8_t *bytes, size_t n, sl__err *err) {
-  file_dl f = {.run = r, .path = path, .size = m->size, .git = strlen(m->etag) == 40, .fd = -1};
-  if (r->opts->verify && (f.md = EVP_MD_CTX_new()) == NULL)
-    return sl__err_set(err, SL_STATUS_NOMEM, "out of memory hashing %s", path);
-  pthread_mutex_lock(&r->mu);
-  r->prog.total += m->size;
-  pthread_mutex_unlock(&r->mu);
-  char hex[9];
-  sl__cache_random_hex(hex);
-  char *tmp = sl__asprintf("%s/blobs/%s.%s.incomplete", r->repo_dir, m->etag, hex);
-  int fd = tmp != NULL ? open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666) : -1;
-  sl_status st = SL_STATUS_OK;
-  if (tmp == NULL)
-    st = sl__err_set(err, SL_STATUS_NOMEM, "out of memory publishing %s", path);
-  else if (fd < 0)
-    st = sl__err_set(err, SL_STATUS_HUB_CACHE, "cannot create %s: %s", tmp, strerror(errno));
-  if (st == SL_STATUS_OK && f.md != NULL && (!hash_start(&f) || EVP_DigestUpdate(f.md, bytes, n) != 1))
-    st = sl__err_set(err, SL_STATUS_INTERNAL, "cannot hash %s", path);
-  for (size_t done = 0; st == SL_STATUS_OK && done < n;) {
-    ssize_t w = pwrite(fd, bytes + done, n - done, (off_t)done);
-    if (w < 0 && errno == EINTR)
-      continue;
-    if (w <= 0) {
-      f.write_errno = w < 0 ? errno : ENOSPC; /* a write that makes no progress: the device is full */
-      st = sl__err_set(err, SL_STATUS_HUB_CACHE, "cannot write %s at byte %llu: %s", tmp,
-                       (unsigned long long)done, strerror(f.write_errno));
-    } else {
-      done += (size_t)w;
-    }
-  }
-  if (st == SL_STATUS_OK)
-    sink_data(&f, 0, bytes, n); /* the figures and the progress line count the bytes once, here */
-  if (st == SL_STATUS_OK)
-    st = verify_temp(&f, fd, m->etag, tmp, err);
-  if (fd >= 0)
-    close(fd);
-  if (st == SL_STATUS_OK && rename(tmp, blob) != 0)
-    st = sl__err_set(err, SL_STATUS_HUB_CACHE, "cannot rename %s to %s: %s", tmp, blob, strerror(errno));
-  if (st != SL_STATUS_OK && fd >= 0)
-    unlink(tmp);
-  free(tmp);
-  EVP_MD_CTX_free(f.md);
-  if (st != SL_STATUS_OK && out_of_space(&f))
-    return no_space_error(r, &f, err);
-  if (st == SL_STATUS_OK) {
-    sl__cache_remove_temps(r->repo_dir, m->etag, true);
-    pthread_mutex_lock(&r->mu);
-    r->files_downloaded++;
-    pthread_mutex_unlock(&r->mu);
-  }
-  return st;
+  return obtain_blob(r, NULL, path, m, blob, bytes, n, err);
 }
