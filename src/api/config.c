@@ -79,6 +79,10 @@ static const key_def keys[] = {
     {"two_phase_reads", T_BOOL, "true", NULL,
      "row-parallel slices: each rank reads whole rows, then the ranks swap column blocks (false: "
      "each rank reads its columns row by row)"},
+    {"storage", T_ENUM, "auto", "auto,shared,local",
+     "where the checkpoint is readable: auto (each rank checks which files it can open), shared (every "
+     "rank), local (rank 0's node only; dry run: the first node); ranks that cannot read a file receive "
+     "its bytes"},
     {"bucket_bytes", T_POS, SL__TEXT(SL_BUCKET_BYTES_DEFAULT), NULL, "broadcast bucket size, bytes"},
     {"save_sharded", T_STR, NULL, NULL, "write each rank's parameters to this folder"},
     {"save_max_part_bytes", T_POS, "5368709120", NULL, "largest part file of save_sharded, bytes"},

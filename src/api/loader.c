@@ -148,6 +148,7 @@ void sl_loader_destroy(sl_loader *l) {
   free((void *)l->copy_done);
   free(l->store.table);
   free(l->records);
+  free(l->stamps);
   sl__job_nodes_free(&l->nodes);
   sl__track_free(&l->track);
   sl__prepare_groups_free(&l->groups);
@@ -272,7 +273,8 @@ static sl_status after_stage(void *ctx, sl__prep_stage stage, sl_status st, doub
     }
     return sl__comm_agree(&l->comm, st, err, "checking the configuration");
   case SL_PREP_CATALOG:
-    return share_catalog(l, st, t0);
+    st = share_catalog(l, st, t0);
+    return st == SL_STATUS_OK ? sl__loader_find_storage(l) : st;
   case SL_PREP_MODEL:
     st = sl__comm_agree(&l->comm, st, err, "instantiating the architecture spec");
     l->t_model = sl__now() - t0;
@@ -419,7 +421,7 @@ static sl_status allocate(sl_loader *l) {
   if (sl__strategy_maps(l->pl.opts.strategy, l->store.backend->host_addressable, l->pl.opts.prefault) &&
       !l->pl.prep.cat.arriving)
     st = sl__filemap_params(&l->pl.prep.cat, &l->pl.sched, &l->pl.plan, l->store.bound, l->pl.opts.strategy,
-                            l->store.param_ptr, l->store.mapped, &l->store.maps, &l->err);
+                            l->stamps, l->store.param_ptr, l->store.mapped, &l->store.maps, &l->err);
   /* One block for all of them where the backend offers it (device memory). */
   uint64_t total = 0;
   for (size_t i = 0; i < l->pl.plan.n_lparams && st == SL_STATUS_OK; i++)
@@ -518,7 +520,9 @@ static sl_status transfer_phase(sl_loader *l) {
                      .coalesce_gap = o->coalesce_gap,
                      .strategy = o->strategy,
                      .one_node = l->nodes.n_nodes == 1,
-                     .copy_done = l->copy_done};
+                     .copy_done = l->copy_done,
+                     .vis = l->pl.po.vis,
+                     .stamps = l->stamps};
   st = st == SL_STATUS_OK ? sl__prepare_gate(&l->pl.prep, &l->comm, &tr.gate, &l->err) : st;
   st = st == SL_STATUS_OK ? sl__transfer_run(&tr, &l->tstats, &l->err) : st;
   st = sl__prepare_download_wait(&l->pl.prep, &l->comm, st, &l->err);

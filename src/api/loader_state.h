@@ -40,6 +40,7 @@ struct sl_loader {
   sl__buf summary;
   sl__progress progress;    /* engine/progress.h: bar, log lines, the caller's callback */
   sl__job_nodes nodes;      /* engine/nodes.h: the job's nodes (rank 0's report) */
+  sl__file_stamp *stamps;   /* per file: this rank's copy as its storage probe accepted it (api/storage.c) */
 };
 
 /* The view api/bind.c and api/params.c work on (a function of the struct: no call into loader.c). */
@@ -57,6 +58,9 @@ static inline void sl__loader_view_of(sl_loader *l, sl__loader_view *out) {
 /* After a transfer: every rank's record to rank 0, which writes the report and the summary
  * (COLLECTIVE; t0: when the load's own phases started). The state becomes STATE_LOADED. */
 sl_status sl__loader_statistics(sl_loader *l, double t0);
+/* COLLECTIVE, after the catalog reached every rank: which ranks can read which files (api/storage.c),
+ * into l->pl.vis and l->stamps; agreed. */
+sl_status sl__loader_find_storage(sl_loader *l);
 /* Rank 0 writes the report file, when configured (COLLECTIVE). */
 sl_status sl__loader_report_file(sl_loader *l);
 

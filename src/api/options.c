@@ -78,6 +78,10 @@ sl_status sl__opts_from_config(const sl_config *cfg, sl__opts *o, sl__err *err) 
                        "'cuda' use auto, direct or io_uring");
   o->prefault = sl__config_bool(cfg, "prefault");
   o->two_phase = sl__config_bool(cfg, "two_phase_reads");
+  const char *storage = sl__config_str(cfg, "storage");
+  o->storage = strcmp(storage, "shared") == 0  ? SL_STORAGE_SHARED
+               : strcmp(storage, "local") == 0 ? SL_STORAGE_LOCAL
+                                               : SL_STORAGE_AUTO;
   uint32_t threads_flag = sl__config_is_set(cfg, "threads") ? u32_key(cfg, "threads", err, &st) : 0;
   if (st != SL_STATUS_OK)
     return st;

@@ -11,6 +11,7 @@
 #include "model/file_select.h"
 #include "model/layout.h"
 #include "model/model.h"
+#include "plan/visibility.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -37,6 +38,7 @@ typedef struct sl__opts {
   uint64_t read_chunk;
   uint64_t coalesce_gap;
   bool two_phase; /* two_phase_reads: row-parallel slices read as whole rows, then exchanged */
+  sl__storage storage; /* which ranks can read the checkpoint (plan/visibility.h) */
   uint64_t bucket_bytes;
   const char *save_dir;
   uint64_t save_max_part;

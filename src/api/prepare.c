@@ -383,6 +383,14 @@ static sl_status run_stage(sl__pipeline *p, const sl__prep_driver *d, sl__prep_s
     if (st != SL_STATUS_OK)
       return st;
     sl__plan_opts_from(&p->opts, &p->layout, p->pp_starts, &p->po);
+    if (d->rank == SL_NONE) { /* a dry run: nodes of ranks_per_node ranks; the files on the first */
+      p->nodes = (sl__node_layout){.ranks_per_node = p->opts.ranks_per_node};
+      if (p->opts.storage == SL_STORAGE_LOCAL &&
+          !sl__visibility_first_node(&p->vis, d->world, (uint32_t)p->prep.cat.n_files, &p->nodes))
+        return sl__err_set(err, SL_STATUS_NOMEM, "out of memory placing the checkpoint's files");
+    }
+    p->po.vis = p->vis.sees != NULL ? &p->vis : NULL;
+    p->po.nodes = &p->nodes;
     return sl__schedule_build(&p->prep.model, &p->prep.cat, &p->po, d->rank,
                               d->rank == SL_NONE ? NULL : &p->plan, &p->sched, err);
   }
@@ -411,6 +419,7 @@ void sl__pipeline_free(sl__pipeline *p) {
     return;
   sl__rank_plan_free(&p->plan);
   sl__schedule_free(&p->sched);
+  sl__visibility_free(&p->vis);
   free(p->pp_starts);
   sl__prepared_free(&p->prep);
   memset(p, 0, sizeof *p);

@@ -20,6 +20,8 @@
 #include "model/model.h"
 #include "model/spec.h"
 #include "plan/plan.h"
+#include "plan/stats.h"
+#include "plan/visibility.h"
 
 typedef struct sl__prepared {
   sl__catalog cat;
@@ -76,6 +78,11 @@ typedef struct sl__pipeline {
   sl__plan_opts po;
   sl__rank_plan plan; /* this rank's; empty without a rank (dry run) */
   sl__schedule sched;
+  /* Which ranks can read which files (the loader's probe, engine/visibility_probe.h, fills it after
+   * the catalog; a dry run's is `storage local`'s first node), and the nodes the planner places
+   * readers on. */
+  sl__visibility vis;
+  sl__node_layout nodes;
 } sl__pipeline;
 
 /* How the stages run: in one process (dry run) or in one rank of a job (loader). */

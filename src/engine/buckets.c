@@ -8,6 +8,7 @@
 
 #include "base/clock.h"
 #include "engine/file_gate.h"
+#include "plan/visibility.h"
 
 #include "base/util.h"
 
@@ -67,7 +68,10 @@ static sl_status wait_bucket_files(sl__engine *e, const sl__bucket *b, bool *abo
   sl__transfer *t = e->t;
   for (uint32_t i = 0; t->gate != NULL && i < b->n_items; i++) {
     const sl__piece *P = &t->sched->pieces[t->sched->items[b->first_item + i].piece];
-    sl_status st = sl__file_gate_wait(t->gate, t->cat->tensors[P->tensor].file, gate_give_up, e, e->err);
+    uint32_t f = t->cat->tensors[P->tensor].file;
+    if (t->vis != NULL && !sl__visibility_sees(t->vis, (uint32_t)t->comm->rank, f))
+      continue; /* it never appears here: the reader's node has it */
+    sl_status st = sl__file_gate_wait(t->gate, f, gate_give_up, e, e->err);
     if (st == SL_STATUS_PEER_FAILED) {
       *aborted = true; /* the abort channel or a reader thread says why */
       return SL_STATUS_OK;

@@ -18,7 +18,8 @@ typedef struct mapper {
   const sl__catalog *cat;
   const sl__schedule *s;
   const sl__rank_plan *plan;
-  uint32_t *first; /* copies by parameter (CSR over plan->copies) */
+  const sl__file_stamp *stamps; /* per file: this rank's own copy where valid, or NULL */
+  uint32_t *first;              /* copies by parameter (CSR over plan->copies) */
   uint32_t *list;
   uint32_t *per_piece; /* this rank's copies per piece */
   int *fds;            /* per file, -1 until opened */
@@ -84,7 +85,8 @@ static sl_status file_fd(mapper *m, uint32_t f, int *fd) {
     int d = open(path, O_RDONLY | O_CLOEXEC);
     if (d < 0)
       return sl__err_set(m->err, SL_STATUS_IO, "cannot open %s: %s", path, strerror(errno));
-    sl_status st = sl__cat_file_check(m->cat, f, d, NULL, m->err);
+    sl__file_stamp own = m->stamps != NULL ? m->stamps[f] : (sl__file_stamp){0};
+    sl_status st = sl__cat_file_check(m->cat, f, d, own.valid ? &own : NULL, m->err);
     if (st != SL_STATUS_OK) {
       close(d);
       return st;
@@ -194,13 +196,14 @@ static uint64_t mapping_budget(void) {
 }
 
 sl_status sl__filemap_params(const sl__catalog *cat, const sl__schedule *s, const sl__rank_plan *plan,
-                             const bool *skip, sl__strategy strategy, void **param_ptr, bool *mapped,
-                             sl__filemaps *out, sl__err *err) {
+                             const bool *skip, sl__strategy strategy, const sl__file_stamp *stamps,
+                             void **param_ptr, bool *mapped, sl__filemaps *out, sl__err *err) {
   memset(out, 0, sizeof *out);
   size_t n = plan->n_lparams;
   mapper m = {.cat = cat,
               .s = s,
               .plan = plan,
+              .stamps = stamps,
               .first = calloc(n + 2, sizeof(uint32_t)),
               .list = calloc(plan->n_copies + 1, sizeof(uint32_t)),
               .per_piece = calloc(s->n_pieces + 1, sizeof(uint32_t)),

@@ -159,6 +159,8 @@ static sl_status prepare(sl__engine *e) {
     st = sl__err_set(e->err, SL_STATUS_NOMEM, "out of memory");
   for (size_t f = 0; e->fds != NULL && f < t->cat->n_files; f++)
     e->fds[f] = -1;
+  if (e->stamps != NULL && t->stamps != NULL) /* the files this rank's probe accepted */
+    memcpy(e->stamps, t->stamps, t->cat->n_files * sizeof *e->stamps);
   if (st == SL_STATUS_OK)
     st = sl__engine_open_files(e);
   if (st == SL_STATUS_OK)

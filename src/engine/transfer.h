@@ -59,6 +59,10 @@ typedef struct sl__transfer {
   bool one_node;
   _Atomic uint64_t *copy_done; /* per copy of the plan: bytes delivered (for tracking) */
   struct sl__file_gate *gate;  /* files still arriving from the Hub (engine/file_gate.h), or NULL */
+  /* Which ranks read which files (engine/visibility_probe.h), or NULL: every rank every file; and
+   * per file this rank's stamp of what it may read (its own copy accepted by its header), or NULL */
+  const struct sl__visibility *vis;
+  const sl__file_stamp *stamps;
 } sl__transfer;
 
 /* Runs the transfer. Returns this rank's status; on failure the abort channel has been raised.

@@ -92,9 +92,15 @@ sl_status sl__catalog_from_headers(const sl__catalog_opts *opts, const sl__cat_h
                                    sl__catalog *out, sl__err *err);
 /* An open descriptor of file f still has the size and the modification and change times the
  * catalog recorded (a file replaced, truncated or rewritten since its header was read must not be
- * read at the old offsets). With stamp: an invalid stamp is filled in (at open); a valid one must
- * still match in size, times, inode and device (after the last read: nothing changed meanwhile). */
+ * read at the old offsets). With stamp: an invalid stamp is filled in (at open); a valid one stands
+ * for the catalog's times (taken at open, or this rank's own copy accepted by its size and header)
+ * and must still match in size, times, inode and device (nothing changed meanwhile). */
 sl_status sl__cat_file_check(const sl__catalog *c, uint32_t f, int fd, sl__file_stamp *stamp, sl__err *err);
+/* What fstat says of fd now (false when it fails). */
+bool sl__cat_file_stamp(int fd, sl__file_stamp *out);
+/* Whether a stamp is the file the catalog read: its size and its modification and change times
+ * (false when the catalog knows no times). */
+bool sl__cat_file_same(const sl__catalog *c, uint32_t f, const sl__file_stamp *s);
 void sl__catalog_free(sl__catalog *c);
 /* Index of the tensor named name, or SL_NONE. */
 uint32_t sl__catalog_find(const sl__catalog *c, const char *name);

@@ -388,3 +388,12 @@ uint32_t sl__class_ranks(const sl__schedule *s, const uint32_t *cls, uint32_t n,
   }
   return len;
 }
+
+uint32_t sl__piece_lowest_member(const sl__schedule *s, const sl__piece *p) {
+  uint32_t low = SL_NONE;
+  for (uint32_t j = 0; j < p->n_classes; j++) {
+    uint32_t first = s->class_ranks[s->class_off[s->piece_classes[p->classes_off + j]]];
+    low = first < low ? first : low;
+  }
+  return low;
+}

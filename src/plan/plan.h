@@ -36,6 +36,10 @@ typedef struct sl__plan_opts {
   uint64_t bucket_bytes; /* broadcast bucket size (0: SL_BUCKET_BYTES_DEFAULT) */
   uint64_t read_chunk;   /* largest single read (effective: see sl__staging_split) */
   bool per_row_reads;    /* no two-phase reads (plan/twophase.h): row-parallel slices row by row */
+  /* Which ranks see which files (plan/visibility.h), or NULL: every rank sees every file. With it,
+   * nodes places a reader that reads for others near them (NULL: no preference). */
+  const struct sl__visibility *vis;
+  const struct sl__node_layout *nodes;
 } sl__plan_opts;
 
 /* Per-rank derived coordinates. */
@@ -113,13 +117,15 @@ void sl__rank_plan_free(sl__rank_plan *p);
 typedef struct sl__piece {
   uint32_t tensor;
   uint32_t reader; /* the one rank that reads it */
-  uint32_t group;  /* broadcast group, or SL_NONE when only the reader needs it */
+  uint32_t group;  /* broadcast group, or SL_NONE when only the reader needs it and reads it */
   uint32_t n_members;
   uint64_t src_off, src_stride, row_bytes, rows;
   uint64_t nbytes;      /* rows * row_bytes (packed size) */
   uint64_t classes_off; /* its member classes: sl__schedule.piece_classes[classes_off ..] */
   uint32_t n_classes;   /* its members are the ranks of these classes (sl__piece_member) */
   uint32_t xchg;        /* two-phase exchange delivering it (plan/twophase.h), or SL_NONE */
+  bool lent; /* the reader is not a member: it reads for ranks that cannot see the file (plan/visibility.h),
+                and its group is the members and the reader */
 } sl__piece;
 
 typedef struct sl__group {
@@ -166,7 +172,8 @@ typedef struct sl__schedule {
   size_t n_xchgs;
   struct sl__xchg *xchgs;         /* two-phase exchanges of row-parallel tensors (plan/twophase.h) */
   uint64_t bytes_exchanged;       /* received in two-phase exchanges, summed over ranks */
-  uint64_t bytes_read_for_others; /* read in two-phase exchanges by a rank that does not need them */
+  /* read by a rank that does not need them: in two-phase exchanges, and lent pieces (plan/visibility.h) */
+  uint64_t bytes_read_for_others;
   sl_rank_stats *stats;        /* per rank */
   uint64_t unique_bytes;       /* sum of piece bytes (each source slice once) */
   uint64_t naive_bytes;        /* sum over ranks of the full tensors they touch */
@@ -188,6 +195,8 @@ void sl__schedule_free(sl__schedule *s);
  * exchanges): flags[g] set for each (flags: n_groups entries, false on entry), their number returned. */
 size_t sl__schedule_broadcasting(const sl__schedule *s, bool *flags);
 
+/* The lowest rank among p's members (plan/pieces.c). */
+uint32_t sl__piece_lowest_member(const sl__schedule *s, const sl__piece *p);
 /* Whether rank is a member of piece p. */
 bool sl__piece_member(const sl__schedule *s, const sl__piece *p, uint32_t rank);
 /* The ranks of classes cls[0 .. n) (distinct), ascending, into out (room for them all); returns their

@@ -21,6 +21,7 @@
 #include "plan/pieces.h"
 #include "plan/plan.h"
 #include "plan/twophase.h"
+#include "plan/visibility.h"
 
 #include "base/hashmap.h"
 #include "base/util.h"
@@ -129,8 +130,11 @@ static uint32_t least_loaded(const sl__schedule *s, const sl__piece *p, const ui
   return best;
 }
 
-/* Exclusive pieces first, then shared ones largest first to the least-loaded member. */
-static sl_status assign_readers(sl__schedule *s, sl__err *err) {
+/* Exclusive pieces first, then shared ones largest first to the least-loaded member; among the ranks
+ * that see each file when some rank does not see some file (plan/visibility.h). */
+static sl_status assign_readers(sl__schedule *s, const sl__catalog *cat, const sl__plan_opts *o, sl__err *err) {
+  if (o->vis != NULL && !o->vis->everywhere)
+    return sl__visibility_readers(s, cat, o->vis, o->nodes, err);
   size_t n = s->n_pieces;
   uint64_t *load = calloc(s->world, sizeof *load);
   uint32_t *shared = calloc(n + 1, sizeof *shared);
@@ -147,10 +151,7 @@ static sl_status assign_readers(sl__schedule *s, sl__err *err) {
     s->unique_bytes += p->nbytes;
     const uint32_t *cls = &s->piece_classes[p->classes_off];
     if (p->xchg != SL_NONE) { /* nominal: every member reads a block of rows; the lowest member */
-      p->reader = SL_NONE;
-      for (uint32_t j = 0; j < p->n_classes; j++)
-        p->reader = s->class_ranks[s->class_off[cls[j]]] < p->reader ? s->class_ranks[s->class_off[cls[j]]]
-                                                                     : p->reader;
+      p->reader = sl__piece_lowest_member(s, p);
     } else if (p->n_members == 1) {
       p->reader = s->class_ranks[s->class_off[cls[0]]];
       load[p->reader] += p->nbytes;
@@ -183,40 +184,78 @@ static sl_status assign_readers(sl__schedule *s, sl__err *err) {
  * 3. Groups
  * ------------------------------------------------------------------------------------------- */
 
-/* Groups: distinct member lists of shared pieces, numbered in piece order. Classes are disjoint,
- * so two pieces have the same members exactly when they have the same classes: the class lists are
- * compared, and a group's ranks are listed once, when it is new. */
+/* Group g (new) of piece p: the ranks of its member classes, and its reader when lent (inserted in
+ * order: members are sorted). */
+static void list_group(const sl__schedule *s, const sl__piece *p, sl__group *g, sl__vec *gm, uint64_t *bits) {
+  uint32_t *m = (uint32_t *)gm->data + gm->len;
+  g->off = gm->len;
+  g->n = sl__class_ranks(s, &s->piece_classes[p->classes_off], p->n_classes, m, bits);
+  if (p->lent) {
+    uint32_t i = g->n;
+    for (; i > 0 && m[i - 1] > p->reader; i--)
+      m[i] = m[i - 1];
+    m[i] = p->reader;
+    g->n++;
+  }
+  gm->len += g->n;
+}
+
+/* The key of p's group: its class list (borrowed from s->piece_classes); a lent piece's is the list
+ * after its reader (copied into key). */
+static const void *group_key(const sl__schedule *s, const sl__piece *p, sl__vec *key, size_t *len) {
+  const uint32_t *cls = &s->piece_classes[p->classes_off];
+  *len = p->n_classes * sizeof *cls;
+  if (!p->lent)
+    return cls;
+  if (!sl__vec_reserve(key, (size_t)p->n_classes + 1))
+    return NULL;
+  uint32_t *k = key->data;
+  k[0] = p->reader;
+  memcpy(&k[1], cls, *len);
+  *len += sizeof *cls;
+  return k;
+}
+
+/* Groups: distinct member lists of shared and lent pieces, numbered in piece order. Classes are
+ * disjoint, so two pieces have the same members exactly when they have the same classes (and the
+ * same lent reader): the class lists are compared, and a group's ranks are listed once, when it is
+ * new. */
 static sl_status build_groups(sl__schedule *s, sl__err *err) {
-  sl__hashmap group_of; /* class list (borrowed from s->piece_classes) → group index */
+  sl__hashmap group_of;      /* class list (borrowed from s->piece_classes) → group index */
+  sl__hashmap lent_group_of; /* reader and class list (copied) → group index */
   sl__hashmap_init(&group_of, SL_HASHMAP_BORROW);
+  sl__hashmap_init(&lent_group_of, SL_HASHMAP_COPY);
   sl__vec groups;
   sl__vec gm;
+  sl__vec key;
   sl__vec_init(&groups, sizeof(sl__group));
   sl__vec_init(&gm, sizeof(uint32_t));
+  sl__vec_init(&key, sizeof(uint32_t));
   uint64_t *bits = calloc(((size_t)s->world + 63) / 64 + 1, sizeof *bits);
   sl_status st = bits != NULL ? SL_STATUS_OK : SL_STATUS_NOMEM;
   for (size_t i = 0; i < s->n_pieces && st == SL_STATUS_OK; i++) {
     sl__piece *p = &s->pieces[i];
-    if (p->n_members < 2 || p->xchg != SL_NONE)
+    if ((p->n_members < 2 && !p->lent) || p->xchg != SL_NONE)
       continue;
-    const uint32_t *cls = &s->piece_classes[p->classes_off];
+    size_t len = 0;
+    const void *k = group_key(s, p, &key, &len);
     bool added = false;
-    sl__hashval *v = sl__hashmap_slot(&group_of, cls, p->n_classes * sizeof *cls, &added);
+    sl__hashval *v = k != NULL ? sl__hashmap_slot(p->lent ? &lent_group_of : &group_of, k, len, &added) : NULL;
     sl__group *g = v != NULL && added ? sl__vec_push(&groups) : NULL;
-    if (v == NULL || (added && (g == NULL || !sl__vec_reserve(&gm, gm.len + p->n_members)))) {
+    if (v == NULL || (added && (g == NULL || !sl__vec_reserve(&gm, gm.len + p->n_members + 1)))) {
       st = SL_STATUS_NOMEM;
       break;
     }
     if (added) {
-      g->n = p->n_members;
-      g->off = gm.len;
-      gm.len += sl__class_ranks(s, cls, p->n_classes, (uint32_t *)gm.data + gm.len, bits);
+      list_group(s, p, g, &gm, bits);
       v->u64 = groups.len - 1;
     }
     p->group = (uint32_t)v->u64;
   }
   free(bits);
+  sl__vec_free(&key);
   sl__hashmap_free(&group_of);
+  sl__hashmap_free(&lent_group_of);
   if (st != SL_STATUS_OK) {
     sl__vec_free(&groups);
     sl__vec_free(&gm);
@@ -381,9 +420,10 @@ static sl_status rank_figures(sl__schedule *s, const sl__catalog *cat, const sl_
       files[bit / 8] |= (uint8_t)(1u << (bit % 8));
       rs->files_opened++;
     }
-    if (p->n_members > 1) {
+    if (p->n_members > 1 || p->lent) { /* a lent reader is in none of the classes it sends to */
       rs->bytes_sent += p->nbytes;
-      sent[p->reader] += p->nbytes;
+      sent[p->reader] += p->lent ? 0 : p->nbytes;
+      s->bytes_read_for_others += p->lent ? p->nbytes : 0;
       for (uint32_t j = 0; j < p->n_classes; j++)
         shared[s->piece_classes[p->classes_off + j]] += p->nbytes;
     }
@@ -447,9 +487,9 @@ sl_status sl__schedule_build(const sl__model *m, const sl__catalog *cat, const s
   if (st == SL_STATUS_OK)
     st = sl__pieces_build(m, cat, o, own_rank, own, out, err);
   if (st == SL_STATUS_OK)
-    st = sl__twophase_find(out, o, err);
+    st = sl__twophase_find(out, cat, o, err);
   if (st == SL_STATUS_OK)
-    st = assign_readers(out, err);
+    st = assign_readers(out, cat, o, err);
   if (st == SL_STATUS_OK)
     st = build_groups(out, err);
   if (st == SL_STATUS_OK)

@@ -26,6 +26,13 @@ typedef struct sl__node_layout {
   bool from_job;
 } sl__node_layout;
 
+/* The node of rank in the layout. */
+static inline uint32_t sl__node_layout_of(const sl__node_layout *l, uint32_t rank) {
+  if (l->node_of != NULL)
+    return l->node_of[rank];
+  return rank / (l->ranks_per_node > 0 ? l->ranks_per_node : 1);
+}
+
 /* One node's figures: measured (load) or planned (dry run) bytes of its ranks, and the model's. */
 typedef struct sl__node_figures {
   uint32_t ranks;

@@ -27,13 +27,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static uint32_t node_of(const sl__node_layout *l, uint32_t rank) {
-  if (l->node_of != NULL)
-    return l->node_of[rank];
-  uint32_t rpn = l->ranks_per_node > 0 ? l->ranks_per_node : 1;
-  return rank / rpn;
-}
-
 /* A run: the same column range [c0, c1) of `rows` rows `stride` apart from file offset base; or a
  * contiguous range (stride 0, rows 1). */
 typedef struct run {
@@ -96,7 +89,7 @@ static sl_status storage_blocks(sl__figures *f, const sl__schedule *s, const sl_
       sl__xchg_rows(X, g->n, m, UINT64_MAX, &lo, &hi);
       uint64_t base = t->offset + X->src_off + lo * X->row_bytes;
       if (hi > lo)
-        f->nodes[node_of(l, s->group_members[g->off + m])].storage +=
+        f->nodes[sl__node_layout_of(l, s->group_members[g->off + m])].storage +=
             B * blocks_of(base, base + (hi - lo) * X->row_bytes, B);
     }
   }
@@ -105,7 +98,7 @@ static sl_status storage_blocks(sl__figures *f, const sl__schedule *s, const sl_
     if (P->xchg != SL_NONE)
       continue; /* read as whole rows, above */
     const sl__cat_tensor *t = &cat->tensors[P->tensor];
-    uint32_t node = node_of(l, P->reader);
+    uint32_t node = sl__node_layout_of(l, P->reader);
     if (P->rows <= 1 || P->src_stride == P->row_bytes) {
       uint64_t base = t->offset + P->src_off;
       f->nodes[node].storage += B * blocks_of(base, base + P->nbytes, B);
@@ -157,7 +150,7 @@ static bool group_nodes(const sl__schedule *s, const sl__node_layout *l, net_scr
   for (size_t g = 0; g < s->n_groups; g++) {
     const sl__group *G = &s->groups[g];
     for (uint32_t j = 0; j < G->n; j++) {
-      uint32_t node = node_of(l, s->group_members[G->off + j]);
+      uint32_t node = sl__node_layout_of(l, s->group_members[G->off + j]);
       if (ns->seen[node] != g + 1) {
         ns->seen[node] = (uint32_t)g + 1;
         ns->gnodes[len++] = node;
@@ -181,7 +174,7 @@ static uint32_t exchange_nodes(const sl__schedule *s, const sl__xchg *X, const s
   const sl__group *g = &s->groups[X->group];
   uint32_t n_nodes = 0;
   for (uint32_t m = 0; m < g->n; m++) {
-    uint32_t node = node_of(l, s->group_members[g->off + m]);
+    uint32_t node = sl__node_layout_of(l, s->group_members[g->off + m]);
     if (ns->seen[node] != stamp) {
       ns->seen[node] = stamp;
       ns->cnt[0][node] = ns->cnt[1][node] = 0;
@@ -269,7 +262,7 @@ static sl_status broadcasts(sl__figures *f, const sl__schedule *s, const sl__nod
     uint32_t n = (uint32_t)(ns.gnodes_off[bk->group + 1] - ns.gnodes_off[bk->group]);
     if (n <= 1)
       continue; /* within one node: shared memory */
-    uint32_t root = node_of(l, bk->reader);
+    uint32_t root = sl__node_layout_of(l, bk->reader);
     uint32_t copies = 0; /* ceil(log2 n): the levels of a binomial tree */
     while ((1u << copies) < n)
       copies++;
@@ -304,7 +297,7 @@ sl_status sl__figures_predict(sl__figures *f, const sl_rank_stats *stats, const 
   if (f->nodes == NULL)
     return sl__err_set(err, SL_STATUS_NOMEM, "out of memory in the time model");
   for (uint32_t r = 0; r < f->world; r++) {
-    sl__node_figures *n = &f->nodes[node_of(layout, r)];
+    sl__node_figures *n = &f->nodes[sl__node_layout_of(layout, r)];
     n->ranks++;
     n->read += stats[r].bytes_read;
     n->received += stats[r].bytes_received;

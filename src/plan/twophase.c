@@ -4,6 +4,7 @@
 #include "plan/twophase.h"
 
 #include "base/util.h"
+#include "plan/visibility.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -76,7 +77,7 @@ static uint32_t union_classes(const sl__schedule *s, size_t k, uint32_t n, uint3
   return len;
 }
 
-sl_status sl__twophase_find(sl__schedule *s, const sl__plan_opts *o, sl__err *err) {
+sl_status sl__twophase_find(sl__schedule *s, const sl__catalog *cat, const sl__plan_opts *o, sl__err *err) {
   sl__vec xs;
   sl__vec_init(&xs, sizeof(sl__xchg));
   uint32_t *u = calloc((size_t)s->n_classes + 1, sizeof *u);
@@ -89,6 +90,9 @@ sl_status sl__twophase_find(sl__schedule *s, const sl__plan_opts *o, sl__err *er
     uint32_t n = tiling_at(s, k);
     uint32_t members = 0;
     if (n == 0 || union_classes(s, k, n, u, &members) == 0)
+      members = 0;
+    /* Every member reads rows: only where every rank sees the file (plan/visibility.h). */
+    if (members > 0 && o->vis != NULL && o->vis->seers[cat->tensors[s->pieces[k].tensor].file] < o->vis->world)
       members = 0;
     const sl__piece *p = &s->pieces[k];
     /* A round holds at least one row read and its columns received from every member. */

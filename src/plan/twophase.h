@@ -42,7 +42,7 @@ uint32_t sl__xchg_col_of(const sl__schedule *s, const sl__xchg *x, uint32_t rank
 /* Bucket slot bytes of one round: the rows read plus the columns received. */
 uint64_t sl__xchg_slot_bytes(const sl__xchg *x, uint32_t n);
 
-sl_status sl__twophase_find(sl__schedule *s, const sl__plan_opts *o, sl__err *err);
+sl_status sl__twophase_find(sl__schedule *s, const sl__catalog *cat, const sl__plan_opts *o, sl__err *err);
 sl_status sl__twophase_groups(sl__schedule *s, sl__err *err);
 sl_status sl__twophase_buckets(sl__schedule *s, sl__err *err);
 void sl__twophase_figures(sl__schedule *s, const sl__catalog *cat, uint8_t *files);

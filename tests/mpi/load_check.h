@@ -20,6 +20,9 @@ typedef struct lc_case {
   bool checkpoint;         /* layout checkpoint */
   bool no_coalesce;        /* coalesce_gap_bytes 0: then no rank may read a byte it does not need */
   const char *extra[8];    /* more config keys and values: key, value, key, value, ..., NULL */
+  /* Load from this folder instead (a copy of the fixture that some ranks cannot see, tests/mpi/
+   * hide_files.sh); the reference still reads the fixture. Then a rank may read bytes for others. */
+  const char *model_dir;
   sl_status expect;        /* non-OK: the load must fail with this status (overrides the reference) */
   const char *expect_text; /* ... and a message containing this */
 } lc_case;

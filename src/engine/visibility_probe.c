@@ -1,0 +1,200 @@
+/*
+ * engine/visibility_probe.c — which ranks of the job can read which checkpoint files (the
+ * configuration key storage; docs/spec/STORAGE.md). COLLECTIVE, after rank 0's catalog reached
+ * every rank:
+ *   1. every rank opens each file at its path: the file the catalog read (its size and times: a
+ *      shared volume) is seen; a file of another size, or none, is not; one of the same size with
+ *      other times is a copy (a node's own disk) to compare;
+ *   2. if some rank holds a copy, rank 0 sends the fingerprint of those files' headers and each such
+ *      rank compares its own: equal, it reads from its copy; different, it receives that file;
+ *   3. every rank's row of bits reaches every rank (an allgather).
+ * Every rank takes part in every collective whatever happened locally (a rank that stopped would
+ * hang the others); a local failure is returned for the caller's agreement.
+ */
+#include "engine/visibility_probe.h"
+
+#include "base/log.h"
+#include "base/util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* A file's fingerprint covers its size and its header: a safetensors file's JSON header (bounded
+ * as the format bounds it), the first bytes of any other. */
+#define SL_PROBE_PREFIX_BYTES 65536
+#define SL_PROBE_HEADER_MAX (100u * 1024 * 1024)
+
+typedef enum seen { SEEN_NO, SEEN_SAME, SEEN_COPY } seen;
+
+static uint64_t fingerprint(int fd, uint64_t size, bool safetensors, bool *ok) {
+  uint64_t len = size < SL_PROBE_PREFIX_BYTES ? size : SL_PROBE_PREFIX_BYTES;
+  uint8_t head[8];
+  if (safetensors && size >= 8 && pread(fd, head, 8, 0) == 8) {
+    uint64_t n = 0;
+    for (int i = 7; i >= 0; i--)
+      n = (n << 8) | head[i];
+    if (n <= SL_PROBE_HEADER_MAX && n <= size - 8)
+      len = 8 + n;
+  }
+  uint8_t *buf = malloc(len + 1);
+  sl__err e;
+  sl__err_clear(&e);
+  *ok = buf != NULL && sl__pread_full(fd, buf, len, 0, false, "", NULL, NULL, &e) == SL_STATUS_OK;
+  uint64_t h = *ok ? sl__hash_bytes(buf, len) ^ (size * 0x9e3779b97f4a7c15ULL) : 0;
+  free(buf);
+  return h;
+}
+
+/* Step 1 for file f: what this rank sees at its path (its stamp kept when it may read it). */
+static seen look(const sl__catalog *cat, uint32_t f, int *fd_out, sl__file_stamp *stamp) {
+  *fd_out = -1;
+  int fd = open(cat->files[f].path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    SL_DEBUG("cannot open %s: %s", cat->files[f].path, strerror(errno));
+    return SEEN_NO;
+  }
+  if (!sl__cat_file_stamp(fd, stamp) || stamp->size != cat->files[f].size) {
+    SL_WARN("%s here is not the file rank 0 read (%llu bytes, expected %llu): its bytes come from ranks that "
+            "have it",
+            cat->files[f].path, (unsigned long long)stamp->size, (unsigned long long)cat->files[f].size);
+    close(fd);
+    stamp->valid = false;
+    return SEEN_NO;
+  }
+  if (sl__cat_file_same(cat, f, stamp)) {
+    close(fd);
+    return SEEN_SAME;
+  }
+  *fd_out = fd;
+  return SEEN_COPY;
+}
+
+/* Steps 2 and 3 for the copies of this rank: rank 0's fingerprints of the files some rank holds a
+ * copy of, compared with this rank's own. */
+static sl_status compare_copies(sl__comm *c, const sl__catalog *cat, const uint8_t *any_copy, seen *mine, int *fds,
+                                sl__file_stamp *stamps, sl__err *err) {
+  uint32_t n = (uint32_t)cat->n_files;
+  bool safetensors = cat->format != SL_FORMAT_PT && cat->format != SL_FORMAT_SHARDED_STATE;
+  uint8_t *blob = NULL;
+  size_t len = 0;
+  sl_status st = SL_STATUS_OK;
+  if (c->rank == 0) {
+    len = (size_t)n * sizeof(uint64_t);
+    blob = calloc(len + 1, 1);
+    for (uint32_t f = 0; blob != NULL && f < n; f++) {
+      if (!((any_copy[f / 8] >> (f % 8)) & 1u))
+        continue;
+      int fd = open(cat->files[f].path, O_RDONLY | O_CLOEXEC);
+      bool ok = fd >= 0;
+      uint64_t h = ok ? fingerprint(fd, cat->files[f].size, safetensors, &ok) : 0;
+      if (fd >= 0)
+        close(fd);
+      memcpy(blob + (size_t)f * sizeof h, &h, sizeof h);
+    }
+    if (blob == NULL)
+      len = 0;
+  }
+  st = sl__comm_bcast_blob(c, &blob, &len, 0, err);
+  for (uint32_t f = 0; st == SL_STATUS_OK && f < n; f++) {
+    if (mine[f] != SEEN_COPY)
+      continue;
+    bool ok = len == (size_t)n * sizeof(uint64_t);
+    uint64_t theirs = 0;
+    if (ok)
+      memcpy(&theirs, blob + (size_t)f * sizeof theirs, sizeof theirs);
+    uint64_t h = ok ? fingerprint(fds[f], cat->files[f].size, safetensors, &ok) : 0;
+    if (!ok || theirs == 0 || h != theirs) {
+      SL_WARN("%s here differs from rank 0's (same size, another header): its bytes come from ranks that have "
+              "it",
+              cat->files[f].path);
+      mine[f] = SEEN_NO;
+      stamps[f].valid = false;
+    }
+  }
+  free(blob);
+  return st;
+}
+
+/* This rank's row of bits: the files it sees (after the copies were compared). */
+static void my_row(const seen *mine, uint32_t n, uint8_t *bits) {
+  for (uint32_t f = 0; f < n; f++)
+    if (mine[f] != SEEN_NO)
+      bits[f / 8] |= (uint8_t)(1u << (f % 8));
+}
+
+/* Every buffer is allocated before the first collective: a rank that ran out of memory returns
+ * before it, and the others' waits end at the watchdog's deadline (timeout_s) naming it. */
+static sl_status probe_auto(sl__comm *c, const sl__catalog *cat, sl__visibility *out, sl__file_stamp *stamps,
+                            sl__err *err) {
+  uint32_t n = (uint32_t)cat->n_files;
+  size_t row = ((size_t)n + 7) / 8;
+  seen *mine = calloc((size_t)n + 1, sizeof *mine);
+  int *fds = calloc((size_t)n + 1, sizeof *fds);
+  uint8_t *copies = calloc(row + 1, 1);
+  uint8_t *bits = calloc(row + 1, 1);
+  if (mine == NULL || fds == NULL || copies == NULL || bits == NULL ||
+      !sl__visibility_alloc(out, (uint32_t)c->size, n)) {
+    free(mine);
+    free(fds);
+    free(copies);
+    free(bits);
+    return sl__err_set(err, SL_STATUS_NOMEM, "out of memory checking which files each rank sees");
+  }
+  for (uint32_t f = 0; f < n; f++) {
+    mine[f] = look(cat, f, &fds[f], &stamps[f]);
+    if (mine[f] == SEEN_COPY)
+      copies[f / 8] |= (uint8_t)(1u << (f % 8));
+  }
+  sl_status st = sl__comm_allreduce_bor(c, copies, row, err);
+  bool any = false;
+  for (size_t i = 0; i < row; i++)
+    any = any || copies[i] != 0;
+  if (st == SL_STATUS_OK && any) /* the same answer on every rank: all take part in the broadcast or none */
+    st = compare_copies(c, cat, copies, mine, fds, stamps, err);
+  for (uint32_t f = 0; f < n; f++)
+    if (fds[f] >= 0)
+      close(fds[f]);
+  my_row(mine, n, bits);
+  if (st == SL_STATUS_OK)
+    st = sl__comm_allgather(c, bits, row, out->sees, "which files each rank sees", err);
+  if (st == SL_STATUS_OK)
+    sl__visibility_count(out);
+  free(mine);
+  free(fds);
+  free(copies);
+  free(bits);
+  return st;
+}
+
+sl_status sl__visibility_probe(sl__comm *c, const sl__catalog *cat, sl__storage mode, const sl__node_layout *nodes,
+                               sl__visibility *out, sl__file_stamp *stamps, sl__err *err) {
+  uint32_t world = (uint32_t)c->size;
+  uint32_t n = (uint32_t)cat->n_files;
+  /* Files still downloading cannot be looked at: where they will appear is the shared volume's
+   * question, which `storage local` answers for a cache on rank 0's node. */
+  if (mode == SL_STORAGE_SHARED || (mode == SL_STORAGE_AUTO && (cat->arriving || world == 1))) {
+    sl__visibility_everywhere(out, world, n);
+    return SL_STATUS_OK;
+  }
+  if (mode == SL_STORAGE_LOCAL)
+    return sl__visibility_first_node(out, world, n, nodes)
+               ? SL_STATUS_OK
+               : sl__err_set(err, SL_STATUS_NOMEM, "out of memory placing the checkpoint's files");
+  sl_status st = probe_auto(c, cat, out, stamps, err);
+  if (st == SL_STATUS_OK && c->rank == 0 && !out->everywhere) {
+    uint32_t all = 0;
+    for (uint32_t r = 0; r < world; r++) {
+      uint32_t k = 0;
+      for (uint32_t f = 0; f < n; f++)
+        k += sl__visibility_sees(out, r, f);
+      all += k == n;
+    }
+    SL_INFO("storage: %u of %u ranks can read every checkpoint file; the others receive the bytes they cannot "
+            "read from ranks that can",
+            all, world);
+  }
+  return st;
+}
