@@ -95,7 +95,9 @@ static sl__plan_report report_of(const sl_dryrun *d) {
                                      .tp = o->tp,
                                      .pp = o->pp,
                                      .dp = o->dp,
-                                     .expert_parallel = o->enable_ep},
+                                     .expert_parallel = o->enable_ep,
+                                     .storage = sl__storage_name(o->storage),
+                                     .vis = d->pl.po.vis},
                            .world = d->world,
                            .seconds = d->seconds,
                            .fig = &d->fig};

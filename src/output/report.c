@@ -31,6 +31,44 @@ static void parallel_json(sl__buf *b, const sl__report_setup *s) {
                   json_bool(s->expert_parallel));
 }
 
+/* How many ranks could read every file, and none: 0 ranks read an unseen file. */
+static void storage_counts(const sl__report_setup *s, uint32_t world, uint32_t *every, uint32_t *none) {
+  *every = world;
+  *none = 0;
+  if (s->vis == NULL || s->vis->everywhere)
+    return;
+  *every = 0;
+  for (uint32_t r = 0; r < world; r++) {
+    uint32_t k = 0;
+    for (uint32_t f = 0; f < s->vis->n_files; f++)
+      k += sl__visibility_sees(s->vis, r, f);
+    *every += k == s->vis->n_files;
+    *none += k == 0;
+  }
+}
+
+/* `"storage":{..}`: where the checkpoint could be read (docs/spec/STORAGE.md). */
+static void storage_json(sl__buf *b, const sl__report_setup *s, uint32_t world) {
+  uint32_t every, none;
+  storage_counts(s, world, &every, &none);
+  sl__buf_appendf(
+      b, "\"storage\":{\"mode\":\"%s\",\"ranks_reading_every_file\":%u,\"ranks_reading_no_file\":%u}",
+      s->storage != NULL ? s->storage : "shared", every, none);
+}
+
+/* `  storage local: 4 of 8 ranks could read the checkpoint, ...` when some rank could not. */
+static void storage_summary(sl__buf *b, const sl__report_setup *s, uint32_t world) {
+  uint32_t every, none;
+  storage_counts(s, world, &every, &none);
+  if (every == world)
+    return;
+  sl__buf_appendf(
+      b,
+      "  storage %s: %u of %u ranks could read every checkpoint file, %u none; the others received "
+      "what they could not read\n",
+      s->storage != NULL ? s->storage : "shared", every, world, none);
+}
+
 /* plan/plan.h's count of broadcasting groups (a scratch flag per group). */
 static size_t broadcasting_groups(const sl__schedule *sc) {
   bool *flags = calloc(sc->n_groups + 1, sizeof *flags);
@@ -98,6 +136,8 @@ static void load_header_json(const sl__load_report *r, sl__buf *b) {
       sl__placement_name(r->placement), json_bool(r->eplb), r->threads, r->strategy, json_bool(r->prefault),
       json_bool(r->two_phase),
       s->cat->n_files, s->cat->n_tensors, (unsigned long long)s->sched->checkpoint_bytes);
+  storage_json(b, s, (uint32_t)r->world);
+  sl__buf_appendf(b, ",");
   sl__buf_appendf(
       b,
       "\"phases\":{\"resolve_seconds\":%.6f,\"catalog_broadcast_seconds\":%.6f,\"model_seconds\":%.6f,"
@@ -231,6 +271,7 @@ void sl__report_load_summary(const sl__load_report *r, sl__buf *b) {
     sl__buf_appendf(b,
                     "  %llu NCCL communicator%s over %zu broadcasting group%s, released after the transfer\n",
                     (unsigned long long)comms, comms == 1 ? "" : "s", groups, groups == 1 ? "" : "s");
+  storage_summary(b, s, (uint32_t)r->world);
   strategy_summary(r, b);
 }
 
@@ -253,6 +294,8 @@ void sl__report_plan_json(const sl__plan_report *r, sl__buf *b) {
                   (unsigned long long)s->m->experts, s->m->n_layers, (unsigned long long)sc->checkpoint_bytes,
                   s->cat->n_files, s->cat->n_tensors, r->seconds);
   schedule_json(b, sc);
+  sl__buf_appendf(b, ",");
+  storage_json(b, s, r->world);
   sl__buf_appendf(b,
                   ",\"tensors_read\":%llu,\"tensors_read_by_one_rank\":%llu,\"expert_tensors\":%llu,"
                   "\"expert_tensors_read_by_one_rank\":%llu,",
@@ -281,5 +324,6 @@ void sl__report_plan_summary(const sl__plan_report *r, sl__buf *b) {
                   sc->n_pieces, sc->n_groups, sc->n_buckets, (unsigned long long)sc->tensors_one_reader,
                   (unsigned long long)sc->tensors_read, (unsigned long long)sc->expert_tensors_one_reader,
                   (unsigned long long)sc->expert_tensors);
+  storage_summary(b, s, r->world);
   sl__figures_table(b, r->fig, sc->stats, 64);
 }

@@ -15,6 +15,7 @@
 #include "model/model.h"
 #include "plan/plan.h"
 #include "plan/stats.h"
+#include "plan/visibility.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -49,6 +50,8 @@ typedef struct sl__report_setup {
   const sl__schedule *sched;
   uint32_t tp, pp, dp;
   bool expert_parallel;
+  const char *storage;       /* the storage key: auto, shared or local */
+  const sl__visibility *vis; /* which ranks read which files, or NULL: every rank every file */
 } sl__report_setup;
 
 /* A load. */

@@ -14,6 +14,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+const char *sl__storage_name(sl__storage s) {
+  return s == SL_STORAGE_SHARED ? "shared" : s == SL_STORAGE_LOCAL ? "local" : "auto";
+}
+
 void sl__visibility_everywhere(sl__visibility *v, uint32_t world, uint32_t n_files) {
   memset(v, 0, sizeof *v);
   v->world = world;

@@ -35,6 +35,8 @@ typedef struct sl__visibility {
   bool everywhere;  /* every rank sees every file (then the planner ignores it) */
 } sl__visibility;
 
+/* "auto", "shared" or "local". */
+const char *sl__storage_name(sl__storage s);
 /* Every rank sees every file (a shared volume): nothing allocated. */
 void sl__visibility_everywhere(sl__visibility *v, uint32_t world, uint32_t n_files);
 /* An empty visibility (nobody sees anything) for world × n_files; false when out of memory. */
