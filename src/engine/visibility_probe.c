@@ -8,6 +8,9 @@
  *   2. if some rank holds a copy, rank 0 sends the fingerprint of those files' headers and each such
  *      rank compares its own: equal, it reads from its copy; different, it receives that file;
  *   3. every rank's row of bits reaches every rank (an allgather).
+ * While the files still arrive from the Hub they cannot be looked at: rank 0 writes a token file
+ * into the model folder instead, and the ranks that read the same token there see the folder (a
+ * shared volume or cache); the others, a node-local cache elsewhere, receive every byte.
  * Every rank takes part in every collective whatever happened locally (a rank that stopped would
  * hang the others); a local failure is returned for the caller's agreement.
  */
@@ -18,6 +21,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
+#include <sys/random.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -169,13 +174,94 @@ static sl_status probe_auto(sl__comm *c, const sl__catalog *cat, sl__visibility 
   return st;
 }
 
+#define SL_PROBE_TOKEN_BYTES 16
+
+/* Rank 0's token file in the folder: its path from the token's bytes. */
+static void token_path(const sl__catalog *cat, const uint8_t *token, char *out, size_t cap) {
+  int n = snprintf(out, cap, "%s/.shardload-probe-", cat->folder);
+  for (int i = 0; i < SL_PROBE_TOKEN_BYTES && n > 0 && (size_t)n + 3 < cap; i++)
+    n += snprintf(out + n, cap - (size_t)n, "%02x", token[i]);
+}
+
+/* Rank 0 writes a random token into the folder; true when it could. */
+static bool token_write(const sl__catalog *cat, uint8_t *token) {
+  if (getrandom(token, SL_PROBE_TOKEN_BYTES, GRND_NONBLOCK) != SL_PROBE_TOKEN_BYTES)
+    return false;
+  char path[4096];
+  token_path(cat, token, path, sizeof path);
+  int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    SL_DEBUG("cannot write %s (taking the model folder as shared): %s", path, strerror(errno));
+    return false;
+  }
+  bool ok = write(fd, token, SL_PROBE_TOKEN_BYTES) == SL_PROBE_TOKEN_BYTES;
+  ok = close(fd) == 0 && ok;
+  if (!ok)
+    unlink(path);
+  return ok;
+}
+
+/* Whether this rank reads rank 0's token at its path. */
+static bool token_seen(const sl__catalog *cat, const uint8_t *token) {
+  char path[4096];
+  token_path(cat, token, path, sizeof path);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  uint8_t got[SL_PROBE_TOKEN_BYTES + 1];
+  bool ok = fd >= 0 && read(fd, got, sizeof got) == SL_PROBE_TOKEN_BYTES &&
+            memcmp(got, token, SL_PROBE_TOKEN_BYTES) == 0;
+  if (fd >= 0)
+    close(fd);
+  return ok;
+}
+
+/* The files still arrive: who sees rank 0's model folder sees them all, when they come. A rank
+ * that could not allocate its answer's room returns before the allgather; the others' wait ends at
+ * the watchdog's deadline (timeout_s), naming it. */
+static sl_status probe_folder(sl__comm *c, const sl__catalog *cat, sl__visibility *out, sl__err *err) {
+  uint32_t world = (uint32_t)c->size;
+  uint32_t n = (uint32_t)cat->n_files;
+  uint8_t *blob = NULL;
+  size_t len = 0;
+  if (c->rank == 0) {
+    blob = calloc(SL_PROBE_TOKEN_BYTES, 1);
+    len = blob != NULL && token_write(cat, blob) ? SL_PROBE_TOKEN_BYTES : 0;
+  }
+  sl_status st = sl__comm_bcast_blob(c, &blob, &len, 0, err);
+  bool wrote = st == SL_STATUS_OK && len == SL_PROBE_TOKEN_BYTES;
+  uint8_t mine = c->rank == 0 || (wrote && token_seen(cat, blob));
+  uint8_t *who = calloc((size_t)world + 1, 1);
+  if (st == SL_STATUS_OK && wrote)
+    st = who != NULL ? sl__comm_allgather(c, &mine, 1, who, "which ranks see the model folder", err)
+                     : sl__err_set(err, SL_STATUS_NOMEM, "out of memory");
+  if (c->rank == 0 && wrote) {
+    char path[4096];
+    token_path(cat, blob, path, sizeof path);
+    unlink(path);
+  }
+  bool all = true;
+  for (uint32_t r = 0; st == SL_STATUS_OK && wrote && r < world; r++)
+    all = all && who[r];
+  if (st == SL_STATUS_OK && (!wrote || all)) {
+    sl__visibility_everywhere(out, world, n);
+  } else if (st == SL_STATUS_OK) {
+    if (!sl__visibility_alloc(out, world, n))
+      st = sl__err_set(err, SL_STATUS_NOMEM, "out of memory");
+    for (uint32_t r = 0; st == SL_STATUS_OK && r < world; r++)
+      for (uint32_t f = 0; f < n && who[r]; f++)
+        sl__visibility_set(out, r, f);
+    if (st == SL_STATUS_OK)
+      sl__visibility_count(out);
+  }
+  free(who);
+  free(blob);
+  return st;
+}
+
 sl_status sl__visibility_probe(sl__comm *c, const sl__catalog *cat, sl__storage mode, const sl__node_layout *nodes,
                                sl__visibility *out, sl__file_stamp *stamps, sl__err *err) {
   uint32_t world = (uint32_t)c->size;
   uint32_t n = (uint32_t)cat->n_files;
-  /* Files still downloading cannot be looked at: where they will appear is the shared volume's
-   * question, which `storage local` answers for a cache on rank 0's node. */
-  if (mode == SL_STORAGE_SHARED || (mode == SL_STORAGE_AUTO && (cat->arriving || world == 1))) {
+  if (mode == SL_STORAGE_SHARED || world == 1) {
     sl__visibility_everywhere(out, world, n);
     return SL_STATUS_OK;
   }
@@ -183,7 +269,7 @@ sl_status sl__visibility_probe(sl__comm *c, const sl__catalog *cat, sl__storage 
     return sl__visibility_first_node(out, world, n, nodes)
                ? SL_STATUS_OK
                : sl__err_set(err, SL_STATUS_NOMEM, "out of memory placing the checkpoint's files");
-  sl_status st = probe_auto(c, cat, out, stamps, err);
+  sl_status st = cat->arriving ? probe_folder(c, cat, out, err) : probe_auto(c, cat, out, stamps, err);
   if (st == SL_STATUS_OK && c->rank == 0 && !out->everywhere) {
     uint32_t all = 0;
     for (uint32_t r = 0; r < world; r++) {

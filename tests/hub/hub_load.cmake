@@ -33,3 +33,13 @@ else()
 endif()
 set_tests_properties(hub_overlap_cached PROPERTIES LABELS hub TIMEOUT 300 SKIP_RETURN_CODE 77 FIXTURES_REQUIRED models
   PROCESSORS 2 ENVIRONMENT "${SL_TEST_ENV}")
+
+# An overlapped load into a cache only rank 0 sees (tests/hub/test_hub_overlap_local.py): the others
+# receive every byte; rank 0's token in the model folder tells who sees the cache.
+if(Python3_Interpreter_FOUND)
+  add_test(NAME hub_overlap_local COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_LIST_DIR}/test_hub_overlap_local.py)
+else()
+  add_test(NAME hub_overlap_local COMMAND sh -c "echo 'python3 not found: skipped'; exit 77")
+endif()
+set_tests_properties(hub_overlap_local PROPERTIES LABELS hub TIMEOUT 300 SKIP_RETURN_CODE 77 FIXTURES_REQUIRED models
+  PROCESSORS 3 ENVIRONMENT "${SL_TEST_ENV}")
