@@ -397,3 +397,12 @@ uint32_t sl__piece_lowest_member(const sl__schedule *s, const sl__piece *p) {
   }
   return low;
 }
+
+int sl__piece_cmp_size_desc(const void *a, const void *b, void *ctx) {
+  const sl__piece *base = ctx;
+  uint32_t ia = *(const uint32_t *)a;
+  uint32_t ib = *(const uint32_t *)b;
+  if (base[ia].nbytes != base[ib].nbytes)
+    return base[ia].nbytes > base[ib].nbytes ? -1 : 1;
+  return ia < ib ? -1 : (ia > ib ? 1 : 0);
+}

@@ -195,6 +195,8 @@ void sl__schedule_free(sl__schedule *s);
  * exchanges): flags[g] set for each (flags: n_groups entries, false on entry), their number returned. */
 size_t sl__schedule_broadcasting(const sl__schedule *s, bool *flags);
 
+/* qsort_r order of piece indexes (uint32_t) by size, largest first, then index; ctx: the pieces. */
+int sl__piece_cmp_size_desc(const void *a, const void *b, void *ctx);
 /* The lowest rank among p's members (plan/pieces.c). */
 uint32_t sl__piece_lowest_member(const sl__schedule *s, const sl__piece *p);
 /* Whether rank is a member of piece p. */

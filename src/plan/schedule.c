@@ -84,17 +84,6 @@ void sl__schedule_free(sl__schedule *s) {
  * 2. Readers
  * ------------------------------------------------------------------------------------------- */
 
-static int cmp_piece_size_desc(const void *a, const void *b, void *ctx) {
-  const sl__piece *base = ctx;
-  uint32_t ia = *(const uint32_t *)a;
-  uint32_t ib = *(const uint32_t *)b;
-  const sl__piece *x = &base[ia];
-  const sl__piece *y = &base[ib];
-  if (x->nbytes != y->nbytes)
-    return x->nbytes > y->nbytes ? -1 : 1;
-  return ia < ib ? -1 : (ia > ib ? 1 : 0);
-}
-
 /* Whether rank a comes before rank b as a reader: less loaded, or as loaded and lower. */
 static bool before(const uint64_t *load, uint32_t a, uint32_t b) {
   return load[a] != load[b] ? load[a] < load[b] : a < b;
@@ -165,7 +154,7 @@ static sl_status assign_readers(sl__schedule *s, const sl__catalog *cat, const s
     for (uint64_t i = len / 2; i-- > 0;)
       sift_down(&heap[s->class_off[c]], len, i, load);
   }
-  qsort_r(shared, n_shared, sizeof *shared, cmp_piece_size_desc, s->pieces);
+  qsort_r(shared, n_shared, sizeof *shared, sl__piece_cmp_size_desc, s->pieces);
   for (size_t i = 0; i < n_shared; i++) {
     sl__piece *p = &s->pieces[shared[i]];
     uint32_t best = least_loaded(s, p, heap, load);

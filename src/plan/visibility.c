@@ -144,15 +144,6 @@ static sl_status choose(chooser *ch, sl__piece *p, sl__err *err) {
   return SL_STATUS_OK;
 }
 
-static int cmp_size_desc(const void *a, const void *b, void *ctx) {
-  const sl__piece *base = ctx;
-  uint32_t ia = *(const uint32_t *)a;
-  uint32_t ib = *(const uint32_t *)b;
-  if (base[ia].nbytes != base[ib].nbytes)
-    return base[ia].nbytes > base[ib].nbytes ? -1 : 1;
-  return ia < ib ? -1 : (ia > ib ? 1 : 0);
-}
-
 sl_status sl__visibility_readers(sl__schedule *s, const sl__catalog *cat, const sl__visibility *v,
                                  const sl__node_layout *nodes, sl__err *err) {
   chooser ch = {.s = s, .cat = cat, .v = v, .nodes = nodes, .load = calloc((size_t)s->world + 1, sizeof(uint64_t))};
@@ -177,7 +168,7 @@ sl_status sl__visibility_readers(sl__schedule *s, const sl__catalog *cat, const 
       rest[n_rest++] = (uint32_t)k;
     }
   }
-  qsort_r(rest, n_rest, sizeof *rest, cmp_size_desc, s->pieces);
+  qsort_r(rest, n_rest, sizeof *rest, sl__piece_cmp_size_desc, s->pieces);
   for (size_t i = 0; i < n_rest && st == SL_STATUS_OK; i++)
     st = choose(&ch, &s->pieces[rest[i]], err);
   free(ch.load);
