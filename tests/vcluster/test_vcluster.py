@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """test_vcluster.py -- shardload on a virtual cluster (scripts/vcluster), one group per ctest test.
 
-Usage: test_vcluster.py --vc-load BUILD/vc_load GROUP      (GROUP: 2x2, 3x1, hub, slow_link, page_cache)
+Usage: test_vcluster.py --vc-load BUILD/vc_load GROUP
+       GROUP: 2x2, 3x1, hub, slow_link, page_cache; 2x2_local, 3x1_local, hub_local (groups_local.py)
 
 Every group brings up its own cluster (own id, subnet and namespaces) with the fixtures served
 from the storage namespace over sshfs (every read crosses the emulated network), runs, and takes
@@ -33,84 +34,31 @@ the cluster down again (also on failure and on SIGINT/SIGTERM); every mpirun is 
              1 MiB): no read-ahead past the plan's reads into the other node's bytes (before the
              loader turned it off across nodes, 15 % more crossed each link at tp=4). The report
              says so (the strategy choice's reason).
+  2x2_local  (groups_local.py: no shared mount) 2 nodes x 2 ranks, the fixtures and the 24 MB model
+             copied onto node 0's disk only (`vcluster up --node-local`: the other nodes see an
+             empty folder there): vc_load loads every case from the copy with storage auto,
+             byte-exact on every rank, node 1 reading nothing; the model at tp=4 and tp=2 dp=2
+             with --storage auto, links 25 Mbit/s: per-node figures equal `shardload plan
+             --storage local`'s, node 1's link carries what its ranks received, and the transfer
+             takes the plan's predicted time at the link's rate (-25 % .. +25 %, allowing for
+             the copy each receiving rank of a node gets).
+  3x1_local  the same at 3 nodes x 1 rank, pp=3 and dp=3.
+  hub_local  3 nodes x 1 rank, the Hub cache on node 0 only: org/llama at dp=3 with --storage local
+             (downloading) and then auto (warm cache) loads, nodes 1 and 2 open no file and see
+             nothing of the cache, the pre-sharded copies equal a load from the folder.
 """
 
-import argparse
-import filecmp
-import json
 import os
 import re
-import shutil
-import subprocess
 import sys
-import tempfile
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+import groups_local  # noqa: E402
 import vclib  # noqa: E402
+from vctest import SLACK, HubServer, check, load_model, main, run_vc_load, same_copies  # noqa: E402
 
-FAILS = []
-MODEL_SIZE = "24M"
 PAGE_CACHE_MODEL_SIZE = "64M"  # tensors large enough for the kernel's read-ahead windows to grow
-SLACK = 3 << 20  # bytes of MPI, ssh and header traffic a node may see besides the model's
-
-
-def check(cond, what):
-    print(("ok:   " if cond else "FAIL: ") + what, flush=True)
-    if not cond:
-        FAILS.append(what)
-
-
-class Ctx:
-    def __init__(self, args):
-        self.vc_load = args.vc_load
-        self.fixtures = os.environ["SL_FIXTURES"]
-        self.cli = os.environ["SL_CLI"]
-        self.build = os.environ.get("SL_BUILD_DIR", os.path.dirname(self.cli))
-        self.source = os.environ.get("SL_SOURCE_DIR", vclib.REPO)
-        # The folder the storage namespace exports: the fixtures and the 24 MB model, hard-linked
-        # (sshfs shows symlinks as links, which the nodes would resolve locally).
-        self.export = tempfile.mkdtemp(prefix="vcluster-export-", dir=self.build)
-        shutil.copytree(self.fixtures, os.path.join(self.export, "fixtures"), copy_function=os.link)
-
-    def add_model(self, size=MODEL_SIZE):
-        model = vclib.ensure_model(self.build, size)
-        shutil.copytree(model, os.path.join(self.export, "model"), copy_function=os.link)
-
-    def cleanup(self):
-        shutil.rmtree(self.export, ignore_errors=True)
-
-    def env(self, cl, ppn, **extra):
-        e = dict(os.environ)
-        e.update({"SL_FIXTURES": os.path.join(cl.root, "fixtures"), "SLVC_PPN": str(ppn),
-                  "SLVC_HOST_PREFIX": cl.prefix})
-        e.update({k: str(v) for k, v in extra.items()})
-        return e
-
-
-def run_vc_load(ctx, cl, ppn, label, timeout=300, **extra):
-    rc, out, err, secs = cl.mpirun(ppn, [ctx.vc_load], env=ctx.env(cl, ppn, **extra), timeout=timeout)
-    sys.stdout.write(out)
-    check(rc == 0, "%s: vc_load on %d node(s) x %d rank(s) passes (rc %d, %.1f s)%s" %
-          (label, cl.nodes, ppn, rc, secs, "" if rc == 0 else ": " + (out + err)[-3000:]))
-    return rc == 0
-
-
-def load_model(ctx, cl, ppn, layout, label, timeout=300, size=MODEL_SIZE):
-    """The model (of size, ctx.add_model) through the cli; returns (report, per-node link bytes in,
-    seconds)."""
-    rep = os.path.join(ctx.export, "report-%s.json" % re.sub(r"\W", "", label))
-    before = [cl.counters(n) for n in range(cl.nodes)]
-    rc, out, err, secs = cl.mpirun(ppn, [ctx.cli, "load", os.path.join(cl.root, "model"), "--report", rep,
-                                         "--quiet"] + layout, env=ctx.env(cl, ppn), timeout=timeout)
-    after = [cl.counters(n) for n in range(cl.nodes)]
-    check(rc == 0, "%s: load of the %s model %s (rc %d, %.1f s)%s" %
-          (label, size, " ".join(layout), rc, secs, "" if rc == 0 else ": " + err[-2000:]))
-    if rc != 0:
-        return None, None, secs
-    inbound = [a[0] - b[0] for a, b in zip(after, before)]
-    return vclib.load_json(rep), inbound, secs
 
 
 def check_node_traffic(ctx, cl, ppn, layout, label):
@@ -152,68 +100,22 @@ def group_3x1(ctx):
         check_node_traffic(ctx, cl, 1, ["--dp", "3"], "3x1 dp=3")
 
 
-HUBCTL = r"""
-import json, sys, urllib.request
-url, payload = sys.argv[1], sys.argv[2]
-data = payload.encode() if payload else None
-req = urllib.request.Request(url, data=data, method="POST" if data else "GET")
-with urllib.request.urlopen(req, timeout=10) as r:
-    sys.stdout.write(r.read().decode())
-"""
-
-CONNECT = r"""
-import socket, sys
-s = socket.socket()
-s.settimeout(3)
-try:
-    s.connect((sys.argv[1], int(sys.argv[2])))
-    print("connected")
-except OSError as e:
-    print("refused: %s" % e)
-"""
-
-
 def group_hub(ctx):
     # The nodes see the machine's folders (--local): the Hub cache that rank 0 fills must be
     # shared, and sshfs cannot hold it (creating or reading its symbolic links fails).
     with vclib.Cluster(nodes=3, rate="1gbit", local=ctx.export) as cl:
         work = os.path.join(ctx.export, "hub")
         os.makedirs(work)
-        port_file = os.path.join(work, "ports.json")
-        # The Hub server inside node 0, on node 0's own 127.0.0.1.
-        server = subprocess.Popen([vclib.VCLUSTER, "--id", str(cl.id), "exec", "0", sys.executable,
-                                   os.path.join(ctx.source, "tests", "hub", "server.py"), "--port-file", port_file],
-                                  stdout=subprocess.DEVNULL)
-        try:
-            deadline = time.time() + 30
-            while not os.path.exists(port_file):
-                if time.time() > deadline or server.poll() is not None:
-                    raise RuntimeError("the test Hub server did not start in node 0")
-                time.sleep(0.1)
-            time.sleep(0.2)
-            ports = vclib.load_json(port_file)
-            endpoint = "http://127.0.0.1:%d" % ports["hub"]
-
-            def hubctl(path, payload=None):
-                p = cl.exec(0, [sys.executable, "-c", HUBCTL, endpoint + path, json.dumps(payload) if payload else ""])
-                if p.returncode != 0:
-                    raise RuntimeError("hub control %s failed: %s" % (path, p.stderr))
-                return json.loads(p.stdout)
-
-            sha = "0123456789abcdef0123456789abcdef01234567"
-            # The server reads the model from the machine's folder (it is a process of node 0 that
-            # sees the machine's files); the ranks read the cache through the shared storage.
-            hubctl("/_test/config", {"repos": {"org/llama": {"dir": os.path.join(ctx.fixtures, "llama"), "sha": sha}},
-                                     "rules": [], "renames": {}})
+        with HubServer(ctx, cl, work) as hub:
             for n in (1, 2):
-                for port in (ports["hub"], ports["cdn"]):
+                for port in (hub.ports["hub"], hub.ports["cdn"]):
                     for host in ("127.0.0.1", "10.213.%d.10" % cl.id):
-                        r = cl.exec(n, [sys.executable, "-c", CONNECT, host, str(port)]).stdout.strip()
+                        r = hub.reach(n, host, port)
                         check(r.startswith("refused"), "hub: node %d cannot reach the Hub at %s:%d (%s)" % (n, host, port, r))
-            r = cl.exec(0, [sys.executable, "-c", CONNECT, "127.0.0.1", str(ports["hub"])]).stdout.strip()
+            r = hub.reach(0, "127.0.0.1", hub.ports["hub"])
             check(r == "connected", "hub: node 0 reaches the Hub (%s)" % r)
-            hubctl("/_test/clear", {})
-            env = ctx.env(cl, 1, HF_ENDPOINT=endpoint, HF_HUB_CACHE=os.path.join(cl.root, "hub", "cache"),
+            hub.ctl("/_test/clear", {})
+            env = ctx.env(cl, 1, HF_ENDPOINT=hub.endpoint, HF_HUB_CACHE=os.path.join(cl.root, "hub", "cache"),
                           HF_HOME=os.path.join(cl.root, "hub", "home"), SHARDLOAD_LOG="info")
             env.pop("HF_HUB_OFFLINE", None)
             layout = ["--dp", "3", "--hub-backoff-base-ms", "10"]
@@ -221,7 +123,7 @@ def group_hub(ctx):
                                              os.path.join(cl.root, "hub", "hub-copy")] + layout, env=env, timeout=180)
             check(rc == 0, "hub: 3 nodes load org/llama, rank 0 downloading (rc %d, %.1f s)%s" %
                   (rc, secs, "" if rc == 0 else ": " + err[-3000:]))
-            log = hubctl("/_test/log")
+            log = hub.ctl("/_test/log")
             pids = {e.get("pid") for e in log}
             m = re.search(r"\[shardload 0\] info: resolving 'org/llama' \(process (\d+)\)", err)
             check(m is not None, "hub: rank 0 logged its process id")
@@ -232,19 +134,8 @@ def group_hub(ctx):
                                           os.path.join(cl.root, "hub", "dir-copy")] + layout,
                                       env=ctx.env(cl, 1), timeout=180)
             check(rc == 0, "hub: the same load from the folder (rc %d)" % rc)
-            a, b = os.path.join(work, "hub-copy"), os.path.join(work, "dir-copy")
-            if rc == 0 and os.path.isdir(a) and os.path.isdir(b):
-                names = sorted(f for f in os.listdir(b) if f.endswith(".safetensors"))
-                check(len(names) == 3 and sorted(f for f in os.listdir(a) if f.endswith(".safetensors")) == names,
-                      "hub: one part per rank in both copies (%s)" % names)
-                check(all(filecmp.cmp(os.path.join(a, f), os.path.join(b, f), shallow=False) for f in names),
-                      "hub: the copies are byte-identical")
-        finally:
-            server.terminate()
-            try:
-                server.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                server.kill()
+            if rc == 0:
+                same_copies(os.path.join(work, "hub-copy"), os.path.join(work, "dir-copy"), "hub", 3)
 
 
 def group_slow_link(ctx):
@@ -300,29 +191,8 @@ def group_page_cache(ctx):
 
 GROUPS = {"2x2": group_2x2, "3x1": group_3x1, "hub": group_hub, "slow_link": group_slow_link,
           "page_cache": group_page_cache}
-
-
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--vc-load", required=True)
-    ap.add_argument("group", choices=sorted(GROUPS))
-    args = ap.parse_args()
-    why = vclib.skip_reason()
-    if why is not None:
-        print("skipped: %s" % why)
-        return 77
-    vclib.install_signal_handlers()
-    ctx = Ctx(args)
-    t0 = time.monotonic()
-    try:
-        GROUPS[args.group](ctx)
-    except vclib.Interrupted as e:
-        check(False, "interrupted (%s); the cluster was taken down" % e)
-    finally:
-        ctx.cleanup()
-    print("%s: %d failure(s), %.1f s" % (args.group, len(FAILS), time.monotonic() - t0))
-    return 1 if FAILS else 0
+GROUPS.update(groups_local.GROUPS)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(GROUPS, __doc__))

@@ -9,6 +9,9 @@
  *   SLVC_HOST_PREFIX  hostname prefix of the nodes ("slvc3-n": node i is "slvc3-n<i>")
  *   SLVC_CASES        "layouts" (default): the fixtures below at every (tp, pp, dp) of the world size;
  *                     "quick": llama and mixtral only
+ *   SLVC_MODEL_ROOT   a copy of the fixtures that only node 0 sees (`vcluster up --node-local`, a
+ *                     model on one machine's disk): every case loads ROOT/<fixture> with storage
+ *                     auto, while the reference still reads SL_FIXTURES (seen everywhere)
  *
  * Checks, on every rank:
  *   - nodes: the hostname is the expected node's; Open MPI's node-local rank and size
@@ -17,7 +20,10 @@
  *   - every case through lc_run (tests/mpi/load_check.c): every byte against the independent
  *     reference, the report's cluster figures against the reference's;
  *   - per node, from the report: a node's ranks read (without covering bytes) no more than the
- *     distinct bytes its ranks need, and the nodes together read every distinct byte once;
+ *     distinct bytes its ranks need, and the nodes together read every distinct byte once; with
+ *     SLVC_MODEL_ROOT instead: the ranks of nodes 1.. opened no file and read 0 bytes (node 0's
+ *     ranks read every distinct byte once, for all), and the report's storage says which ranks
+ *     could read every file (node 0's) and which none (the others');
  *   - the report's time model: prediction.ranks_per_node against the real ranks per node (a
  *     warning unless SLVC_STRICT_RANKS_PER_NODE=1: the library takes it from the configuration,
  *     default 8, and does not derive it yet).
@@ -36,6 +42,7 @@
 #include <unistd.h>
 
 static int ppn = 1;
+static const char *model_root; /* SLVC_MODEL_ROOT: the fixtures' copy on node 0 only, or NULL */
 
 static int env_int(const char *name, int dflt) {
   const char *v = getenv(name);
@@ -97,6 +104,22 @@ static uint64_t ju64(const cJSON *o, const char *k) {
   return cJSON_IsNumber(v) ? (uint64_t)v->valuedouble : 0;
 }
 
+/* Rank 0, files on node 0 only: the report's storage says node 0's ranks could read every file and
+ * the others none. */
+static void check_storage(const char *label, const cJSON *rep, int world) {
+  const cJSON *st = cJSON_GetObjectItemCaseSensitive(rep, "storage");
+  const cJSON *mode = cJSON_GetObjectItemCaseSensitive(st, "mode");
+  int on0 = world < ppn ? world : ppn;
+  CHECKF(cJSON_IsString(mode) && strcmp(mode->valuestring, "auto") == 0,
+         "%s: report storage.mode %s, expected auto", label,
+         cJSON_IsString(mode) ? mode->valuestring : "(none)");
+  CHECKF(ju64(st, "ranks_reading_every_file") == (uint64_t)on0 &&
+             ju64(st, "ranks_reading_no_file") == (uint64_t)(world - on0),
+         "%s: report storage: %llu ranks read every file, %llu none; expected %d (node 0's) and %d", label,
+         (unsigned long long)ju64(st, "ranks_reading_every_file"),
+         (unsigned long long)ju64(st, "ranks_reading_no_file"), on0, world - on0);
+}
+
 /* Rank 0: per-node figures from the report (ranks r on node r / ppn). */
 static void check_per_node(const char *label, sl_loader *l) {
   const char *json = sl_loader_report_json(l);
@@ -111,19 +134,28 @@ static void check_per_node(const char *label, sl_loader *l) {
   int nodes = (world + ppn - 1) / ppn;
   uint64_t total = 0;
   for (int n = 0; n < nodes; n++) {
-    uint64_t rd = 0, cov = 0, need = 0;
+    uint64_t rd = 0, cov = 0, need = 0, opened = 0;
     for (int r = n * ppn; r < world && r < (n + 1) * ppn; r++) {
       const cJSON *e = cJSON_GetArrayItem(ranks, r);
       rd += ju64(e, "bytes_read");
       cov += ju64(e, "bytes_covering");
       need += ju64(e, "bytes_needed");
+      opened += ju64(e, "files_opened");
     }
     /* bytes_needed per rank counts bytes two ranks of the node share twice: an upper bound of
-     * what the node needs; a node reading more would read for another node. */
-    CHECKF(rd - cov <= need, "%s: node %d read %llu useful bytes, its ranks need %llu", label, n,
-           (unsigned long long)(rd - cov), (unsigned long long)need);
+     * what the node needs; a node reading more would read for another node. With the files on
+     * node 0 only, node 0 reads for every node and the others read nothing. */
+    if (model_root == NULL)
+      CHECKF(rd - cov <= need, "%s: node %d read %llu useful bytes, its ranks need %llu", label, n,
+             (unsigned long long)(rd - cov), (unsigned long long)need);
+    else if (n > 0)
+      CHECKF(rd == 0 && opened == 0,
+             "%s: node %d cannot see the checkpoint but its ranks opened %llu files, read %llu bytes", label,
+             n, (unsigned long long)opened, (unsigned long long)rd);
     total += rd - cov;
   }
+  if (model_root != NULL)
+    check_storage(label, rep, world);
   CHECKF(total == ju64(rep, "bytes_unique"), "%s: nodes read %llu bytes, distinct %llu", label,
          (unsigned long long)total, (unsigned long long)ju64(rep, "bytes_unique"));
   const cJSON *pred = cJSON_GetObjectItemCaseSensitive(rep, "prediction");
@@ -141,7 +173,15 @@ static void check_per_node(const char *label, sl_loader *l) {
   cJSON_Delete(rep);
 }
 
-static void run_case(const lc_case *c) {
+static void run_case(lc_case *c) {
+  char dir[2048];
+  if (model_root != NULL) { /* the copy node 0 alone sees; the reference reads the fixture */
+    snprintf(dir, sizeof dir, "%s/%s", model_root, c->fixture);
+    c->model_dir = dir;
+    c->extra[0] = "storage";
+    c->extra[1] = "auto";
+    c->extra[2] = NULL;
+  }
   lc_result res;
   memset(&res, 0, sizeof res);
   bool ok = lc_run(c, &res);
@@ -205,12 +245,16 @@ int main(int argc, char **argv) {
   sl_test_rank = lc_rank();
   lc_quiet_logs();
   ppn = env_int("SLVC_PPN", 1);
+  model_root = getenv("SLVC_MODEL_ROOT") != NULL && *getenv("SLVC_MODEL_ROOT") != '\0'
+                   ? getenv("SLVC_MODEL_ROOT")
+                   : NULL;
   if (ppn < 1)
     ppn = 1;
   check_nodes();
   int cases = run_layouts();
   if (lc_rank() == 0)
-    printf("vc_load: %d load cases at world %d\n", cases, lc_world());
+    printf("vc_load: %d load cases at world %d%s%s\n", cases, lc_world(), model_root != NULL ? ", from " : "",
+           model_root != NULL ? model_root : "");
   lc_models_close();
   int rc = sl_test_finish_mpi(MPI_COMM_WORLD);
   MPI_Finalize();

@@ -47,8 +47,11 @@ def skip_reason():
 
 
 class Cluster:
-    def __init__(self, nodes=2, rate=None, storage=None, local=None, storage_rate=None, no_page_cache=False):
+    def __init__(self, nodes=2, rate=None, storage=None, local=None, storage_rate=None, no_page_cache=False,
+                 node_local=()):
         self.args = ["up", "--nodes", str(nodes)]
+        for d in node_local:  # folders only node 0 sees (the others: an empty tmpfs each)
+            self.args += ["--node-local", d]
         if no_page_cache:
             self.args += ["--no-page-cache"]
         if rate:

@@ -10,7 +10,7 @@ target_link_libraries(vc_load PRIVATE sl_testlib m)
 target_compile_options(vc_load PRIVATE ${SL_WARNINGS})
 target_compile_definitions(vc_load PRIVATE _GNU_SOURCE)
 
-set(SL_VCLUSTER_GROUPS 2x2 3x1 hub slow_link page_cache)
+set(SL_VCLUSTER_GROUPS 2x2 3x1 hub slow_link page_cache 2x2_local 3x1_local hub_local)
 foreach(group ${SL_VCLUSTER_GROUPS})
   if(Python3_Interpreter_FOUND)
     add_test(NAME vcluster_${group}
