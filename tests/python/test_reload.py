@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""test_reload.py -- run under mpirun at 1..4 ranks: Loader.reload over MPI (docs/spec/DESIGN.md
-§10) on the llama fixture, tp = the largest of 4, 2, 1 dividing the world (the rest dp): the checks
+"""test_reload.py -- run under mpirun at 1..4 ranks: Loader.reload over MPI
+(docs/spec/DESIGN.md §10) on the llama fixture, tp = the largest of 4, 2, 1 dividing the world (the rest dp): the checks
 of reload_check.py (tensors exported before by DLPack and bound tensors see the new values at the
 same addresses, against the reference read from the second checkpoint's own files; refusals leave
 every tensor as it was, on every rank with the same error class; after close() the tensors keep
