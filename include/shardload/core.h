@@ -636,9 +636,10 @@ typedef enum sl_reload_state {
 } sl_reload_state;
 
 /* COLLECTIVE, after a successful sl_loader_load (or sl_loader_reload). Reads checkpoint `model`
- * (a folder or a Hub repository id, as the configuration key model; NULL or "": the loader's own)
- * at `revision` (a Hub branch, tag, refs/pr/N or commit; NULL: the loader's revision when model is
- * its own, otherwise the default branch, main; folders ignore it) into the parameters' memory.
+ * (a folder or a Hub repository id, as the configuration key model; NULL or "": the loader's
+ * current one, the last loaded or reloaded) at `revision` (a Hub branch, tag, refs/pr/N or commit;
+ * NULL: the loader's revision when model is its current one, otherwise the default branch, main;
+ * folders ignore it) into the parameters' memory.
  * Every other configuration key stays the loader's. The reload is planned and run as a load is:
  * every checkpoint byte read once cluster-wide, by the readers the schedule picks, shared by
  * broadcasts and two-phase exchanges; the report and the summary then describe the reload

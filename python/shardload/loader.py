@@ -548,13 +548,14 @@ class Loader:
 
     def reload(self, model=None, revision=None):
         """COLLECTIVE, after load(). Reads checkpoint `model` (a folder or Hub id; None: the
-        loader's own) at `revision` (None: the loader's revision for its own model, else main)
-        into the same memory: no tensor moves, tensors exported before (params(), DLPack) and
-        bound tensors see the new values. A checkpoint whose plan differs (a parameter name,
-        dtype, shape or slicing) is refused on every rank before any byte is written (ShapeError
-        naming the parameter); the loader stays loaded. A failure during the transfer raises on
-        every rank and leaves the loader closed to further loads: reload_state() then says which
-        parameters hold which checkpoint (docs/spec/DESIGN.md §10)."""
+        loader's current one, the last loaded or reloaded) at `revision` (None: the loader's
+        revision for its current model, else main) into the same memory: no tensor moves,
+        tensors exported before (params(), DLPack) and bound tensors see the new values. A
+        checkpoint whose plan differs (a parameter name, dtype, shape or slicing) is refused on
+        every rank before any byte is written (ShapeError naming the parameter); the loader stays
+        loaded. A failure during the transfer raises on every rank and leaves the loader closed to
+        further loads: reload_state() then says which parameters hold which checkpoint
+        (docs/spec/DESIGN.md §10)."""
         self._need_loaded()
         self._check(lib.sl_loader_reload(self._h, model.encode() if model else None,
                                          revision.encode() if revision else None))
