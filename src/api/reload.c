@@ -191,9 +191,11 @@ static sl_status swap(sl_loader *l, sl__pipeline *np, sl_config *cfg) {
   sl_config_destroy(l->cfg);
   l->cfg = cfg;
   sl__comm_phase(&l->comm, "creating broadcast groups");
-  if (st == SL_STATUS_OK && !same) /* every rank has the same schedule: the same branch */
-    st = sl__comm_groups_create(&l->comm, &l->groups, &l->err);
   st = sl__comm_agree(&l->comm, st, &l->err, "creating broadcast groups");
+  if (st == SL_STATUS_OK && !same) { /* every rank has the same schedule: the same branch */
+    st = sl__comm_groups_create(&l->comm, &l->groups, &l->err);
+    st = sl__comm_agree(&l->comm, st, &l->err, "creating broadcast groups");
+  }
   sl__backend *b = l->store.backend;
   if (st == SL_STATUS_OK && b->ops->begin_transfer != NULL)
     st = b->ops->begin_transfer(b, &l->groups, &l->err);

@@ -8,8 +8,9 @@
  *   in place   load, retain every parameter (sl_loader_param_retain), reload the inverted copy:
  *              every byte on every rank equals the reference's inverted, at the same data pointers
  *              (the table's and the retained references'), rank 0's report read every byte once
- *              (the load's figures, each rank's reads as planned); reload the original: equal to
- *              the reference again; every parameter's state SL_RELOAD_NEW
+ *              (the load's figures, each rank's reads as planned); the same tensors saved in one
+ *              file instead of three (other files and offsets), the inverted copy again, the
+ *              original, each equal to its reference; every parameter's state SL_RELOAD_NEW
  *   refused    a dtype change (model.norm.weight stored F16), a shape change (intermediate_size
  *              128 → 192, tensors and config.json), a name-set change (the qwen2 fixture), a folder
  *              that does not exist: every rank fails with the same cause (SHAPE naming the
@@ -270,7 +271,7 @@ static void check_refused(const char *label, sl_loader *l, const char *model, sl
 /* ---- cases ------------------------------------------------------------------------------------- */
 
 typedef struct folders {
-  char orig[1024], inverted[1024], dtype[1024], shape[1024], qwen2[1024], none[1100];
+  char orig[1024], inverted[1024], dtype[1024], shape[1024], qwen2[1024], none[1100], one_file[1100];
 } folders;
 
 /* The reload of `to` (XOR x against the original) in place: values, pointers, retained memory,
@@ -319,6 +320,11 @@ static void test_in_place(const lc_case *c, const folders *f) {
   if (c->pp <= 2) /* qwen2 has two layers */
     check_refused(what, r.loader, f->qwen2, SL_STATUS_SHAPE, "which the loaded checkpoint has not");
   check_values(what, m, r.loader, r.ref, 0xFF, at); /* still the inverted values */
+  /* The same tensors in one file instead of three: other files, other offsets, the same memory. */
+  snprintf(what, sizeof what, "%s, reload one file", label);
+  reload_checked(what, c, m, r.loader, r.ref, f->one_file, 0x00, at, refs);
+  snprintf(what, sizeof what, "%s, reload inverted again", label);
+  reload_checked(what, c, m, r.loader, r.ref, f->inverted, 0xFF, at, refs);
   snprintf(what, sizeof what, "%s, reload original", label);
   reload_checked(what, c, m, r.loader, r.ref, f->orig, 0x00, at, refs);
   /* The loader's own model when none is given: the original again. */
@@ -501,8 +507,9 @@ int main(int argc, char **argv) {
   snprintf(f.dtype, sizeof f.dtype, "%s/dtype", tmp != NULL ? tmp : ".");
   snprintf(f.shape, sizeof f.shape, "%s/shape", tmp != NULL ? tmp : ".");
   snprintf(f.none, sizeof f.none, "%s/absent", tmp != NULL ? tmp : ".");
+  snprintf(f.one_file, sizeof f.one_file, "%s/one_file", tmp != NULL ? tmp : ".");
   if (tmp != NULL && make_variant(f.orig, f.inverted, V_XOR) && make_variant(f.orig, f.dtype, V_DTYPE) &&
-      make_variant(f.orig, f.shape, V_SHAPE)) {
+      make_variant(f.orig, f.shape, V_SHAPE) && lc_make_variant("llama", f.one_file, "--shards 1")) {
     int layouts[32][3];
     int nl = lc_layouts(lc_world(), layouts, 32);
     for (int i = 0; i < nl; i++) {
