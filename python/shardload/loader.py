@@ -559,6 +559,8 @@ class Loader:
         self._need_loaded()
         self._check(lib.sl_loader_reload(self._h, model.encode() if model else None,
                                          revision.encode() if revision else None))
+        for p in self._plan:  # the sources are the new checkpoint's now
+            p.slices = Parameter._slices(self, p.index)
         if self._progress is not None:
             self._progress.raise_pending()
         return self
