@@ -18,6 +18,9 @@
  *   5. dry-run planning for any world size (no MPI)
  *   6. model inspection (no MPI)
  *   7. Hub download without loading (no MPI)
+ *   8. parameters for other runtimes (dtype ids, sources, retained memory, DLPack, agreement)
+ *   9. progress
+ *  10. reload in place (another checkpoint of the same shapes into the loaded memory)
  *
  * Conventions: every function returns an sl_status; out-parameters come last; every create has a
  * destroy and destroy(NULL) is a no-op. Functions marked COLLECTIVE must be called by every rank
@@ -618,6 +621,65 @@ typedef void (*sl_progress_fn)(uint64_t bytes_done, uint64_t bytes_total, void *
  * may set different callbacks, or none. Independent of the `progress` configuration key, which
  * governs what is printed on stderr. */
 sl_status sl_loader_set_progress(sl_loader *loader, sl_progress_fn fn, void *user);
+
+/* ---------------------------------------------------------------------------------------------
+ * 10. Reload in place: a loaded loader reads another checkpoint of the same architecture and
+ * shapes (new weights of a training run, another revision of a Hub repository) into the memory
+ * it already holds. docs/spec/DESIGN.md §10.
+ * ------------------------------------------------------------------------------------------- */
+
+/* What a local parameter holds after the last sl_loader_reload. */
+typedef enum sl_reload_state {
+  SL_RELOAD_OLD = 0,    /* what it held before that call (also: never reloaded, or the reload refused) */
+  SL_RELOAD_NEW = 1,    /* every byte from the new checkpoint */
+  SL_RELOAD_PARTIAL = 2 /* some bytes from the new checkpoint, the others as before: neither */
+} sl_reload_state;
+
+/* COLLECTIVE, after a successful sl_loader_load (or sl_loader_reload). Reads checkpoint `model`
+ * (a folder or a Hub repository id, as the configuration key model; NULL or "": the loader's
+ * current one, the last loaded or reloaded) at `revision` (a Hub branch, tag, refs/pr/N or commit;
+ * NULL: the loader's revision when model is its current one, otherwise the default branch, main;
+ * folders ignore it) into the parameters' memory.
+ * Every other configuration key stays the loader's. The reload is planned and run as a load is:
+ * every checkpoint byte read once cluster-wide, by the readers the schedule picks, shared by
+ * broadcasts and two-phase exchanges; the report and the summary then describe the reload
+ * (t_alloc: setting up its broadcast groups).
+ *
+ * Nothing is allocated for parameters and no pointer changes: sl_param.data, the buffers bound with
+ * sl_loader_bind (and sl_loader_bind_as: converted again as delivered), the memory handed out by
+ * sl_loader_param_retain and sl_loader_param_dlpack (which see the new values), and the table
+ * entries with their strings all stay valid and where they are; sl_loader_param_source then
+ * describes the new checkpoint (strings it returned before are invalid). Bytes that no source
+ * writes (vocabulary padding) are left as they are. Mapped parameters (load_strategy mmap, and
+ * auto on the host, which make file pages the parameters' memory) keep their address too: the new
+ * bytes are written into their private mappings, which makes each page the process's own memory
+ * (copy on write: the report's bytes_mapped is then 0; reloading costs that memory once), while
+ * the first checkpoint's files stay open until the loader is destroyed: replace checkpoints by
+ * writing new files, never by truncating or rewriting the mapped ones in place. A load with
+ * load_strategy direct or io_uring maps nothing.
+ *
+ * Refused before any byte is written, with the same status on every rank, the parameters and the
+ * loader unchanged and usable: a model that does not resolve, download or parse; missing or
+ * unexpected weights (as a load checks them); and a checkpoint whose plan does not write exactly the
+ * loaded memory on every rank: SL_STATUS_SHAPE naming the first parameter of a rank that differs
+ * (and the checkpoint tensor behind it) — a parameter name one table has and the other has not, a
+ * dtype, a local or global shape, a size, an alias, or the pieces it is assembled from. A Hub
+ * revision is downloaded whole before that check (nothing downloads behind the transfer), and only
+ * the files not in the cache yet are fetched: the cache keeps files by the hash of their content,
+ * so files unchanged between revisions are linked, not downloaded again.
+ *
+ * A failure during the transfer (a read error, a file changed, a rank failing) leaves parameters
+ * written in part: the loader is then failed, as after a failed sl_loader_load (destroy it; memory
+ * retained or exported stays valid), its message ends with this rank's counts of parameters
+ * holding the new checkpoint, the previous one, and parts of both, and its table stays readable:
+ * sl_loader_param_count, sl_loader_param and sl_loader_reload_state tell each parameter's state.
+ * The watchdog (timeout_s) bounds every wait, as in sl_loader_load. */
+sl_status sl_loader_reload(sl_loader *loader, const char *model, const char *revision);
+
+/* Not collective. What local parameter index of this rank holds after the last sl_loader_reload
+ * (an alias: its target's state). SL_STATUS_INVALID_ARGUMENT for an index out of the table or a
+ * NULL out. */
+sl_status sl_loader_reload_state(const sl_loader *loader, size_t index, sl_reload_state *out);
 
 #pragma GCC visibility pop
 

@@ -17,6 +17,12 @@ message; "another rank failed: rank R: ..." elsewhere), so that no rank waits fo
 Loaded parameters are exported by DLPack: each Parameter has __dlpack__/__dlpack_device__, and the
 capsule holds a counted reference on the memory (sl_loader_param_retain), so a tensor made from
 it stays valid after the loader is closed. Memory the caller bound is never freed by shardload.
+
+    loader.reload("/ckpt/step-200")                          # collective: same memory, new values
+
+reload() reads another checkpoint of the same architecture and shapes into the same memory
+(sl_loader_reload): tensors from params() and bound tensors see the new values; a checkpoint that
+does not match is refused on every rank before any byte is written.
 """
 
 import atexit
@@ -535,6 +541,43 @@ class Loader:
         if self._progress is not None:
             self._progress.raise_pending()  # the load itself succeeded: the loader is usable
         return self
+
+    # reload in place ---------------------------------------------------------------------------
+
+    RELOAD_STATES = ("old", "new", "partial")
+
+    def reload(self, model=None, revision=None):
+        """COLLECTIVE, after load(). Reads checkpoint `model` (a folder or Hub id; None: the
+        loader's current one, the last loaded or reloaded) at `revision` (None: the loader's
+        revision for its current model, else main) into the same memory: no tensor moves,
+        tensors exported before (params(), DLPack) and bound tensors see the new values. A
+        checkpoint whose plan differs (a parameter name, dtype, shape or slicing) is refused on
+        every rank before any byte is written (ShapeError naming the parameter); the loader stays
+        loaded. A failure during the transfer raises on every rank and leaves the loader closed to
+        further loads: reload_state() then says which parameters hold which checkpoint
+        (docs/spec/DESIGN.md §10)."""
+        self._need_loaded()
+        self._check(lib.sl_loader_reload(self._h, model.encode() if model else None,
+                                         revision.encode() if revision else None))
+        for p in self._plan:  # the sources are the new checkpoint's now
+            p.slices = Parameter._slices(self, p.index)
+        if self._progress is not None:
+            self._progress.raise_pending()
+        return self
+
+    def reload_state(self):
+        """{name: "new" | "old" | "partial"}: what each local parameter holds after the last
+        reload() ("old": what it held before that call; every parameter "old" before any reload
+        and after a refused one)."""
+        self._need_open()
+        if self._plan is None:
+            raise InvalidArgumentError("call load() first")
+        out = {}
+        state = ctypes.c_int(0)
+        for p in self._plan:
+            check(lib.sl_loader_reload_state(self._h, p.index, ctypes.byref(state)), self._message)
+            out[p.name] = self.RELOAD_STATES[state.value]
+        return out
 
     def report(self):
         """The JSON report as a dict (rank 0: cluster-wide; other ranks: their own figures)."""

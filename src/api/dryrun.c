@@ -97,7 +97,7 @@ static sl__plan_report report_of(const sl_dryrun *d) {
                                      .dp = o->dp,
                                      .expert_parallel = o->enable_ep,
                                      .storage = sl__storage_name(o->storage),
-                                     .vis = d->pl.po.vis},
+                                     .vis = sl__pipeline_vis(&d->pl)},
                            .world = d->world,
                            .seconds = d->seconds,
                            .fig = &d->fig};

@@ -25,7 +25,8 @@ static void own_record(const sl_loader *l, sl__rank_record *rec) {
   sl__rank_record_transfer(rec, &l->tstats);
   rec->peak_rss_bytes = sl__peak_rss_bytes();
   sl__rss_by_kind(&rec->rss_anon, &rec->rss_file, &rec->rss_shmem);
-  rec->bytes_mapped = l->store.maps.bytes_mapped;
+  /* A reload wrote into the mappings: their pages are the process's own now, no longer the files'. */
+  rec->bytes_mapped = l->reloads > 0 ? 0 : l->store.maps.bytes_mapped;
   rec->nccl_comms = l->store.backend != NULL ? l->store.backend->nccl_comms : 0;
 }
 
@@ -59,7 +60,7 @@ static void write_reports(sl_loader *l) {
                 .dp = o->dp,
                 .expert_parallel = o->enable_ep,
                 .storage = sl__storage_name(o->storage),
-                .vis = l->pl.po.vis},
+                .vis = sl__pipeline_vis(&l->pl)},
       .commit = p->commit,
       .download_bytes = p->download_bytes,
       .download_files = p->download_files,
@@ -103,6 +104,8 @@ sl_status sl__loader_statistics(sl_loader *l, double t0) {
   sl__rank_record rec;
   own_record(l, &rec);
   sl__comm_phase(&l->comm, "gathering statistics");
+  free(l->records); /* a reload's statistics replace the load's */
+  l->records = NULL;
   if (l->comm.rank == 0) {
     l->records = calloc((size_t)l->comm.size, sizeof *l->records);
     if (l->records == NULL)

@@ -146,9 +146,11 @@ void sl_loader_destroy(sl_loader *l) {
   free(l->store.mapped);
   free(l->store.cast);
   free((void *)l->copy_done);
+  free((void *)l->copy_started);
+  free(l->reload_state);
   free(l->store.table);
+  free(l->store.table_strings);
   free(l->records);
-  free(l->stamps);
   sl__job_nodes_free(&l->nodes);
   sl__track_free(&l->track);
   sl__prepare_groups_free(&l->groups);
@@ -198,7 +200,7 @@ sl_status sl_loader_set_progress(sl_loader *l, sl_progress_fn fn, void *user) {
 }
 
 /* A failed collective phase leaves the loader unusable (but destroyable). */
-static sl_status fail(sl_loader *l, sl_status st) {
+sl_status sl__loader_fail(sl_loader *l, sl_status st) {
   if (st != SL_STATUS_OK) {
     l->state = STATE_FAILED;
     /* Peers may have aborted: the backend's teardown must not wait for them. */
@@ -210,7 +212,7 @@ static sl_status fail(sl_loader *l, sl_status st) {
 
 /* Every public call starts with a clean message (the first error of *this* call wins), except
  * after a failed collective phase: then the message that failed the ranks stays. */
-static sl_status begin(sl_loader *l) {
+sl_status sl__loader_begin(sl_loader *l) {
   if (l->state == STATE_FAILED) {
     char old[SL_ERR_MSG_MAX];
     snprintf(old, sizeof old, "%s", l->err.msg);
@@ -227,11 +229,11 @@ static sl_status begin(sl_loader *l) {
 
 /* After the catalog stage (built on rank 0 only): rank 0 sends the catalog and the spec's text to
  * every rank. */
-static sl_status share_catalog(sl_loader *l, sl_status st, double t0) {
+sl_status sl__loader_share_catalog(sl_loader *l, sl__pipeline *pl, sl_status st, double t0) {
   uint8_t *blob = NULL;
   size_t blob_len = 0;
   if (st == SL_STATUS_OK && l->comm.rank == 0)
-    st = sl__catalog_serialize(&l->pl.prep.cat, &blob, &blob_len, &l->err);
+    st = sl__catalog_serialize(&pl->prep.cat, &blob, &blob_len, &l->err);
   l->t_resolve = sl__now() - t0;
   st = sl__comm_agree(&l->comm, st, &l->err, "resolving the model");
   if (st != SL_STATUS_OK) {
@@ -241,14 +243,14 @@ static sl_status share_catalog(sl_loader *l, sl_status st, double t0) {
   double t1 = sl__now();
   sl__comm_phase(&l->comm, "receiving the catalog");
   st = sl__comm_bcast_blob(&l->comm, &blob, &blob_len, 0, &l->err);
-  uint8_t *spec = (uint8_t *)l->pl.prep.spec_text;
-  size_t spec_len = l->pl.prep.spec_len;
+  uint8_t *spec = (uint8_t *)pl->prep.spec_text;
+  size_t spec_len = pl->prep.spec_len;
   if (st == SL_STATUS_OK)
     st = sl__comm_bcast_blob(&l->comm, &spec, &spec_len, 0, &l->err);
   if (st == SL_STATUS_OK && l->comm.rank != 0) {
-    l->pl.prep.spec_text = (char *)spec;
-    l->pl.prep.spec_len = spec_len;
-    st = sl__catalog_deserialize(blob, blob_len, &l->pl.prep.cat, &l->err);
+    pl->prep.spec_text = (char *)spec;
+    pl->prep.spec_len = spec_len;
+    st = sl__catalog_deserialize(blob, blob_len, &pl->prep.cat, &l->err);
   }
   free(blob);
   st = sl__comm_agree(&l->comm, st, &l->err, "receiving the catalog");
@@ -273,8 +275,8 @@ static sl_status after_stage(void *ctx, sl__prep_stage stage, sl_status st, doub
     }
     return sl__comm_agree(&l->comm, st, err, "checking the configuration");
   case SL_PREP_CATALOG:
-    st = share_catalog(l, st, t0);
-    return st == SL_STATUS_OK ? sl__loader_find_storage(l) : st;
+    st = sl__loader_share_catalog(l, &l->pl, st, t0);
+    return st == SL_STATUS_OK ? sl__loader_find_storage(l, &l->pl) : st;
   case SL_PREP_MODEL:
     st = sl__comm_agree(&l->comm, st, err, "instantiating the architecture spec");
     l->t_model = sl__now() - t0;
@@ -304,13 +306,44 @@ static sl_status advance(sl_loader *l, sl__prep_stage until) {
 sl_status sl_loader_download(sl_loader *l) {
   if (l == NULL)
     return SL_STATUS_INVALID_ARGUMENT;
-  sl_status st = begin(l);
+  sl_status st = sl__loader_begin(l);
   if (st != SL_STATUS_OK || l->state >= STATE_CATALOG)
     return st;
   st = advance(l, SL_PREP_MODEL);
   if (st != SL_STATUS_OK)
-    return fail(l, st);
+    return sl__loader_fail(l, st);
   l->state = STATE_CATALOG;
+  return SL_STATUS_OK;
+}
+
+/* The table's strings, in one block the store owns: a reload replaces the model and the plan
+ * they come from, while a caller may hold them until the loader is destroyed. */
+static sl_status table_strings(sl_loader *l) {
+  size_t n = l->pl.plan.n_lparams, total = 1;
+  const sl__mparam *mps = l->pl.prep.model.params;
+  for (size_t i = 0; i < n; i++) {
+    const sl__mparam *mp = &mps[l->pl.plan.lparams[i].mparam];
+    total += strlen(mp->name) + strlen(l->pl.plan.lparams[i].shard) + 2;
+    if (mp->alias_of != SL_NONE)
+      total += strlen(mps[mp->alias_of].name) + 1;
+  }
+  char *at = l->store.table_strings = malloc(total);
+  if (at == NULL)
+    return sl__err_set(&l->err, SL_STATUS_NOMEM, "out of memory building the parameter table");
+  for (size_t i = 0; i < n; i++) {
+    const sl__mparam *mp = &mps[l->pl.plan.lparams[i].mparam];
+    const char *parts[3] = {mp->name, l->pl.plan.lparams[i].shard,
+                            mp->alias_of != SL_NONE ? mps[mp->alias_of].name : NULL};
+    const char **dst[3] = {&l->store.table[i].name, &l->store.table[i].shard, &l->store.table[i].alias_of};
+    for (int k = 0; k < 3; k++) {
+      if (parts[k] == NULL)
+        continue;
+      size_t len = strlen(parts[k]) + 1;
+      memcpy(at, parts[k], len);
+      *dst[k] = at;
+      at += len;
+    }
+  }
   return SL_STATUS_OK;
 }
 
@@ -330,29 +363,26 @@ static sl_status build_table(sl_loader *l) {
     const sl__lparam *lp = &l->pl.plan.lparams[i];
     const sl__mparam *mp = &l->pl.prep.model.params[lp->mparam];
     sl_param *p = &l->store.table[i];
-    p->name = mp->name;
     p->dtype = sl__dtype_name(mp->dtype);
     p->dtype_bits = sl__dtype_bits(mp->dtype);
     memcpy(p->local_shape, lp->shape, sizeof p->local_shape);
     p->ndim = lp->ndim;
     if (mp->alias_of != SL_NONE) {
       memcpy(p->global_shape, l->pl.prep.model.params[mp->alias_of].shape, sizeof p->global_shape);
-      p->alias_of = l->pl.prep.model.params[mp->alias_of].name;
     } else {
       memcpy(p->global_shape, mp->shape, sizeof p->global_shape);
       /* Per-expert parameters of the vllm layout are [E, ...] globally. */
     }
-    p->shard = lp->shard;
     p->nbytes = lp->nbytes;
     p->device = -1;
   }
-  return SL_STATUS_OK;
+  return table_strings(l);
 }
 
 sl_status sl_loader_plan(sl_loader *l) {
   if (l == NULL)
     return SL_STATUS_INVALID_ARGUMENT;
-  sl_status st = begin(l);
+  sl_status st = sl__loader_begin(l);
   if (st != SL_STATUS_OK || l->state >= STATE_PLANNED)
     return st;
   if (l->state < STATE_CATALOG) {
@@ -362,7 +392,7 @@ sl_status sl_loader_plan(sl_loader *l) {
   }
   st = advance(l, SL_PREP_PLAN);
   if (st != SL_STATUS_OK)
-    return fail(l, st);
+    return sl__loader_fail(l, st);
   if (l->pl.prep.model.experts > 0 && l->pl.opts.enable_ep && l->pl.plan.ctx.ep > 1 &&
       l->pl.plan.ctx.placement != l->pl.opts.placement)
     SL_WARN(
@@ -373,7 +403,10 @@ sl_status sl_loader_plan(sl_loader *l) {
 }
 
 size_t sl_loader_param_count(const sl_loader *l) {
-  return (l != NULL && l->state >= STATE_PLANNED && l->state != STATE_FAILED) ? l->pl.plan.n_lparams : 0;
+  /* After a reload that failed mid-way the table stays: sl_loader_reload_state walks it. */
+  return (l != NULL && l->state >= STATE_PLANNED && (l->state != STATE_FAILED || l->torn))
+             ? l->pl.plan.n_lparams
+             : 0;
 }
 
 const sl_param *sl_loader_param(const sl_loader *l, size_t index) {
@@ -396,7 +429,7 @@ static sl_status bind(sl_loader *l, const char *fn, const char *name, void *data
                       sl_dtype dtype) {
   if (l == NULL || name == NULL || data == NULL)
     return SL_STATUS_INVALID_ARGUMENT;
-  sl_status st = begin(l);
+  sl_status st = sl__loader_begin(l);
   if (st != SL_STATUS_OK)
     return st;
   if (l->state != STATE_PLANNED)
@@ -421,7 +454,7 @@ static sl_status allocate(sl_loader *l) {
   if (sl__strategy_maps(l->pl.opts.strategy, l->store.backend->host_addressable, l->pl.opts.prefault) &&
       !l->pl.prep.cat.arriving)
     st = sl__filemap_params(&l->pl.prep.cat, &l->pl.sched, &l->pl.plan, l->store.bound, l->pl.opts.strategy,
-                            l->stamps, l->store.param_ptr, l->store.mapped, &l->store.maps, &l->err);
+                            l->pl.stamps, l->store.param_ptr, l->store.mapped, &l->store.maps, &l->err);
   /* One block for all of them where the backend offers it (device memory). */
   uint64_t total = 0;
   for (size_t i = 0; i < l->pl.plan.n_lparams && st == SL_STATUS_OK; i++)
@@ -464,15 +497,15 @@ static sl_status create_backend(sl_loader *l) {
 }
 
 /* Missing and unexpected weights are known from the plan alone: fail before reading. */
-static sl_status precheck_weights(sl_loader *l) {
-  const sl__prepared *p = &l->pl.prep;
+sl_status sl__loader_precheck(sl_loader *l, const sl__pipeline *pl) {
+  const sl__prepared *p = &pl->prep;
   sl__track pre;
-  sl_status st = sl__track_precheck(&p->model, &p->cat, &l->pl.sched, &pre, &l->err);
+  sl_status st = sl__track_precheck(&p->model, &p->cat, &pl->sched, &pre, &l->err);
   if (st == SL_STATUS_OK) {
     char msg[SL_ERR_MSG_MAX];
     sl_status verdict = SL_STATUS_OK;
     if (sl__track_message(&p->model, &p->cat, &pre, msg, sizeof msg, &verdict)) {
-      if (l->pl.opts.extra.weights_track)
+      if (pl->opts.extra.weights_track)
         st = sl__err_set(&l->err, verdict, "%s", msg);
       else if (l->comm.rank == 0)
         SL_WARN("%s (loading anyway: strict checking is off)", msg);
@@ -502,7 +535,7 @@ static sl_status allocate_phase(sl_loader *l) {
 }
 
 /* The transfer, with the abort channel armed so that a failing rank stops everyone. */
-static sl_status transfer_phase(sl_loader *l) {
+sl_status sl__loader_transfer(sl_loader *l, bool reload) {
   double t0 = sl__now();
   sl__comm_phase(&l->comm, "loading");
   sl_status st = sl__comm_abort_arm(&l->comm, &l->err);
@@ -513,7 +546,8 @@ static sl_status transfer_phase(sl_loader *l) {
                      .backend = l->store.backend,
                      .comm = &l->comm,
                      .param_ptr = l->store.param_ptr,
-                     .param_mapped = sl__filemaps_tried(&l->store.maps) ? l->store.mapped : NULL,
+                     /* a reload writes into mappings: they hold the first load's file pages */
+                     .param_mapped = sl__filemaps_tried(&l->store.maps) && !reload ? l->store.mapped : NULL,
                      .param_cast = l->store.cast,
                      .workers = o->extra.num_threads,
                      .chunk = l->pl.po.read_chunk,
@@ -521,8 +555,9 @@ static sl_status transfer_phase(sl_loader *l) {
                      .strategy = o->strategy,
                      .one_node = l->nodes.n_nodes == 1,
                      .copy_done = l->copy_done,
-                     .vis = l->pl.po.vis,
-                     .stamps = l->stamps};
+                     .copy_started = reload ? l->copy_started : NULL,
+                     .vis = sl__pipeline_vis(&l->pl),
+                     .stamps = l->pl.stamps};
   st = st == SL_STATUS_OK ? sl__prepare_gate(&l->pl.prep, &l->comm, &tr.gate, &l->err) : st;
   st = st == SL_STATUS_OK ? sl__transfer_run(&tr, &l->tstats, &l->err) : st;
   st = sl__prepare_download_wait(&l->pl.prep, &l->comm, st, &l->err);
@@ -532,7 +567,7 @@ static sl_status transfer_phase(sl_loader *l) {
 }
 
 /* Tracking over all ranks: what no rank loaded, what nothing consumed. */
-static sl_status track_phase(sl_loader *l) {
+sl_status sl__loader_track(sl_loader *l) {
   double t0 = sl__now();
   const sl__prepared *p = &l->pl.prep;
   sl__comm_phase(&l->comm, "tracking weights");
@@ -558,7 +593,7 @@ static sl_status track_phase(sl_loader *l) {
  * the phase and the ranks it has not heard from, then ends the job with MPI_Abort on the load's
  * communicator, the library's one exception to returning a status. */
 static sl_status load_phases(sl_loader *l) {
-  sl_status st = begin(l);
+  sl_status st = sl__loader_begin(l);
   if (st != SL_STATUS_OK)
     return st;
   if (l->state >= STATE_LOADED)
@@ -571,20 +606,20 @@ static sl_status load_phases(sl_loader *l) {
   double t0 = sl__now();
   sl__progress_begin(&l->progress, sl__config_str(l->cfg, "progress"), l->pl.opts.quiet, l->comm.rank,
                      &l->pl.sched, &l->pl.plan, l->copy_done);
-  st = precheck_weights(l);
+  st = sl__loader_precheck(l, &l->pl);
   if (st == SL_STATUS_OK)
     st = allocate_phase(l);
   sl__progress_set_phase(&l->progress, SL_PHASE_TRANSFER);
   if (st == SL_STATUS_OK)
-    st = transfer_phase(l);
+    st = sl__loader_transfer(l, false);
   sl__progress_set_phase(&l->progress, SL_PHASE_TRACK);
   if (st == SL_STATUS_OK)
-    st = track_phase(l);
+    st = sl__loader_track(l);
   sl__progress_stop(&l->progress, st == SL_STATUS_OK);
   if (st == SL_STATUS_OK)
     st = sl__loader_statistics(l, t0);
   if (st != SL_STATUS_OK)
-    return fail(l, st);
+    return sl__loader_fail(l, st);
   /* Report file and pre-sharded copy, when configured (their failure leaves the load usable). */
   st = sl__loader_report_file(l);
   if (st != SL_STATUS_OK)
@@ -612,7 +647,7 @@ sl_status sl_loader_load(sl_loader *l) {
 sl_status sl_loader_save_sharded(sl_loader *l, const char *dir) {
   if (l == NULL || dir == NULL)
     return SL_STATUS_INVALID_ARGUMENT;
-  sl_status st = begin(l);
+  sl_status st = sl__loader_begin(l);
   if (st != SL_STATUS_OK)
     return st;
   st = l->state == STATE_LOADED

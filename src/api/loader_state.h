@@ -1,7 +1,9 @@
 /*
  * api/loader_state.h — the state of a loader (struct sl_loader of the public header), shared by the
- * files that drive it: api/loader.c (creation, the phases of a load, destruction) and
- * api/load_stats.c (the statistics gathered after a load, the report and the summary).
+ * files that drive it: api/loader.c (creation, the phases of a load, destruction), api/reload.c
+ * (a loaded loader reading another checkpoint into the same memory) and api/load_stats.c (the
+ * statistics gathered after a load, the report and the summary). Calls go one way: reload.c →
+ * loader.c → load_stats.c.
  */
 #ifndef SL_API_LOADER_STATE_H
 #define SL_API_LOADER_STATE_H
@@ -31,6 +33,10 @@ struct sl_loader {
   void *nccl_comm;
   sl__param_store store; /* api/params.h: the parameters, created here, held by params.c */
   _Atomic uint64_t *copy_done;
+  _Atomic uint8_t *copy_started; /* a reload's: per copy, some byte of it was written */
+  uint8_t *reload_state;         /* per local parameter: sl_reload_state of the last reload */
+  uint32_t reloads;              /* reloads done (the parameters are no longer file mappings) */
+  bool torn;                     /* a reload failed after writing: the table stays readable */
   sl__track track;
   bool have_track;
   sl__transfer_stats tstats;
@@ -40,7 +46,6 @@ struct sl_loader {
   sl__buf summary;
   sl__progress progress;    /* engine/progress.h: bar, log lines, the caller's callback */
   sl__job_nodes nodes;      /* engine/nodes.h: the job's nodes (rank 0's report) */
-  sl__file_stamp *stamps;   /* per file: this rank's copy as its storage probe accepted it (api/storage.c) */
 };
 
 /* The view api/bind.c and api/params.c work on (a function of the struct: no call into loader.c). */
@@ -55,12 +60,29 @@ static inline void sl__loader_view_of(sl_loader *l, sl__loader_view *out) {
                            .cuda = l->pl.opts.device == SL_DEVICE_CUDA};
 }
 
+/* Shared with api/reload.c, which runs the same phases over another checkpoint. */
+/* The start of every public call: a clean message, or the refusal of a failed loader. */
+sl_status sl__loader_begin(sl_loader *l);
+/* A failed COLLECTIVE phase: the loader becomes unusable (but destroyable). Returns st. */
+sl_status sl__loader_fail(sl_loader *l, sl_status st);
+/* After the catalog stage of pipeline pl (built on rank 0 only): rank 0's catalog and spec text
+ * to every rank, agreed (COLLECTIVE). t0: when the stage started. */
+sl_status sl__loader_share_catalog(sl_loader *l, sl__pipeline *pl, sl_status st, double t0);
+/* Missing and unexpected weights of pipeline pl, from its plan alone (COLLECTIVE). */
+sl_status sl__loader_precheck(sl_loader *l, const sl__pipeline *pl);
+/* The transfer of l->pl into the parameter memory (COLLECTIVE). reload: mapped parameters are
+ * written like any other memory (not populated from their files) and every copy's start is
+ * recorded in l->copy_started. */
+sl_status sl__loader_transfer(sl_loader *l, bool reload);
+/* Tracking over all ranks after a transfer (COLLECTIVE). */
+sl_status sl__loader_track(sl_loader *l);
+
 /* After a transfer: every rank's record to rank 0, which writes the report and the summary
  * (COLLECTIVE; t0: when the load's own phases started). The state becomes STATE_LOADED. */
 sl_status sl__loader_statistics(sl_loader *l, double t0);
-/* COLLECTIVE, after the catalog reached every rank: which ranks can read which files (api/storage.c),
- * into l->pl.vis and l->stamps; agreed. */
-sl_status sl__loader_find_storage(sl_loader *l);
+/* COLLECTIVE, after the catalog of pipeline pl reached every rank (a load's, or a reload's new one):
+ * which ranks can read which files (api/storage.c), into pl->vis, pl->nodes and pl->stamps; agreed. */
+sl_status sl__loader_find_storage(sl_loader *l, sl__pipeline *pl);
 /* Rank 0 writes the report file, when configured (COLLECTIVE). */
 sl_status sl__loader_report_file(sl_loader *l);
 

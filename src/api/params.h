@@ -27,6 +27,7 @@ typedef struct sl__params_state sl__params_state;
 /* A loader's parameters, per local parameter of the rank plan. */
 typedef struct sl__param_store {
   sl_param *table;
+  char *table_strings;       /* the table's names, descriptions and aliases (api/loader.c) */
   void **param_ptr;          /* the memory (aliases point at their target's) */
   bool *bound;               /* the caller's buffer (api/bind.c) */
   bool *mapped;              /* a mapping of its checkpoint bytes (load strategy mmap, or auto on host) */

@@ -389,8 +389,7 @@ static sl_status run_stage(sl__pipeline *p, const sl__prep_driver *d, sl__prep_s
           !sl__visibility_first_node(&p->vis, d->world, (uint32_t)p->prep.cat.n_files, &p->nodes))
         return sl__err_set(err, SL_STATUS_NOMEM, "out of memory placing the checkpoint's files");
     }
-    p->po.vis = p->vis.sees != NULL ? &p->vis : NULL;
-    p->po.nodes = &p->nodes;
+    sl__pipeline_repoint(p);
     return sl__schedule_build(&p->prep.model, &p->prep.cat, &p->po, d->rank,
                               d->rank == SL_NONE ? NULL : &p->plan, &p->sched, err);
   }
@@ -414,12 +413,18 @@ sl_status sl__pipeline_run(sl__pipeline *p, const sl__prep_driver *d, sl__prep_s
   return SL_STATUS_OK;
 }
 
+void sl__pipeline_repoint(sl__pipeline *p) {
+  p->po.vis = sl__pipeline_vis(p);
+  p->po.nodes = &p->nodes;
+}
+
 void sl__pipeline_free(sl__pipeline *p) {
   if (p == NULL)
     return;
   sl__rank_plan_free(&p->plan);
   sl__schedule_free(&p->sched);
   sl__visibility_free(&p->vis);
+  free(p->stamps);
   free(p->pp_starts);
   sl__prepared_free(&p->prep);
   memset(p, 0, sizeof *p);

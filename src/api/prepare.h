@@ -83,7 +83,15 @@ typedef struct sl__pipeline {
    * readers on. */
   sl__visibility vis;
   sl__node_layout nodes;
+  sl__file_stamp *stamps; /* per file: this rank's own copy as the probe accepted it, or NULL */
 } sl__pipeline;
+
+/* Which ranks read which files, or NULL: every rank every file (what the transfer and the reports take). */
+static inline const sl__visibility *sl__pipeline_vis(const sl__pipeline *p) {
+  return p->vis.sees != NULL ? &p->vis : NULL;
+}
+/* After a pipeline was moved (copied by value): its planner options point at its own fields again. */
+void sl__pipeline_repoint(sl__pipeline *p);
 
 /* How the stages run: in one process (dry run) or in one rank of a job (loader). */
 typedef struct sl__prep_driver {

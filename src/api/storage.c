@@ -10,16 +10,16 @@
 
 #include <stdlib.h>
 
-sl_status sl__loader_find_storage(sl_loader *l) {
+sl_status sl__loader_find_storage(sl_loader *l, sl__pipeline *pl) {
   sl__comm_phase(&l->comm, "finding which ranks can read the checkpoint");
-  l->pl.nodes = sl__job_nodes_layout(&l->nodes);
-  if (l->pl.nodes.node_of == NULL) /* the job's nodes are unknown: the configured ranks per node */
-    l->pl.nodes.ranks_per_node = l->pl.opts.ranks_per_node;
-  free(l->stamps);
-  l->stamps = calloc(l->pl.prep.cat.n_files + 1, sizeof *l->stamps);
-  sl_status st = l->stamps != NULL ? SL_STATUS_OK : sl__err_set(&l->err, SL_STATUS_NOMEM, "out of memory");
+  pl->nodes = sl__job_nodes_layout(&l->nodes);
+  if (pl->nodes.node_of == NULL) /* the job's nodes are unknown: the configured ranks per node */
+    pl->nodes.ranks_per_node = pl->opts.ranks_per_node;
+  free(pl->stamps);
+  pl->stamps = calloc(pl->prep.cat.n_files + 1, sizeof *pl->stamps);
+  sl_status st = pl->stamps != NULL ? SL_STATUS_OK : sl__err_set(&l->err, SL_STATUS_NOMEM, "out of memory");
   if (st == SL_STATUS_OK)
-    st = sl__visibility_probe(&l->comm, &l->pl.prep.cat, l->pl.opts.storage, &l->pl.nodes, &l->pl.vis, l->stamps,
+    st = sl__visibility_probe(&l->comm, &pl->prep.cat, pl->opts.storage, &pl->nodes, &pl->vis, pl->stamps,
                               &l->err);
   return sl__comm_agree(&l->comm, st, &l->err, "finding which ranks can read the checkpoint");
 }

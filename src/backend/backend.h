@@ -63,6 +63,11 @@ typedef struct sl__backend_ops {
   /* COLLECTIVE, after a transfer every rank agreed succeeded (NULL: nothing to do): resources held
    * only for broadcasts (NCCL communicators) are released; bcast is not called again. */
   sl_status (*end_transfer)(sl__backend *b, sl__err *err);
+  /* COLLECTIVE, before a transfer that is not the backend's first (sl_loader_reload; NULL:
+   * nothing to do): what end_transfer released is made again, over `groups`, the broadcast groups
+   * of the new transfer's schedule (the communicator holds them already; they may differ from the
+   * first transfer's). Every rank returns the same status. */
+  sl_status (*begin_transfer)(sl__backend *b, const sl__comm_groups *groups, sl__err *err);
   /* What the main thread issued so far (bucket → parameter copies, broadcasts) has completed, so
    * that a bucket slot may be refilled; the readers' uploads may still be in flight (the engine
    * waits for a bucket's uploads in the reader before the bucket counts as read). NULL: the

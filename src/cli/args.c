@@ -136,7 +136,7 @@ static const char *const download_keys[] = {"revision",
                                             "hub_lock_timeout_s",
                                             NULL};
 
-const sl_cli_command sl_cli_cmd_load = {"load", load_keys, SL_CLI_LIST_PARAMS};
+const sl_cli_command sl_cli_cmd_load = {"load", load_keys, SL_CLI_LIST_PARAMS | SL_CLI_RELOAD};
 const sl_cli_command sl_cli_cmd_plan = {"plan", plan_keys, SL_CLI_JSON | SL_CLI_WORLD};
 const sl_cli_command sl_cli_cmd_inspect = {"inspect", inspect_keys, SL_CLI_JSON};
 const sl_cli_command sl_cli_cmd_download = {"download", download_keys, 0};
@@ -247,6 +247,10 @@ static void unknown_option(const sl_cli_command *cmd, const char *typed) {
     consider(&s, typed, "--world");
   if (cmd->options & SL_CLI_LIST_PARAMS)
     consider(&s, typed, "--list-params");
+  if (cmd->options & SL_CLI_RELOAD) {
+    consider(&s, typed, "--reload");
+    consider(&s, typed, "--reload-revision");
+  }
   consider(&s, typed, "--help");
   if (s.best[0] == '\0') { /* then any key: the command accepts every configuration key */
     key_line lines[MAX_KEYS];
@@ -308,6 +312,24 @@ int sl_cli_parse(int argc, char **argv, sl_config *config, sl_cli_args *args, co
       continue;
     }
     bool is_world = (cmd->options & SL_CLI_WORLD) && strcmp(name, "--world") == 0;
+    bool is_reload = (cmd->options & SL_CLI_RELOAD) && strcmp(name, "--reload") == 0;
+    bool is_reload_rev = (cmd->options & SL_CLI_RELOAD) && strcmp(name, "--reload-revision") == 0;
+    if (is_reload || is_reload_rev) {
+      if (value == NULL && i + 1 >= argc) {
+        fprintf(stderr, "shardload %s: %s needs a value\n", c, name);
+        return 2;
+      }
+      value = value != NULL ? value : argv[++i];
+      if (is_reload_rev) {
+        args->reload_revision = value;
+      } else if (args->n_reload < SL_CLI_RELOAD_MAX) {
+        args->reload[args->n_reload++] = value;
+      } else {
+        fprintf(stderr, "shardload %s: at most %d --reload options\n", c, SL_CLI_RELOAD_MAX);
+        return 2;
+      }
+      continue;
+    }
     const flag *fl = NULL;
     for (size_t k = 0; k < N_FLAGS; k++)
       if (strcmp(flags[k].flag, name) == 0)
@@ -405,6 +427,12 @@ void sl_cli_print_options(FILE *out, const sl_cli_command *cmd) {
     fprintf(out, "  %-36s %s\n", "--world N", "number of ranks to plan for (required)");
   if (cmd->options & SL_CLI_LIST_PARAMS)
     fprintf(out, "  %-36s %s\n", "--list-params", "print every rank's table of local parameters");
+  if (cmd->options & SL_CLI_RELOAD) {
+    fprintf(out, "  %-36s %s\n", "--reload MODEL",
+            "after the load, read MODEL (same architecture and shapes) into the same memory; repeatable");
+    fprintf(out, "  %-36s %s\n", "--reload-revision REV",
+            "the Hub revision of every --reload (default main)");
+  }
   if (cmd->options & SL_CLI_JSON)
     fprintf(out, "  %-36s %s\n", "--json", "print the result as JSON");
   fprintf(out, "  %-36s %s\n", "--help, -h", "this text");

@@ -15,10 +15,14 @@
 
 /* Options of the tool itself (not configuration keys), accepted where a command lists them. */
 enum {
-  SL_CLI_JSON = 1u << 0,       /* --json */
-  SL_CLI_WORLD = 1u << 1,      /* --world N */
-  SL_CLI_LIST_PARAMS = 1u << 2 /* --list-params */
+  SL_CLI_JSON = 1u << 0,        /* --json */
+  SL_CLI_WORLD = 1u << 1,       /* --world N */
+  SL_CLI_LIST_PARAMS = 1u << 2, /* --list-params */
+  SL_CLI_RELOAD = 1u << 3       /* --reload MODEL (repeatable), --reload-revision REV */
 };
+
+/* The most --reload options one command line takes. */
+#define SL_CLI_RELOAD_MAX 8
 
 typedef struct sl_cli_command {
   const char *name;        /* "load" */
@@ -37,6 +41,9 @@ typedef struct sl_cli_args {
   bool help;              /* --help */
   bool list_params;       /* --list-params */
   int world;              /* --world N (plan), 0 when absent */
+  const char *reload[SL_CLI_RELOAD_MAX]; /* --reload MODEL, in order (load) */
+  int n_reload;
+  const char *reload_revision; /* --reload-revision REV (load), or NULL */
 } sl_cli_args;
 
 /* Parses argv[1..] into config and args; returns 0, or 2 after printing a usage error to stderr. */

@@ -1,7 +1,9 @@
 /*
  * cmd_load.c — `mpirun -np N shardload load MODEL ...`: initializes MPI, loads with the public
  * API, prints rank 0's summary (stderr) and, on failure, each distinct cause once (rank 0
- * collects the messages of every rank); every rank exits with the same status.
+ * collects the messages of every rank); every rank exits with the same status. With --reload
+ * MODEL2 (repeatable) the loaded loader then reads each into the same memory (sl_loader_reload),
+ * each summarized in turn.
  */
 #include "args.h"
 #include "cli.h"
@@ -103,6 +105,17 @@ int sl_cli_load(int argc, char **argv) {
   }
   if (rc == 0 && sl_config_set(cfg, "model", args.positional) != SL_STATUS_OK)
     rc = 2;
+  if (rc == 0 && args.n_reload > 0 && sl_config_get(cfg, "save_sharded") != NULL) {
+    if (rank == 0)
+      fprintf(stderr, "shardload load: --save-sharded saves the first load, not a reload: run a separate "
+                      "load of the last model to save it\n");
+    rc = 2;
+  }
+  if (rc == 0 && args.n_reload == 0 && args.reload_revision != NULL) {
+    if (rank == 0)
+      fprintf(stderr, "shardload load: --reload-revision needs --reload MODEL\n");
+    rc = 2;
+  }
   char device[16];
   snprintf(device, sizeof device, "%d", early_device);
   if (rc == 0 && early_device >= 0 && sl_config_set(cfg, "cuda_device", device) != SL_STATUS_OK)
@@ -125,13 +138,19 @@ int sl_cli_load(int argc, char **argv) {
       print_table(MPI_COMM_WORLD, l);
     if (st == SL_STATUS_OK)
       st = sl_loader_load(l);
-    if (st != SL_STATUS_OK) {
-      report_failure(MPI_COMM_WORLD, st, sl_loader_error(l));
-    } else if (rank == 0) {
-      const char *s = sl_loader_summary(l);
+    for (int k = 0; k <= args.n_reload && st == SL_STATUS_OK; k++) {
+      if (k > 0)
+        st = sl_loader_reload(l, args.reload[k - 1], args.reload_revision);
+      if (st != SL_STATUS_OK)
+        break;
+      if (rank == 0 && k > 0)
+        fprintf(stderr, "shardload load: reloaded %s in place\n", args.reload[k - 1]);
+      const char *s = rank == 0 ? sl_loader_summary(l) : NULL;
       if (s != NULL)
         fputs(s, stderr);
     }
+    if (st != SL_STATUS_OK)
+      report_failure(MPI_COMM_WORLD, st, sl_loader_error(l));
   }
   sl_loader_destroy(l);
   sl_config_destroy(cfg);

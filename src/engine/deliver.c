@@ -245,6 +245,8 @@ sl_status sl__engine_to_copies(sl__engine *e, uint32_t piece, const sl__segment 
     uint32_t c = e->copy_list[ci];
     const sl__copy *cp = &t->plan->copies[c];
     uint64_t dstride = P->rows <= 1 ? rb : cp->dst_stride;
+    if (t->copy_started != NULL)
+      atomic_store(&t->copy_started[c], 1);
     sl_status st;
     if (sl__engine_casts(t, cp->lparam)) {
       st = cast_rows(e, cp, dstride, seg, src, src_stride, err);

@@ -76,12 +76,13 @@ static sl_status run_op(sl__engine *e, int worker, int slot, uint8_t *staging, c
       atomic_fetch_add(&e->bytes_mapped, op->len);
     }
   } else if (op->direct_dst != NULL) {
+    const sl__delivery *d = &SL_VEC_AT(&e->rp.dels, sl__delivery, op->first);
+    uint32_t c = e->copy_list[e->copy_start[d->piece]];
+    if (e->t->copy_started != NULL)
+      atomic_store(&e->t->copy_started[c], 1);
     st = pread_full(e, fd, op->file, op->direct_dst, op->len, op->offset, false, werr);
-    if (st == SL_STATUS_OK) {
-      const sl__delivery *d = &SL_VEC_AT(&e->rp.dels, sl__delivery, op->first);
-      uint32_t c = e->copy_list[e->copy_start[d->piece]];
+    if (st == SL_STATUS_OK)
       atomic_fetch_add(&e->t->copy_done[c], op->len);
-    }
   } else if (op->rows > 1) {
     /* A row run (buffered strategies only): the rows land packed, one after the other. */
     uint64_t row = op->len / op->rows;

@@ -58,6 +58,10 @@ typedef struct sl__transfer {
    * what one rank's read-ahead brings in past its range is another rank's, read once. */
   bool one_node;
   _Atomic uint64_t *copy_done; /* per copy of the plan: bytes delivered (for tracking) */
+  /* per copy of the plan, or NULL: set before the first byte of it is written into its parameter
+   * (a read straight into the parameter that fails may leave some written yet uncounted), so that a
+   * failed transfer tells parameters it never touched from those it changed in part (a reload) */
+  _Atomic uint8_t *copy_started;
   struct sl__file_gate *gate;  /* files still arriving from the Hub (engine/file_gate.h), or NULL */
   /* Which ranks read which files (engine/visibility_probe.h), or NULL: every rank every file; and
    * per file this rank's stamp of what it may read (its own copy accepted by its header), or NULL */

@@ -13,3 +13,8 @@ set_tests_properties(test_cli_args PROPERTIES LABELS "unit;cli" TIMEOUT 180 PROC
 # Progress lines of rank 0 in a log (stderr not a terminal) and --progress never / --quiet.
 sl_script_test(test_progress cli ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_progress.py)
 set_tests_properties(test_progress PROPERTIES LABELS "cli" TIMEOUT 600 PROCESSORS 2)
+
+# `shardload load MODEL --reload MODEL2` (labels reshard and cli): reloads in order, each summarized,
+# a refused one failing every rank, the usage errors.
+sl_script_test(test_cli_reload cli sh ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_cli_reload.sh)
+set_tests_properties(test_cli_reload PROPERTIES LABELS "reshard;cli" TIMEOUT 300 PROCESSORS 2)

@@ -76,6 +76,9 @@ if(SL_HAVE_CUDA)
   # The loader is written against the public API; until src/api/loader.c exists this test is not built.
   if(EXISTS ${PROJECT_SOURCE_DIR}/src/api/loader.c)
     sl_gpu_mpi_test(test_gpu_load gpu 1 2)
+    # Reload in place on real GPUs (docs/spec/DESIGN.md §10): labels reshard and gpu.
+    sl_gpu_mpi_test(test_gpu_reload gpu 1 2)
+    set_tests_properties(test_gpu_reload_np1 test_gpu_reload_np2 PROPERTIES LABELS "reshard;gpu")
   else()
     message(STATUS "shardload: src/api/loader.c not present yet: test_gpu_load not built")
   endif()

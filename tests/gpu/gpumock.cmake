@@ -84,3 +84,12 @@ foreach(np 1 2)
   set_tests_properties(test_gpu_overlap_mock_np${np} PROPERTIES LABELS gpumock TIMEOUT 300 PROCESSORS ${np}
     FIXTURES_REQUIRED models ENVIRONMENT "${SL_TEST_ENV};MOCK_CUDA_OP_US=300")
 endforeach()
+
+# Reload in place on the GPU path (labels reshard, gpumock): device memory at the same pointers
+# equal to a cpu load of each checkpoint, the NCCL communicators made again and released.
+sl_gpumock_exe(test_gpu_reload_mock ${_sl_mock_dir}/test_gpu_reload.c SL_TEST_HAVE_CUDA=1 SL_TEST_CUDA_MOCK=1)
+foreach(np 1 2 3 4)
+  add_test(NAME test_gpu_reload_mock_np${np} COMMAND ${SL_MPIRUN} -np ${np} $<TARGET_FILE:test_gpu_reload_mock>)
+  set_tests_properties(test_gpu_reload_mock_np${np} PROPERTIES LABELS "reshard;gpumock" TIMEOUT 300
+    PROCESSORS ${np} FIXTURES_REQUIRED models ENVIRONMENT "${SL_TEST_ENV}")
+endforeach()

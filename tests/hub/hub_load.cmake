@@ -43,3 +43,14 @@ else()
 endif()
 set_tests_properties(hub_overlap_local PROPERTIES LABELS hub TIMEOUT 300 SKIP_RETURN_CODE 77 FIXTURES_REQUIRED models
   PROCESSORS 3 ENVIRONMENT "${SL_TEST_ENV}")
+
+# Reload in place as a repository's main branch moves (labels reshard and hub): only the changed
+# file downloaded, every tensor the new commit's, at 2 ranks (tests/hub/test_hub_reload.py).
+if(Python3_Interpreter_FOUND)
+  add_test(NAME hub_reload COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_LIST_DIR}/test_hub_reload.py)
+else()
+  add_test(NAME hub_reload COMMAND sh -c "echo 'python3 not found: skipped'; exit 77")
+endif()
+set_tests_properties(hub_reload PROPERTIES LABELS "reshard;hub" TIMEOUT 300 SKIP_RETURN_CODE 77
+  FIXTURES_REQUIRED models PROCESSORS 2
+  ENVIRONMENT "${SL_TEST_ENV};SHARDLOAD_LIBRARY=$<TARGET_FILE:shardload>")

@@ -411,7 +411,7 @@ static double json_double(const cJSON *obj, const char *key, bool *ok) {
 }
 
 /* Rank 0: the report against the reference's cluster figures. */
-static void check_report(const char *label, const lc_case *c, const sl_ref_model *m, const char *json) {
+void lc_check_report(const char *label, const lc_case *c, const sl_ref_model *m, const char *json) {
   bool aligned = false; /* an O_DIRECT strategy */
   for (int i = 0; i + 1 < 8 && c->extra[i] != NULL; i += 2)
     aligned =
@@ -604,7 +604,7 @@ bool lc_run(const lc_case *c, lc_result *keep) {
     if (st == SL_STATUS_OK) {
       lc_check_table(rlabel, m, l, ref);
       if (rank == 0)
-        check_report(label, c, m, sl_loader_report_json(l));
+        lc_check_report(label, c, m, sl_loader_report_json(l));
       good = true;
     }
   }

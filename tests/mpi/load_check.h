@@ -57,6 +57,10 @@ void lc_check_table(const char *label, const sl_ref_model *m, const sl_loader *l
 void lc_check_param(const char *label, const sl_ref_model *m, const sl_loader *l, const sl_param *p,
                     const sl_ref_param *e);
 
+/* Rank 0: its loader's JSON report against the reference's cluster figures of the case (every
+ * byte read once, each rank's reads as planned, the figures of the layout). */
+void lc_check_report(const char *label, const lc_case *c, const sl_ref_model *m, const char *json);
+
 /* A short label of the case for messages: "llama tp2 pp1 dp2 ep vllm". */
 void lc_label(const lc_case *c, char *out, size_t cap);
 

@@ -57,3 +57,10 @@ sl_python_test(python_cast test_cast.py 1 2 4)
 # the build's library, names every difference of a simulated mismatch. One process, no MPI job.
 add_test(NAME python_abi COMMAND ${SL_PY} ${CMAKE_CURRENT_SOURCE_DIR}/python/test_abi.py)
 set_tests_properties(python_abi PROPERTIES LABELS python TIMEOUT 60 ENVIRONMENT "${SL_PY_ENV}")
+
+# Reload in place over MPI (Loader.reload; labels reshard and python): tensors exported before see
+# the new values at the same addresses, refusals change nothing (tests/python/reload_check.py).
+sl_python_test(python_reload test_reload.py 1 2 3 4)
+foreach(np 1 2 3 4)
+  set_tests_properties(python_reload_np${np} PROPERTIES LABELS "reshard;python")
+endforeach()

@@ -35,3 +35,8 @@ endforeach()
 foreach(fault kill stop raise_exit raise_stay)
   sl_workers_test(workers_fault_${fault} test_workers_fault.py 240 3 ${fault})
 endforeach()
+# Reload in place over the group (labels reshard and workers): tests/python/reload_check.py.
+foreach(np 1 2 4)
+  sl_workers_test(workers_reload_np${np} test_workers_reload.py 240 ${np} ${np})
+  set_tests_properties(workers_reload_np${np} PROPERTIES LABELS "reshard;workers")
+endforeach()

@@ -89,6 +89,54 @@ static void cuda_destroy(sl__backend *b) {
   free(b);
 }
 
+/* The broadcast groups' NCCL communicators, made, then connected by a warm-up (COLLECTIVE: every
+ * rank returns the same status). A failure tears them down with ncclCommAbort. */
+static sl_status connect_groups(sl__backend *b, const sl__comm_groups *groups, sl__err *err) {
+  cuda_state *st = state_of(b);
+  sl_status res = sl__cuda_create_comms(b, groups, err);
+  if (res != SL_STATUS_OK)
+    st->failed = true; /* peers may be half way: tear down with ncclCommAbort */
+  res = sl__comm_agree(b->comm, res, err, "creating NCCL communicators");
+  /* Only once every rank has its communicators: a warm-up waits for every member. */
+  if (res == SL_STATUS_OK) {
+    res = sl__cuda_warm_up(b, err);
+    if (res != SL_STATUS_OK)
+      st->failed = true;
+    res = sl__comm_agree(b->comm, res, err, "connecting NCCL communicators");
+  }
+  return res;
+}
+
+/* A later transfer (a reload): the communicators end_transfer released, made again over the new
+ * schedule's groups, their arrays sized for them. */
+static sl_status cuda_begin_transfer(sl__backend *b, const sl__comm_groups *groups, sl__err *err) {
+  cuda_state *st = state_of(b);
+  sl_status res = SL_STATUS_OK;
+  cudaError_t e = cudaSetDevice(st->device);
+  if (e != cudaSuccess)
+    res = sl__cuda_fail(err, e, st->device, "cudaSetDevice", __FILE__, __LINE__);
+  if (res == SL_STATUS_OK) {
+    if (st->nccl != NULL)
+      sl__cuda_release_comms(b); /* none left after end_transfer; whatever is, goes */
+    free(st->nccl);
+    free(st->nccl_aborted);
+    free(st->nccl_made);
+    st->n_groups = groups->n;
+    st->nccl = calloc(groups->n + 1, sizeof *st->nccl);
+    st->nccl_aborted = calloc(groups->n + 1, sizeof *st->nccl_aborted);
+    st->nccl_made = calloc(groups->n + 1, sizeof *st->nccl_made);
+    b->nccl_comms = 0;
+    if (st->nccl == NULL || st->nccl_aborted == NULL || st->nccl_made == NULL) {
+      st->n_groups = 0;
+      res = sl__err_set(err, SL_STATUS_NOMEM, "out of memory setting up the CUDA backend");
+    }
+  }
+  res = sl__comm_agree(b->comm, res, err, "setting up the CUDA device");
+  if (res == SL_STATUS_OK && groups->n > 0)
+    res = connect_groups(b, groups, err);
+  return res;
+}
+
 static const sl__backend_ops cuda_ops = {
     .name = "cuda",
     .alloc = sl__cuda_alloc,
@@ -105,6 +153,7 @@ static const sl__backend_ops cuda_ops = {
     .download = sl__cuda_download,
     .sync = sl__cuda_sync,
     .end_transfer = sl__cuda_end_transfer,
+    .begin_transfer = cuda_begin_transfer,
     .sync_main = sl__cuda_sync_main,
     .reader_start = sl__cuda_reader_start,
     .destroy = cuda_destroy,
@@ -285,19 +334,8 @@ sl_status sl__backend_cuda_create(sl__comm *comm, int workers, int slots, int de
   res = sl__comm_agree(comm, res, err, "setting up the CUDA device");
   if (res == SL_STATUS_OK)
     res = sl__comm_agree(comm, sl__cuda_check_placement(b, groups, err), err, "checking GPU placement");
-  if (res == SL_STATUS_OK && groups->n > 0) {
-    res = sl__cuda_create_comms(b, groups, err);
-    if (res != SL_STATUS_OK)
-      st->failed = true; /* peers may be half way: tear down with ncclCommAbort */
-    res = sl__comm_agree(comm, res, err, "creating NCCL communicators");
-    /* Only once every rank has its communicators: a warm-up waits for every member. */
-    if (res == SL_STATUS_OK) {
-      res = sl__cuda_warm_up(b, err);
-      if (res != SL_STATUS_OK)
-        st->failed = true;
-      res = sl__comm_agree(comm, res, err, "connecting NCCL communicators");
-    }
-  }
+  if (res == SL_STATUS_OK && groups->n > 0)
+    res = connect_groups(b, groups, err);
   if (res != SL_STATUS_OK) {
     if (b != NULL)
       st->failed = true;
