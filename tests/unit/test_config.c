@@ -57,6 +57,7 @@ static const key k_keys[] = {
     {"read_chunk_bytes", POS, "16777216", {0}},
     {"coalesce_gap_bytes", U64, "4096", {0}},
     {"two_phase_reads", BOOL, "true", {0}},
+    {"storage", ENUM, "auto", {"auto", "shared", "local"}},
     {"bucket_bytes", POS, "67108864", {0}},
     {"save_sharded", STR, NULL, {0}},
     {"save_max_part_bytes", POS, "5368709120", {0}},
@@ -704,11 +705,22 @@ static void test_options(void) {
   st = opts_of((const char *const[]){"model", "m", "threads", "1024", NULL}, &o, &err, &c);
   CHECK(st == SL_STATUS_OK && o.extra.num_threads == 1024);
   sl_config_destroy(c);
+  /* storage: auto by default, each value its mode (docs/spec/STORAGE.md §1) */
+  static const char *const storage[3] = {"auto", "shared", "local"};
+  static const sl__storage modes[3] = {SL_STORAGE_AUTO, SL_STORAGE_SHARED, SL_STORAGE_LOCAL};
+  st = opts_of((const char *const[]){"model", "m", NULL}, &o, &err, &c);
+  CHECK(st == SL_STATUS_OK && o.storage == SL_STORAGE_AUTO);
+  sl_config_destroy(c);
+  for (int i = 0; i < 3; i++) {
+    st = opts_of((const char *const[]){"model", "m", "storage", storage[i], NULL}, &o, &err, &c);
+    CHECKF(st == SL_STATUS_OK && o.storage == modes[i], "storage %s", storage[i]);
+    sl_config_destroy(c);
+  }
   OPTS_ERR("must be an integer from 1 to 1024", "model", "m", "extra_config", "{\"num_threads\": 100000}");
 }
 
 int main(void) {
-  CHECK_EQ_U64(N_KEYS, 48);
+  CHECK_EQ_U64(N_KEYS, 49);
   test_each_key();
   test_defaults();
   test_api();
