@@ -83,6 +83,7 @@ static void engine_free(sl__engine *e) {
         close(e->fds[f]);
   }
   free(e->fds);
+  sl__engine_remote_close(e);
   free(e->stamps);
   free(e->choice);
   /* A broadcast abandoned by an abort may still write into its bucket whenever MPI progresses
@@ -159,6 +160,8 @@ static sl_status prepare(sl__engine *e) {
     st = sl__err_set(e->err, SL_STATUS_NOMEM, "out of memory");
   for (size_t f = 0; e->fds != NULL && f < t->cat->n_files; f++)
     e->fds[f] = -1;
+  if (st == SL_STATUS_OK)
+    st = sl__engine_remote_open(e);
   if (st == SL_STATUS_OK)
     st = sl__engine_open_files(e);
   if (st == SL_STATUS_OK)
