@@ -18,7 +18,7 @@ checks no signature and knows no If-Match. This front, on 127.0.0.1 with a port 
   - faults, by rules (the first rule that matches and has `times` left applies; times -1 = always):
       match:  "method", "key" (substring of the decoded key), "range" (exact Range value, or
               true/false for present/absent), "query" (substring of the raw query), "list" (true:
-              only ListObjectsV2 requests)
+              only ListObjectsV2 requests), "after" (let that many matching requests through first)
       action: "status" + "code" + "message" (an S3 error reply), "headers", "delay" (s before
               replying), "drop_after" (send K body bytes, then cut the connection), "stall_after"
               + "stall" (pause K bytes into the body for that many seconds), "replace" (upload new
@@ -89,6 +89,9 @@ def take_rule(method, key, query, headers):
     with LOCK:
         for rule in STATE["rules"]:
             if rule_matches(rule, method, key, query, headers):
+                if rule.get("after", 0) > 0:  # let this many matching requests through first
+                    rule["after"] -= 1
+                    continue
                 if rule.get("times", 1) > 0:
                     rule["times"] = rule.get("times", 1) - 1
                 return dict(rule.get("action", {}))
@@ -175,7 +178,8 @@ class Handler(BaseHTTPRequestHandler):
 
     def serve(self, method, bucket, key, query, body):
         failure = self.authenticate(method, bucket, query)
-        self.entry["auth"] = "ok" if failure is None else failure[1]
+        signed = self.headers.get("Authorization") is not None
+        self.entry["auth"] = failure[1] if failure is not None else "ok" if signed else "none"
         if failure is not None:
             status, code, message, extra, headers = failure
             self.reply(status, headers, error_xml(code, message, extra), method)
