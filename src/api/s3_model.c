@@ -3,18 +3,25 @@
  * config.json, the index and each weight file's safetensors header, every one read with ranged GETs
  * pinned to the ETag the listing gave (an object replaced since the listing fails here, naming it).
  * A header is read in two requests, its 8-byte length and then exactly the header, so that no byte
- * of the data section is asked for here: those belong to the ranks that load them.
+ * of the data section is asked for here: those belong to the ranks that load them. The headers of
+ * several files are read at once, each reader thread on its own connection.
  */
 #include "api/s3_model.h"
 
 #include "base/log.h"
 #include "base/util.h"
+#include "base/workers.h"
 #include "format/safetensors.h"
 #include "model/file_select.h"
 
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* Connections rank 0 reads the headers over. */
+#define HEADER_CONNECTIONS 8
 
 void sl__s3_model_free(sl__s3_model *m) {
   if (m == NULL)
@@ -135,14 +142,14 @@ static sl_status select_files(sl__s3_model *m, const sl__catalog_opts *co, sl__s
 
 /* The first 8 + N bytes of a safetensors object (N its header length), or fewer when N or the
  * object's size is wrong: the parser then says which (docs/spec/SAFETENSORS.md §4 checks 1-3). */
-static sl_status read_header(sl__s3_model *m, const sl__s3_object *o, uint8_t **out, size_t *len,
-                             sl__err *err) {
+static sl_status read_header(const sl__s3_model *m, sl__s3_conn *conn, const sl__s3_object *o, uint8_t **out,
+                             size_t *len, sl__err *err) {
   *out = NULL;
   *len = 0;
   uint8_t head[8];
   if (o->size < 8)
     return SL_STATUS_OK;
-  sl_status st = sl__s3_read(m->conn, m->bucket, o->key, o->etag, 0, 8, head, NULL, NULL, err);
+  sl_status st = sl__s3_read(conn, m->bucket, o->key, o->etag, 0, 8, head, NULL, NULL, err);
   if (st != SL_STATUS_OK)
     return st;
   uint64_t n = 0;
@@ -155,7 +162,7 @@ static sl_status read_header(sl__s3_model *m, const sl__s3_object *o, uint8_t **
                        o->key);
   memcpy(buf, head, 8);
   if (have > 8)
-    st = sl__s3_read(m->conn, m->bucket, o->key, o->etag, 8, have - 8, buf + 8, NULL, NULL, err);
+    st = sl__s3_read(conn, m->bucket, o->key, o->etag, 8, have - 8, buf + 8, NULL, NULL, err);
   if (st != SL_STATUS_OK) {
     free(buf);
     return st;
@@ -163,6 +170,76 @@ static sl_status read_header(sl__s3_model *m, const sl__s3_object *o, uint8_t **
   *out = buf;
   *len = have;
   return SL_STATUS_OK;
+}
+
+/* The headers of the selected files, read over up to HEADER_CONNECTIONS connections at once (a
+ * model of a few hundred shards would otherwise wait for twice as many round trips in a row). */
+typedef struct header_job {
+  const sl__s3_model *m;
+  const sl__selection *sel;
+  sl__cat_header_src *src;
+  _Atomic size_t next; /* the next file to take */
+  _Atomic bool failed; /* a reader failed: the others stop taking files */
+} header_job;
+
+typedef struct header_reader {
+  header_job *job;
+  size_t failed_at; /* the file this reader failed on (SIZE_MAX: none) */
+  sl_status st;
+  sl__err err;
+} header_reader;
+
+static void *read_headers(void *arg) {
+  header_reader *r = arg;
+  header_job *j = r->job;
+  sl__s3_conn *conn = NULL;
+  r->st = sl__s3_conn_open(j->m->s, &conn, &r->err);
+  while (r->st == SL_STATUS_OK && !atomic_load(&j->failed)) {
+    size_t i = atomic_fetch_add(&j->next, 1);
+    if (i >= j->sel->n_files)
+      break;
+    const sl__s3_object *o = object_of(j->m, j->sel->files[i]);
+    uint8_t *prefix = NULL;
+    size_t len = 0;
+    r->st = o != NULL
+                ? read_header(j->m, conn, o, &prefix, &len, &r->err)
+                : sl__err_set(&r->err, SL_STATUS_INTERNAL, "%s: selected but not listed", j->sel->files[i]);
+    j->src[i] = (sl__cat_header_src){.name = j->sel->files[i],
+                                     .size = o != NULL ? o->size : 0,
+                                     .prefix = prefix,
+                                     .prefix_len = len,
+                                     .etag = o != NULL && o->etag != NULL ? o->etag : ""};
+    if (r->st != SL_STATUS_OK) {
+      r->failed_at = i;
+      atomic_store(&j->failed, true);
+    }
+  }
+  sl__s3_conn_close(conn);
+  return NULL;
+}
+
+/* Every selected file's header into src; on failure, the error of the first file that failed. */
+static sl_status headers(const sl__s3_model *m, const sl__selection *sel, sl__cat_header_src *src,
+                         sl__err *err) {
+  size_t n = sel->n_files < HEADER_CONNECTIONS ? sel->n_files : HEADER_CONNECTIONS;
+  header_job job = {.m = m, .sel = sel, .src = src};
+  atomic_init(&job.next, 0);
+  atomic_init(&job.failed, false);
+  header_reader readers[HEADER_CONNECTIONS];
+  for (size_t i = 0; i < n; i++) {
+    readers[i] = (header_reader){.job = &job, .failed_at = SIZE_MAX};
+    sl__err_clear(&readers[i].err);
+  }
+  sl_status st = sl__workers_run(n, read_headers, readers, sizeof readers[0], "S3 header", err);
+  const header_reader *first = NULL;
+  for (size_t i = 0; i < n; i++)
+    if (readers[i].st != SL_STATUS_OK && (first == NULL || readers[i].failed_at < first->failed_at))
+      first = &readers[i];
+  if (st == SL_STATUS_OK && first != NULL) {
+    sl__err_copy(err, &first->err);
+    st = first->st;
+  }
+  return st;
 }
 
 sl_status sl__s3_model_catalog(sl__s3_model *m, const sl__catalog_opts *co, sl__catalog *cat, sl__err *err) {
@@ -173,18 +250,8 @@ sl_status sl__s3_model_catalog(sl__s3_model *m, const sl__catalog_opts *co, sl__
   sl__cat_header_src *src = st == SL_STATUS_OK ? calloc(sel.n_files + 1, sizeof *src) : NULL;
   if (st == SL_STATUS_OK && src == NULL)
     st = sl__err_set(err, SL_STATUS_NOMEM, "out of memory");
-  for (size_t i = 0; st == SL_STATUS_OK && i < sel.n_files; i++) {
-    const sl__s3_object *o = object_of(m, sel.files[i]);
-    uint8_t *prefix = NULL;
-    size_t len = 0;
-    st = o != NULL ? read_header(m, o, &prefix, &len, err)
-                   : sl__err_set(err, SL_STATUS_INTERNAL, "%s: selected but not listed", sel.files[i]);
-    src[i] = (sl__cat_header_src){.name = sel.files[i],
-                                  .size = o != NULL ? o->size : 0,
-                                  .prefix = prefix,
-                                  .prefix_len = len,
-                                  .etag = o != NULL && o->etag != NULL ? o->etag : ""};
-  }
+  if (st == SL_STATUS_OK)
+    st = headers(m, &sel, src, err);
   if (st == SL_STATUS_OK) {
     sl__catalog_opts c = *co;
     c.folder = m->location;
