@@ -19,6 +19,13 @@ target_compile_definitions(s3_driver PRIVATE _GNU_SOURCE)
 # client: listing, reads, settings, addressing, signatures; errors: what the store refuses;
 # faults: what breaks during a read; load: s3:// models at 1-4 ranks, byte-exact.
 set(SL_S3_GROUPS client errors faults load)
+# The Python case of s3_load opens the library with ctypes: in a sanitized build the ASan runtime
+# must come first there (and only there: not in node or the front).
+set(_sl_s3_env ${SL_TEST_ENV})
+if(SL_PY_LIBRARY_ENV)
+  string(REPLACE "LD_PRELOAD=" "SL_PY_PRELOAD=" _sl_s3_preload "${SL_PY_LIBRARY_ENV}")
+  list(APPEND _sl_s3_env "${_sl_s3_preload}")
+endif()
 foreach(group ${SL_S3_GROUPS})
   if(Python3_Interpreter_FOUND)
     add_test(NAME s3_${group}
@@ -27,6 +34,6 @@ foreach(group ${SL_S3_GROUPS})
     add_test(NAME s3_${group} COMMAND sh -c "echo 'python3 not found: s3_${group} skipped'; exit 77")
   endif()
   set_tests_properties(s3_${group} PROPERTIES LABELS s3 TIMEOUT 600 SKIP_RETURN_CODE 77 FIXTURES_REQUIRED models
-    ENVIRONMENT "${SL_TEST_ENV}")
+    ENVIRONMENT "${_sl_s3_env}")
 endforeach()
 set_tests_properties(s3_load PROPERTIES PROCESSORS 4)

@@ -429,7 +429,7 @@ sys.exit(1 if bad else 0)
 """)
     env = ctx.st.env(PYTHONPATH=os.path.join(stack.SOURCE, "python"),
                      SHARDLOAD_LIBRARY=os.path.join(os.environ.get("SL_BUILD_DIR", ""), "lib", "libshardload.so"),
-                     TMPDIR=ctx.tmp)
+                     TMPDIR=ctx.tmp, LD_PRELOAD=os.environ.get("SL_PY_PRELOAD"))
     py = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable  # Debian's: mpi4py, torch
     if subprocess.run([py, "-c", "import mpi4py, torch"], capture_output=True).returncode != 0:
         print("the Python load skipped: %s lacks mpi4py or torch" % py, file=sys.stderr)
