@@ -450,9 +450,10 @@ sl_status sl_loader_bind_as(sl_loader *l, const char *name, void *data, uint64_t
 
 static sl_status allocate(sl_loader *l) {
   sl_status st = SL_STATUS_OK;
-  /* Files still downloading (docs/spec/HUB.md §13) cannot be mapped yet: such a load copies. */
+  /* Files still downloading (docs/spec/HUB.md §13) cannot be mapped yet, nor objects of a store
+   * (docs/spec/S3.md): such a load copies. */
   if (sl__strategy_maps(l->pl.opts.strategy, l->store.backend->host_addressable, l->pl.opts.prefault) &&
-      !l->pl.prep.cat.arriving)
+      !l->pl.prep.cat.arriving && !sl__catalog_remote(&l->pl.prep.cat))
     st = sl__filemap_params(&l->pl.prep.cat, &l->pl.sched, &l->pl.plan, l->store.bound, l->pl.opts.strategy,
                             l->pl.stamps, l->store.param_ptr, l->store.mapped, &l->store.maps, &l->err);
   /* One block for all of them where the backend offers it (device memory). */
@@ -670,8 +671,12 @@ sl_status sl_loader_save_sharded(sl_loader *l, const char *dir) {
   }
   st = sl__comm_agree(&l->comm, st, &l->err, "preparing the sharded copy");
   /* All or nothing across ranks (output/save.h). */
+  /* A model of an object store has no folder to copy from: its config.json alone is written. */
+  bool remote = sl__catalog_remote(&l->pl.prep.cat);
   sl__save_job job = {.dir = dir,
-                      .model_folder = l->pl.prep.cat.folder,
+                      .model_folder = remote ? NULL : l->pl.prep.cat.folder,
+                      .config_json = remote ? l->pl.prep.cat.config_json : NULL,
+                      .config_len = remote ? l->pl.prep.cat.config_len : 0,
                       .entries = entries,
                       .n = n,
                       .max_part = l->pl.opts.save_max_part,

@@ -9,6 +9,7 @@
 #include "base/log.h"
 #include "engine/staging.h"
 #include "plan/plan.h"
+#include "s3/s3.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -76,6 +77,13 @@ sl_status sl__opts_from_config(const sl_config *cfg, sl__opts *o, sl__err *err) 
     return sl__err_set(err, SL_STATUS_CONFIG,
                        "load_strategy 'mmap' maps host parameters onto the checkpoint files; with device "
                        "'cuda' use auto, direct or io_uring");
+  /* An object store is read with ranged GETs: no descriptor to map or to open with O_DIRECT. */
+  if (sl__s3_is_url(o->model) && o->strategy != SL_STRATEGY_AUTO)
+    return sl__err_set(
+        err, SL_STATUS_CONFIG,
+        "load_strategy '%s' reads local files; %s is read in place with ranged GETs (load_strategy "
+        "auto)",
+        strategy, o->model);
   o->prefault = sl__config_bool(cfg, "prefault");
   o->two_phase = sl__config_bool(cfg, "two_phase_reads");
   const char *storage = sl__config_str(cfg, "storage");

@@ -5,6 +5,7 @@
 
 #include "api/config.h"
 #include "api/hub_download.h"
+#include "api/s3_model.h"
 #include "base/clock.h"
 #include "base/json.h"
 #include "base/log.h"
@@ -134,18 +135,27 @@ static sl_status resolve_folder(const sl_config *cfg, const sl__opts *o, bool ov
   return SL_STATUS_OK;
 }
 
-static sl_status choose_spec(const sl__opts *o, const char *folder, sl__prepared *p, sl__err *err) {
+/* The spec: the one named, or the one of config.json's architecture (its text given: an object
+ * store's, NULL when it has none; or read from the folder). */
+static sl_status choose_spec(const sl__opts *o, const char *folder, const sl__s3_model *given,
+                             sl__prepared *p, sl__err *err) {
   const char *path = NULL;
   sl__spec *found = NULL;
   sl_status st = SL_STATUS_OK;
   if (strcmp(o->arch, "auto") != 0) {
     path = o->arch;
   } else {
-    char *cfg_path = sl__path_join(folder, "config.json");
-    char *text = NULL;
-    size_t len = 0;
-    st = cfg_path != NULL ? sl__read_file(cfg_path, SL_CONFIG_MAX_BYTES, &text, &len, err)
-                          : sl__err_set(err, SL_STATUS_NOMEM, "out of memory");
+    char *cfg_path = given == NULL ? sl__path_join(folder, "config.json") : NULL;
+    char *text =
+        given != NULL && given->config != NULL ? sl__strndup(given->config, given->config_len) : NULL;
+    size_t len = given != NULL ? given->config_len : 0;
+    if (given != NULL)
+      st = given->config == NULL ? SL_STATUS_NOT_FOUND
+           : text != NULL        ? SL_STATUS_OK
+                                 : sl__err_set(err, SL_STATUS_NOMEM, "out of memory");
+    else
+      st = cfg_path != NULL ? sl__read_file(cfg_path, SL_CONFIG_MAX_BYTES, &text, &len, err)
+                            : sl__err_set(err, SL_STATUS_NOMEM, "out of memory");
     if (st == SL_STATUS_NOT_FOUND) {
       sl__err_clear(err);
       st = sl__err_set(err, SL_STATUS_MODEL_CONFIG, "%s has no config.json (needed to know the architecture)",
@@ -239,9 +249,47 @@ static sl_status catalog_while_downloading(sl__prepared *p, const sl__catalog_op
   return st;
 }
 
+/* The catalog options of a model whose spec is chosen: the spec's selection and renames. */
+static sl__catalog_opts catalog_opts(const sl__opts *o, const char *folder, const sl__spec *s) {
+  return (sl__catalog_opts){
+      .folder = folder,
+      .what = o->model,
+      .select = {.format = o->format,
+                 .fall_back_to_pt = s->fall_back_to_pt,
+                 .allow_patterns_override = (const char *const *)s->allow_patterns_override},
+      .require_config = true,
+      .n_renames = s->n_rename,
+      .rename_from = (const char *const *)s->rename_from,
+      .rename_to = (const char *const *)s->rename_to,
+      .rename_format = s->rename_format,
+  };
+}
+
+/* An s3:// model (api/s3_model.h): listed, its spec chosen from its config.json, the catalog from
+ * its headers; its weights stay in the store. Retries are bounded within the watchdog's timeout. */
+static sl_status prepare_s3(const sl__opts *o, sl__prepared *p, sl__err *err) {
+  if (o->format == SL_FORMAT_SHARDED_STATE)
+    return sl__err_set(err, SL_STATUS_UNSUPPORTED, "load_format sharded_state reads local folders, not %s",
+                       o->model);
+  sl__s3_model *m = NULL;
+  sl_status st = sl__s3_model_open(o->model, o->timeout_s / 2, &m, err);
+  if (st == SL_STATUS_OK)
+    st = choose_spec(o, m->location, m, p, err);
+  if (st == SL_STATUS_OK) {
+    sl__catalog_opts co = catalog_opts(o, m->location, p->spec);
+    st = sl__s3_model_catalog(m, &co, &p->cat, err);
+  }
+  sl__s3_model_free(m);
+  if (st != SL_STATUS_OK)
+    sl__prepared_free(p);
+  return st;
+}
+
 sl_status sl__prepare_catalog(const sl_config *cfg, const sl__opts *o, bool overlap, sl__prepared *p,
                               sl__err *err) {
   memset(p, 0, sizeof *p);
+  if (sl__s3_is_url(o->model))
+    return prepare_s3(o, p, err);
   char *folder = NULL;
   /* The overlap needs files opened during the transfer: not with mappings made before it. */
   bool sharded = o->format == SL_FORMAT_SHARDED_STATE;
@@ -258,21 +306,9 @@ sl_status sl__prepare_catalog(const sl_config *cfg, const sl__opts *o, bool over
         &(sl__catalog_opts){.folder = folder, .what = o->model, .select = {.format = o->format}}, &p->cat,
         err);
   else if (st == SL_STATUS_OK)
-    st = choose_spec(o, folder, p, err);
+    st = choose_spec(o, folder, NULL, p, err);
   if (st == SL_STATUS_OK && !sharded) {
-    const sl__spec *s = p->spec;
-    sl__catalog_opts co = {
-        .folder = folder,
-        .what = o->model,
-        .select = {.format = o->format,
-                   .fall_back_to_pt = s->fall_back_to_pt,
-                   .allow_patterns_override = (const char *const *)s->allow_patterns_override},
-        .require_config = true,
-        .n_renames = s->n_rename,
-        .rename_from = (const char *const *)s->rename_from,
-        .rename_to = (const char *const *)s->rename_to,
-        .rename_format = s->rename_format,
-    };
+    sl__catalog_opts co = catalog_opts(o, folder, p->spec);
     st = p->hub != NULL ? catalog_while_downloading(p, &co, err) : sl__catalog_build(&co, &p->cat, err);
   }
   free(folder);

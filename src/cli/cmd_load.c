@@ -18,7 +18,8 @@
 
 static void usage(FILE *out) {
   fprintf(out, "usage: mpirun -np N shardload load MODEL [options]\n"
-               "MODEL is a folder with config.json and safetensors files, or a Hub repository id.\n"
+               "MODEL is a folder with config.json and safetensors files, a Hub repository id, or\n"
+               "s3://bucket/prefix (read in place; AWS_* variables and ~/.aws as AWS's tools use them).\n"
                "tp * pp * dp must equal N; global rank = dp_rank*pp*tp + pp_rank*tp + tp_rank.\n");
   sl_cli_print_options(out, &sl_cli_cmd_load);
 }
@@ -99,8 +100,8 @@ int sl_cli_load(int argc, char **argv) {
   }
   if (rc == 0 && args.positional == NULL) {
     if (rank == 0)
-      fprintf(stderr,
-              "shardload load: a MODEL (folder or Hub repository id) is needed; see shardload load --help\n");
+      fprintf(stderr, "shardload load: a MODEL (folder, Hub repository id or s3:// URL) is needed; see "
+                      "shardload load --help\n");
     rc = 2;
   }
   if (rc == 0 && sl_config_set(cfg, "model", args.positional) != SL_STATUS_OK)

@@ -9,6 +9,7 @@
  *   engine/readers.c       the pread reader pool (a ring of staging slots per thread), and the
  *                          main thread's wait for the readers;
  *   engine/uring_reader.c  the io_uring reader (O_DIRECT reads kept in flight);
+ *   engine/remote.c        reads of the files that are objects of a store (S3: ranged GETs);
  *   engine/buckets.c       the bucket loop: wait for the reader, broadcast, scatter;
  *   engine/exchange.c      two-phase exchange rounds: the rows read, column blocks swapped.
  * Calls go down, never back up: transfer → buckets → exchange → deliver, transfer → readers;
@@ -57,6 +58,7 @@ typedef struct sl__engine {
   int *fds;                /* per file, -1 until opened */
   sl__file_stamp *stamps;  /* per file: what fstat said at open (compared after the last read) */
   sl__file_choice *choice; /* per file: how this rank reads it, and why (engine/file_choice.c) */
+  struct sl__engine_remote *remote; /* the files that are objects of a store (engine/remote.c), or NULL */
   /* bucket slots */
   void *slot_buf[SL_BUCKET_SLOTS];
   bool slot_abandoned[SL_BUCKET_SLOTS]; /* target of a broadcast an abort left unfinished */
@@ -178,6 +180,15 @@ void sl__engine_reader_start(sl__engine *e, int worker);
 void sl__engine_op_done(sl__engine *e, const sl__read_op *op);
 /* Thread body of the pread strategies (arg: sl__engine_worker). */
 void *sl__engine_pread_worker(void *arg);
+
+/* ---- remote.c ---- */
+typedef struct sl__engine_remote sl__engine_remote;
+/* Before the files are opened: a session for the catalog's objects of a store, if it has any. */
+sl_status sl__engine_remote_open(sl__engine *e);
+/* Bytes [off, off + len) of object file f into buf, on reader `worker`'s own connection. */
+sl_status sl__engine_remote_read(sl__engine *e, int worker, uint32_t f, void *buf, uint64_t len, uint64_t off,
+                                 sl__err *werr);
+void sl__engine_remote_close(sl__engine *e);
 
 /* ---- uring_reader.c ---- */
 /* Thread body of the io_uring strategy (arg: sl__engine_worker). */

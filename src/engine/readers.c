@@ -49,12 +49,18 @@ void sl__engine_op_done(sl__engine *e, const sl__read_op *op) {
   pthread_mutex_unlock(&e->mu);
 }
 
-static sl_status pread_full(sl__engine *e, int fd, uint32_t f, uint8_t *buf, uint64_t len, uint64_t off,
-                            bool allow_short, sl__err *werr) {
+/* The one place a reader fills a buffer from (file, offset, length): a local file's descriptor, or
+ * an object of a store on the reader's own connection (engine/remote.c). */
+static sl_status pread_full(sl__engine *e, int worker, int fd, uint32_t f, uint8_t *buf, uint64_t len,
+                            uint64_t off, bool allow_short, sl__err *werr) {
   sl_status st = sl__engine_injected_failure(e, f, off, werr);
   uint64_t calls = 0;
-  if (st == SL_STATUS_OK)
+  if (st == SL_STATUS_OK && sl__cat_file_remote(e->t->cat, f)) {
+    st = sl__engine_remote_read(e, worker, f, buf, len, off, werr);
+    calls = 1;
+  } else if (st == SL_STATUS_OK) {
     st = sl__pread_full(fd, buf, len, off, allow_short, e->t->cat->files[f].path, NULL, &calls, werr);
+  }
   atomic_fetch_add(&e->read_ops, calls);
   return st;
 }
@@ -80,14 +86,15 @@ static sl_status run_op(sl__engine *e, int worker, int slot, uint8_t *staging, c
     uint32_t c = e->copy_list[e->copy_start[d->piece]];
     if (e->t->copy_started != NULL)
       atomic_store(&e->t->copy_started[c], 1);
-    st = pread_full(e, fd, op->file, op->direct_dst, op->len, op->offset, false, werr);
+    st = pread_full(e, worker, fd, op->file, op->direct_dst, op->len, op->offset, false, werr);
     if (st == SL_STATUS_OK)
       atomic_fetch_add(&e->t->copy_done[c], op->len);
   } else if (op->rows > 1) {
     /* A row run (buffered strategies only): the rows land packed, one after the other. */
     uint64_t row = op->len / op->rows;
     for (uint32_t r = 0; r < op->rows && st == SL_STATUS_OK; r++)
-      st = pread_full(e, fd, op->file, staging + r * row, row, op->offset + r * op->stride, false, werr);
+      st = pread_full(e, worker, fd, op->file, staging + r * row, row, op->offset + r * op->stride, false,
+                      werr);
     if (st == SL_STATUS_OK)
       st = sl__engine_deliver(e, worker, slot, &SL_VEC_AT(&e->rp.dels, sl__delivery, op->first), staging, 0,
                               true, werr);
@@ -98,7 +105,7 @@ static sl_status run_op(sl__engine *e, int worker, int slot, uint8_t *staging, c
     /* O_DIRECT: aligned offset, length and buffer; the tail may be short at end of file. */
     if (widened)
       sl__readplan_widen(op->offset, op->len, e->staging.align, &off, &len);
-    st = pread_full(e, fd, op->file, staging, len, off, widened, werr);
+    st = pread_full(e, worker, fd, op->file, staging, len, off, widened, werr);
     for (uint32_t i = 0; i < op->count && st == SL_STATUS_OK; i++)
       st = sl__engine_deliver(e, worker, slot, &SL_VEC_AT(&e->rp.dels, sl__delivery, op->first + i), staging,
                               off, false, werr);

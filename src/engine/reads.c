@@ -110,6 +110,8 @@ sl_status sl__engine_build_reads(sl__engine *e) {
  * (engine/file_choice.c), checked against the catalog (its identity kept for the change check). */
 static sl_status open_file(sl__engine *e, uint32_t f, sl__err *err) {
   sl__transfer *t = e->t;
+  if (sl__cat_file_remote(t->cat, f)) /* an object of a store: read with ranged GETs (engine/remote.c) */
+    return SL_STATUS_OK;
   int fd = open(t->cat->files[f].path, O_RDONLY | O_CLOEXEC);
   if (fd < 0)
     return sl__err_set(err, SL_STATUS_IO, "cannot open %s: %s", t->cat->files[f].path, strerror(errno));

@@ -83,6 +83,7 @@ static void engine_free(sl__engine *e) {
         close(e->fds[f]);
   }
   free(e->fds);
+  sl__engine_remote_close(e);
   free(e->stamps);
   free(e->choice);
   /* A broadcast abandoned by an abort may still write into its bucket whenever MPI progresses
@@ -161,6 +162,8 @@ static sl_status prepare(sl__engine *e) {
     e->fds[f] = -1;
   if (e->stamps != NULL && t->stamps != NULL) /* the files this rank's probe accepted */
     memcpy(e->stamps, t->stamps, t->cat->n_files * sizeof *e->stamps);
+  if (st == SL_STATUS_OK)
+    st = sl__engine_remote_open(e);
   if (st == SL_STATUS_OK)
     st = sl__engine_open_files(e);
   if (st == SL_STATUS_OK)

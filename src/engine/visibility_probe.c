@@ -261,7 +261,8 @@ sl_status sl__visibility_probe(sl__comm *c, const sl__catalog *cat, sl__storage 
                                sl__visibility *out, sl__file_stamp *stamps, sl__err *err) {
   uint32_t world = (uint32_t)c->size;
   uint32_t n = (uint32_t)cat->n_files;
-  if (mode == SL_STORAGE_SHARED || world == 1) {
+  /* Objects of a store (s3://) are read by every rank over the network: nothing to look at. */
+  if (mode == SL_STORAGE_SHARED || world == 1 || sl__catalog_remote(cat)) {
     sl__visibility_everywhere(out, world, n);
     return SL_STATUS_OK;
   }

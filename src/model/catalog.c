@@ -3,8 +3,9 @@
  * renaming, duplicate detection) and (de)serializes it as one blob for the broadcast.
  *
  * Blob layout (all integers little-endian):
- *   "SLCAT003" | u32 format | u32 use_safetensors | u32 arriving | str folder | u8 has_config | str config
- *   | u64 n_files | n_files × (str path | str name | u64 size)
+ *   "SLCAT004" | u32 format | u32 use_safetensors | u32 arriving | str folder | u8 has_config | str config
+ *   | u64 n_files | n_files × (str path | str name | u64 size | u64 mtime_ns | u64 ctime_ns | u8 has_etag
+ *   | str etag)
  *   | u64 n_tensors | n_tensors × (str name | u32 file | u32 dtype | u32 ndim | ndim × u64 | u64 offset | u64
  * nbytes) where str = u64 length + bytes (no NUL).
  */
@@ -32,6 +33,7 @@ void sl__catalog_free(sl__catalog *c) {
   for (size_t i = 0; i < c->n_files; i++) {
     free(c->files[i].path);
     free(c->files[i].name);
+    free(c->files[i].etag);
   }
   free(c->files);
   for (size_t i = 0; i < c->n_tensors; i++)
@@ -40,6 +42,13 @@ void sl__catalog_free(sl__catalog *c) {
   free(c->config_json);
   sl__hashmap_free(&c->by_name);
   memset(c, 0, sizeof *c);
+}
+
+bool sl__catalog_remote(const sl__catalog *c) {
+  for (size_t i = 0; i < c->n_files; i++)
+    if (c->files[i].etag != NULL)
+      return true;
+  return false;
 }
 
 uint32_t sl__catalog_find(const sl__catalog *c, const char *name) {
@@ -229,6 +238,11 @@ sl_status sl__cat_file_check(const sl__catalog *c, uint32_t f, int fd, sl__file_
 
 /* config.json of the folder into the catalog (absent: an error only when required). */
 static sl_status read_config(const sl__catalog_opts *o, sl__catalog *c, sl__err *err) {
+  if (o->config_json != NULL) { /* in hand: an object store's, fetched by the caller */
+    c->config_json = sl__strndup(o->config_json, o->config_len);
+    c->config_len = o->config_len;
+    return c->config_json != NULL ? SL_STATUS_OK : sl__err_set(err, SL_STATUS_NOMEM, "out of memory");
+  }
   char *cfg_path = sl__path_join(o->folder, "config.json");
   sl__err cerr;
   sl__err_clear(&cerr);
@@ -343,8 +357,15 @@ sl_status sl__catalog_from_headers(const sl__catalog_opts *o, const sl__cat_head
     struct stat before;
     bool have_times = src[i].prefix == NULL && stat(f->path, &before) == 0;
     sl__st_header h;
+    if (src[i].etag != NULL) { /* an object of a store: read in place, pinned to its ETag */
+      f->etag = sl__strdup(src[i].etag);
+      c->format = o->select.format != SL_FORMAT_AUTO ? o->select.format : c->format;
+      st = f->etag != NULL ? SL_STATUS_OK : sl__err_set(err, SL_STATUS_NOMEM, "out of memory");
+    }
+    if (st != SL_STATUS_OK)
+      break;
     if (src[i].prefix != NULL) {
-      c->arriving = true;
+      c->arriving = c->arriving || src[i].etag == NULL;
       st = sl__st_parse(src[i].prefix, src[i].prefix_len, src[i].size, f->path, &h, err);
     } else {
       st = sl__st_read_file(f->path, &h, err);
@@ -365,7 +386,7 @@ sl_status sl__catalog_from_headers(const sl__catalog_opts *o, const sl__cat_head
 
 /* ---- blob ---- */
 
-static const char MAGIC[8] = {'S', 'L', 'C', 'A', 'T', '0', '0', '3'};
+static const char MAGIC[8] = {'S', 'L', 'C', 'A', 'T', '0', '0', '4'};
 
 static void put_u64(sl__buf *b, uint64_t v) {
   uint8_t x[8];
@@ -403,6 +424,9 @@ sl_status sl__catalog_serialize(const sl__catalog *c, uint8_t **blob, size_t *le
     put_u64(&b, c->files[i].size);
     put_u64(&b, (uint64_t)c->files[i].mtime_ns);
     put_u64(&b, (uint64_t)c->files[i].ctime_ns);
+    const char *etag = c->files[i].etag;
+    sl__buf_putc(&b, etag != NULL ? 1 : 0);
+    put_str(&b, etag != NULL ? etag : "", etag != NULL ? strlen(etag) : 0);
   }
   put_u64(&b, c->n_tensors);
   for (size_t i = 0; i < c->n_tensors; i++) {
@@ -509,8 +533,8 @@ sl_status sl__catalog_deserialize(const uint8_t *blob, size_t len, sl__catalog *
     free(config);
   }
   uint64_t nf = get_u64(&r);
-  /* Each file takes at least 40 bytes, each tensor at least 48: bound counts by the blob size. */
-  if (!r.bad && nf <= r.left / 40) {
+  /* Each file takes at least 49 bytes, each tensor at least 48: bound counts by the blob size. */
+  if (!r.bad && nf <= r.left / 49) {
     c->files = calloc((size_t)nf + 1, sizeof *c->files);
     for (uint64_t i = 0; c->files != NULL && i < nf && !r.bad; i++) {
       c->files[i].path = get_str(&r, NULL);
@@ -518,6 +542,19 @@ sl_status sl__catalog_deserialize(const uint8_t *blob, size_t len, sl__catalog *
       c->files[i].size = get_u64(&r);
       c->files[i].mtime_ns = (int64_t)get_u64(&r);
       c->files[i].ctime_ns = (int64_t)get_u64(&r);
+      uint8_t has_etag = r.left > 0 ? r.p[0] : 2;
+      r.bad = r.bad || has_etag > 1;
+      if (!r.bad) {
+        r.p++;
+        r.left--;
+      }
+      char *etag = get_str(&r, NULL);
+      /* Written as 0 and "" or 1 and the ETag: anything else is not a blob this code wrote. */
+      r.bad = r.bad || (has_etag == 0 && etag != NULL && etag[0] != '\0');
+      if (has_etag == 1)
+        c->files[i].etag = etag;
+      else
+        free(etag);
       c->n_files++;
     }
     r.bad = r.bad || c->files == NULL;

@@ -28,6 +28,7 @@ typedef struct sl__cat_file {
   uint64_t size;    /* bytes */
   int64_t mtime_ns; /* modification and change time when the header was read (0: not known) */
   int64_t ctime_ns;
+  char *etag; /* an object of a store (path s3://bucket/key), pinned to this ETag; NULL: a local file */
 } sl__cat_file;
 
 /* What one rank saw of an open file: compared again after its last read. */
@@ -71,23 +72,28 @@ typedef struct sl__catalog_opts {
   const char *const *rename_from; /* effective format equals rename_format; {layer} matches digits */
   const char *const *rename_to;
   const char *rename_format;
+  const char *config_json; /* config.json's text already in hand (an object store's), or NULL: read */
+  size_t config_len;       /* from folder */
 } sl__catalog_opts;
 
 sl_status sl__catalog_build(const sl__catalog_opts *opts, sl__catalog *out, sl__err *err);
 
 /* One safetensors file of sl__catalog_from_headers: its first bytes (at least 8 + N) and size as the
- * Hub gave them before the download, or prefix NULL: read from opts->folder/name, already there. */
+ * Hub gave them before the download, or prefix NULL: read from opts->folder/name, already there.
+ * With etag: an object of a store (opts->folder is its s3:// location), read in place, not arriving. */
 typedef struct sl__cat_header_src {
   const char *name;
   uint64_t size;
   const uint8_t *prefix;
   size_t prefix_len;
+  const char *etag;
 } sl__cat_header_src;
 
 /* The catalog of safetensors files given by their headers (in this order), the files themselves
  * possibly still downloading into opts->folder (catalog.arriving is then set, and the times stay
- * unknown: each rank's first open records them). config.json is read from opts->folder. The same
- * checks, renames and errors as sl__catalog_build. */
+ * unknown: each rank's first open records them), or objects of a store (with their ETags; the
+ * catalog's format is then opts->select.format, as a folder's would be). config.json is read from
+ * opts->folder unless opts gives it. The same checks, renames and errors as sl__catalog_build. */
 sl_status sl__catalog_from_headers(const sl__catalog_opts *opts, const sl__cat_header_src *src, size_t n,
                                    sl__catalog *out, sl__err *err);
 /* An open descriptor of file f still has the size and the modification and change times the
@@ -102,6 +108,11 @@ bool sl__cat_file_stamp(int fd, sl__file_stamp *out);
  * (false when the catalog knows no times). */
 bool sl__cat_file_same(const sl__catalog *c, uint32_t f, const sl__file_stamp *s);
 void sl__catalog_free(sl__catalog *c);
+/* Whether file f is an object of a store (read with ranged GETs, engine/remote.c), and whether any is. */
+static inline bool sl__cat_file_remote(const sl__catalog *c, uint32_t f) {
+  return c->files[f].etag != NULL;
+}
+bool sl__catalog_remote(const sl__catalog *c);
 /* Index of the tensor named name, or SL_NONE. */
 uint32_t sl__catalog_find(const sl__catalog *c, const char *name);
 

@@ -25,7 +25,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#define SL_INDEX_MAX_BYTES ((size_t)256 << 20) /* index files larger than this are refused */
 #define SL_WALK_MAX_DEPTH 64                   /* folder levels searched by the auto detection */
 #define SL_MISTRAL_PATTERN "consolidated*.safetensors"
 #define SL_PATTERNS_MAX 3 /* longest preset list: hf with the pt fallback */

@@ -12,6 +12,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#define SL_INDEX_MAX_BYTES ((size_t)256 << 20) /* index files larger than this are refused */
+
 typedef enum sl__format {
   SL_FORMAT_AUTO = 0,
   SL_FORMAT_HF,

@@ -364,12 +364,9 @@ static bool is_weight_name(const char *n) {
          strcmp(n, "pytorch_model.bin.index.json") == 0;
 }
 
-static sl_status copy_file(const char *src, const char *dst, sl__err *err) {
-  char *data = NULL;
-  size_t len = 0;
-  sl_status st = sl__read_file(src, (size_t)1 << 32, &data, &len, err);
-  if (st != SL_STATUS_OK)
-    return st;
+/* len bytes of data into dst, through dst.tmp renamed into place; what names the source. */
+static sl_status write_whole(const char *what, const char *data, size_t len, const char *dst, sl__err *err) {
+  sl_status st = SL_STATUS_OK;
   char *tmp = sl__asprintf("%s.tmp", dst);
   int fd = tmp != NULL ? open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666) : -1;
   bool ok = fd >= 0;
@@ -387,12 +384,30 @@ static sl_status copy_file(const char *src, const char *dst, sl__err *err) {
   if (ok && rename(tmp, dst) != 0)
     ok = false;
   if (!ok) {
-    st = sl__err_set(err, SL_STATUS_IO, "cannot copy %s to %s: %s", src, dst, strerror(errno));
+    st = sl__err_set(err, SL_STATUS_IO, "cannot copy %s to %s: %s", what, dst, strerror(errno));
     if (tmp != NULL)
       unlink(tmp);
   }
   free(tmp);
+  return st;
+}
+
+static sl_status copy_file(const char *src, const char *dst, sl__err *err) {
+  char *data = NULL;
+  size_t len = 0;
+  sl_status st = sl__read_file(src, (size_t)1 << 32, &data, &len, err);
+  if (st == SL_STATUS_OK)
+    st = write_whole(src, data, len, dst, err);
   free(data);
+  return st;
+}
+
+sl_status sl__save_write_config(const char *dir, const char *text, size_t len, const char *what,
+                                sl__err *err) {
+  char *dst = sl__path_join(dir, SL_SAVE_MARKER);
+  sl_status st = dst != NULL ? write_whole(what, text, len, dst, err)
+                             : sl__err_set(err, SL_STATUS_NOMEM, "out of memory");
+  free(dst);
   return st;
 }
 

@@ -83,12 +83,18 @@ sl_status sl__save_rank(const char *dir, uint32_t rank, const sl__save_entry *en
  * *.bin, *.pt, *.pth, *.ckpt, *.gguf, *.h5, *.msgpack, *.onnx, nor the index files), each through
  * a temporary file; SL_SAVE_MARKER last. */
 sl_status sl__save_copy_extras(const char *model_folder, const char *dir, sl__err *err);
+/* Rank 0, for a model that is not in a folder (an object store's): its config.json text (what
+ * names where it came from) written as dir's SL_SAVE_MARKER, through a temporary file. */
+sl_status sl__save_write_config(const char *dir, const char *text, size_t len, const char *what,
+                                sl__err *err);
 
 /* COLLECTIVE (output/save_job.c): the whole save of every rank, steps 1-4 above. */
 struct sl__comm;
 typedef struct sl__save_job {
   const char *dir;
-  const char *model_folder; /* rank 0 copies its non-weight files */
+  const char *model_folder; /* rank 0 copies its non-weight files; NULL: ... */
+  const char *config_json;  /* ... rank 0 writes this config.json instead (a model of an object store, */
+  size_t config_len;        /* whose other files stay there), or nothing when NULL too */
   const sl__save_entry *entries;
   size_t n;
   uint64_t max_part;

@@ -40,6 +40,8 @@ static sl_status finish(const sl__comm *comm, const sl__save_job *job, const uin
     st = sl__save_check_stale(job->dir, (uint32_t)comm->size, parts, true, err);
   if (st == SL_STATUS_OK && job->model_folder != NULL)
     st = sl__save_copy_extras(job->model_folder, job->dir, err);
+  else if (st == SL_STATUS_OK && job->config_json != NULL)
+    st = sl__save_write_config(job->dir, job->config_json, job->config_len, "the model's config.json", err);
   return st;
 }
 

@@ -1,7 +1,8 @@
 #!/bin/sh
-# test_nohub.sh — a build without the Hub client (-DSL_HUB=OFF): the library and the tool build
-# without libcurl and OpenSSL (neither is linked), a local folder loads as usual, and a Hub
-# repository id is refused with a message that says the Hub client is not built and how to get it.
+# test_nohub.sh — a build without the network clients (-DSL_HUB=OFF -DSL_S3=OFF): the library and
+# the tool build without libcurl, OpenSSL and expat (none is linked), a local folder loads as usual,
+# and a Hub repository id or an s3:// model is refused with a message that says the client is not
+# built and how to get it.
 # Builds the library and the tool only, into a temporary folder. Needs SL_SOURCE_DIR, SL_FIXTURES.
 set -u
 : "${SL_SOURCE_DIR:?}" "${SL_FIXTURES:?}"
@@ -12,7 +13,7 @@ fail() {
 }
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/sl-nohub-XXXXXX") || exit 1
 trap 'rm -rf "$TMP"' EXIT
-if ! cmake -S "$SL_SOURCE_DIR" -B "$TMP/b" -DSL_HUB=OFF -DSL_TESTS=OFF -DSL_FUZZ=OFF -DSL_CUDA=OFF \
+if ! cmake -S "$SL_SOURCE_DIR" -B "$TMP/b" -DSL_HUB=OFF -DSL_S3=OFF -DSL_TESTS=OFF -DSL_FUZZ=OFF -DSL_CUDA=OFF \
   -DCMAKE_BUILD_TYPE=Release >"$TMP/cfg.log" 2>&1; then
   cat "$TMP/cfg.log" >&2
   echo "FAIL: configure with SL_HUB=OFF" >&2
@@ -27,8 +28,8 @@ fi
 cli="$TMP/b/shardload"
 lib=$(ls "$TMP"/b/lib/libshardload.so* 2>/dev/null | head -1)
 [ -n "$lib" ] || fail "no shared library built"
-if [ -n "$lib" ] && ldd "$lib" | grep -E "libcurl|libcrypto|libssl" >/dev/null; then
-  fail "the library links curl or OpenSSL: $(ldd "$lib" | grep -E 'libcurl|libcrypto|libssl')"
+if [ -n "$lib" ] && ldd "$lib" | grep -E "libcurl|libcrypto|libssl|libexpat" >/dev/null; then
+  fail "the library links curl, OpenSSL or expat: $(ldd "$lib" | grep -E 'libcurl|libcrypto|libssl|libexpat')"
 fi
 # A local folder: inspect and plan work.
 "$cli" inspect "$SL_FIXTURES/llama" >"$TMP/inspect.out" 2>&1 || fail "inspect of a local folder: $(cat "$TMP/inspect.out")"
@@ -42,8 +43,13 @@ grep -q "SL_HUB=ON" "$TMP/hub.out" || fail "the message does not say how to get 
 "$cli" download some-org/some-model >"$TMP/dl.out" 2>&1
 [ $? -ne 0 ] || fail "download without the Hub client succeeded"
 grep -q "built without the Hub client" "$TMP/dl.out" || fail "download: $(cat "$TMP/dl.out")"
+# An s3:// model: a clear refusal, exit 1.
+"$cli" plan s3://bucket/model --world 1 >"$TMP/s3.out" 2>&1
+rc=$?
+[ "$rc" = 1 ] || fail "plan of an s3:// model exits $rc (want 1)"
+grep -q "built without the S3 client" "$TMP/s3.out" || fail "no 'built without the S3 client' in: $(cat "$TMP/s3.out")"
 if [ "$fails" -gt 0 ]; then
   echo "test_nohub: $fails failure(s)" >&2
   exit 1
 fi
-echo "test_nohub: local folders load, Hub ids refused clearly, no curl/OpenSSL linked"
+echo "test_nohub: local folders load, Hub ids and s3:// refused clearly, no curl/OpenSSL/expat linked"

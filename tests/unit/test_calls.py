@@ -9,7 +9,8 @@ and a call can hide behind a function pointer table only where the interface say
   2. calls follow the layers: a file calls only files of its folder and of the folders before it
      in docs/ARCHITECTURE.md's table (the order tests/unit/test_tree.py checks includes against).
      The stand-ins of absent/ take the place of the component they replace (absent/cuda.c of
-     backend/cuda/, absent/uring.c of engine/uring/, absent/hub.c of hub/), so calling them is
+     backend/cuda/, absent/uring.c of engine/uring/, absent/hub.c of hub/,
+     absent/s3.c of s3/), so calling them is
      calling that folder.
 Usage: test_calls.py OBJECT... (the objects of the library; CMake passes $<TARGET_OBJECTS:...>,
 a ';'-separated list). Exit 0 when both hold; otherwise each violation is printed and the exit
@@ -23,7 +24,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import test_tree  # noqa: E402  (the layer order, read from docs/ARCHITECTURE.md)
 
-STAND_INS = {"absent/cuda": "backend", "absent/uring": "engine", "absent/hub": "hub"}
+STAND_INS = {"absent/cuda": "backend", "absent/uring": "engine", "absent/hub": "hub", "absent/s3": "s3"}
 
 
 def source_of(obj):

@@ -35,7 +35,7 @@ INCLUDE = re.compile(r'^\s*#\s*include\s+(?:"([^"]+)"|<(mpi\.h)>)')
 def layer_order():
     """The folders of src/ in the order of docs/ARCHITECTURE.md's table (rows "| `name/` | ...")."""
     with open(os.path.join(ROOT, "docs", "ARCHITECTURE.md"), encoding="utf-8") as f:
-        return [m.group(1) for m in (re.match(r"^\|\s*`([a-z_]+)/`\s*\|", line) for line in f) if m]
+        return [m.group(1) for m in (re.match(r"^\|\s*`([a-z0-9_]+)/`\s*\|", line) for line in f) if m]
 
 
 def table_rows():
@@ -43,7 +43,7 @@ def table_rows():
     rows = {}
     with open(os.path.join(ROOT, "docs", "ARCHITECTURE.md"), encoding="utf-8") as f:
         for line in f:
-            m = re.match(r"^\|\s*`([a-z_]+)/`\s*\|", line)
+            m = re.match(r"^\|\s*`([a-z0-9_]+)/`\s*\|", line)
             if m:
                 rows[m.group(1)] = line
     return rows
@@ -155,7 +155,7 @@ def main():
                     problems.append(f"{r}:{start + 1}: {name} is {count} lines (at most {MAX_FUNC_LINES} "
                                     "unless it is a switch dispatcher): cut it into named steps")
         base = os.path.basename(path)
-        if re.search(r"_(no)?(cuda|uring|hub)\.c$", base):
+        if re.search(r"_(no)?(cuda|uring|hub|s3)\.c$", base):
             problems.append(f"{r}: optional components are chosen by folder, not by a file-name suffix")
         in_comm_or_backend = r.startswith(os.path.join("src", "backend") + os.sep) or \
             r.startswith(os.path.join("src", "comm") + os.sep) or r.startswith("src/absent/cuda")
