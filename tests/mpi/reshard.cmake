@@ -22,3 +22,8 @@ foreach(np 2 3 4 5 6)
   set_tests_properties(test_reshard_np${np} PROPERTIES LABELS "reshard;mpi" TIMEOUT 300 FIXTURES_REQUIRED models
     ENVIRONMENT "${SL_TEST_ENV}" PROCESSORS ${np})
 endforeach()
+
+# `shardload reshard`: the receivers' saved copy equals a storage load's, the report lists both sides.
+add_test(NAME test_reshard_cli COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/mpi/test_reshard_cli.sh)
+set_tests_properties(test_reshard_cli PROPERTIES LABELS "reshard;mpi" TIMEOUT 600 FIXTURES_REQUIRED models
+  ENVIRONMENT "${SL_TEST_ENV}" PROCESSORS 6)
