@@ -681,6 +681,17 @@ sl_status sl_loader_reload(sl_loader *loader, const char *model, const char *rev
  * NULL out. */
 sl_status sl_loader_reload_state(const sl_loader *loader, size_t index, sl_reload_state *out);
 
+/* ---------------------------------------------------------------------------------------------
+ * 11. Load from peers: ranks that hold the model in one layout (loaded loaders, the donors) give
+ * ranks that need it in another (freshly created loaders, the receivers) their parameters over a
+ * communicator that holds both, without touching storage. docs/spec/DESIGN.md §11.
+ * ------------------------------------------------------------------------------------------- */
+
+/* COLLECTIVE over every rank of `ops` (the job: donors and receivers). As
+ * sl_loader_load_from_peers (shardload.h, over an MPI communicator), over the caller's
+ * communication functions. */
+sl_status sl_loader_load_from_peers_ops(sl_loader *loader, const sl_comm_ops *ops);
+
 #pragma GCC visibility pop
 
 #ifdef __cplusplus

@@ -22,6 +22,24 @@ extern "C" {
  * duplicated; the caller keeps ownership of comm. */
 sl_status sl_loader_create(sl_config *config, MPI_Comm comm, sl_loader **out);
 
+/* COLLECTIVE over every rank of comm, the job: a rank passing a loaded loader (sl_loader_load) gives,
+ * one passing a freshly created loader (sl_loader_create, nothing else called) receives. Each side's
+ * loaders span its ranks of comm only, numbered in comm's order (split comm by role), and load the
+ * same model: the receivers' configuration sets their layout (tp, pp, dp, expert parallelism,
+ * placement), the donors' loaders theirs. The receivers get the first donor's catalog and spec and
+ * plan their layout from them (no receiver opens a checkpoint file); every rank then computes the
+ * same plan (plan/peers.h): each receiver byte from exactly one donor byte, donors on the
+ * receiver's node first, the others balanced; messages go point to point (a broadcast group of two)
+ * in one global order. The donors only read their parameters: their loaders are unchanged and keep
+ * serving. On success each receiver's loader is loaded, as after sl_loader_load: its table,
+ * tracking, report (bytes_read 0, bytes_received what came from the donors) and
+ * sl_loader_save_sharded (ranks numbered among the receivers). Refused, on every rank alike: a job
+ * without both sides, a side whose loaders do not span it in comm's order, a rank's loader in
+ * another state, device cuda, a donor parameter bound with another dtype (sl_loader_bind_as) or held
+ * transposed (naming it), and checkpoint bytes a receiver needs that no donor holds (naming the
+ * tensor). A receiver's loader fails with a failed load; a donor's stays as it was. */
+sl_status sl_loader_load_from_peers(sl_loader *loader, MPI_Comm comm);
+
 #pragma GCC visibility pop
 
 #ifdef __cplusplus

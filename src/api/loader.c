@@ -453,7 +453,7 @@ static sl_status allocate(sl_loader *l) {
   /* Files still downloading (docs/spec/HUB.md §13) cannot be mapped yet, nor objects of a store
    * (docs/spec/S3.md): such a load copies. */
   if (sl__strategy_maps(l->pl.opts.strategy, l->store.backend->host_addressable, l->pl.opts.prefault) &&
-      !l->pl.prep.cat.arriving && !sl__catalog_remote(&l->pl.prep.cat))
+      !l->pl.prep.cat.arriving && !sl__catalog_remote(&l->pl.prep.cat) && !l->peers)
     st = sl__filemap_params(&l->pl.prep.cat, &l->pl.sched, &l->pl.plan, l->store.bound, l->pl.opts.strategy,
                             l->pl.stamps, l->store.param_ptr, l->store.mapped, &l->store.maps, &l->err);
   /* One block for all of them where the backend offers it (device memory). */
@@ -518,7 +518,7 @@ sl_status sl__loader_precheck(sl_loader *l, const sl__pipeline *pl) {
 
 /* Group communicators first (the CUDA backend builds its NCCL communicators over them), then the
  * backend and the parameter memory. */
-static sl_status allocate_phase(sl_loader *l) {
+sl_status sl__loader_allocate(sl_loader *l) {
   double t0 = sl__now();
   sl__comm_phase(&l->comm, "creating broadcast groups");
   sl_status st = sl__prepare_groups(&l->pl.sched, &l->groups, &l->err);
@@ -609,7 +609,7 @@ static sl_status load_phases(sl_loader *l) {
                      &l->pl.sched, &l->pl.plan, l->copy_done);
   st = sl__loader_precheck(l, &l->pl);
   if (st == SL_STATUS_OK)
-    st = allocate_phase(l);
+    st = sl__loader_allocate(l);
   sl__progress_set_phase(&l->progress, SL_PHASE_TRANSFER);
   if (st == SL_STATUS_OK)
     st = sl__loader_transfer(l, false);

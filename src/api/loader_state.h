@@ -1,9 +1,10 @@
 /*
  * api/loader_state.h — the state of a loader (struct sl_loader of the public header), shared by the
  * files that drive it: api/loader.c (creation, the phases of a load, destruction), api/reload.c
- * (a loaded loader reading another checkpoint into the same memory) and api/load_stats.c (the
- * statistics gathered after a load, the report and the summary). Calls go one way: reload.c →
- * loader.c → load_stats.c.
+ * (a loaded loader reading another checkpoint into the same memory), api/peers.c (a loader loaded
+ * from the memory of other ranks) and api/load_stats.c (the
+ * statistics gathered after a load, the report and the summary). Calls go one way: reload.c and
+ * peers.c → loader.c → load_stats.c.
  */
 #ifndef SL_API_LOADER_STATE_H
 #define SL_API_LOADER_STATE_H
@@ -37,6 +38,7 @@ struct sl_loader {
   uint8_t *reload_state;         /* per local parameter: sl_reload_state of the last reload */
   uint32_t reloads;              /* reloads done (the parameters are no longer file mappings) */
   bool torn;                     /* a reload failed after writing: the table stays readable */
+  bool peers;                    /* loaded from peers (api/peers.c): no parameter maps a file */
   sl__track track;
   bool have_track;
   sl__transfer_stats tstats;
@@ -70,6 +72,8 @@ sl_status sl__loader_fail(sl_loader *l, sl_status st);
 sl_status sl__loader_share_catalog(sl_loader *l, sl__pipeline *pl, sl_status st, double t0);
 /* Missing and unexpected weights of pipeline pl, from its plan alone (COLLECTIVE). */
 sl_status sl__loader_precheck(sl_loader *l, const sl__pipeline *pl);
+/* The broadcast groups of l->pl, the backend and the parameter memory (COLLECTIVE). */
+sl_status sl__loader_allocate(sl_loader *l);
 /* The transfer of l->pl into the parameter memory (COLLECTIVE). reload: mapped parameters are
  * written like any other memory (not populated from their files) and every copy's start is
  * recorded in l->copy_started. */

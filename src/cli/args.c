@@ -137,6 +137,7 @@ static const char *const download_keys[] = {"revision",
                                             NULL};
 
 const sl_cli_command sl_cli_cmd_load = {"load", load_keys, SL_CLI_LIST_PARAMS | SL_CLI_RELOAD};
+const sl_cli_command sl_cli_cmd_reshard = {"reshard", load_keys, 0};
 const sl_cli_command sl_cli_cmd_plan = {"plan", plan_keys, SL_CLI_JSON | SL_CLI_WORLD};
 const sl_cli_command sl_cli_cmd_inspect = {"inspect", inspect_keys, SL_CLI_JSON};
 const sl_cli_command sl_cli_cmd_download = {"download", download_keys, 0};

@@ -31,6 +31,7 @@ typedef struct sl_cli_command {
 } sl_cli_command;
 
 extern const sl_cli_command sl_cli_cmd_load;
+extern const sl_cli_command sl_cli_cmd_reshard;
 extern const sl_cli_command sl_cli_cmd_plan;
 extern const sl_cli_command sl_cli_cmd_inspect;
 extern const sl_cli_command sl_cli_cmd_download;

@@ -7,6 +7,7 @@
 #define SL_CLI_H
 
 int sl_cli_load(int argc, char **argv);
+int sl_cli_reshard(int argc, char **argv);
 int sl_cli_plan(int argc, char **argv);
 int sl_cli_inspect(int argc, char **argv);
 int sl_cli_download(int argc, char **argv);

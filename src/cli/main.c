@@ -14,6 +14,7 @@ static void usage(FILE *out) {
           "\n"
           "usage:\n"
           "  mpirun -np N shardload load MODEL [--tp N] [--pp N] [--dp N] [options]\n"
+          "  mpirun -np N shardload reshard MODEL --from-tp A [--from-pp P] [--from-dp D] --tp B [options]\n"
           "  shardload plan MODEL --world N [--tp N] [--pp N] [--dp N] [options] [--json]\n"
           "  shardload inspect FILE|DIR [--load-format F] [--json]\n"
           "  shardload download REPO [--revision R] [--include PATTERN]... [--all]\n"
@@ -30,6 +31,8 @@ int main(int argc, char **argv) {
   const char *cmd = argv[1];
   if (strcmp(cmd, "load") == 0)
     return sl_cli_load(argc - 1, argv + 1);
+  if (strcmp(cmd, "reshard") == 0)
+    return sl_cli_reshard(argc - 1, argv + 1);
   if (strcmp(cmd, "plan") == 0)
     return sl_cli_plan(argc - 1, argv + 1);
   if (strcmp(cmd, "inspect") == 0)

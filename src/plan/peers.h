@@ -1,0 +1,77 @@
+/*
+ * plan/peers.h — loading from peers (docs/spec/DESIGN.md §11): the plan that moves every byte a
+ * set of receiving ranks needs out of the memory of ranks that already hold the model in another
+ * layout (the donors), never touching storage.
+ *
+ * Every rank's plan is a list of copies, strided byte copies from a checkpoint tensor region into a
+ * local parameter (plan/plan.h). A donor's copies therefore say where each checkpoint byte it holds
+ * sits in its memory. Each receiver copy is cut at the boundaries of the donors' regions of the same
+ * tensor so that every part lies inside one donor region (each receiver byte from exactly one donor
+ * byte); rows that continue a part in step are merged into it, so that a column slice taken from a
+ * row slice is one strided part, not one part per row. A part goes to the donor holding its region
+ * that is on the receiver's node when one is, else the one that sent least so far (parts largest
+ * first). Parts travel in messages between one donor and one receiver (a broadcast group of two),
+ * numbered in one global order every rank walks: round k carries the k-th message of every pair.
+ * Pure: a function of the ranks' copies and nodes.
+ */
+#ifndef SL_PLAN_PEERS_H
+#define SL_PLAN_PEERS_H
+
+#include "base/err.h"
+#include "plan/plan.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* One rank of the job as the planner takes it. */
+typedef struct sl__peer_rank {
+  bool donor;             /* holds the model (its copies say where); else a receiver */
+  uint32_t node;          /* ranks with equal nodes share a machine */
+  const sl__copy *copies; /* its rank plan's copies (a receiver's: what it needs) */
+  size_t n_copies;
+} sl__peer_rank;
+
+/* A strided run of bytes: `rows` rows of row_bytes from a donor's parameter to a receiver's. */
+typedef struct sl__peer_part {
+  uint32_t donor, receiver; /* ranks of the job */
+  uint32_t d_lparam, r_lparam;
+  uint32_t r_copy; /* the receiver's copy it (partly) delivers */
+  uint32_t tensor;
+  uint64_t src_off, src_stride; /* its checkpoint bytes */
+  uint64_t d_off, d_stride;     /* in the donor's parameter */
+  uint64_t r_off, r_stride;     /* in the receiver's parameter */
+  uint64_t row_bytes, rows;
+  uint32_t msg;     /* the message that carries it */
+  uint64_t msg_off; /* where its rows lie in the message, packed */
+} sl__peer_part;
+
+/* One message: parts from one donor to one receiver, packed. */
+typedef struct sl__peer_msg {
+  uint32_t donor, receiver;
+  uint32_t group; /* the pair's broadcast group */
+  uint64_t nbytes;
+  uint64_t first_part;
+  uint32_t n_parts;
+} sl__peer_msg;
+
+typedef struct sl__peer_plan {
+  uint32_t world;
+  size_t n_parts;
+  sl__peer_part *parts; /* in message order */
+  size_t n_msgs;
+  sl__peer_msg *msgs; /* the global order */
+  size_t n_groups;
+  uint32_t *group_members; /* group g: members 2g and 2g + 1, ascending */
+  uint64_t *sent;          /* per rank: bytes it sends */
+  uint64_t *received;      /* per rank */
+  uint64_t max_msg;        /* the largest message */
+} sl__peer_plan;
+
+/* The plan for ranks[0 .. world). msg_bytes: the largest message (0: SL_BUCKET_BYTES_DEFAULT). An
+ * error names the receiver, its local parameter and the checkpoint bytes no donor holds (cat: the
+ * tensor names; may be NULL). */
+sl_status sl__peer_plan_build(const sl__peer_rank *ranks, uint32_t world, const sl__catalog *cat,
+                              uint64_t msg_bytes, sl__peer_plan *out, sl__err *err);
+void sl__peer_plan_free(sl__peer_plan *p);
+
+#endif
