@@ -231,6 +231,8 @@ _SIGS = {
     "sl_loader_set_progress": (c_status, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]),
     "sl_loader_reload": (c_status, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p]),
     "sl_loader_reload_state": (c_status, [ctypes.c_void_p, ctypes.c_size_t, _P(ctypes.c_int)]),
+    "sl_loader_load_from_peers": (c_status, [ctypes.c_void_p, c_comm]),
+    "sl_loader_load_from_peers_ops": (c_status, [ctypes.c_void_p, ctypes.c_void_p]),
 }
 for _name, (_res, _args) in _SIGS.items():
     _fn = getattr(lib, _name)

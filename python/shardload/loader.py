@@ -23,6 +23,16 @@ it stays valid after the loader is closed. Memory the caller bound is never free
 reload() reads another checkpoint of the same architecture and shapes into the same memory
 (sl_loader_reload): tensors from params() and bound tensors see the new values; a checkpoint that
 does not match is refused on every rank before any byte is written.
+
+    side = world.Split(0 if gives else 1, world.Get_rank())  # each side in the job's order
+    loader = shardload.Loader(m, side, tp=2 if gives else 1, dp=1 if gives else 2)
+    if gives:
+        loader.load()                                        # the donors: from storage
+    loader.load_from_peers(world)                            # collective over the job
+
+load_from_peers() gives a loaded loader's parameters to freshly created loaders of another layout
+over a communicator that holds both (sl_loader_load_from_peers): the receivers read nothing from
+storage, the donors stay as they were (docs/spec/DESIGN.md §11).
 """
 
 import atexit
@@ -561,6 +571,46 @@ class Loader:
                                          revision.encode() if revision else None))
         for p in self._plan:  # the sources are the new checkpoint's now
             p.slices = Parameter._slices(self, p.index)
+        if self._progress is not None:
+            self._progress.raise_pending()
+        return self
+
+    # load from peers -------------------------------------------------------------------------
+
+    def load_from_peers(self, comm=None, group=None, store=None):
+        """COLLECTIVE over every rank of the job: the ranks whose loader is loaded (the donors)
+        give their parameters to the ranks whose loader is freshly created (the receivers, no
+        plan() or bind() yet), which plan their own layout from the donors' catalog and read
+        nothing from storage (docs/spec/DESIGN.md §11). Each side's loader spans exactly its ranks,
+        numbered in the job's order (split the job by role: comm.Split(color, rank)). The job is
+        comm (mpi4py, default COMM_WORLD) or group (a torch.distributed process group; store as
+        for Loader). The donors' loaders and tensors are unchanged and stay usable; the receivers'
+        are loaded as after load() (params(), report() with bytes_read 0 and bytes_received, the
+        time model of the transfer from peers). A failure raises on every rank; a receiver's
+        loader is then closed to loads, a donor's stays as it was."""
+        from .torchcomm import TorchComm, is_process_group
+        self._need_open()
+        if group is None and comm is not None and is_process_group(comm):
+            group, comm = comm, None
+        if group is not None and comm is not None:
+            raise InvalidArgumentError("pass comm (MPI) or group (torch.distributed), not both")
+        donor = self._loaded
+        if group is not None:
+            timeout = self._cfg.get("timeout_s")
+            job = TorchComm(group, store, float(timeout) if timeout else 600.0)
+            st = lib.sl_loader_load_from_peers_ops(self._h, ctypes.byref(job.ops()))
+            if st != 0 and job.failure and not self._message():
+                raise error_for(st, job.failure)
+        else:
+            handle, keep = comm_handle(comm)
+            st = lib.sl_loader_load_from_peers(self._h, ctypes.c_void_p(handle))
+            del keep
+        self._check(st)
+        if not donor:  # the plan was made inside the call, from the donors' catalog
+            n = lib.sl_loader_param_count(self._h)
+            self._plan = [Parameter(self, i, self._param(i)) for i in range(n)]
+            self._by_name = {p.name: p for p in self._plan}
+            self._loaded = True
         if self._progress is not None:
             self._progress.raise_pending()
         return self

@@ -283,6 +283,10 @@ static sl_status from_peers(sl_loader *l, init_fn init, const void *arg) {
   sl__comm_set_timeout(&r.w, l->pl.opts.timeout_s);
   st = run(&r);
   run_free(&r);
+  /* The verdict was agreed over the job: sl_loader_error_cause reads it from the loader's own
+   * communicator (rank: the job's, as the message names it). */
+  l->comm.first_failed = r.w.first_failed;
+  l->comm.first_status = r.w.first_status;
   sl__comm_free(&r.w);
   /* A donor's loader is as it was whatever happened; a receiver's fails with the load. */
   return r.donor ? st : sl__loader_fail(l, st);

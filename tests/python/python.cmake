@@ -64,3 +64,8 @@ sl_python_test(python_reload test_reload.py 1 2 3 4)
 foreach(np 1 2 3 4)
   set_tests_properties(python_reload_np${np} PROPERTIES LABELS "reshard;python")
 endforeach()
+
+# Load from peers over MPI (Loader.load_from_peers; labels reshard and python): 2 donors give 2
+# receivers another layout; the receivers equal the reference and read nothing, the donors unchanged.
+sl_python_test(python_load_from_peers test_load_from_peers.py 4)
+set_tests_properties(python_load_from_peers_np4 PROPERTIES LABELS "reshard;python")

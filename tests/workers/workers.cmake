@@ -40,3 +40,6 @@ foreach(np 1 2 4)
   sl_workers_test(workers_reload_np${np} test_workers_reload.py 240 ${np} ${np})
   set_tests_properties(workers_reload_np${np} PROPERTIES LABELS "reshard;workers")
 endforeach()
+# Load from peers over the group (labels reshard and workers): 2 donors at tp 2, 2 receivers at tp 1 dp 2.
+sl_workers_test(workers_load_from_peers_np4 test_workers_load_from_peers.py 240 4)
+set_tests_properties(workers_load_from_peers_np4 PROPERTIES LABELS "reshard;workers")

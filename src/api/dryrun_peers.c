@@ -1,0 +1,216 @@
+/*
+ * api/dryrun_peers.c — the dry run of a load from peers (docs/spec/DESIGN.md §11; `shardload plan
+ * --from-tp`): the donors' plans (the source layout) and the receivers' (the target layout) of
+ * every rank from the headers alone, the messages of plan/peers.h between them, and per rank the
+ * bytes sent (donors) and received (receivers) with a predicted time from the time model's network
+ * terms: per node max(bytes in, bytes out) over the network rate, counting the messages whose
+ * donor and receiver sit on different nodes (ranks_per_node consecutive ranks of the job per node,
+ * donors first); nobody reads storage. No MPI, no tensor data.
+ */
+#include "api/config.h"
+#include "api/prepare.h"
+#include "base/clock.h"
+#include "base/util.h"
+#include "plan/peers.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+struct sl_dryrun_peers {
+  uint32_t donors, receivers;
+  sl__pipeline src, dst;
+  sl__peer_plan pp;
+  uint64_t *needed;  /* per job rank: its plan's bytes */
+  uint64_t *net_in;  /* per node: bytes arriving from other nodes */
+  uint64_t *net_out; /* per node */
+  uint32_t n_nodes, ranks_per_node;
+  double network_gbps, predicted_s, seconds;
+  sl__buf json, summary;
+};
+
+void sl_dryrun_peers_destroy(sl_dryrun_peers *d) {
+  if (d == NULL)
+    return;
+  sl__pipeline_free(&d->src);
+  sl__pipeline_free(&d->dst);
+  sl__peer_plan_free(&d->pp);
+  free(d->needed);
+  free(d->net_in);
+  free(d->net_out);
+  sl__buf_free(&d->json);
+  sl__buf_free(&d->summary);
+  free(d);
+}
+
+/* Every rank's copies of one side into ranks[first ..], its plans kept in plans[]. */
+static sl_status side_plans(sl__pipeline *pl, uint32_t n, uint32_t first, bool donor, sl__rank_plan *plans,
+                            sl__peer_rank *ranks, uint64_t *needed, uint32_t per_node, sl__err *err) {
+  for (uint32_t k = 0; k < n; k++) {
+    sl_status st = sl__plan_rank(&pl->prep.model, &pl->prep.cat, &pl->po, k, false, &plans[first + k], err);
+    if (st != SL_STATUS_OK)
+      return st;
+    ranks[first + k] = (sl__peer_rank){.donor = donor,
+                                       .node = (first + k) / per_node,
+                                       .copies = plans[first + k].copies,
+                                       .n_copies = plans[first + k].n_copies};
+    needed[first + k] = plans[first + k].bytes_needed;
+  }
+  return SL_STATUS_OK;
+}
+
+/* The messages, then the network terms of the time model per node. */
+static sl_status peer_plan(sl_dryrun_peers *d, sl__err *err) {
+  uint32_t world = d->donors + d->receivers;
+  sl__rank_plan *plans = calloc(world, sizeof *plans);
+  sl__peer_rank *ranks = calloc(world, sizeof *ranks);
+  d->needed = calloc(world, sizeof *d->needed);
+  d->n_nodes = (world + d->ranks_per_node - 1) / d->ranks_per_node;
+  d->net_in = calloc(d->n_nodes, sizeof *d->net_in);
+  d->net_out = calloc(d->n_nodes, sizeof *d->net_out);
+  sl_status st =
+      plans != NULL && ranks != NULL && d->needed != NULL && d->net_in != NULL && d->net_out != NULL
+          ? SL_STATUS_OK
+          : sl__err_set(err, SL_STATUS_NOMEM, "out of memory");
+  if (st == SL_STATUS_OK)
+    st = side_plans(&d->src, d->donors, 0, true, plans, ranks, d->needed, d->ranks_per_node, err);
+  if (st == SL_STATUS_OK)
+    st = side_plans(&d->dst, d->receivers, d->donors, false, plans, ranks, d->needed, d->ranks_per_node, err);
+  if (st == SL_STATUS_OK)
+    st = sl__peer_plan_build(ranks, world, &d->src.prep.cat, 0, &d->pp, err);
+  for (size_t m = 0; st == SL_STATUS_OK && m < d->pp.n_msgs; m++) {
+    const sl__peer_msg *msg = &d->pp.msgs[m];
+    uint32_t a = msg->donor / d->ranks_per_node, b = msg->receiver / d->ranks_per_node;
+    if (a != b) {
+      d->net_out[a] += msg->nbytes;
+      d->net_in[b] += msg->nbytes;
+    }
+  }
+  double rate = d->network_gbps * 1e9;
+  for (uint32_t n = 0; st == SL_STATUS_OK && n < d->n_nodes; n++) {
+    uint64_t most = d->net_in[n] > d->net_out[n] ? d->net_in[n] : d->net_out[n];
+    double t = rate > 0 ? (double)most / rate : 0;
+    d->predicted_s = t > d->predicted_s ? t : d->predicted_s;
+  }
+  for (uint32_t k = 0; plans != NULL && k < world; k++)
+    sl__rank_plan_free(&plans[k]);
+  free(plans);
+  free(ranks);
+  return st;
+}
+
+static sl_status one_side(sl__pipeline *pl, sl_config *cfg, int world, const char *which, sl__err *err) {
+  if (world < 1)
+    return sl__err_set(err, SL_STATUS_INVALID_ARGUMENT, "the %s world size must be at least 1", which);
+  sl__prep_driver drv = {.cfg = cfg, .world = (uint32_t)world, .rank = SL_NONE, .builds_catalog = true};
+  return sl__pipeline_run(pl, &drv, SL_PREP_PLAN, err);
+}
+
+sl_status sl_dryrun_peers_create(sl_config *target, int world_size, sl_config *source, int source_world,
+                                 sl_dryrun_peers **out) {
+  if (out == NULL || target == NULL || source == NULL)
+    return SL_STATUS_INVALID_ARGUMENT;
+  *out = NULL;
+  sl__err err;
+  sl__err_clear(&err);
+  sl__config_clear_error(target);
+  sl_dryrun_peers *d = calloc(1, sizeof *d);
+  if (d == NULL)
+    return SL_STATUS_NOMEM;
+  sl__buf_init(&d->json, 0);
+  sl__buf_init(&d->summary, 0);
+  double t0 = sl__now();
+  d->donors = source_world > 0 ? (uint32_t)source_world : 0;
+  d->receivers = world_size > 0 ? (uint32_t)world_size : 0;
+  sl_status st = one_side(&d->src, source, source_world, "source", &err);
+  if (st == SL_STATUS_OK)
+    st = one_side(&d->dst, target, world_size, "target", &err);
+  if (st == SL_STATUS_OK && d->src.prep.cat.n_tensors != d->dst.prep.cat.n_tensors)
+    st = sl__err_set(&err, SL_STATUS_INVALID_ARGUMENT, "the source and the target name different models");
+  if (st == SL_STATUS_OK) {
+    d->ranks_per_node = d->dst.opts.ranks_per_node > 0 ? d->dst.opts.ranks_per_node : 1;
+    d->network_gbps = d->dst.opts.network_gbps;
+    st = peer_plan(d, &err);
+  }
+  if (st != SL_STATUS_OK) {
+    sl__config_set_error(target, &err);
+    sl_dryrun_peers_destroy(d);
+    return st;
+  }
+  d->seconds = sl__now() - t0;
+  *out = d;
+  return SL_STATUS_OK;
+}
+
+static void layout_json(sl__buf *b, const char *key, const sl__opts *o, uint32_t ranks) {
+  sl__buf_appendf(b, "\"%s\":{\"ranks\":%u,\"tp\":%u,\"pp\":%u,\"dp\":%u,\"expert_parallel\":%s}", key, ranks,
+                  o->tp, o->pp, o->dp, o->enable_ep ? "true" : "false");
+}
+
+const char *sl_dryrun_peers_json(sl_dryrun_peers *d) {
+  if (d == NULL)
+    return NULL;
+  sl__buf *b = &d->json;
+  if (b->len > 0)
+    return b->failed ? NULL : sl__buf_str(b);
+  uint32_t world = d->donors + d->receivers;
+  sl__buf_appendf(b, "{\"report_version\":2,\"from_peers\":true,\"model\":");
+  sl__buf_json_str(b, d->dst.opts.model != NULL ? d->dst.opts.model : "");
+  sl__buf_appendf(b, ",\"planning_seconds\":%.6f,\"world\":%u,", d->seconds, world);
+  layout_json(b, "source", &d->src.opts, d->donors);
+  sl__buf_putc(b, ',');
+  layout_json(b, "target", &d->dst.opts, d->receivers);
+  uint64_t total = 0;
+  for (size_t m = 0; m < d->pp.n_msgs; m++)
+    total += d->pp.msgs[m].nbytes;
+  sl__buf_appendf(
+      b,
+      ",\"messages\":%zu,\"largest_message_bytes\":%llu,\"bytes_transferred\":%llu,\"bytes_read\":0,"
+      "\"prediction\":{\"network_gbps_per_node\":%g,\"ranks_per_node\":%u,\"nodes\":%u,"
+      "\"predicted_seconds\":%.6f},\"nodes\":[",
+      d->pp.n_msgs, (unsigned long long)d->pp.max_msg, (unsigned long long)total, d->network_gbps,
+      d->ranks_per_node, d->n_nodes, d->predicted_s);
+  double rate = d->network_gbps * 1e9;
+  for (uint32_t n = 0; n < d->n_nodes; n++) {
+    uint64_t most = d->net_in[n] > d->net_out[n] ? d->net_in[n] : d->net_out[n];
+    sl__buf_appendf(
+        b, "%s{\"node\":%u,\"bytes_network_in\":%llu,\"bytes_network_out\":%llu,\"predicted_seconds\":%.6f}",
+        n > 0 ? "," : "", n, (unsigned long long)d->net_in[n], (unsigned long long)d->net_out[n],
+        rate > 0 ? (double)most / rate : 0.0);
+  }
+  sl__buf_appendf(b, "],\"ranks\":[");
+  for (uint32_t k = 0; k < world; k++)
+    sl__buf_appendf(b,
+                    "%s{\"rank\":%u,\"role\":\"%s\",\"side_rank\":%u,\"node\":%u,\"bytes_needed\":%llu,"
+                    "\"bytes_read\":0,\"bytes_sent\":%llu,\"bytes_received\":%llu}",
+                    k > 0 ? "," : "", k, k < d->donors ? "donor" : "receiver",
+                    k < d->donors ? k : k - d->donors, k / d->ranks_per_node,
+                    (unsigned long long)d->needed[k], (unsigned long long)d->pp.sent[k],
+                    (unsigned long long)d->pp.received[k]);
+  sl__buf_appendf(b, "]}\n");
+  return b->failed ? NULL : sl__buf_str(b);
+}
+
+const char *sl_dryrun_peers_summary(sl_dryrun_peers *d) {
+  if (d == NULL)
+    return NULL;
+  sl__buf *b = &d->summary;
+  if (b->len > 0)
+    return b->failed ? NULL : sl__buf_str(b);
+  const sl__opts *s = &d->src.opts, *t = &d->dst.opts;
+  sl__buf_appendf(b,
+                  "load from peers: %u donors (tp %u pp %u dp %u%s) -> %u receivers (tp %u pp %u dp %u%s)\n",
+                  d->donors, s->tp, s->pp, s->dp, s->enable_ep ? " ep" : "", d->receivers, t->tp, t->pp,
+                  t->dp, t->enable_ep ? " ep" : "");
+  sl__buf_appendf(b, "%6s %-8s %5s %16s %16s %16s\n", "rank", "role", "node", "needed", "sent", "received");
+  for (uint32_t k = 0; k < d->donors + d->receivers; k++)
+    sl__buf_appendf(b, "%6u %-8s %5u %16llu %16llu %16llu\n", k, k < d->donors ? "donor" : "receiver",
+                    k / d->ranks_per_node, (unsigned long long)d->needed[k],
+                    (unsigned long long)d->pp.sent[k], (unsigned long long)d->pp.received[k]);
+  sl__buf_appendf(
+      b,
+      "messages %zu (largest %llu bytes), bytes read from storage 0\n"
+      "predicted %.3f s (%u nodes of %u ranks, network %g GB/s per node; same-node messages free)\n",
+      d->pp.n_msgs, (unsigned long long)d->pp.max_msg, d->predicted_s, d->n_nodes, d->ranks_per_node,
+      d->network_gbps);
+  return b->failed ? NULL : sl__buf_str(b);
+}
