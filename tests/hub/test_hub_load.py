@@ -46,6 +46,15 @@ def overlap_env(server, work):
     return env
 
 
+def same_save(copy, ref):
+    """Whether the pre-sharded copy equals the reference save: the same weight files (every
+    `.safetensors` part, none missing or extra) and every byte of every file both hold."""
+    a, b = files_of(copy), files_of(ref)
+    parts = sorted(k for k in a if k.endswith(".safetensors"))
+    return (parts != [] and parts == sorted(k for k in b if k.endswith(".safetensors"))
+            and all(a[k] == b[k] for k in a if k in b))
+
+
 def files_of(folder):
     out = {}
     for name in sorted(os.listdir(folder)):

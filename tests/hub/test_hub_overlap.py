@@ -34,7 +34,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from test_hub import HubServer  # noqa: E402
-from test_hub_load import FAILS, check, files_of, overlap_env, run  # noqa: E402  (the checks this test shares)
+from test_hub_load import FAILS, check, overlap_env, run, same_save  # noqa: E402  (the checks this test shares)
 
 SHA = "0123456789abcdef0123456789abcdef01234567"
 LAST = "model-00003-of-00003.safetensors"
@@ -87,9 +87,7 @@ def trickle(server, model_dir, base, work, mpirun, cli, tp, ref):
     check(re.search(r"info: watchdog: .* but a rank made progress [0-9.]+ s ago: waiting on", err) is not None,
           "trickling download: the watchdog saw the timeout pass and waited on: " + err[-1500:])
     if rc == 0:
-        a = files_of(copy)
-        b = {k: v for k, v in files_of(ref).items() if k in a}
-        check(sorted(a) == sorted(b) and all(a[k] == b[k] for k in a),
+        check(same_save(copy, ref),
               "trickling download: every pre-sharded byte equals the local load's")
     server.rules([])
 
@@ -152,9 +150,7 @@ def interrupt(server, base, work, mpirun, cli, tp, ref):
     rc, _, err = run([mpirun, "-np", "2", cli, "load", "org/llama"] + tp + ["--save-sharded", copy], env)
     check(rc == 0, "SIGINT case: the next load succeeds: " + err[-2000:])
     if rc == 0:
-        a = files_of(copy)
-        b = {k: v for k, v in files_of(ref).items() if k in a}
-        check(sorted(a) == sorted(b) and all(a[k] == b[k] for k in a),
+        check(same_save(copy, ref),
               "SIGINT case, next load: every pre-sharded byte equals the local load's")
 
 
@@ -212,9 +208,7 @@ def main():
             check(last != [] and late == [],
                   "%d rank(s): no complete file is first read after the last one arrived: %s" % (ranks, late))
             if rc == 0:
-                a = files_of(copy)
-                b = {k: v for k, v in files_of(ref).items() if k in a}
-                check(sorted(a) == sorted(b) and all(a[k] == b[k] for k in a),
+                check(same_save(copy, ref),
                       "%d rank(s): every pre-sharded byte equals the local load's" % ranks)
 
             # 2. the cache is what `shardload download` leaves (for the files the load fetched)

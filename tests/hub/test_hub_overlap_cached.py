@@ -26,7 +26,7 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from test_hub import HubServer  # noqa: E402
-from test_hub_load import FAILS, check, files_of, overlap_env, run  # noqa: E402  (the checks this test shares)
+from test_hub_load import FAILS, check, overlap_env, run, same_save  # noqa: E402  (the checks this test shares)
 
 SHA = "fedcba9876543210fedcba9876543210fedcba98"
 REPO = "org/llama-cached"
@@ -84,9 +84,7 @@ def main():
 
         # 1. byte-exact
         if rc == 0:
-            a = files_of(copy)
-            b = {k: v for k, v in files_of(ref).items() if k in a}
-            check(a != {} and sorted(a) == sorted(b) and all(a[k] == b[k] for k in a),
+            check(same_save(copy, ref),
                   "every pre-sharded byte equals the local load's")
 
         # 2. the cached shard never asked for

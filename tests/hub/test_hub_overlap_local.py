@@ -25,7 +25,7 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from test_hub import HubServer  # noqa: E402
-from test_hub_load import FAILS, check, files_of, overlap_env, run  # noqa: E402  (the checks this test shares)
+from test_hub_load import FAILS, check, overlap_env, run, same_save  # noqa: E402  (the checks this test shares)
 
 SHA = "13579bdf13579bdf13579bdf13579bdf13579bdf"
 REPO = "org/llama-local"
@@ -71,9 +71,7 @@ def main():
                 continue
             check("to download: loading them as they arrive" in err,
                   "%s: the load overlapped the download: %s" % (label, err[-1500:]))
-            a = files_of(copy)
-            b = {k: v for k, v in files_of(ref).items() if k in a}
-            check(a != {} and sorted(a) == sorted(b) and all(a[k] == b[k] for k in a),
+            check(same_save(copy, ref),
                   "%s: every pre-sharded byte equals the local load's" % label)
             with open(report) as f:
                 rep = json.load(f)

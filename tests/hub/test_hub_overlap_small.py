@@ -33,7 +33,7 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from test_hub import HubServer  # noqa: E402
-from test_hub_load import FAILS, check, files_of, overlap_env, run  # noqa: E402  (the checks this test shares)
+from test_hub_load import FAILS, check, overlap_env, run, same_save  # noqa: E402  (the checks this test shares)
 
 SHA = "89abcdef0123456789abcdef0123456789abcdef"
 REPO = "org/llama-small"
@@ -125,9 +125,7 @@ def small_gets(server, port):
 
 
 def same(copy, ref, what):
-    a = files_of(copy)
-    b = {k: v for k, v in files_of(ref).items() if k in a}
-    check(a != {} and sorted(a) == sorted(b) and all(a[k] == b[k] for k in a),
+    check(same_save(copy, ref),
           "%s: every pre-sharded byte equals the local load's" % what)
 
 
