@@ -630,7 +630,7 @@ class Loader:
         return out
 
     def report(self):
-        """The JSON report as a dict (rank 0: cluster-wide; other ranks: their own figures)."""
+        """The JSON report as a dict: the cluster-wide figures, the same on every rank."""
         self._need_loaded()
         text = _lib.text(lib.sl_loader_report_json(self._h))
         return json.loads(text) if text else {}

@@ -97,6 +97,44 @@ static void write_reports(sl_loader *l) {
   free(stats);
 }
 
+/* Rank 0's report and summary to every rank, so that any worker can log or inspect the load the
+ * same way (in a torch.distributed job the first rank is often not the one a caller looks at). One
+ * blob, "report NUL summary"; the text is a few hundred bytes per rank. */
+static sl_status share_reports(sl_loader *l) {
+  sl__buf blob;
+  sl__buf_init(&blob, 0);
+  bool ok = true;
+  if (l->comm.rank == 0) {
+    const char *rep = sl__buf_str(&l->report);
+    const char *sum = sl__buf_str(&l->summary);
+    ok = sl__buf_append(&blob, rep, strlen(rep) + 1) && sl__buf_append(&blob, sum, strlen(sum) + 1);
+  }
+  uint8_t *data = (uint8_t *)blob.data;
+  size_t len = ok ? blob.len : 0;
+  sl_status st = sl__comm_bcast_blob(&l->comm, &data, &len, 0, &l->err);
+  if (st == SL_STATUS_OK && l->comm.rank != 0 && len > 0) {
+    /* Both texts end with their NUL: rank 0 sent them so; anything else is refused, not read. */
+    const char *rep = (const char *)data;
+    size_t rep_len = strnlen(rep, len);
+    const char *sum = rep + rep_len + 1;
+    if (rep_len >= len || strnlen(sum, len - rep_len - 1) >= len - rep_len - 1) {
+      st = sl__err_set(&l->err, SL_STATUS_INTERNAL, "the report from rank 0 is not two texts (%zu bytes)",
+                       len);
+    } else {
+      sl__buf_free(&l->report);
+      sl__buf_init(&l->report, 0);
+      sl__buf_free(&l->summary);
+      sl__buf_init(&l->summary, 0);
+      if (!sl__buf_append(&l->report, rep, rep_len) || !sl__buf_append(&l->summary, sum, strlen(sum)))
+        st = sl__err_set(&l->err, SL_STATUS_NOMEM, "out of memory keeping the report");
+    }
+  }
+  if (l->comm.rank != 0)
+    free(data);
+  sl__buf_free(&blob);
+  return st;
+}
+
 /* Statistics to rank 0, which writes the report and the summary. t0: when the load's own phases
  * (after planning) started. */
 sl_status sl__loader_statistics(sl_loader *l, double t0) {
@@ -125,7 +163,10 @@ sl_status sl__loader_statistics(sl_loader *l, double t0) {
   l->t_total = l->t_resolve + l->t_catalog + l->t_model + l->t_plan + (sl__now() - t0);
   if (st == SL_STATUS_OK && l->comm.rank == 0)
     write_reports(l);
-  return sl__comm_agree(&l->comm, st, &l->err, "gathering statistics");
+  st = sl__comm_agree(&l->comm, st, &l->err, "gathering statistics");
+  if (st == SL_STATUS_OK)
+    st = sl__comm_agree(&l->comm, share_reports(l), &l->err, "sharing the report");
+  return st;
 }
 
 /* Rank 0 writes the report file, when configured. */

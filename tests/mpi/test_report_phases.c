@@ -5,6 +5,8 @@
  * around sl_loader_create .. sl_loader_load (plus the report's rounding); once with the load
  * running the preparation itself, once with sl_loader_plan called first. The preparation phases
  * used to be counted twice when sl_loader_load ran them.
+ * Every rank holds the same report and summary as rank 0 (they were NULL on the other ranks): each
+ * rank compares its texts with rank 0's, sent by the test itself.
  */
 #include "check.h"
 #include "load_check.h"
@@ -14,6 +16,7 @@
 #include <cjson/cJSON.h>
 #include <mpi.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -21,6 +24,21 @@ static double now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* text on this rank equals rank 0's, byte for byte; every rank checks. */
+static void check_same_as_rank0(const char *what, const char *kind, const char *text) {
+  int len = text != NULL ? (int)strlen(text) + 1 : 0;
+  int len0 = len;
+  MPI_Bcast(&len0, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  char *text0 = calloc((size_t)len0 + 1, 1);
+  if (lc_rank() == 0 && len0 > 0)
+    memcpy(text0, text, (size_t)len0);
+  MPI_Bcast(text0, len0, MPI_CHAR, 0, MPI_COMM_WORLD);
+  CHECKF(len0 > 0 && text != NULL, "%s: rank %d: no %s", what, lc_rank(), kind);
+  CHECKF(text == NULL || (len == len0 && strcmp(text, text0) == 0), "%s: rank %d's %s differs from rank 0's",
+         what, lc_rank(), kind);
+  free(text0);
 }
 
 static void check_phases(const char *what, const char *report, double wall) {
@@ -79,6 +97,10 @@ static void run_case(bool plan_first) {
     CHECKF(rep != NULL, "%s: no report on rank 0", what);
     if (rep != NULL)
       check_phases(what, rep, wall);
+  }
+  if (st == SL_STATUS_OK) {
+    check_same_as_rank0(what, "report", sl_loader_report_json(l));
+    check_same_as_rank0(what, "summary", sl_loader_summary(l));
   }
   sl_loader_destroy(l);
   sl_config_destroy(cfg);

@@ -122,9 +122,11 @@ def run_case(w, case, stats):
     tensors = loader.params()
     report = loader.report()
     loader.close()  # handed-out memory must survive this
-    if w.rank == 0:
-        w.check((report.get("tp"), report.get("pp"), report.get("dp")) == (tp, pp, lay.dp),
-                "%s: report sizes %s" % (tag, [report.get(k) for k in ("tp", "pp", "dp")]))
+    # every rank holds the cluster-wide report, not only the first
+    w.check((report.get("tp"), report.get("pp"), report.get("dp")) == (tp, pp, lay.dp),
+            "%s: rank %d's report sizes %s" % (tag, w.rank, [report.get(k) for k in ("tp", "pp", "dp")]))
+    w.check(len(report.get("ranks", [])) == w.world,
+            "%s: rank %d's report lists %d ranks" % (tag, w.rank, len(report.get("ranks", []))))
     w.check(set(tensors) == set(ref), "%s: params() names differ" % tag)
     for name, t in tensors.items():
         w.check(isinstance(t, torch.Tensor) and t.device.type == "cpu", "%s: %s type %s"
