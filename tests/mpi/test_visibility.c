@@ -44,7 +44,7 @@ static bool listed(const char *list, int rank) {
   return false;
 }
 
-/* Rank 0: the ranks of UNSEEN read nothing and receive all they need. */
+/* Rank 0: the ranks of UNSEEN read nothing and receive exactly what they need, once. */
 static void check_unseen(const char *label, const char *report, const char *unseen) {
   cJSON *rep = cJSON_Parse(report);
   const cJSON *ranks = cJSON_GetObjectItemCaseSensitive(rep, "ranks");
@@ -57,7 +57,7 @@ static void check_unseen(const char *label, const char *report, const char *unse
     double received = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(r, "bytes_received"));
     double needed = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(r, "bytes_needed"));
     CHECKF(read == 0, "%s: rank %d cannot see the files but read %.0f bytes", label, g, read);
-    CHECKF(received >= needed, "%s: rank %d received %.0f bytes, needs %.0f", label, g, received, needed);
+    CHECKF(received == needed, "%s: rank %d received %.0f bytes, needs exactly %.0f", label, g, received, needed);
   }
   cJSON_Delete(rep);
 }
