@@ -30,7 +30,7 @@ if(SL_HAVE_S3)
   list(APPEND SL_FUZZ_TARGETS s3_xml) # S3's ListObjectsV2 pages and error documents (s3/xml.c, expat)
 endif()
 # Seconds each target runs in the suite: long enough to get past the seeds, short enough for CI.
-set(SL_FUZZ_SECONDS 20 CACHE STRING "Seconds each fuzz target runs under ctest")
+set(SL_FUZZ_SECONDS 10 CACHE STRING "Seconds each fuzz target runs under ctest (a smoke run: scripts/fuzz --minutes N fuzzes longer)")
 find_program(SL_CLANG NAMES clang clang-19 clang-18 clang-17 clang-16 clang-15 clang-14)
 
 set(_sl_fuzz_ok OFF)
