@@ -33,11 +33,15 @@ sl_status sl_loader_create(sl_config *config, MPI_Comm comm, sl_loader **out);
  * in one global order. The donors only read their parameters: their loaders are unchanged and keep
  * serving. On success each receiver's loader is loaded, as after sl_loader_load: its table,
  * tracking, report (bytes_read 0, bytes_received what came from the donors) and
- * sl_loader_save_sharded (ranks numbered among the receivers). Refused, on every rank alike: a job
- * without both sides, a side whose loaders do not span it in comm's order, a rank's loader in
- * another state, device cuda, a donor parameter bound with another dtype (sl_loader_bind_as) or held
- * transposed (naming it), and checkpoint bytes a receiver needs that no donor holds (naming the
- * tensor). A receiver's loader fails with a failed load; a donor's stays as it was. */
+ * sl_loader_save_sharded (ranks numbered among the receivers). With device cuda on every rank the
+ * receivers' parameters are device memory of their GPUs, the messages go GPU to GPU over NCCL (a
+ * communicator per pair, released after), and a pair's two ranks must use different GPUs (the
+ * placement check names them). Refused, on every rank alike: a job without both sides, a side whose
+ * loaders do not span it in comm's order, a rank's loader in another state, ranks on different
+ * devices (cuda on some, cpu on others; naming two), a donor parameter bound with another dtype
+ * (sl_loader_bind_as) or held transposed (naming it), and checkpoint bytes a receiver needs that no
+ * donor holds (naming the tensor). A receiver's loader fails with a failed load; a donor's stays as
+ * it was. */
 sl_status sl_loader_load_from_peers(sl_loader *loader, MPI_Comm comm);
 
 #pragma GCC visibility pop

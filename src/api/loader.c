@@ -491,8 +491,11 @@ static sl_status create_backend(sl_loader *l) {
   uint32_t workers = l->pl.opts.extra.num_threads;
   if (l->pl.opts.device == SL_DEVICE_CUDA) {
     int dev = l->cuda_device >= 0 ? l->cuda_device : l->pl.opts.cuda_device;
+    /* A load from peers broadcasts nothing in its own schedule's groups (api/peers.c makes the
+     * pairs' communicators): none is made for them. */
     return sl__backend_cuda_create(&l->comm, (int)workers, (int)sl__staging_slots_per_thread(workers), dev,
-                                   l->cuda_stream, l->nccl_comm, &l->groups, &l->store.backend, &l->err);
+                                   l->cuda_stream, l->nccl_comm, l->peers ? NULL : &l->groups,
+                                   &l->store.backend, &l->err);
   }
   return sl__backend_host_create(&l->comm, (int)workers, &l->store.backend, &l->err);
 }

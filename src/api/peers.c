@@ -8,8 +8,12 @@
  *   catalog   the first donor's catalog and spec text to the receivers, which plan their layout
  *             from it: no receiver opens a checkpoint file
  *   plan      every rank's copies to every rank, and the plan of plan/peers.h on each
- *   memory    the receivers' parameters, allocated (never file mappings)
- *   transfer  the messages (engine/peer_transfer.h) over the pairs' groups, the abort channel armed
+ *   memory    the receivers' parameters, allocated (never file mappings): host memory, or device
+ *             memory of the receiver's GPU (device cuda) without NCCL communicators of their own
+ *   transfer  the messages (engine/peer_transfer.h) over the pairs' groups, the abort channel armed:
+ *             a host backend (MPI) when every rank holds host memory, a CUDA backend on each rank's
+ *             own GPU (NCCL communicators of the pairs, released after) when every rank holds
+ *             device memory; a job that mixes the two is refused
  *   finish    the receivers' tracking, statistics and report, as a load's; the donors unchanged
  * Each phase ends with an agreement over the whole job.
  */
@@ -28,6 +32,7 @@
 typedef struct role_rec {
   int32_t donor;
   int32_t own_rank, own_size;
+  int32_t cuda; /* parameters in device memory (device cuda) */
 } role_rec;
 
 typedef struct peers_run {
@@ -46,12 +51,9 @@ typedef struct peers_run {
   sl__backend *backend;
 } peers_run;
 
-/* This rank's own checks: a donor's memory is read as its copies say (host memory, as planned). */
+/* This rank's own checks: a donor's memory is read as its copies say (as planned, in host or
+ * device memory). */
 static sl_status own_checks(sl_loader *l, bool donor) {
-  if (l->pl.opts.device == SL_DEVICE_CUDA)
-    return sl__err_set(
-        &l->err, SL_STATUS_UNSUPPORTED,
-        "sl_loader_load_from_peers: parameters in device memory (device cuda) are not supported yet");
   if (!donor)
     return l->state == STATE_CREATED && l->pl.done == SL_PREP_OPTIONS
                ? SL_STATUS_OK
@@ -78,7 +80,10 @@ static sl_status roles(peers_run *r) {
   if (r->roles == NULL)
     return sl__err_set(&l->err, SL_STATUS_NOMEM, "out of memory");
   sl_status st = own_checks(l, r->donor);
-  role_rec mine = {.donor = r->donor, .own_rank = l->comm.rank, .own_size = l->comm.size};
+  role_rec mine = {.donor = r->donor,
+                   .own_rank = l->comm.rank,
+                   .own_size = l->comm.size,
+                   .cuda = l->pl.opts.device == SL_DEVICE_CUDA};
   sl_status gst = sl__comm_allgather(&r->w, &mine, sizeof mine, r->roles, "gathering the roles", &l->err);
   st = st == SL_STATUS_OK ? gst : st;
   int32_t seen[2] = {0, 0};
@@ -104,6 +109,17 @@ static sl_status roles(peers_run *r) {
         "sl_loader_load_from_peers: the job needs giving ranks (loaded loaders) and receiving ones "
         "(created loaders); it has %d and %d",
         seen[1], seen[0]);
+  /* One transport for the whole job: NCCL between GPUs, MPI between host memories; a pair of a
+   * GPU and host memory would need both (docs/spec/DESIGN.md §11). */
+  for (uint32_t k = 1; k < r->world && st == SL_STATUS_OK; k++)
+    if (r->roles[k].cuda != r->roles[0].cuda)
+      st = sl__err_set(
+          &l->err, SL_STATUS_UNSUPPORTED,
+          "sl_loader_load_from_peers: rank 0 of the job (a %s) holds its parameters on device %s, "
+          "rank %u (a %s) on device %s: every rank of a load from peers must use the same "
+          "device (all cuda or all cpu)",
+          r->roles[0].donor ? "donor" : "receiver", r->roles[0].cuda ? "cuda" : "cpu", k,
+          r->roles[k].donor ? "donor" : "receiver", r->roles[k].cuda ? "cuda" : "cpu");
   return sl__comm_agree(&r->w, st, &l->err, "checking the ranks of a load from peers");
 }
 
@@ -175,7 +191,26 @@ static sl_status plan(peers_run *r) {
   return sl__comm_agree(&r->w, st, &l->err, "planning the load from peers");
 }
 
-/* The pairs' groups over the job, a host backend over them, the transfer with the abort channel armed. */
+/* The transfer's backend over the job (COLLECTIVE, every rank the same status): host memory, or
+ * this rank's GPU, the one its parameters are on, with a NCCL communicator per pair it belongs to.
+ * The loader's own work on that memory (a receiver's zero fill) completes first: the transfer's
+ * copies run on other streams. */
+static sl_status make_backend(peers_run *r) {
+  sl_loader *l = r->l;
+  if (l->pl.opts.device != SL_DEVICE_CUDA) {
+    sl_status st = sl__backend_host_create(&r->w, 1, &r->backend, &l->err);
+    return sl__comm_agree(&r->w, st, &l->err, "creating the pairs' groups");
+  }
+  sl__backend *own = l->store.backend;
+  sl_status st = own->ops->sync(own, &l->err);
+  st = sl__comm_agree(&r->w, st, &l->err, "creating the pairs' groups");
+  if (st == SL_STATUS_OK)
+    st = sl__backend_cuda_create(&r->w, 1, 1, own->device, l->cuda_stream, NULL, &r->groups, &r->backend,
+                                 &l->err);
+  return st;
+}
+
+/* The pairs' groups over the job, the backend over them, the transfer with the abort channel armed. */
 static sl_status transfer(peers_run *r) {
   sl_loader *l = r->l;
   double t0 = sl__now();
@@ -187,9 +222,9 @@ static sl_status transfer(peers_run *r) {
   sl__comm_phase(&r->w, "creating the pairs' groups");
   if (st == SL_STATUS_OK)
     st = sl__comm_groups_create(&r->w, &r->groups, &l->err);
-  if (st == SL_STATUS_OK)
-    st = sl__backend_host_create(&r->w, 1, &r->backend, &l->err);
   st = sl__comm_agree(&r->w, st, &l->err, "creating the pairs' groups");
+  if (st == SL_STATUS_OK)
+    st = make_backend(r);
   if (st != SL_STATUS_OK)
     return st;
   sl__comm_phase(&r->w, "loading from peers");
@@ -208,6 +243,9 @@ static sl_status transfer(peers_run *r) {
     sl__transfer_stats_free(&l->tstats);
     l->tstats = stats;
     l->t_transfer = sl__now() - t0;
+    /* The report's NCCL figure: the communicators this load made, the pairs' (the receiver's own
+     * backend made none). */
+    l->store.backend->nccl_comms = r->backend->nccl_comms;
   }
   return st;
 }
@@ -254,9 +292,13 @@ static sl_status run(peers_run *r) {
   return st;
 }
 
-static void run_free(peers_run *r) {
-  if (r->backend != NULL)
+/* st: the agreed verdict. After a failure the transfer's NCCL communicators are aborted, not
+ * finalized with peers that may be gone. */
+static void run_free(peers_run *r, sl_status st) {
+  if (r->backend != NULL) {
+    r->backend->failed = st != SL_STATUS_OK;
     r->backend->ops->destroy(r->backend);
+  }
   free(r->garr);
   sl__peer_plan_free(&r->pp);
   for (uint32_t k = 0; r->blobs != NULL && k < r->world; k++)
@@ -282,7 +324,7 @@ static sl_status from_peers(sl_loader *l, init_fn init, const void *arg) {
     return r.donor ? st : sl__loader_fail(l, st);
   sl__comm_set_timeout(&r.w, l->pl.opts.timeout_s);
   st = run(&r);
-  run_free(&r);
+  run_free(&r, st);
   /* The verdict was agreed over the job: sl_loader_error_cause reads it from the loader's own
    * communicator (rank: the job's, as the message names it). */
   l->comm.first_failed = r.w.first_failed;
@@ -300,10 +342,21 @@ static sl_status init_caller(sl__comm *c, const void *ops, sl__err *err) {
   return sl__comm_init_caller(c, ops, err);
 }
 
+/* The caller's CUDA context is what it was once the load from peers returns (device cuda). */
+static sl_status scoped(sl_loader *l, init_fn init, const void *arg) {
+  if (l == NULL)
+    return SL_STATUS_INVALID_ARGUMENT;
+  sl__device_scope scope;
+  sl__device_scope_enter(&scope, l->pl.opts.device == SL_DEVICE_CUDA);
+  sl_status st = from_peers(l, init, arg);
+  sl__device_scope_leave(&scope);
+  return st;
+}
+
 sl_status sl_loader_load_from_peers(sl_loader *l, MPI_Comm comm) {
-  return from_peers(l, init_mpi, &comm);
+  return scoped(l, init_mpi, &comm);
 }
 
 sl_status sl_loader_load_from_peers_ops(sl_loader *l, const sl_comm_ops *ops) {
-  return from_peers(l, init_caller, ops);
+  return scoped(l, init_caller, ops);
 }

@@ -5,7 +5,7 @@
  * (exactly the target layout's size) receive theirs from them (sl_loader_load_from_peers), then
  * save them when asked (named as a save of the target layout: ranks numbered among the receivers).
  * The report file holds both sides' reports, the receivers' last: every rank with its bytes read
- * and received.
+ * and received. With --device cuda every rank uses the GPU of its node-local rank in the job.
  */
 #include "args.h"
 #include "cli.h"
@@ -134,6 +134,10 @@ static int configure(int argc, char **argv, from_opts *f, sl_config **cfg, bool 
 }
 
 int sl_cli_reshard(int argc, char **argv) {
+  /* --device cuda: each rank's GPU current before MPI creates a CUDA context, and the loader's: the
+   * job's node-local rank picks it, so that a donor and a receiver of one node never share a GPU
+   * (the loaders' own default counts each side's ranks apart). */
+  int early_device = sl_cli_early_cuda_device(argc, argv);
   int provided = 0;
   if (MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
     fprintf(stderr, "shardload reshard: MPI_Init failed\n");
@@ -161,6 +165,10 @@ int sl_cli_reshard(int argc, char **argv) {
   sl_cli_args args;
   memset(&args, 0, sizeof args);
   int rc = configure(argc, argv, &f, &cfg, donor, &args, rank);
+  char device[16];
+  snprintf(device, sizeof device, "%d", early_device);
+  if (rc == 0 && early_device >= 0 && sl_config_set(cfg, "cuda_device", device) != SL_STATUS_OK)
+    rc = 2;
   if (rc == 0 && !args.help && (donors < 1 || donors >= size)) {
     if (rank == 0)
       fprintf(stderr,

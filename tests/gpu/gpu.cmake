@@ -8,6 +8,7 @@
 #   test_cuda_backend_npN    gpu   the backend's operations on real GPUs (CUDA builds; 1, 2, 4 ranks)
 #   test_gpu_load_npN        gpu   fixtures loaded on cpu and on cuda, every byte compared (CUDA builds,
 #                                  once the loader exists; 1, 2 ranks)
+#   test_gpu_peers_npN       gpu   load from peers GPU to GPU against a cpu load (2, 4 ranks, a GPU each)
 
 set(_sl_gpu_dir ${CMAKE_CURRENT_LIST_DIR})
 
@@ -79,6 +80,9 @@ if(SL_HAVE_CUDA)
     # Reload in place on real GPUs (docs/spec/DESIGN.md §10): labels reshard and gpu.
     sl_gpu_mpi_test(test_gpu_reload gpu 1 2)
     set_tests_properties(test_gpu_reload_np1 test_gpu_reload_np2 PROPERTIES LABELS "reshard;gpu")
+    # Load from peers GPU to GPU (docs/spec/DESIGN.md §11): one GPU per rank, or skipped (77).
+    sl_gpu_mpi_test(test_gpu_peers gpu 2 4)
+    set_tests_properties(test_gpu_peers_np2 test_gpu_peers_np4 PROPERTIES LABELS "reshard;gpu")
   else()
     message(STATUS "shardload: src/api/loader.c not present yet: test_gpu_load not built")
   endif()

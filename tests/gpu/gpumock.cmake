@@ -96,3 +96,20 @@ foreach(np 1 2 3 4)
   set_tests_properties(test_gpu_reload_mock_np${np} PROPERTIES LABELS "reshard;gpumock" TIMEOUT 300
     PROCESSORS ${np} FIXTURES_REQUIRED models ENVIRONMENT "${SL_TEST_ENV}")
 endforeach()
+
+# Load from peers on the GPU path (labels reshard, gpumock; docs/spec/DESIGN.md §11): donors on the
+# mock's GPUs in one layout, receivers on theirs in another, equal to a cpu storage load of the
+# target layout; donors unchanged; the pairs' NCCL communicators made and released; a cuda/cpu mix
+# refused and a failed NCCL connection failing every rank alike.
+sl_gpumock_exe(test_gpu_peers_mock ${_sl_mock_dir}/test_gpu_peers.c SL_TEST_HAVE_CUDA=1 SL_TEST_CUDA_MOCK=1)
+foreach(np 2 3 4 6)
+  add_test(NAME test_gpu_peers_mock_np${np} COMMAND ${SL_MPIRUN} -np ${np} $<TARGET_FILE:test_gpu_peers_mock>)
+  set_tests_properties(test_gpu_peers_mock_np${np} PROPERTIES LABELS "reshard;gpumock" TIMEOUT 300
+    PROCESSORS ${np} FIXTURES_REQUIRED models ENVIRONMENT "${SL_TEST_ENV}")
+endforeach()
+
+# `shardload reshard --device cuda` on the mock (labels reshard, gpumock): the receivers' saved copy
+# equals a cpu storage load's, their report counts the pairs' NCCL communicators.
+add_test(NAME test_cli_reshard_cuda_mock COMMAND bash ${_sl_mock_dir}/cli_mock_reshard.sh)
+set_tests_properties(test_cli_reshard_cuda_mock PROPERTIES LABELS "reshard;gpumock" TIMEOUT 600 PROCESSORS 4
+  FIXTURES_REQUIRED models ENVIRONMENT "${SL_TEST_ENV};SL_CLI_MOCK=$<TARGET_FILE:shardload_mock>")
