@@ -10,7 +10,8 @@
  *   plan      every rank's copies to every rank, and the plan of plan/peers.h on each
  *   memory    the receivers' parameters, allocated (never file mappings)
  *   transfer  the messages (engine/peer_transfer.h) over the pairs' groups, the abort channel armed
- *   finish    the receivers' tracking, statistics and report, as a load's; the donors unchanged
+ *   finish    the receivers' tracking, statistics and report, as a load's, with the time model of
+ *             the load from peers (plan/peers.h, the dry run's); the donors unchanged
  * Each phase ends with an agreement over the whole job.
  */
 #include "shardload/shardload.h"
@@ -41,6 +42,8 @@ typedef struct peers_run {
   size_t *blob_len;
   sl__peer_rank *ranks;
   sl__peer_plan pp;
+  sl__peer_model pm;  /* the plan's time model over the job's nodes (the receivers' report) */
+  uint32_t *own_node; /* per rank of this side: its node of the job */
   sl__comm_group *garr;
   sl__comm_groups groups;
   sl__backend *backend;
@@ -212,17 +215,37 @@ static sl_status transfer(peers_run *r) {
   return st;
 }
 
-/* The receivers' figures are the plan's: nothing read, every byte received from the donors. */
-static void receiver_figures(peers_run *r) {
+/* The receivers' figures are the plan's: nothing read, every byte received from the donors or a
+ * relay of their node, what each forwards as a relay sent. The time model of the plan over the
+ * job's nodes, for the report. */
+static sl_status receiver_figures(peers_run *r) {
   sl_loader *l = r->l;
   for (uint32_t k = 0; k < r->world; k++) {
     if (r->roles[k].donor || r->roles[k].own_rank >= (int32_t)l->pl.sched.world)
       continue;
     sl_rank_stats *s = &l->pl.sched.stats[r->roles[k].own_rank];
-    s->bytes_read = s->bytes_covering = s->bytes_sent = 0;
+    s->bytes_read = s->bytes_covering = 0;
     s->files_opened = 0;
+    s->bytes_sent = r->pp.sent[k];
     s->bytes_received = r->pp.received[k];
   }
+  uint32_t *node_of = calloc(r->world + 1, sizeof *node_of);
+  r->own_node = calloc((size_t)l->comm.size + 1, sizeof *r->own_node);
+  if (node_of == NULL || r->own_node == NULL) {
+    free(node_of);
+    return sl__err_set(&l->err, SL_STATUS_NOMEM, "out of memory");
+  }
+  for (uint32_t k = 0; k < r->world; k++) {
+    node_of[k] = r->ranks[k].node;
+    if (!r->roles[k].donor && r->roles[k].own_rank < l->comm.size)
+      r->own_node[r->roles[k].own_rank] = node_of[k];
+  }
+  uint32_t n_nodes = r->nodes.node_of != NULL ? r->nodes.n_nodes : r->world;
+  sl_status st = sl__peer_model_build(&r->pp, node_of, n_nodes, l->pl.opts.network_gbps, &r->pm, &l->err);
+  free(node_of);
+  l->peer_model = st == SL_STATUS_OK ? &r->pm : NULL;
+  l->peer_node_of = r->own_node;
+  return st;
 }
 
 static sl_status run(peers_run *r) {
@@ -243,12 +266,15 @@ static sl_status run(peers_run *r) {
   if (st == SL_STATUS_OK)
     st = transfer(r);
   if (st == SL_STATUS_OK && !r->donor) {
-    receiver_figures(r);
-    st = sl__loader_track(l);
+    st = receiver_figures(r);
+    if (st == SL_STATUS_OK)
+      st = sl__loader_track(l);
     if (st == SL_STATUS_OK)
       st = sl__loader_statistics(l, t0);
     if (st == SL_STATUS_OK)
       st = sl__loader_report_file(l);
+    l->peer_model = NULL; /* the run's own, freed with it */
+    l->peer_node_of = NULL;
   }
   st = sl__comm_agree(&r->w, st, &l->err, "finishing the load from peers");
   return st;
@@ -259,6 +285,8 @@ static void run_free(peers_run *r) {
     r->backend->ops->destroy(r->backend);
   free(r->garr);
   sl__peer_plan_free(&r->pp);
+  sl__peer_model_free(&r->pm);
+  free(r->own_node);
   for (uint32_t k = 0; r->blobs != NULL && k < r->world; k++)
     free(r->blobs[k]);
   free(r->blobs);
