@@ -18,6 +18,7 @@
 
 #include "api/loader_state.h"
 #include "base/clock.h"
+#include "base/log.h"
 #include "base/util.h"
 #include "engine/peer_transfer.h"
 #include "plan/peers.h"
@@ -217,8 +218,9 @@ static sl_status transfer(peers_run *r) {
 
 /* The receivers' figures are the plan's: nothing read, every byte received from the donors or a
  * relay of their node, what each forwards as a relay sent. The time model of the plan over the
- * job's nodes, for the report. */
-static sl_status receiver_figures(peers_run *r) {
+ * job's nodes, for the report (without memory for it, the report keeps a storage load's: no rank
+ * may leave the collective phases that follow). */
+static void receiver_figures(peers_run *r) {
   sl_loader *l = r->l;
   for (uint32_t k = 0; k < r->world; k++) {
     if (r->roles[k].donor || r->roles[k].own_rank >= (int32_t)l->pl.sched.world)
@@ -231,21 +233,22 @@ static sl_status receiver_figures(peers_run *r) {
   }
   uint32_t *node_of = calloc(r->world + 1, sizeof *node_of);
   r->own_node = calloc((size_t)l->comm.size + 1, sizeof *r->own_node);
-  if (node_of == NULL || r->own_node == NULL) {
-    free(node_of);
-    return sl__err_set(&l->err, SL_STATUS_NOMEM, "out of memory");
-  }
-  for (uint32_t k = 0; k < r->world; k++) {
+  sl__err merr;
+  sl__err_clear(&merr);
+  sl_status st = node_of != NULL && r->own_node != NULL ? SL_STATUS_OK : SL_STATUS_NOMEM;
+  for (uint32_t k = 0; k < r->world && st == SL_STATUS_OK; k++) {
     node_of[k] = r->ranks[k].node;
     if (!r->roles[k].donor && r->roles[k].own_rank < l->comm.size)
       r->own_node[r->roles[k].own_rank] = node_of[k];
   }
   uint32_t n_nodes = r->nodes.node_of != NULL ? r->nodes.n_nodes : r->world;
-  sl_status st = sl__peer_model_build(&r->pp, node_of, n_nodes, l->pl.opts.network_gbps, &r->pm, &l->err);
+  if (st == SL_STATUS_OK)
+    st = sl__peer_model_build(&r->pp, node_of, n_nodes, l->pl.opts.network_gbps, &r->pm, &merr);
+  if (st != SL_STATUS_OK)
+    SL_WARN("the report keeps a storage load's time model: out of memory for the load from peers'");
   free(node_of);
   l->peer_model = st == SL_STATUS_OK ? &r->pm : NULL;
   l->peer_node_of = r->own_node;
-  return st;
 }
 
 static sl_status run(peers_run *r) {
@@ -266,9 +269,8 @@ static sl_status run(peers_run *r) {
   if (st == SL_STATUS_OK)
     st = transfer(r);
   if (st == SL_STATUS_OK && !r->donor) {
-    st = receiver_figures(r);
-    if (st == SL_STATUS_OK)
-      st = sl__loader_track(l);
+    receiver_figures(r);
+    st = sl__loader_track(l);
     if (st == SL_STATUS_OK)
       st = sl__loader_statistics(l, t0);
     if (st == SL_STATUS_OK)
