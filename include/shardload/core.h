@@ -697,8 +697,9 @@ sl_status sl_loader_load_from_peers_ops(sl_loader *loader, const sl_comm_ops *op
  * ranks hold the model as `source` configures it (the donors, numbered first), world_size ranks need
  * it as `target` configures it (the receivers). Every rank's plan from the headers, the messages
  * between them (docs/spec/DESIGN.md §11) and per rank the bytes sent and received, with a predicted
- * time: per node max(bytes in, bytes out) of the messages between nodes over network_gbps (target's
- * ranks_per_node consecutive ranks of the job per node; nobody reads storage). On failure *out is
+ * time: per node max(bytes in, bytes out) of the messages between nodes over network_gbps, then its
+ * relays within the node at the same-node rate (target's ranks_per_node consecutive ranks of the
+ * job per node; nobody reads storage). On failure *out is
  * NULL and sl_config_error(target) holds the message. docs/REPORT.md, "Dry run of a load from peers". */
 typedef struct sl_dryrun_peers sl_dryrun_peers;
 sl_status sl_dryrun_peers_create(sl_config *target, int world_size, sl_config *source, int source_world,

@@ -29,10 +29,12 @@ sl_status sl_loader_create(sl_config *config, MPI_Comm comm, sl_loader **out);
  * placement), the donors' loaders theirs. The receivers get the first donor's catalog and spec and
  * plan their layout from them (no receiver opens a checkpoint file); every rank then computes the
  * same plan (plan/peers.h): each receiver byte from exactly one donor byte, donors on the
- * receiver's node first, the others balanced; messages go point to point (a broadcast group of two)
- * in one global order. The donors only read their parameters: their loaders are unchanged and keep
- * serving. On success each receiver's loader is loaded, as after sl_loader_load: its table,
- * tracking, report (bytes_read 0, bytes_received what came from the donors) and
+ * receiver's node first, the others balanced; replicas of one node with no donor there take bytes
+ * they all need over the link once, one of them relaying them to the others; messages go point to
+ * point (a broadcast group of two) in one global order. The donors only read their parameters:
+ * their loaders are unchanged and keep serving. On success each receiver's loader is loaded, as
+ * after sl_loader_load: its table, tracking, report (bytes_read 0, bytes_received what came from
+ * the donors or a relay, bytes_sent what it relayed, the time model of the load from peers) and
  * sl_loader_save_sharded (ranks numbered among the receivers). With device cuda on every rank the
  * receivers' parameters are device memory of their GPUs, the messages go GPU to GPU over NCCL (a
  * communicator per pair, released after), and a pair's two ranks must use different GPUs (the

@@ -2,10 +2,11 @@
  * api/dryrun_peers.c — the dry run of a load from peers (docs/spec/DESIGN.md §11; `shardload plan
  * --from-tp`): the donors' plans (the source layout) and the receivers' (the target layout) of
  * every rank from the headers alone, the messages of plan/peers.h between them, and per rank the
- * bytes sent (donors) and received (receivers) with a predicted time from the time model's network
- * terms: per node max(bytes in, bytes out) over the network rate, counting the messages whose
- * donor and receiver sit on different nodes (ranks_per_node consecutive ranks of the job per node,
- * donors first); nobody reads storage. No MPI, no tensor data.
+ * bytes sent (donors, and receivers that relay to others of their node) and received with the
+ * predicted time of plan/peers.h's model (sl__peer_model_build, the one a real load's report
+ * carries): per node max(bytes in, bytes out) of the messages between nodes over the network rate,
+ * then its relays' bytes at the same-node rate (ranks_per_node consecutive ranks of the job per
+ * node, donors first); nobody reads storage. No MPI, no tensor data.
  */
 #include "api/config.h"
 #include "api/prepare.h"
@@ -20,11 +21,11 @@ struct sl_dryrun_peers {
   uint32_t donors, receivers;
   sl__pipeline src, dst;
   sl__peer_plan pp;
-  uint64_t *needed;  /* per job rank: its plan's bytes */
-  uint64_t *net_in;  /* per node: bytes arriving from other nodes */
-  uint64_t *net_out; /* per node */
+  uint64_t *needed; /* per job rank: its plan's bytes */
+  uint32_t *node_of; /* per job rank */
+  sl__peer_model model;
   uint32_t n_nodes, ranks_per_node;
-  double network_gbps, predicted_s, seconds;
+  double network_gbps, seconds;
   sl__buf json, summary;
 };
 
@@ -35,8 +36,8 @@ void sl_dryrun_peers_destroy(sl_dryrun_peers *d) {
   sl__pipeline_free(&d->dst);
   sl__peer_plan_free(&d->pp);
   free(d->needed);
-  free(d->net_in);
-  free(d->net_out);
+  free(d->node_of);
+  sl__peer_model_free(&d->model);
   sl__buf_free(&d->json);
   sl__buf_free(&d->summary);
   free(d);
@@ -64,33 +65,21 @@ static sl_status peer_plan(sl_dryrun_peers *d, sl__err *err) {
   sl__rank_plan *plans = calloc(world, sizeof *plans);
   sl__peer_rank *ranks = calloc(world, sizeof *ranks);
   d->needed = calloc(world, sizeof *d->needed);
+  d->node_of = calloc(world, sizeof *d->node_of);
   d->n_nodes = (world + d->ranks_per_node - 1) / d->ranks_per_node;
-  d->net_in = calloc(d->n_nodes, sizeof *d->net_in);
-  d->net_out = calloc(d->n_nodes, sizeof *d->net_out);
-  sl_status st =
-      plans != NULL && ranks != NULL && d->needed != NULL && d->net_in != NULL && d->net_out != NULL
-          ? SL_STATUS_OK
-          : sl__err_set(err, SL_STATUS_NOMEM, "out of memory");
+  sl_status st = plans != NULL && ranks != NULL && d->needed != NULL && d->node_of != NULL
+                     ? SL_STATUS_OK
+                     : sl__err_set(err, SL_STATUS_NOMEM, "out of memory");
   if (st == SL_STATUS_OK)
     st = side_plans(&d->src, d->donors, 0, true, plans, ranks, d->needed, d->ranks_per_node, err);
   if (st == SL_STATUS_OK)
     st = side_plans(&d->dst, d->receivers, d->donors, false, plans, ranks, d->needed, d->ranks_per_node, err);
   if (st == SL_STATUS_OK)
     st = sl__peer_plan_build(ranks, world, &d->src.prep.cat, 0, &d->pp, err);
-  for (size_t m = 0; st == SL_STATUS_OK && m < d->pp.n_msgs; m++) {
-    const sl__peer_msg *msg = &d->pp.msgs[m];
-    uint32_t a = msg->donor / d->ranks_per_node, b = msg->receiver / d->ranks_per_node;
-    if (a != b) {
-      d->net_out[a] += msg->nbytes;
-      d->net_in[b] += msg->nbytes;
-    }
-  }
-  double rate = d->network_gbps * 1e9;
-  for (uint32_t n = 0; st == SL_STATUS_OK && n < d->n_nodes; n++) {
-    uint64_t most = d->net_in[n] > d->net_out[n] ? d->net_in[n] : d->net_out[n];
-    double t = rate > 0 ? (double)most / rate : 0;
-    d->predicted_s = t > d->predicted_s ? t : d->predicted_s;
-  }
+  for (uint32_t k = 0; st == SL_STATUS_OK && k < world; k++)
+    d->node_of[k] = ranks[k].node;
+  if (st == SL_STATUS_OK)
+    st = sl__peer_model_build(&d->pp, d->node_of, d->n_nodes, d->network_gbps, &d->model, err);
   for (uint32_t k = 0; plans != NULL && k < world; k++)
     sl__rank_plan_free(&plans[k]);
   free(plans);
@@ -159,31 +148,33 @@ const char *sl_dryrun_peers_json(sl_dryrun_peers *d) {
   layout_json(b, "source", &d->src.opts, d->donors);
   sl__buf_putc(b, ',');
   layout_json(b, "target", &d->dst.opts, d->receivers);
-  uint64_t total = 0;
-  for (size_t m = 0; m < d->pp.n_msgs; m++)
+  uint64_t total = 0, relayed = 0;
+  for (size_t m = 0; m < d->pp.n_msgs; m++) {
     total += d->pp.msgs[m].nbytes;
+    relayed += d->pp.msgs[m].relay ? d->pp.msgs[m].nbytes : 0;
+  }
+  const sl__peer_model *pm = &d->model;
   sl__buf_appendf(
       b,
-      ",\"messages\":%zu,\"largest_message_bytes\":%llu,\"bytes_transferred\":%llu,\"bytes_read\":0,"
-      "\"prediction\":{\"network_gbps_per_node\":%g,\"ranks_per_node\":%u,\"nodes\":%u,"
-      "\"predicted_seconds\":%.6f},\"nodes\":[",
-      d->pp.n_msgs, (unsigned long long)d->pp.max_msg, (unsigned long long)total, d->network_gbps,
-      d->ranks_per_node, d->n_nodes, d->predicted_s);
-  double rate = d->network_gbps * 1e9;
-  for (uint32_t n = 0; n < d->n_nodes; n++) {
-    uint64_t most = d->net_in[n] > d->net_out[n] ? d->net_in[n] : d->net_out[n];
-    sl__buf_appendf(
-        b, "%s{\"node\":%u,\"bytes_network_in\":%llu,\"bytes_network_out\":%llu,\"predicted_seconds\":%.6f}",
-        n > 0 ? "," : "", n, (unsigned long long)d->net_in[n], (unsigned long long)d->net_out[n],
-        rate > 0 ? (double)most / rate : 0.0);
-  }
+      ",\"messages\":%zu,\"largest_message_bytes\":%llu,\"bytes_transferred\":%llu,\"bytes_relayed\":%llu,"
+      "\"bytes_read\":0,\"prediction\":{\"network_gbps_per_node\":%g,\"local_gbps\":%g,\"ranks_per_node\":%u,"
+      "\"nodes\":%u,\"network_seconds\":%.6f,\"relay_seconds\":%.6f,\"predicted_seconds\":%.6f},\"nodes\":[",
+      d->pp.n_msgs, (unsigned long long)d->pp.max_msg, (unsigned long long)total, (unsigned long long)relayed,
+      d->network_gbps, SL_PEER_LOCAL_GBPS, d->ranks_per_node, d->n_nodes, pm->network_s, pm->relay_s,
+      pm->predicted_s);
+  for (uint32_t n = 0; n < d->n_nodes; n++)
+    sl__buf_appendf(b,
+                    "%s{\"node\":%u,\"bytes_network_in\":%llu,\"bytes_network_out\":%llu,\"bytes_relayed\":%llu,"
+                    "\"predicted_seconds\":%.6f}",
+                    n > 0 ? "," : "", n, (unsigned long long)pm->net_in[n], (unsigned long long)pm->net_out[n],
+                    (unsigned long long)pm->relayed[n], pm->node_s[n]);
   sl__buf_appendf(b, "],\"ranks\":[");
   for (uint32_t k = 0; k < world; k++)
     sl__buf_appendf(b,
                     "%s{\"rank\":%u,\"role\":\"%s\",\"side_rank\":%u,\"node\":%u,\"bytes_needed\":%llu,"
                     "\"bytes_read\":0,\"bytes_sent\":%llu,\"bytes_received\":%llu}",
                     k > 0 ? "," : "", k, k < d->donors ? "donor" : "receiver",
-                    k < d->donors ? k : k - d->donors, k / d->ranks_per_node,
+                    k < d->donors ? k : k - d->donors, d->node_of[k],
                     (unsigned long long)d->needed[k], (unsigned long long)d->pp.sent[k],
                     (unsigned long long)d->pp.received[k]);
   sl__buf_appendf(b, "]}\n");
@@ -204,13 +195,14 @@ const char *sl_dryrun_peers_summary(sl_dryrun_peers *d) {
   sl__buf_appendf(b, "%6s %-8s %5s %16s %16s %16s\n", "rank", "role", "node", "needed", "sent", "received");
   for (uint32_t k = 0; k < d->donors + d->receivers; k++)
     sl__buf_appendf(b, "%6u %-8s %5u %16llu %16llu %16llu\n", k, k < d->donors ? "donor" : "receiver",
-                    k / d->ranks_per_node, (unsigned long long)d->needed[k],
+                    d->node_of[k], (unsigned long long)d->needed[k],
                     (unsigned long long)d->pp.sent[k], (unsigned long long)d->pp.received[k]);
-  sl__buf_appendf(
-      b,
-      "messages %zu (largest %llu bytes), bytes read from storage 0\n"
-      "predicted %.3f s (%u nodes of %u ranks, network %g GB/s per node; same-node messages free)\n",
-      d->pp.n_msgs, (unsigned long long)d->pp.max_msg, d->predicted_s, d->n_nodes, d->ranks_per_node,
-      d->network_gbps);
+  sl__buf_appendf(b,
+                  "messages %zu (largest %llu bytes), bytes read from storage 0\n"
+                  "predicted %.3f s (%u nodes of %u ranks, network %g GB/s per node: %.3f s; relays within "
+                  "a node at %g GB/s: %.3f s; other same-node messages free)\n",
+                  d->pp.n_msgs, (unsigned long long)d->pp.max_msg, d->model.predicted_s, d->n_nodes,
+                  d->ranks_per_node, d->network_gbps, d->model.network_s, SL_PEER_LOCAL_GBPS,
+                  d->model.relay_s);
   return b->failed ? NULL : sl__buf_str(b);
 }

@@ -30,6 +30,29 @@ static void own_record(const sl_loader *l, sl__rank_record *rec) {
   rec->nccl_comms = l->store.backend != NULL ? l->store.backend->nccl_comms : 0;
 }
 
+/* A load from peers: the time model of its plan (plan/peers.h, the one its dry run gives) instead
+ * of a storage load's: nothing read, the messages over the nodes' links, the relays within them. */
+static void peer_prediction(const sl_loader *l, sl__figures *f, const sl__node_layout *layout) {
+  const sl__peer_model *m = l->peer_model;
+  f->predicted_read_s = 0;
+  f->predicted_bcast_s = m->predicted_s;
+  f->predicted_s = m->predicted_s;
+  for (uint32_t i = 0; f->nodes != NULL && i < f->n_nodes; i++) {
+    sl__node_figures *n = &f->nodes[i];
+    n->storage = n->net_in = n->net_out = 0;
+    n->read_s = n->bcast_s = 0;
+  }
+  for (int r = 0; f->nodes != NULL && r < l->comm.size; r++) {
+    uint32_t i = sl__node_layout_of(layout, (uint32_t)r);
+    uint32_t j = l->peer_node_of[r];
+    if (i >= f->n_nodes || j >= m->n_nodes)
+      continue;
+    f->nodes[i].net_in = m->net_in[j];
+    f->nodes[i].net_out = m->net_out[j];
+    f->nodes[i].bcast_s = m->node_s[j];
+  }
+}
+
 /* Rank 0: the report and the summary, from every rank's record. */
 static void write_reports(sl_loader *l) {
   sl_rank_stats *stats = calloc((size_t)l->comm.size, sizeof *stats);
@@ -50,6 +73,8 @@ static void write_reports(sl_loader *l) {
   sl__err_clear(&perr);
   if (sl__figures_predict(&f, stats, &l->pl.sched, &p->cat, &layout, &perr) != SL_STATUS_OK)
     SL_WARN("no time model in the report: %s", perr.msg);
+  if (l->peer_model != NULL)
+    peer_prediction(l, &f, &layout);
   sl__load_report r = {
       .setup = {.model = o->model,
                 .cat = &p->cat,

@@ -18,6 +18,7 @@
 #include "engine/progress.h"
 #include "engine/transfer.h"
 #include "output/report.h"
+#include "plan/peers.h"
 #include "shardload/core.h"
 
 enum { STATE_CREATED = 0, STATE_CATALOG, STATE_PLANNED, STATE_LOADED, STATE_FAILED };
@@ -48,6 +49,11 @@ struct sl_loader {
   sl__buf summary;
   sl__progress progress;    /* engine/progress.h: bar, log lines, the caller's callback */
   sl__job_nodes nodes;      /* engine/nodes.h: the job's nodes (rank 0's report) */
+  /* While a load from peers gathers its statistics (api/peers.c owns them): the plan's time model
+   * over the job's nodes, which the report carries instead of a storage load's, and per rank of
+   * this loader its node in that model. NULL otherwise. */
+  const sl__peer_model *peer_model;
+  const uint32_t *peer_node_of;
 };
 
 /* The view api/bind.c and api/params.c work on (a function of the struct: no call into loader.c). */

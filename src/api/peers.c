@@ -14,13 +14,15 @@
  *             a host backend (MPI) when every rank holds host memory, a CUDA backend on each rank's
  *             own GPU (NCCL communicators of the pairs, released after) when every rank holds
  *             device memory; a job that mixes the two is refused
- *   finish    the receivers' tracking, statistics and report, as a load's; the donors unchanged
+ *   finish    the receivers' tracking, statistics and report, as a load's, with the time model of
+ *             the load from peers (plan/peers.h, the dry run's); the donors unchanged
  * Each phase ends with an agreement over the whole job.
  */
 #include "shardload/shardload.h"
 
 #include "api/loader_state.h"
 #include "base/clock.h"
+#include "base/log.h"
 #include "base/util.h"
 #include "engine/peer_transfer.h"
 #include "plan/peers.h"
@@ -46,6 +48,8 @@ typedef struct peers_run {
   size_t *blob_len;
   sl__peer_rank *ranks;
   sl__peer_plan pp;
+  sl__peer_model pm;  /* the plan's time model over the job's nodes (the receivers' report) */
+  uint32_t *own_node; /* per rank of this side: its node of the job */
   sl__comm_group *garr;
   sl__comm_groups groups;
   sl__backend *backend;
@@ -250,17 +254,39 @@ static sl_status transfer(peers_run *r) {
   return st;
 }
 
-/* The receivers' figures are the plan's: nothing read, every byte received from the donors. */
+/* The receivers' figures are the plan's: nothing read, every byte received from the donors or a
+ * relay of their node, what each forwards as a relay sent. The time model of the plan over the
+ * job's nodes, for the report (without memory for it, the report keeps a storage load's: no rank
+ * may leave the collective phases that follow). */
 static void receiver_figures(peers_run *r) {
   sl_loader *l = r->l;
   for (uint32_t k = 0; k < r->world; k++) {
     if (r->roles[k].donor || r->roles[k].own_rank >= (int32_t)l->pl.sched.world)
       continue;
     sl_rank_stats *s = &l->pl.sched.stats[r->roles[k].own_rank];
-    s->bytes_read = s->bytes_covering = s->bytes_sent = 0;
+    s->bytes_read = s->bytes_covering = 0;
     s->files_opened = 0;
+    s->bytes_sent = r->pp.sent[k];
     s->bytes_received = r->pp.received[k];
   }
+  uint32_t *node_of = calloc(r->world + 1, sizeof *node_of);
+  r->own_node = calloc((size_t)l->comm.size + 1, sizeof *r->own_node);
+  sl__err merr;
+  sl__err_clear(&merr);
+  sl_status st = node_of != NULL && r->own_node != NULL ? SL_STATUS_OK : SL_STATUS_NOMEM;
+  for (uint32_t k = 0; k < r->world && st == SL_STATUS_OK; k++) {
+    node_of[k] = r->ranks[k].node;
+    if (!r->roles[k].donor && r->roles[k].own_rank < l->comm.size)
+      r->own_node[r->roles[k].own_rank] = node_of[k];
+  }
+  uint32_t n_nodes = r->nodes.node_of != NULL ? r->nodes.n_nodes : r->world;
+  if (st == SL_STATUS_OK)
+    st = sl__peer_model_build(&r->pp, node_of, n_nodes, l->pl.opts.network_gbps, &r->pm, &merr);
+  if (st != SL_STATUS_OK)
+    SL_WARN("the report keeps a storage load's time model: out of memory for the load from peers'");
+  free(node_of);
+  l->peer_model = st == SL_STATUS_OK ? &r->pm : NULL;
+  l->peer_node_of = r->own_node;
 }
 
 static sl_status run(peers_run *r) {
@@ -287,6 +313,8 @@ static sl_status run(peers_run *r) {
       st = sl__loader_statistics(l, t0);
     if (st == SL_STATUS_OK)
       st = sl__loader_report_file(l);
+    l->peer_model = NULL; /* the run's own, freed with it */
+    l->peer_node_of = NULL;
   }
   st = sl__comm_agree(&r->w, st, &l->err, "finishing the load from peers");
   return st;
@@ -301,6 +329,8 @@ static void run_free(peers_run *r, sl_status st) {
   }
   free(r->garr);
   sl__peer_plan_free(&r->pp);
+  sl__peer_model_free(&r->pm);
+  free(r->own_node);
   for (uint32_t k = 0; r->blobs != NULL && k < r->world; k++)
     free(r->blobs[k]);
   free(r->blobs);

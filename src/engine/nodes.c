@@ -1,7 +1,8 @@
 /*
  * engine/nodes.c — the job's node layout (see engine/nodes.h): ranks that share memory are on one node
  * (the communicator tells, or else equal host names); every rank learns the lowest rank of its node
- * and its host name by one allgather.
+ * and its host name by one allgather. Test aid: SHARDLOAD_INJECT_HOST=<name> is this rank's host
+ * name and shared memory is not asked, so that one machine can pose as several nodes.
  */
 #include "engine/nodes.h"
 
@@ -38,8 +39,13 @@ sl_status sl__job_nodes_detect(sl__comm *c, sl__job_nodes *out, sl__err *err) {
   sl_status lst = sl__comm_node_leader(c, &me.leader, err);
   if (lst != SL_STATUS_OK)
     return lst;
-  if (gethostname(me.host, sizeof me.host - 1) != 0)
+  const char *inject = getenv("SHARDLOAD_INJECT_HOST");
+  if (inject != NULL && inject[0] != '\0') {
+    me.leader = -1;
+    snprintf(me.host, sizeof me.host, "%s", inject);
+  } else if (gethostname(me.host, sizeof me.host - 1) != 0) {
     snprintf(me.host, sizeof me.host, "?");
+  }
   entry *all = calloc((size_t)size, sizeof *all);
   out->node_of = calloc((size_t)size, sizeof *out->node_of);
   uint32_t *node_id = calloc((size_t)size, sizeof *node_id); /* leader rank → node + 1 */

@@ -3,12 +3,18 @@
  *   1. sources: the donors' copies grouped by source geometry (replicas hold the same region),
  *      each with the donors holding it and where;
  *   2. parts: every receiver copy, row by row, cut where the sources of its tensor begin and end
- *      (each byte taken from the first source that holds it, so exactly once), the runs merged into
- *      strided parts per source while they keep in step;
- *   3. donors: each part to a holder of its source on the receiver's node when one is, else the
- *      least loaded (parts largest first);
- *   4. messages: per (donor, receiver) pair, parts packed into messages of at most msg_bytes (a
- *      part split by rows, a row larger than a message by columns), ordered round by round.
+ *      (each byte taken from one source that holds it, so exactly once: the first held on the
+ *      receiver's node, else the first), the runs merged into strided parts per source while they
+ *      keep in step;
+ *   3. relays: parts of the same checkpoint geometry that several receivers of one node need, with
+ *      no holder of their source on that node, cross the link once, to the receiver of the group
+ *      that has taken least over the link so far (groups largest first), which forwards them;
+ *   4. donors: each other part to a holder of its source on the receiver's node when one is, else
+ *      the least loaded (parts largest first); a relayed part's donor is its relay, reading the
+ *      bytes where its own part put them;
+ *   5. messages: per pair of ranks, parts packed into messages of at most msg_bytes (a part split
+ *      by rows, a row larger than a message by columns), ordered round by round, the donors' before
+ *      the relays'.
  */
 #include "plan/peers.h"
 
@@ -42,7 +48,10 @@ typedef struct proto {
   int64_t di, dj;
   uint64_t r0, dr; /* receiver parameter offset, per row */
   uint64_t len, rows;
+  uint32_t relay; /* NO_RELAY: from a donor; else the proto of the receiver that forwards it */
 } proto;
+
+#define NO_RELAY UINT32_MAX
 
 /* A run of one receiver row inside one source row. */
 typedef struct seg {
@@ -151,6 +160,14 @@ static size_t first_source(const builder *b, uint32_t t) {
  * 2. Parts
  * ------------------------------------------------------------------------------------------- */
 
+/* Whether a holder of source s sits on node n. */
+static bool held_on(const builder *b, const source *s, uint32_t n) {
+  for (uint32_t k = 0; k < s->n; k++)
+    if (b->ranks[b->helds[s->first + k].rank].node == n)
+      return true;
+  return false;
+}
+
 /* The runs of checkpoint range [a, e) of tensor t inside the rows of its sources, into b->segs. */
 static sl_status find_segs(builder *b, uint32_t t, uint64_t a, uint64_t e) {
   b->segs.len = 0;
@@ -230,7 +247,8 @@ static sl_status add_run(builder *b, uint32_t q, uint32_t ci, const sl__copy *c,
                .j0 = j,
                .r0 = r,
                .len = len,
-               .rows = 1};
+               .rows = 1,
+               .relay = NO_RELAY};
   *o = (uint32_t)(b->protos.len - 1);
   return SL_STATUS_OK;
 }
@@ -266,11 +284,15 @@ static sl_status plan_copy(builder *b, uint32_t q, uint32_t ci) {
     qsort(b->segs.data, b->segs.len, sizeof(seg), cmp_seg);
     uint64_t pos = a;
     while (pos < e) {
+      /* the first source holding pos that a donor on q's node holds, else the first */
       const seg *hit = NULL;
-      for (size_t k = 0; k < b->segs.len && hit == NULL; k++) {
+      bool hit_near = false;
+      for (size_t k = 0; k < b->segs.len && !hit_near; k++) {
         const seg *g = &SL_VEC_AT(&b->segs, seg, k);
-        if (g->start <= pos && pos < g->end)
-          hit = g;
+        if (g->start > pos || pos >= g->end)
+          continue;
+        hit_near = held_on(b, &b->sources[g->source], b->ranks[q].node);
+        hit = hit == NULL || hit_near ? g : hit;
       }
       if (hit == NULL)
         return gap(b, q, c, pos);
@@ -298,7 +320,109 @@ static sl_status build_protos(builder *b) {
 }
 
 /* ---------------------------------------------------------------------------------------------
- * 3. Donors
+ * 3. Relays
+ * ------------------------------------------------------------------------------------------- */
+
+/* Protos by (node of the receiver, checkpoint geometry, receiver): equal geometries, equal bytes. */
+static int cmp_proto_geom(const void *pa, const void *pb, void *ctx) {
+  const builder *b = ctx;
+  const proto *x = &SL_VEC_AT(&b->protos, proto, *(const uint32_t *)pa);
+  const proto *y = &SL_VEC_AT(&b->protos, proto, *(const uint32_t *)pb);
+  int c = cmp_u64(b->ranks[x->receiver].node, b->ranks[y->receiver].node);
+  c = c != 0 ? c : cmp_u64(x->source, y->source);
+  c = c != 0 ? c : cmp_u64(x->x0, y->x0);
+  c = c != 0 ? c : cmp_u64(x->len, y->len);
+  c = c != 0 ? c : cmp_u64(x->rows, y->rows);
+  c = c != 0 ? c : cmp_u64(x->rows > 1 ? x->dx : 0, y->rows > 1 ? y->dx : 0);
+  c = c != 0 ? c : cmp_u64(x->receiver, y->receiver);
+  return c != 0 ? c : cmp_u64(*(const uint32_t *)pa, *(const uint32_t *)pb);
+}
+
+static bool same_geom(const builder *b, uint32_t i, uint32_t j) {
+  const proto *x = &SL_VEC_AT(&b->protos, proto, i);
+  const proto *y = &SL_VEC_AT(&b->protos, proto, j);
+  return b->ranks[x->receiver].node == b->ranks[y->receiver].node && x->source == y->source &&
+         x->x0 == y->x0 && x->len == y->len && x->rows == y->rows && (x->rows <= 1 || x->dx == y->dx);
+}
+
+/* A group of protos (order[first .. first + n)) of one node wanting the same bytes. */
+typedef struct relay_group {
+  size_t first;
+  uint32_t n;
+  uint64_t bytes; /* of one of them */
+} relay_group;
+
+static int cmp_group(const void *pa, const void *pb) {
+  const relay_group *x = pa;
+  const relay_group *y = pb;
+  if (x->bytes != y->bytes)
+    return x->bytes > y->bytes ? -1 : 1;
+  return cmp_u64(x->first, y->first);
+}
+
+/* One group: its relay is the receiver that took least over the link (the lowest rank on a tie);
+ * the group's protos on other receivers are forwarded by it, those on the relay itself (the same
+ * bytes in two of its parameters) come from a donor. */
+static void relay_one(builder *b, const uint32_t *order, const relay_group *g, uint64_t *link_in) {
+  proto *ps = b->protos.data;
+  uint32_t best = order[g->first];
+  for (uint32_t k = 1; k < g->n; k++) {
+    uint32_t q = ps[order[g->first + k]].receiver;
+    if (link_in[q] < link_in[ps[best].receiver])
+      best = order[g->first + k];
+  }
+  link_in[ps[best].receiver] += g->bytes;
+  for (uint32_t k = 0; k < g->n; k++) {
+    proto *p = &ps[order[g->first + k]];
+    if (p->receiver != ps[best].receiver)
+      p->relay = best;
+  }
+}
+
+/* Marks the protos that a receiver of their node forwards (proto.relay). */
+static sl_status choose_relays(builder *b) {
+  size_t n = b->protos.len;
+  uint32_t *order = calloc(n + 1, sizeof *order);
+  relay_group *groups = calloc(n + 1, sizeof *groups);
+  uint64_t *link_in = calloc((size_t)b->world + 1, sizeof *link_in);
+  if (order == NULL || groups == NULL || link_in == NULL) {
+    free(order);
+    free(groups);
+    free(link_in);
+    return nomem(b);
+  }
+  size_t m = 0;
+  for (size_t k = 0; k < n; k++) {
+    const proto *p = &SL_VEC_AT(&b->protos, proto, k);
+    if (!held_on(b, &b->sources[p->source], b->ranks[p->receiver].node))
+      order[m++] = (uint32_t)k;
+  }
+  qsort_r(order, m, sizeof *order, cmp_proto_geom, b);
+  size_t n_groups = 0;
+  for (size_t k = 0; k < m;) {
+    size_t e = k + 1;
+    bool others = false; /* more than one receiver */
+    while (e < m && same_geom(b, order[k], order[e])) {
+      others = others || SL_VEC_AT(&b->protos, proto, order[e]).receiver !=
+                             SL_VEC_AT(&b->protos, proto, order[k]).receiver;
+      e++;
+    }
+    const proto *p = &SL_VEC_AT(&b->protos, proto, order[k]);
+    if (others)
+      groups[n_groups++] = (relay_group){.first = k, .n = (uint32_t)(e - k), .bytes = p->len * p->rows};
+    k = e;
+  }
+  qsort(groups, n_groups, sizeof *groups, cmp_group);
+  for (size_t g = 0; g < n_groups; g++)
+    relay_one(b, order, &groups[g], link_in);
+  free(order);
+  free(groups);
+  free(link_in);
+  return SL_STATUS_OK;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * 4. Donors
  * ------------------------------------------------------------------------------------------- */
 
 static int cmp_proto_size(const void *pa, const void *pb, void *ctx) {
@@ -329,8 +453,29 @@ static const held *choose(const builder *b, const source *s, uint32_t q, const u
   return best;
 }
 
-/* The parts, in creation order, with their donors. */
-static sl_status assign_donors(builder *b, sl__peer_part *parts, uint64_t *sent) {
+/* The part of relayed proto p: from its relay's parameter, where the relay's own part put the bytes. */
+static sl__peer_part relayed_part(const builder *b, const proto *p) {
+  const proto *rp = &SL_VEC_AT(&b->protos, proto, p->relay);
+  bool many = p->rows > 1;
+  return (sl__peer_part){.donor = rp->receiver,
+                         .receiver = p->receiver,
+                         .d_lparam = rp->r_lparam,
+                         .r_lparam = p->r_lparam,
+                         .r_copy = p->r_copy,
+                         .tensor = b->sources[p->source].tensor,
+                         .src_off = p->x0,
+                         .src_stride = many ? p->dx : p->len,
+                         .d_off = rp->r0,
+                         .d_stride = many ? rp->dr : p->len,
+                         .r_off = p->r0,
+                         .r_stride = many ? p->dr : p->len,
+                         .row_bytes = p->len,
+                         .rows = p->rows,
+                         .relay = true};
+}
+
+/* The parts, in creation order, with their donors (or relays). load: per rank, bytes sent so far. */
+static sl_status assign_donors(builder *b, sl__peer_part *parts, uint64_t *load) {
   size_t n = b->protos.len;
   const proto *ps = b->protos.data;
   uint32_t *order = calloc(n + 1, sizeof *order);
@@ -342,13 +487,17 @@ static sl_status assign_donors(builder *b, sl__peer_part *parts, uint64_t *sent)
   sl_status st = SL_STATUS_OK;
   for (size_t k = 0; k < n && st == SL_STATUS_OK; k++) {
     const proto *p = &ps[order[k]];
+    if (p->relay != NO_RELAY) {
+      parts[order[k]] = relayed_part(b, p);
+      continue;
+    }
     const source *s = &b->sources[p->source];
-    const held *h = choose(b, s, p->receiver, sent);
+    const held *h = choose(b, s, p->receiver, load);
     int64_t dstride = p->di * (int64_t)h->dst_stride + p->dj;
     if (p->rows > 1 && dstride <= 0)
       st = sl__err_set(b->err, SL_STATUS_INTERNAL,
                        "load from peers: a part runs backwards in rank %u's memory", h->rank);
-    sent[h->rank] += p->len * p->rows;
+    load[h->rank] += p->len * p->rows;
     parts[order[k]] = (sl__peer_part){.donor = h->rank,
                                       .receiver = p->receiver,
                                       .d_lparam = h->lparam,
@@ -369,14 +518,15 @@ static sl_status assign_donors(builder *b, sl__peer_part *parts, uint64_t *sent)
 }
 
 /* ---------------------------------------------------------------------------------------------
- * 4. Messages
+ * 5. Messages
  * ------------------------------------------------------------------------------------------- */
 
 static int cmp_part_pair(const void *pa, const void *pb, void *ctx) {
   const sl__peer_part *ps = ctx;
   uint32_t ia = *(const uint32_t *)pa;
   uint32_t ib = *(const uint32_t *)pb;
-  int c = cmp_u64(ps[ia].donor, ps[ib].donor);
+  int c = cmp_u64(ps[ia].relay, ps[ib].relay);
+  c = c != 0 ? c : cmp_u64(ps[ia].donor, ps[ib].donor);
   c = c != 0 ? c : cmp_u64(ps[ia].receiver, ps[ib].receiver);
   return c != 0 ? c : cmp_u64(ia, ib);
 }
@@ -393,7 +543,8 @@ typedef struct packer {
 static sl__peer_msg *new_msg(packer *k, const sl__peer_part *p) {
   sl__peer_msg *m = sl__vec_push(&k->msgs);
   if (m != NULL)
-    *m = (sl__peer_msg){.donor = p->donor, .receiver = p->receiver, .first_part = k->parts.len};
+    *m = (sl__peer_msg){
+        .donor = p->donor, .receiver = p->receiver, .relay = p->relay, .first_part = k->parts.len};
   return m;
 }
 
@@ -447,40 +598,83 @@ static bool pack_part(packer *k, const sl__peer_part *p, bool fresh) {
   return true;
 }
 
-/* The messages in the global order (round k: the k-th message of every pair) with their parts. */
+/* The two ranks of pair g (its first message's), lower first. */
+static void pair_ranks(const packer *k, uint32_t g, uint32_t *lo, uint32_t *hi) {
+  const sl__peer_msg *m = &SL_VEC_AT(&k->msgs, sl__peer_msg, SL_VEC_AT(&k->pair_first, uint32_t, g));
+  *lo = m->donor < m->receiver ? m->donor : m->receiver;
+  *hi = m->donor < m->receiver ? m->receiver : m->donor;
+}
+
+static int cmp_pair_ranks(const void *pa, const void *pb, void *ctx) {
+  uint32_t a0, a1, b0, b1;
+  pair_ranks(ctx, *(const uint32_t *)pa, &a0, &a1);
+  pair_ranks(ctx, *(const uint32_t *)pb, &b0, &b1);
+  int c = cmp_u64(a0, b0);
+  c = c != 0 ? c : cmp_u64(a1, b1);
+  return c != 0 ? c : cmp_u64(*(const uint32_t *)pa, *(const uint32_t *)pb);
+}
+
+/* One group per two ranks (two relays may forward to each other): gid[pair], the groups' members. */
+static sl_status pair_groups(builder *b, packer *k, uint32_t *gid, sl__peer_plan *out) {
+  size_t npairs = k->pair_first.len - 1;
+  uint32_t *order = calloc(npairs + 1, sizeof *order);
+  out->group_members = calloc(2 * npairs + 1, sizeof *out->group_members);
+  if (order == NULL || out->group_members == NULL) {
+    free(order);
+    return nomem(b);
+  }
+  for (size_t g = 0; g < npairs; g++)
+    order[g] = (uint32_t)g;
+  qsort_r(order, npairs, sizeof *order, cmp_pair_ranks, k);
+  for (size_t i = 0; i < npairs; i++) {
+    uint32_t lo, hi;
+    pair_ranks(k, order[i], &lo, &hi);
+    if (out->n_groups == 0 || out->group_members[2 * out->n_groups - 2] != lo ||
+        out->group_members[2 * out->n_groups - 1] != hi) {
+      out->group_members[2 * out->n_groups] = lo;
+      out->group_members[2 * out->n_groups + 1] = hi;
+      out->n_groups++;
+    }
+    gid[order[i]] = (uint32_t)(out->n_groups - 1);
+  }
+  free(order);
+  return SL_STATUS_OK;
+}
+
+/* The messages in the global order with their parts: the donors' round by round (round k: the k-th
+ * message of every pair), then the relays' the same way. */
 static sl_status order_msgs(builder *b, packer *k, sl__peer_plan *out) {
   size_t npairs = k->pair_first.len - 1;
   const uint32_t *pf = k->pair_first.data;
   out->parts = calloc(k->parts.len + 1, sizeof *out->parts);
   out->msgs = calloc(k->msgs.len + 1, sizeof *out->msgs);
-  out->group_members = calloc(2 * npairs + 1, sizeof *out->group_members);
-  if (out->parts == NULL || out->msgs == NULL || out->group_members == NULL)
-    return nomem(b);
-  out->n_groups = npairs;
-  for (size_t g = 0; g < npairs; g++) {
-    const sl__peer_msg *m = &SL_VEC_AT(&k->msgs, sl__peer_msg, pf[g]);
-    out->group_members[2 * g] = m->donor < m->receiver ? m->donor : m->receiver;
-    out->group_members[2 * g + 1] = m->donor < m->receiver ? m->receiver : m->donor;
-  }
-  for (uint32_t round = 0; out->n_msgs < k->msgs.len; round++) {
-    for (size_t g = 0; g < npairs; g++) {
-      if (pf[g] + round >= pf[g + 1])
-        continue;
-      const sl__peer_msg *m = &SL_VEC_AT(&k->msgs, sl__peer_msg, pf[g] + round);
-      sl__peer_msg *o = &out->msgs[out->n_msgs];
-      *o = *m;
-      o->group = (uint32_t)g;
-      o->first_part = out->n_parts;
-      for (uint32_t j = 0; j < m->n_parts; j++) {
-        sl__peer_part *p = &out->parts[out->n_parts++];
-        *p = SL_VEC_AT(&k->parts, sl__peer_part, m->first_part + j);
-        p->msg = (uint32_t)out->n_msgs;
+  uint32_t *gid = calloc(npairs + 1, sizeof *gid);
+  sl_status st = out->parts != NULL && out->msgs != NULL && gid != NULL ? pair_groups(b, k, gid, out) : nomem(b);
+  for (int hop = 0; hop < 2 && st == SL_STATUS_OK; hop++) {
+    for (uint32_t round = 0, any = 1; any; round++) {
+      any = 0;
+      for (size_t g = 0; g < npairs; g++) {
+        const sl__peer_msg *m = &SL_VEC_AT(&k->msgs, sl__peer_msg, pf[g]);
+        if ((int)m->relay != hop || pf[g] + round >= pf[g + 1])
+          continue;
+        any = 1;
+        m += round;
+        sl__peer_msg *o = &out->msgs[out->n_msgs];
+        *o = *m;
+        o->group = gid[g];
+        o->first_part = out->n_parts;
+        for (uint32_t j = 0; j < m->n_parts; j++) {
+          sl__peer_part *p = &out->parts[out->n_parts++];
+          *p = SL_VEC_AT(&k->parts, sl__peer_part, m->first_part + j);
+          p->msg = (uint32_t)out->n_msgs;
+        }
+        out->max_msg = m->nbytes > out->max_msg ? m->nbytes : out->max_msg;
+        out->n_msgs++;
       }
-      out->max_msg = m->nbytes > out->max_msg ? m->nbytes : out->max_msg;
-      out->n_msgs++;
     }
   }
-  return SL_STATUS_OK;
+  free(gid);
+  return st;
 }
 
 static sl_status build_msgs(builder *b, const sl__peer_part *parts, size_t n, uint64_t cap,
@@ -498,7 +692,8 @@ static sl_status build_msgs(builder *b, const sl__peer_part *parts, size_t n, ui
   for (size_t i = 0; ok && i < n; i++) {
     const sl__peer_part *p = &parts[order[i]];
     const sl__peer_part *prev = i > 0 ? &parts[order[i - 1]] : NULL;
-    bool fresh = prev == NULL || prev->donor != p->donor || prev->receiver != p->receiver;
+    bool fresh =
+        prev == NULL || prev->relay != p->relay || prev->donor != p->donor || prev->receiver != p->receiver;
     uint32_t *f = fresh ? sl__vec_push(&k.pair_first) : NULL;
     if (fresh && f != NULL)
       *f = (uint32_t)k.msgs.len;
@@ -543,15 +738,23 @@ sl_status sl__peer_plan_build(const sl__peer_rank *ranks, uint32_t world, const 
   sl_status st = out->sent != NULL && out->received != NULL ? build_sources(&b) : nomem(&b);
   if (st == SL_STATUS_OK)
     st = build_protos(&b);
+  if (st == SL_STATUS_OK)
+    st = choose_relays(&b);
+  uint64_t *load = st == SL_STATUS_OK ? calloc((size_t)world + 1, sizeof *load) : NULL;
+  if (st == SL_STATUS_OK && load == NULL)
+    st = nomem(&b);
   sl__peer_part *parts = st == SL_STATUS_OK ? calloc(b.protos.len + 1, sizeof *parts) : NULL;
   if (st == SL_STATUS_OK && parts == NULL)
     st = nomem(&b);
   if (st == SL_STATUS_OK)
-    st = assign_donors(&b, parts, out->sent);
+    st = assign_donors(&b, parts, load);
   if (st == SL_STATUS_OK)
     st = build_msgs(&b, parts, b.protos.len, msg_bytes > 0 ? msg_bytes : SL_BUCKET_BYTES_DEFAULT, out);
-  for (size_t k = 0; st == SL_STATUS_OK && k < out->n_parts; k++)
+  for (size_t k = 0; st == SL_STATUS_OK && k < out->n_parts; k++) {
+    out->sent[out->parts[k].donor] += out->parts[k].row_bytes * out->parts[k].rows;
     out->received[out->parts[k].receiver] += out->parts[k].row_bytes * out->parts[k].rows;
+  }
+  free(load);
   free(parts);
   free(b.helds);
   free(b.sources);

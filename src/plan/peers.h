@@ -7,12 +7,17 @@
  * local parameter (plan/plan.h). A donor's copies therefore say where each checkpoint byte it holds
  * sits in its memory. Each receiver copy is cut at the boundaries of the donors' regions of the same
  * tensor so that every part lies inside one donor region (each receiver byte from exactly one donor
- * byte); rows that continue a part in step are merged into it, so that a column slice taken from a
- * row slice is one strided part, not one part per row. A part goes to the donor holding its region
- * that is on the receiver's node when one is, else the one that sent least so far (parts largest
- * first). Parts travel in messages between one donor and one receiver (a broadcast group of two),
- * numbered in one global order every rank walks: round k carries the k-th message of every pair.
- * Pure: a function of the ranks' copies and nodes.
+ * byte: a region held on the receiver's node when one holds it); rows that continue a part in step
+ * are merged into it, so that a column slice taken from a row slice is one strided part, not one
+ * part per row. A part goes to the donor holding its region that is on the receiver's node when one
+ * is, else the one that sent least so far (parts largest first). Relays: when several receivers of one node need the same bytes (the same part geometry in
+ * the checkpoint) and no donor on their node holds them, they cross the link once, to one of them
+ * (the one that has taken least over the link so far, groups largest first), which forwards them
+ * to the others from its own parameters, already filled: a node pulls such bytes once, as a storage
+ * load reads once per node and broadcasts. Parts travel in messages between two ranks (a broadcast
+ * group of two), numbered in one global order every rank walks: round k carries the k-th message of
+ * every pair, every donor's message before every relay's, so that a relay's bytes have arrived
+ * before it sends them. Pure: a function of the ranks' copies and nodes.
  */
 #ifndef SL_PLAN_PEERS_H
 #define SL_PLAN_PEERS_H
@@ -43,12 +48,15 @@ typedef struct sl__peer_part {
   uint64_t row_bytes, rows;
   uint32_t msg;     /* the message that carries it */
   uint64_t msg_off; /* where its rows lie in the message, packed */
+  bool relay;       /* a second hop: `donor` is a receiver of the same node forwarding bytes it
+                       received (d_lparam, d_off, d_stride: in its own parameters) */
 } sl__peer_part;
 
-/* One message: parts from one donor to one receiver, packed. */
+/* One message: parts from one donor (or relay) to one receiver, packed. */
 typedef struct sl__peer_msg {
   uint32_t donor, receiver;
   uint32_t group; /* the pair's broadcast group */
+  bool relay;     /* its parts are relays' (second hops) */
   uint64_t nbytes;
   uint64_t first_part;
   uint32_t n_parts;
@@ -61,8 +69,8 @@ typedef struct sl__peer_plan {
   size_t n_msgs;
   sl__peer_msg *msgs; /* the global order */
   size_t n_groups;
-  uint32_t *group_members; /* group g: members 2g and 2g + 1, ascending */
-  uint64_t *sent;          /* per rank: bytes it sends */
+  uint32_t *group_members; /* group g: members 2g and 2g + 1, ascending (one group per two ranks) */
+  uint64_t *sent;          /* per rank: bytes it sends (a relaying receiver's forwards included) */
   uint64_t *received;      /* per rank */
   uint64_t max_msg;        /* the largest message */
 } sl__peer_plan;
@@ -73,5 +81,26 @@ typedef struct sl__peer_plan {
 sl_status sl__peer_plan_build(const sl__peer_rank *ranks, uint32_t world, const sl__catalog *cat,
                               uint64_t msg_bytes, sl__peer_plan *out, sl__err *err);
 void sl__peer_plan_free(sl__peer_plan *p);
+
+/* A message within one node is a copy through shared memory: the time model's rate for it, GB/s. */
+#define SL_PEER_LOCAL_GBPS 10.0
+
+/* The time model of a load from peers (plan/peer_model.c), per node of the job: the bytes of the
+ * messages crossing its link, in and out, and those of its same-node relays. The donors' messages
+ * go first, at network_gbps per node (each node max(in, out)); the relays after them, at
+ * SL_PEER_LOCAL_GBPS (a node's relay bytes one after another). predicted = the busiest node's
+ * network time + the busiest node's relay time. Same-node messages from donors cost nothing. */
+typedef struct sl__peer_model {
+  uint32_t n_nodes;
+  uint64_t *net_in, *net_out, *relayed; /* per node */
+  double *node_s;                       /* per node: its network time + its relay time */
+  double network_gbps;
+  double network_s, relay_s, predicted_s;
+} sl__peer_model;
+
+/* The model of plan pp with rank r on node node_of[r] (< n_nodes). Pure. */
+sl_status sl__peer_model_build(const sl__peer_plan *pp, const uint32_t *node_of, uint32_t n_nodes,
+                               double network_gbps, sl__peer_model *out, sl__err *err);
+void sl__peer_model_free(sl__peer_model *m);
 
 #endif

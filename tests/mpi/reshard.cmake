@@ -23,6 +23,20 @@ foreach(np 2 3 4 5 6)
     ENVIRONMENT "${SL_TEST_ENV}" PROCESSORS ${np})
 endforeach()
 
+# Loading from peers with the job posing as two nodes (SHARDLOAD_INJECT_HOST), at 4 and 6 ranks: replicas
+# of the receivers' node relay what crosses its link once, byte for byte as the reference; the
+# receivers' report predicts what the dry run of the layout pair predicts.
+add_executable(test_reshard_nodes mpi/test_reshard_nodes.c ${CMAKE_CURRENT_SOURCE_DIR}/common/reference.c
+  ${CMAKE_CURRENT_SOURCE_DIR}/mpi/load_check.c)
+target_link_libraries(test_reshard_nodes PRIVATE sl_testlib m)
+target_compile_options(test_reshard_nodes PRIVATE ${SL_WARNINGS})
+target_compile_definitions(test_reshard_nodes PRIVATE _GNU_SOURCE)
+foreach(np 4 6)
+  add_test(NAME test_reshard_nodes_np${np} COMMAND ${SL_MPIRUN} -np ${np} $<TARGET_FILE:test_reshard_nodes>)
+  set_tests_properties(test_reshard_nodes_np${np} PROPERTIES LABELS "reshard;mpi" TIMEOUT 300
+    FIXTURES_REQUIRED models ENVIRONMENT "${SL_TEST_ENV}" PROCESSORS ${np})
+endforeach()
+
 # `shardload reshard`: the receivers' saved copy equals a storage load's, the report lists both sides.
 add_test(NAME test_reshard_cli COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/mpi/test_reshard_cli.sh)
 set_tests_properties(test_reshard_cli PROPERTIES LABELS "reshard;mpi" TIMEOUT 600 FIXTURES_REQUIRED models

@@ -7,6 +7,10 @@
  * replicas, overlapping donors, padded destinations, several copies into one parameter, messages
  * smaller than a row; the messages tile their parts, donors on the receiver's node are preferred,
  * replicas share the sending, and a byte no donor holds is refused with a message naming it.
+ * Relays: the parts are applied in message order, so that a relay forwards only bytes it already
+ * holds; replicas of one node with no donor there take the bytes over the link once and forward
+ * them (balanced among them, the time model counting them once), and nothing is relayed when a
+ * donor sits on their node or when their bytes differ.
  */
 #include "check.h"
 #include "model/catalog.h"
@@ -120,12 +124,17 @@ static void run(const char *what, job *j, uint64_t msg_bytes, sl__peer_plan *kee
   uint64_t moved = 0;
   for (size_t k = 0; k < pp.n_parts; k++) {
     const sl__peer_part *p = &pp.parts[k];
-    CHECKF(j->ranks[p->donor].donor && !j->ranks[p->receiver].donor, "%s: part %zu between %u and %u", what,
-           k, p->donor, p->receiver);
+    /* a relay: another receiver of the receiver's node */
+    bool from_ok = p->relay ? !j->ranks[p->donor].donor && p->donor != p->receiver &&
+                                  j->ranks[p->donor].node == j->ranks[p->receiver].node
+                            : j->ranks[p->donor].donor;
+    CHECKF(from_ok && !j->ranks[p->receiver].donor, "%s: part %zu between %u and %u (relay %d)", what, k,
+           p->donor, p->receiver, p->relay);
     const sl__peer_msg *g = &pp.msgs[p->msg];
-    CHECKF(g->donor == p->donor && g->receiver == p->receiver &&
+    CHECKF(g->donor == p->donor && g->receiver == p->receiver && g->relay == p->relay &&
                p->msg_off + p->rows * p->row_bytes <= g->nbytes,
            "%s: part %zu outside its message", what, k);
+    CHECKF(k == 0 || p->relay || !pp.parts[k - 1].relay, "%s: a donor's part %zu after a relay's", what, k);
     for (uint64_t t = 0; t < p->rows; t++)
       for (uint64_t b = 0; b < p->row_bytes; b++) {
         uint64_t d = p->d_off + t * p->d_stride + b;
@@ -304,11 +313,88 @@ static void nearness_and_balance(void) {
   sl__peer_plan_free(&pp);
   memset(&j, 0, sizeof j);
   nd = donors(&j, REPL3);
-  for (uint32_t q = 0; q < 6; q++)
-    add(&j, nd + q, false, 9, rect(0, 0, 8, 0, T0_COLS, 0, T0_COLS));
+  for (uint32_t q = 0; q < 6; q++) /* each on a node of its own: no relay */
+    add(&j, nd + q, false, 10 + q, rect(0, 0, 8, 0, T0_COLS, 0, T0_COLS));
   run("balance", &j, 0, &pp);
   for (uint32_t d = 0; d < nd; d++)
     CHECK_EQ_U64(pp.sent[d], 2 * T0_ROWS * T0_COLS);
+  sl__peer_plan_free(&pp);
+}
+
+static uint64_t relayed_bytes(const sl__peer_plan *pp) {
+  uint64_t n = 0;
+  for (size_t k = 0; k < pp->n_parts; k++)
+    n += pp->parts[k].relay ? pp->parts[k].rows * pp->parts[k].row_bytes : 0;
+  return n;
+}
+
+/* Donors ROWS2 on node 0; `reps` replicas of the whole model on node 1 (padded differently), one more
+ * receiver alone on node 2. */
+static void replicas(job *j, uint32_t reps) {
+  memset(j, 0, sizeof *j);
+  uint32_t nd = donors(j, ROWS2);
+  for (uint32_t q = 0; q < reps; q++) {
+    add(j, nd + q, false, 1, rect(0, 0, 8, 0, T0_COLS, q, T0_COLS + q));
+    add(j, nd + q, false, 1, flat(1, 1, 0, T1_BYTES, 0));
+  }
+  add(j, nd + reps, false, 2, rect(0, 0, 8, 0, T0_COLS, 0, T0_COLS));
+}
+
+/* Replicas of one node: the link once, forwarded within the node, relays balanced; the model. */
+static void relays(void) {
+  const uint64_t model = T0_ROWS * T0_COLS + T1_BYTES;
+  const uint64_t caps[] = {0, 7, 50};
+  for (size_t c = 0; c < sizeof caps / sizeof caps[0]; c++) {
+    job j;
+    replicas(&j, 4);
+    sl__peer_plan pp;
+    char what[64];
+    snprintf(what, sizeof what, "relays (messages of %llu)", (unsigned long long)caps[c]);
+    run(what, &j, caps[c], &pp);
+    uint32_t node_of[MAX_RANKS];
+    for (uint32_t r = 0; r < j.world; r++)
+      node_of[r] = j.ranks[r].node;
+    sl__peer_model pm;
+    sl__err err;
+    sl__err_clear(&err);
+    CHECK(sl__peer_model_build(&pp, node_of, 3, 1.0, &pm, &err) == SL_STATUS_OK);
+    CHECK_EQ_U64(pm.net_in[1], model);             /* the link into node 1 once */
+    CHECK_EQ_U64(pm.relayed[1], 3 * model);        /* forwarded to the 3 others */
+    CHECK_EQ_U64(pm.net_in[2], T0_ROWS * T0_COLS); /* alone: direct */
+    CHECK_EQ_U64(pm.net_out[0], model + T0_ROWS * T0_COLS);
+    CHECK_EQ_U64(relayed_bytes(&pp), 3 * model);
+    double want = (double)(model + T0_ROWS * T0_COLS) / 1e9 + (double)(3 * model) / (SL_PEER_LOCAL_GBPS * 1e9);
+    CHECKF(pm.predicted_s > want * 0.999999 && pm.predicted_s < want * 1.000001, "predicted %g, want %g",
+           pm.predicted_s, want);
+    /* Balanced: the three groups (two halves of tensor 0 from two donors, tensor 1) on three relays. */
+    uint32_t relaying = 0;
+    for (uint32_t q = 2; q < 6; q++)
+      relaying += pp.sent[q] > 0;
+    CHECK_EQ_U64(relaying, 3);
+    sl__peer_model_free(&pm);
+    sl__peer_plan_free(&pp);
+  }
+  /* A donor on their node: no relay. */
+  job j;
+  replicas(&j, 3);
+  add(&j, 6, true, 1, rect(0, 0, 8, 0, T0_COLS, 0, T0_COLS));
+  add(&j, 6, true, 1, flat(1, 1, 0, T1_BYTES, 0));
+  sl__peer_plan pp;
+  run("a donor near", &j, 0, &pp);
+  CHECK_EQ_U64(relayed_bytes(&pp), 0);
+  sl__peer_plan_free(&pp);
+  /* Different bytes on one node: no relay. */
+  memset(&j, 0, sizeof j);
+  uint32_t nd = donors(&j, ROWS2);
+  for (uint32_t q = 0; q < 4; q++)
+    add(&j, nd + q, false, 1, rect(0, 2 * q, 2 * q + 2, 0, T0_COLS, 0, T0_COLS));
+  run("distinct rows", &j, 0, &pp);
+  CHECK_EQ_U64(relayed_bytes(&pp), 0);
+  sl__peer_plan_free(&pp);
+  /* One receiver alone on its node: no relay either. */
+  replicas(&j, 1);
+  run("one replica", &j, 0, &pp);
+  CHECK_EQ_U64(relayed_bytes(&pp), 0);
   sl__peer_plan_free(&pp);
 }
 
@@ -333,6 +419,7 @@ int main(void) {
   every_pair();
   merged();
   nearness_and_balance();
+  relays();
   refused();
   return sl_test_finish();
 }
