@@ -6,7 +6,9 @@
  * plan depends on (class_key), and only the lowest rank of each class is planned and merged: its
  * copies become pieces, each piece listing the classes that need it. A piece's members are the
  * ranks of its classes; they are never listed rank by rank, so the planning cost of a rank that
- * repeats a class is a hash lookup and a copy of the class's figures.
+ * repeats a class is a hash lookup and a copy of the class's figures. Also the members of pieces
+ * and groups from the classes, which a loading rank's schedule lists for its own groups alone
+ * (plan/plan.h sl__plan_opts.local).
  */
 #include "plan/pieces.h"
 
@@ -387,6 +389,57 @@ uint32_t sl__class_ranks(const sl__schedule *s, const uint32_t *cls, uint32_t n,
     }
   }
   return len;
+}
+
+uint32_t sl__group_lowest(const sl__schedule *s, uint32_t g) {
+  const sl__group *G = &s->groups[g];
+  if (sl__group_listed(s, g))
+    return G->n > 0 ? s->group_members[G->off] : SL_NONE;
+  uint32_t low = SL_NONE;
+  for (uint32_t j = 0; j < G->n_classes; j++) {
+    uint32_t first = s->class_ranks[s->class_off[s->piece_classes[G->classes_off + j]]];
+    low = first < low ? first : low;
+  }
+  return low;
+}
+
+sl_status sl__schedule_listed(const sl__schedule *s, sl__schedule *out, sl__err *err) {
+  *out = *s;
+  uint64_t add = 0;
+  uint64_t len = 0; /* the members listed so far end here */
+  for (size_t g = 0; g < s->n_groups; g++) {
+    if (!sl__group_listed(s, (uint32_t)g))
+      add += s->groups[g].n;
+    else if (s->groups[g].off + s->groups[g].n > len)
+      len = s->groups[g].off + s->groups[g].n;
+  }
+  out->groups = malloc((s->n_groups + 1) * sizeof *out->groups);
+  out->group_members = malloc((len + add + 1) * sizeof *out->group_members);
+  uint64_t *bits = calloc(((size_t)s->world + 63) / 64 + 1, sizeof *bits);
+  if (out->groups == NULL || out->group_members == NULL || bits == NULL) {
+    free(bits);
+    sl__schedule_listed_free(out);
+    return sl__err_set(err, SL_STATUS_NOMEM, "out of memory listing broadcast groups");
+  }
+  memcpy(out->groups, s->groups, s->n_groups * sizeof *out->groups);
+  memcpy(out->group_members, s->group_members, len * sizeof *out->group_members);
+  for (size_t g = 0; g < s->n_groups; g++) {
+    sl__group *G = &out->groups[g];
+    if (G->off != SL_GROUP_UNLISTED)
+      continue;
+    G->off = len; /* a loading rank's schedule has no lent pieces: classes alone */
+    len +=
+        sl__class_ranks(s, &s->piece_classes[G->classes_off], G->n_classes, out->group_members + len, bits);
+  }
+  free(bits);
+  return SL_STATUS_OK;
+}
+
+void sl__schedule_listed_free(sl__schedule *s) {
+  free(s->groups);
+  free(s->group_members);
+  s->groups = NULL;
+  s->group_members = NULL;
 }
 
 uint32_t sl__piece_lowest_member(const sl__schedule *s, const sl__piece *p) {
