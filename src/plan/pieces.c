@@ -154,6 +154,20 @@ static sl_status plan_own(builder *b, uint32_t rank) {
   return st;
 }
 
+/* The class of the same position one data-parallel replica earlier (rank - tp * pp) when the key
+ * just built is that class's (entry c of the map: classes are added in order), else SL_NONE. Most
+ * replicas repeat their predecessor's, and a comparison costs less than hashing the key, which was
+ * most of planning a large world of replicas. */
+static uint32_t replica_class(const builder *b, uint32_t rank) {
+  uint32_t stride = b->o->layout.tp * b->o->layout.pp;
+  if (stride == 0 || rank < stride)
+    return SL_NONE;
+  uint32_t c = b->out->class_of[rank - stride];
+  const sl__hashmap_entry *e = &b->class_of.entries[c];
+  size_t len = b->key.len * sizeof(uint64_t);
+  return e->key_len == len && memcmp(e->key, b->key.data, len) == 0 ? c : SL_NONE;
+}
+
 /* The class of rank (created and planned when new); its figures become the rank's. */
 static sl_status classify(builder *b, uint32_t rank) {
   sl__rank_ctx x;
@@ -163,21 +177,25 @@ static sl_status classify(builder *b, uint32_t rank) {
   if (st != SL_STATUS_OK)
     return st;
   bool added = false;
-  sl__hashval *v = sl__hashmap_slot(&b->class_of, b->key.data, b->key.len * sizeof(uint64_t), &added);
-  if (v == NULL || (added && sl__vec_push(&b->classes) == NULL))
-    return nomem(b);
-  bool mine = b->own != NULL && rank == b->own_rank;
-  if (added) {
-    v->u64 = b->classes.len - 1;
-    st = plan_class(b, (uint32_t)v->u64, rank, mine);
-  } else if (mine) {
-    st = plan_own(b, rank);
+  uint32_t ci = replica_class(b, rank);
+  if (ci == SL_NONE) {
+    sl__hashval *v = sl__hashmap_slot(&b->class_of, b->key.data, b->key.len * sizeof(uint64_t), &added);
+    if (v == NULL || (added && sl__vec_push(&b->classes) == NULL))
+      return nomem(b);
+    if (added)
+      v->u64 = b->classes.len - 1;
+    ci = (uint32_t)v->u64;
   }
+  bool mine = b->own != NULL && rank == b->own_rank;
+  if (added)
+    st = plan_class(b, ci, rank, mine);
+  else if (mine)
+    st = plan_own(b, rank);
   if (st != SL_STATUS_OK)
     return st;
-  rclass *c = &SL_VEC_AT(&b->classes, rclass, v->u64);
+  rclass *c = &SL_VEC_AT(&b->classes, rclass, ci);
   c->n_ranks++;
-  b->out->class_of[rank] = (uint32_t)v->u64;
+  b->out->class_of[rank] = ci;
   b->out->stats[rank] = c->stats;
   b->out->naive_bytes += c->stats.bytes_naive;
   return SL_STATUS_OK;
