@@ -8,7 +8,8 @@
  *   - the schedule: the plans of all ranks merged. Identical source slices needed by several
  *     ranks become one "piece" with exactly one reader (chosen to balance bytes); the others
  *     receive it by broadcast in the group of ranks that need it, packed into buckets. Every rank
- *     derives the same schedule, so no negotiation is needed at run time.
+ *     derives the same schedule (a rank of a load only its part of it: sl__plan_opts.local), so
+ *     no negotiation is needed at run time.
  * The rank plan is plan/slicing.c, the schedule plan/schedule.c; the staging budget that sizes
  * read_chunk and bucket_bytes is engine/staging.h.
  */
