@@ -43,7 +43,7 @@ typedef struct sl__plan_opts {
   const struct sl__node_layout *nodes;
   /* A loading rank's schedule (sl__schedule_build with an own rank): only the groups the own rank
    * is in list their members and only its figures are computed, so that its planning does not
-   * grow with the world beyond classifying the ranks (docs/spec/SCHEDULE.md). Ignored without an
+   * grow with the world beyond classifying the ranks (docs/spec/DESIGN.md §3). Ignored without an
    * own rank, and where some rank does not see some file (o->vis): those schedules stay whole. */
   bool local;
 } sl__plan_opts;
