@@ -71,8 +71,12 @@ static void write_reports(sl_loader *l) {
     layout = sl__job_nodes_layout(&l->nodes);
   sl__err perr;
   sl__err_clear(&perr);
-  if (sl__figures_predict(&f, stats, &l->pl.sched, &p->cat, &layout, &perr) != SL_STATUS_OK)
+  /* The time model takes every group's members: this rank planned its own groups' alone. */
+  sl__schedule listed;
+  if (sl__schedule_listed(&l->pl.sched, &listed, &perr) != SL_STATUS_OK ||
+      sl__figures_predict(&f, stats, &listed, &p->cat, &layout, &perr) != SL_STATUS_OK)
     SL_WARN("no time model in the report: %s", perr.msg);
+  sl__schedule_listed_free(&listed);
   if (l->peer_model != NULL)
     peer_prediction(l, &f, &layout);
   sl__load_report r = {

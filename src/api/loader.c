@@ -5,8 +5,9 @@
  *   create    copy and validate the configuration, duplicate the communicator
  *   download  rank 0 resolves the model and builds the catalog; it and the spec text are
  *             broadcast; every rank instantiates the model
- *   plan      every rank computes the schedule of all ranks and keeps its own plan; the table of
- *             local parameters becomes visible (callers may bind their own buffers)
+ *   plan      every rank computes its part of the schedule of all ranks (plan/plan.h
+ *             sl__plan_opts.local) and keeps its own plan; the table of local parameters becomes
+ *             visible (callers may bind their own buffers)
  *   load      allocate, pre-check missing/unexpected weights, transfer, reduce tracking bitmaps,
  *             gather statistics, write the report and the pre-sharded copy when configured
  *

@@ -426,6 +426,7 @@ static sl_status run_stage(sl__pipeline *p, const sl__prep_driver *d, sl__prep_s
         return sl__err_set(err, SL_STATUS_NOMEM, "out of memory placing the checkpoint's files");
     }
     sl__pipeline_repoint(p);
+    p->po.local = d->rank != SL_NONE; /* a loading rank plans what it needs (plan/plan.h) */
     return sl__schedule_build(&p->prep.model, &p->prep.cat, &p->po, d->rank,
                               d->rank == SL_NONE ? NULL : &p->plan, &p->sched, err);
   }
@@ -479,9 +480,13 @@ sl_status sl__prepare_groups(const sl__schedule *s, sl__comm_groups *out, sl__er
     return sl__err_set(err, SL_STATUS_NOMEM, "out of memory creating broadcast groups");
   }
   sl__schedule_broadcasting(s, bcast);
+  /* A group a loading rank's schedule does not list is one without this rank: no members here. */
   for (size_t i = 0; i < s->n_groups; i++)
-    g[i] = (sl__comm_group){
-        .n = s->groups[i].n, .members = &s->group_members[s->groups[i].off], .broadcasts = bcast[i]};
+    g[i] = sl__group_listed(s, (uint32_t)i)
+               ? (sl__comm_group){.n = s->groups[i].n,
+                                  .members = &s->group_members[s->groups[i].off],
+                                  .broadcasts = bcast[i]}
+               : (sl__comm_group){.n = 0, .members = NULL, .broadcasts = bcast[i]};
   free(bcast);
   out->n = s->n_groups;
   return SL_STATUS_OK;

@@ -194,7 +194,13 @@ static sl_status swap(sl_loader *l, sl__pipeline *np, sl_config *cfg) {
   l->cfg = cfg;
   sl__comm_phase(&l->comm, "creating broadcast groups");
   st = sl__comm_agree(&l->comm, st, &l->err, "creating broadcast groups");
-  if (st == SL_STATUS_OK && !same) { /* every rank has the same schedule: the same branch */
+  /* Each rank lists only its own groups' members (plan/plan.h): the same branch everywhere only
+   * when every rank finds its groups unchanged. */
+  int same_all = same;
+  if (st == SL_STATUS_OK)
+    st = sl__comm_allreduce_min(&l->comm, &same_all, 1, "comparing broadcast groups", &l->err);
+  same = same_all != 0;
+  if (st == SL_STATUS_OK && !same) {
     st = sl__comm_groups_create(&l->comm, &l->groups, &l->err);
     st = sl__comm_agree(&l->comm, st, &l->err, "creating broadcast groups");
   }

@@ -130,7 +130,7 @@ static sl_status index_copies(sl__engine *e) {
     return sl__err_set(e->err, SL_STATUS_NOMEM, "out of memory indexing buckets");
   for (size_t b = 0; b < s->n_buckets; b++) {
     const sl__group *g = &s->groups[s->buckets[b].group];
-    for (uint32_t j = 0; j < g->n; j++) {
+    for (uint32_t j = 0; sl__group_listed(s, s->buckets[b].group) && j < g->n; j++) {
       if (s->group_members[g->off + j] == me) {
         e->my_buckets[e->n_my_buckets++] = (uint32_t)b;
         break;

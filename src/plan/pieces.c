@@ -6,7 +6,9 @@
  * plan depends on (class_key), and only the lowest rank of each class is planned and merged: its
  * copies become pieces, each piece listing the classes that need it. A piece's members are the
  * ranks of its classes; they are never listed rank by rank, so the planning cost of a rank that
- * repeats a class is a hash lookup and a copy of the class's figures.
+ * repeats a class is a hash lookup and a copy of the class's figures. Also the members of pieces
+ * and groups from the classes, which a loading rank's schedule lists for its own groups alone
+ * (plan/plan.h sl__plan_opts.local).
  */
 #include "plan/pieces.h"
 
@@ -152,6 +154,20 @@ static sl_status plan_own(builder *b, uint32_t rank) {
   return st;
 }
 
+/* The class of the same position one data-parallel replica earlier (rank - tp * pp) when the key
+ * just built is that class's (entry c of the map: classes are added in order), else SL_NONE. Most
+ * replicas repeat their predecessor's, and a comparison costs less than hashing the key, which was
+ * most of planning a large world of replicas. */
+static uint32_t replica_class(const builder *b, uint32_t rank) {
+  uint32_t stride = b->o->layout.tp * b->o->layout.pp;
+  if (stride == 0 || rank < stride)
+    return SL_NONE;
+  uint32_t c = b->out->class_of[rank - stride];
+  const sl__hashmap_entry *e = &b->class_of.entries[c];
+  size_t len = b->key.len * sizeof(uint64_t);
+  return e->key_len == len && memcmp(e->key, b->key.data, len) == 0 ? c : SL_NONE;
+}
+
 /* The class of rank (created and planned when new); its figures become the rank's. */
 static sl_status classify(builder *b, uint32_t rank) {
   sl__rank_ctx x;
@@ -161,21 +177,25 @@ static sl_status classify(builder *b, uint32_t rank) {
   if (st != SL_STATUS_OK)
     return st;
   bool added = false;
-  sl__hashval *v = sl__hashmap_slot(&b->class_of, b->key.data, b->key.len * sizeof(uint64_t), &added);
-  if (v == NULL || (added && sl__vec_push(&b->classes) == NULL))
-    return nomem(b);
-  bool mine = b->own != NULL && rank == b->own_rank;
-  if (added) {
-    v->u64 = b->classes.len - 1;
-    st = plan_class(b, (uint32_t)v->u64, rank, mine);
-  } else if (mine) {
-    st = plan_own(b, rank);
+  uint32_t ci = replica_class(b, rank);
+  if (ci == SL_NONE) {
+    sl__hashval *v = sl__hashmap_slot(&b->class_of, b->key.data, b->key.len * sizeof(uint64_t), &added);
+    if (v == NULL || (added && sl__vec_push(&b->classes) == NULL))
+      return nomem(b);
+    if (added)
+      v->u64 = b->classes.len - 1;
+    ci = (uint32_t)v->u64;
   }
+  bool mine = b->own != NULL && rank == b->own_rank;
+  if (added)
+    st = plan_class(b, ci, rank, mine);
+  else if (mine)
+    st = plan_own(b, rank);
   if (st != SL_STATUS_OK)
     return st;
-  rclass *c = &SL_VEC_AT(&b->classes, rclass, v->u64);
+  rclass *c = &SL_VEC_AT(&b->classes, rclass, ci);
   c->n_ranks++;
-  b->out->class_of[rank] = (uint32_t)v->u64;
+  b->out->class_of[rank] = ci;
   b->out->stats[rank] = c->stats;
   b->out->naive_bytes += c->stats.bytes_naive;
   return SL_STATUS_OK;
@@ -387,6 +407,57 @@ uint32_t sl__class_ranks(const sl__schedule *s, const uint32_t *cls, uint32_t n,
     }
   }
   return len;
+}
+
+uint32_t sl__group_lowest(const sl__schedule *s, uint32_t g) {
+  const sl__group *G = &s->groups[g];
+  if (sl__group_listed(s, g))
+    return G->n > 0 ? s->group_members[G->off] : SL_NONE;
+  uint32_t low = SL_NONE;
+  for (uint32_t j = 0; j < G->n_classes; j++) {
+    uint32_t first = s->class_ranks[s->class_off[s->piece_classes[G->classes_off + j]]];
+    low = first < low ? first : low;
+  }
+  return low;
+}
+
+sl_status sl__schedule_listed(const sl__schedule *s, sl__schedule *out, sl__err *err) {
+  *out = *s;
+  uint64_t add = 0;
+  uint64_t len = 0; /* the members listed so far end here */
+  for (size_t g = 0; g < s->n_groups; g++) {
+    if (!sl__group_listed(s, (uint32_t)g))
+      add += s->groups[g].n;
+    else if (s->groups[g].off + s->groups[g].n > len)
+      len = s->groups[g].off + s->groups[g].n;
+  }
+  out->groups = malloc((s->n_groups + 1) * sizeof *out->groups);
+  out->group_members = malloc((len + add + 1) * sizeof *out->group_members);
+  uint64_t *bits = calloc(((size_t)s->world + 63) / 64 + 1, sizeof *bits);
+  if (out->groups == NULL || out->group_members == NULL || bits == NULL) {
+    free(bits);
+    sl__schedule_listed_free(out);
+    return sl__err_set(err, SL_STATUS_NOMEM, "out of memory listing broadcast groups");
+  }
+  memcpy(out->groups, s->groups, s->n_groups * sizeof *out->groups);
+  memcpy(out->group_members, s->group_members, len * sizeof *out->group_members);
+  for (size_t g = 0; g < s->n_groups; g++) {
+    sl__group *G = &out->groups[g];
+    if (G->off != SL_GROUP_UNLISTED)
+      continue;
+    G->off = len; /* a loading rank's schedule has no lent pieces: classes alone */
+    len +=
+        sl__class_ranks(s, &s->piece_classes[G->classes_off], G->n_classes, out->group_members + len, bits);
+  }
+  free(bits);
+  return SL_STATUS_OK;
+}
+
+void sl__schedule_listed_free(sl__schedule *s) {
+  free(s->groups);
+  free(s->group_members);
+  s->groups = NULL;
+  s->group_members = NULL;
 }
 
 uint32_t sl__piece_lowest_member(const sl__schedule *s, const sl__piece *p) {

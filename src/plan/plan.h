@@ -8,7 +8,8 @@
  *   - the schedule: the plans of all ranks merged. Identical source slices needed by several
  *     ranks become one "piece" with exactly one reader (chosen to balance bytes); the others
  *     receive it by broadcast in the group of ranks that need it, packed into buckets. Every rank
- *     derives the same schedule, so no negotiation is needed at run time.
+ *     derives the same schedule (a rank of a load only its part of it: sl__plan_opts.local), so
+ *     no negotiation is needed at run time.
  * The rank plan is plan/slicing.c, the schedule plan/schedule.c; the staging budget that sizes
  * read_chunk and bucket_bytes is engine/staging.h.
  */
@@ -40,6 +41,11 @@ typedef struct sl__plan_opts {
    * nodes places a reader that reads for others near them (NULL: no preference). */
   const struct sl__visibility *vis;
   const struct sl__node_layout *nodes;
+  /* A loading rank's schedule (sl__schedule_build with an own rank): only the groups the own rank
+   * is in list their members and only its figures are computed, so that its planning does not
+   * grow with the world beyond classifying the ranks (docs/spec/DESIGN.md §3). Ignored without an
+   * own rank, and where some rank does not see some file (o->vis): those schedules stay whole. */
+  bool local;
 } sl__plan_opts;
 
 /* Per-rank derived coordinates. */
@@ -130,8 +136,16 @@ typedef struct sl__piece {
 
 typedef struct sl__group {
   uint32_t n;   /* members (sorted ranks) */
-  uint64_t off; /* first member in sl__schedule.members */
+  uint64_t off; /* first member in sl__schedule.members; SL_GROUP_UNLISTED: not listed (below) */
+  /* Its members are the ranks of these classes (sl__schedule.piece_classes[classes_off ..]), and,
+   * in a group of lent pieces, their reader (plan/visibility.h). */
+  uint64_t classes_off;
+  uint32_t n_classes;
 } sl__group;
+
+/* sl__group.off of a group whose members a loading rank's schedule does not list: the own rank is
+ * not one of them (sl__plan_opts.local; sl__schedule_list_groups lists them). */
+#define SL_GROUP_UNLISTED UINT64_MAX
 
 typedef struct sl__bucket_item {
   uint32_t piece;
@@ -184,6 +198,14 @@ typedef struct sl__schedule {
   uint64_t tensors_one_reader; /* of which read whole, each byte once, by one single rank */
   uint64_t expert_tensors;     /* catalog tensors feeding expert parameters */
   uint64_t expert_tensors_one_reader;
+  /* false: every group lists its members and stats holds every rank's figures. true: a loading
+   * rank's schedule (sl__plan_opts.local): only the groups of this rank list their members, and
+   * stats holds the figures of the plans for every rank (bytes needed, local, naive; parameters,
+   * experts) but the transfer's (read, covering, sent, received, files opened) for this rank only.
+   * The rest is the same as the whole schedule's: pieces and their readers, group numbers and
+   * sizes, buckets, exchanges, the totals. */
+  bool local;
+  uint32_t local_rank; /* the loading rank (local), else SL_NONE */
 } sl__schedule;
 
 /* Plans every rank of the layout and merges them. own_rank (or SL_NONE) receives its rank plan
@@ -191,6 +213,17 @@ typedef struct sl__schedule {
 sl_status sl__schedule_build(const sl__model *m, const sl__catalog *cat, const sl__plan_opts *o,
                              uint32_t own_rank, sl__rank_plan *own, sl__schedule *out, sl__err *err);
 void sl__schedule_free(sl__schedule *s);
+/* s with every group's members listed (what the time model needs: plan/stats.h sl__figures_predict),
+ * in out: s's arrays but its own groups and members, which sl__schedule_listed_free frees. A loading
+ * rank's schedule lists those its rank is not in; its figures stay the rank's own. */
+sl_status sl__schedule_listed(const sl__schedule *s, sl__schedule *out, sl__err *err);
+void sl__schedule_listed_free(sl__schedule *s);
+/* Whether group g lists its members (always, but in a loading rank's schedule). */
+static inline bool sl__group_listed(const sl__schedule *s, uint32_t g) {
+  return s->groups[g].off != SL_GROUP_UNLISTED;
+}
+/* The lowest rank of group g (listed or not). */
+uint32_t sl__group_lowest(const sl__schedule *s, uint32_t g);
 /* Groups in which some bucket is broadcast (the others only swap column blocks in two-phase
  * exchanges): flags[g] set for each (flags: n_groups entries, false on entry), their number returned. */
 size_t sl__schedule_broadcasting(const sl__schedule *s, bool *flags);

@@ -176,6 +176,13 @@ static sl_status assign_readers(sl__schedule *s, const sl__catalog *cat, const s
 /* Group g (new) of piece p: the ranks of its member classes, and its reader when lent (inserted in
  * order: members are sorted). */
 static void list_group(const sl__schedule *s, const sl__piece *p, sl__group *g, sl__vec *gm, uint64_t *bits) {
+  g->classes_off = p->classes_off;
+  g->n_classes = p->n_classes;
+  if (s->local && !sl__piece_member(s, p, s->local_rank)) {
+    g->off = SL_GROUP_UNLISTED; /* a loading rank's schedule: not its group (no lent pieces there) */
+    g->n = p->n_members;
+    return;
+  }
   uint32_t *m = (uint32_t *)gm->data + gm->len;
   g->off = gm->len;
   g->n = sl__class_ranks(s, &s->piece_classes[p->classes_off], p->n_classes, m, bits);
@@ -385,9 +392,11 @@ static sl_status build_buckets(sl__schedule *s, uint64_t bucket_bytes, sl__err *
 /* Per-rank reads (covering gaps included), files opened, bytes sent and received. A rank receives
  * every shared piece of its class but those it reads itself: summed per class, then per rank. */
 static sl_status rank_figures(sl__schedule *s, const sl__catalog *cat, const sl__plan_opts *o, sl__err *err) {
-  uint8_t *files = NULL; /* bitmap: rank × file opened */
+  uint32_t me =
+      s->local ? s->local_rank : SL_NONE; /* SL_NONE: every rank's figures, else this rank's alone */
+  uint8_t *files = NULL;                  /* bitmap: rank × file opened (this rank's files alone) */
   if (cat->n_files > 0)
-    files = calloc(((size_t)s->world * cat->n_files + 7) / 8 + 1, 1);
+    files = calloc(((me == SL_NONE ? (size_t)s->world : 1) * cat->n_files + 7) / 8 + 1, 1);
   uint64_t *shared = calloc((size_t)s->n_classes + 1, sizeof *shared); /* per class */
   uint64_t *sent = calloc((size_t)s->world + 1, sizeof *sent);        /* per rank: shared pieces read */
   if ((files == NULL && cat->n_files > 0) || shared == NULL || sent == NULL) {
@@ -400,24 +409,25 @@ static sl_status rank_figures(sl__schedule *s, const sl__catalog *cat, const sl_
     const sl__piece *p = &s->pieces[k];
     if (p->xchg != SL_NONE)
       continue; /* sl__twophase_figures */
+    bool shares = p->n_members > 1 || p->lent; /* a lent reader is in none of the classes it sends to */
+    s->bytes_read_for_others += shares && p->lent ? p->nbytes : 0;
+    for (uint32_t j = 0; shares && j < p->n_classes; j++)
+      shared[s->piece_classes[p->classes_off + j]] += p->nbytes;
+    if (me != SL_NONE && p->reader != me)
+      continue; /* another rank's reads */
     sl_rank_stats *rs = &s->stats[p->reader];
     uint64_t rb = sl__piece_read_bytes(p, o->coalesce_gap, o->read_chunk);
     rs->bytes_read += rb;
     rs->bytes_covering += rb - p->nbytes;
-    size_t bit = (size_t)p->reader * cat->n_files + cat->tensors[p->tensor].file;
+    size_t bit = (size_t)(me == SL_NONE ? p->reader : 0) * cat->n_files + cat->tensors[p->tensor].file;
     if (!(files[bit / 8] & (1u << (bit % 8)))) {
       files[bit / 8] |= (uint8_t)(1u << (bit % 8));
       rs->files_opened++;
     }
-    if (p->n_members > 1 || p->lent) { /* a lent reader is in none of the classes it sends to */
-      rs->bytes_sent += p->nbytes;
-      sent[p->reader] += p->lent ? 0 : p->nbytes;
-      s->bytes_read_for_others += p->lent ? p->nbytes : 0;
-      for (uint32_t j = 0; j < p->n_classes; j++)
-        shared[s->piece_classes[p->classes_off + j]] += p->nbytes;
-    }
+    rs->bytes_sent += shares ? p->nbytes : 0;
+    sent[p->reader] += shares && !p->lent ? p->nbytes : 0;
   }
-  for (uint32_t r = 0; r < s->world; r++)
+  for (uint32_t r = me == SL_NONE ? 0 : me; r < (me == SL_NONE ? s->world : me + 1); r++)
     s->stats[r].bytes_received += shared[s->class_of[r]] - sent[r];
   sl__twophase_figures(s, cat, files);
   free(files);
@@ -472,6 +482,12 @@ sl_status sl__schedule_build(const sl__model *m, const sl__catalog *cat, const s
   if (own != NULL)
     memset(own, 0, sizeof *own);
   out->world = o->layout.world;
+  /* A loading rank's schedule where every rank sees every file (no lent pieces: their groups are
+   * not unions of classes). */
+  bool local =
+      o->local && own_rank != SL_NONE && own_rank < out->world && (o->vis == NULL || o->vis->everywhere);
+  out->local = local;
+  out->local_rank = local ? own_rank : SL_NONE;
   sl_status st = sl__plan_check_heads(m, o->layout.tp, err);
   if (st == SL_STATUS_OK)
     st = sl__pieces_build(m, cat, o, own_rank, own, out, err);

@@ -130,32 +130,72 @@ sl_status sl__twophase_find(sl__schedule *s, const sl__catalog *cat, const sl__p
   return SL_STATUS_OK;
 }
 
-/* Group g holds exactly the ranks u[0 .. n). */
+/* Group g holds exactly the ranks u[0 .. n) (a whole schedule: every group is listed). */
 static bool group_is(const sl__schedule *s, uint32_t g, const uint32_t *u, uint32_t n) {
   return s->groups[g].n == n && memcmp(&s->group_members[s->groups[g].off], u, n * sizeof *u) == 0;
 }
 
-/* Finds the group of ranks u[0 .. n), adding it after the broadcast groups when new. */
-static uint32_t group_of(sl__schedule *s, const uint32_t *u, uint32_t n, uint32_t hint) {
-  if (hint != SL_NONE && group_is(s, hint, u, n))
+/* Group g is exactly the ranks of classes cls[0 .. nc) (a loading rank's schedule, which has no lent
+ * pieces: classes are disjoint, so two groups have the same ranks exactly when the same classes). */
+static bool group_has(const sl__schedule *s, uint32_t g, const uint32_t *cls, uint32_t nc) {
+  const sl__group *G = &s->groups[g];
+  return G->n_classes == nc && memcmp(&s->piece_classes[G->classes_off], cls, nc * sizeof *cls) == 0;
+}
+
+static bool same_group(const sl__schedule *s, uint32_t g, const uint32_t *u, uint32_t n, const uint32_t *cls,
+                       uint32_t nc) {
+  return !s->local ? group_is(s, g, u, n) : group_has(s, g, cls, nc);
+}
+
+/* End of the entries of an array that pieces and groups index (off, count). */
+static uint64_t used_end(const sl__schedule *s, bool classes) {
+  uint64_t end = 0;
+  for (size_t k = 0; classes && k < s->n_pieces; k++)
+    end = s->pieces[k].classes_off + s->pieces[k].n_classes > end
+              ? s->pieces[k].classes_off + s->pieces[k].n_classes
+              : end;
+  for (size_t g = 0; g < s->n_groups; g++) {
+    const sl__group *G = &s->groups[g];
+    uint64_t e = classes ? G->classes_off + G->n_classes : (G->off == SL_GROUP_UNLISTED ? 0 : G->off + G->n);
+    end = e > end ? e : end;
+  }
+  return end;
+}
+
+/* Finds the group of ranks u[0 .. n) (classes cls[0 .. nc); u unset when list is false), adding it
+ * after the broadcast groups when new: its classes kept, its ranks listed when list is set. */
+static uint32_t group_of(sl__schedule *s, const uint32_t *u, uint32_t n, const uint32_t *cls, uint32_t nc,
+                         bool list, uint32_t hint) {
+  if (hint != SL_NONE && same_group(s, hint, u, n, cls, nc))
     return hint;
   for (size_t g = 0; g < s->n_groups; g++)
-    if (group_is(s, (uint32_t)g, u, n))
+    if (same_group(s, (uint32_t)g, u, n, cls, nc))
       return (uint32_t)g;
-  uint64_t off = 0;
-  for (size_t g = 0; g < s->n_groups; g++)
-    off = s->groups[g].off + s->groups[g].n > off ? s->groups[g].off + s->groups[g].n : off;
+  uint64_t off = used_end(s, false);
+  uint64_t coff = used_end(s, true);
   sl__group *groups = realloc(s->groups, (s->n_groups + 1) * sizeof *groups);
   if (groups == NULL)
     return SL_NONE;
   s->groups = groups;
-  uint32_t *gm = realloc(s->group_members, (off + n) * sizeof *gm);
+  uint32_t *gm = realloc(s->group_members, (off + (list ? n : 0) + 1) * sizeof *gm);
   if (gm == NULL)
     return SL_NONE;
   s->group_members = gm;
-  memcpy(gm + off, u, n * sizeof *u);
-  s->groups[s->n_groups] = (sl__group){.n = n, .off = off};
+  uint32_t *pc = realloc(s->piece_classes, (coff + nc + 1) * sizeof *pc);
+  if (pc == NULL)
+    return SL_NONE;
+  s->piece_classes = pc;
+  memcpy(pc + coff, cls, nc * sizeof *cls);
+  if (list)
+    memcpy(gm + off, u, n * sizeof *u);
+  s->groups[s->n_groups] =
+      (sl__group){.n = n, .off = list ? off : SL_GROUP_UNLISTED, .classes_off = coff, .n_classes = nc};
   return (uint32_t)s->n_groups++;
+}
+
+/* Whether class c is one of cls[0 .. n) (sorted). */
+static bool has_class(const uint32_t *cls, uint32_t n, uint32_t c) {
+  return bsearch(&c, cls, n, sizeof *cls, cmp_u32) != NULL;
 }
 
 sl_status sl__twophase_groups(sl__schedule *s, sl__err *err) {
@@ -168,8 +208,10 @@ sl_status sl__twophase_groups(sl__schedule *s, sl__err *err) {
     sl__xchg *x = &s->xchgs[i];
     uint32_t members = 0;
     uint32_t nc = union_classes(s, x->first_piece, x->n_cols, cls, &members);
-    uint32_t n = sl__class_ranks(s, cls, nc, u, bits);
-    x->group = group_of(s, u, n, last);
+    /* A loading rank lists the ranks of its own exchanges only. */
+    bool list = !s->local || has_class(cls, nc, s->class_of[s->local_rank]);
+    uint32_t n = list ? sl__class_ranks(s, cls, nc, u, bits) : members;
+    x->group = group_of(s, u, n, cls, nc, list, last);
     st = x->group != SL_NONE ? SL_STATUS_OK : SL_STATUS_NOMEM;
     last = x->group;
   }
@@ -194,9 +236,10 @@ sl_status sl__twophase_buckets(sl__schedule *s, sl__err *err) {
   for (size_t i = 0; i < s->n_xchgs; i++) {
     const sl__xchg *x = &s->xchgs[i];
     const sl__group *g = &s->groups[x->group];
+    uint32_t first = sl__group_lowest(s, x->group);
     for (uint64_t k = 0; k < x->rounds; k++)
       s->buckets[s->n_buckets++] = (sl__bucket){.group = x->group,
-                                                .reader = s->group_members[g->off],
+                                                .reader = first,
                                                 .xchg = (uint32_t)i,
                                                 .round = k,
                                                 .nbytes = sl__xchg_slot_bytes(x, g->n),
@@ -206,20 +249,26 @@ sl_status sl__twophase_buckets(sl__schedule *s, sl__err *err) {
 }
 
 void sl__twophase_figures(sl__schedule *s, const sl__catalog *cat, uint8_t *files) {
+  uint32_t me = s->local ? s->local_rank : SL_NONE;
   for (size_t i = 0; i < s->n_xchgs; i++) {
     const sl__xchg *x = &s->xchgs[i];
     const sl__group *g = &s->groups[x->group];
+    /* The totals in closed form: the members' blocks tile the rows, each received by the others. */
+    s->bytes_exchanged += (uint64_t)(g->n - 1) * x->rows * x->col_bytes;
+    s->bytes_read_for_others += x->rows * (x->row_bytes - x->col_bytes);
+    if (!sl__group_listed(s, x->group))
+      continue; /* a loading rank's schedule: not its exchange */
     for (uint32_t m = 0; m < g->n; m++) {
       uint32_t rank = s->group_members[g->off + m];
+      if (me != SL_NONE && rank != me)
+        continue;
       sl_rank_stats *rs = &s->stats[rank];
       uint64_t lo = 0, hi = 0;
       sl__xchg_rows(x, g->n, m, UINT64_MAX, &lo, &hi);
       rs->bytes_read += (hi - lo) * x->row_bytes;
       rs->bytes_sent += (hi - lo) * x->col_bytes * (g->n - 1);
       rs->bytes_received += (x->rows - (hi - lo)) * x->col_bytes;
-      s->bytes_exchanged += (x->rows - (hi - lo)) * x->col_bytes;
-      s->bytes_read_for_others += (hi - lo) * (x->row_bytes - x->col_bytes);
-      size_t bit = (size_t)rank * cat->n_files + cat->tensors[x->tensor].file;
+      size_t bit = (size_t)(me == SL_NONE ? rank : 0) * cat->n_files + cat->tensors[x->tensor].file;
       if (hi > lo && files != NULL && !(files[bit / 8] & (1u << (bit % 8)))) {
         files[bit / 8] |= (uint8_t)(1u << (bit % 8));
         rs->files_opened++;

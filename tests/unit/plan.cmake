@@ -11,5 +11,8 @@ sl_unit_test(test_plan_threads)
 # on its speed, field by field (tests/data/plan_golden).
 sl_script_test(test_plan_golden unit ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_plan_golden.py)
 set_tests_properties(test_plan_golden PROPERTIES TIMEOUT 300)
+# A loading rank's schedule is its part of the whole schedule (plan/plan.h sl__plan_opts.local).
+sl_unit_test(test_local_plan)
+set_tests_properties(test_local_plan PROPERTIES TIMEOUT 300)
 # The schedule when some ranks cannot open some files: readers among the ranks that see them.
 sl_unit_test(test_plan_visibility)
