@@ -13,6 +13,7 @@
 
 #include <errno.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 sl_status sl__engine_injected_failure(sl__engine *e, uint32_t f, uint64_t off, sl__err *werr) {
@@ -65,6 +66,38 @@ static sl_status pread_full(sl__engine *e, int worker, int fd, uint32_t f, uint8
   return st;
 }
 
+/* Whether op's row-parallel slices are copied out of its file's mapping (e->rowmap): a row run,
+ * or a covering read, of strided pieces, not whole rows of an exchange. */
+static bool from_rowmap(const sl__engine *e, const sl__read_op *op) {
+  if (e->rowmap == NULL || e->rowmap[op->file] == NULL)
+    return false;
+  const sl__delivery *d = &SL_VEC_AT(&e->rp.dels, sl__delivery, op->first);
+  return d->piece != SL_NONE && e->t->sched->pieces[d->piece].rows > 1;
+}
+
+/* The deliveries of op straight from the page cache through the file's mapping: its range made
+ * resident first in one call (an I/O error or a truncated file then fails the read instead of
+ * faulting), then one copy per row into the destination. */
+static sl_status copy_rows(sl__engine *e, int worker, int slot, const sl__read_op *op, sl__err *werr) {
+  uint64_t end =
+      op->offset + (op->rows > 1 ? (uint64_t)(op->rows - 1) * op->stride + op->len / op->rows : op->len);
+  const uint8_t *map = e->rowmap[op->file];
+  sl_status st = sl__engine_injected_failure(e, op->file, op->offset, werr);
+#ifdef MADV_POPULATE_READ
+  uint64_t lo = op->offset - op->offset % (uint64_t)sysconf(_SC_PAGESIZE);
+  if (st == SL_STATUS_OK && madvise((void *)(map + lo), (size_t)(end - lo), MADV_POPULATE_READ) != 0 &&
+      errno != EINVAL)
+    st = sl__err_set(werr, SL_STATUS_IO, "read of %s at offset %llu (%llu bytes, mapped) failed: %s",
+                     e->t->cat->files[op->file].path, (unsigned long long)op->offset,
+                     (unsigned long long)(end - op->offset),
+                     errno == EFAULT ? "I/O error or file truncated" : strerror(errno));
+#endif
+  for (uint32_t i = 0; i < op->count && st == SL_STATUS_OK; i++)
+    st = sl__engine_deliver(e, worker, slot, &SL_VEC_AT(&e->rp.dels, sl__delivery, op->first + i), map, 0,
+                            false, werr);
+  return st;
+}
+
 /* Reads one operation into staging (or straight into its destination) and delivers it. */
 static sl_status run_op(sl__engine *e, int worker, int slot, uint8_t *staging, const sl__read_op *op,
                         sl__err *werr) {
@@ -89,6 +122,8 @@ static sl_status run_op(sl__engine *e, int worker, int slot, uint8_t *staging, c
     st = pread_full(e, worker, fd, op->file, op->direct_dst, op->len, op->offset, false, werr);
     if (st == SL_STATUS_OK)
       atomic_fetch_add(&e->t->copy_done[c], op->len);
+  } else if (from_rowmap(e, op)) {
+    st = copy_rows(e, worker, slot, op, werr);
   } else if (op->rows > 1) {
     /* A row run (buffered strategies only): the rows land packed, one after the other. */
     uint64_t row = op->len / op->rows;
