@@ -122,25 +122,25 @@ static void measure(sl__engine *e, const sl__vec *xs) {
   }
 }
 
-/* Whether this rank reads row-parallel slices of file f row by row (strided, no exchange). */
-static bool reads_rows(const sl__engine *e, uint32_t f) {
+/* Per file: whether this rank reads row-parallel slices of it row by row (strided, no exchange). */
+static bool *row_files(const sl__engine *e) {
   const sl__schedule *s = e->t->sched;
-  for (size_t k = 0; k < s->n_pieces; k++) {
+  bool *rows = calloc(e->t->cat->n_files + 1, sizeof *rows);
+  for (size_t k = 0; rows != NULL && k < s->n_pieces; k++) {
     const sl__piece *P = &s->pieces[k];
-    if (P->reader == (uint32_t)e->t->comm->rank && P->rows > 1 && P->xchg == SL_NONE && P->nbytes > 0 &&
-        e->t->cat->tensors[P->tensor].file == f)
-      return true;
+    if (P->reader == (uint32_t)e->t->comm->rank && P->rows > 1 && P->xchg == SL_NONE && P->nbytes > 0)
+      rows[e->t->cat->tensors[P->tensor].file] = true;
   }
-  return false;
+  return rows;
 }
 
 /* Maps file f for row copies where auto read it through the page cache because it is resident. A
- * mapping that fails leaves the rows to pread. */
-static void map_rows(sl__engine *e, uint32_t f) {
+ * mapping that fails (or no memory to find out) leaves the rows to pread. */
+static void map_rows(sl__engine *e, uint32_t f, const bool *rows) {
   const sl__file_choice *c = &e->choice[f];
   uint64_t size = e->t->cat->files[f].size;
-  if (c->in.strategy != SL_STRATEGY_AUTO || !c->in.host || c->why != SL_WHY_RESIDENT || size == 0 ||
-      (uint64_t)(size_t)size != size || !reads_rows(e, f))
+  if (rows == NULL || !rows[f] || c->in.strategy != SL_STRATEGY_AUTO || !c->in.host || c->why != SL_WHY_RESIDENT ||
+      size == 0 || (uint64_t)(size_t)size != size)
     return;
   void *p = mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, e->fds[f], 0);
   if (p != MAP_FAILED)
@@ -174,6 +174,7 @@ sl_status sl__engine_choose(sl__engine *e) {
   if (st == SL_STATUS_OK)
     measure(e, &xs);
   sl__vec_free(&xs);
+  bool *rows = st == SL_STATUS_OK ? row_files(e) : NULL;
   for (size_t f = 0; f < cat->n_files && st == SL_STATUS_OK; f++) {
     sl__file_choice *c = &e->choice[f];
     if (c->in.bytes == 0 || e->fds[f] < 0)
@@ -186,7 +187,8 @@ sl_status sl__engine_choose(sl__engine *e) {
         SL_WARN("%s: the file system refuses O_DIRECT; reading it through the page cache",
                 cat->files[f].path);
     }
-    map_rows(e, (uint32_t)f);
+    map_rows(e, (uint32_t)f, rows);
   }
+  free(rows);
   return st;
 }
