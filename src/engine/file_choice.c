@@ -139,8 +139,8 @@ static bool *row_files(const sl__engine *e) {
 static void map_rows(sl__engine *e, uint32_t f, const bool *rows) {
   const sl__file_choice *c = &e->choice[f];
   uint64_t size = e->t->cat->files[f].size;
-  if (rows == NULL || !rows[f] || c->in.strategy != SL_STRATEGY_AUTO || !c->in.host || c->why != SL_WHY_RESIDENT ||
-      size == 0 || (uint64_t)(size_t)size != size)
+  if (rows == NULL || !rows[f] || c->in.strategy != SL_STRATEGY_AUTO || !c->in.host ||
+      c->why != SL_WHY_RESIDENT || size == 0 || (uint64_t)(size_t)size != size)
     return;
   void *p = mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, e->fds[f], 0);
   if (p != MAP_FAILED)

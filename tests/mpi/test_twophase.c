@@ -200,7 +200,8 @@ static void evict(const char *dir, const char *name) {
     char path[2048];
     snprintf(path, sizeof path, "%s/%s", dir, name);
     int fd = open(path, O_RDONLY);
-    CHECKF(fd >= 0 && fsync(fd) == 0 && posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED) == 0, "evicting %s", path);
+    CHECKF(fd >= 0 && fsync(fd) == 0 && posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED) == 0, "evicting %s",
+           path);
     if (fd >= 0)
       close(fd);
   }
@@ -232,11 +233,13 @@ static void check_auto(const char *label, const char *json, bool evicted) {
     files++;
     bool cold = evicted && strcmp(f->valuestring, COLD) == 0;
     bool said_resident =
-        strstr(why->valuestring, "in the page cache of the ranks' one node: each rank copies its row slices") != NULL;
-    bool said_cold = strstr(why->valuestring,
-                            "in the page cache: row-parallel tensors read as blocks of whole rows and exchanged") != NULL;
-    CHECKF(said_resident != said_cold && cJSON_IsTrue(two) == said_cold, "%s: %s: two_phase %d for \"%s\"", label,
-           f->valuestring, cJSON_IsTrue(two), why->valuestring);
+        strstr(why->valuestring,
+               "in the page cache of the ranks' one node: each rank copies its row slices") != NULL;
+    bool said_cold =
+        strstr(why->valuestring,
+               "in the page cache: row-parallel tensors read as blocks of whole rows and exchanged") != NULL;
+    CHECKF(said_resident != said_cold && cJSON_IsTrue(two) == said_cold, "%s: %s: two_phase %d for \"%s\"",
+           label, f->valuestring, cJSON_IsTrue(two), why->valuestring);
     CHECKF(!cold || said_cold, "%s: the evicted %s: \"%s\"", label, f->valuestring, why->valuestring);
     warm_resident += !cold && said_resident;
     int in_file = 0;
@@ -245,15 +248,17 @@ static void check_auto(const char *label, const char *json, bool evicted) {
   }
   CHECKF(files == 3, "%s: %d strategy_choice entries, expected the 3 files", label, files);
   CHECKF(warm_resident >= 1, "%s: no resident file was read without the exchange", label);
-  CHECKF((want > 0 || !evicted) && exchanges == want, "%s: %g exchanges, expected %d (the row-parallel tensors of the files read "
-         "two-phase)", label, exchanges, want);
+  CHECKF((want > 0 || !evicted) && exchanges == want,
+         "%s: %g exchanges, expected %d (the row-parallel tensors of the files read "
+         "two-phase)",
+         label, exchanges, want);
   /* Row copies out of the page cache take no read operation: rank 0 reads its contiguous pieces
    * and its blocks of the cold file's rows, far fewer than one per row of its slices. */
   const cJSON *rank0 = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(rep, "ranks"), 0);
   double ops = num(rank0, "read_ops");
   double pieces = num(cJSON_GetObjectItemCaseSensitive(rep, "schedule"), "pieces");
-  CHECKF(ops <= pieces, "%s: rank 0 took %g read operations for %g pieces (rows read one by one?)", label, ops,
-         pieces);
+  CHECKF(ops <= pieces, "%s: rank 0 took %g read operations for %g pieces (rows read one by one?)", label,
+         ops, pieces);
   cJSON_Delete(rep);
 }
 
