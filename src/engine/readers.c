@@ -105,7 +105,10 @@ static sl_status copy_rows(sl__engine *e, int worker, int slot, const sl__read_o
       b = P->rows > 1 ? (a / P->row_bytes + per) * P->row_bytes : (d->p1 - a > chunk ? a + chunk : d->p1);
       b = b < d->p1 ? b : d->p1;
       uint64_t lo = (base + sl__src_of(P, a)) / page * page, hi = base + sl__src_of(P, b - 1) + 1;
-      sl__delivery w = {.piece = d->piece, .p0 = a, .p1 = b, .bucket = d->bucket,
+      sl__delivery w = {.piece = d->piece,
+                        .p0 = a,
+                        .p1 = b,
+                        .bucket = d->bucket,
                         .bucket_off = d->bucket_off + (a - d->p0)};
       st = populate(e, op, lo, hi, werr);
       if (st == SL_STATUS_OK)
