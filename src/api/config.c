@@ -78,7 +78,8 @@ static const key_def keys[] = {
     {"coalesce_gap_bytes", T_U64, "4096", NULL, "read across gaps up to this size to merge ranges"},
     {"two_phase_reads", T_BOOL, "true", NULL,
      "row-parallel slices: each rank reads whole rows, then the ranks swap column blocks (false: "
-     "each rank reads its columns row by row)"},
+     "each rank reads its columns row by row; load_strategy auto also does that for a file in the page "
+     "cache of the ranks' one node)"},
     {"storage", T_ENUM, "auto", "auto,shared,local",
      "where the checkpoint is readable: auto (each rank checks which files it can open), shared (every "
      "rank), local (rank 0's node only; dry run: the first node); ranks that cannot read a file receive "

@@ -100,6 +100,7 @@ static void write_reports(sl_loader *l) {
       .threads = o->extra.num_threads,
       .strategy = sl__strategy_name(o->strategy),
       .choice = l->tstats.choice,
+      .tp_choice = l->pl.tp_choice,
       .prefault = o->prefault,
       .two_phase = o->two_phase,
       .staging_bytes = o->staging_bytes,

@@ -280,6 +280,8 @@ static sl_status after_stage(void *ctx, sl__prep_stage stage, sl_status st, doub
     return st == SL_STATUS_OK ? sl__loader_find_storage(l, &l->pl) : st;
   case SL_PREP_MODEL:
     st = sl__comm_agree(&l->comm, st, err, "instantiating the architecture spec");
+    if (st == SL_STATUS_OK)
+      st = sl__loader_twophase_choose(l, &l->pl);
     l->t_model = sl__now() - t0;
     return st;
   case SL_PREP_PLAN:

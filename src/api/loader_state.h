@@ -93,6 +93,9 @@ sl_status sl__loader_statistics(sl_loader *l, double t0);
 /* COLLECTIVE, after the catalog of pipeline pl reached every rank (a load's, or a reload's new one):
  * which ranks can read which files (api/storage.c), into pl->vis, pl->nodes and pl->stamps; agreed. */
 sl_status sl__loader_find_storage(sl_loader *l, sl__pipeline *pl);
+/* COLLECTIVE, after the model stage of pipeline pl: per file, whether its row-parallel tensors are
+ * read two-phase (api/twophase_agree.c), into pl->tp_choice and pl->per_row_files; agreed. */
+sl_status sl__loader_twophase_choose(sl_loader *l, sl__pipeline *pl);
 /* Rank 0 writes the report file, when configured (COLLECTIVE). */
 sl_status sl__loader_report_file(sl_loader *l);
 

@@ -453,6 +453,7 @@ sl_status sl__pipeline_run(sl__pipeline *p, const sl__prep_driver *d, sl__prep_s
 void sl__pipeline_repoint(sl__pipeline *p) {
   p->po.vis = sl__pipeline_vis(p);
   p->po.nodes = &p->nodes;
+  p->po.per_row_files = p->per_row_files;
 }
 
 void sl__pipeline_free(sl__pipeline *p) {
@@ -462,6 +463,8 @@ void sl__pipeline_free(sl__pipeline *p) {
   sl__schedule_free(&p->sched);
   sl__visibility_free(&p->vis);
   free(p->stamps);
+  free(p->tp_choice);
+  free(p->per_row_files);
   free(p->pp_starts);
   sl__prepared_free(&p->prep);
   memset(p, 0, sizeof *p);

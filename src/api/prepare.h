@@ -15,6 +15,7 @@
 
 #include "api/options.h"
 #include "comm/comm.h"
+#include "engine/twophase_choice.h"
 #include "model/catalog.h"
 #include "model/layout.h"
 #include "model/model.h"
@@ -84,6 +85,11 @@ typedef struct sl__pipeline {
   sl__visibility vis;
   sl__node_layout nodes;
   sl__file_stamp *stamps; /* per file: this rank's own copy as the probe accepted it, or NULL */
+  /* Per file, the job's two-phase decision (api/twophase_agree.c, after the model stage of a
+   * loader; NULL in a dry run, which plans two-phase reads as configured), and the files it reads
+   * row by row (the planner's per_row_files). */
+  sl__twophase_choice *tp_choice;
+  bool *per_row_files;
 } sl__pipeline;
 
 /* Which ranks read which files, or NULL: every rank every file (what the transfer and the reports take). */

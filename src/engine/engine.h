@@ -58,6 +58,10 @@ typedef struct sl__engine {
   int *fds;                /* per file, -1 until opened */
   sl__file_stamp *stamps;  /* per file: what fstat said at open (compared after the last read) */
   sl__file_choice *choice; /* per file: how this rank reads it, and why (engine/file_choice.c) */
+  /* Per file, or NULL: a read-only mapping of the whole file that this rank's row-parallel slices
+   * are copied out of (auto, resident: no system call per row; engine/file_choice.c maps it,
+   * engine/readers.c copies) */
+  uint8_t **rowmap;
   struct sl__engine_remote *remote; /* the files that are objects of a store (engine/remote.c), or NULL */
   /* bucket slots */
   void *slot_buf[SL_BUCKET_SLOTS];
@@ -146,8 +150,12 @@ sl_status sl__engine_fd(sl__engine *e, uint32_t f, int *fd, sl__err *werr);
 uint32_t sl__engine_take_op(sl__engine *e);
 
 /* ---- file_choice.c ---- */
-/* Per open file: measures, decides (engine/strategy_choice.h), turns O_DIRECT on where chosen. */
+/* Per open file: measures, decides (engine/strategy_choice.h), turns O_DIRECT on where chosen;
+ * under auto, maps a file read through the page cache because it is resident where this rank
+ * reads row-parallel slices of it row by row (e->rowmap). */
 sl_status sl__engine_choose(sl__engine *e);
+/* Unmaps e->rowmap's files. */
+void sl__engine_rowmaps_free(sl__engine *e);
 /* Whether piece P is a mapped parameter's bytes: populated in place, never read into staging. */
 bool sl__engine_piece_mapped(const sl__engine *e, const sl__piece *P);
 /* After the last read: every opened file is still the one opened, unchanged (catalog.h). */

@@ -3,7 +3,10 @@
  * decides; this measures): the bytes it reads of the file, which of them are mapped parameters,
  * what O_DIRECT's alignment would add to the others and how large its reads would be, and what
  * the page cache holds of all of them (engine/residency.h). Where O_DIRECT is chosen it is
- * turned on for the open file; a file system that refuses it gets the page cache instead.
+ * turned on for the open file; a file system that refuses it gets the page cache instead. Under
+ * auto, a resident file this rank reads row-parallel slices of row by row (not two-phase,
+ * engine/twophase_choice.h) is mapped read-only: the slices are copied out of the page cache
+ * without a system call per row (engine/readers.c).
  */
 #include "engine/engine.h"
 
@@ -11,6 +14,7 @@
 #include "engine/residency.h"
 
 #include <stdlib.h>
+#include <sys/mman.h>
 
 /* A byte range of a file this rank reads. stream: read in chunks (a contiguous piece, or a strided
  * one read with its gaps); otherwise row by row (strided, its rows counted apart). */
@@ -118,10 +122,44 @@ static void measure(sl__engine *e, const sl__vec *xs) {
   }
 }
 
+/* Per file: whether this rank reads row-parallel slices of it row by row (strided, no exchange). */
+static bool *row_files(const sl__engine *e) {
+  const sl__schedule *s = e->t->sched;
+  bool *rows = calloc(e->t->cat->n_files + 1, sizeof *rows);
+  for (size_t k = 0; rows != NULL && k < s->n_pieces; k++) {
+    const sl__piece *P = &s->pieces[k];
+    if (P->reader == (uint32_t)e->t->comm->rank && P->rows > 1 && P->xchg == SL_NONE && P->nbytes > 0)
+      rows[e->t->cat->tensors[P->tensor].file] = true;
+  }
+  return rows;
+}
+
+/* Maps file f for row copies where auto read it through the page cache because it is resident. A
+ * mapping that fails (or no memory to find out) leaves the rows to pread. */
+static void map_rows(sl__engine *e, uint32_t f, const bool *rows) {
+  const sl__file_choice *c = &e->choice[f];
+  uint64_t size = e->t->cat->files[f].size;
+  if (rows == NULL || !rows[f] || c->in.strategy != SL_STRATEGY_AUTO || !c->in.host ||
+      c->why != SL_WHY_RESIDENT || size == 0 || (uint64_t)(size_t)size != size)
+    return;
+  void *p = mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, e->fds[f], 0);
+  if (p != MAP_FAILED)
+    e->rowmap[f] = p;
+}
+
+void sl__engine_rowmaps_free(sl__engine *e) {
+  for (size_t f = 0; e->rowmap != NULL && f < e->t->cat->n_files; f++)
+    if (e->rowmap[f] != NULL)
+      munmap(e->rowmap[f], (size_t)e->t->cat->files[f].size);
+  free(e->rowmap);
+  e->rowmap = NULL;
+}
+
 sl_status sl__engine_choose(sl__engine *e) {
   const sl__catalog *cat = e->t->cat;
   e->choice = calloc(cat->n_files + 1, sizeof *e->choice);
-  if (e->choice == NULL)
+  e->rowmap = calloc(cat->n_files + 1, sizeof *e->rowmap);
+  if (e->choice == NULL || e->rowmap == NULL)
     return sl__err_set(e->err, SL_STATUS_NOMEM, "out of memory choosing how to read");
   for (size_t f = 0; f < cat->n_files; f++)
     e->choice[f].in = (sl__choice_in){.strategy = e->t->strategy,
@@ -136,6 +174,7 @@ sl_status sl__engine_choose(sl__engine *e) {
   if (st == SL_STATUS_OK)
     measure(e, &xs);
   sl__vec_free(&xs);
+  bool *rows = st == SL_STATUS_OK ? row_files(e) : NULL;
   for (size_t f = 0; f < cat->n_files && st == SL_STATUS_OK; f++) {
     sl__file_choice *c = &e->choice[f];
     if (c->in.bytes == 0 || e->fds[f] < 0)
@@ -148,6 +187,8 @@ sl_status sl__engine_choose(sl__engine *e) {
         SL_WARN("%s: the file system refuses O_DIRECT; reading it through the page cache",
                 cat->files[f].path);
     }
+    map_rows(e, (uint32_t)f, rows);
   }
+  free(rows);
   return st;
 }

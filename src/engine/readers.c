@@ -13,6 +13,7 @@
 
 #include <errno.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 sl_status sl__engine_injected_failure(sl__engine *e, uint32_t f, uint64_t off, sl__err *werr) {
@@ -65,6 +66,59 @@ static sl_status pread_full(sl__engine *e, int worker, int fd, uint32_t f, uint8
   return st;
 }
 
+/* Whether op's row-parallel slices are copied out of its file's mapping (e->rowmap): a row run,
+ * or a covering read, of strided pieces, not whole rows of an exchange. */
+static bool from_rowmap(const sl__engine *e, const sl__read_op *op) {
+  if (e->rowmap == NULL || e->rowmap[op->file] == NULL)
+    return false;
+  const sl__delivery *d = &SL_VEC_AT(&e->rp.dels, sl__delivery, op->first);
+  return d->piece != SL_NONE && e->t->sched->pieces[d->piece].rows > 1;
+}
+
+/* File bytes [lo, hi) of the mapping made resident in one call: an I/O error or a truncated file
+ * then fails the read instead of faulting. */
+static sl_status populate(sl__engine *e, const sl__read_op *op, uint64_t lo, uint64_t hi, sl__err *werr) {
+#ifdef MADV_POPULATE_READ
+  if (madvise(e->rowmap[op->file] + lo, (size_t)(hi - lo), MADV_POPULATE_READ) != 0 && errno != EINVAL)
+    return sl__err_set(werr, SL_STATUS_IO, "read of %s at offset %llu (%llu bytes, mapped) failed: %s",
+                       e->t->cat->files[op->file].path, (unsigned long long)lo, (unsigned long long)(hi - lo),
+                       errno == EFAULT ? "I/O error or file truncated" : strerror(errno));
+#else
+  (void)e, (void)op, (void)lo, (void)hi, (void)werr;
+#endif
+  return SL_STATUS_OK;
+}
+
+/* The deliveries of op straight from the page cache through the file's mapping, one copy per row
+ * into the destination, in windows of at most a read chunk of the file (at least one row): each
+ * window made resident first, and its page table entries dropped after (the pages stay cached), so
+ * that the mapping adds at most a window per reader to the process's resident memory. */
+static sl_status copy_rows(sl__engine *e, int worker, int slot, const sl__read_op *op, sl__err *werr) {
+  uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE), chunk = e->t->chunk > 0 ? e->t->chunk : UINT64_MAX;
+  sl_status st = sl__engine_injected_failure(e, op->file, op->offset, werr);
+  for (uint32_t i = 0; i < op->count && st == SL_STATUS_OK; i++) {
+    const sl__delivery *d = &SL_VEC_AT(&e->rp.dels, sl__delivery, op->first + i);
+    const sl__piece *P = &e->t->sched->pieces[d->piece];
+    uint64_t base = e->t->cat->tensors[P->tensor].offset;
+    uint64_t per = P->rows > 1 && chunk / P->src_stride > 0 ? chunk / P->src_stride : 1;
+    for (uint64_t a = d->p0, b = a; a < d->p1 && st == SL_STATUS_OK; a = b) {
+      b = P->rows > 1 ? (a / P->row_bytes + per) * P->row_bytes : (d->p1 - a > chunk ? a + chunk : d->p1);
+      b = b < d->p1 ? b : d->p1;
+      uint64_t lo = (base + sl__src_of(P, a)) / page * page, hi = base + sl__src_of(P, b - 1) + 1;
+      sl__delivery w = {.piece = d->piece,
+                        .p0 = a,
+                        .p1 = b,
+                        .bucket = d->bucket,
+                        .bucket_off = d->bucket_off + (a - d->p0)};
+      st = populate(e, op, lo, hi, werr);
+      if (st == SL_STATUS_OK)
+        st = sl__engine_deliver(e, worker, slot, &w, e->rowmap[op->file], 0, false, werr);
+      (void)madvise(e->rowmap[op->file] + lo, (size_t)(hi - lo), MADV_DONTNEED);
+    }
+  }
+  return st;
+}
+
 /* Reads one operation into staging (or straight into its destination) and delivers it. */
 static sl_status run_op(sl__engine *e, int worker, int slot, uint8_t *staging, const sl__read_op *op,
                         sl__err *werr) {
@@ -89,6 +143,8 @@ static sl_status run_op(sl__engine *e, int worker, int slot, uint8_t *staging, c
     st = pread_full(e, worker, fd, op->file, op->direct_dst, op->len, op->offset, false, werr);
     if (st == SL_STATUS_OK)
       atomic_fetch_add(&e->t->copy_done[c], op->len);
+  } else if (from_rowmap(e, op)) {
+    st = copy_rows(e, worker, slot, op, werr);
   } else if (op->rows > 1) {
     /* A row run (buffered strategies only): the rows land packed, one after the other. */
     uint64_t row = op->len / op->rows;

@@ -83,6 +83,7 @@ static void engine_free(sl__engine *e) {
         close(e->fds[f]);
   }
   free(e->fds);
+  sl__engine_rowmaps_free(e);
   sl__engine_remote_close(e);
   free(e->stamps);
   free(e->choice);

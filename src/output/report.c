@@ -170,6 +170,11 @@ static void strategy_choice_json(const sl__load_report *r, sl__buf *b) {
     else
       sl__buf_appendf(b, "\"resident\":null,\"reason\":");
     sl__buf_json_str(b, why);
+    if (r->tp_choice != NULL) {
+      sl__twophase_reason(&r->tp_choice[f], why, sizeof why);
+      sl__buf_appendf(b, ",\"two_phase\":%s,\"two_phase_reason\":", json_bool(r->tp_choice[f].two_phase));
+      sl__buf_json_str(b, why);
+    }
     sl__buf_appendf(b, "}");
     first = false;
   }

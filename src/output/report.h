@@ -10,6 +10,7 @@
 #include "base/util.h"
 #include "engine/coverage.h"
 #include "engine/transfer.h"
+#include "engine/twophase_choice.h"
 #include "model/catalog.h"
 #include "model/layout.h"
 #include "model/model.h"
@@ -67,6 +68,7 @@ typedef struct sl__load_report {
   uint32_t threads;
   const char *strategy;
   const sl__file_choice *choice; /* rank 0's, per catalog file (engine/strategy_choice.h), or NULL */
+  const sl__twophase_choice *tp_choice; /* the job's, per catalog file (engine/twophase_choice.h), or NULL */
   bool prefault;
   bool two_phase; /* two_phase_reads */
   uint64_t staging_bytes;

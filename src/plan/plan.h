@@ -37,6 +37,10 @@ typedef struct sl__plan_opts {
   uint64_t bucket_bytes; /* broadcast bucket size (0: SL_BUCKET_BYTES_DEFAULT) */
   uint64_t read_chunk;   /* largest single read (effective: see sl__staging_split) */
   bool per_row_reads;    /* no two-phase reads (plan/twophase.h): row-parallel slices row by row */
+  /* Per file, or NULL: its row-parallel slices are read by their own ranks, not two-phase
+   * (load_strategy auto on a file resident in the page cache, engine/twophase_choice.h; the same
+   * for every rank of the job). */
+  const bool *per_row_files;
   /* Which ranks see which files (plan/visibility.h), or NULL: every rank sees every file. With it,
    * nodes places a reader that reads for others near them (NULL: no preference). */
   const struct sl__visibility *vis;

@@ -92,7 +92,11 @@ sl_status sl__twophase_find(sl__schedule *s, const sl__catalog *cat, const sl__p
     if (n == 0 || union_classes(s, k, n, u, &members) == 0)
       members = 0;
     /* Every member reads rows: only where every rank sees the file (plan/visibility.h). */
-    if (members > 0 && o->vis != NULL && o->vis->seers[cat->tensors[s->pieces[k].tensor].file] < o->vis->world)
+    uint32_t file = cat->tensors[s->pieces[k].tensor].file;
+    if (members > 0 && o->vis != NULL && o->vis->seers[file] < o->vis->world)
+      members = 0;
+    /* A file the job decided to read row by row (resident: no exchange beats one). */
+    if (o->per_row_files != NULL && o->per_row_files[file])
       members = 0;
     const sl__piece *p = &s->pieces[k];
     /* A round holds at least one row read and its columns received from every member. */

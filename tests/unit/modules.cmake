@@ -6,5 +6,6 @@ sl_unit_test(test_stats)
 sl_unit_test(test_save)
 sl_unit_test(test_filemap)
 sl_unit_test(test_strategy_choice)
+sl_unit_test(test_twophase_choice)
 # Missing/unexpected weight tracking: the bitmap reduction needs a communicator.
 sl_mpi_test(test_coverage)
