@@ -15,6 +15,7 @@
 
 #include <stdlib.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 /* A byte range of a file this rank reads. stream: read in chunks (a contiguous piece, or a strided
  * one read with its gaps); otherwise row by row (strided, its rows counted apart). */
@@ -134,8 +135,22 @@ static bool *row_files(const sl__engine *e) {
   return rows;
 }
 
+/* Whether the kernel makes a mapped range resident in one call that reports failure
+ * (MADV_POPULATE_READ, Linux 5.14): without it an I/O error or a truncated file would fault in the
+ * copy instead of failing the read, so rows are left to pread. */
+static bool populate_works(void *p, uint64_t size) {
+#ifdef MADV_POPULATE_READ
+  uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+  return madvise(p, (size_t)(size < page ? size : page), MADV_POPULATE_READ) == 0;
+#else
+  (void)p, (void)size;
+  return false;
+#endif
+}
+
 /* Maps file f for row copies where auto read it through the page cache because it is resident. A
- * mapping that fails (or no memory to find out) leaves the rows to pread. */
+ * mapping that fails, a kernel that cannot populate it safely (or no memory to find out) leaves
+ * the rows to pread. */
 static void map_rows(sl__engine *e, uint32_t f, const bool *rows) {
   const sl__file_choice *c = &e->choice[f];
   uint64_t size = e->t->cat->files[f].size;
@@ -143,8 +158,10 @@ static void map_rows(sl__engine *e, uint32_t f, const bool *rows) {
       c->why != SL_WHY_RESIDENT || size == 0 || (uint64_t)(size_t)size != size)
     return;
   void *p = mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, e->fds[f], 0);
-  if (p != MAP_FAILED)
+  if (p != MAP_FAILED && populate_works(p, size))
     e->rowmap[f] = p;
+  else if (p != MAP_FAILED)
+    munmap(p, (size_t)size);
 }
 
 void sl__engine_rowmaps_free(sl__engine *e) {

@@ -76,10 +76,11 @@ static bool from_rowmap(const sl__engine *e, const sl__read_op *op) {
 }
 
 /* File bytes [lo, hi) of the mapping made resident in one call: an I/O error or a truncated file
- * then fails the read instead of faulting. */
+ * then fails the read instead of faulting (files are mapped for rows only where the kernel has the
+ * call: engine/file_choice.c). */
 static sl_status populate(sl__engine *e, const sl__read_op *op, uint64_t lo, uint64_t hi, sl__err *werr) {
 #ifdef MADV_POPULATE_READ
-  if (madvise(e->rowmap[op->file] + lo, (size_t)(hi - lo), MADV_POPULATE_READ) != 0 && errno != EINVAL)
+  if (madvise(e->rowmap[op->file] + lo, (size_t)(hi - lo), MADV_POPULATE_READ) != 0)
     return sl__err_set(werr, SL_STATUS_IO, "read of %s at offset %llu (%llu bytes, mapped) failed: %s",
                        e->t->cat->files[op->file].path, (unsigned long long)lo, (unsigned long long)(hi - lo),
                        errno == EFAULT ? "I/O error or file truncated" : strerror(errno));

@@ -20,10 +20,12 @@
 
 #include <cjson/cJSON.h>
 
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef struct cached_model {
   char key[512];
@@ -67,6 +69,21 @@ void lc_tmpdir_remove(char *dir) {
   if (dir != NULL && lc_rank() == 0)
     sl_test_rmtree(dir);
   free(dir);
+}
+
+void lc_evict(const char *dir, const char *name) {
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (lc_rank() == 0) {
+    char path[2048];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    int fd = open(path, O_RDONLY);
+    CHECKF(fd >= 0, "cannot open %s", path);
+    if (fd >= 0) {
+      CHECKF(fsync(fd) == 0 && posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED) == 0, "evicting %s", path);
+      close(fd);
+    }
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
 }
 
 bool lc_make_variant(const char *fixture, const char *dir, const char *args) {

@@ -67,6 +67,10 @@ void lc_label(const lc_case *c, char *out, size_t cap);
 /* Library warnings (expected ones, e.g. the round_robin fallback) off unless SHARDLOAD_LOG is set. */
 void lc_quiet_logs(void);
 
+/* COLLECTIVE. Rank 0 drops the cached pages of dir/name (a page a loader still maps stays: call it
+ * once every rank is past its loads); every rank waits for it. */
+void lc_evict(const char *dir, const char *name);
+
 /* COLLECTIVE. A temporary folder made by rank 0, its path broadcast to every rank (caller frees);
  * lc_tmpdir_remove waits for every rank, then rank 0 removes it. */
 char *lc_tmpdir(const char *tag);

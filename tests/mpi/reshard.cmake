@@ -13,7 +13,7 @@ endforeach()
 # Loading from peers (sl_loader_load_from_peers, docs/spec/DESIGN.md §11) at 2 to 6 ranks: donors in
 # one layout, receivers in another, against the reference; receivers read nothing, donors unchanged.
 add_executable(test_reshard mpi/test_reshard.c ${CMAKE_CURRENT_SOURCE_DIR}/common/reference.c
-  ${CMAKE_CURRENT_SOURCE_DIR}/mpi/load_check.c)
+  ${CMAKE_CURRENT_SOURCE_DIR}/mpi/load_check.c ${CMAKE_CURRENT_SOURCE_DIR}/mpi/reshard_common.c)
 target_link_libraries(test_reshard PRIVATE sl_testlib m)
 target_compile_options(test_reshard PRIVATE ${SL_WARNINGS})
 target_compile_definitions(test_reshard PRIVATE _GNU_SOURCE)
@@ -27,7 +27,7 @@ endforeach()
 # of the receivers' node relay what crosses its link once, byte for byte as the reference; the
 # receivers' report predicts what the dry run of the layout pair predicts.
 add_executable(test_reshard_nodes mpi/test_reshard_nodes.c ${CMAKE_CURRENT_SOURCE_DIR}/common/reference.c
-  ${CMAKE_CURRENT_SOURCE_DIR}/mpi/load_check.c)
+  ${CMAKE_CURRENT_SOURCE_DIR}/mpi/load_check.c ${CMAKE_CURRENT_SOURCE_DIR}/mpi/reshard_common.c)
 target_link_libraries(test_reshard_nodes PRIVATE sl_testlib m)
 target_compile_options(test_reshard_nodes PRIVATE ${SL_WARNINGS})
 target_compile_definitions(test_reshard_nodes PRIVATE _GNU_SOURCE)

@@ -43,24 +43,6 @@ static const char *LLAMA1 = "model-00001-of-00003.safetensors";
 static const char *BENCH1 = "model-00001-of-00002.safetensors";
 static const char *BENCH2 = "model-00002-of-00002.safetensors";
 
-/* Rank 0 drops the cached pages of dir/name once every rank is past its last load (a page that a
- * loader still maps cannot be dropped); every rank waits for it. */
-static void evict(const char *dir, const char *name) {
-  MPI_Barrier(MPI_COMM_WORLD);
-  if (lc_rank() == 0) {
-    char path[2048];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    int fd = open(path, O_RDONLY);
-    CHECKF(fd >= 0, "cannot open %s", path);
-    if (fd >= 0) {
-      CHECK(fsync(fd) == 0);
-      CHECK(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED) == 0);
-      close(fd);
-    }
-  }
-  MPI_Barrier(MPI_COMM_WORLD);
-}
-
 /* Whether the file system under dir accepts O_DIRECT. */
 static bool takes_o_direct(const char *dir, const char *name) {
   char path[2048];
@@ -306,9 +288,9 @@ int main(int argc, char **argv) {
   char *dir = lc_tmpdir("auto");
   if (dir != NULL && lc_make_variant("llama", dir, "")) {
     load_llama(dir, RESIDENT);
-    evict(dir, LLAMA1);
+    lc_evict(dir, LLAMA1);
     load_llama(dir, EVICTED);
-    evict(dir, LLAMA1);
+    lc_evict(dir, LLAMA1);
     load_llama(dir, MAPPED);
   }
   lc_tmpdir_remove(dir);
@@ -316,12 +298,12 @@ int main(int argc, char **argv) {
   if (dir != NULL && lc_make_variant("bench", dir, "--size 24M")) {
     int od = lc_rank() == 0 ? takes_o_direct(dir, BENCH1) : 0;
     MPI_Bcast(&od, 1, MPI_INT, 0, MPI_COMM_WORLD);
-    evict(dir, BENCH1);
+    lc_evict(dir, BENCH1);
     load_bench(dir, od != 0, BENCH_PREFAULT);
-    evict(dir, BENCH1);
+    lc_evict(dir, BENCH1);
     load_bench(dir, od != 0, BENCH_MAPPED);
-    evict(dir, BENCH1);
-    evict(dir, BENCH2);
+    lc_evict(dir, BENCH1);
+    lc_evict(dir, BENCH2);
     load_bench(dir, od != 0, BENCH_PP_COLD);
     make_resident(dir, BENCH1);
     make_resident(dir, BENCH2);

@@ -10,15 +10,11 @@
  */
 #include "check.h"
 #include "load_check.h"
+#include "reshard_common.h"
 #include "shardload/shardload.h"
 
 #include <stdlib.h>
 #include <string.h>
-
-typedef struct lay {
-  int tp, pp, dp;
-  bool ep;
-} lay;
 
 typedef struct rcase {
   const char *fixture;
@@ -39,35 +35,6 @@ static const rcase cases[] = {
     {"mixtral", {4, 1, 1, false}, {2, 1, 1, true}},     /* 6: tp 4 → tp 2 with EP */
     {"deepseek_v3", {2, 1, 2, true}, {2, 1, 1, false}}, /* 6 */
 };
-
-static int size_of(const lay *l) {
-  return l->tp * l->pp * l->dp;
-}
-
-static void set(sl_config *cfg, const char *k, const char *v) {
-  sl_status st = sl_config_set(cfg, k, v);
-  CHECKF(st == SL_STATUS_OK, "config %s=%s: %s", k, v, sl_config_error(cfg));
-}
-
-static sl_config *config_of(const char *fixture, const lay *l) {
-  char folder[1024];
-  char num[32];
-  lc_fixture_path(fixture, folder, sizeof folder);
-  sl_config *cfg = NULL;
-  if (sl_config_create(&cfg) != SL_STATUS_OK)
-    return NULL;
-  set(cfg, "model", folder);
-  snprintf(num, sizeof num, "%d", l->tp);
-  set(cfg, "tp", num);
-  snprintf(num, sizeof num, "%d", l->pp);
-  set(cfg, "pp", num);
-  snprintf(num, sizeof num, "%d", l->dp);
-  set(cfg, "dp", num);
-  set(cfg, "enable_expert_parallel", l->ep ? "true" : "false");
-  set(cfg, "quiet", "true");
-  set(cfg, "threads", "2");
-  return cfg;
-}
 
 static uint64_t checksum(const void *data, uint64_t n) {
   const uint8_t *p = data;
@@ -95,8 +62,8 @@ static void check_report(const char *label, const char *json, int receivers) {
 static void run_case(const rcase *c) {
   int world = lc_world();
   int rank = lc_rank();
-  int D = size_of(&c->from);
-  if (D + size_of(&c->to) != world)
+  int D = lay_size(&c->from);
+  if (D + lay_size(&c->to) != world)
     return;
   bool donor = rank < D;
   char label[160];
@@ -105,7 +72,7 @@ static void run_case(const rcase *c) {
            c->to.ep ? " ep" : "", rank);
   MPI_Comm side;
   MPI_Comm_split(MPI_COMM_WORLD, donor ? 0 : 1, rank, &side);
-  sl_config *cfg = config_of(c->fixture, donor ? &c->from : &c->to);
+  sl_config *cfg = lay_config(c->fixture, donor ? &c->from : &c->to);
   sl_loader *l = NULL;
   sl_status st = cfg != NULL ? sl_loader_create(cfg, side, &l) : SL_STATUS_NOMEM;
   CHECKF(st == SL_STATUS_OK, "%s: create: %s", label, cfg != NULL ? sl_config_error(cfg) : "");
@@ -138,7 +105,7 @@ static void run_case(const rcase *c) {
       lc_check_table(label, m, l, ref);
     sl_ref_table_free(ref);
     if (me == 0)
-      check_report(label, sl_loader_report_json(l), size_of(&c->to));
+      check_report(label, sl_loader_report_json(l), lay_size(&c->to));
   }
   free(before);
   sl_loader_destroy(l);
@@ -153,7 +120,7 @@ static void refusals(void) {
   if (world < 2)
     return;
   lay one = {1, 1, world, false};
-  sl_config *cfg = config_of("llama", &one);
+  sl_config *cfg = lay_config("llama", &one);
   sl_loader *l = NULL;
   sl_status st = sl_loader_create(cfg, MPI_COMM_WORLD, &l);
   if (st == SL_STATUS_OK)
@@ -168,7 +135,7 @@ static void refusals(void) {
   MPI_Comm side;
   MPI_Comm_split(MPI_COMM_WORLD, rank == 0 ? 0 : 1, rank, &side);
   lay me = rank == 0 ? (lay){1, 1, 1, false} : (lay){1, 1, world - 1, false};
-  cfg = config_of("llama", &me);
+  cfg = lay_config("llama", &me);
   l = NULL;
   st = sl_loader_create(cfg, side, &l);
   void *buf = NULL;

@@ -11,6 +11,7 @@
  */
 #include "check.h"
 #include "load_check.h"
+#include "reshard_common.h"
 #include "shardload/shardload.h"
 
 #include <stdio.h>
@@ -19,11 +20,6 @@
 
 /* A slow network, so that the prediction is far from 0 at the report's 3 decimals. */
 #define NETWORK_GBPS "0.001"
-
-typedef struct lay {
-  int tp, pp, dp;
-  bool ep;
-} lay;
 
 typedef struct ncase {
   const char *fixture;
@@ -38,35 +34,15 @@ static const ncase cases[] = {
     {"qwen3_moe", {2, 1, 1, false}, {2, 1, 2, true}, false},  /* 6: tp 2 dp 2 with EP */
 };
 
-static int size_of(const lay *l) {
-  return l->tp * l->pp * l->dp;
-}
-
-static void set(sl_config *cfg, const char *k, const char *v) {
-  sl_status st = sl_config_set(cfg, k, v);
-  CHECKF(st == SL_STATUS_OK, "config %s=%s: %s", k, v, sl_config_error(cfg));
-}
-
+/* The fixture in layout l, on a slow network of ranks_per_node ranks per node. */
 static sl_config *config_of(const char *fixture, const lay *l, int ranks_per_node) {
-  char folder[1024];
+  sl_config *cfg = lay_config(fixture, l);
   char num[32];
-  lc_fixture_path(fixture, folder, sizeof folder);
-  sl_config *cfg = NULL;
-  if (sl_config_create(&cfg) != SL_STATUS_OK)
-    return NULL;
-  set(cfg, "model", folder);
-  snprintf(num, sizeof num, "%d", l->tp);
-  set(cfg, "tp", num);
-  snprintf(num, sizeof num, "%d", l->pp);
-  set(cfg, "pp", num);
-  snprintf(num, sizeof num, "%d", l->dp);
-  set(cfg, "dp", num);
-  set(cfg, "enable_expert_parallel", l->ep ? "true" : "false");
-  set(cfg, "network_gbps", NETWORK_GBPS);
   snprintf(num, sizeof num, "%d", ranks_per_node);
-  set(cfg, "ranks_per_node", num);
-  set(cfg, "quiet", "true");
-  set(cfg, "threads", "2");
+  if (cfg != NULL) {
+    lay_set(cfg, "network_gbps", NETWORK_GBPS);
+    lay_set(cfg, "ranks_per_node", num);
+  }
   return cfg;
 }
 
@@ -86,7 +62,7 @@ static void check_prediction(const char *label, const ncase *c, sl_loader *l, in
   sl_config *dst = config_of(c->fixture, &c->to, world / 2);
   sl_dryrun_peers *d = NULL;
   sl_status st = src != NULL && dst != NULL
-                     ? sl_dryrun_peers_create(dst, size_of(&c->to), src, size_of(&c->from), &d)
+                     ? sl_dryrun_peers_create(dst, lay_size(&c->to), src, lay_size(&c->from), &d)
                      : SL_STATUS_NOMEM;
   CHECKF(st == SL_STATUS_OK, "%s: dry run: %s", label, dst != NULL ? sl_config_error(dst) : "");
   const char *dry = d != NULL ? sl_dryrun_peers_json(d) : NULL;
@@ -118,8 +94,8 @@ static void check_prediction(const char *label, const ncase *c, sl_loader *l, in
 static void run_case(const ncase *c) {
   int world = lc_world();
   int rank = lc_rank();
-  int D = size_of(&c->from);
-  if (D + size_of(&c->to) != world)
+  int D = lay_size(&c->from);
+  if (D + lay_size(&c->to) != world)
     return;
   bool donor = rank < D;
   char label[160];

@@ -193,21 +193,6 @@ static bool cold_now(const char *dir, const char *name) {
   return in * 2 < n;
 }
 
-/* Rank 0 drops dir/name's cached pages; every rank waits for it. */
-static void evict(const char *dir, const char *name) {
-  MPI_Barrier(MPI_COMM_WORLD);
-  if (lc_rank() == 0) {
-    char path[2048];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    int fd = open(path, O_RDONLY);
-    CHECKF(fd >= 0 && fsync(fd) == 0 && posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED) == 0, "evicting %s",
-           path);
-    if (fd >= 0)
-      close(fd);
-  }
-  MPI_Barrier(MPI_COMM_WORLD);
-}
-
 /* Rank 0: the auto report's per-file decision and the exchanges. The file COLD was evicted: it is
  * read two-phase. The others were just read into the page cache: read without the exchange, unless
  * something else on the machine dropped the caches meanwhile (then their reason says they were
@@ -269,7 +254,7 @@ static void run_auto_case(int tp) {
     lc_tmpdir_remove(dir);
     return;
   }
-  evict(dir, COLD); /* the other files stay as make-fixture wrote them: in the page cache */
+  lc_evict(dir, COLD); /* the other files stay as make-fixture wrote them: in the page cache */
   int evicted = lc_rank() == 0 && cold_now(dir, COLD); /* not on tmpfs: its pages are the file */
   MPI_Bcast(&evicted, 1, MPI_INT, 0, MPI_COMM_WORLD);
   lc_case c = {.fixture = "llama", .tp = tp, .pp = 1, .dp = 1, .model_dir = dir};

@@ -1,0 +1,39 @@
+/*
+ * reshard_common.c — the layouts and configurations the load-from-peers tests share (see
+ * reshard_common.h).
+ */
+#include "reshard_common.h"
+
+#include "check.h"
+#include "load_check.h"
+
+#include <stdio.h>
+
+int lay_size(const lay *l) {
+  return l->tp * l->pp * l->dp;
+}
+
+void lay_set(sl_config *cfg, const char *key, const char *value) {
+  sl_status st = sl_config_set(cfg, key, value);
+  CHECKF(st == SL_STATUS_OK, "config %s=%s: %s", key, value, sl_config_error(cfg));
+}
+
+sl_config *lay_config(const char *fixture, const lay *l) {
+  char folder[1024];
+  char num[32];
+  lc_fixture_path(fixture, folder, sizeof folder);
+  sl_config *cfg = NULL;
+  if (sl_config_create(&cfg) != SL_STATUS_OK)
+    return NULL;
+  lay_set(cfg, "model", folder);
+  snprintf(num, sizeof num, "%d", l->tp);
+  lay_set(cfg, "tp", num);
+  snprintf(num, sizeof num, "%d", l->pp);
+  lay_set(cfg, "pp", num);
+  snprintf(num, sizeof num, "%d", l->dp);
+  lay_set(cfg, "dp", num);
+  lay_set(cfg, "enable_expert_parallel", l->ep ? "true" : "false");
+  lay_set(cfg, "quiet", "true");
+  lay_set(cfg, "threads", "2");
+  return cfg;
+}
