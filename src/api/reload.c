@@ -101,7 +101,8 @@ static bool same_groups(const sl__comm_groups *a, const sl__comm_groups *b) {
     return false;
   for (size_t g = 0; g < a->n; g++)
     if (a->group[g].n != b->group[g].n || a->group[g].broadcasts != b->group[g].broadcasts ||
-        memcmp(a->group[g].members, b->group[g].members, a->group[g].n * sizeof *a->group[g].members) != 0)
+        (a->group[g].n > 0 && /* a group without this rank lists no members: NULL on both */
+         memcmp(a->group[g].members, b->group[g].members, a->group[g].n * sizeof *a->group[g].members) != 0))
       return false;
   return true;
 }

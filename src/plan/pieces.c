@@ -439,8 +439,10 @@ sl_status sl__schedule_listed(const sl__schedule *s, sl__schedule *out, sl__err 
     sl__schedule_listed_free(out);
     return sl__err_set(err, SL_STATUS_NOMEM, "out of memory listing broadcast groups");
   }
-  memcpy(out->groups, s->groups, s->n_groups * sizeof *out->groups);
-  memcpy(out->group_members, s->group_members, len * sizeof *out->group_members);
+  if (s->n_groups > 0) /* a job of one rank has no group, and NULL arrays */
+    memcpy(out->groups, s->groups, s->n_groups * sizeof *out->groups);
+  if (len > 0)
+    memcpy(out->group_members, s->group_members, len * sizeof *out->group_members);
   for (size_t g = 0; g < s->n_groups; g++) {
     sl__group *G = &out->groups[g];
     if (G->off != SL_GROUP_UNLISTED)
