@@ -37,3 +37,19 @@ sl_config *lay_config(const char *fixture, const lay *l) {
   lay_set(cfg, "threads", "2");
   return cfg;
 }
+
+int lay_check_receiver(const char *label, const char *fixture, const lay *to, const sl_loader *l,
+                       MPI_Comm side) {
+  int me = 0;
+  MPI_Comm_rank(side, &me);
+  sl_ref_model *m = lc_model(fixture, NULL);
+  sl_ref_layout rl = {.tp = to->tp, .pp = to->pp, .dp = to->dp, .rank = me, .expert_parallel = to->ep};
+  sl_ref_table *ref = NULL;
+  char msg[512] = "";
+  sl_status rst = m != NULL ? sl_ref_table_build(m, &rl, &ref, msg, sizeof msg) : SL_STATUS_INTERNAL;
+  CHECKF(rst == SL_STATUS_OK, "%s: reference: %s", label, msg);
+  if (rst == SL_STATUS_OK)
+    lc_check_table(label, m, l, ref);
+  sl_ref_table_free(ref);
+  return me;
+}

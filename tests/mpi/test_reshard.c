@@ -92,20 +92,9 @@ static void run_case(const rcase *c) {
       CHECKF(checksum(p->data, p->nbytes) == before[i], "%s: donor parameter %s changed", label, p->name);
     }
   } else if (st == SL_STATUS_OK) {
-    int me = 0;
-    MPI_Comm_rank(side, &me);
-    sl_ref_model *m = lc_model(c->fixture, NULL);
-    sl_ref_layout rl = {
-        .tp = c->to.tp, .pp = c->to.pp, .dp = c->to.dp, .rank = me, .expert_parallel = c->to.ep};
-    sl_ref_table *ref = NULL;
-    char msg[512] = "";
-    sl_status rst = m != NULL ? sl_ref_table_build(m, &rl, &ref, msg, sizeof msg) : SL_STATUS_INTERNAL;
-    CHECKF(rst == SL_STATUS_OK, "%s: reference: %s", label, msg);
-    if (rst == SL_STATUS_OK)
-      lc_check_table(label, m, l, ref);
-    sl_ref_table_free(ref);
-    if (me == 0)
-      check_report(label, sl_loader_report_json(l), lay_size(&c->to));
+    lay_check_receiver(label, c->fixture, &c->to, l, side);
+    /* every receiver holds the receivers' report */
+    check_report(label, sl_loader_report_json(l), lay_size(&c->to));
   }
   free(before);
   sl_loader_destroy(l);

@@ -113,20 +113,9 @@ static void run_case(const ncase *c) {
   st = st == SL_STATUS_OK ? sl_loader_load_from_peers(l, MPI_COMM_WORLD) : st;
   CHECKF(st == SL_STATUS_OK, "%s: load from peers: %s", label, l != NULL ? sl_loader_error(l) : "");
   if (st == SL_STATUS_OK && !donor) {
-    int me = 0;
-    MPI_Comm_rank(side, &me);
-    sl_ref_model *m = lc_model(c->fixture, NULL);
-    sl_ref_layout rl = {
-        .tp = c->to.tp, .pp = c->to.pp, .dp = c->to.dp, .rank = me, .expert_parallel = c->to.ep};
-    sl_ref_table *ref = NULL;
-    char msg[512] = "";
-    sl_status rst = m != NULL ? sl_ref_table_build(m, &rl, &ref, msg, sizeof msg) : SL_STATUS_INTERNAL;
-    CHECKF(rst == SL_STATUS_OK, "%s: reference: %s", label, msg);
-    if (rst == SL_STATUS_OK)
-      lc_check_table(label, m, l, ref);
-    sl_ref_table_free(ref);
-    if (me == 0)
-      check_prediction(label, c, l, world);
+    lay_check_receiver(label, c->fixture, &c->to, l, side);
+    /* every receiver holds the receivers' report */
+    check_prediction(label, c, l, world);
   }
   sl_loader_destroy(l);
   sl_config_destroy(cfg);
