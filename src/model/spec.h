@@ -58,6 +58,7 @@ typedef enum sl__style {
   SL_STYLE_MOE3D_W2_TRANSPOSED,   /* [E, Im, H] → [El, Ip, H] (orientation kept) */
   SL_STYLE_QUANT_PARTS,           /* per-tensor scales of the parts of a fused weight: [n parts] */
   SL_STYLE_INT4,                  /* GPTQ / AWQ packed tensors of a linear (derived, never in a spec) */
+  SL_STYLE_GDN,                   /* gated DeltaNet sections split by whole heads (model/gdn.h) */
   SL_STYLE_COUNT
 } sl__style;
 
