@@ -19,7 +19,7 @@
 
 /* The largest spec file read (a spec is a few KiB; the bound keeps a wrong path from costing memory). */
 #define SL_SPEC_MAX_BYTES (16u * 1024u * 1024u)
-/* Counts a spec may hold (the shipped ones have at most 14 vars and 21 parameters): what a spec
+/* Counts a spec may hold (the shipped ones have at most 19 vars and 29 parameters): what a spec
  * costs to evaluate grows with them on every rank. */
 #define SL_SPEC_MAX_VARS 1024u   /* each of vars and layer_vars */
 #define SL_SPEC_MAX_PARAMS 4096u /* params */

@@ -6,7 +6,7 @@ amplification 1.00, bytes read = distinct bytes = the bytes of every tensor but 
 the vision tower's), and every rank's bytes equal to the slices docs/spec/LAYOUTS.md gives it,
 computed here from the headers alone (independently of the library):
 
-  layers of stage p: base = L // P, the stages before the last get the remainder (§2.1); the
+  layers of stage p: base = L // P, the stages before the last get the remainder (docs/spec/LAYOUTS.md §2.1); the
   embedding on the first stage, the final norm and lm_head on the last (untied);
   norms, router, shared_expert_gate, q/k norms, linear_attn.norm: whole;
   q_proj, o_proj, the gated DeltaNet's tensors (in_proj_*, conv1d, A_log, dt_bias, out_proj), the
