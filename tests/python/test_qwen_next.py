@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """test_qwen_next.py -- Qwen3-Next and Qwen3.5 through the Python package, under mpirun at 1, 2 and 4
-ranks (tp = the world size; 3: tp 1 x dp 3):
+ranks (ctest; tp = the world size; at 3 ranks, run by hand, tp 1 x dp 3 loads only):
 
 (a) shardload.Loader loads qwen3_next, qwen3_5 (tied, ConditionalGeneration, vision skipped),
     qwen3_5_moe (stacked experts) and qwen3_5_moe_text, without and with expert parallelism; every
