@@ -155,7 +155,12 @@ static bool pick_family(sl_ref_model *m, const char *arch, const char *override)
                {"Gemma3ForCausalLM", FAM_GEMMA3},
                {"Glm4MoeForCausalLM", FAM_GLM4_MOE},
                {"GptOssForCausalLM", FAM_GPT_OSS},
-               {"Llama4ForConditionalGeneration", FAM_LLAMA4}};
+               {"Llama4ForConditionalGeneration", FAM_LLAMA4},
+               {"Qwen3NextForCausalLM", FAM_QWEN3_NEXT},
+               {"Qwen3_5ForConditionalGeneration", FAM_QWEN3_5},
+               {"Qwen3_5MoeForConditionalGeneration", FAM_QWEN3_5_MOE},
+               {"Qwen3_5ForCausalLM", FAM_QWEN3_5_TEXT},
+               {"Qwen3_5MoeForCausalLM", FAM_QWEN3_5_MOE_TEXT}};
   if (override != NULL && strcmp(override, "fused3d") == 0) {
     m->fam = FAM_FUSED3D;
     return true;
@@ -169,10 +174,12 @@ static bool pick_family(sl_ref_model *m, const char *arch, const char *override)
   return false;
 }
 
-/* The object holding the text model's sizes: Llama-4 nests them under text_config. */
+/* The object holding the text model's sizes: Llama-4 and the Qwen3.5 wrappers nest them under
+ * text_config. */
 static const cJSON *text_cfg(const sl_ref_model *m, const cJSON *cfg) {
   const cJSON *tc = cJSON_GetObjectItemCaseSensitive(cfg, "text_config");
-  return m->fam == FAM_LLAMA4 && cJSON_IsObject(tc) ? tc : cfg;
+  bool nested = m->fam == FAM_LLAMA4 || m->fam == FAM_QWEN3_5 || m->fam == FAM_QWEN3_5_MOE;
+  return nested && cJSON_IsObject(tc) ? tc : cfg;
 }
 
 /* compressed-tensors: only fp8 weights are modelled (docs/spec/ARCHITECTURES.md §15). */
