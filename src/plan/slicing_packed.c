@@ -60,6 +60,7 @@ static sl_status packed_row(sl__slicer *s, sl__local_shape *ls, char *desc, size
   uint64_t c0 = start / p->in_per_row;
   uint64_t nc = per / p->in_per_row;
   ls->shape[1] = nc;
+  s->lcols = nc;
   snprintf(desc, dcap, "%s row: cols [%llu, %llu) of %llu", sl__style_name(p->style), (unsigned long long)c0,
            (unsigned long long)(c0 + nc), (unsigned long long)cols);
   return sl__slab(s, 0, 0, src->shape[0], 1, c0, nc, 0, 0);
