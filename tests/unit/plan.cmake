@@ -16,3 +16,8 @@ sl_unit_test(test_local_plan)
 set_tests_properties(test_local_plan PROPERTIES TIMEOUT 300)
 # The schedule when some ranks cannot open some files: readers among the ranks that see them.
 sl_unit_test(test_plan_visibility)
+# The full-size Kimi-K2-Thinking (W4A16 experts) planned at tp 8 x pp 2 with expert parallelism,
+# headers only: every byte read once, each rank's bytes those of the reference (labels unit;frontier).
+sl_unit_test(test_plan_kimi)
+target_sources(test_plan_kimi PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/common/reference.c)
+set_tests_properties(test_plan_kimi PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300 LABELS "unit;frontier")
