@@ -9,7 +9,9 @@
  * Python's syntax is translated to POSIX extended syntax for regcomp(3): (?:...) groups, \d \w \s
  * and their negations, escaped punctuation and lazy quantifiers (a lazy quantifier does not change
  * whether a match exists). Anything else Python-only (look-arounds, named groups, inline flags,
- * back-references, \b, \A, \Z) is an error naming the pattern, never a silent mismatch.
+ * back-references, \b, \A, \Z), counted repetitions and patterns whose compiled form could grow
+ * without bound (quantifiers on quantifiers, more than 4 repeated groups, groups 16 deep) are an
+ * error naming the pattern, never a silent mismatch.
  */
 #include "model/model_packed.h"
 
@@ -91,41 +93,86 @@ static sl_status bracket(sl__buf *b, const char *pattern, const char *p, size_t 
   return SL_STATUS_OK;
 }
 
-char *sl__ignore_translate(const char *pattern, sl__err *err) {
+/* Limits that keep regcomp's work bounded (glibc copies a group for each "+" or count applied to
+ * it, so nested ones grow exponentially); real ignore patterns use a handful of groups. */
+#define SL_IGNORE_MAX_DEPTH 16
+#define SL_IGNORE_MAX_GROUP_REPEATS 4
+
+/* One translation: the output so far and what the next quantifier may apply to. */
+typedef struct xlate {
   sl__buf b;
-  sl__buf_init(&b, 0);
-  sl__buf_appendf(&b, "^(");
+  const char *pattern;
+  int depth;
+  int group_repeats;
+  bool after_quant; /* the last token was a quantifier: another one is Python's "multiple repeat" */
+  bool after_group; /* the last token closed a group */
+} xlate;
+
+static sl_status quantifier(xlate *x, const char **p, sl__err *err) {
+  if (x->after_quant)
+    return unsupported(x->pattern, "a quantifier after a quantifier (Python's \"multiple repeat\")", err);
+  if (x->after_group && (**p == '+' || **p == '*') && ++x->group_repeats > SL_IGNORE_MAX_GROUP_REPEATS)
+    return unsupported(x->pattern, "more than 4 repeated groups", err);
+  sl__buf_putc(&x->b, **p);
+  (*p)++;
+  if (**p == '?') /* lazy: the same matches exist */
+    (*p)++;
+  x->after_quant = true;
+  x->after_group = false;
+  return SL_STATUS_OK;
+}
+
+static sl_status token(xlate *x, const char **p, sl__err *err) {
+  const char *c = *p;
+  bool group_end = false;
   sl_status st = SL_STATUS_OK;
-  for (const char *p = pattern; *p != '\0' && st == SL_STATUS_OK;) {
-    if (p[0] == '(' && p[1] == '?') {
-      if (p[2] != ':') {
-        st = unsupported(pattern, "a (?...) construct other than (?:...)", err);
-        break;
-      }
-      sl__buf_putc(&b, '(');
-      p += 3;
-    } else if (p[0] == '\\') {
-      st = escape_outside(&b, pattern, p[1], err);
-      p += p[1] != '\0' ? 2 : 1;
-    } else if (p[0] == '[') {
-      size_t used = 0;
-      st = bracket(&b, pattern, p, &used, err);
-      p += used;
-    } else if ((p[0] == '*' || p[0] == '+' || p[0] == '?' || p[0] == '}') && p[1] == '?') {
-      sl__buf_putc(&b, p[0]); /* lazy: the same matches exist */
-      p += 2;
-    } else {
-      sl__buf_putc(&b, *p++);
-    }
+  if (c[0] == '*' || c[0] == '+' || c[0] == '?')
+    return quantifier(x, p, err);
+  if (c[0] == '{' || c[0] == '}') {
+    st = unsupported(x->pattern, "a counted repetition {m,n}", err);
+  } else if (c[0] == '(') {
+    if (c[1] == '?' && c[2] != ':')
+      return unsupported(x->pattern, "a (?...) construct other than (?:...)", err);
+    if (++x->depth > SL_IGNORE_MAX_DEPTH)
+      return unsupported(x->pattern, "groups nested deeper than 16", err);
+    sl__buf_putc(&x->b, '(');
+    *p += c[1] == '?' ? 3 : 1;
+  } else if (c[0] == ')') {
+    x->depth--;
+    group_end = true;
+    sl__buf_putc(&x->b, ')');
+    (*p)++;
+  } else if (c[0] == '\\') {
+    st = escape_outside(&x->b, x->pattern, c[1], err);
+    *p += c[1] != '\0' ? 2 : 1;
+  } else if (c[0] == '[') {
+    size_t used = 0;
+    st = bracket(&x->b, x->pattern, c, &used, err);
+    *p += used;
+  } else {
+    sl__buf_putc(&x->b, c[0]);
+    (*p)++;
   }
-  sl__buf_putc(&b, ')');
-  if (st != SL_STATUS_OK || b.failed) {
+  x->after_quant = false;
+  x->after_group = group_end;
+  return st;
+}
+
+char *sl__ignore_translate(const char *pattern, sl__err *err) {
+  xlate x = {.pattern = pattern};
+  sl__buf_init(&x.b, 0);
+  sl__buf_appendf(&x.b, "^(");
+  sl_status st = SL_STATUS_OK;
+  for (const char *p = pattern; st == SL_STATUS_OK && *p != '\0';)
+    st = token(&x, &p, err);
+  sl__buf_putc(&x.b, ')');
+  if (st != SL_STATUS_OK || x.b.failed) {
     if (st == SL_STATUS_OK)
       sl__err_set(err, SL_STATUS_NOMEM, "out of memory");
-    sl__buf_free(&b);
+    sl__buf_free(&x.b);
     return NULL;
   }
-  return sl__buf_take(&b);
+  return sl__buf_take(&x.b);
 }
 
 void sl__ignore_free(sl__ignore *ig) {

@@ -21,3 +21,6 @@ sl_unit_test(test_plan_visibility)
 sl_unit_test(test_plan_kimi)
 target_sources(test_plan_kimi PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/common/reference.c)
 set_tests_properties(test_plan_kimi PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300 LABELS "unit;frontier")
+# The ignore lists of pack-quantized / NVFP4 configs match as vLLM's Python does (labels unit;frontier).
+sl_unit_test(test_quant_ignore)
+set_tests_properties(test_quant_ignore PROPERTIES LABELS "unit;frontier")
