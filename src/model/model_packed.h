@@ -1,8 +1,8 @@
 /*
  * model/model_packed.h — internals of the pack-quantized and NVFP4 model builder (the entry points
  * are in model/model_build.h), from the top down:
- *   model/model_packed.c         the dispatcher and the dense linears (docs/spec/ARCHITECTURES.md §17,
- *                                §18): a linear stored quantized becomes its packed tensors;
+ *   model/model_packed.c         the dispatcher and the dense linears: a linear stored quantized
+ *                                becomes its packed tensors (docs/spec/ARCHITECTURES.md §17–§18);
  *   model/model_packed_moe.c     the experts of a FusedMoE layer (WNA16 in vLLM's Marlin layout,
  *                                NVFP4 as stored);
  *   model/model_packed_part.c    what both share: a part's companion tensors found and checked,

@@ -8,8 +8,8 @@
  *   - the checkpoint layout: each rank's bytes equal the independent reference's expected slices
  *     (tests/common/reference.h, built from the headers);
  *   - the vllm layout: the same bytes but the gate part's weight_shape of each local expert, which
- *     the vllm layout does not read (w13_weight_shape holds the up part's, docs/spec/LAYOUTS.md
- *     §3.13); 48 experts on every rank.
+ *     the vllm layout does not read (w13_weight_shape holds the up part's:
+ *     docs/spec/LAYOUTS.md §3.13); 48 experts on every rank.
  * Prints the planning times (not asserted).
  */
 #include "check.h"
