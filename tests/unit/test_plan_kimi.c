@@ -10,6 +10,7 @@
  *   - the vllm layout: the same bytes but the gate part's weight_shape of each local expert, which
  *     the vllm layout does not read (w13_weight_shape holds the up part's:
  *     docs/spec/LAYOUTS.md §3.13); 48 experts on every rank.
+ * Each config is destroyed before its dry run's report is read (the dry run keeps a copy).
  * Prints the planning times (not asserted).
  */
 #include "check.h"
