@@ -17,7 +17,7 @@ experts.w13_weight / w2_weight, padded vocabulary ...) is filled:
 - a planned alias (tied embeddings: lm_head.weight of model.embed_tokens.weight): nothing to do
   when the module's two names share storage (vLLM's tie, torch's `lm_head.weight = embed.weight`),
   else copied from its target after the load;
-- another shape (or a non-float dtype change): handed to `fallback` when one is given, else bound
+- another shape (or a change between a float and a non-float dtype): handed to `fallback` when one is given, else bound
   so that the load fails with the bind's ShapeError/InvalidArgumentError on every rank.
 
 Returns (missing, unexpected) as torch's load_state_dict does: module tensors the plan does not
