@@ -10,6 +10,7 @@
  * nbytes) where str = u64 length + bytes (no NUL).
  */
 #include "model/catalog.h"
+#include "model/quant_file.h"
 #include "model/sharded_name.h"
 
 #include "base/log.h"
@@ -194,7 +195,8 @@ bool sl__cat_file_stamp(int fd, sl__file_stamp *out) {
 
 bool sl__cat_file_same(const sl__catalog *c, uint32_t f, const sl__file_stamp *s) {
   const sl__cat_file *cf = &c->files[f];
-  return s->size == cf->size && cf->mtime_ns != 0 && s->mtime_ns == cf->mtime_ns && s->ctime_ns == cf->ctime_ns;
+  return s->size == cf->size && cf->mtime_ns != 0 && s->mtime_ns == cf->mtime_ns &&
+         s->ctime_ns == cf->ctime_ns;
 }
 
 static sl_status changed(sl__err *err, const char *path, const char *when, const char *what, long long now,
@@ -258,6 +260,8 @@ static sl_status read_config(const sl__catalog_opts *o, sl__catalog *c, sl__err 
                        o->folder);
     } else if (st != SL_STATUS_OK) {
       sl__err_copy(err, &cerr);
+    } else { /* a ModelOpt hf_quant_config.json beside it becomes its quantization_config */
+      st = sl__config_merge_quant_file(o->folder, &c->config_json, &c->config_len, err);
     }
   }
   free(cfg_path);

@@ -98,7 +98,9 @@ static void build_stage(ctx *c, bool first, bool last) {
     ref_ctx_fail(c, SL_STATUS_DIVISIBILITY, "num_attention_heads %llu not divisible by tp %llu",
                  (unsigned long long)m->nh, (unsigned long long)c->T);
   for (size_t i = 0; i < m->n_defs && c->st == SL_STATUS_OK; i++) {
-    if (m->defs[i].int4)
+    if (m->defs[i].packed)
+      ref_packed_def(c, &m->defs[i], false);
+    else if (m->defs[i].int4)
       ref_int4_def(c, &m->defs[i], false);
     else
       ref_check_def(c, &m->defs[i]);
@@ -184,7 +186,9 @@ void sl_ref_param_fill(const sl_ref_model *m, const sl_ref_param *p, uint8_t *ou
   memset(out, 0, p->nbytes);
   for (size_t i = 0; i < p->n_segs; i++) {
     const sl_ref_seg *s = &p->segs[i];
-    if (s->tensor >= 0 && s->dst + s->len <= p->nbytes)
+    if (s->tensor >= 0 && s->dst + s->len <= p->nbytes && m->tensors[s->tensor].literal)
+      memcpy(out + s->dst, m->tensors[s->tensor].lit + s->src, s->len);
+    else if (s->tensor >= 0 && s->dst + s->len <= p->nbytes)
       sl_value_fill(m->tensors[s->tensor].file_name, s->src, out + s->dst, s->len);
   }
 }

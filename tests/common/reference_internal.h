@@ -97,6 +97,9 @@ typedef struct rtensor {
   uint32_t ndim;
   uint64_t shape[SL_MAX_DIMS];
   uint64_t nbytes;
+  uint32_t file; /* its file's index (natural order) */
+  bool literal;  /* its bytes are lit[], not the value function's (a weight_shape tensor) */
+  uint8_t lit[16];
 } rtensor;
 
 typedef struct rdef {
@@ -118,6 +121,9 @@ typedef struct rdef {
   char *int4_part[MAX_SRC];
   int gdn[MAX_SRC]; /* gdn: the part (GDN_*) of each source; hq, hkv, d, dv: nk, nv, dk, dv */
   uint64_t dv;
+  bool packed;                 /* pack-quantized / NVFP4 linear or experts (reference_packed.c) */
+  char *pk_stem[MAX_SRC];      /* a linear's parts: their names less ".weight" */
+  char *pk_pre[2], *pk_suf[2]; /* experts: part k of expert X is pk_pre[k] X pk_suf[k] */
 } rdef;
 
 struct sl_ref_model {
@@ -135,6 +141,11 @@ struct sl_ref_model {
   bool fp8;
   bool ct;          /* compressed-tensors fp8 (docs/spec/ARCHITECTURES.md §15) */
   sl_ref_int4 int4; /* GPTQ / AWQ (docs/spec/ARCHITECTURES.md §16) */
+  struct {          /* pack-quantized / NVFP4 (docs/spec/ARCHITECTURES.md §18, §19; reference_packed.c) */
+    int kind;       /* 0 none, 1 W4A16 / W8A16, 2 NVFP4 */
+    bool modelopt, symmetric, input_scales;
+    uint64_t pack, group; /* values per int32; group_size (0: per channel), NVFP4 16 */
+  } pk;
   uint64_t bn, bk;
   uint64_t nh;     /* DeepSeek: heads that TP must divide */
   const char *pre; /* prefix of every text-model name: "" or Llama-4's "language_model." */
@@ -232,6 +243,20 @@ void ref_build_gdn(ctx *c, const rdef *d);
 
 void ref_add_scales(sl_ref_model *m);
 void ref_add_ct_scales(sl_ref_model *m);
+
+/* ---- reference_packed.c -------------------------------------------------------------------- */
+
+/* quantization_config q (NULL: none in config.json, then the folder's hf_quant_config.json) when
+ * it is pack-quantized or NVFP4: true when it was (m->pk set, or a failure recorded). */
+bool ref_packed_config(sl_ref_model *m, const cJSON *q);
+/* After the tensors are read: weight_shape tensors hold their linear's [out, in]. */
+void ref_packed_literals(sl_ref_model *m);
+/* Source `tensor` of d (a weight "X.weight") stored quantized: recorded in d, true. */
+bool ref_packed_src(sl_ref_model *m, rdef *d, const char *tensor);
+/* Per-expert source prefix X suffix stored quantized: recorded in d, true. */
+bool ref_packed_expert_src(sl_ref_model *m, rdef *d, const char *prefix, const char *suffix);
+/* A quantized definition: checked only (build false) or built into the table. */
+void ref_packed_def(ctx *c, const rdef *d, bool build);
 
 /* ---- reference_check.c --------------------------------------------------------------------- */
 

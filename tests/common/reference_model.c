@@ -102,6 +102,7 @@ static sl_status read_tensor(const sl_ref_model *m, sl_model *sm, size_t i, rten
     numel *= info.shape[k];
   }
   t->nbytes = info.nbytes;
+  t->file = (uint32_t)info.file;
   t->bits = numel > 0 ? (uint32_t)(info.nbytes * 8 / numel) : 8;
   return SL_STATUS_OK;
 }
@@ -257,6 +258,8 @@ static bool read_config(sl_ref_model *m, const cJSON *top, const char *override)
   /* Gemma-3 ties unless told otherwise (docs/spec/ARCHITECTURES.md §10). */
   m->tie = ref_cfg_bool_or(top, "tie_word_embeddings", m->fam == FAM_GEMMA3);
   const cJSON *q = cJSON_GetObjectItemCaseSensitive(cfg, "quantization_config");
+  if (ref_packed_config(m, cJSON_IsObject(q) ? q : NULL))
+    return m->st == SL_STATUS_OK;
   return cJSON_IsObject(q) ? read_quant(m, q) : true;
 }
 
@@ -293,8 +296,10 @@ sl_status sl_ref_model_open(const char *folder, const char *arch_family, sl_ref_
   m->folder = ref_strdup(folder);
   m->mistral = has_consolidated(folder);
   cJSON *cfg = read_config_json(m, folder);
-  if (cfg != NULL && read_config(m, cfg, arch_family) && load_tensors(m))
+  if (cfg != NULL && read_config(m, cfg, arch_family) && load_tensors(m)) {
+    ref_packed_literals(m);
     ref_build_defs(m, text_cfg(m, cfg));
+  }
   cJSON_Delete(cfg);
   if (m->st != SL_STATUS_OK) {
     sl_status st = m->st;
@@ -318,8 +323,14 @@ void sl_ref_model_close(sl_ref_model *m) {
     /* esrc is owned by its definition; a scale's ewsrc borrows its weight's esrc. */
     for (int k = 0; k < 2; k++)
       free(m->defs[i].esrc[k]);
-    for (int k = 0; k < MAX_SRC; k++)
+    for (int k = 0; k < MAX_SRC; k++) {
       free(m->defs[i].int4_part[k]);
+      free(m->defs[i].pk_stem[k]);
+    }
+    for (int k = 0; k < 2; k++) {
+      free(m->defs[i].pk_pre[k]);
+      free(m->defs[i].pk_suf[k]);
+    }
   }
   free(m->defs);
   free(m->tensors);

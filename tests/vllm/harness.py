@@ -73,11 +73,14 @@ class Case:
 
 
 def cases(world, group):
-    """The cases of a world size (group: "main", "dtype", "qwen")."""
+    """The cases of a world size (group: "main", "dtype", "qwen", "packed")."""
     C = Case
     out = []
     if group == "qwen":
         return qwen_cases(world)
+    if group == "packed":   # pack-quantized and NVFP4 checkpoints (packed_cases.py)
+        from packed_cases import packed_cases
+        return packed_cases(C, world)
     if group == "dtype":   # model dtype unlike the checkpoint's, on the host
         tp = 2 if world % 2 == 0 else 1
         return [C("llama bf16->f32", "llama", tp=tp, dp=world // tp, dtype="float32"),
