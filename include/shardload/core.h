@@ -21,6 +21,8 @@
  *   8. parameters for other runtimes (dtype ids, sources, retained memory, DLPack, agreement)
  *   9. progress
  *  10. reload in place (another checkpoint of the same shapes into the loaded memory)
+ *  11. load from peers (ranks holding the model give it to ranks that need another layout)
+ *  12. weight sync (refit): trainers push the weights they hold into loaded loaders, every step
  *
  * Conventions: every function returns an sl_status; out-parameters come last; every create has a
  * destroy and destroy(NULL) is a no-op. Functions marked COLLECTIVE must be called by every rank
@@ -679,7 +681,7 @@ typedef enum sl_reload_state {
 sl_status sl_loader_reload(sl_loader *loader, const char *model, const char *revision);
 
 /* Not collective. What local parameter index of this rank holds after the last sl_loader_reload
- * (an alias: its target's state). SL_STATUS_INVALID_ARGUMENT for an index out of the table or a
+ * or sl_loader_refit (section 12; its own meaning there) (an alias: its target's state). SL_STATUS_INVALID_ARGUMENT for an index out of the table or a
  * NULL out. */
 sl_status sl_loader_reload_state(const sl_loader *loader, size_t index, sl_reload_state *out);
 
@@ -709,6 +711,108 @@ void sl_dryrun_peers_destroy(sl_dryrun_peers *dryrun);
 /* JSON (docs/report.schema.json's peers_dryrun) and a human table; owned by the handle. */
 const char *sl_dryrun_peers_json(sl_dryrun_peers *dryrun);
 const char *sl_dryrun_peers_summary(sl_dryrun_peers *dryrun);
+
+/* ---------------------------------------------------------------------------------------------
+ * 12. Weight sync (refit): ranks that train (the publishers) push the weights they hold into the
+ * parameters of loaded loaders (the receivers) over a communicator that holds both, one refit per
+ * training step; each byte crosses each node's link at most once. docs/spec/DESIGN.md §12.
+ * ------------------------------------------------------------------------------------------- */
+
+/* A trainer rank's side: the blocks of checkpoint tensors it holds, described in the checkpoint's
+ * global coordinates, and the plan of its last refit (kept for the next). */
+typedef struct sl_publisher sl_publisher;
+
+/* Not collective. config: NULL for the defaults, else the keys it reads (the others are ignored):
+ * timeout_s (every wait of a publish), bucket_bytes (the largest message), network_gbps (the time
+ * model of the report), device (cpu: blocks in host memory; cuda: in device memory of the GPU
+ * cuda_device, default the node-local rank in the job). */
+sl_status sl_publisher_create(const sl_config *config, sl_publisher **out);
+/* Not collective. destroy(NULL) is a no-op. */
+void sl_publisher_destroy(sl_publisher *publisher);
+/* Message of the last failure on this rank ("" when none). */
+const char *sl_publisher_error(const sl_publisher *publisher);
+
+/* Not collective. One block this rank publishes: checkpoint tensor `tensor` (the receivers'
+ * checkpoint name) of global shape shape[0 .. ndim), the block of extent[] elements starting at
+ * offsets[] (a contiguous hyper-rectangle: FSDP's row blocks, uneven or empty last ones — an
+ * extent of 0 —, Megatron's column or row blocks), held at `data` row-major in element type dtype
+ * (host memory, or device memory with device=cuda; NULL for an empty block). The memory must stay
+ * valid and unchanged until the next sl_publish returns. Checked here: the name, offsets + extent
+ * within the shape. Blocks accumulate until sl_publisher_clear. */
+sl_status sl_publisher_add(sl_publisher *publisher, const char *tensor, sl_dtype dtype, uint32_t ndim,
+                           const uint64_t *shape, const uint64_t *offsets, const uint64_t *extent,
+                           const void *data);
+/* Not collective. Forgets the blocks (for the next step's memory); the plan is kept: a publish whose
+ * blocks describe the same layout reuses it. */
+void sl_publisher_clear(sl_publisher *publisher);
+
+/* COLLECTIVE over every rank of `ops` (the job: the trainers calling this, the receivers calling
+ * sl_loader_refit_ops), in the same order on every rank. Pushes this rank's blocks as version
+ * `version` (>= 1, the same on every rank) into the receivers' parameters. shardload.h has the
+ * MPI form, sl_publish. What the job agrees, in order (every rank returns the same status):
+ *   - roles and versions: trainers and receivers both present, one version, one device kind (all
+ *     cuda or all cpu), receivers that loaded the same checkpoint (they may be several loaders,
+ *     e.g. several inference engines);
+ *   - the plan, made once per pair of layouts (every rank's blocks or copies, the job's nodes, the
+ *     message size: the smallest bucket_bytes of any rank) and reused while they stay the same;
+ *     when made, every trainer's blocks are checked against the receivers' catalog before any
+ *     byte moves: a tensor the checkpoint lacks, another shape, a dtype that neither equals the
+ *     checkpoint's nor converts into it (F32, F16, BF16, F64 convert into each other), blocks of
+ *     two trainers that overlap without being the same block, or a byte some receiver needs that
+ *     no trainer publishes: one error on every rank naming the tensor. Each receiver byte comes
+ *     from one trainer byte (identical blocks, replicas, share the sending), a trainer on the
+ *     receiver's node first; receivers of one node that need the same bytes take them over the
+ *     node's link once, one of them relaying them to the others;
+ *   - what moves: nothing for a receiver that holds `version` (a repeat moves zero bytes), only
+ *     the copies a failed refit of `version` left incomplete, everything otherwise;
+ *   - the transfer: messages of at most the message size between pairs of ranks (MPI or the
+ *     caller's functions between host memories, NCCL between GPUs), the trainer converting a block
+ *     of another dtype into the checkpoint's as it packs it (host memory only: on a GPU publish the
+ *     checkpoint's dtype), the receiver converting into a parameter held in another dtype
+ *     (sl_loader_bind_as) as bytes land; the abort channel and timeout_s bound every wait.
+ * A failure (a rank failing or dying, the communicator broken) fails every rank within timeout_s;
+ * the receivers' loaders stay loaded and usable, their sl_loader_reload_state names per parameter
+ * what it holds, and the next refit of the same version moves only what is missing. */
+sl_status sl_publish_ops(sl_publisher *publisher, const sl_comm_ops *ops, uint64_t version);
+/* The JSON report of this rank's last successful publish or refit, the same text on every rank of
+ * its job (docs/REPORT.md, "Refit report"): the version, whether the plan was made or reused, the
+ * parts and bytes moved, each node's link and the predicted time, every rank's figures. NULL when
+ * none. Owned by the handle, valid until its next publish or refit. */
+const char *sl_publisher_report_json(const sl_publisher *publisher);
+
+/* COLLECTIVE over every rank of `ops` (see sl_publish_ops): a loaded loader receives version
+ * `version` into the memory it holds: no pointer moves (the caller's bound buffers, retained and
+ * DLPack-exported memory see the new values). Refused on this rank (failing every rank): a loader
+ * that is not loaded, and with device=cuda a parameter held in another dtype or transposed. On
+ * success every parameter holds `version` (sl_loader_reload_state: SL_RELOAD_NEW). On a failure
+ * the loader stays loaded (unlike a failed sl_loader_reload): refused before any byte moved, its
+ * parameters and states are as they were; after the transfer started, sl_loader_reload_state says
+ * per parameter NEW (holds `version` whole, counting earlier failed refits of it), OLD (no byte of
+ * it) or PARTIAL, and the message ends with this rank's three counts. shardload.h has the MPI form,
+ * sl_loader_refit. */
+sl_status sl_loader_refit_ops(sl_loader *loader, const sl_comm_ops *ops, uint64_t version);
+/* Not collective. *version: the version every parameter holds (0: the checkpoint the loader
+ * loaded or last reloaded); *pending (may be NULL): a version whose refit failed part-way, so that
+ * some parameters hold parts of it (0: none). */
+sl_status sl_loader_version(const sl_loader *loader, uint64_t *version, uint64_t *pending);
+/* The JSON report of the loader's last successful refit (see sl_publisher_report_json). */
+const char *sl_loader_refit_report_json(const sl_loader *loader);
+
+/* The dry run of a refit (`shardload plan --from-publishers`; no MPI, no tensor data): the
+ * receivers' plans as `target` configures them (world_size ranks), the trainers' blocks as
+ * `publishers` describes them (docs/REPORT.md, "Publishers"): "fsdp:N" (N trainers, every tensor
+ * cut along its first dimension as torch.chunk cuts it: FSDP's Shard(0)), "fsdp:NxR" (R replicas
+ * of that), or JSON text {"trainers": [{"TENSOR": {"offsets": [...], "extent": [...], "dtype":
+ * "F32"}, ...}, ...]} (dtype optional: the checkpoint's). Trainers are the job's first ranks,
+ * receivers after them, ranks_per_node consecutive ranks per node. The same checks, plan and time
+ * model as a refit's. On failure *out is NULL and sl_config_error(target) holds the message. */
+typedef struct sl_dryrun_refit sl_dryrun_refit;
+sl_status sl_dryrun_refit_create(sl_config *target, int world_size, const char *publishers,
+                                 sl_dryrun_refit **out);
+void sl_dryrun_refit_destroy(sl_dryrun_refit *dryrun);
+/* JSON and a human table; owned by the handle. */
+const char *sl_dryrun_refit_json(sl_dryrun_refit *dryrun);
+const char *sl_dryrun_refit_summary(sl_dryrun_refit *dryrun);
 
 #pragma GCC visibility pop
 
