@@ -319,14 +319,21 @@ static sl_status keep_session(run *r, const planning *g, const sl__catalog *cat,
                               uint32_t n_trainers) {
   sl__refit_session *ss = r->s->session;
   sl__refit_session_free(ss);
+  /* this trainer's own blocks, as every rank checked them: their tensors */
+  const sl__refit_blocks *own = NULL;
+  for (uint32_t t = 0; r->s->trainer && t < n_trainers; t++)
+    own = g->trainer_rank[t] == (uint32_t)r->c.rank ? &g->trainers[t] : own;
   ss->node_of = calloc(r->world + 1, sizeof *ss->node_of);
   ss->wire = calloc(cat->n_tensors + 1, sizeof *ss->wire);
-  if (ss->node_of == NULL || ss->wire == NULL) {
+  ss->own_tensor = calloc((own != NULL ? own->n : 0) + 1, sizeof *ss->own_tensor);
+  if (ss->node_of == NULL || ss->wire == NULL || ss->own_tensor == NULL) {
     sl__peer_plan_free(pp);
     sl__refit_session_free(ss);
     return sl__err_set(r->s->err, SL_STATUS_NOMEM, "out of memory");
   }
-  (void)g;
+  ss->n_own = own != NULL ? own->n : 0;
+  for (size_t i = 0; i < ss->n_own; i++)
+    ss->own_tensor[i] = own->b[i].tensor;
   ss->pp = *pp;
   memset(pp, 0, sizeof *pp);
   ss->world = r->world;
@@ -439,20 +446,18 @@ static sl_status needs_phase(run *r) {
   return sl__comm_agree(&r->c, st, s->err, "choosing what the refit moves");
 }
 
-/* A trainer on a GPU sends its blocks as they are: the library converts in host memory only. */
-static sl_status device_dtypes(run *r) {
+/* A trainer's blocks' dtypes against the checkpoint's, every refit (the plan does not depend on
+ * them): they must convert, and on a GPU be the same. */
+static sl_status dtypes_phase(run *r) {
   sl__refit_side *s = r->s;
+  const sl__refit_session *ss = s->session;
   sl_status st = SL_STATUS_OK;
-  for (size_t i = 0; s->trainer && s->cuda && i < r->moved.n_parts && st == SL_STATUS_OK; i++) {
-    const sl__peer_part *p = &r->moved.parts[i];
-    const sl__refit_block *k = &s->blocks->b[p->d_lparam];
-    if (p->donor == (uint32_t)r->c.rank && !p->relay && k->dtype != s->session->wire[p->tensor])
-      st = sl__err_set(
-          s->err, SL_STATUS_UNSUPPORTED,
-          "refit: tensor %s is published as %s from device memory, the receivers hold %s: convert it on "
-          "the GPU before publishing (the library converts in host memory only)",
-          k->name, sl__dtype_name(k->dtype), sl__dtype_name(s->session->wire[p->tensor]));
-  }
+  if (s->trainer && ss->n_own != s->blocks->n)
+    st = sl__err_set(s->err, SL_STATUS_INTERNAL,
+                     "refit: the plan holds %zu blocks of this trainer, it publishes %zu", ss->n_own,
+                     s->blocks->n);
+  else if (s->trainer)
+    st = sl__refit_check_dtypes(s->blocks, ss->own_tensor, ss->wire, s->cuda, s->err);
   return sl__comm_agree(&r->c, st, s->err, "checking the published dtypes");
 }
 
@@ -568,7 +573,7 @@ static sl_status phases(run *r) {
   if (st == SL_STATUS_OK)
     st = needs_phase(r);
   if (st == SL_STATUS_OK)
-    st = device_dtypes(r);
+    st = dtypes_phase(r);
   if (st == SL_STATUS_OK && r->moved.n_msgs > 0)
     st = transfer_phase(r);
   if (st == SL_STATUS_OK)

@@ -44,6 +44,8 @@ typedef struct sl__refit_session {
   double network_gbps;
   sl__dtype *wire; /* per catalog tensor: its dtype */
   size_t n_tensors;
+  uint32_t *own_tensor; /* a trainer's: per block of its own, the catalog tensor */
+  size_t n_own;
   double plan_seconds; /* of its making */
 } sl__refit_session;
 

@@ -15,6 +15,7 @@ void sl__refit_session_free(sl__refit_session *s) {
   sl__peer_plan_free(&s->pp);
   free(s->node_of);
   free(s->wire);
+  free(s->own_tensor);
   memset(s, 0, sizeof *s);
 }
 

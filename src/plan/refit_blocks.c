@@ -36,7 +36,7 @@ static sl_status check_block(const sl__refit_block *k, const char *who, sl__err 
   if (k->ndim > SL_CAT_MAX_DIMS)
     return sl__err_set(err, SL_STATUS_INVALID_ARGUMENT, "%s: tensor %s: %u dimensions, at most %d", who,
                        sl__quote(k->name, q, sizeof q), k->ndim, SL_CAT_MAX_DIMS);
-  for (uint32_t d = 0; d < k->ndim; d++) {
+  for (uint32_t d = 0; k->shape_known && d < k->ndim; d++) {
     if (k->offsets[d] > k->shape[d] || k->extent[d] > k->shape[d] - k->offsets[d]) {
       char a[256], b[256], c[256];
       return sl__err_set(
@@ -56,14 +56,14 @@ sl_status sl__refit_blocks_add(sl__refit_blocks *b, const char *name, sl__dtype 
   if (name == NULL || *name == '\0' || strlen(name) >= NAME_MAX_BYTES)
     return sl__err_set(err, SL_STATUS_INVALID_ARGUMENT,
                        "a published block needs a tensor name (1 to %u bytes)", NAME_MAX_BYTES - 1);
-  if (ndim > 0 && (shape == NULL || offsets == NULL || extent == NULL))
-    return sl__err_set(err, SL_STATUS_INVALID_ARGUMENT, "tensor %s: shape, offsets and extent are needed",
-                       name);
+  if (ndim > 0 && (offsets == NULL || extent == NULL))
+    return sl__err_set(err, SL_STATUS_INVALID_ARGUMENT, "tensor %s: offsets and extent are needed", name);
   if (b->n >= SL_REFIT_MAX_BLOCKS)
     return sl__err_set(err, SL_STATUS_INVALID_ARGUMENT, "more than %u published blocks", SL_REFIT_MAX_BLOCKS);
-  sl__refit_block k = {.dtype = dtype, .ndim = ndim, .tensor = SL_NONE};
+  sl__refit_block k = {
+      .dtype = dtype, .ndim = ndim, .tensor = SL_NONE, .shape_known = shape != NULL || ndim == 0};
   for (uint32_t d = 0; d < ndim && d < SL_CAT_MAX_DIMS; d++) {
-    k.shape[d] = shape[d];
+    k.shape[d] = shape != NULL ? shape[d] : 0;
     k.offsets[d] = offsets[d];
     k.extent[d] = extent[d];
   }
@@ -121,6 +121,7 @@ sl_status sl__refit_blocks_serialize(const sl__refit_blocks *b, uint8_t **blob, 
     sl__buf_append(&o, k->name, nl);
     put32(&o, (uint32_t)k->dtype);
     put32(&o, k->ndim);
+    put32(&o, k->shape_known ? 1u : 0u);
     for (uint32_t d = 0; d < k->ndim; d++) {
       put64(&o, k->shape[d]);
       put64(&o, k->offsets[d]);
@@ -165,7 +166,7 @@ static sl_status truncated(const char *who, sl__err *err) {
 
 /* One block of the blob into k (its name malloc'd). */
 static sl_status parse_one(reader *r, const char *who, sl__refit_block *k, sl__err *err) {
-  uint32_t nl = 0, dt = 0, nd = 0;
+  uint32_t nl = 0, dt = 0, nd = 0, flags = 0;
   if (!get32(r, &nl) || nl == 0 || nl >= NAME_MAX_BYTES || nl > r->left)
     return truncated(who, err);
   char *name = sl__strndup((const char *)r->p, nl);
@@ -174,13 +175,18 @@ static sl_status parse_one(reader *r, const char *who, sl__refit_block *k, sl__e
   r->p += nl;
   r->left -= nl;
   *k = (sl__refit_block){.name = name, .tensor = SL_NONE};
-  if (strlen(name) != nl || !get32(r, &dt) || !get32(r, &nd) || nd > SL_CAT_MAX_DIMS)
+  if (strlen(name) != nl || !get32(r, &dt) || !get32(r, &nd) || nd > SL_CAT_MAX_DIMS || !get32(r, &flags) ||
+      flags > 1)
     return truncated(who, err);
   k->dtype = (sl__dtype)dt;
   k->ndim = nd;
+  k->shape_known = flags == 1;
   for (uint32_t d = 0; d < nd; d++)
     if (!get64(r, &k->shape[d]) || !get64(r, &k->offsets[d]) || !get64(r, &k->extent[d]))
       return truncated(who, err);
+  for (uint32_t d = 0; !k->shape_known && d < nd; d++)
+    if (k->shape[d] != 0)
+      return truncated(who, err); /* one form per block: what serializes back to the same bytes */
   return check_block(k, who, err);
 }
 
@@ -191,8 +197,8 @@ sl_status sl__refit_blocks_parse(const uint8_t *blob, size_t len, const char *wh
   uint32_t magic = 0, count = 0;
   if (!get32(&r, &magic) || magic != BLOB_MAGIC || !get32(&r, &count) || count > SL_REFIT_MAX_BLOCKS)
     return truncated(who, err);
-  /* each block takes at least 13 bytes: bound the count by the blob before allocating */
-  if (count > r.left / 13)
+  /* each block takes at least 17 bytes: bound the count by the blob before allocating */
+  if (count > r.left / 17)
     return truncated(who, err);
   out->b = calloc((size_t)count + 1, sizeof *out->b);
   if (out->b == NULL)
@@ -221,9 +227,9 @@ uint64_t sl__refit_blocks_hash(const sl__refit_blocks *b) {
   uint64_t h = fnv(1469598103934665603ull, &b->n, sizeof b->n);
   for (size_t i = 0; i < b->n; i++) {
     const sl__refit_block *k = &b->b[i];
-    h = fnv(h, k->name, strlen(k->name) + 1);
-    h = fnv(h, &k->dtype, sizeof k->dtype);
+    h = fnv(h, k->name, strlen(k->name) + 1); /* not the dtype: the plan does not depend on it */
     h = fnv(h, &k->ndim, sizeof k->ndim);
+    h = fnv(h, &k->shape_known, sizeof k->shape_known);
     h = fnv(h, k->shape, k->ndim * sizeof *k->shape);
     h = fnv(h, k->offsets, k->ndim * sizeof *k->offsets);
     h = fnv(h, k->extent, k->ndim * sizeof *k->extent);
@@ -261,6 +267,21 @@ static sl_status against_catalog(const sl__catalog *cat, sl__refit_block *k, uin
         near != NULL ? "?)" : "");
   }
   const sl__cat_tensor *t = &cat->tensors[k->tensor];
+  if (!k->shape_known && t->ndim == k->ndim) { /* the catalog's shape, then the bounds */
+    memcpy(k->shape, t->shape, k->ndim * sizeof *k->shape);
+    k->shape_known = true;
+    char who[64];
+    snprintf(who, sizeof who, "trainer rank %u", rank);
+    sl_status st = check_block(k, who, err);
+    if (st != SL_STATUS_OK)
+      return st;
+  }
+  if (!k->shape_known)
+    return sl__err_set(
+        err, SL_STATUS_SHAPE,
+        "tensor %s: trainer rank %u publishes a %u-dimensional block of it, the receivers' checkpoint "
+        "holds %s",
+        sl__quote(k->name, q, sizeof q), rank, k->ndim, dims_text(t->shape, t->ndim, b, sizeof b));
   if (t->ndim != k->ndim || memcmp(t->shape, k->shape, k->ndim * sizeof *k->shape) != 0)
     return sl__err_set(
         err, SL_STATUS_SHAPE,
@@ -368,6 +389,30 @@ sl_status sl__refit_check(const sl__catalog *cat, sl__refit_blocks *trainers, ui
   sl_status st = overlaps(boxes, m, rank_of, err);
   free(boxes);
   return st;
+}
+
+sl_status sl__refit_check_dtypes(const sl__refit_blocks *b, const uint32_t *tensor_of, const sl__dtype *wire,
+                                 bool device, sl__err *err) {
+  for (size_t i = 0; i < b->n; i++) {
+    const sl__refit_block *k = &b->b[i];
+    sl__dtype w = wire[tensor_of[i]];
+    char q[SL_QUOTE_BUF];
+    if (k->dtype == w)
+      continue;
+    if (!sl__cast_supported(k->dtype, w))
+      return sl__err_set(
+          err, SL_STATUS_SHAPE,
+          "tensor %s: published as %s, the receivers' checkpoint holds %s: only F32, F16, BF16 and "
+          "F64 convert into each other",
+          sl__quote(k->name, q, sizeof q), sl__dtype_name(k->dtype), sl__dtype_name(w));
+    if (device)
+      return sl__err_set(
+          err, SL_STATUS_UNSUPPORTED,
+          "tensor %s is published as %s from device memory, the receivers hold %s: convert it on the "
+          "GPU before publishing (the library converts in host memory only)",
+          sl__quote(k->name, q, sizeof q), sl__dtype_name(k->dtype), sl__dtype_name(w));
+  }
+  return SL_STATUS_OK;
 }
 
 /* ---------------------------------------------------------------------------------------------

@@ -212,6 +212,19 @@ static void checks(void) {
   add(&b, "packed", SL_DT_F4, 1, s16, o1, s16);
   expect_check("sub-byte", &a, &b, SL_STATUS_UNSUPPORTED, "packed");
   sl__refit_blocks_free(&b);
+  /* the shape not given: the catalog's, then the bounds */
+  uint64_t o2[2] = {4, 0}, e4[2] = {4, 12}, e5[2] = {5, 12};
+  sl__err err0;
+  sl__err_clear(&err0);
+  CHECK(sl__refit_blocks_add(&b, down, SL_DT_BF16, 2, NULL, o2, e4, &err0) == SL_STATUS_OK);
+  expect_check("shape not given", &a, &b, SL_STATUS_OK, NULL);
+  sl__refit_blocks_free(&b);
+  CHECK(sl__refit_blocks_add(&b, down, SL_DT_BF16, 2, NULL, o2, e5, &err0) == SL_STATUS_OK);
+  expect_check("shape not given, block outside", &a, &b, SL_STATUS_INVALID_ARGUMENT, "trainer rank 5");
+  sl__refit_blocks_free(&b);
+  CHECK(sl__refit_blocks_add(&b, down, SL_DT_BF16, 1, NULL, o2, e4, &err0) == SL_STATUS_OK);
+  expect_check("shape not given, dimensions differ", &a, &b, SL_STATUS_SHAPE, "1-dimensional");
+  sl__refit_blocks_free(&b);
   /* outside the shape: refused when added */
   sl__err err;
   sl__err_clear(&err);
@@ -229,13 +242,15 @@ static void wire(void) {
   uint64_t s2[2] = {8, 12}, o[2] = {1, 2}, e[2] = {3, 4};
   add(&a, "x", SL_DT_BF16, 2, s2, o, e);
   add(&a, "y.weight", SL_DT_F32, 0, NULL, NULL, NULL);
+  add(&a, "z", SL_DT_BF16, 2, NULL, o, e); /* shape not given */
   uint8_t *blob = NULL;
   size_t len = 0;
   sl__err err;
   sl__err_clear(&err);
   CHECK(sl__refit_blocks_serialize(&a, &blob, &len, &err) == SL_STATUS_OK);
   CHECK(sl__refit_blocks_parse(blob, len, "trainer rank 1", &back, &err) == SL_STATUS_OK);
-  CHECK(back.n == 2 && strcmp(back.b[0].name, "x") == 0 && back.b[0].extent[1] == 4 && back.b[1].ndim == 0);
+  CHECK(back.n == 3 && strcmp(back.b[0].name, "x") == 0 && back.b[0].extent[1] == 4 && back.b[1].ndim == 0 &&
+        back.b[0].shape_known && !back.b[2].shape_known && back.b[2].offsets[1] == 2);
   CHECK(sl__refit_blocks_hash(&a) == sl__refit_blocks_hash(&back));
   back.b[0].offsets[0] = 0;
   CHECK(sl__refit_blocks_hash(&a) != sl__refit_blocks_hash(&back));
