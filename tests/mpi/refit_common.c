@@ -95,11 +95,34 @@ static void *fill_block(const sl_tensor_info *ti, const uint64_t *off, const uin
   return buf;
 }
 
+/* Block i's memory as published: its host buffer, or (with a device) its device copy. */
+static const void *published(rf_trainer *t, size_t i, uint64_t nbytes) {
+  if (t->dev == NULL || t->bufs[i] == NULL)
+    return t->bufs[i];
+  t->dev_bufs[i] = t->dev->copy(t->bufs[i], (size_t)nbytes);
+  CHECKF(t->dev_bufs[i] != NULL, "a block's device copy failed");
+  return t->dev_bufs[i];
+}
+
+static bool make(rf_trainer *t, const rf_device *dev, const char *fixture, tcut cut, int shard, int shards,
+                 uint64_t v, bool rounded, const char *skip, uint64_t bucket_bytes);
+
 bool rf_trainer_make(rf_trainer *t, const char *fixture, tcut cut, int shard, int shards, uint64_t v,
                      bool rounded, const char *skip, uint64_t bucket_bytes) {
+  return make(t, NULL, fixture, cut, shard, shards, v, rounded, skip, bucket_bytes);
+}
+
+bool rf_trainer_make_on(rf_trainer *t, const rf_device *dev, const char *fixture, tcut cut, int shard,
+                        int shards, uint64_t v, bool rounded) {
+  return make(t, dev, fixture, cut, shard, shards, v, rounded, NULL, 0);
+}
+
+static bool make(rf_trainer *t, const rf_device *dev, const char *fixture, tcut cut, int shard, int shards,
+                 uint64_t v, bool rounded, const char *skip, uint64_t bucket_bytes) {
   sl_publisher *keep = t->pub; /* a publisher kept from an earlier step: its plan is reused */
   rf_trainer_bufs_free(t);
   t->pub = keep;
+  t->dev = dev;
   char folder[1024];
   lc_fixture_path(fixture, folder, sizeof folder);
   sl_model *m = NULL;
@@ -116,13 +139,18 @@ bool rf_trainer_make(rf_trainer *t, const char *fixture, tcut cut, int shard, in
   if (bucket_bytes > 0)
     CHECK(sl_config_set(cfg, "bucket_bytes", num) == SL_STATUS_OK);
   CHECK(sl_config_set(cfg, "timeout_s", "120") == SL_STATUS_OK);
+  snprintf(num, sizeof num, "%d", dev != NULL ? dev->device : 0);
+  if (dev != NULL)
+    CHECK(sl_config_set(cfg, "device", "cuda") == SL_STATUS_OK &&
+          sl_config_set(cfg, "cuda_device", num) == SL_STATUS_OK);
   if (t->pub == NULL)
     CHECK(sl_publisher_create(cfg, &t->pub) == SL_STATUS_OK);
   sl_publisher_clear(t->pub);
   sl_config_destroy(cfg);
   t->n = sl_model_tensor_count(m);
   t->bufs = calloc(t->n + 1, sizeof *t->bufs);
-  bool ok = t->pub != NULL && t->bufs != NULL;
+  t->dev_bufs = calloc(t->n + 1, sizeof *t->dev_bufs);
+  bool ok = t->pub != NULL && t->bufs != NULL && t->dev_bufs != NULL;
   for (size_t i = 0; ok && i < t->n; i++) {
     sl_tensor_info ti = SL_TENSOR_INFO_INIT;
     ok = sl_model_tensor(m, i, &ti) == SL_STATUS_OK;
@@ -132,8 +160,12 @@ bool rf_trainer_make(rf_trainer *t, const char *fixture, tcut cut, int shard, in
     block_of(cut, shard, shards, ti.ndim, ti.shape, off, ext);
     bool to_f32 = rounded && strcmp(ti.dtype, "BF16") == 0;
     t->bufs[i] = fill_block(&ti, off, ext, v, to_f32);
-    sl_status st = sl_publisher_add(t->pub, ti.name, to_f32 ? SL_DTYPE_F32 : id_of(ti.dtype), ti.ndim,
-                                    ti.shape, off, ext, t->bufs[i]);
+    uint64_t count = 1;
+    for (uint32_t d = 0; d < ti.ndim; d++)
+      count *= ext[d];
+    sl_status st =
+        sl_publisher_add(t->pub, ti.name, to_f32 ? SL_DTYPE_F32 : id_of(ti.dtype), ti.ndim, ti.shape, off,
+                         ext, published(t, i, count * (to_f32 ? 4 : bits_of(ti.dtype) / 8)));
     CHECKF(st == SL_STATUS_OK, "publish %s: %s", ti.name, sl_publisher_error(t->pub));
     ok = st == SL_STATUS_OK;
   }
@@ -142,10 +174,15 @@ bool rf_trainer_make(rf_trainer *t, const char *fixture, tcut cut, int shard, in
 }
 
 void rf_trainer_bufs_free(rf_trainer *t) {
-  for (size_t i = 0; t->bufs != NULL && i < t->n; i++)
+  for (size_t i = 0; t->bufs != NULL && i < t->n; i++) {
     free(t->bufs[i]);
+    if (t->dev_bufs != NULL && t->dev_bufs[i] != NULL)
+      t->dev->release(t->dev_bufs[i]);
+  }
   free(t->bufs);
+  free(t->dev_bufs);
   t->bufs = NULL;
+  t->dev_bufs = NULL;
   t->n = 0;
 }
 
@@ -194,7 +231,7 @@ static bool is_nan(const uint8_t *p, bool f32) {
 
 /* One parameter: every byte, a NaN where only a NaN is expected. */
 static void check_param(const char *label, const sl_ref_model *m, const sl_param *p, const sl_ref_param *e,
-                        uint64_t v, bool rounded) {
+                        uint64_t v, bool rounded, rf_fetch fetch) {
   bool f32 = strcmp(p->dtype, "F32") == 0 && strcmp(e->dtype, "BF16") == 0;
   uint64_t n = f32 ? e->nbytes * 2 : e->nbytes;
   CHECKF(p->nbytes == n, "%s: %s holds %llu bytes, expected %llu", label, p->name,
@@ -204,7 +241,12 @@ static void check_param(const char *label, const sl_ref_model *m, const sl_param
   uint8_t *want = malloc(n + 1);
   uint8_t *nan = calloc(e->nbytes / 2 + 1, 1);
   rf_expected(m, e, v, rounded, f32, want, nan);
-  const uint8_t *have = p->data;
+  uint8_t *fetched = fetch != NULL ? malloc(n + 1) : NULL;
+  if (fetched != NULL && !fetch(p, fetched)) {
+    CHECKF(false, "%s: %s: cannot copy the parameter back", label, p->name);
+    memset(fetched, 0, n);
+  }
+  const uint8_t *have = fetched != NULL ? fetched : p->data;
   uint64_t es = f32 ? 4 : 2, bad = UINT64_MAX;
   for (uint64_t k = 0; k < n && bad == UINT64_MAX; k++) {
     uint64_t el = k / es;
@@ -217,10 +259,16 @@ static void check_param(const char *label, const sl_ref_model *m, const sl_param
          rounded ? ", rounded" : "", bad < n ? have[bad] : 0, bad < n ? want[bad] : 0);
   free(want);
   free(nan);
+  free(fetched);
 }
 
 void rf_check_receiver(const char *label, const char *fixture, int tp, int pp, int dp, bool ep, int side_rank,
                        const sl_loader *l, uint64_t v, bool rounded) {
+  rf_check_receiver_with(label, fixture, tp, pp, dp, ep, side_rank, l, v, rounded, NULL);
+}
+
+void rf_check_receiver_with(const char *label, const char *fixture, int tp, int pp, int dp, bool ep,
+                            int side_rank, const sl_loader *l, uint64_t v, bool rounded, rf_fetch fetch) {
   sl_ref_model *m = lc_model(fixture, NULL);
   sl_ref_layout rl = {.tp = tp, .pp = pp, .dp = dp, .rank = side_rank, .expert_parallel = ep};
   sl_ref_table *ref = NULL;
@@ -235,7 +283,7 @@ void rf_check_receiver(const char *label, const char *fixture, int tp, int pp, i
     const sl_ref_param *e = sl_ref_table_find(ref, p->name);
     CHECKF(e != NULL, "%s: %s is not in the reference", label, p->name);
     if (e != NULL && p->alias_of == NULL && p->nbytes > 0)
-      check_param(label, m, p, e, v, rounded);
+      check_param(label, m, p, e, v, rounded, fetch);
   }
   sl_ref_table_free(ref);
 }

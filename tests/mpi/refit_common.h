@@ -35,13 +35,27 @@ uint8_t rf_key(uint64_t v);
  * of version v, F32 for BF16 tensors when `rounded`. The buffers stay with the publisher until the
  * next rf_trainer_make or rf_trainer_free. skip: a tensor name left out (NULL: none). t must be
  * zeroed the first time; a publisher it holds is kept (cleared, refilled: its plan is reused). */
+typedef struct rf_device rf_device;
 typedef struct rf_trainer {
   sl_publisher *pub;
   void **bufs;
+  void **dev_bufs; /* with a device: the blocks' device copies */
+  const rf_device *dev;
   size_t n;
 } rf_trainer;
 bool rf_trainer_make(rf_trainer *t, const char *fixture, tcut cut, int shard, int shards, uint64_t v,
                      bool rounded, const char *skip, uint64_t bucket_bytes);
+
+/* Device memory for a trainer's blocks (tests/gpu): the publisher is created with device=cuda on
+ * `device`, each block copied there. */
+struct rf_device {
+  int device;
+  void *(*copy)(const void *host, size_t nbytes); /* NULL on failure */
+  void (*release)(void *ptr);
+};
+/* rf_trainer_make with blocks in device memory (dev), or host memory (NULL). */
+bool rf_trainer_make_on(rf_trainer *t, const rf_device *dev, const char *fixture, tcut cut, int shard,
+                        int shards, uint64_t v, bool rounded);
 void rf_trainer_free(rf_trainer *t);
 void rf_trainer_bufs_free(rf_trainer *t);
 
@@ -49,6 +63,10 @@ void rf_trainer_bufs_free(rf_trainer *t);
  * receivers, under version v (rounded: see above); float32_norm: model.norm.weight bound as F32. */
 void rf_check_receiver(const char *label, const char *fixture, int tp, int pp, int dp, bool ep, int side_rank,
                        const sl_loader *l, uint64_t v, bool rounded);
+/* The same for parameters in device memory: fetch copies a parameter's bytes to the host. */
+typedef bool (*rf_fetch)(const sl_param *p, uint8_t *host);
+void rf_check_receiver_with(const char *label, const char *fixture, int tp, int pp, int dp, bool ep,
+                            int side_rank, const sl_loader *l, uint64_t v, bool rounded, rf_fetch fetch);
 
 /* The expected bytes of reference entry e under version v (rounded: see above; into_f32: the
  * caller's buffer holds F32). nan[i]: element i only has to be a NaN (may be NULL). */
