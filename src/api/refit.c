@@ -380,10 +380,13 @@ static sl_status make_plan(run *r) {
   if (st == SL_STATUS_OK)
     st = keep_session(r, &g, cat, &pp, n_trainers);
   planning_free(&g, r->world, n_trainers);
-  if (st != SL_STATUS_OK)
-    sl__refit_session_free(s->session);
+  /* A refusal keeps the session held before (its key still names its own layouts), so that a
+   * refit refused before any byte moves changes nothing, the kept plan included; a rank whose
+   * new session was kept while another refused holds a key the others lack: the next refit
+   * plans again. */
   st = sl__comm_agree(&r->c, st, s->err, "planning the refit");
-  s->session->plan_seconds = sl__now() - t0;
+  if (st == SL_STATUS_OK)
+    s->session->plan_seconds = sl__now() - t0;
   s->planned = true;
   return st;
 }

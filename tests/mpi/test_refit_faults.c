@@ -8,7 +8,7 @@
  *              tensor half published (a byte no trainer publishes), two trainers' blocks that
  *              overlap, versions that differ, version 0, a receiver that is not loaded; after
  *              each, every receiver's bytes, version and states as they were, and the next refit
- *              succeeds
+ *              succeeds with the plan kept before them
  *   mid-way    SHARDLOAD_INJECT_REFIT_ERROR makes one rank (a receiver, then a trainer) fail
  *              before its second message (messages of 4 KiB): every rank fails; the receivers stay
  *              loaded, sl_loader_version says the version is pending, each parameter holds what
@@ -235,6 +235,11 @@ int main(int argc, char **argv) {
   refused(BAD_VERSION, "version", l);
   refused(BAD_ZERO, "version 0", l);
   good("after the refusals", l, 1, NULL);
+  { /* a refusal changes nothing, the kept plan included: the refit after them reuses it */
+    const char *r = is_trainer() ? sl_publisher_report_json(T.pub) : sl_loader_refit_report_json(l);
+    CHECKF(r != NULL && strstr(r, "\"planned\":false") != NULL,
+           "after the refusals the plan was made again: %.200s", r != NULL ? r : "");
+  }
   /* a receiver that is not loaded refuses, and every rank with it */
   sl_loader *fresh = is_trainer() ? NULL : receiver(false);
   {
