@@ -34,6 +34,12 @@ the callable has that attribute, says which planned names it takes: a list of th
 names it fills from that parameter (possibly empty), or None to refuse the name (which is then
 reported as usual); without `targets` it takes every parameter load_into cannot bind and fills
 the module tensor of the same name.
+
+Weight sync (docs/spec/DESIGN.md §12): load_into(..., refit=True) keeps the loader open on the
+module, and refit_into(module, version, group=...) then receives the weights trainer ranks publish
+with shardload.publish: bound tensors are written in place, copied ones (and the fallback's) are
+copied in again after a refit that moved bytes, as load_into copied them. refit_loader(module) is
+that Loader (version(), reload_state(), refit_report()); refit_close(module) closes it.
 """
 
 import torch
@@ -114,7 +120,7 @@ def _how(p, t, loader_device):
     return "copy"      # another float type on a GPU: torch casts on the device
 
 
-def load_into(module, model, comm=None, group=None, strict=None, fallback=None, check=None,
+def load_into(module, model, comm=None, group=None, strict=None, fallback=None, check=None, refit=False,
               **config):
     """COLLECTIVE. Loads `model` (folder or Hub id) into `module` on every rank of the load.
     comm: an mpi4py communicator (default: MPI's world); group: a torch.distributed ProcessGroup
@@ -122,7 +128,9 @@ def load_into(module, model, comm=None, group=None, strict=None, fallback=None, 
     dp, enable_expert_parallel, device, ...). The device defaults to the module's (cuda when its
     parameters are on a GPU). fallback: see the module's docstring. check(plan): called before
     any byte is read with this rank's plan (a list of shardload.Parameter); a returned message
-    fails the load on every rank. Returns (missing, unexpected)."""
+    fails the load on every rank. refit: keep the loader open afterwards, so that refit_into can
+    receive the weights trainers publish into the module (weight sync, shardload.refit); its memory
+    of copied parameters stays allocated meanwhile. Returns (missing, unexpected)."""
     strict = _strict_value(strict, config)
     tensors = module_tensors(module)
     if "device" not in config:
@@ -139,7 +147,8 @@ def load_into(module, model, comm=None, group=None, strict=None, fallback=None, 
         out = targets(name)
         return None if out is None else list(out)
 
-    with open_loader(model, comm, group, strict=strict, **config) as loader:
+    loader = open_loader(model, comm, group, strict=strict, **config)
+    try:
         plan = loader.plan()
         binds, copies, aliases, handed = [], [], [], []
         filled, unexpected = set(), []
@@ -187,34 +196,88 @@ def load_into(module, model, comm=None, group=None, strict=None, fallback=None, 
         for name in binds:
             loader.bind(name, tensors[name].data)
         loader.load()
-
-        failure = None
-        loaded = loader.params() if (copies or aliases or handed) else {}
-
-        def step(kind, name, target=None):
-            if kind == "copy":
-                tensors[name].data.copy_(loaded[name])
-            elif kind == "alias":
-                tensors[name].data.copy_(tensors[target].data if target in tensors else loaded[name])
-            else:
-                fallback(name, loaded[name])
-
         work = [("copy", n, None) for n in copies] + [("alias", n, t) for n, t in aliases] + \
             [("fallback", n, None) for n in handed]
-        for kind, name, target in work:
-            try:
-                with torch.no_grad():
-                    step(kind, name, target)
-            except Exception as e:
-                if failure is None:
-                    failure = InvalidArgumentError("load_into: %s: %s: %s"
-                                                   % (name, type(e).__name__, e))
-                    failure.__cause__ = e
-        loaded = None   # the loader's memory of copied parameters is freed with the tensors
-        try:
-            loader.agree(failure)  # every rank raises when a fallback failed on any rank
-        except Error as e:
-            if failure is not None:
-                raise e from failure.__cause__
-            raise
+        _after_load(loader, tensors, work, fallback)
+        if refit:
+            module._shardload_refit = _Refit(loader, tensors, work, fallback)
+            loader = None  # kept open for refit_into
+    finally:
+        if loader is not None:
+            loader.close()
     return missing, unexpected
+
+
+def _after_load(loader, tensors, work, fallback):
+    """COLLECTIVE. What load_into does once the loader holds the bytes: copied parameters into the
+    module's tensors, planned aliases, the fallback's parameters; any rank's failure raises on every
+    rank."""
+    failure = None
+    loaded = loader.params() if work else {}
+
+    def step(kind, name, target=None):
+        if kind == "copy":
+            tensors[name].data.copy_(loaded[name])
+        elif kind == "alias":
+            tensors[name].data.copy_(tensors[target].data if target in tensors else loaded[name])
+        else:
+            fallback(name, loaded[name])
+
+    for kind, name, target in work:
+        try:
+            with torch.no_grad():
+                step(kind, name, target)
+        except Exception as e:
+            if failure is None:
+                failure = InvalidArgumentError("load_into: %s: %s: %s" % (name, type(e).__name__, e))
+                failure.__cause__ = e
+    loaded = None   # the loader's memory of copied parameters is freed with the tensors (unless kept)
+    try:
+        loader.agree(failure)  # every rank raises when a fallback failed on any rank
+    except Error as e:
+        if failure is not None:
+            raise e from failure.__cause__
+        raise
+
+
+class _Refit:
+    """What load_into(refit=True) keeps on the module: the open loader and the steps after it."""
+
+    def __init__(self, loader, tensors, work, fallback):
+        self.loader, self.tensors, self.work, self.fallback = loader, tensors, work, fallback
+
+    def refit(self, version, comm=None, group=None, store=None):
+        report = self.loader.refit(version, comm=comm, group=group, store=store)
+        if report is not None and report.get("bytes_transferred", 0) > 0:
+            _after_load(self.loader, self.tensors, self.work, self.fallback)
+        return report
+
+    def close(self):
+        self.loader.close()
+
+
+def refit_into(module, version, comm=None, group=None, store=None):
+    """COLLECTIVE over the job of a refit (group: a torch.distributed process group; comm: an
+    mpi4py communicator), with the trainers calling shardload.publish(..., version=version): the
+    weights they publish land in the module loaded by load_into(..., refit=True) — bound tensors in
+    place, the others copied in after, as load_into did (docs/spec/DESIGN.md §12). Returns the
+    refit's report (dict; bytes_transferred 0 when the module held the version)."""
+    r = getattr(module, "_shardload_refit", None)
+    if r is None:
+        raise InvalidArgumentError("refit_into: the module was not loaded with "
+                                   "shardload.torch.load_into(..., refit=True)")
+    return r.refit(version, comm=comm, group=group, store=store)
+
+
+def refit_loader(module):
+    """The Loader load_into(..., refit=True) kept on the module (None without one)."""
+    r = getattr(module, "_shardload_refit", None)
+    return None if r is None else r.loader
+
+
+def refit_close(module):
+    """Closes the loader kept by load_into(..., refit=True); later refit_into calls are refused."""
+    r = getattr(module, "_shardload_refit", None)
+    if r is not None:
+        del module._shardload_refit
+        r.close()
