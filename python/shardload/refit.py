@@ -107,8 +107,9 @@ def _u64s(values):
 
 def _job(comm, group):
     """(group, comm): a process group given as comm= is a group."""
+    from .syncgroup import SyncGroup
     from .torchcomm import is_process_group
-    if group is None and comm is not None and is_process_group(comm):
+    if group is None and comm is not None and (is_process_group(comm) or isinstance(comm, SyncGroup)):
         group, comm = comm, None
     if group is not None and comm is not None:
         raise InvalidArgumentError("pass comm (MPI) or group (torch.distributed), not both")
