@@ -15,7 +15,9 @@ Messages of 4 KiB, so that a refit has many. CASE:
   kill   trainer 1 SIGKILLs itself at its second message of version 2: the three others raise
          CommError within the bound (timeout_s 10 + the liveness check's grace, with room for a
          loaded machine), naming rank 1; the receivers' loaders stay open: reload_state() and
-         version() as above, every parameter readable.
+         version() as above, every parameter readable;
+  kill_receiver  the same with receiver 3 killed: the trainers and receiver 2 raise CommError in
+         time naming rank 3, receiver 2's loader as above.
 """
 
 import os
@@ -31,8 +33,8 @@ import common  # noqa: E402  (harness put tests/python on the path)
 
 TIMEOUT_S = 10
 RAISE_BOUND_S = 60
-VICTIM = 1
-CASES = ("steps", "raise", "kill")
+CASES = ("steps", "raise", "kill", "kill_receiver")
+VICTIMS = {"raise": 1, "kill": 1, "kill_receiver": 3}
 
 
 def receiver_check(w, tag, ckpt, loader, v):
@@ -112,20 +114,22 @@ def body(w, case, folder, stamp):
         w.check(report["bytes_transferred"] == 0, "a repeat moved %d bytes" % report["bytes_transferred"])
         return
     full = report["bytes_transferred"]
-    if w.rank == VICTIM and case == "raise":
-        os.environ["SHARDLOAD_INJECT_REFIT_ERROR"] = "%d:2" % VICTIM
-    if w.rank == VICTIM and case == "kill":
+    victim = VICTIMS[case]
+    if w.rank == victim and case == "raise":
+        os.environ["SHARDLOAD_INJECT_REFIT_ERROR"] = "%d:2" % victim
+    if w.rank == victim and case.startswith("kill"):
         kill_at_second_message(stamp)
     try:
         refit(w, ckpt, loader, pub, 2)
-        w.fail("the refit of version 2 succeeded although rank %d failed (%s)" % (VICTIM, case))
+        w.fail("the refit of version 2 succeeded although rank %d failed (%s)" % (victim, case))
         return
     except shardload.Error as e:
         w.info.update(raised=time.time(), kind=type(e).__name__, message=str(e))
         print("worker %d: %s: %s" % (w.rank, type(e).__name__, e), flush=True)
-        w.check(w.rank == VICTIM or re.search(r"\brank %d\b" % VICTIM, str(e)) is not None,
-                "the error does not name rank %d: %s" % (VICTIM, e))
-        w.check(case != "kill" or isinstance(e, shardload.CommError), "%s, not CommError" % type(e).__name__)
+        w.check(w.rank == victim or re.search(r"\brank %d\b" % victim, str(e)) is not None,
+                "the error does not name rank %d: %s" % (victim, e))
+        w.check(not case.startswith("kill") or isinstance(e, shardload.CommError),
+                "%s, not CommError" % type(e).__name__)
     os.environ.pop("SHARDLOAD_INJECT_REFIT_ERROR", None)
     if not trainer:
         torn_check(w, ckpt, loader, 1, 2)
@@ -152,8 +156,8 @@ def main():
     stamp = os.path.join(work, "killed")
     folder = os.path.join(common.fixtures(), "llama")
     try:
-        if case == "kill":
-            survivors = [r for r in range(4) if r != VICTIM]
+        if case.startswith("kill"):
+            survivors = [r for r in range(4) if r != VICTIMS[case]]
             result = harness.run(body, 4, (case, folder, stamp), timeout_s=180, store="tcp", expect=survivors,
                                  barrier=False, linger=True)
             if not os.path.exists(stamp):
