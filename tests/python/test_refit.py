@@ -11,6 +11,9 @@ tensor's F32 master weights (tests/python/refit_ref.py), ranks 2-3 receivers loa
   reports (the plan made once, then reused; bytes moved, then none) on every rank.
   mixtral, receivers at tp 1 dp 2 with expert parallelism: one version, publishers given the
   full shape; shardload.dryrun_refit of the same layouts predicts the bytes the refit moved.
+  A module (shardload.torch.load_into(..., refit=True), refit_into): versions 4 and 5 land in its
+  bound tensors and in a non-contiguous one load_into copies (copied again after each refit);
+  refit_close ends it.
   A refusal: a trainer publishing a tensor the checkpoint lacks fails every rank naming it, and
   the receivers keep serving.
 """
@@ -115,6 +118,45 @@ def mixtral():
     side.Free()
 
 
+def module():
+    """shardload.torch.load_into(..., refit=True) then refit_into: a module's bound tensors and a
+    non-contiguous one (copied in by load_into, copied again after each refit) hold the version."""
+    import shardload.torch as sl_torch
+    folder = os.path.join(common.fixtures(), "llama")
+    ckpt = common.Checkpoint(folder)
+    trainer = rank < TRAINERS
+    side = comm.Split(0 if trainer else 1, rank)
+    copied = "model.layers.0.mlp.down_proj.weight"
+    if trainer:
+        for v in (4, 5):
+            shardload.publish(refit_ref.blocks(ckpt, v, rank, TRAINERS), version=v, comm=comm, timeout_s=60)
+    else:
+        with shardload.Loader(folder, side, tp=2, quiet=True) as probe:
+            plan = probe.plan()
+        m = common.module_from_plan(plan, lambda d: {"BF16": torch.bfloat16, "F32": torch.float32}[d])
+        owner, leaf = m.get_submodule(copied.rsplit(".", 1)[0]), copied.rsplit(".", 1)[1]
+        shape = tuple(getattr(owner, leaf).shape)
+        getattr(owner, leaf).data = torch.empty(shape[::-1], dtype=torch.bfloat16).t()  # not contiguous
+        sl_torch.load_into(m, folder, comm=side, tp=2, quiet=True, timeout_s=60, refit=True)
+        lay = common.Layout(2, side.Get_rank(), 2)
+        for v in (4, 5):
+            report = sl_torch.refit_into(m, v, comm=comm)
+            want = common.reference(refit_ref.Versioned(ckpt, v), lay)
+            got = m.state_dict()
+            check(report["bytes_transferred"] > 0, "module, version %d: nothing moved" % v)
+            for name, t in got.items():
+                check(name in want and common.raw(t) == common.raw(want[name]),
+                      "module, version %d: %s differs%s" % (v, name, " (copied)" if name == copied else ""))
+        check(sl_torch.refit_loader(m).version() == (5, None), "module: version %s" % (sl_torch.refit_loader(m).version(),))
+        sl_torch.refit_close(m)
+        try:
+            sl_torch.refit_into(m, 6, comm=comm)
+            check(False, "refit_into after refit_close was accepted")
+        except shardload.Error as e:
+            check("refit=True" in str(e), "refit_into after refit_close: %s" % e)
+    side.Free()
+
+
 def refused():
     folder = os.path.join(common.fixtures(), "llama")
     trainer = rank < TRAINERS
@@ -143,6 +185,7 @@ if world != 4:
 try:
     llama()
     mixtral()
+    module()
     refused()
 except Exception as e:  # noqa: BLE001 — one rank's exception is a failure, not a hang
     import traceback
