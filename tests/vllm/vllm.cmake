@@ -60,3 +60,12 @@ foreach(n 1 2)
   set_tests_properties(vllm_packed_w${n} PROPERTIES LABELS "vllm;frontier" TIMEOUT 300 PROCESSORS ${n}
     SKIP_RETURN_CODE 77 FIXTURES_REQUIRED vllm_models ENVIRONMENT "${SL_VLLM_ENV}")
 endforeach()
+
+# Weight sync into a running engine through shardload.vllm.RefitWorkerExtension (labels vllm, refit):
+# 2 workers of the stand-in's mp executor and 2 trainer processes over a sync group; versions, a
+# repeat, a refusal, each version against the stand-in's default load of that version's weights.
+foreach(case llama mixtral)
+  add_test(NAME vllm_refit_${case} COMMAND timeout 200 ${SL_PY} ${SL_VLLM_DIR}/test_vllm_refit.py ${case})
+  set_tests_properties(vllm_refit_${case} PROPERTIES LABELS "vllm;refit" TIMEOUT 220 PROCESSORS 4
+    SKIP_RETURN_CODE 77 FIXTURES_REQUIRED vllm_models ENVIRONMENT "${SL_VLLM_ENV}")
+endforeach()
