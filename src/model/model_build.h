@@ -8,6 +8,7 @@
  *   model/model_quant.c   the companions of compressed-tensors fp8 and GPTQ/AWQ int4 weights;
  *   model/model_expect.c  the expected set of checkpoint tensors and the fate of every catalog
  *                         tensor that no parameter consumes;
+ *   model/model_skip.c    the spec's layer-conditional skips (skip_tensors), for model_expect.c;
  *   model/model_config.c  config.json and the expression environment (spec vars, layer vars,
  *                         config.json fields) every step evaluates the spec in;
  *   model/model_table.c   the parameter table: appending, companions' placement, freeing.
@@ -87,6 +88,14 @@ sl_status sl__model_read_int4(sl__model_builder *b, const cJSON *q, const char *
 /* gptq / awq: when the linear at weight_index is stored quantized (X.qweight instead of X.weight),
  * replaces it with its packed tensors qweight, qzeros, scales and (GPTQ) g_idx. */
 sl_status sl__model_int4_replace(sl__model_builder *b, size_t weight_index);
+
+/* ---- layer-conditional skips (model/model_skip.c) ---- */
+
+/* The layers each "skip_tensors" rule of the spec holds in: an n_rules x n_layers table (NULL
+ * without rules; the caller frees it). */
+sl_status sl__model_skip_rules(sl__model_builder *b, uint8_t **out);
+/* Whether catalog tensor `name` is under a rule that holds in its own layer. */
+bool sl__model_skip_match(const sl__spec *spec, const uint8_t *holds, uint32_t layers, const char *name);
 
 /* ---- expected set and fates (model/model_expect.c) ---- */
 

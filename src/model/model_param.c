@@ -84,6 +84,7 @@ static sl_status global_shape(sl__model_builder *b, sl__mparam *p) {
   case SL_STYLE_MOE_W2_BIAS:
   case SL_STYLE_QUANT_PARTS: /* shape set where it is made (model/model_quant.c) */
   case SL_STYLE_INT4:
+  case SL_STYLE_KV_HEADS:
     return SL_STATUS_OK;
   case SL_STYLE_MOE3D_W13_TRANSPOSED: /* [E, H, 2*Im] and [E, Im, H]: the checkpoint's orientation, */
   case SL_STYLE_MOE3D_W2_TRANSPOSED:  /* or vLLM's [E, 2*Im, H] and [E, H, Im] when transposed */
@@ -321,6 +322,12 @@ sl_status sl__model_build_param(sl__model_builder *b, const sl__spec_param *sp, 
   p->name = render(sp->name, layer, -1);
   if (p->name == NULL)
     return sl__err_set(b->err, SL_STATUS_NOMEM, "out of memory");
+  /* A layer parameter named without {layer} must be selected in one layer only (docs/SPECS.md). */
+  for (size_t i = 0; sp->place == SL_PLACE_LAYER && strstr(sp->name, "{layer}") == NULL && i < index; i++)
+    if (strcmp(SL_VEC_AT(&b->params, sl__mparam, i).name, p->name) == 0)
+      return sl__err_set(b->err, SL_STATUS_ARCH,
+                         "spec %s: parameter %s is selected in two layers (its name has no {layer})",
+                         b->e.spec->path, p->name);
   p->style = sp->style;
   p->place = sp->place;
   p->layer = (int32_t)layer;

@@ -75,7 +75,9 @@ static const char *const style_names[SL_STYLE_COUNT] = {
     "qkv_fused", "merged_fused", "moe3d_w13_interleaved", "moe3d_w2_blocked", "moe_w2_bias",
     "moe3d_w13_transposed", "moe3d_w2_transposed",
     /* quantization companions (plan/slicing_quant.c) */
-    "quant_parts", "int4"};
+    "quant_parts", "int4",
+    /* per key/value head (plan/slicing_heads.c) */
+    "kv_heads"};
 
 const char *sl__style_name(sl__style s) {
   return (unsigned)s < SL_STYLE_COUNT ? style_names[s] : "?";
@@ -307,6 +309,10 @@ static sl_status check_parts(ctx *c, const sl__spec_param *p, const char *where)
            strcmp(p->sources[0].part, "w1") == 0 && strcmp(p->sources[1].part, "w3") == 0)))
       err = "moe3d_w13 takes one source with part w13, or two with parts w1, w3";
     break;
+  case SL_STYLE_KV_HEADS:
+    if (n != 1 || p->kv_heads == NULL || p->head_dim == NULL)
+      err = "kv_heads takes one source and \"heads\": {\"kv\", \"head_dim\"}";
+    break;
   case SL_STYLE_INT4:
     err = "int4 is derived from quantization_config (gptq, awq), never declared in a spec";
     break;
@@ -326,8 +332,8 @@ static sl_status check_parts(ctx *c, const sl__spec_param *p, const char *where)
     if (p->place != SL_PLACE_LAYER && strstr(p->sources[i].tensor, "{layer}") != NULL)
       err = "{layer} is only allowed in layer parameters";
   }
-  if (err == NULL && p->place == SL_PLACE_LAYER && strstr(p->name, "{layer}") == NULL)
-    err = "a layer parameter's name needs {layer}";
+  if (err == NULL && p->place == SL_PLACE_LAYER && strstr(p->name, "{layer}") == NULL && p->when == NULL)
+    err = "a layer parameter's name needs {layer} (or a \"when\" that holds in one layer)";
   return err != NULL ? spec_error(c, where, err) : SL_STATUS_OK;
 }
 
@@ -571,6 +577,7 @@ sl_status sl__spec_parse(const char *json, size_t len, const char *path, sl__spe
                                      "skip_layers",
                                      "skip_contains",
                                      "vision_prefixes",
+                                     "skip_tensors",
                                      "rename",
                                      "params",
                                      NULL};
@@ -587,6 +594,8 @@ sl_status sl__spec_parse(const char *json, size_t len, const char *path, sl__spe
     st = parse_exprs(&c, root, s);
   if (st == SL_STATUS_OK)
     st = parse_skips(&c, root, s);
+  if (st == SL_STATUS_OK)
+    st = sl__spec_parse_skip_tensors(root, path, s, err);
   if (st == SL_STATUS_OK)
     st = parse_rename(&c, root, s);
   if (st == SL_STATUS_OK)
@@ -648,6 +657,7 @@ void sl__spec_free(sl__spec *s) {
   sl__expr_free(s->skip_layers_count);
   free_list(s->skip_contains);
   free_list(s->vision_prefixes);
+  sl__spec_skip_free(s);
   free(s->rename_format);
   free_list(s->rename_from);
   free_list(s->rename_to);

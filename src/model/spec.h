@@ -58,6 +58,7 @@ typedef enum sl__style {
   SL_STYLE_MOE3D_W2_TRANSPOSED,   /* [E, Im, H] → [El, Ip, H] (orientation kept) */
   SL_STYLE_QUANT_PARTS,           /* per-tensor scales of the parts of a fused weight: [n parts] */
   SL_STYLE_INT4,                  /* GPTQ / AWQ packed tensors of a linear (derived, never in a spec) */
+  SL_STYLE_KV_HEADS,              /* per-key/value-head rows, replicated as qkv's k (plan/slicing_heads.c) */
   SL_STYLE_COUNT
 } sl__style;
 
@@ -94,6 +95,13 @@ typedef struct sl__spec_param {
   sl__spec_source *sources;
 } sl__spec_param;
 
+/* "skip_tensors": the tensors under a layer's prefix that are skipped where `when` holds in that
+ * layer (DeepSeek-V3.2's indexer of layers vLLM builds without one); model/spec_skip.c. */
+typedef struct sl__spec_skip {
+  char *prefix;   /* template with {layer} */
+  sl__expr *when; /* evaluated per layer */
+} sl__spec_skip;
+
 typedef struct sl__spec {
   char *path; /* file it came from (messages) */
   char *family;
@@ -115,6 +123,8 @@ typedef struct sl__spec {
   char **skip_contains;
   size_t n_vision_prefixes; /* name prefixes of a vision tower: skipped only with skip_vision */
   char **vision_prefixes;
+  size_t n_skip_tensors;
+  sl__spec_skip *skip_tensors;
   char *rename_format; /* "mistral" or NULL */
   size_t n_rename;
   char **rename_from; /* templates with {layer} */
@@ -122,6 +132,10 @@ typedef struct sl__spec {
   size_t n_params;
   sl__spec_param *params;
 } sl__spec;
+
+/* "skip_tensors" of root into s (model/spec_skip.c); sl__spec_skip_free frees them. */
+sl_status sl__spec_parse_skip_tensors(const struct cJSON *root, const char *path, sl__spec *s, sl__err *err);
+void sl__spec_skip_free(sl__spec *s);
 
 /* Parses and compiles a spec from JSON text; `path` names it in messages. */
 sl_status sl__spec_parse(const char *json, size_t len, const char *path, sl__spec **out, sl__err *err);

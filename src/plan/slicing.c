@@ -39,6 +39,7 @@ static const sl__slice_fn slicers[SL_STYLE_COUNT] = {
     [SL_STYLE_MOE3D_W2_TRANSPOSED] = sl__slice_moe3d_w2_transposed,
     [SL_STYLE_QUANT_PARTS] = sl__slice_quant_parts,
     [SL_STYLE_INT4] = sl__slice_int4,
+    [SL_STYLE_KV_HEADS] = sl__slice_kv_heads,
 };
 
 /* Whether expert x is held by this rank (checkpoint layout: one parameter per expert). */

@@ -40,4 +40,7 @@ sl_status sl__slice_moe3d_w2_transposed(sl__slicer *s, sl__local_shape *ls, char
 sl_status sl__slice_quant_parts(sl__slicer *s, sl__local_shape *ls, char *desc, size_t dcap);
 sl_status sl__slice_int4(sl__slicer *s, sl__local_shape *ls, char *desc, size_t dcap);
 
+/* Style of plan/slicing_heads.c (docs/spec/LAYOUTS.md §3.13): rows of each key/value head. */
+sl_status sl__slice_kv_heads(sl__slicer *s, sl__local_shape *ls, char *desc, size_t dcap);
+
 #endif

@@ -2,7 +2,7 @@
  * test_expr.c — model/expr.c, the expression language of architecture specs (docs/SPECS.md
  * "Expressions", model/expr.h): literals, identifiers (dotted, missing, null), arithmetic and its
  * precedence and associativity, exact '/', floor '//', '%', overflow, comparisons, logic with
- * short-circuit, the functions default/contains/len/ceil_div/pad/min/max, the typed evaluators
+ * short-circuit, the functions default/contains/len/ceil_div/pad/min/max/char_is, the typed evaluators
  * (u64, bool), the field list of an expression, and every error with its message (syntax errors
  * at compile time with the offset; unknown field, null field, division by zero, wrong types at
  * evaluation, each naming the spec location, the expression and the field).
@@ -397,6 +397,17 @@ static void test_functions(void) {
   INT("max(min(1, 2), 0) + 1", 2);
   EVAL_ERR("min(1)", "min: wrong number of arguments");
   EVAL_ERR("max(name, 1)", "'name' is not a number");
+  /* char_is: a per-layer pattern (DeepSeek-V3.2's index_topk_pattern) */
+  BOOL("char_is(name, 0, 'l')", true);
+  BOOL("char_is(name, 4, 'a')", true);
+  BOOL("char_is(name, 2, 'l')", false);
+  BOOL("char_is(name, 5, 'a')", false); /* past the end */
+  BOOL("char_is(name, -1, 'l')", false);
+  BOOL("!char_is(default(not_in_config, ''), 3, 'S')", true);
+  EVAL_ERR("char_is(name, 0)", "char_is: wrong number of arguments");
+  EVAL_ERR("char_is(hidden_size, 0, 'a')", "char_is: 'hidden_size' is not a string");
+  EVAL_ERR("char_is(name, 0, 'ab')", "char_is: the third argument must be a one-character string");
+  EVAL_ERR("char_is(name, nullf, 'a')", "config.json field 'nullf' is null");
   /* Unknown functions are syntax errors (at the end of the call). */
   SYNTAX("foo(1)", 6, "unknown function");
   SYNTAX("floor(7, 2)", 11, "unknown function");
