@@ -89,7 +89,7 @@ static void place_experts(ctx *c, const sl_ref_layout *lay, uint64_t D, uint64_t
 static void build_stage(ctx *c, bool first, bool last) {
   const sl_ref_model *m = c->m;
   const sl_ref_table *tab = c->tab;
-  if (m->fam == FAM_DEEPSEEK && m->nh % c->T != 0)
+  if ((m->fam == FAM_DEEPSEEK || m->fam == FAM_DSA || m->fam == FAM_DSA_MTP) && m->nh % c->T != 0)
     ref_ctx_fail(c, SL_STATUS_DIVISIBILITY, "num_attention_heads %llu not divisible by tp %llu",
                  (unsigned long long)m->nh, (unsigned long long)c->T);
   for (size_t i = 0; i < m->n_defs && c->st == SL_STATUS_OK; i++) {

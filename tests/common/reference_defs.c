@@ -226,6 +226,11 @@ static void family_layer(sl_ref_model *m, const cJSON *cfg, uint32_t layer) {
   case FAM_DEEPSEEK:
     ref_mla_layer(m, cfg, layer);
     break;
+  case FAM_DSA:
+    ref_dsa_layer(m, cfg, layer);
+    break;
+  case FAM_DSA_MTP:
+    break;
   case FAM_MIXTRAL:
   case FAM_QWEN2_MOE:
   case FAM_QWEN3_MOE:
@@ -247,6 +252,12 @@ static void vocab_def(sl_ref_model *m, place at, const char *name, const char *s
 }
 
 void ref_build_defs(sl_ref_model *m, const cJSON *cfg) {
+  if (m->fam == FAM_DSA_MTP) {
+    ref_dsa_mtp_defs(m, cfg);
+    if (m->fp8)
+      ref_add_scales(m);
+    return;
+  }
   char embed[96];
   char norm[96];
   char head[96];

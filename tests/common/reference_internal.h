@@ -11,6 +11,7 @@
  *   reference_dense.c    the dense families (Llama / Mistral, Qwen2, Qwen3, Phi-3, Gemma-3)
  *   reference_moe.c      the expert families (Mixtral, Qwen-MoE, fused3d, GLM-4-MoE, GPT-OSS, Llama-4)
  *   reference_mla.c      DeepSeek V2 / V3 (latent attention, routed and shared experts)
+ *   reference_dsa.c      DeepSeek-V3.2 / GLM-5 (the sparse-attention indexer) and their MTP draft
  *   reference_scales.c   fp8 scale companions (block fp8, compressed-tensors)
  *   reference_check.c    the divisibility rules of docs/spec/LAYOUTS.md §3, per definition
  *   reference_slice.c    table entries and segments; the dense slicing styles; one definition's entries
@@ -73,7 +74,9 @@ typedef enum family {
   FAM_GEMMA3,
   FAM_GLM4_MOE,
   FAM_GPT_OSS,
-  FAM_LLAMA4
+  FAM_LLAMA4,
+  FAM_DSA,    /* DeepSeek-V3.2, GLM-5 (reference_dsa.c) */
+  FAM_DSA_MTP /* their multi-token-prediction draft (arch_family "deepseek_mtp") */
 } family;
 
 #define MAX_SRC 3
@@ -204,6 +207,9 @@ void ref_build_defs(sl_ref_model *m, const cJSON *cfg);
 void ref_dense_layer(sl_ref_model *m, const cJSON *cfg, uint32_t layer);
 void ref_moe_layer(sl_ref_model *m, const cJSON *cfg, uint32_t layer);
 void ref_mla_layer(sl_ref_model *m, const cJSON *cfg, uint32_t layer);
+void ref_dsa_layer(sl_ref_model *m, const cJSON *cfg, uint32_t layer);
+/* Every definition of the DeepSeek MTP draft (no embedding, final norm or head of the target). */
+void ref_dsa_mtp_defs(sl_ref_model *m, const cJSON *cfg);
 
 /* ---- reference_scales.c -------------------------------------------------------------------- */
 
