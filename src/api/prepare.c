@@ -142,8 +142,14 @@ static sl_status choose_spec(const sl__opts *o, const char *folder, const sl__s3
   const char *path = NULL;
   sl__spec *found = NULL;
   sl_status st = SL_STATUS_OK;
-  if (strcmp(o->arch, "auto") != 0) {
+  if (strcmp(o->arch, "auto") != 0 && (strchr(o->arch, '/') != NULL || sl__str_ends_with(o->arch, ".json"))) {
     path = o->arch;
+  } else if (strcmp(o->arch, "auto") != 0) {
+    /* an architecture name (vLLM's name of a draft: DeepSeekMTPModel): the spec that lists it */
+    st = sl__spec_find(o->arch, &found, err);
+    if (st != SL_STATUS_OK)
+      return st;
+    path = found->path;
   } else {
     char *cfg_path = given == NULL ? sl__path_join(folder, "config.json") : NULL;
     char *text =
@@ -234,8 +240,10 @@ static sl_status catalog_while_downloading(sl__prepared *p, const sl__catalog_op
   if (src == NULL)
     return sl__err_set(err, SL_STATUS_NOMEM, "out of memory");
   for (size_t i = 0; i < n; i++)
-    src[i] = (sl__cat_header_src){
-        .name = files[i].name, .size = files[i].size, .prefix = files[i].header, .prefix_len = files[i].header_len};
+    src[i] = (sl__cat_header_src){.name = files[i].name,
+                                  .size = files[i].size,
+                                  .prefix = files[i].header,
+                                  .prefix_len = files[i].header_len};
   sl__catalog_opts hco = *co;
   hco.select.format = p->hub_format;
   sl_status st = sl__catalog_from_headers(&hco, src, n, &p->cat, err);
@@ -410,7 +418,8 @@ static sl_status run_stage(sl__pipeline *p, const sl__prep_driver *d, sl__prep_s
     return st;
   }
   case SL_PREP_CATALOG:
-    return d->builds_catalog ? sl__prepare_catalog(d->cfg, &p->opts, d->rank != SL_NONE, &p->prep, err) : SL_STATUS_OK;
+    return d->builds_catalog ? sl__prepare_catalog(d->cfg, &p->opts, d->rank != SL_NONE, &p->prep, err)
+                             : SL_STATUS_OK;
   case SL_PREP_MODEL:
     p->prep.world = d->world;
     return sl__prepare_model(&p->opts, &p->prep, err);
