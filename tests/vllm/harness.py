@@ -76,6 +76,9 @@ def cases(world, group):
     """The cases of a world size (group: "main", "dtype")."""
     C = Case
     out = []
+    if group == "dsa":   # DeepSeek-V3.2, GLM-5 and their MTP draft (cases_dsa.py)
+        import cases_dsa
+        return cases_dsa.cases(world, C)
     if group == "dtype":   # model dtype unlike the checkpoint's, on the host
         tp = 2 if world % 2 == 0 else 1
         return [C("llama bf16->f32", "llama", tp=tp, dp=world // tp, dtype="float32"),

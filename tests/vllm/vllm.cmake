@@ -45,3 +45,6 @@ foreach(np 1 2)
   set_tests_properties(vllm_load_into_np${np} PROPERTIES LABELS vllm TIMEOUT 220 PROCESSORS ${np}
     SKIP_RETURN_CODE 77 FIXTURES_REQUIRED vllm_models ENVIRONMENT "${SL_VLLM_ENV}")
 endforeach()
+
+# DeepSeek-V3.2, GLM-5 and their MTP draft (labels vllm;frontier): tests/vllm/frontier_dsa.cmake.
+include(${CMAKE_CURRENT_LIST_DIR}/frontier_dsa.cmake)

@@ -8,6 +8,7 @@ their weight_loader(param, loaded_weight[, shard_id]) applies to a whole checkpo
 - QKVParallelLinear: q heads split over tp; kv heads split when tp < total kv heads, else each kv
   head replicated on tp/total_kv ranks (rank r holds kv head r // replicas); shard ids q, k, v.
 - RowParallelLinear: weight [out, in/tp]; rank r takes columns [r*in/tp, +in/tp); bias whole.
+- disable_tp=True (column and merged layers): every rank holds the whole weight, as if tp were 1.
 """
 
 import torch
@@ -23,13 +24,14 @@ def _param(shape, dtype, loader, **attrs):
 
 
 class LinearBase(torch.nn.Module):
-    def __init__(self, input_size, output_size, params_dtype=None, quant_config=None, prefix=""):
+    def __init__(self, input_size, output_size, params_dtype=None, quant_config=None, prefix="",
+                 disable_tp=False):
         super().__init__()
         self.input_size, self.output_size = input_size, output_size
         self.params_dtype = params_dtype or torch.get_default_dtype()
         self.quant_config = quant_config
-        self.tp_rank = get_tensor_model_parallel_rank()
-        self.tp_size = get_tensor_model_parallel_world_size()
+        self.tp_rank = 0 if disable_tp else get_tensor_model_parallel_rank()
+        self.tp_size = 1 if disable_tp else get_tensor_model_parallel_world_size()
 
 
 class ReplicatedLinear(LinearBase):
@@ -49,8 +51,8 @@ class ReplicatedLinear(LinearBase):
 
 class ColumnParallelLinear(LinearBase):
     def __init__(self, input_size, output_size, bias=True, gather_output=False, params_dtype=None,
-                 quant_config=None, prefix="", output_sizes=None):
-        super().__init__(input_size, output_size, params_dtype, quant_config, prefix)
+                 quant_config=None, prefix="", output_sizes=None, disable_tp=False):
+        super().__init__(input_size, output_size, params_dtype, quant_config, prefix, disable_tp)
         self.output_sizes = output_sizes or [output_size]
         assert output_size % self.tp_size == 0
         rows = output_size // self.tp_size
@@ -67,9 +69,9 @@ class ColumnParallelLinear(LinearBase):
 
 class MergedColumnParallelLinear(ColumnParallelLinear):
     def __init__(self, input_size, output_sizes, bias=True, gather_output=False, params_dtype=None,
-                 quant_config=None, prefix=""):
+                 quant_config=None, prefix="", disable_tp=False):
         super().__init__(input_size, sum(output_sizes), bias, gather_output, params_dtype,
-                         quant_config, prefix, output_sizes=list(output_sizes))
+                         quant_config, prefix, output_sizes=list(output_sizes), disable_tp=disable_tp)
 
     def weight_loader(self, param, loaded_weight, loaded_shard_id=None):
         if loaded_shard_id is None:   # a checkpoint that fuses the parts already: split it

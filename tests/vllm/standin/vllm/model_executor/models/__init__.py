@@ -9,7 +9,12 @@ class _Registry:
         from .gpt_oss import GptOssForCausalLM
         from .llama4 import Llama4ForConditionalGeneration
         from .mixtral import MixtralForCausalLM
-        return {"LlamaForCausalLM": LlamaForCausalLM, "MistralForCausalLM": LlamaForCausalLM,
+        from .deepseek_v2 import DeepseekV2ForCausalLM
+        from .deepseek_mtp import DeepSeekMTP
+        deepseek = {name: DeepseekV2ForCausalLM for name in (
+            "DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM",
+            "GlmMoeDsaForCausalLM")}
+        return {**deepseek, "DeepSeekMTPModel": DeepSeekMTP,"LlamaForCausalLM": LlamaForCausalLM, "MistralForCausalLM": LlamaForCausalLM,
                 "Qwen3ForCausalLM": Qwen3ForCausalLM, "MixtralForCausalLM": MixtralForCausalLM,
                 "EagleLlamaForCausalLM": LlamaForCausalLM, "GptOssForCausalLM": GptOssForCausalLM,
                 "Llama4ForConditionalGeneration": Llama4ForConditionalGeneration}
