@@ -47,8 +47,8 @@ struct sl_loader {
   double t_resolve, t_catalog, t_model, t_plan, t_alloc, t_transfer, t_track, t_total;
   sl__buf report;
   sl__buf summary;
-  sl__progress progress;    /* engine/progress.h: bar, log lines, the caller's callback */
-  sl__job_nodes nodes;      /* engine/nodes.h: the job's nodes (rank 0's report) */
+  sl__progress progress; /* engine/progress.h: bar, log lines, the caller's callback */
+  sl__job_nodes nodes;   /* engine/nodes.h: the job's nodes (rank 0's report) */
   /* While a load from peers gathers its statistics (api/peers.c owns them): the plan's time model
    * over the job's nodes, which the report carries instead of a storage load's, and per rank of
    * this loader its node in that model. NULL otherwise. */
@@ -65,6 +65,7 @@ static inline void sl__loader_view_of(sl_loader *l, sl__loader_view *out) {
                            .loaded = l->state == STATE_LOADED,
                            .plan = &l->pl.plan,
                            .cat = &l->pl.prep.cat,
+                           .model = &l->pl.prep.model,
                            .cuda = l->pl.opts.device == SL_DEVICE_CUDA};
 }
 
