@@ -176,6 +176,10 @@ const sl_ref_param *sl_ref_table_find(const sl_ref_table *t, const char *name) {
 }
 
 void sl_ref_param_fill(const sl_ref_model *m, const sl_ref_param *p, uint8_t *out) {
+  if (p->src_dtype != NULL) {
+    ref_fill_held(m, p, out);
+    return;
+  }
   memset(out, 0, p->nbytes);
   for (size_t i = 0; i < p->n_segs; i++) {
     const sl_ref_seg *s = &p->segs[i];
@@ -185,6 +189,8 @@ void sl_ref_param_fill(const sl_ref_model *m, const sl_ref_param *p, uint8_t *ou
 }
 
 void sl_ref_describe(const sl_ref_model *m, const sl_ref_param *p, uint64_t offset, char *buf, size_t cap) {
+  if (p->src_dtype != NULL) /* held converted: the source byte of the element */
+    offset = offset / (p->dtype_bits / 8) * (p->src_bits / 8);
   for (size_t i = 0; i < p->n_segs; i++) {
     const sl_ref_seg *s = &p->segs[i];
     if (offset >= s->dst && offset < s->dst + s->len) {

@@ -1,6 +1,6 @@
 /*
  * reference_dsa.c — DeepSeek-V3.2 and GLM-5 (docs/spec/ARCHITECTURES.md §17) and their
- * multi-token-prediction draft (§18), written from those tables:
+ * multi-token-prediction draft (docs/spec/ARCHITECTURES.md §18), written from those tables:
  *
  *   a decoder layer   DeepSeek-V3's latent attention (q_a + kv_a replicated as one concatenation,
  *                     q_b and kv_b by rows, o_proj by columns), dense layers before
@@ -77,8 +77,11 @@ static void indexer(sl_ref_model *m, uint32_t layer, bool mtp) {
     two(m, ST_CONCAT, layer, mtp, "self_attn.indexer.wk_weights_proj.weight", "self_attn.indexer.wk.weight",
         "self_attn.indexer.weights_proj.weight");
   }
-  one(m, ST_REPLICATED, layer, mtp, "self_attn.indexer.k_norm.weight");
-  one(m, ST_REPLICATED, layer, mtp, "self_attn.indexer.k_norm.bias");
+  /* vLLM's LayerNorm holds its weight and bias in float32 whatever the checkpoint's dtype */
+  rdef *w = one(m, ST_REPLICATED, layer, mtp, "self_attn.indexer.k_norm.weight");
+  rdef *b = one(m, ST_REPLICATED, layer, mtp, "self_attn.indexer.k_norm.bias");
+  if (w != NULL && b != NULL)
+    w->held = b->held = "F32";
 }
 
 /* One decoder layer (target: mtp false; draft: under mtp_block.). */

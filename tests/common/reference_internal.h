@@ -19,6 +19,7 @@
  *   reference_int4.c     GPTQ / AWQ int4 linears
  *   reference.c          a rank's table (docs/spec/LAYOUTS.md §1–§2) and its queries
  *   reference_cluster.c  cluster figures from the tables of every rank
+ *   reference_held.c     parameters held in another dtype than their sources (F32 norms)
  *
  * Sizes are small (fixtures under 1 MB), so clarity wins over speed: segments are emitted row by
  * row and merged when contiguous.
@@ -108,6 +109,7 @@ typedef struct rdef {
   uint64_t bn, bk;
   bool int4; /* GPTQ / AWQ linear (reference_int4.c): parts by weight name */
   char *int4_part[MAX_SRC];
+  const char *held; /* held in this dtype (docs/SPECS.md "dtype"; reference_held.c), NULL: the sources' */
 } rdef;
 
 struct sl_ref_model {
@@ -248,6 +250,13 @@ void ref_rows_entry(ctx *c, const char *name, int t, uint64_t row0, uint64_t n, 
 void ref_build_def(ctx *c, const rdef *d);
 /* A GPTQ / AWQ linear (reference_int4.c): checked only (build false) or built into the table. */
 void ref_int4_def(ctx *c, const rdef *d, bool build);
+
+/* ---- reference_held.c ---------------------------------------------------------------------- */
+
+/* Entries [first, table count) of definition d held in d->held: dtype, size, and the fill converts. */
+void ref_apply_held(ctx *c, const rdef *d, size_t first);
+/* The expected bytes of an entry held in another dtype (its segments in source bytes). */
+void ref_fill_held(const sl_ref_model *m, const sl_ref_param *p, uint8_t *out);
 
 /* ---- reference_experts.c ------------------------------------------------------------------- */
 

@@ -377,6 +377,7 @@ void ref_build_def(ctx *c, const rdef *d) {
     ref_int4_def(c, d, true);
     return;
   }
+  size_t first = c->tab->count;
   switch (d->st) {
   case ST_REPLICATED:
     whole(c, ref_entry_name(c, d), d->src[0]);
@@ -428,4 +429,6 @@ void ref_build_def(ctx *c, const rdef *d) {
     build_parts(c, d);
     break;
   }
+  if (d->held != NULL)
+    ref_apply_held(c, d, first);
 }

@@ -1,7 +1,8 @@
 /*
  * test_load_dsa.c — DeepSeek-V3.2 and GLM-5 (docs/spec/ARCHITECTURES.md §17) and their
- * multi-token-prediction draft (§18), byte-exact at the MPI world size it runs with (ctest: 1, 2, 3
- * and 4 ranks) against the independent reference (tests/common/reference_dsa.c).
+ * multi-token-prediction draft (docs/spec/ARCHITECTURES.md §18), byte-exact at the MPI world size
+ * it runs with (ctest: 1, 2, 3 and 4 ranks) against the independent reference
+ * (tests/common/reference_dsa.c).
  *
  *   test_targets     deepseek_v32 (indexer wk_weights_proj fused, layer 2 without an indexer by
  *                    index_topk_freq), deepseek_v32_fp8 (wq_b and wk block fp8 with scales, wk and

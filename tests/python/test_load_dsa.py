@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """test_load_dsa.py -- run under mpirun at 1..4 ranks: DeepSeek-V3.2 and GLM-5 through the Python
 package (shardload.Loader, tensors by DLPack), every byte of every parameter on every rank against
-an independent numpy reference written here from vLLM's rules (docs/spec/ARCHITECTURES.md
-§17-§18): DeepSeek-V3's MLA and MoE (common.reference_deepseek's rules) plus the sparse-attention
+an independent numpy reference written here from vLLM's rules (docs/spec/ARCHITECTURES.md §17 and
+docs/spec/ARCHITECTURES.md §18): DeepSeek-V3's MLA and MoE (common.reference_deepseek's rules) plus the sparse-attention
 indexer, replicated (wq_b; wk and weights_proj concatenated as wk_weights_proj; k_norm weight and
-bias), none in the layers index_topk_pattern / index_topk_freq leave without one; and the MTP
+bias held in float32), none in the layers index_topk_pattern / index_topk_freq leave without one; and the MTP
 draft (specs/deepseek_mtp.json) as vLLM's DeepSeekMTP holds it. Fixtures deepseek_v32 and glm5
 (GLM-5 has no topk_method in config.json: the score-correction bias is there by default); tp = the
 largest of 4, 2, 1 dividing the world, the rest dp, with and without expert parallelism."""
@@ -38,6 +38,15 @@ def has_indexer(c, layer):
     return max(layer - off + 1, 0) % freq == 0
 
 
+def as_f32(ckpt, name):
+    """A checkpoint tensor as float32: BF16's 16 bits above 16 zero bits, F32 as it is."""
+    dtype, a = ckpt.tensors[name]
+    if dtype == "BF16":
+        return (a.astype(np.uint32) << 16).view(np.float32)
+    assert dtype == "F32", (name, dtype)
+    return a
+
+
 def decoder(ckpt, lay, layer, out, prefix):
     """One decoder layer read from model.layers.L. into out under prefix (the draft's mtp_block.)."""
     c, g = ckpt.config, ckpt.get
@@ -56,8 +65,8 @@ def decoder(ckpt, lay, layer, out, prefix):
         i, vi = a + "indexer.", va + "indexer."
         out[vi + "wq_b.weight"] = g(i + "wq_b.weight")
         out[vi + "wk_weights_proj.weight"] = np.concatenate([g(i + "wk.weight"), g(i + "weights_proj.weight")])
-        out[vi + "k_norm.weight"] = g(i + "k_norm.weight")
-        out[vi + "k_norm.bias"] = g(i + "k_norm.bias")
+        for n in ("k_norm.weight", "k_norm.bias"):   # held in float32 (vLLM's LayerNorm)
+            out[vi + n] = as_f32(ckpt, i + n)
     m, vm = src + "mlp.", prefix + "mlp."
     if layer < c["first_k_dense_replace"]:
         out[vm + "gate_up_proj.weight"] = common._merged([g(m + "gate_proj.weight"), g(m + "up_proj.weight")], lay)
