@@ -231,6 +231,9 @@ static void family_layer(sl_ref_model *m, const cJSON *cfg, uint32_t layer) {
     break;
   case FAM_DSA_MTP:
     break;
+  case FAM_MINIMAX:
+    ref_minimax_layer(m, cfg, layer);
+    break;
   case FAM_MIXTRAL:
   case FAM_QWEN2_MOE:
   case FAM_QWEN3_MOE:

@@ -12,6 +12,7 @@
  *   reference_moe.c      the expert families (Mixtral, Qwen-MoE, fused3d, GLM-4-MoE, GPT-OSS, Llama-4)
  *   reference_mla.c      DeepSeek V2 / V3 (latent attention, routed and shared experts)
  *   reference_dsa.c      DeepSeek-V3.2 / GLM-5 (the sparse-attention indexer) and their MTP draft
+ *   reference_minimax.c  MiniMax-M2 (q/k norms over every head, kv_heads rows, block_sparse_moe)
  *   reference_scales.c   fp8 scale companions (block fp8, compressed-tensors)
  *   reference_check.c    the divisibility rules of docs/spec/LAYOUTS.md §3, per definition
  *   reference_slice.c    table entries and segments; the dense slicing styles; one definition's entries
@@ -57,7 +58,8 @@ typedef enum style {
   ST_MOE_W2BIAS,   /* [E, H]: MoE tensor-parallel rank 0 only */
   ST_GATE_UP_T,    /* Llama-4 [E, H, 2*Im]: gate and up column ranges; vllm: w13 [El, 2*Ip, H] */
   ST_DOWN_T,       /* Llama-4 [E, Im, H]: a row range per expert; vllm: w2 [El, H, Ip] */
-  ST_PARTS         /* docs/spec/LAYOUTS.md §3.11: one per-tensor scale per part, [n parts] */
+  ST_PARTS,        /* docs/spec/LAYOUTS.md §3.11: one per-tensor scale per part, [n parts] */
+  ST_KV_HEADS      /* docs/spec/LAYOUTS.md §3.13: rows of each key/value head, replicated as qkv's k */
 } style;
 
 typedef enum place { AT_EMBED, AT_LAYER, AT_FINAL, AT_HEAD } place;
@@ -76,8 +78,9 @@ typedef enum family {
   FAM_GLM4_MOE,
   FAM_GPT_OSS,
   FAM_LLAMA4,
-  FAM_DSA,    /* DeepSeek-V3.2, GLM-5 (reference_dsa.c) */
-  FAM_DSA_MTP /* their multi-token-prediction draft (arch_family "deepseek_mtp") */
+  FAM_DSA,     /* DeepSeek-V3.2, GLM-5 (reference_dsa.c) */
+  FAM_DSA_MTP, /* their multi-token-prediction draft (arch_family "deepseek_mtp") */
+  FAM_MINIMAX  /* MiniMax-M2 (reference_minimax.c) */
 } family;
 
 #define MAX_SRC 3
@@ -212,6 +215,9 @@ void ref_mla_layer(sl_ref_model *m, const cJSON *cfg, uint32_t layer);
 void ref_dsa_layer(sl_ref_model *m, const cJSON *cfg, uint32_t layer);
 /* Every definition of the DeepSeek MTP draft (no embedding, final norm or head of the target). */
 void ref_dsa_mtp_defs(sl_ref_model *m, const cJSON *cfg);
+void ref_minimax_layer(sl_ref_model *m, const cJSON *cfg, uint32_t layer);
+/* docs/spec/LAYOUTS.md §3.13 (reference_minimax.c). */
+void ref_build_kv_heads(ctx *c, const rdef *d);
 
 /* ---- reference_scales.c -------------------------------------------------------------------- */
 

@@ -157,7 +157,8 @@ static bool pick_family(sl_ref_model *m, const char *arch, const char *override)
                {"GptOssForCausalLM", FAM_GPT_OSS},
                {"Llama4ForConditionalGeneration", FAM_LLAMA4},
                {"DeepseekV32ForCausalLM", FAM_DSA},
-               {"GlmMoeDsaForCausalLM", FAM_DSA}};
+               {"GlmMoeDsaForCausalLM", FAM_DSA},
+               {"MiniMaxM2ForCausalLM", FAM_MINIMAX}};
   if (override != NULL && strcmp(override, "fused3d") == 0) {
     m->fam = FAM_FUSED3D;
     return true;

@@ -79,6 +79,9 @@ def cases(world, group):
     if group == "dsa":   # DeepSeek-V3.2, GLM-5 and their MTP draft (cases_dsa.py)
         import cases_dsa
         return cases_dsa.cases(world, C)
+    if group == "minimax":   # MiniMax-M2 (cases_minimax.py)
+        import cases_minimax
+        return cases_minimax.cases(world, C)
     if group == "dtype":   # model dtype unlike the checkpoint's, on the host
         tp = 2 if world % 2 == 0 else 1
         return [C("llama bf16->f32", "llama", tp=tp, dp=world // tp, dtype="float32"),

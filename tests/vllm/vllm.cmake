@@ -46,5 +46,6 @@ foreach(np 1 2)
     SKIP_RETURN_CODE 77 FIXTURES_REQUIRED vllm_models ENVIRONMENT "${SL_VLLM_ENV}")
 endforeach()
 
-# DeepSeek-V3.2, GLM-5 and their MTP draft (labels vllm;frontier): tests/vllm/frontier_dsa.cmake.
+# The 2026 families (labels vllm;frontier): DeepSeek-V3.2, GLM-5 and their MTP draft; MiniMax-M2.
 include(${CMAKE_CURRENT_LIST_DIR}/frontier_dsa.cmake)
+include(${CMAKE_CURRENT_LIST_DIR}/frontier_minimax.cmake)

@@ -11,10 +11,12 @@ class _Registry:
         from .mixtral import MixtralForCausalLM
         from .deepseek_v2 import DeepseekV2ForCausalLM
         from .deepseek_mtp import DeepSeekMTP
+        from .minimax_m2 import MiniMaxM2ForCausalLM
         deepseek = {name: DeepseekV2ForCausalLM for name in (
             "DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM",
             "GlmMoeDsaForCausalLM")}
-        return {**deepseek, "DeepSeekMTPModel": DeepSeekMTP,"LlamaForCausalLM": LlamaForCausalLM, "MistralForCausalLM": LlamaForCausalLM,
+        frontier = {**deepseek, "DeepSeekMTPModel": DeepSeekMTP, "MiniMaxM2ForCausalLM": MiniMaxM2ForCausalLM}
+        return {**frontier, "LlamaForCausalLM": LlamaForCausalLM, "MistralForCausalLM": LlamaForCausalLM,
                 "Qwen3ForCausalLM": Qwen3ForCausalLM, "MixtralForCausalLM": MixtralForCausalLM,
                 "EagleLlamaForCausalLM": LlamaForCausalLM, "GptOssForCausalLM": GptOssForCausalLM,
                 "Llama4ForConditionalGeneration": Llama4ForConditionalGeneration}
