@@ -89,7 +89,7 @@ static sl_status check_cast(const sl__loader_view *v, const char *fn, const char
   if (!sl__cast_supported(from, to))
     return sl__err_set(v->err, SL_STATUS_UNSUPPORTED,
                        "%s(%s): the plan holds %s, the buffer is %s: no conversion between them (conversions "
-                       "are among F32, F16, BF16 and F64)",
+                       "are among F32, F16, BF16 and F64, and from I64 to I32)",
                        fn, name, sl__dtype_name(from), sl__dtype_name(to));
   if (v->cuda)
     return sl__err_set(

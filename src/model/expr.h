@@ -10,7 +10,8 @@
  * inside default(...). Operators: || && ! == != < <= > >= + - * / (exact: error when not
  * divisible) // (floor) % (floor modulo, the sign of the divisor, as Python) unary -; functions: default(a,
  * b, ...), contains(list, x), len(list), ceil_div(a, b), pad(x, m) (round x up to a multiple of m), min(a,
- * b), max(a, b), char_is(s, i, c) (character i of string s is c; false past its end).
+ * b), max(a, b), char_is(s, i, c) (character i of string s is c; false past its end), at(list, i) (element i
+ * of a list; an error past its end).
  */
 #ifndef SL_EXPR_H
 #define SL_EXPR_H

@@ -98,6 +98,47 @@ static bool eval_char_is(eval_ctx *c, const node *n, sl__val *out) {
   return true;
 }
 
+/* at(list, i): element i of a config.json list (an integer, string, boolean or null), an error past
+ * its end: a per-layer list such as DeepSeek-V4's compress_ratios. */
+static bool eval_at(eval_ctx *c, const node *n, sl__val *out) {
+  sl__val l = {0};
+  sl__val i = {0};
+  if (n->nargs != 2)
+    return bad(c, "at: wrong number of arguments");
+  if (!eval(c, n->args[0], &l) || !eval(c, n->args[1], &i))
+    return false;
+  int64_t k = 0;
+  if (!need_int(c, &i, &k))
+    return false;
+  const char *what = l.origin != NULL ? l.origin : "the first argument";
+  if (l.kind == SL_VAL_MISSING || l.kind == SL_VAL_NULL)
+    return need_int(c, &l, &k); /* the message naming the absent or null field */
+  if (l.kind != SL_VAL_LIST)
+    return bad(c, "at: '%s' is not a list", what);
+  int size = cJSON_GetArraySize((const cJSON *)l.list);
+  if (k < 0 || k >= size)
+    return bad(c, "at: index %lld is past the end of '%s' (%d entries)", (long long)k, what, size);
+  const cJSON *item = cJSON_GetArrayItem((const cJSON *)l.list, (int)k);
+  memset(out, 0, sizeof *out);
+  out->origin = what;
+  if (cJSON_IsNull(item)) {
+    out->kind = SL_VAL_NULL;
+  } else if (cJSON_IsBool(item)) {
+    out->kind = SL_VAL_BOOL;
+    out->i = cJSON_IsTrue(item);
+  } else if (cJSON_IsString(item)) {
+    out->kind = SL_VAL_STR;
+    out->s = item->valuestring;
+  } else if (cJSON_IsNumber(item) && item->valuedouble <= 9.0e18 && item->valuedouble >= -9.0e18 &&
+             item->valuedouble == (double)(int64_t)item->valuedouble) {
+    out->kind = SL_VAL_INT;
+    out->i = (int64_t)item->valuedouble;
+  } else {
+    return bad(c, "at: entry %lld of '%s' is not an integer, string, boolean or null", (long long)k, what);
+  }
+  return true;
+}
+
 static bool eval_call(eval_ctx *c, const node *n, sl__val *out) {
   const char *f = n->s;
   sl__val a = {0};
@@ -117,6 +158,8 @@ static bool eval_call(eval_ctx *c, const node *n, sl__val *out) {
   }
   if (strcmp(f, "char_is") == 0)
     return eval_char_is(c, n, out);
+  if (strcmp(f, "at") == 0)
+    return eval_at(c, n, out);
   size_t want = (strcmp(f, "len") == 0) ? 1 : 2;
   if (n->nargs != want)
     return bad(c, "%s: wrong number of arguments", f);

@@ -312,9 +312,10 @@ static sl_status parse_dtype(ctx *c, const cJSON *obj, const char *where, sl__sp
   if (d == NULL)
     return SL_STATUS_OK;
   const char *name = cJSON_IsString(d) ? d->valuestring : "";
-  if (!sl__dtype_parse(name, strlen(name), &p->dtype) || !sl__cast_supported(p->dtype, p->dtype))
+  if (!sl__dtype_parse(name, strlen(name), &p->dtype) || !sl__cast_supported(p->dtype, p->dtype) ||
+      p->dtype == SL_DT_I64)
     return spec_error(c, where,
-                      "'dtype' must be one of F32, F16, BF16, F64 (the dtypes a parameter can be "
+                      "'dtype' must be one of F32, F16, BF16, F64, I32 (the dtypes a parameter can be "
                       "converted to)");
   return SL_STATUS_OK;
 }
@@ -341,8 +342,10 @@ static sl_status parse_param(ctx *c, const cJSON *obj, const char *where, sl__sp
     p->place = SL_PLACE_FINAL;
   else if (strcmp(pl, "head") == 0)
     p->place = SL_PLACE_HEAD;
+  else if (strcmp(pl, "all") == 0)
+    p->place = SL_PLACE_ALL;
   else
-    return spec_error(c, w, "'place' must be one of embed, layer, final, head");
+    return spec_error(c, w, "'place' must be one of embed, layer, final, head, all");
   const cJSON *style = cJSON_GetObjectItemCaseSensitive(obj, "style");
   if (!cJSON_IsString(style) || !style_parse(style->valuestring, &p->style))
     return spec_error(c, w,
@@ -455,6 +458,26 @@ static sl_status parse_skips(ctx *c, const cJSON *root, sl__spec *s) {
   return st;
 }
 
+/* fp8_scale_name (optional): a template holding {weight} or {stem} once and no other brace. */
+static sl_status parse_fp8_scale_name(ctx *c, const cJSON *root, sl__spec *s) {
+  const cJSON *n = cJSON_GetObjectItemCaseSensitive(root, "fp8_scale_name");
+  if (n == NULL)
+    return SL_STATUS_OK;
+  const char *t = cJSON_IsString(n) ? n->valuestring : NULL;
+  const char *w = t != NULL ? strstr(t, "{weight}") : NULL;
+  const char *x = t != NULL ? strstr(t, "{stem}") : NULL;
+  const char *hole = w != NULL ? w : x;
+  size_t braces = 0;
+  for (const char *p = t; p != NULL && *p != '\0'; p++)
+    braces += *p == '{' || *p == '}';
+  if (hole == NULL || (w != NULL && x != NULL) || braces != 2)
+    return spec_error(
+        c, "fp8_scale_name",
+        "expected a string holding {weight} or {stem} once (\"{weight}_scale_inv\", \"{stem}.scale\")");
+  s->fp8_scale_name = sl__strdup(t);
+  return s->fp8_scale_name != NULL ? SL_STATUS_OK : sl__err_set(c->err, SL_STATUS_NOMEM, "out of memory");
+}
+
 /* rename {"format", "map": [[FROM, TO], ...]} (optional). */
 static sl_status parse_rename(ctx *c, const cJSON *root, sl__spec *s) {
   const cJSON *rn = cJSON_GetObjectItemCaseSensitive(root, "rename");
@@ -542,6 +565,7 @@ sl_status sl__spec_parse(const char *json, size_t len, const char *path, sl__spe
                                      "skip_contains",
                                      "vision_prefixes",
                                      "skip_tensors",
+                                     "fp8_scale_name",
                                      "rename",
                                      "params",
                                      NULL};
@@ -560,6 +584,8 @@ sl_status sl__spec_parse(const char *json, size_t len, const char *path, sl__spe
     st = parse_skips(&c, root, s);
   if (st == SL_STATUS_OK)
     st = sl__spec_parse_skip_tensors(root, path, s, err);
+  if (st == SL_STATUS_OK)
+    st = parse_fp8_scale_name(&c, root, s);
   if (st == SL_STATUS_OK)
     st = parse_rename(&c, root, s);
   if (st == SL_STATUS_OK)
@@ -620,6 +646,7 @@ void sl__spec_free(sl__spec *s) {
   sl__expr_free(s->skip_layers_from);
   sl__expr_free(s->skip_layers_count);
   free_list(s->skip_contains);
+  free(s->fp8_scale_name);
   free_list(s->vision_prefixes);
   sl__spec_skip_free(s);
   free(s->rename_format);

@@ -8,9 +8,9 @@
  *   { "family", "architectures": [...], "fall_back_to_pt", "vars": {NAME: EXPR},
  *     "layer_vars": {NAME: EXPR (may use `layer`)}, "num_layers", "experts", "n_group",
  *     "tie_word_embeddings", "skip_layers": {"from", "count"}, "skip_contains": [...],
- *     "vision_prefixes": [...],
+ *     "vision_prefixes": [...], "skip_tensors": [{"prefix", "when"}], "fp8_scale_name": TEMPLATE,
  *     "rename": {"format": "mistral", "map": [[FROM, TO], ...]},
- *     "params": [ { "name": TEMPLATE, "place": embed|layer|final|head, "when": EXPR,
+ *     "params": [ { "name": TEMPLATE, "place": embed|layer|final|head|all, "when": EXPR,
  *                   "style": ..., style arguments, "transpose": BOOL, "dtype": DTYPE, "sources": [ {"tensor":
  * TEMPLATE, "part": ..., "shape": [EXPR, ...], "rotary_heads": EXPR} ] } ] }
  */
@@ -19,7 +19,7 @@
 
 /* The largest spec file read (a spec is a few KiB; the bound keeps a wrong path from costing memory). */
 #define SL_SPEC_MAX_BYTES (16u * 1024u * 1024u)
-/* Counts a spec may hold (the shipped ones have at most 14 vars and 21 parameters): what a spec
+/* Counts a spec may hold (the shipped ones have at most 20 vars and 40 parameters): what a spec
  * costs to evaluate grows with them on every rank. */
 #define SL_SPEC_MAX_VARS 1024u   /* each of vars and layer_vars */
 #define SL_SPEC_MAX_PARAMS 4096u /* params */
@@ -63,7 +63,14 @@ typedef enum sl__style {
   SL_STYLE_COUNT
 } sl__style;
 
-typedef enum sl__place { SL_PLACE_EMBED = 0, SL_PLACE_LAYER, SL_PLACE_FINAL, SL_PLACE_HEAD } sl__place;
+/* SL_PLACE_ALL: a model-level parameter every pipeline stage holds (DeepSeek-V4's hc_head). */
+typedef enum sl__place {
+  SL_PLACE_EMBED = 0,
+  SL_PLACE_LAYER,
+  SL_PLACE_FINAL,
+  SL_PLACE_HEAD,
+  SL_PLACE_ALL
+} sl__place;
 
 const char *sl__style_name(sl__style s);
 
@@ -127,7 +134,10 @@ typedef struct sl__spec {
   char **vision_prefixes;
   size_t n_skip_tensors;
   sl__spec_skip *skip_tensors;
-  char *rename_format; /* "mistral" or NULL */
+  char *fp8_scale_name; /* checkpoint name of an F8 weight's block scale: "{weight}_scale_inv" (default)
+                           or a template with {stem}, the weight's name without ".weight" (DeepSeek-V4:
+                           "{stem}.scale") */
+  char *rename_format;  /* "mistral" or NULL */
   size_t n_rename;
   char **rename_from; /* templates with {layer} */
   char **rename_to;

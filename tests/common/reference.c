@@ -85,13 +85,17 @@ static void place_experts(ctx *c, const sl_ref_layout *lay, uint64_t D, uint64_t
 }
 
 /* Every definition checked, then those the rank's stage holds built (embedding on the first stage,
- * and on the last when the head is tied; final norm and head on the last). */
+ * and on the last when the head is tied; final norm and head on the last; AT_ALL on every stage). */
 static void build_stage(ctx *c, bool first, bool last) {
   const sl_ref_model *m = c->m;
   const sl_ref_table *tab = c->tab;
-  if ((m->fam == FAM_DEEPSEEK || m->fam == FAM_DSA || m->fam == FAM_DSA_MTP) && m->nh % c->T != 0)
+  if ((m->fam == FAM_DEEPSEEK || m->fam == FAM_DSA || m->fam == FAM_DSA_MTP || m->fam == FAM_DSV4) &&
+      m->nh % c->T != 0)
     ref_ctx_fail(c, SL_STATUS_DIVISIBILITY, "num_attention_heads %llu not divisible by tp %llu",
                  (unsigned long long)m->nh, (unsigned long long)c->T);
+  if (c->st == SL_STATUS_OK && m->ng != 0 && m->ng % c->T != 0) /* DeepSeek-V4's wo_a / wo_b */
+    ref_ctx_fail(c, SL_STATUS_DIVISIBILITY, "o_groups %llu not divisible by tp %llu",
+                 (unsigned long long)m->ng, (unsigned long long)c->T);
   for (size_t i = 0; i < m->n_defs && c->st == SL_STATUS_OK; i++) {
     if (m->defs[i].int4)
       ref_int4_def(c, &m->defs[i], false);
@@ -105,6 +109,8 @@ static void build_stage(ctx *c, bool first, bool last) {
       here = first || (m->tie && last);
     else if (d->at == AT_LAYER)
       here = d->layer >= tab->layer_start && d->layer < tab->layer_end;
+    else if (d->at == AT_ALL)
+      here = true;
     else
       here = last;
     if (here)

@@ -4,7 +4,8 @@
  * is built in the sources' units as any other (its segments address source bytes); then its dtype,
  * bits and size become the held ones, and the expected bytes are the sources' converted element by
  * element. Written from the conversions' definitions, not the library's code: BF16 to F32 puts the
- * 16 bits above 16 zero bits (exact), F32 to F32 copies. Any other pair is refused as not modelled.
+ * 16 bits above 16 zero bits (exact), I64 to I32 keeps the low 4 bytes (two's complement, as
+ * torch's .to(torch.int32)), same to same copies. Any other pair is refused as not modelled.
  */
 #include "reference_internal.h"
 
@@ -14,7 +15,7 @@
 #include <string.h>
 
 static uint32_t bits_of(const char *dtype) {
-  if (strcmp(dtype, "F32") == 0)
+  if (strcmp(dtype, "F32") == 0 || strcmp(dtype, "I32") == 0)
     return 32;
   if (strcmp(dtype, "BF16") == 0 || strcmp(dtype, "F16") == 0)
     return 16;
@@ -26,7 +27,9 @@ void ref_apply_held(ctx *c, const rdef *d, size_t first) {
     sl_ref_param *p = &c->tab->params[i];
     if (strcmp(p->dtype, d->held) == 0)
       continue;
-    if (strcmp(d->held, "F32") != 0 || strcmp(p->dtype, "BF16") != 0) {
+    bool widen = strcmp(d->held, "F32") == 0 && strcmp(p->dtype, "BF16") == 0;
+    bool narrow = strcmp(d->held, "I32") == 0 && strcmp(p->dtype, "I64") == 0;
+    if (!widen && !narrow) {
       ref_ctx_fail(c, SL_STATUS_UNSUPPORTED, "reference: %s held as %s from %s is not modelled", p->name,
                    d->held, p->dtype);
       return;
@@ -51,9 +54,14 @@ void ref_fill_held(const sl_ref_model *m, const sl_ref_param *p, uint8_t *out) {
     if (s->tensor >= 0 && s->dst + s->len <= src_bytes)
       sl_value_fill(m->tensors[s->tensor].file_name, s->src, src + s->dst, s->len);
   }
-  for (uint64_t k = 0; k < n; k++) { /* BF16 (little-endian) to F32: the high half of the float */
-    out[4 * k + 2] = src[2 * k];
-    out[4 * k + 3] = src[2 * k + 1];
+  bool narrow = p->src_bits == 64; /* I64 to I32: the low 4 bytes (little-endian) of each */
+  for (uint64_t k = 0; k < n; k++) {
+    if (narrow) {
+      memcpy(out + 4 * k, src + 8 * k, 4);
+    } else { /* BF16 (little-endian) to F32: the high half of the float */
+      out[4 * k + 2] = src[2 * k];
+      out[4 * k + 3] = src[2 * k + 1];
+    }
   }
   free(src);
 }

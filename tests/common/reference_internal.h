@@ -62,7 +62,7 @@ typedef enum style {
   ST_KV_HEADS      /* docs/spec/LAYOUTS.md §3.13: rows of each key/value head, replicated as qkv's k */
 } style;
 
-typedef enum place { AT_EMBED, AT_LAYER, AT_FINAL, AT_HEAD } place;
+typedef enum place { AT_EMBED, AT_LAYER, AT_FINAL, AT_HEAD, AT_ALL /* every stage */ } place;
 
 typedef enum family {
   FAM_LLAMA,
@@ -80,7 +80,8 @@ typedef enum family {
   FAM_LLAMA4,
   FAM_DSA,     /* DeepSeek-V3.2, GLM-5 (reference_dsa.c) */
   FAM_DSA_MTP, /* their multi-token-prediction draft (arch_family "deepseek_mtp") */
-  FAM_MINIMAX  /* MiniMax-M2 (reference_minimax.c) */
+  FAM_MINIMAX, /* MiniMax-M2 (reference_minimax.c) */
+  FAM_DSV4     /* DeepSeek-V4 (reference_dsv4.c) */
 } family;
 
 #define MAX_SRC 3
@@ -132,6 +133,7 @@ struct sl_ref_model {
   sl_ref_int4 int4; /* GPTQ / AWQ (docs/spec/ARCHITECTURES.md §16) */
   uint64_t bn, bk;
   uint64_t nh;     /* DeepSeek: heads that TP must divide */
+  uint64_t ng;     /* DeepSeek-V4: output groups (o_groups) that TP must divide; 0 otherwise */
   const char *pre; /* prefix of every text-model name: "" or Llama-4's "language_model." */
   sl_status st;    /* first error while building */
   char msg[512];
@@ -216,6 +218,8 @@ void ref_dsa_layer(sl_ref_model *m, const cJSON *cfg, uint32_t layer);
 /* Every definition of the DeepSeek MTP draft (no embedding, final norm or head of the target). */
 void ref_dsa_mtp_defs(sl_ref_model *m, const cJSON *cfg);
 void ref_minimax_layer(sl_ref_model *m, const cJSON *cfg, uint32_t layer);
+/* Every definition of DeepSeek-V4 (reference_dsv4.c): its own names, no shared embedding code. */
+void ref_dsv4_defs(sl_ref_model *m, const cJSON *cfg);
 /* docs/spec/LAYOUTS.md §3.13 (reference_minimax.c). */
 void ref_build_kv_heads(ctx *c, const rdef *d);
 

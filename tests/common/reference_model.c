@@ -158,7 +158,8 @@ static bool pick_family(sl_ref_model *m, const char *arch, const char *override)
                {"Llama4ForConditionalGeneration", FAM_LLAMA4},
                {"DeepseekV32ForCausalLM", FAM_DSA},
                {"GlmMoeDsaForCausalLM", FAM_DSA},
-               {"MiniMaxM2ForCausalLM", FAM_MINIMAX}};
+               {"MiniMaxM2ForCausalLM", FAM_MINIMAX},
+               {"DeepseekV4ForCausalLM", FAM_DSV4}};
   if (override != NULL && strcmp(override, "fused3d") == 0) {
     m->fam = FAM_FUSED3D;
     return true;

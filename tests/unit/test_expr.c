@@ -2,7 +2,7 @@
  * test_expr.c — model/expr.c, the expression language of architecture specs (docs/SPECS.md
  * "Expressions", model/expr.h): literals, identifiers (dotted, missing, null), arithmetic and its
  * precedence and associativity, exact '/', floor '//', '%', overflow, comparisons, logic with
- * short-circuit, the functions default/contains/len/ceil_div/pad/min/max/char_is, the typed evaluators
+ * short-circuit, the functions default/contains/len/ceil_div/pad/min/max/char_is/at, the typed evaluators
  * (u64, bool), the field list of an expression, and every error with its message (syntax errors
  * at compile time with the offset; unknown field, null field, division by zero, wrong types at
  * evaluation, each naming the spec location, the expression and the field).
@@ -408,6 +408,17 @@ static void test_functions(void) {
   EVAL_ERR("char_is(hidden_size, 0, 'a')", "char_is: 'hidden_size' is not a string");
   EVAL_ERR("char_is(name, 0, 'ab')", "char_is: the third argument must be a one-character string");
   EVAL_ERR("char_is(name, nullf, 'a')", "config.json field 'nullf' is null");
+  /* at: an entry of a per-layer list (DeepSeek-V4's compress_ratios) */
+  INT("at(list, 0)", 1);
+  INT("at(list, 2) * 10", 30);
+  BOOL("at(strlist, 1) == 'b'", true);
+  BOOL("at(list, 1) > 1 && at(list, 1) != 4", true);
+  EVAL_ERR("at(list, 3)", "at: index 3 is past the end of 'list' (3 entries)");
+  EVAL_ERR("at(list, -1)", "at: index -1 is past the end of 'list' (3 entries)");
+  EVAL_ERR("at(name, 0)", "at: 'name' is not a list");
+  EVAL_ERR("at(not_in_config, 0)", "config.json has no field 'not_in_config'");
+  EVAL_ERR("at(list)", "at: wrong number of arguments");
+  EVAL_ERR("at(list, name)", "'name' is not a number");
   /* Unknown functions are syntax errors (at the end of the call). */
   SYNTAX("foo(1)", 6, "unknown function");
   SYNTAX("floor(7, 2)", 11, "unknown function");

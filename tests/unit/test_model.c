@@ -215,6 +215,21 @@ static void test_spec_errors(void) {
   CHECKF(sl__spec_parse(buf, strlen(buf), "ok.json", &ok, &err) == SL_STATUS_OK, "skip_tensors: %s", err.msg);
   CHECK(ok != NULL && ok->n_skip_tensors == 1 && strcmp(ok->skip_tensors[0].prefix, "l.{layer}.x.") == 0);
   sl__spec_free(ok);
+  /* DeepSeek-V4: fp8_scale_name and the place "all" */
+  static const char *const bad_names[] = {"\"{stem}.{weight}\"", "\".scale\"", "\"{stem}.{x}\"", "3",
+                                          "\"{stem\""};
+  for (size_t i = 0; i < sizeof bad_names / sizeof bad_names[0]; i++) {
+    snprintf(buf, sizeof buf, "%s\"fp8_scale_name\":%s,%s}", head, bad_names[i], rep);
+    check_spec_error(buf, "fp8_scale_name: expected a string holding {weight} or {stem} once");
+  }
+  snprintf(buf, sizeof buf,
+           "%s\"fp8_scale_name\":\"{stem}.scale\",\"params\":[{\"name\":\"h\",\"place\":\"all\","
+           "\"style\":\"replicated\",\"sources\":[{\"tensor\":\"h\",\"shape\":[1]}]}]}",
+           head);
+  sl__err_clear(&err);
+  CHECKF(sl__spec_parse(buf, strlen(buf), "ok.json", &ok, &err) == SL_STATUS_OK, "place all: %s", err.msg);
+  CHECK(ok != NULL && ok->params[0].place == SL_PLACE_ALL && strcmp(ok->fp8_scale_name, "{stem}.scale") == 0);
+  sl__spec_free(ok);
 }
 
 /* ---- models on the fixtures ---- */
