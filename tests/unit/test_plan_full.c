@@ -11,7 +11,8 @@
  *                            arrives from its own reads or by broadcast.
  *
  * Models (scripts/make-fixture NAME DIR --header-only, sparse files): the arguments, e.g.
- * glm5_full (GLM-5, 744B, BF16) and deepseek_v32_full (DeepSeek-V3.2, 671B, block fp8).
+ * glm5_full (GLM-5, 744B, BF16), deepseek_v32_full (DeepSeek-V3.2, 671B, block fp8),
+ * minimax_m2_full, deepseek_v4_pro_full and deepseek_v4_flash_full (DeepSeek-V4, FP4 experts).
  * Prints the planning time (not asserted).
  */
 #include "check.h"
