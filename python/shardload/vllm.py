@@ -241,6 +241,26 @@ _KV_SCALE = re.compile(r"^(.*)\.self_attn\.(?:[qkv]_proj\.|prob_proj\.)?((?:k|v|
 # weights_proj apart; vLLM fuses them into wk_weights_proj (BF16: wk dequantized while loading).
 _INDEXER_PART = re.compile(r"^(.*\.indexer)\.(wk\.weight|wk\.weight_scale_inv|weights_proj\.weight)$")
 _INDEXER_HOW = {"wk.weight": "wk", "wk.weight_scale_inv": "wk_scale", "weights_proj.weight": "weights_proj"}
+# DeepSeek-V4's attention sink: vLLM pads it to at least 64 heads (-inf beyond the rank's, FlashMLA's
+# minimum) and its load_weights copies the rank's heads into the leading slots.
+_PADDED_SINK = re.compile(r"\.attn\.attn_sink$")
+# Module tensors vLLM leaves at their initial values because its checkpoints have none, by
+# architecture: DeepSeek-V4's indexer builds a LayerNorm k_norm its releases do not store (the
+# module registered again under mla_attn.).
+_VLLM_INITIALIZED = {
+    "DeepseekV4ForCausalLM": re.compile(r"\.indexer\.k_norm\.(?:weight|bias)$"),
+}
+
+
+def kept_initialized(model_config):
+    """kept(name) for load_into: the module tensors vLLM leaves at their initial values for this
+    model's architecture (see _VLLM_INITIALIZED), or None."""
+    archs = getattr(model_config, "architectures", None) or \
+        getattr(getattr(model_config, "hf_config", None), "architectures", None) or []
+    patterns = [_VLLM_INITIALIZED[a] for a in archs if a in _VLLM_INITIALIZED]
+    if not patterns:
+        return None
+    return lambda name: any(p.search(name) for p in patterns)
 
 
 def _e4m3_values():
@@ -295,6 +315,8 @@ class WeightLoaderFallback:
             return m.group(1) + ".wk_weights_proj.weight", _INDEXER_HOW[m.group(2)]
         if name not in self.params:
             return None
+        if _PADDED_SINK.search(name) and self.params[name].dim() == 1:
+            return name, "leading"
         module = self.modules.get(name.rsplit(".", 1)[0])
         if getattr(module, "quant_config", None) is not None and \
                 "mxfp4" in str(_quant_name(module.quant_config)) and hasattr(module, "expert_map"):
@@ -316,6 +338,11 @@ class WeightLoaderFallback:
                 param.weight_loader(param, tensor, 1)
             elif how in ("wk", "wk_scale"):
                 self._indexer_wk(param, target, how, tensor)
+            elif how == "leading":   # the rank's heads into the leading slots of the padded sink
+                if tensor.dim() != 1 or tensor.shape[0] > param.shape[0]:
+                    raise ValueError("%s: %d planned heads do not fit vLLM's %s" % (
+                        name, tensor.shape[0], list(param.shape)))
+                param.data[:tensor.shape[0]].copy_(tensor)
             elif how == "moe_rank":   # vLLM's MXFP4 convention: the rank's tensor, every expert
                 t = tensor if param.dim() == tensor.dim() else \
                     tensor.reshape(tuple(tensor.shape[:param.dim() - 1]) + (-1,))
@@ -423,7 +450,7 @@ def loader_class():
 
             missing, unexpected = sl_torch.load_into(
                 model, model_config.model, group=layout["group"], strict=self.strict,
-                fallback=fallback, check=check, **options)
+                fallback=fallback, check=check, kept=kept_initialized(model_config), **options)
             self.last = {"loader": "shardload", "missing": missing, "unexpected": unexpected,
                          "handed": list(fallback.handed), "options": options}
 

@@ -49,3 +49,4 @@ endforeach()
 # The 2026 families (labels vllm;frontier): DeepSeek-V3.2, GLM-5 and their MTP draft; MiniMax-M2.
 include(${CMAKE_CURRENT_LIST_DIR}/frontier_dsa.cmake)
 include(${CMAKE_CURRENT_LIST_DIR}/frontier_minimax.cmake)
+include(${CMAKE_CURRENT_LIST_DIR}/frontier_dsv4.cmake)

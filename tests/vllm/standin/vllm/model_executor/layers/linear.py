@@ -9,6 +9,8 @@ their weight_loader(param, loaded_weight[, shard_id]) applies to a whole checkpo
   head replicated on tp/total_kv ranks (rank r holds kv head r // replicas); shard ids q, k, v.
 - RowParallelLinear: weight [out, in/tp]; rank r takes columns [r*in/tp, +in/tp); bias whole.
 - disable_tp=True (column and merged layers): every rank holds the whole weight, as if tp were 1.
+- a block-fp8 quant_config (layers/quantization/fp8.py): the weight holds F8 bytes and a
+  weight_scale_inv in blocks is loaded by the same rule counted in blocks.
 """
 
 import torch
@@ -21,6 +23,15 @@ def _param(shape, dtype, loader, **attrs):
     p = torch.nn.Parameter(torch.empty(shape, dtype=dtype), requires_grad=False)
     set_weight_attrs(p, dict(weight_loader=loader, **attrs))
     return p
+
+
+def _weight(layer, rows, cols, loader, **attrs):
+    """layer.weight [rows, cols] of the layer's dtype, or F8 bytes with their block scales."""
+    from vllm.model_executor.layers.quantization.fp8 import Fp8Config, create_fp8_linear
+    if isinstance(layer.quant_config, Fp8Config):
+        create_fp8_linear(layer, rows, cols, loader, attrs)
+    else:
+        layer.weight = _param((rows, cols), layer.params_dtype, loader, **attrs)
 
 
 class LinearBase(torch.nn.Module):
@@ -38,7 +49,7 @@ class ReplicatedLinear(LinearBase):
     def __init__(self, input_size, output_size, bias=True, params_dtype=None, quant_config=None,
                  prefix=""):
         super().__init__(input_size, output_size, params_dtype, quant_config, prefix)
-        self.weight = _param((output_size, input_size), self.params_dtype, self.weight_loader)
+        _weight(self, output_size, input_size, self.weight_loader)
         if bias:
             self.bias = _param((output_size,), self.params_dtype, self.weight_loader)
         else:
@@ -56,7 +67,7 @@ class ColumnParallelLinear(LinearBase):
         self.output_sizes = output_sizes or [output_size]
         assert output_size % self.tp_size == 0
         rows = output_size // self.tp_size
-        self.weight = _param((rows, input_size), self.params_dtype, self.weight_loader, output_dim=0)
+        _weight(self, rows, input_size, self.weight_loader, output_dim=0)
         if bias:
             self.bias = _param((rows,), self.params_dtype, self.weight_loader, output_dim=0)
         else:
@@ -128,7 +139,7 @@ class RowParallelLinear(LinearBase):
         super().__init__(input_size, output_size, params_dtype, quant_config, prefix)
         assert input_size % self.tp_size == 0
         cols = input_size // self.tp_size
-        self.weight = _param((output_size, cols), self.params_dtype, self.weight_loader, input_dim=1)
+        _weight(self, output_size, cols, self.weight_loader, input_dim=1)
         if bias:
             self.bias = _param((output_size,), self.params_dtype, self.weight_loader)
         else:

@@ -12,10 +12,12 @@ class _Registry:
         from .deepseek_v2 import DeepseekV2ForCausalLM
         from .deepseek_mtp import DeepSeekMTP
         from .minimax_m2 import MiniMaxM2ForCausalLM
+        from .deepseek_v4 import DeepseekV4ForCausalLM
         deepseek = {name: DeepseekV2ForCausalLM for name in (
             "DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM",
             "GlmMoeDsaForCausalLM")}
-        frontier = {**deepseek, "DeepSeekMTPModel": DeepSeekMTP, "MiniMaxM2ForCausalLM": MiniMaxM2ForCausalLM}
+        frontier = {**deepseek, "DeepSeekMTPModel": DeepSeekMTP, "MiniMaxM2ForCausalLM": MiniMaxM2ForCausalLM,
+                    "DeepseekV4ForCausalLM": DeepseekV4ForCausalLM}
         return {**frontier, "LlamaForCausalLM": LlamaForCausalLM, "MistralForCausalLM": LlamaForCausalLM,
                 "Qwen3ForCausalLM": Qwen3ForCausalLM, "MixtralForCausalLM": MixtralForCausalLM,
                 "EagleLlamaForCausalLM": LlamaForCausalLM, "GptOssForCausalLM": GptOssForCausalLM,

@@ -1,0 +1,1 @@
+"""STAND-IN for vllm.model_executor.layers.quantization."""
