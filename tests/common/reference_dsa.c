@@ -77,11 +77,14 @@ static void indexer(sl_ref_model *m, uint32_t layer, bool mtp) {
     two(m, ST_CONCAT, layer, mtp, "self_attn.indexer.wk_weights_proj.weight", "self_attn.indexer.wk.weight",
         "self_attn.indexer.weights_proj.weight");
   }
-  /* vLLM's LayerNorm holds its weight and bias in float32 whatever the checkpoint's dtype */
-  rdef *w = one(m, ST_REPLICATED, layer, mtp, "self_attn.indexer.k_norm.weight");
-  rdef *b = one(m, ST_REPLICATED, layer, mtp, "self_attn.indexer.k_norm.bias");
-  if (w != NULL && b != NULL)
-    w->held = b->held = "F32";
+  /* vLLM's LayerNorm holds its weight and bias in float32 whatever the checkpoint's dtype (each
+   * definition marked before the next is made: making one may move the array) */
+  static const char *const k_norm[2] = {"self_attn.indexer.k_norm.weight", "self_attn.indexer.k_norm.bias"};
+  for (int i = 0; i < 2; i++) {
+    rdef *d = one(m, ST_REPLICATED, layer, mtp, k_norm[i]);
+    if (d != NULL)
+      d->held = "F32";
+  }
 }
 
 /* One decoder layer (target: mtp false; draft: under mtp_block.). */

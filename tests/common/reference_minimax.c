@@ -14,10 +14,9 @@
 
 void ref_minimax_layer(sl_ref_model *m, const cJSON *cfg, uint32_t layer) {
   ref_llama_attention(m, layer, ref_cfg_bool_or(cfg, "attention_bias", false), false, false);
-  rdef *q = ref_layer_one(m, ST_COLUMN, layer, "self_attn.q_norm.weight");
-  rdef *k = ref_layer_one(m, ST_KV_HEADS, layer, "self_attn.k_norm.weight");
-  ref_def_heads(q, m->Hq, m->Hkv, m->d);
-  ref_def_heads(k, m->Hq, m->Hkv, m->d);
+  /* each definition completed before the next is made (making one may move the array) */
+  ref_def_heads(ref_layer_one(m, ST_COLUMN, layer, "self_attn.q_norm.weight"), m->Hq, m->Hkv, m->d);
+  ref_def_heads(ref_layer_one(m, ST_KV_HEADS, layer, "self_attn.k_norm.weight"), m->Hq, m->Hkv, m->d);
   rdef *gate = ref_layer_one(m, ST_REPLICATED, layer, "block_sparse_moe.gate.weight");
   if (gate != NULL)
     gate->held = "F32";
