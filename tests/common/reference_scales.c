@@ -30,7 +30,8 @@ static int scale_of(sl_ref_model *m, int w) {
 /* The scale companion s of weight w: its sources are the weight's scales, its boundaries the weight's. */
 static bool scale_sources(sl_ref_model *m, const rdef *w, rdef *s) {
   for (int k = 0; k < w->n_src; k++) {
-    if (w->esrc[k] == NULL) {
+    /* per-expert parts are at most two (esrc[2]); a qkv weight's third source is never one */
+    if (k >= 2 || w->esrc[k] == NULL) {
       s->src[k] = scale_of(m, w->src[k]);
       s->wsrc[k] = w->src[k];
       continue;
