@@ -48,8 +48,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-    static sl_status
-    advance(sl_loader *l, sl__prep_stage until);
+static sl_status advance(sl_loader *l, sl__prep_stage until);
 
 /* ---------------------------------------------------------------------------------------------
  * Create / destroy
@@ -687,7 +686,8 @@ sl_status sl_loader_save_sharded(sl_loader *l, const char *dir) {
                       .n = n,
                       .max_part = l->pl.opts.save_max_part,
                       .overwrite = l->pl.opts.overwrite,
-                      .backend = l->store.backend};
+                      .backend = l->store.backend,
+                      .layout = {.tp = l->pl.layout.tp, .pp = l->pl.layout.pp, .dp = l->pl.layout.dp}};
   sl__device_scope scope; /* device parameters are copied back to the host */
   sl__device_scope_enter(&scope, st == SL_STATUS_OK && l->store.backend->device >= 0);
   if (st == SL_STATUS_OK)

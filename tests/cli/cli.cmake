@@ -18,3 +18,8 @@ set_tests_properties(test_progress PROPERTIES LABELS "cli" TIMEOUT 600 PROCESSOR
 # a refused one failing every rank, the usage errors.
 sl_script_test(test_cli_reload cli sh ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_cli_reload.sh)
 set_tests_properties(test_cli_reload PROPERTIES LABELS "reshard;cli" TIMEOUT 300 PROCESSORS 2)
+
+# A --save-sharded folder loads back with load format auto, at the saved layout or with no sizes;
+# another layout names the saved one; --help lists the load formats and layouts.
+sl_script_test(test_cli_saved cli sh ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_cli_saved.sh)
+set_tests_properties(test_cli_saved PROPERTIES TIMEOUT 300 PROCESSORS 2)
