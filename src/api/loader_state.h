@@ -47,8 +47,8 @@ struct sl_loader {
   double t_resolve, t_catalog, t_model, t_plan, t_alloc, t_transfer, t_track, t_total;
   sl__buf report;
   sl__buf summary;
-  sl__progress progress;    /* engine/progress.h: bar, log lines, the caller's callback */
-  sl__job_nodes nodes;      /* engine/nodes.h: the job's nodes (rank 0's report) */
+  sl__progress progress; /* engine/progress.h: bar, log lines, the caller's callback */
+  sl__job_nodes nodes;   /* engine/nodes.h: the job's nodes (rank 0's report) */
   /* While a load from peers gathers its statistics (api/peers.c owns them): the plan's time model
    * over the job's nodes, which the report carries instead of a storage load's, and per rank of
    * this loader its node in that model. NULL otherwise. */
@@ -98,5 +98,7 @@ sl_status sl__loader_find_storage(sl_loader *l, sl__pipeline *pl);
 sl_status sl__loader_twophase_choose(sl_loader *l, sl__pipeline *pl);
 /* Rank 0 writes the report file, when configured (COLLECTIVE). */
 sl_status sl__loader_report_file(sl_loader *l);
+/* Rank 0, at creation: the output paths made ready or refused (output/paths.h); not agreed. */
+sl_status sl__loader_outputs_ready(sl_loader *l);
 
 #endif

@@ -139,6 +139,10 @@ int sl_cli_load(int argc, char **argv) {
       print_table(MPI_COMM_WORLD, l);
     if (st == SL_STATUS_OK)
       st = sl_loader_load(l);
+    /* A load whose report or copy failed is loaded all the same: say what it did first. */
+    const char *done = st != SL_STATUS_OK && rank == 0 ? sl_loader_summary(l) : NULL;
+    if (done != NULL)
+      fputs(done, stderr);
     for (int k = 0; k <= args.n_reload && st == SL_STATUS_OK; k++) {
       if (k > 0)
         st = sl_loader_reload(l, args.reload[k - 1], args.reload_revision);

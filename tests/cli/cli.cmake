@@ -23,3 +23,8 @@ set_tests_properties(test_cli_reload PROPERTIES LABELS "reshard;cli" TIMEOUT 300
 # another layout names the saved one; --help lists the load formats and layouts.
 sl_script_test(test_cli_saved cli sh ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_cli_saved.sh)
 set_tests_properties(test_cli_saved PROPERTIES TIMEOUT 300 PROCESSORS 2)
+
+# Output paths made ready (or refused, naming them) before anything is read; a report that fails
+# after the load keeps the save (docs/spec/TRACKING.md §4.6).
+sl_script_test(test_cli_outputs cli sh ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_cli_outputs.sh)
+set_tests_properties(test_cli_outputs PROPERTIES TIMEOUT 300 PROCESSORS 2)
