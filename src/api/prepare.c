@@ -122,8 +122,12 @@ static sl_status resolve_folder(const sl_config *cfg, const sl__opts *o, bool ov
     st = sl__hub_resolve(o->model, &ho, &r, err);
   p->hub_format = r.format;
   sl__config_free_list(include);
-  if (st != SL_STATUS_OK)
+  if (st != SL_STATUS_OK) { /* what the user may have meant comes first: a local folder */
+    char cwd[1024];
+    sl__err_prefix(err, "no folder '%s' here (%s), and as a Hub repository id", o->model,
+                   getcwd(cwd, sizeof cwd) != NULL ? cwd : "the current folder");
     return st;
+  }
   *folder = r.snapshot_dir;
   r.snapshot_dir = NULL;
   p->commit = r.commit;
