@@ -51,7 +51,7 @@ static const key_def keys[] = {
     {"revision", T_STR, "main", NULL, "Hub revision: branch, tag, refs/pr/N or commit"},
     {"cache_dir", T_STR, NULL, NULL, "Hugging Face cache folder (default HF_HUB_CACHE, $HF_HOME/hub)"},
     {"offline", T_BOOL, "false", NULL, "no network at all; resolve from the cache"},
-    {"quiet", T_BOOL, "false", NULL, "no progress output"},
+    {"quiet", T_BOOL, "false", NULL, "no progress output (the CLI: no summary either; errors still print)"},
     {"progress", T_ENUM, "auto", "auto,always,never",
      "rank 0's progress: a bar on a terminal, else log lines"},
     {"load_format", T_ENUM, "auto", "auto,hf,safetensors,mistral,pt,sharded_state", "weight file selection"},
