@@ -637,6 +637,8 @@ static sl_status load_phases(sl_loader *l) {
   sl__progress_set_phase(&l->progress, SL_PHASE_TRANSFER);
   if (st == SL_STATUS_OK)
     st = sl__loader_transfer(l, false);
+  if (st == SL_STATUS_OK)
+    st = sl__loader_check_values(l);
   sl__progress_set_phase(&l->progress, SL_PHASE_TRACK);
   if (st == SL_STATUS_OK)
     st = sl__loader_track(l);

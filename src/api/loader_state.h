@@ -86,6 +86,9 @@ sl_status sl__loader_allocate(sl_loader *l);
 sl_status sl__loader_transfer(sl_loader *l, bool reload);
 /* Tracking over all ranks after a transfer (COLLECTIVE). */
 sl_status sl__loader_track(sl_loader *l);
+/* After a transfer: the weight_shape values of a pack-quantized checkpoint this rank holds, agreed
+ * (COLLECTIVE; api/value_check.c). */
+sl_status sl__loader_check_values(sl_loader *l);
 
 /* After a transfer: every rank's record to rank 0, which writes the report and the summary
  * (COLLECTIVE; t0: when the load's own phases started). The state becomes STATE_LOADED. */

@@ -11,6 +11,7 @@
  * nbytes) where str = u64 length + bytes (no NUL).
  */
 #include "model/catalog.h"
+#include "model/quant_file.h"
 #include "model/sharded_name.h"
 
 #include "base/log.h"
@@ -260,6 +261,8 @@ static sl_status read_config(const sl__catalog_opts *o, sl__catalog *c, sl__err 
                        o->folder);
     } else if (st != SL_STATUS_OK) {
       sl__err_copy(err, &cerr);
+    } else { /* a ModelOpt hf_quant_config.json beside it becomes its quantization_config */
+      st = sl__config_merge_quant_file(o->folder, &c->config_json, &c->config_len, err);
     }
   }
   free(cfg_path);

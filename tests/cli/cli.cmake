@@ -33,3 +33,8 @@ set_tests_properties(test_cli_outputs PROPERTIES TIMEOUT 300 PROCESSORS 2)
 # README's paths and names, INSTALL's static-link list.
 sl_script_test(test_cli_docs cli sh ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_cli_docs.sh)
 set_tests_properties(test_cli_docs PROPERTIES FIXTURES_REQUIRED "" TIMEOUT 60)
+
+# Qwen3-Next and Qwen3.5 through `shardload load` / `plan` at 2 ranks (labels cli, frontier): the
+# saved shards' conv1d blocks, the vision tower refused or skipped, tp 3 refused.
+sl_script_test(test_cli_qwen_next cli sh ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_cli_qwen_next.sh)
+set_tests_properties(test_cli_qwen_next PROPERTIES LABELS "cli;frontier" TIMEOUT 120 PROCESSORS 2)
