@@ -101,5 +101,7 @@ sl_status sl__loader_find_storage(sl_loader *l, sl__pipeline *pl);
 sl_status sl__loader_twophase_choose(sl_loader *l, sl__pipeline *pl);
 /* Rank 0 writes the report file, when configured (COLLECTIVE). */
 sl_status sl__loader_report_file(sl_loader *l);
+/* Rank 0, at creation: the output paths made ready or refused (output/paths.h); not agreed. */
+sl_status sl__loader_outputs_ready(sl_loader *l);
 
 #endif
