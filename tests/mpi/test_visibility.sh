@@ -12,8 +12,11 @@
 #      reads it and the identity check catches it at open, before any byte is used (rank 1 reads from
 #      that file: tp = world, pp = 3 at 3 ranks): IO on rank 1 naming the file, "changed since its
 #      header was read", PEER_FAILED on the others.
-# An affected rank poses as a node of its own (hide_files.sh: SHARDLOAD_INJECT_HOST), except in 5:
-# the first rank of each node looks at the files for its node (docs/spec/STORAGE.md §2).
+#   6. the upper half of the ranks one node (hide_files.sh --node) whose ranks all hold an identical
+#      copy of the first shard (its own inode and times): its first rank accepts it by its header in
+#      the probe, the others when they open it; every rank's bytes against the reference.
+# An affected rank poses as a node of its own (hide_files.sh: SHARDLOAD_INJECT_HOST), except in 5
+# and 6: the first rank of each node looks at the files for its node (docs/spec/STORAGE.md §2).
 # BINARY is tests/mpi/test_visibility.c's; it checks every rank's bytes against the reference.
 # Skips (77) where mount namespaces cannot be made.
 set -eu
@@ -63,3 +66,11 @@ echo "== 4. storage shared with the files on rank 0 only: refused"
 echo "== 5. another file at a path on rank 1, on rank 0's node: caught when it is opened"
 "$mpirun" -np "$np" "$hide" --same-node 1 "$root/llama/model-00002-of-00003.safetensors=$root/llama.other" -- \
   "$bin" "$root" "-" caught
+
+upper=$(seq -s, $((np / 2)) $((np - 1)))
+echo "== 6. ranks $upper one node holding an identical copy of the first shard"
+set -- "$bin" "$root" "-"
+for fx in llama mixtral deepseek_v3; do
+  set -- "$hide" --node copy-node "$upper" "$root/$fx/model-00001-of-00003.safetensors=$root/$fx.copy" -- "$@"
+done
+"$mpirun" -np "$np" "$@"
