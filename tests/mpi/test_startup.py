@@ -63,6 +63,7 @@ if [ "$how" = strace ]; then
   exec strace -f -qq -e trace=open,openat -o "$dir/trace.$r" "$@"
 fi
 export SL_OPEN_COUNT_FILE="$dir/trace.$r" LD_PRELOAD="$SL_OPEN_COUNT_SO${LD_PRELOAD:+:$LD_PRELOAD}"
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0"  # a sanitized build
 exec "$@"
 """
 
