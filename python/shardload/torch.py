@@ -20,8 +20,9 @@ experts.w13_weight / w2_weight, padded vocabulary ...) is filled:
 - another non-float dtype of the same element size (the checkpoint's int8 FP4 bytes in vLLM's uint8
   parameter, E8M0 scales in uint8): bound as a view of the module's memory in the planned dtype,
   the bytes as they are (what torch's copy_ between them keeps);
-- another shape (or another non-float dtype change): handed to `fallback` when one is given, else
-  bound so that the load fails with the bind's ShapeError/InvalidArgumentError on every rank.
+- another shape (or a change between a float and a non-float dtype): handed to `fallback` when one
+  is given, else bound so that the load fails with the bind's ShapeError/InvalidArgumentError on
+  every rank; another non-float dtype of another element size is bound, and fails so.
 - a module tensor registered under several names (one Parameter reachable through two module
   paths, as vLLM's DeepSeek-V4 attention registers its layers again) is filled through any of them.
 
@@ -48,9 +49,13 @@ from .errors import Error, InvalidArgumentError, MissingWeightsError, Unexpected
 from .loader import Loader, _torch_dtypes
 
 # Module tensors that keep their initial value when the checkpoint has none (vLLM's attention
-# scales: the buffers every attention layer registers, the parameters FP8 checkpoints add).
+# scales: the buffers every attention layer registers, the parameters FP8 checkpoints add; the
+# group indices vLLM's WNA16 MoE methods create for activation ordering, which checkpoints
+# without it do not hold).
 KEPT_DEFAULTS = frozenset(["_k_scale", "_v_scale", "_q_scale", "_prob_scale",
-                           "k_scale", "v_scale", "q_scale", "prob_scale"])
+                           "k_scale", "v_scale", "q_scale", "prob_scale",
+                           "w13_weight_g_idx", "w2_weight_g_idx", "w13_g_idx_sort_indices",
+                           "w2_g_idx_sort_indices"])
 
 _FLOATS = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "F64": torch.float64}
 
@@ -125,7 +130,7 @@ def _how(p, t, loader_device):
     if tuple(t.shape) != tuple(p.shape):
         return "other"
     want = _FLOATS.get(p.dtype)
-    if want is not None and t.dtype not in _FLOATS.values():
+    if (want is not None) != (t.dtype in _FLOATS.values()):  # float into non-float, or the reverse
         return "other"
     direct = ((t.device.type == "cuda") == (loader_device == "cuda")) and t.is_contiguous()
     if not direct:

@@ -77,7 +77,7 @@ static void engine_free(sl__engine *e) {
   free(e->bucket_ops_start);
   free(e->bucket_op_list);
   sl__vec_free(&e->local_ops);
-  if (e->fds != NULL) {
+  if (e->fds != NULL && e->t->files == NULL) { /* the load's table keeps its own */
     for (size_t f = 0; f < e->t->cat->n_files; f++)
       if (e->fds[f] >= 0)
         close(e->fds[f]);
@@ -161,8 +161,6 @@ static sl_status prepare(sl__engine *e) {
     st = sl__err_set(e->err, SL_STATUS_NOMEM, "out of memory");
   for (size_t f = 0; e->fds != NULL && f < t->cat->n_files; f++)
     e->fds[f] = -1;
-  if (e->stamps != NULL && t->stamps != NULL) /* the files this rank's probe accepted */
-    memcpy(e->stamps, t->stamps, t->cat->n_files * sizeof *e->stamps);
   if (st == SL_STATUS_OK)
     st = sl__engine_remote_open(e);
   if (st == SL_STATUS_OK)

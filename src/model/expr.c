@@ -235,7 +235,7 @@ static bool parse_call_args(parser *p, node *call) {
  * message about an unknown function points past its arguments. */
 static node *parse_call(parser *p, const char *name, size_t len) {
   static const char *const known[] = {"default", "contains", "len",     "ceil_div", "pad",
-                                      "min",     "max",      "char_is", "at"};
+                                      "min",     "max",      "char_is", "at",       "has_tensor"};
   node *call = named_node(p, N_CALL, name, len);
   if (call == NULL)
     return NULL;

@@ -98,29 +98,28 @@ static bool eval_char_is(eval_ctx *c, const node *n, sl__val *out) {
   return true;
 }
 
-/* at(list, i): element i of a config.json list (an integer, string, boolean or null), an error past
- * its end: a per-layer list such as DeepSeek-V4's compress_ratios. */
+/* at(list, i): element i of a list (missing when the list is: default() can then supply one). */
 static bool eval_at(eval_ctx *c, const node *n, sl__val *out) {
-  sl__val l = {0};
-  sl__val i = {0};
+  sl__val a = {0};
+  sl__val b = {0};
+  int64_t i = 0;
   if (n->nargs != 2)
     return bad(c, "at: wrong number of arguments");
-  if (!eval(c, n->args[0], &l) || !eval(c, n->args[1], &i))
+  if (!eval(c, n->args[0], &a) || !eval(c, n->args[1], &b) || !need_int(c, &b, &i))
     return false;
-  int64_t k = 0;
-  if (!need_int(c, &i, &k))
-    return false;
-  const char *what = l.origin != NULL ? l.origin : "the first argument";
-  if (l.kind == SL_VAL_MISSING || l.kind == SL_VAL_NULL)
-    return need_int(c, &l, &k); /* the message naming the absent or null field */
-  if (l.kind != SL_VAL_LIST)
+  if (a.kind == SL_VAL_MISSING || a.kind == SL_VAL_NULL) {
+    *out = a;
+    return true;
+  }
+  const char *what = a.origin != NULL ? a.origin : "the first argument";
+  if (a.kind != SL_VAL_LIST)
     return bad(c, "at: '%s' is not a list", what);
-  int size = cJSON_GetArraySize((const cJSON *)l.list);
-  if (k < 0 || k >= size)
-    return bad(c, "at: index %lld is past the end of '%s' (%d entries)", (long long)k, what, size);
-  const cJSON *item = cJSON_GetArrayItem((const cJSON *)l.list, (int)k);
+  int size = cJSON_GetArraySize((const cJSON *)a.list);
+  if (i < 0 || i >= size)
+    return bad(c, "at: index %lld is outside '%s' (%d entries)", (long long)i, what, size);
+  const cJSON *item = cJSON_GetArrayItem((const cJSON *)a.list, (int)i);
   memset(out, 0, sizeof *out);
-  out->origin = what;
+  out->origin = a.origin;
   if (cJSON_IsNull(item)) {
     out->kind = SL_VAL_NULL;
   } else if (cJSON_IsBool(item)) {
@@ -134,13 +133,39 @@ static bool eval_at(eval_ctx *c, const node *n, sl__val *out) {
     out->kind = SL_VAL_INT;
     out->i = (int64_t)item->valuedouble;
   } else {
-    return bad(c, "at: entry %lld of '%s' is not an integer, string, boolean or null", (long long)k, what);
+    return bad(c, "at: entry %lld of '%s' is not an integer, string, boolean or null", (long long)i, what);
   }
+  return true;
+}
+
+/* has_tensor('name'): whether the checkpoint holds the tensor; asked of the environment as the
+ * identifier '#' + name (model/expr.h). */
+static bool eval_has_tensor(eval_ctx *c, const node *n, sl__val *out) {
+  sl__val a = {0};
+  if (n->nargs != 1)
+    return bad(c, "has_tensor: wrong number of arguments");
+  if (!eval(c, n->args[0], &a))
+    return false;
+  if (a.kind != SL_VAL_STR)
+    return bad(c, "has_tensor: the argument must be a string (a tensor name)");
+  char name[512];
+  int len = snprintf(name, sizeof name, "#%s", a.s);
+  if (len < 0 || (size_t)len >= sizeof name)
+    return bad(c, "has_tensor: the tensor name is longer than %zu bytes", sizeof name - 2);
+  if (!c->lookup(c->ctx, name, out, c->err))
+    return false;
+  if (out->kind != SL_VAL_BOOL)
+    return bad(c, "has_tensor: no checkpoint to look in");
+  out->origin = NULL;
   return true;
 }
 
 static bool eval_call(eval_ctx *c, const node *n, sl__val *out) {
   const char *f = n->s;
+  if (strcmp(f, "at") == 0)
+    return eval_at(c, n, out);
+  if (strcmp(f, "has_tensor") == 0)
+    return eval_has_tensor(c, n, out);
   sl__val a = {0};
   sl__val b = {0};
   if (strcmp(f, "default") == 0) {
@@ -158,8 +183,6 @@ static bool eval_call(eval_ctx *c, const node *n, sl__val *out) {
   }
   if (strcmp(f, "char_is") == 0)
     return eval_char_is(c, n, out);
-  if (strcmp(f, "at") == 0)
-    return eval_at(c, n, out);
   size_t want = (strcmp(f, "len") == 0) ? 1 : 2;
   if (n->nargs != want)
     return bad(c, "%s: wrong number of arguments", f);

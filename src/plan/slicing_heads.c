@@ -1,5 +1,5 @@
 /*
- * plan/slicing_heads.c — the style kv_heads (docs/spec/LAYOUTS.md §3.13), declared in
+ * plan/slicing_heads.c — the style kv_heads (docs/spec/LAYOUTS.md §3.15), declared in
  * plan/slicing_styles.h: a tensor whose rows are the key/value heads' (Hkv heads of head_dim rows
  * each: MiniMax-M2's k_norm over every key head), held by each rank as the k part of qkv holds its
  * key rows. With T >= Hkv every rank holds one head, R = T / Hkv ranks the same one (head r / R);

@@ -128,6 +128,9 @@ void ref_check_def(ctx *c, const rdef *d) {
       ref_ctx_fail(c, SL_STATUS_DIVISIBILITY, "%s: %llu kv heads and tp %llu", d->name,
                    (unsigned long long)d->hkv, (unsigned long long)T);
     break;
+  case ST_GDN:
+    ref_check_gdn(c, d);
+    break;
   case ST_REPLICATED:
   case ST_CONCAT:
   case ST_MOE_W2BIAS:

@@ -1,6 +1,6 @@
 /*
- * reference_dsa.c — DeepSeek-V3.2 and GLM-5 (docs/spec/ARCHITECTURES.md §17) and their
- * multi-token-prediction draft (docs/spec/ARCHITECTURES.md §18), written from those tables:
+ * reference_dsa.c — DeepSeek-V3.2 and GLM-5 (docs/spec/ARCHITECTURES.md §20) and their
+ * multi-token-prediction draft (docs/spec/ARCHITECTURES.md §21), written from those tables:
  *
  *   a decoder layer   DeepSeek-V3's latent attention (q_a + kv_a replicated as one concatenation,
  *                     q_b and kv_b by rows, o_proj by columns), dense layers before

@@ -1,5 +1,5 @@
 /*
- * reference_dsv4.c — DeepSeek-V4 (docs/spec/ARCHITECTURES.md §20), written from that table: the
+ * reference_dsv4.c — DeepSeek-V4 (docs/spec/ARCHITECTURES.md §23), written from that table: the
  * checkpoint's flat names (layers.N.*, embed, head, norm, hc_head_*) to vLLM's (model.layers.N.*,
  * model.embed_tokens, lm_head, model.norm, model.hc_head_*):
  *

@@ -1,6 +1,6 @@
 /*
- * reference_minimax.c — MiniMax-M2 (docs/spec/ARCHITECTURES.md §19), written from that table and
- * docs/spec/LAYOUTS.md §3.13:
+ * reference_minimax.c — MiniMax-M2 (docs/spec/ARCHITECTURES.md §22), written from that table and
+ * docs/spec/LAYOUTS.md §3.15:
  *
  *   attention   the norms, qkv_proj (q/k/v with GQA replication, biases with attention_bias),
  *               o_proj by columns, q_norm [Hq*d] split by rows with the q heads (column), k_norm
@@ -28,7 +28,7 @@ void ref_minimax_layer(sl_ref_model *m, const cJSON *cfg, uint32_t layer) {
   ref_expert_pair(m, layer, "block_sparse_moe.experts", "w1.weight", "w3.weight", "w2.weight");
 }
 
-/* docs/spec/LAYOUTS.md §3.13: T >= Hkv: head r / (T / Hkv); T < Hkv: heads [r*Hkv/T, +Hkv/T). */
+/* docs/spec/LAYOUTS.md §3.15: T >= Hkv: head r / (T / Hkv); T < Hkv: heads [r*Hkv/T, +Hkv/T). */
 void ref_build_kv_heads(ctx *c, const rdef *d) {
   uint64_t T = c->T;
   uint64_t kvl = T >= d->hkv ? 1 : d->hkv / T;

@@ -13,7 +13,7 @@
 #include <string.h>
 
 /* The scale tensor of F8 weight w, or -1 (the failure recorded): "<name>_scale_inv", or DeepSeek-V4's
- * "<name without .weight>.scale" (docs/spec/ARCHITECTURES.md §20). */
+ * "<name without .weight>.scale" (docs/spec/ARCHITECTURES.md §23). */
 static int scale_of(sl_ref_model *m, int w) {
   const char *wn = m->tensors[w].name;
   size_t len = strlen(wn);

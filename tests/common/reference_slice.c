@@ -378,6 +378,10 @@ void ref_int4_def(ctx *c, const rdef *d, bool build) {
 }
 
 void ref_build_def(ctx *c, const rdef *d) {
+  if (d->packed) {
+    ref_packed_def(c, d, true);
+    return;
+  }
   if (d->int4) {
     ref_int4_def(c, d, true);
     return;
@@ -435,6 +439,9 @@ void ref_build_def(ctx *c, const rdef *d) {
     break;
   case ST_KV_HEADS:
     ref_build_kv_heads(c, d);
+    break;
+  case ST_GDN:
+    ref_build_gdn(c, d);
     break;
   }
   if (d->held != NULL)

@@ -1,6 +1,6 @@
 /*
- * test_load_dsa.c — DeepSeek-V3.2 and GLM-5 (docs/spec/ARCHITECTURES.md §17) and their
- * multi-token-prediction draft (docs/spec/ARCHITECTURES.md §18), byte-exact at the MPI world size
+ * test_load_dsa.c — DeepSeek-V3.2 and GLM-5 (docs/spec/ARCHITECTURES.md §20) and their
+ * multi-token-prediction draft (docs/spec/ARCHITECTURES.md §21), byte-exact at the MPI world size
  * it runs with (ctest: 1, 2, 3 and 4 ranks) against the independent reference
  * (tests/common/reference_dsa.c).
  *

@@ -1,5 +1,5 @@
 /*
- * test_load_dsv4.c — DeepSeek-V4 (docs/spec/ARCHITECTURES.md §20), byte-exact at the MPI world size it
+ * test_load_dsv4.c — DeepSeek-V4 (docs/spec/ARCHITECTURES.md §23), byte-exact at the MPI world size it
  * runs with (ctest: 1, 2, 3 and 4 ranks) against the independent reference
  * (tests/common/reference_dsv4.c).
  *

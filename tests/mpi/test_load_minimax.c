@@ -1,5 +1,5 @@
 /*
- * test_load_minimax.c — MiniMax-M2 (docs/spec/ARCHITECTURES.md §19), byte-exact at the MPI world size
+ * test_load_minimax.c — MiniMax-M2 (docs/spec/ARCHITECTURES.md §22), byte-exact at the MPI world size
  * it runs with (ctest: 1, 2, 3 and 4 ranks) against the independent reference
  * (tests/common/reference_minimax.c).
  *
@@ -7,7 +7,7 @@
  *                     blocks with the kv heads replicated at tp 4; experts refused at 4 MoE ranks on
  *                     the block) at every (tp, pp, dp) of the world size, both layouts, without and
  *                     with expert parallelism.
- *   test_goldens      docs/spec/LAYOUTS.md §3.13 through the loader at tp 4 (2 kv heads): ranks 0, 1
+ *   test_goldens      docs/spec/LAYOUTS.md §3.15 through the loader at tp 4 (2 kv heads): ranks 0, 1
  *                     hold k_norm rows [0, 16), ranks 2, 3 rows [16, 32); q_norm rows [32r, +32); the
  *                     router held F32 (its BF16 values as the upper halves).
  *   test_bad_input    one clear error on every rank, naming the tensor, and no report: a missing

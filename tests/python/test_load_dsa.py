@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """test_load_dsa.py -- run under mpirun at 1..4 ranks: DeepSeek-V3.2 and GLM-5 through the Python
 package (shardload.Loader, tensors by DLPack), every byte of every parameter on every rank against
-an independent numpy reference written here from vLLM's rules (docs/spec/ARCHITECTURES.md §17 and
-docs/spec/ARCHITECTURES.md §18): DeepSeek-V3's MLA and MoE (common.reference_deepseek's rules) plus the sparse-attention
+an independent numpy reference written here from vLLM's rules (docs/spec/ARCHITECTURES.md §20 and
+docs/spec/ARCHITECTURES.md §21): DeepSeek-V3's MLA and MoE (common.reference_deepseek's rules) plus the sparse-attention
 indexer, replicated (wq_b; wk and weights_proj concatenated as wk_weights_proj; k_norm weight and
 bias held in float32), none in the layers index_topk_pattern / index_topk_freq leave without one; and the MTP
 draft (specs/deepseek_mtp.json) as vLLM's DeepSeekMTP holds it. Fixtures deepseek_v32 and glm5

@@ -2,7 +2,7 @@
 """test_load_dsv4.py -- run under mpirun at 1..4 ranks: DeepSeek-V4 (the deepseek_v4 fixture: FP4
 experts, block fp8 16x16 with E8M0 scales) through the Python package (shardload.Loader, tensors by
 DLPack), every byte of every parameter on every rank against an independent numpy reference written
-here from vLLM's rules (docs/spec/ARCHITECTURES.md §20): the flat names mapped to vLLM's, wq_a and
+here from vLLM's rules (docs/spec/ARCHITECTURES.md §23): the flat names mapped to vLLM's, wq_a and
 wkv concatenated and replicated, wq_b and attn_sink by heads, wo_a by rows and wo_b by columns,
 every F8 weight's scale (X.scale) in blocks of it, compressors where compress_ratios > 1 and
 indexers where it is 4, the hash table as int32 below num_hash_layers, else the score-correction

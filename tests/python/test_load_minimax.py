@@ -2,7 +2,7 @@
 """test_load_minimax.py -- run under mpirun at 1..4 ranks: MiniMax-M2 (the minimax_m2 fixture)
 through the Python package (shardload.Loader, tensors by DLPack), every byte of every parameter on
 every rank against an independent numpy reference written here from vLLM's rules
-(docs/spec/ARCHITECTURES.md §19): qkv_proj with GQA replication, o_proj by columns, q_norm's rows
+(docs/spec/ARCHITECTURES.md §22): qkv_proj with GQA replication, o_proj by columns, q_norm's rows
 with the rank's q heads, k_norm's with its key/value heads (replicated when tp exceeds them, as
 vLLM's MiniMaxText01RMSNormTP shards it), the router and the score-correction bias held in float32,
 experts stacked (w1, w3 -> w13; w2), the MTP module's layer absent. tp = the largest of 4, 2, 1

@@ -1,6 +1,8 @@
-"""STAND-IN for vllm.model_executor.model_loader.weight_utils: default_weight_loader, and an
-iterator over the tensors of safetensors files (its own reader: 8-byte header length, JSON header,
-data; BF16 through int16, as numpy lacks it)."""
+"""STAND-IN for vllm.model_executor.model_loader.weight_utils: default_weight_loader,
+sharded_weight_loader(dim) (rank r copies block r of dim: the gated DeltaNet's A_log, dt_bias), and
+an iterator over the tensors of safetensors files (its own reader: 8-byte header length, JSON header,
+data; BF16 through int16, as numpy lacks it; F8 as uint8), each file's tensors in sorted name order as
+vLLM's safetensors_weights_iterator gives them (safe_open's keys())."""
 
 import json
 import struct
@@ -22,13 +24,22 @@ def default_weight_loader(param, loaded_weight):
         param.data.copy_(loaded_weight)
 
 
+def sharded_weight_loader(shard_axis):
+    def loader(param, loaded_weight):
+        from vllm.distributed import get_tensor_model_parallel_rank
+        n = param.data.shape[shard_axis]
+        param.data.copy_(loaded_weight.narrow(shard_axis, get_tensor_model_parallel_rank() * n, n))
+    return loader
+
+
 def safetensors_weights_iterator(files):
     for path in files:
         with open(path, "rb") as f:
             data = f.read()
         (n,) = struct.unpack("<Q", data[:8])
         header = json.loads(data[8:8 + n])
-        for name, info in header.items():
+        for name in sorted(header):   # safetensors' safe_open(...).keys(): sorted names
+            info = header[name]
             if name == "__metadata__":
                 continue
             a, b = info["data_offsets"]

@@ -26,6 +26,8 @@ DeepSeek-V4's): MXFP4 experts when its is_mxfp4_quant says so, loaded per expert
 w2_weight [E, H, Ip/2], w2_weight_scale [E, H, Ip/32], uint8, unpadded: vLLM pads Ip per kernel
 only where it is not already a multiple of its alignment, 64 to 256), else block fp8
 (Fp8MoEMethod: uint8 weights, weight_scale_inv [E, 2*Ip/bn, H/bk] and [E, H/bn, Ip/bk]).
+Pack-quantized and NVFP4 experts: the parameters of the quantization method
+(layers/quantization), loaded by the branches of quantized.py.
 """
 
 import warnings
@@ -112,7 +114,13 @@ class FusedMoE(torch.nn.Module):
         dtype = params_dtype or torch.get_default_dtype()
         E, H, I = self.local_num_experts, hidden_size, self.intermediate_size_per_partition
         attrs = {"weight_loader": self.weight_loader}
-        if hasattr(quant_config, "is_mxfp4_quant"):
+        # Pack-quantized / NVFP4 experts: the quantization method creates them (quantized.py).
+        from vllm.model_executor.layers.quantization import moe_method
+        self.quant_method = moe_method(quant_config, prefix)
+        if self.quant_method is not None:
+            self.quant_method.create_weights(self, E, H, I, dtype, attrs)
+            shapes = {}
+        elif hasattr(quant_config, "is_mxfp4_quant"):
             shapes = _quantized_shapes(quant_config, prefix, self, E, H, I)
         elif quant_config == "mxfp4":
             Ip = _round_up(I, MXFP4_PAD)
@@ -147,6 +155,10 @@ class FusedMoE(torch.nn.Module):
             return False if return_success else None
         if shard_id not in ("w1", "w2", "w3"):
             raise ValueError("shard_id must be w1, w2 or w3, got %r" % (shard_id,))
+        if self.quant_method is not None:
+            from .quantized import load_quantized
+            load_quantized(self, param, loaded_weight, weight_name, shard_id, local)
+            return True if return_success else None
         dim = 1 if shard_id == "w2" else 0
         full = loaded_weight.dim() == 3
         if full:
