@@ -54,8 +54,9 @@ typedef struct mock_bcast {
   int phase; /* 0 not started, 1 connected/posted, 2 done */
 } mock_bcast;
 
-/* Moves a broadcast on (device thread, mock_mu held); true when complete. */
-bool mock_nccl_progress(mock_bcast *b);
+/* Moves a broadcast on (device thread, mock_mu held); true when complete. Set by the NCCL part when
+ * it is loaded (libnccl.so.2 depends on libcudart.so, not the other way round). */
+extern bool (*mock_bcast_progress)(mock_bcast *b);
 
 /* Enqueues a broadcast on stream s (NULL: the legacy stream). */
 cudaError_t mock_enqueue_bcast(cudaStream_t s, const mock_bcast *b);
@@ -84,14 +85,14 @@ const void *mock_pinned_base(const void *p);
  * carried host-to-device copies and nothing else that moves bytes (no device copy, fill or
  * broadcast): a reader thread's stream. */
 typedef struct mock_stats {
-  int upload_streams;                 /* upload streams seen */
+  int upload_streams;                  /* upload streams seen */
   unsigned long long upload_waits_max; /* most host waits (cudaStreamQuery answering cudaSuccess,
                                           cudaStreamSynchronize) on one upload stream */
-  int pinned_in_flight_max;           /* most distinct pinned allocations with copies out of them
-                                         queued on one stream at once */
-  unsigned long long broadcasts;      /* ncclBroadcast calls */
-  int pinned_allocs;                  /* cudaHostAlloc calls */
-  cpu_set_t pinned_cpus;              /* union of the CPU affinities of the threads that made them */
+  int pinned_in_flight_max;            /* most distinct pinned allocations with copies out of them
+                                          queued on one stream at once */
+  unsigned long long broadcasts;       /* ncclBroadcast calls */
+  int pinned_allocs;                   /* cudaHostAlloc calls */
+  cpu_set_t pinned_cpus;               /* union of the CPU affinities of the threads that made them */
 } mock_stats;
 
 void mock_stats_reset(void);

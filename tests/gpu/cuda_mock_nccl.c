@@ -35,10 +35,10 @@ struct ncclComm {
   int device;
   int state;
   bool blocking;
-  bool connected;  /* the first collective connected every member */
-  unsigned seq;    /* broadcasts issued */
-  unsigned splits; /* splits issued */
-  bool used;       /* carried a broadcast of more than one byte */
+  bool connected;           /* the first collective connected every member */
+  unsigned seq;             /* broadcasts issued */
+  unsigned splits;          /* splits issued */
+  bool used;                /* carried a broadcast of more than one byte */
   ncclResult_t async_error; /* what ncclCommGetAsyncError reports once set (a failed connection) */
 };
 
@@ -283,7 +283,7 @@ static bool connect_fails(struct ncclComm *c) {
 }
 
 /* Device thread, mock_mu held: moves a queued broadcast on; true when it is complete. */
-bool mock_nccl_progress(mock_bcast *op) {
+static bool bcast_progress(mock_bcast *op) {
   struct ncclComm *c = op->comm;
   char name[64];
   if (op->phase == 0) {
@@ -475,4 +475,9 @@ ncclResult_t ncclCommSplit(ncclComm_t parent, int color, int key, ncclComm_t *ne
   }
   *newcomm = c;
   return ncclSuccess;
+}
+
+/* The runtime's device thread runs queued broadcasts through this (cuda_mock.h). */
+__attribute__((constructor)) static void register_progress(void) {
+  mock_bcast_progress = bcast_progress;
 }

@@ -60,6 +60,8 @@ struct CUevent_st {
   int refs;                    /* the handle, and every queued operation naming it */
 };
 
+bool (*mock_bcast_progress)(mock_bcast *b);
+
 static struct CUstream_st legacy; /* the NULL stream */
 static struct CUstream_st *streams = &legacy;
 static unsigned long long next_seq;
@@ -139,7 +141,7 @@ static bool run(op *o) {
   case OP_WAIT:
     return o->ev->done >= o->gen;
   default:
-    return mock_nccl_progress(&o->bcast);
+    return mock_bcast_progress != NULL && mock_bcast_progress(&o->bcast);
   }
 }
 
@@ -555,8 +557,9 @@ cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t 
   o->height = height;
   pthread_mutex_lock(&mock_mu);
   /* the first and the last row must lie in their allocations (and agree with the kind) */
-  bool ok = copy_valid(dst, src, width, kind) &&
-            copy_valid((char *)dst + (height - 1) * dpitch, (const char *)src + (height - 1) * spitch, width, kind);
+  bool ok =
+      copy_valid(dst, src, width, kind) &&
+      copy_valid((char *)dst + (height - 1) * dpitch, (const char *)src + (height - 1) * spitch, width, kind);
   cudaError_t e = ok ? enqueue(stream_of(s), o) : cudaErrorInvalidValue;
   if (!ok)
     free(o);
@@ -564,8 +567,8 @@ cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t 
   return e;
 }
 
-cudaError_t cudaMemcpy2D(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height,
-                         enum cudaMemcpyKind kind) {
+cudaError_t cudaMemcpy2D(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                         size_t height, enum cudaMemcpyKind kind) {
   sync_call = true;
   cudaError_t e = cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, height, kind, NULL);
   sync_call = false;

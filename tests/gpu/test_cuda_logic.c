@@ -1,7 +1,7 @@
 /*
  * test_cuda_logic.c — the GPU-free decisions of the CUDA backend (backend/cuda/cuda_backend.h), checked on
  * any machine: SHARDLOAD_NCCL_TIMEOUT_S parsing, device choice, group positions (= NCCL ranks), detection of
- * two group members on one GPU, and how 2-D copies are issued.
+ * two group members on one GPU, how 2-D copies are issued, which CUDA runtime a driver can run.
  */
 #include "backend/cuda/cuda_backend.h"
 #include "check.h"
@@ -189,8 +189,40 @@ static void test_copy_kind(void) {
   CHECK_CONTAINS(err.msg, "overflows");
 }
 
+/* Which runtime a driver can run: majors compared (minor-version compatibility within a major). */
+static void test_pick_runtime(void) {
+  struct {
+    int versions[2]; /* libcudart.so.13, libcudart.so.12 (0: not found) */
+    int driver;
+    int pick;
+  } cases[] = {
+      {{13000, 12040}, 13000, 0}, /* a CUDA 13 driver runs the newest */
+      {{13000, 12040}, 12080, 1}, /* R570 (CUDA 12.8) cannot run 13.x: the 12 runtime */
+      {{13000, 12080}, 12040, 1}, /* 12.8 on a 12.4 driver: same major, minor compatibility */
+      {{13000, 0}, 12040, 0},     /* no 12 runtime: the 13 one, which then says the driver is too old */
+      {{0, 12040}, 13000, 1},     /* only a 12 runtime: it, a 13 driver runs it */
+      {{13000, 12040}, 0, 0},     /* no driver: the first found (it says there is no driver) */
+      {{0, 0}, 13000, -1},        /* nothing found */
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    int got = sl__cuda_pick_runtime(cases[i].versions, 2, cases[i].driver);
+    CHECKF(got == cases[i].pick, "runtimes %d, %d under driver %d: picked %d, expected %d",
+           cases[i].versions[0], cases[i].versions[1], cases[i].driver, got, cases[i].pick);
+  }
+  char text[32];
+  sl__cuda_version_text(12040, text, sizeof text);
+  CHECK_STR(text, "12.4");
+  sl__cuda_version_text(0, text, sizeof text);
+  CHECK_STR(text, "unknown");
+  sl__nccl_version_text(22803, text, sizeof text);
+  CHECK_STR(text, "2.28.3");
+  sl__nccl_version_text(2804, text, sizeof text);
+  CHECK_STR(text, "2.8.4");
+}
+
 int main(void) {
   test_timeout();
+  test_pick_runtime();
   test_pick_device();
   test_group_pos();
   test_places();

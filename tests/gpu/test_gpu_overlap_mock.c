@@ -45,11 +45,16 @@ static sl_loader *load(const setup *u, const char *device) {
   snprintf(tp, sizeof tp, "%d", u->tp);
   snprintf(pp, sizeof pp, "%d", u->pp);
   snprintf(dp, sizeof dp, "%d", u->dp);
-  const char *kv[][2] = {{"model", dir},          {"device", device},
-                         {"tp", tp},              {"pp", pp},
-                         {"dp", dp},              {"quiet", "true"},
-                         {"threads", u->threads}, {"load_strategy", u->strategy},
-                         {"bucket_bytes", u->bucket_bytes}, {"read_chunk_bytes", u->chunk}};
+  const char *kv[][2] = {{"model", dir},
+                         {"device", device},
+                         {"tp", tp},
+                         {"pp", pp},
+                         {"dp", dp},
+                         {"quiet", "true"},
+                         {"threads", u->threads},
+                         {"load_strategy", u->strategy},
+                         {"bucket_bytes", u->bucket_bytes},
+                         {"read_chunk_bytes", u->chunk}};
   sl_config *cfg = NULL;
   CHECK(sl_config_create(&cfg) == SL_STATUS_OK);
   if (cfg == NULL)
@@ -81,7 +86,8 @@ static void compare(const char *what, sl_loader *cpu, sl_loader *gpu) {
   for (size_t i = 0; i < n && n == sl_loader_param_count(gpu); i++) {
     const sl_param *a = sl_loader_param(cpu, i);
     const sl_param *b = sl_loader_param(gpu, i);
-    if (a == NULL || b == NULL || a->nbytes != b->nbytes || a->nbytes == 0 || a->data == NULL || b->data == NULL) {
+    if (a == NULL || b == NULL || a->nbytes != b->nbytes || a->nbytes == 0 || a->data == NULL ||
+        b->data == NULL) {
       CHECKF(a != NULL && b != NULL && a->nbytes == b->nbytes, "%s: parameter %zu differs in size", what, i);
       continue;
     }
@@ -113,11 +119,16 @@ static mock_stats measure(const char *what, const setup *u) {
 static void case_buckets(void) {
   if (size < 2)
     return; /* one rank broadcasts nothing */
-  setup u = {.model = "qwen2", .tp = 1, .pp = 1, .dp = size, .threads = "2", .bucket_bytes = "8192",
+  setup u = {.model = "qwen2",
+             .tp = 1,
+             .pp = 1,
+             .dp = size,
+             .threads = "2",
+             .bucket_bytes = "8192",
              .chunk = "8192"};
   mock_stats s = measure("buckets", &u);
-  fprintf(stderr, "rank %d buckets: %llu broadcasts, %d reader streams, at most %llu host waits on one\n", rank,
-          s.broadcasts, s.upload_streams, s.upload_waits_max);
+  fprintf(stderr, "rank %d buckets: %llu broadcasts, %d reader streams, at most %llu host waits on one\n",
+          rank, s.broadcasts, s.upload_streams, s.upload_waits_max);
   CHECKF(s.broadcasts >= 4, "buckets: only %llu broadcasts: the case needs several buckets", s.broadcasts);
   CHECKF(s.upload_streams >= 1, "buckets: no reader stream carried uploads");
   /* The final sync waits for each reader stream once; a wait per bucket would count each bucket. */
@@ -128,7 +139,12 @@ static void case_buckets(void) {
 }
 
 static void case_uring(void) {
-  setup u = {.model = "llama", .tp = 1, .pp = size, .dp = 1, .strategy = "io_uring", .threads = "1",
+  setup u = {.model = "llama",
+             .tp = 1,
+             .pp = size,
+             .dp = 1,
+             .strategy = "io_uring",
+             .threads = "1",
              .chunk = "8192"};
   mock_stats s = measure("uring", &u);
   fprintf(stderr, "rank %d io_uring: at most %d staging slots with uploads in flight on one stream\n", rank,
@@ -189,8 +205,8 @@ static void case_numa(void) {
   mock_stats s = numa_load("numa bound", "0\n", one, NULL);
   if (CPU_COUNT(&allowed) > 1) {
     CHECKF(CPU_COUNT(&s.pinned_cpus) == 1 && CPU_ISSET(last, &s.pinned_cpus),
-           "numa: staging allocated on %d CPUs, expected CPU %d only (the GPU's node)", CPU_COUNT(&s.pinned_cpus),
-           last);
+           "numa: staging allocated on %d CPUs, expected CPU %d only (the GPU's node)",
+           CPU_COUNT(&s.pinned_cpus), last);
   }
   /* Switched off, no node, or a node outside the process's CPUs: the affinity is left as it was. */
   s = numa_load("numa off", "0\n", one, "0");
@@ -201,7 +217,8 @@ static void case_numa(void) {
   snprintf(outside, sizeof outside, "%d\n", CPU_SETSIZE - 1);
   if (!CPU_ISSET(CPU_SETSIZE - 1, &allowed)) {
     s = numa_load("numa outside", "0\n", outside, NULL);
-    CHECKF(CPU_EQUAL(&s.pinned_cpus, &allowed), "numa, node outside the affinity: the readers' affinity was changed");
+    CHECKF(CPU_EQUAL(&s.pinned_cpus, &allowed),
+           "numa, node outside the affinity: the readers' affinity was changed");
   }
 }
 

@@ -37,18 +37,55 @@ static bool is_no_device(cudaError_t e) {
 }
 
 static sl_status no_device(sl__err *err, cudaError_t e) {
-  (void)cudaGetLastError();
+  (void)sl__cu.cudaGetLastError();
   if (e == cudaErrorInsufficientDriver) {
-    char why[400];
+    char why[600];
     sl__cuda_driver_too_old(why, sizeof why);
     return sl__err_set(err, SL_STATUS_NO_DEVICE,
                        "no CUDA device available (%s); or set device to cpu (--device cpu)", why);
   }
+  /* Not "no GPU": the GPUs are there but cannot be used yet, or the driver is half updated. */
+  if (e == cudaErrorSystemNotReady)
+    return sl__err_set(err, SL_STATUS_NO_DEVICE,
+                       "the CUDA devices are not ready (%s, %s): on NVSwitch systems (HGX, DGX) the NVIDIA "
+                       "Fabric Manager service must be running and of the driver's version (systemctl status "
+                       "nvidia-fabricmanager); or set device to cpu (--device cpu)",
+                       sl__cu.cudaGetErrorName(e), sl__cu.cudaGetErrorString(e));
+  if (e == cudaErrorSystemDriverMismatch)
+    return sl__err_set(
+        err, SL_STATUS_NO_DEVICE,
+        "the NVIDIA driver's kernel module and its user-space library differ (%s): reboot after "
+        "a driver update, or reinstall the driver; or set device to cpu (--device cpu)",
+        sl__cu.cudaGetErrorName(e));
   return sl__err_set(
       err, SL_STATUS_NO_DEVICE,
       "no CUDA device available (%s): run where an NVIDIA GPU and its driver are present, check "
       "CUDA_VISIBLE_DEVICES, or set device to cpu (--device cpu)",
-      cudaGetErrorString(e));
+      sl__cu.cudaGetErrorString(e));
+}
+
+/* Whether some group of the transfer is broadcast over NCCL. */
+static bool any_broadcast(const sl__comm_groups *groups) {
+  for (size_t g = 0; g < groups->n; g++)
+    if (groups->group[g].broadcasts)
+      return true;
+  return false;
+}
+
+/* NCCL, opened where it is needed (a broadcast, or the caller's communicator), tried anyway where it
+ * is not (its version is logged): a one-GPU load runs without it. */
+static sl_status open_nccl(bool needed, sl__err *err) {
+  sl__err nerr;
+  sl__err_clear(&nerr);
+  sl_status st = sl__nccl_open(&nerr);
+  if (st == SL_STATUS_OK)
+    return SL_STATUS_OK;
+  if (needed) {
+    sl__err_copy(err, &nerr);
+    return st;
+  }
+  SL_DEBUG("cuda backend: no broadcast needs NCCL here (%s)", nerr.msg);
+  return SL_STATUS_OK;
 }
 
 /* ---- teardown and creation ---- */
@@ -59,24 +96,24 @@ static void cuda_destroy(sl__backend *b) {
   cuda_state *st = state_of(b);
   if (st != NULL) {
     if (st->device >= 0)
-      (void)cudaSetDevice(st->device);
+      (void)sl__cu.cudaSetDevice(st->device);
     if (st->nccl != NULL)
       sl__cuda_release_comms(b);
     if (st->arena != NULL) /* parameters never released one by one (a failed load) */
-      (void)cudaFree(st->arena);
+      (void)sl__cu.cudaFree(st->arena);
     /* Destroying a stream or an event with work pending is allowed: CUDA releases it when done. */
     for (int w = 0; st->slot_events != NULL && w < st->workers * st->slots; w++)
       if (st->slot_events[w] != NULL)
-        (void)cudaEventDestroy(st->slot_events[w]);
+        (void)sl__cu.cudaEventDestroy(st->slot_events[w]);
     for (int w = 0; st->caller_events != NULL && w <= st->workers; w++)
       if (st->caller_events[w] != NULL)
-        (void)cudaEventDestroy(st->caller_events[w]);
+        (void)sl__cu.cudaEventDestroy(st->caller_events[w]);
     for (int w = 0; st->worker_streams != NULL && w < st->workers; w++)
       if (st->worker_streams[w] != NULL)
-        (void)cudaStreamDestroy(st->worker_streams[w]);
+        (void)sl__cu.cudaStreamDestroy(st->worker_streams[w]);
     if (st->own_main && st->main != NULL)
-      (void)cudaStreamDestroy(st->main);
-    (void)cudaGetLastError();
+      (void)sl__cu.cudaStreamDestroy(st->main);
+    (void)sl__cu.cudaGetLastError();
     free(st->slot_events);
     free(st->caller_events);
     free(st->after_caller);
@@ -112,9 +149,11 @@ static sl_status connect_groups(sl__backend *b, const sl__comm_groups *groups, s
 static sl_status cuda_begin_transfer(sl__backend *b, const sl__comm_groups *groups, sl__err *err) {
   cuda_state *st = state_of(b);
   sl_status res = SL_STATUS_OK;
-  cudaError_t e = cudaSetDevice(st->device);
+  cudaError_t e = sl__cu.cudaSetDevice(st->device);
   if (e != cudaSuccess)
     res = sl__cuda_fail(err, e, st->device, "cudaSetDevice", __FILE__, __LINE__);
+  if (res == SL_STATUS_OK)
+    res = open_nccl(any_broadcast(groups), err);
   if (res == SL_STATUS_OK) {
     if (st->nccl != NULL)
       sl__cuda_release_comms(b); /* none left after end_transfer; whatever is, goes */
@@ -160,14 +199,21 @@ static const sl__backend_ops cuda_ops = {
 };
 
 bool sl__cuda_available(char *why, size_t cap) {
+  sl__err err;
+  sl__err_clear(&err);
+  if (sl__cuda_runtime_open(&err) != SL_STATUS_OK) {
+    if (why != NULL && cap > 0)
+      snprintf(why, cap, "%s", err.msg);
+    return false;
+  }
   int count = 0;
-  cudaError_t e = cudaGetDeviceCount(&count);
+  cudaError_t e = sl__cu.cudaGetDeviceCount(&count);
   if (e != cudaSuccess) {
-    (void)cudaGetLastError();
+    (void)sl__cu.cudaGetLastError();
     if (why != NULL && cap > 0 && e == cudaErrorInsufficientDriver)
       sl__cuda_driver_too_old(why, cap);
     else if (why != NULL && cap > 0)
-      snprintf(why, cap, "%s", cudaGetErrorString(e));
+      snprintf(why, cap, "%s", sl__cu.cudaGetErrorString(e));
     return false;
   }
   if (count <= 0) {
@@ -204,9 +250,9 @@ static sl_status check_parent(const sl__comm *c, ncclComm_t parent, int *device,
   int count = 0;
   int rank = 0;
   int dev = -1;
-  NCCL_CHECK(err, ncclCommCount(parent, &count));
-  NCCL_CHECK(err, ncclCommUserRank(parent, &rank));
-  NCCL_CHECK(err, ncclCommCuDevice(parent, &dev));
+  NCCL_CHECK(err, sl__nc.ncclCommCount(parent, &count));
+  NCCL_CHECK(err, sl__nc.ncclCommUserRank(parent, &rank));
+  NCCL_CHECK(err, sl__nc.ncclCommCuDevice(parent, &dev));
   if (count != c->size || rank != c->rank)
     return sl__err_set(
         err, SL_STATUS_INVALID_ARGUMENT,
@@ -229,8 +275,13 @@ static sl_status setup_local(sl__backend *b, int workers, int slots, int device,
   if (workers < 1 || slots < 1)
     return sl__err_set(err, SL_STATUS_INTERNAL,
                        "CUDA backend created for %d reader threads of %d staging slots", workers, slots);
+  sl_status res = sl__cuda_runtime_open(err);
+  if (res == SL_STATUS_OK)
+    res = open_nccl(nccl_comm != NULL || any_broadcast(groups), err);
+  if (res != SL_STATUS_OK)
+    return res;
   const char *timeout_env = getenv(SL_CUDA_TIMEOUT_ENV);
-  sl_status res = sl__cuda_parse_timeout(timeout_env, &st->timeout_s, err);
+  res = sl__cuda_parse_timeout(timeout_env, &st->timeout_s, err);
   if (res != SL_STATUS_OK)
     return res;
   /* Without the variable, NCCL waits follow the load watchdog's timeout_s. */
@@ -240,7 +291,7 @@ static sl_status setup_local(sl__backend *b, int workers, int slots, int device,
   if (res != SL_STATUS_OK)
     return res;
   int count = 0;
-  cudaError_t e = cudaGetDeviceCount(&count);
+  cudaError_t e = sl__cu.cudaGetDeviceCount(&count);
   if (e != cudaSuccess)
     return no_device(err, e);
   if (nccl_comm != NULL) {
@@ -254,24 +305,27 @@ static sl_status setup_local(sl__backend *b, int workers, int slots, int device,
     return res;
   b->device = st->device;
   char versions[160];
+  char libs[1400];
   sl__cuda_versions(versions, sizeof versions);
+  sl__cuda_libs_describe(libs, sizeof libs);
   SL_INFO("CUDA backend on device %d: %s", st->device, versions);
+  SL_INFO("CUDA backend libraries: %s", libs);
   char mismatch[400];
   if (sl__cuda_nccl_mismatch(mismatch, sizeof mismatch))
     SL_WARN("%s", mismatch);
-  e = cudaSetDevice(st->device);
+  e = sl__cu.cudaSetDevice(st->device);
   if (e == cudaSuccess)
-    e = cudaFree(NULL); /* creates the context now, so a busy or broken GPU is reported here */
+    e = sl__cu.cudaFree(NULL); /* creates the context now, so a busy or broken GPU is reported here */
   if (e != cudaSuccess)
     return is_no_device(e) ? no_device(err, e)
                            : sl__cuda_fail(err, e, st->device, "cudaSetDevice", __FILE__, __LINE__);
   int pitch = 0;
-  CUDA_CHECK(err, st->device, cudaDeviceGetAttribute(&pitch, cudaDevAttrMaxPitch, st->device));
+  CUDA_CHECK(err, st->device, sl__cu.cudaDeviceGetAttribute(&pitch, cudaDevAttrMaxPitch, st->device));
   st->max_pitch = pitch > 0 ? (uint64_t)pitch : 1;
   if (stream != NULL) {
     st->main = (cudaStream_t)stream;
   } else {
-    CUDA_CHECK(err, st->device, cudaStreamCreateWithFlags(&st->main, cudaStreamNonBlocking));
+    CUDA_CHECK(err, st->device, sl__cu.cudaStreamCreateWithFlags(&st->main, cudaStreamNonBlocking));
     st->own_main = true;
   }
   st->worker_streams = calloc((size_t)workers, sizeof *st->worker_streams);
@@ -288,12 +342,14 @@ static sl_status setup_local(sl__backend *b, int workers, int slots, int device,
   st->workers = workers;
   st->slots = slots;
   for (int w = 0; w <= workers; w++)
-    CUDA_CHECK(err, st->device, cudaEventCreateWithFlags(&st->caller_events[w], cudaEventDisableTiming));
+    CUDA_CHECK(err, st->device,
+               sl__cu.cudaEventCreateWithFlags(&st->caller_events[w], cudaEventDisableTiming));
   for (int w = 0; w < workers; w++) {
-    CUDA_CHECK(err, st->device, cudaStreamCreateWithFlags(&st->worker_streams[w], cudaStreamNonBlocking));
+    CUDA_CHECK(err, st->device,
+               sl__cu.cudaStreamCreateWithFlags(&st->worker_streams[w], cudaStreamNonBlocking));
     for (int k = 0; k < slots; k++)
       CUDA_CHECK(err, st->device,
-                 cudaEventCreateWithFlags(&st->slot_events[w * slots + k], cudaEventDisableTiming));
+                 sl__cu.cudaEventCreateWithFlags(&st->slot_events[w * slots + k], cudaEventDisableTiming));
   }
   return sl__cuda_numa_setup(b, err);
 }

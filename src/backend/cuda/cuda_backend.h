@@ -63,4 +63,16 @@ typedef enum sl__cuda_copy_kind {
 sl_status sl__cuda_copy_kind_of(uint64_t dst_stride, uint64_t src_stride, uint64_t row_bytes, uint64_t rows,
                                 uint64_t max_pitch, sl__cuda_copy_kind *out, sl__err *err);
 
+/* Which CUDA runtime to keep of n candidates: versions[i] is candidate i's CUDA version (1000 * major +
+ * 10 * minor; 0: not found), driver the driver's (0: no driver). The first whose major the driver's
+ * major reaches (a driver runs runtimes of its own major and older: minor-version compatibility
+ * within a major); when none, the first found (its errors then name the driver as too old); -1 when
+ * none was found. */
+int sl__cuda_pick_runtime(const int *versions, int n, int driver);
+
+/* "13.0" from 13000 ("unknown" for <= 0). */
+void sl__cuda_version_text(int v, char *out, size_t cap);
+/* "2.28.3" from 22803 (NCCL's encoding from 2.9 on; 2.8.4 from 2804 before); "unknown" for <= 0. */
+void sl__nccl_version_text(int v, char *out, size_t cap);
+
 #endif

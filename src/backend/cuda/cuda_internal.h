@@ -2,7 +2,8 @@
  * backend/cuda/cuda_internal.h — what the files of the CUDA backend share: the check macros through
  * which every CUDA and NCCL call goes (they return SL_STATUS_CUDA / SL_STATUS_NCCL naming the call,
  * file:line and the library's message; never exit, never abort), the backend's state, the polled
- * waits, and the functions one file gives the others:
+ * waits, and the functions one file gives the others. Every CUDA and NCCL call goes through the
+ * tables sl__cu and sl__nc (libs.h: the libraries are opened at run time):
  *   backend.c  creation (collective), teardown, the table of operations, errors and local waits;
  *   memory.c   device and pinned memory, host-to-device uploads, 2-D copies, downloads, sync;
  *   nccl.c     the NCCL communicators of the broadcast groups (creation, finalization) and
@@ -16,10 +17,8 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/libs.h"
 #include "base/numa.h"
-
-#include <cuda_runtime.h>
-#include <nccl.h>
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -77,10 +76,10 @@ typedef struct cuda_state {
    * with the last of them. Caller's thread only (the keeper serialises late releases). */
   char *arena;
   uint64_t arena_size, arena_used;
-  size_t arena_live; /* allocations carved and not released */
-  bool failed;                  /* a communicator was aborted or broke: tear down with ncclCommAbort */
-  bool bind_readers;            /* reader threads are bound to near_cpus (numa.c) */
-  sl__cpus near_cpus;           /* the GPU's NUMA node's CPUs within the process's affinity */
+  size_t arena_live;  /* allocations carved and not released */
+  bool failed;        /* a communicator was aborted or broke: tear down with ncclCommAbort */
+  bool bind_readers;  /* reader threads are bound to near_cpus (numa.c) */
+  sl__cpus near_cpus; /* the GPU's NUMA node's CPUs within the process's affinity */
 } cuda_state;
 
 static inline cuda_state *state_of(sl__backend *b) {

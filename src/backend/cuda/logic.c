@@ -9,6 +9,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -123,4 +124,33 @@ sl_status sl__cuda_copy_kind_of(uint64_t dst_stride, uint64_t src_stride, uint64
                        (unsigned long long)(dst_stride > src_stride ? dst_stride : src_stride));
   *out = dst_stride > max_pitch || src_stride > max_pitch ? SL_CUDA_COPY_ROWS : SL_CUDA_COPY_2D;
   return SL_STATUS_OK;
+}
+
+int sl__cuda_pick_runtime(const int *versions, int n, int driver) {
+  int first = -1;
+  for (int i = 0; i < n; i++) {
+    if (versions[i] <= 0)
+      continue;
+    if (first < 0)
+      first = i;
+    if (driver > 0 && versions[i] / 1000 <= driver / 1000)
+      return i;
+  }
+  return first;
+}
+
+void sl__cuda_version_text(int v, char *out, size_t cap) {
+  if (v <= 0)
+    snprintf(out, cap, "unknown");
+  else
+    snprintf(out, cap, "%d.%d", v / 1000, (v % 1000) / 10);
+}
+
+void sl__nccl_version_text(int v, char *out, size_t cap) {
+  if (v <= 0)
+    snprintf(out, cap, "unknown");
+  else if (v >= 20900)
+    snprintf(out, cap, "%d.%d.%d", v / 10000, (v % 10000) / 100, v % 100);
+  else
+    snprintf(out, cap, "%d.%d.%d", v / 1000, (v % 1000) / 100, v % 100);
 }

@@ -16,31 +16,31 @@ static sl_status alloc_block(sl__backend *b, uint64_t nbytes, void **out, sl__er
   cuda_state *st = state_of(b);
   *out = NULL;
   size_t n = nbytes > 0 ? (size_t)nbytes : 1;
-  CUDA_CHECK(err, st->device, cudaSetDevice(st->device));
+  CUDA_CHECK(err, st->device, sl__cu.cudaSetDevice(st->device));
   void *p = NULL;
-  cudaError_t e = cudaMalloc(&p, n);
+  cudaError_t e = sl__cu.cudaMalloc(&p, n);
   if (e != cudaSuccess) {
-    (void)cudaGetLastError();
+    (void)sl__cu.cudaGetLastError();
     size_t free_bytes = 0;
     size_t total_bytes = 0;
-    if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess)
-      (void)cudaGetLastError();
+    if (sl__cu.cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess)
+      (void)sl__cu.cudaGetLastError();
     return sl__err_set(
         err, SL_STATUS_CUDA,
         "cudaMalloc of %llu bytes on CUDA device %d failed: %s (%s); %llu of %llu bytes free on the "
         "device",
-        (unsigned long long)nbytes, st->device, cudaGetErrorString(e), cudaGetErrorName(e),
+        (unsigned long long)nbytes, st->device, sl__cu.cudaGetErrorString(e), sl__cu.cudaGetErrorName(e),
         (unsigned long long)free_bytes, (unsigned long long)total_bytes);
   }
   /* Zero rows of a padded vocabulary rely on zero-filled memory. The fill must be complete before
    * any upload on a reader stream (which is not ordered with the main stream) can touch it. */
-  e = cudaMemsetAsync(p, 0, n, st->main);
+  e = sl__cu.cudaMemsetAsync(p, 0, n, st->main);
   sl_status s = e == cudaSuccess ? SL_STATUS_OK
                                  : sl__cuda_fail(err, e, st->device, "cudaMemsetAsync", __FILE__, __LINE__);
   if (s == SL_STATUS_OK)
     s = sl__cuda_wait_local(b, NULL, st->main, "zero-filling new device memory", err);
   if (s != SL_STATUS_OK) {
-    (void)cudaFree(p);
+    (void)sl__cu.cudaFree(p);
     return s;
   }
   *out = p;
@@ -78,11 +78,11 @@ sl_status sl__cuda_reserve(sl__backend *b, uint64_t nbytes, sl__err *err) {
 
 sl_status sl__cuda_zero(sl__backend *b, void *ptr, uint64_t nbytes, sl__err *err) {
   cuda_state *st = state_of(b);
-  CUDA_CHECK(err, st->device, cudaSetDevice(st->device));
+  CUDA_CHECK(err, st->device, sl__cu.cudaSetDevice(st->device));
   sl_status res = sl__cuda_after_caller(st, st->workers, err);
   if (res != SL_STATUS_OK)
     return res;
-  CUDA_CHECK(err, st->device, cudaMemsetAsync(ptr, 0, (size_t)nbytes, st->main));
+  CUDA_CHECK(err, st->device, sl__cu.cudaMemsetAsync(ptr, 0, (size_t)nbytes, st->main));
   return SL_STATUS_OK;
 }
 
@@ -96,17 +96,17 @@ void sl__cuda_release(sl__backend *b, void *ptr) {
     ptr = st->arena;
     st->arena = NULL;
   }
-  (void)cudaSetDevice(st->device);
+  (void)sl__cu.cudaSetDevice(st->device);
   /* cudaFree waits for the device: a hung one would hold the caller here, so the watchdog's
    * backstop bounds it (only where the loader's communicator still exists). */
   if (b->comm != NULL)
     sl__comm_block_begin(b->comm, "cudaFree");
-  cudaError_t e = cudaFree(ptr);
+  cudaError_t e = sl__cu.cudaFree(ptr);
   if (b->comm != NULL)
     sl__comm_block_end(b->comm);
   if (e != cudaSuccess) {
-    (void)cudaGetLastError();
-    SL_WARN("cudaFree on CUDA device %d: %s", st->device, cudaGetErrorString(e));
+    (void)sl__cu.cudaGetLastError();
+    SL_WARN("cudaFree on CUDA device %d: %s", st->device, sl__cu.cudaGetErrorString(e));
   }
 }
 
@@ -114,16 +114,16 @@ sl_status sl__cuda_alloc_staging(sl__backend *b, uint64_t nbytes, void **out, sl
   cuda_state *st = state_of(b);
   *out = NULL;
   size_t n = nbytes > 0 ? (size_t)nbytes : 1;
-  CUDA_CHECK(err, st->device, cudaSetDevice(st->device));
+  CUDA_CHECK(err, st->device, sl__cu.cudaSetDevice(st->device));
   void *p = NULL;
-  cudaError_t e = cudaHostAlloc(&p, n, cudaHostAllocPortable);
+  cudaError_t e = sl__cu.cudaHostAlloc(&p, n, cudaHostAllocPortable);
   if (e != cudaSuccess) {
-    (void)cudaGetLastError();
+    (void)sl__cu.cudaGetLastError();
     return sl__err_set(
         err, SL_STATUS_CUDA,
         "cudaHostAlloc of %llu bytes of pinned staging memory failed: %s (%s); lower staging_bytes "
         "or the number of reader threads",
-        (unsigned long long)nbytes, cudaGetErrorString(e), cudaGetErrorName(e));
+        (unsigned long long)nbytes, sl__cu.cudaGetErrorString(e), sl__cu.cudaGetErrorName(e));
   }
   *out = p;
   return SL_STATUS_OK;
@@ -133,11 +133,11 @@ void sl__cuda_release_staging(sl__backend *b, void *ptr) {
   cuda_state *st = state_of(b);
   if (ptr == NULL)
     return;
-  (void)cudaSetDevice(st->device);
-  cudaError_t e = cudaFreeHost(ptr);
+  (void)sl__cu.cudaSetDevice(st->device);
+  cudaError_t e = sl__cu.cudaFreeHost(ptr);
   if (e != cudaSuccess) {
-    (void)cudaGetLastError();
-    SL_WARN("cudaFreeHost: %s", cudaGetErrorString(e));
+    (void)sl__cu.cudaGetLastError();
+    SL_WARN("cudaFreeHost: %s", sl__cu.cudaGetErrorString(e));
   }
 }
 
@@ -155,21 +155,23 @@ sl_status sl__cuda_issue_copy(cuda_state *st, cudaStream_t s, void *dst, uint64_
   case SL_CUDA_COPY_NONE:
     break;
   case SL_CUDA_COPY_FLAT:
-    CUDA_CHECK(err, st->device, cudaMemcpyAsync(d, sp, (size_t)(row_bytes * rows), cudaMemcpyDefault, s));
+    CUDA_CHECK(err, st->device,
+               sl__cu.cudaMemcpyAsync(d, sp, (size_t)(row_bytes * rows), cudaMemcpyDefault, s));
     break;
   case SL_CUDA_COPY_2D:
     for (uint64_t r = 0; r < rows; r += SL_CUDA_2D_MAX_ROWS) {
       uint64_t n = rows - r < SL_CUDA_2D_MAX_ROWS ? rows - r : SL_CUDA_2D_MAX_ROWS;
       CUDA_CHECK(err, st->device,
-                 cudaMemcpy2DAsync(d + r * dst_stride, (size_t)dst_stride, sp + r * src_stride,
-                                   (size_t)src_stride, (size_t)row_bytes, (size_t)n, cudaMemcpyDefault, s));
+                 sl__cu.cudaMemcpy2DAsync(d + r * dst_stride, (size_t)dst_stride, sp + r * src_stride,
+                                          (size_t)src_stride, (size_t)row_bytes, (size_t)n, cudaMemcpyDefault,
+                                          s));
     }
     break;
   case SL_CUDA_COPY_ROWS:
     for (uint64_t r = 0; r < rows; r++)
-      CUDA_CHECK(
-          err, st->device,
-          cudaMemcpyAsync(d + r * dst_stride, sp + r * src_stride, (size_t)row_bytes, cudaMemcpyDefault, s));
+      CUDA_CHECK(err, st->device,
+                 sl__cu.cudaMemcpyAsync(d + r * dst_stride, sp + r * src_stride, (size_t)row_bytes,
+                                        cudaMemcpyDefault, s));
     break;
   }
   return SL_STATUS_OK;
@@ -184,8 +186,8 @@ sl_status sl__cuda_after_caller(cuda_state *st, int which, sl__err *err) {
   if (st->after_caller[which])
     return SL_STATUS_OK;
   cudaStream_t s = which == st->workers ? st->main : st->worker_streams[which];
-  CUDA_CHECK(err, st->device, cudaEventRecord(st->caller_events[which], cudaStreamLegacy));
-  CUDA_CHECK(err, st->device, cudaStreamWaitEvent(s, st->caller_events[which], 0));
+  CUDA_CHECK(err, st->device, sl__cu.cudaEventRecord(st->caller_events[which], cudaStreamLegacy));
+  CUDA_CHECK(err, st->device, sl__cu.cudaStreamWaitEvent(s, st->caller_events[which], 0));
   st->after_caller[which] = true;
   return SL_STATUS_OK;
 }
@@ -208,7 +210,7 @@ sl_status sl__cuda_upload(sl__backend *b, int worker, int slot, void *dst, uint6
   if (res != SL_STATUS_OK)
     return res;
   /* The current device is per thread: reader threads start on device 0. */
-  CUDA_CHECK(err, st->device, cudaSetDevice(st->device));
+  CUDA_CHECK(err, st->device, sl__cu.cudaSetDevice(st->device));
   cudaStream_t s = st->worker_streams[worker];
   res = sl__cuda_after_caller(st, worker, err);
   if (res != SL_STATUS_OK)
@@ -217,7 +219,7 @@ sl_status sl__cuda_upload(sl__backend *b, int worker, int slot, void *dst, uint6
   if (res != SL_STATUS_OK)
     return res;
   /* Re-recording covers every earlier upload of the slot: they precede it on the same stream. */
-  CUDA_CHECK(err, st->device, cudaEventRecord(st->slot_events[idx], s));
+  CUDA_CHECK(err, st->device, sl__cu.cudaEventRecord(st->slot_events[idx], s));
   return SL_STATUS_OK;
 }
 
@@ -227,39 +229,40 @@ sl_status sl__cuda_upload_wait(sl__backend *b, int worker, int slot, sl__err *er
   sl_status res = slot_index(st, worker, slot, &idx, err);
   if (res != SL_STATUS_OK)
     return res;
-  CUDA_CHECK(err, st->device, cudaSetDevice(st->device));
+  CUDA_CHECK(err, st->device, sl__cu.cudaSetDevice(st->device));
   return sl__cuda_wait_local(b, st->slot_events[idx], NULL, "a host-to-device upload", err);
 }
 
 sl_status sl__cuda_copy(sl__backend *b, void *dst, uint64_t dst_stride, const void *src, uint64_t src_stride,
                         uint64_t row_bytes, uint64_t rows, sl__err *err) {
   cuda_state *st = state_of(b);
-  CUDA_CHECK(err, st->device, cudaSetDevice(st->device));
+  CUDA_CHECK(err, st->device, sl__cu.cudaSetDevice(st->device));
   sl_status res = sl__cuda_after_caller(st, st->workers, err);
   if (res != SL_STATUS_OK)
     return res;
   return sl__cuda_issue_copy(st, st->main, dst, dst_stride, src, src_stride, row_bytes, rows, err);
 }
 
-/* Device → host, synchronous (saving parameters): the main stream first, so that the bytes are
- * those of the finished load. */
+/* Device → host, synchronous (saving parameters): queued on the main stream after the load's own
+ * work, so that the bytes are those of the finished load, and waited for with the deadline of every
+ * wait (a plain cudaMemcpy would wait for ever on a stuck device). */
 sl_status sl__cuda_download(sl__backend *b, void *host_dst, const void *src, uint64_t nbytes, sl__err *err) {
   cuda_state *st = state_of(b);
-  CUDA_CHECK(err, st->device, cudaSetDevice(st->device));
-  CUDA_CHECK(err, st->device, cudaStreamSynchronize(st->main));
-  CUDA_CHECK(err, st->device, cudaMemcpy(host_dst, src, (size_t)nbytes, cudaMemcpyDeviceToHost));
-  return SL_STATUS_OK;
+  CUDA_CHECK(err, st->device, sl__cu.cudaSetDevice(st->device));
+  CUDA_CHECK(err, st->device,
+             sl__cu.cudaMemcpyAsync(host_dst, src, (size_t)nbytes, cudaMemcpyDeviceToHost, st->main));
+  return sl__cuda_wait_local(b, NULL, st->main, "a device-to-host copy", err);
 }
 /* Between buckets: the main stream only (backend.h: sync_main). */
 sl_status sl__cuda_sync_main(sl__backend *b, sl__err *err) {
   cuda_state *st = state_of(b);
-  CUDA_CHECK(err, st->device, cudaSetDevice(st->device));
+  CUDA_CHECK(err, st->device, sl__cu.cudaSetDevice(st->device));
   return sl__cuda_wait_local(b, NULL, st->main, "device copies", err);
 }
 
 sl_status sl__cuda_sync(sl__backend *b, sl__err *err) {
   cuda_state *st = state_of(b);
-  CUDA_CHECK(err, st->device, cudaSetDevice(st->device));
+  CUDA_CHECK(err, st->device, sl__cu.cudaSetDevice(st->device));
   sl_status res = sl__cuda_wait_local(b, NULL, st->main, "device copies", err);
   for (int w = 0; w < st->workers && res == SL_STATUS_OK; w++)
     res = sl__cuda_wait_local(b, NULL, st->worker_streams[w], "host-to-device uploads", err);

@@ -38,10 +38,10 @@ static void abort_group(sl__backend *b, size_t g) {
     return;
   /* An abort waits for NCCL's own threads and may hang on a broken device: the backstop bounds it. */
   watch(b, "ncclCommAbort");
-  ncclResult_t r = ncclCommAbort(st->nccl[g]);
+  ncclResult_t r = sl__nc.ncclCommAbort(st->nccl[g]);
   unwatch(b);
   if (r != ncclSuccess)
-    SL_WARN("ncclCommAbort of broadcast group %zu: %s", g, ncclGetErrorString(r));
+    SL_WARN("ncclCommAbort of broadcast group %zu: %s", g, sl__nc.ncclGetErrorString(r));
   st->nccl[g] = NULL;
   st->nccl_aborted[g] = true;
   st->failed = true;
@@ -53,7 +53,7 @@ static ncclResult_t wait_comm_idle(sl__backend *b, ncclComm_t c, double deadline
   *timed_out = false;
   for (int spins = 0;; spins++) {
     ncclResult_t state = ncclSuccess;
-    ncclResult_t r = ncclCommGetAsyncError(c, &state);
+    ncclResult_t r = sl__nc.ncclCommGetAsyncError(c, &state);
     if (r != ncclSuccess)
       return r;
     if (state != ncclInProgress)
@@ -94,16 +94,17 @@ sl_status sl__cuda_bcast(sl__backend *b, uint32_t g, void *buf, uint64_t nbytes,
   cuda_state *st = state_of(b);
   *aborted = false;
   if (g >= st->n_groups || st->nccl[g] == NULL)
-    return sl__err_set(err, SL_STATUS_INTERNAL,
-                       g >= st->n_groups || !st->nccl_made[g] ? "broadcast in group %u that this rank has no NCCL "
-                                                                "communicator for (not a member, or a group "
-                                                                "without broadcasts)"
-                       : st->nccl_aborted[g] ? "broadcast in group %u, whose NCCL communicator was aborted earlier"
-                                             : "broadcast in group %u after its NCCL communicator was released",
-                       g);
+    return sl__err_set(
+        err, SL_STATUS_INTERNAL,
+        g >= st->n_groups || !st->nccl_made[g] ? "broadcast in group %u that this rank has no NCCL "
+                                                 "communicator for (not a member, or a group "
+                                                 "without broadcasts)"
+        : st->nccl_aborted[g] ? "broadcast in group %u, whose NCCL communicator was aborted earlier"
+                              : "broadcast in group %u after its NCCL communicator was released",
+        g);
   if (nbytes == 0)
     return SL_STATUS_OK;
-  CUDA_CHECK(err, st->device, cudaSetDevice(st->device));
+  CUDA_CHECK(err, st->device, sl__cu.cudaSetDevice(st->device));
   sl_status ordered = sl__cuda_after_caller(st, st->workers, err);
   if (ordered != SL_STATUS_OK)
     return ordered;
@@ -115,7 +116,7 @@ static sl_status bcast_wait(sl__backend *b, uint32_t g, void *buf, uint64_t nbyt
                             sl__err *err) {
   cuda_state *st = state_of(b);
   ncclComm_t c = st->nccl[g];
-  ncclResult_t r = ncclBroadcast(buf, buf, (size_t)nbytes, ncclUint8, root, c, st->main);
+  ncclResult_t r = sl__nc.ncclBroadcast(buf, buf, (size_t)nbytes, ncclUint8, root, c, st->main);
   if (r != ncclSuccess && r != ncclInProgress) {
     char ctx[128];
     snprintf(ctx, sizeof ctx, "broadcast of %llu bytes in group %u from root %d", (unsigned long long)nbytes,
@@ -130,22 +131,22 @@ static sl_status bcast_wait(sl__backend *b, uint32_t g, void *buf, uint64_t nbyt
   double deadline = start + st->timeout_s;
   for (int spins = 0;; spins++) {
     ncclResult_t state = ncclSuccess;
-    r = ncclCommGetAsyncError(c, &state);
+    r = sl__nc.ncclCommGetAsyncError(c, &state);
     if (r == ncclSuccess && state != ncclSuccess && state != ncclInProgress)
       r = state;
     if (r != ncclSuccess) {
-      const char *last = ncclGetLastError(NULL);
+      const char *last = sl__nc.ncclGetLastError(NULL);
       sl_status res =
           sl__err_set(err, SL_STATUS_NCCL,
                       "ncclBroadcast of %llu bytes in broadcast group %u (root %d) failed: %s%s%s; the "
                       "group's NCCL communicator was aborted",
-                      (unsigned long long)nbytes, g, root, ncclGetErrorString(r),
+                      (unsigned long long)nbytes, g, root, sl__nc.ncclGetErrorString(r),
                       last != NULL && *last != '\0' ? "; NCCL says: " : "", last != NULL ? last : "");
       abort_group(b, g);
       return res;
     }
     if (state == ncclSuccess) {
-      cudaError_t e = cudaStreamQuery(st->main);
+      cudaError_t e = sl__cu.cudaStreamQuery(st->main);
       if (e == cudaSuccess)
         return SL_STATUS_OK;
       if (e != cudaErrorNotReady) {
@@ -189,7 +190,7 @@ void sl__cuda_release_comms(sl__backend *b) {
     if (st->nccl[g] == NULL || abort_all)
       continue;
     /* Non-blocking: start every finalization first, then wait, so their order does not matter. */
-    ncclResult_t r = ncclCommFinalize(st->nccl[g]);
+    ncclResult_t r = sl__nc.ncclCommFinalize(st->nccl[g]);
     if (r == ncclSuccess || r == ncclInProgress)
       finalizing[g] = true;
   }
@@ -205,10 +206,10 @@ void sl__cuda_release_comms(sl__backend *b) {
     if (r == ncclSuccess) {
       /* Destroy frees NCCL's device buffers (a device synchronisation): watched like an abort. */
       watch(b, "ncclCommDestroy");
-      r = ncclCommDestroy(st->nccl[g]);
+      r = sl__nc.ncclCommDestroy(st->nccl[g]);
       unwatch(b);
       if (r != ncclSuccess)
-        SL_WARN("ncclCommDestroy of broadcast group %zu: %s", g, ncclGetErrorString(r));
+        SL_WARN("ncclCommDestroy of broadcast group %zu: %s", g, sl__nc.ncclGetErrorString(r));
       st->nccl[g] = NULL;
       continue;
     }
@@ -217,7 +218,7 @@ void sl__cuda_release_comms(sl__backend *b) {
               wait_s);
     else if (!abort_all)
       SL_WARN("finalizing the NCCL communicator of broadcast group %zu: %s: aborting it", g,
-              ncclGetErrorString(r));
+              sl__nc.ncclGetErrorString(r));
     abort_group(b, g);
   }
   free(finalizing);
@@ -227,7 +228,7 @@ sl_status sl__cuda_end_transfer(sl__backend *b, sl__err *err) {
   cuda_state *st = state_of(b);
   if (st->nccl == NULL)
     return SL_STATUS_OK;
-  CUDA_CHECK(err, st->device, cudaSetDevice(st->device));
+  CUDA_CHECK(err, st->device, sl__cu.cudaSetDevice(st->device));
   sl__cuda_release_comms(b);
   return SL_STATUS_OK;
 }
@@ -252,7 +253,7 @@ sl_status sl__cuda_check_placement(sl__backend *b, const sl__comm_groups *groups
   if (gethostname(mine.place.host, sizeof mine.place.host - 1) != 0)
     snprintf(mine.place.host, sizeof mine.place.host, "?");
   CUDA_CHECK(err, st->device,
-             cudaDeviceGetPCIBusId(mine.place.bus_id, (int)sizeof mine.place.bus_id, st->device));
+             sl__cu.cudaDeviceGetPCIBusId(mine.place.bus_id, (int)sizeof mine.place.bus_id, st->device));
   placement *all = calloc((size_t)c->size, sizeof *all);
   sl__cuda_place *places = calloc((size_t)c->size, sizeof *places);
   sl_status res = SL_STATUS_OK;
@@ -308,7 +309,7 @@ static sl_status create_comms_by_id(sl__backend *b, const sl__comm_groups *group
       continue;
     if (pos == 0) {
       /* A root that cannot make an id still broadcasts (ok = 0), so that no member waits. */
-      ncclResult_t r = ncclGetUniqueId(&msgs[g].id);
+      ncclResult_t r = sl__nc.ncclGetUniqueId(&msgs[g].id);
       msgs[g].ok = r == ncclSuccess;
       if (r != ncclSuccess)
         res = sl__nccl_fail(err, r, NULL, "ncclGetUniqueId", __FILE__, __LINE__);
@@ -333,7 +334,7 @@ static sl_status create_comms_by_id(sl__backend *b, const sl__comm_groups *group
   char ctx[96];
   size_t g = 0;
   while (g < groups->n && res == SL_STATUS_OK) {
-    ncclResult_t r = ncclGroupStart();
+    ncclResult_t r = sl__nc.ncclGroupStart();
     if (r != ncclSuccess) {
       res = sl__nccl_fail(err, r, NULL, "ncclGroupStart", __FILE__, __LINE__);
       break;
@@ -343,12 +344,12 @@ static sl_status create_comms_by_id(sl__backend *b, const sl__comm_groups *group
       if (pos < 0)
         continue;
       batch++;
-      r = ncclCommInitRankConfig(&st->nccl[g], (int)groups->group[g].n, msgs[g].id, pos, &config);
+      r = sl__nc.ncclCommInitRankConfig(&st->nccl[g], (int)groups->group[g].n, msgs[g].id, pos, &config);
       if (r != ncclSuccess && r != ncclInProgress && res == SL_STATUS_OK)
         res = sl__nccl_fail(err, r, group_ctx(ctx, sizeof ctx, groups, g), "ncclCommInitRankConfig", __FILE__,
                             __LINE__);
     }
-    r = ncclGroupEnd(); /* with non-blocking communicators: returns at once (ncclInProgress) */
+    r = sl__nc.ncclGroupEnd(); /* with non-blocking communicators: returns at once (ncclInProgress) */
     if (r != ncclSuccess && r != ncclInProgress && res == SL_STATUS_OK)
       res = sl__nccl_fail(err, r, "creating NCCL communicators", "ncclGroupEnd", __FILE__, __LINE__);
   }
@@ -393,12 +394,13 @@ static sl_status create_comms_by_split(sl__backend *b, const sl__comm_groups *gr
      * straight into the state, which outlives any wait here. */
     st->nccl[g] = NULL;
     watch(b, "ncclCommSplit");
-    ncclResult_t r = ncclCommSplit(st->parent, pos >= 0 ? 0 : NCCL_SPLIT_NOCOLOR, pos >= 0 ? pos : 0, &st->nccl[g],
-                                   &config);
+    ncclResult_t r = sl__nc.ncclCommSplit(st->parent, pos >= 0 ? 0 : NCCL_SPLIT_NOCOLOR, pos >= 0 ? pos : 0,
+                                          &st->nccl[g], &config);
     unwatch(b);
     if (r != ncclSuccess && r != ncclInProgress) {
       if (res == SL_STATUS_OK)
-        res = sl__nccl_fail(err, r, group_ctx(ctx, sizeof ctx, groups, g), "ncclCommSplit", __FILE__, __LINE__);
+        res =
+            sl__nccl_fail(err, r, group_ctx(ctx, sizeof ctx, groups, g), "ncclCommSplit", __FILE__, __LINE__);
       continue;
     }
     /* With a non-blocking parent the split completes in the background: the parent reports it. */
@@ -421,7 +423,7 @@ static sl_status create_comms_by_split(sl__backend *b, const sl__comm_groups *gr
       if (timed_out || r != ncclSuccess)
         res = sl__err_set(err, SL_STATUS_NCCL,
                           "the NCCL communicator split for broadcast group %zu is not usable: %s", g,
-                          timed_out ? "not ready in time" : ncclGetErrorString(r));
+                          timed_out ? "not ready in time" : sl__nc.ncclGetErrorString(r));
     }
   }
   return res;
@@ -433,7 +435,7 @@ static sl_status create_comms_by_split(sl__backend *b, const sl__comm_groups *gr
 sl_status sl__cuda_warm_up(sl__backend *b, sl__err *err) {
   cuda_state *st = state_of(b);
   void *one = NULL;
-  CUDA_CHECK(err, st->device, cudaMalloc(&one, 1));
+  CUDA_CHECK(err, st->device, sl__cu.cudaMalloc(&one, 1));
   sl_status res = SL_STATUS_OK;
   /* After a failure the walk goes on (that communicator is aborted): the other members of later
    * groups wait for this rank's part in their warm-up. */
@@ -446,11 +448,12 @@ sl_status sl__cuda_warm_up(sl__backend *b, sl__err *err) {
     sl_status gst = bcast_wait(b, (uint32_t)g, one, 1, 0, &aborted, &gerr);
     if (gst != SL_STATUS_OK && res == SL_STATUS_OK) {
       sl__err_copy(err, &gerr);
-      sl__err_prefix(err, "connecting the NCCL communicator of broadcast group %zu (its warm-up broadcast)", g);
+      sl__err_prefix(err, "connecting the NCCL communicator of broadcast group %zu (its warm-up broadcast)",
+                     g);
       res = gst;
     }
   }
-  cudaError_t e = cudaFree(one);
+  cudaError_t e = sl__cu.cudaFree(one);
   if (e != cudaSuccess && res == SL_STATUS_OK)
     res = sl__cuda_fail(err, e, st->device, "cudaFree", __FILE__, __LINE__);
   return res;
@@ -458,7 +461,8 @@ sl_status sl__cuda_warm_up(sl__backend *b, sl__err *err) {
 
 sl_status sl__cuda_create_comms(sl__backend *b, const sl__comm_groups *groups, sl__err *err) {
   cuda_state *st = state_of(b);
-  sl_status res = st->parent != NULL ? create_comms_by_split(b, groups, err) : create_comms_by_id(b, groups, err);
+  sl_status res =
+      st->parent != NULL ? create_comms_by_split(b, groups, err) : create_comms_by_id(b, groups, err);
   b->nccl_comms = 0;
   for (size_t g = 0; g < st->n_groups; g++) {
     st->nccl_made[g] = st->nccl[g] != NULL;

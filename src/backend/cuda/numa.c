@@ -27,11 +27,11 @@ sl_status sl__cuda_numa_setup(sl__backend *b, sl__err *err) {
     return res;
   }
   char bus[64];
-  cudaError_t e = cudaDeviceGetPCIBusId(bus, (int)sizeof bus, st->device);
+  cudaError_t e = sl__cu.cudaDeviceGetPCIBusId(bus, (int)sizeof bus, st->device);
   if (e != cudaSuccess) {
-    (void)cudaGetLastError();
+    (void)sl__cu.cudaGetLastError();
     SL_INFO("reader threads: left unbound (the PCI bus id of CUDA device %d is unknown: %s)", st->device,
-            cudaGetErrorString(e));
+            sl__cu.cudaGetErrorString(e));
     return SL_STATUS_OK;
   }
   /* A node that cannot be read leaves the threads as they are: binding is an optimisation. */
@@ -56,10 +56,11 @@ sl_status sl__cuda_numa_setup(sl__backend *b, sl__err *err) {
   char cpus[160];
   sl__cpus_format(v == SL_NUMA_BIND ? &st->near_cpus : &allowed, cpus, sizeof cpus);
   if (v == SL_NUMA_BIND)
-    SL_INFO("reader threads: bound to CPUs %s (NUMA node %d of GPU %d at PCI %s)", cpus, node, st->device, bus);
+    SL_INFO("reader threads: bound to CPUs %s (NUMA node %d of GPU %d at PCI %s)", cpus, node, st->device,
+            bus);
   else
-    SL_INFO("reader threads: left on CPUs %s (GPU %d at PCI %s, NUMA node %d: %s)", cpus, st->device, bus, node,
-            sl__numa_verdict_text(v));
+    SL_INFO("reader threads: left on CPUs %s (GPU %d at PCI %s, NUMA node %d: %s)", cpus, st->device, bus,
+            node, sl__numa_verdict_text(v));
   return SL_STATUS_OK;
 }
 

@@ -17,8 +17,8 @@
 /* Whether p is device memory (the host cannot read it). */
 static bool on_device(const void *p) {
   struct cudaPointerAttributes a;
-  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
-    (void)cudaGetLastError(); /* older runtimes: plain host memory is an error */
+  if (sl__cu.cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    (void)sl__cu.cudaGetLastError(); /* older runtimes: plain host memory is an error */
     return false;
   }
   return a.type == cudaMemoryTypeDevice;
@@ -28,8 +28,9 @@ static bool on_device(const void *p) {
 static sl_status finish(sl__backend *b, cudaStream_t s, sl_status res, sl__err *err) {
   if (res == SL_STATUS_OK)
     return sl__cuda_wait_local(b, NULL, s, "a transposed copy", err);
-  (void)cudaStreamSynchronize(s);
-  (void)cudaGetLastError();
+  sl__err ignored;
+  sl__err_clear(&ignored);
+  (void)sl__cuda_wait_local(b, NULL, s, "a transposed copy", &ignored);
   return res;
 }
 
@@ -48,7 +49,7 @@ sl_status sl__cuda_transpose(sl__backend *b, int worker, int slot, void *dst, ui
                        (unsigned long long)rows, (unsigned long long)cols, (unsigned long long)elem);
   if (bytes == 0)
     return SL_STATUS_OK;
-  CUDA_CHECK(err, st->device, cudaSetDevice(st->device)); /* per thread: readers start on device 0 */
+  CUDA_CHECK(err, st->device, sl__cu.cudaSetDevice(st->device)); /* per thread: readers start on device 0 */
   cudaStream_t s = worker >= 0 ? st->worker_streams[worker] : st->main;
   /* as every operation of the loader: after the caller's work queued on the legacy stream */
   sl_status ordered = sl__cuda_after_caller(st, worker >= 0 ? worker : st->workers, err);
@@ -68,7 +69,8 @@ sl_status sl__cuda_transpose(sl__backend *b, int worker, int slot, void *dst, ui
   }
   if (res == SL_STATUS_OK) {
     sl__transpose_elems(held, rows * elem, src, src_stride, rows, cols, elem);
-    res = finish(b, s, sl__cuda_issue_copy(st, s, dst, dst_stride, held, rows * elem, rows * elem, cols, err), err);
+    res = finish(b, s, sl__cuda_issue_copy(st, s, dst, dst_stride, held, rows * elem, rows * elem, cols, err),
+                 err);
   }
   free(staged);
   free(held);

@@ -17,7 +17,7 @@ sl_status sl__cuda_wait_local(sl__backend *b, cudaEvent_t ev, cudaStream_t strea
   cuda_state *st = state_of(b);
   double deadline = sl__now() + st->timeout_s;
   for (int spins = 0;; spins++) {
-    cudaError_t e = ev != NULL ? cudaEventQuery(ev) : cudaStreamQuery(stream);
+    cudaError_t e = ev != NULL ? sl__cu.cudaEventQuery(ev) : sl__cu.cudaStreamQuery(stream);
     if (e == cudaSuccess)
       return SL_STATUS_OK;
     if (e != cudaErrorNotReady)
@@ -31,4 +31,3 @@ sl_status sl__cuda_wait_local(sl__backend *b, cudaEvent_t ev, cudaStream_t strea
       sl__cuda_nap(b);
   }
 }
-
