@@ -10,7 +10,9 @@
  * away (the abort and timeout paths), like NCCL. A rank that destroys or aborts a communicator
  * writes gone.<rank>; the last one removes the folder. An abort takes MOCK_NCCL_ABORT_MS.
  * MOCK_NCCL_CONNECT_FAIL=R: the first connection of a communicator that world rank R belongs to
- * fails on every member (a broken link fails both ends), as an asynchronous ncclRemoteError.
+ * fails on every member (a broken link fails both ends), as an asynchronous ncclRemoteError; with
+ * MOCK_NCCL_CONNECT_FAIL_ONE=1 on R only (the others wait). MOCK_NCCL_INIT_FAIL=R: R's creations
+ * fail in the background (ncclSystemError) and R never joins.
  * mock_nccl_count() tells a test how many communicators were made, are alive, went unused.
  */
 #include "cuda_mock.h"
@@ -210,6 +212,17 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId i
     return ncclSystemError;
   *comm = c;
   count_comm(c, 1);
+  /* MOCK_NCCL_INIT_FAIL=R: world rank R's creations fail in the background (as a bootstrap that
+   * cannot connect): R never joins, so the other members wait, and NCCL tells them nothing. */
+  if (mock_env_int("MOCK_NCCL_INIT_FAIL", -1) == mock_env_int("OMPI_COMM_WORLD_RANK", -2) && nranks > 1) {
+    snprintf(last_error, sizeof last_error,
+             "mock: injected failure of ncclCommInitRankConfig (bootstrap: "
+             "connection refused)");
+    c->async_error = ncclSystemError;
+    if (group_depth > 0)
+      group_in_progress = true;
+    return group_depth > 0 ? ncclSuccess : ncclInProgress;
+  }
   ncclResult_t r = join(c);
   if (r == ncclInProgress && group_depth > 0) {
     group_in_progress = true;
@@ -269,16 +282,19 @@ ncclResult_t ncclCommCuDevice(const ncclComm_t c, int *device) {
 }
 
 /* MOCK_NCCL_CONNECT_FAIL: this member's world rank is the failing one (it marks the folder), or
- * another member already failed. */
+ * another member already failed. With MOCK_NCCL_CONNECT_FAIL_ONE=1 only that rank sees the failure:
+ * it never connects, and the other members wait for it (NCCL does not tell them). */
 static bool connect_fails(struct ncclComm *c) {
   int fail = mock_env_int("MOCK_NCCL_CONNECT_FAIL", -1);
   if (fail < 0 || c->nranks < 2)
     return false;
-  if (exists(c, "connfail"))
+  bool one = mock_env_int("MOCK_NCCL_CONNECT_FAIL_ONE", 0) != 0;
+  if (!one && exists(c, "connfail"))
     return true;
   if (mock_env_int("OMPI_COMM_WORLD_RANK", -2) != fail)
     return false;
-  write_file(c, "connfail", "", 0);
+  if (!one)
+    write_file(c, "connfail", "", 0);
   return true;
 }
 

@@ -103,3 +103,14 @@ if(TARGET cudart_mock12 AND TARGET cudart_mock13)
     FIXTURES_REQUIRED models
     ENVIRONMENT "${SL_TEST_ENV};SL_CUDA_MOCK_DIR=${SL_CUDA_MOCK_DIR};SL_CUDA_MOCK12_DIR=${SL_CUDA_MOCK12_DIR}")
 endif()
+
+# A failure while the NCCL communicators are made or connected ends every rank promptly, with the
+# default timeout_s (tests/gpu/test_gpu_comm_failure.c): the failing rank's creation or warm-up, the
+# others told through the abort channel, one agreement naming the rank and NCCL's message.
+sl_gpumock_exe(test_gpu_comm_failure_mock ${_sl_mock_dir}/test_gpu_comm_failure.c)
+foreach(np 2 8)
+  add_test(NAME test_gpu_comm_failure_mock_np${np} COMMAND ${SL_MPIRUN} -np ${np}
+    $<TARGET_FILE:test_gpu_comm_failure_mock>)
+  set_tests_properties(test_gpu_comm_failure_mock_np${np} PROPERTIES LABELS gpumock TIMEOUT 120
+    PROCESSORS ${np} FIXTURES_REQUIRED models ENVIRONMENT "${SL_TEST_ENV}" SKIP_RETURN_CODE 77)
+endforeach()

@@ -126,21 +126,50 @@ static void cuda_destroy(sl__backend *b) {
   free(b);
 }
 
+/* A failure of this rank's own while creating or connecting: NCCL's message in the log at once (the
+ * agreement that names it on every rank may come much later on a big job), and the abort raised so
+ * that the other ranks, which NCCL does not tell, stop waiting for this one. */
+static void fail_now(sl__backend *b, sl_status res, const sl__err *err) {
+  state_of(b)->failed = true; /* peers may be half way: tear down with ncclCommAbort */
+  if (res == SL_STATUS_PEER_FAILED)
+    return;
+  SL_ERROR("%s", err->msg);
+  sl__comm_abort_raise(b->comm);
+}
+
 /* The broadcast groups' NCCL communicators, made, then connected by a warm-up (COLLECTIVE: every
- * rank returns the same status). A failure tears them down with ncclCommAbort. */
+ * rank returns the same status). The abort channel is armed meanwhile (unless the caller armed it),
+ * so that a rank whose creation or warm-up fails ends every rank's waits at once, whatever they wait
+ * for; one bounded agreement at the end names the rank and the cause everywhere. A failure tears the
+ * communicators down with ncclCommAbort. */
 static sl_status connect_groups(sl__backend *b, const sl__comm_groups *groups, sl__err *err) {
-  cuda_state *st = state_of(b);
-  sl_status res = sl__cuda_create_comms(b, groups, err);
-  if (res != SL_STATUS_OK)
-    st->failed = true; /* peers may be half way: tear down with ncclCommAbort */
-  res = sl__comm_agree(b->comm, res, err, "creating NCCL communicators");
-  /* Only once every rank has its communicators: a warm-up waits for every member. */
+  sl__comm *c = b->comm;
+  bool own_channel = !c->armed;
+  sl_status res = own_channel ? sl__comm_abort_arm(c, err) : SL_STATUS_OK;
+  if (res == SL_STATUS_OK) {
+    res = sl__cuda_create_comms(b, groups, err);
+    if (res != SL_STATUS_OK)
+      fail_now(b, res, err);
+  }
+  /* Once every rank has its communicators: a warm-up waits for every member, and another rank's
+   * failure reaches this one through the abort channel. */
   if (res == SL_STATUS_OK) {
     res = sl__cuda_warm_up(b, err);
     if (res != SL_STATUS_OK)
-      st->failed = true;
-    res = sl__comm_agree(b->comm, res, err, "connecting NCCL communicators");
+      fail_now(b, res, err);
   }
+  res = sl__comm_agree(c, res, err, "creating and connecting NCCL communicators");
+  if (own_channel && c->armed) {
+    sl__err derr;
+    sl__err_clear(&derr);
+    sl_status dst = sl__comm_abort_disarm(c, &derr);
+    if (res == SL_STATUS_OK && dst != SL_STATUS_OK) {
+      sl__err_copy(err, &derr);
+      res = dst;
+    }
+  }
+  if (res != SL_STATUS_OK)
+    state_of(b)->failed = true;
   return res;
 }
 

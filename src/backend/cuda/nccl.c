@@ -48,8 +48,11 @@ static void abort_group(sl__backend *b, size_t g) {
 }
 
 /* Polls until a non-blocking communicator has finished its pending NCCL call (creation,
- * finalization): ncclSuccess, an error, or the deadline. */
-static ncclResult_t wait_comm_idle(sl__backend *b, ncclComm_t c, double deadline, bool *timed_out) {
+ * finalization): ncclSuccess, an error, or the deadline. With `aborted` (creation), also the
+ * abort channel: another rank's failure sets *aborted and the wait ends at once (ncclInProgress),
+ * since NCCL itself never tells the other members that one of them gave up. */
+static ncclResult_t wait_comm_idle(sl__backend *b, ncclComm_t c, double deadline, bool *timed_out,
+                                   bool *aborted) {
   *timed_out = false;
   for (int spins = 0;; spins++) {
     ncclResult_t state = ncclSuccess;
@@ -58,6 +61,10 @@ static ncclResult_t wait_comm_idle(sl__backend *b, ncclComm_t c, double deadline
       return r;
     if (state != ncclInProgress)
       return state;
+    if (aborted != NULL && b->comm != NULL && sl__comm_abort_check(b->comm)) {
+      *aborted = true;
+      return ncclInProgress;
+    }
     if (sl__now() > deadline) {
       *timed_out = true;
       return ncclInProgress;
@@ -67,6 +74,12 @@ static ncclResult_t wait_comm_idle(sl__backend *b, ncclComm_t c, double deadline
     if (spins >= SL_CUDA_SPINS_BEFORE_NAP)
       sl__cuda_nap(b);
   }
+}
+
+/* "another rank failed" while creating or connecting: the agreement that follows names it. */
+static sl_status peer_failed(sl__backend *b, sl__err *err, const char *what) {
+  int from = b->comm != NULL ? b->comm->abort_from : -1;
+  return sl__err_set(err, SL_STATUS_PEER_FAILED, "another rank (rank %d) failed while %s", from, what);
 }
 
 /* A broadcast waits for its root, which may still be reading the bucket from slow storage. Past
@@ -201,7 +214,7 @@ void sl__cuda_release_comms(sl__backend *b) {
       continue;
     bool timed_out = false;
     ncclResult_t r = finalizing != NULL && finalizing[g]
-                         ? wait_comm_idle(b, st->nccl[g], deadline, &timed_out)
+                         ? wait_comm_idle(b, st->nccl[g], deadline, &timed_out, NULL)
                          : ncclInternalError;
     if (r == ncclSuccess) {
       /* Destroy frees NCCL's device buffers (a device synchronisation): watched like an abort. */
@@ -314,8 +327,10 @@ static sl_status create_comms_by_id(sl__backend *b, const sl__comm_groups *group
       if (r != ncclSuccess)
         res = sl__nccl_fail(err, r, NULL, "ncclGetUniqueId", __FILE__, __LINE__);
     }
-    bool aborted = false; /* no transfer yet: nothing can stop this broadcast but a failure */
+    bool aborted = false; /* another rank's failure (the abort channel is armed while creating) */
     sl_status bst = sl__comm_group_bcast(c, (uint32_t)g, &msgs[g], sizeof msgs[g], 0, &aborted, err);
+    if (bst == SL_STATUS_OK && aborted)
+      bst = peer_failed(b, err, "exchanging NCCL ids");
     if (bst != SL_STATUS_OK) {
       res = bst;
       break;
@@ -359,8 +374,11 @@ static sl_status create_comms_by_id(sl__backend *b, const sl__comm_groups *group
     if (st->nccl[k] == NULL)
       continue;
     bool timed_out = false;
-    ncclResult_t r = wait_comm_idle(b, st->nccl[k], deadline, &timed_out);
-    if (timed_out)
+    bool aborted = false;
+    ncclResult_t r = wait_comm_idle(b, st->nccl[k], deadline, &timed_out, &aborted);
+    if (aborted)
+      res = peer_failed(b, err, "creating NCCL communicators");
+    else if (timed_out)
       res = sl__err_set(
           err, SL_STATUS_NCCL,
           "the NCCL communicator of broadcast group %zu (%u ranks) was not ready within %.1f s (raise %s "
@@ -405,7 +423,7 @@ static sl_status create_comms_by_split(sl__backend *b, const sl__comm_groups *gr
     }
     /* With a non-blocking parent the split completes in the background: the parent reports it. */
     bool timed_out = false;
-    r = wait_comm_idle(b, st->parent, deadline, &timed_out);
+    r = wait_comm_idle(b, st->parent, deadline, &timed_out, NULL);
     if (res != SL_STATUS_OK)
       continue;
     if (timed_out)
@@ -419,7 +437,7 @@ static sl_status create_comms_by_split(sl__backend *b, const sl__comm_groups *gr
       res = sl__err_set(err, SL_STATUS_NCCL, "ncclCommSplit %s a communicator for broadcast group %zu",
                         pos >= 0 ? "gave no" : "unexpectedly gave", g);
     else if (st->nccl[g] != NULL) {
-      r = wait_comm_idle(b, st->nccl[g], deadline, &timed_out);
+      r = wait_comm_idle(b, st->nccl[g], deadline, &timed_out, NULL);
       if (timed_out || r != ncclSuccess)
         res = sl__err_set(err, SL_STATUS_NCCL,
                           "the NCCL communicator split for broadcast group %zu is not usable: %s", g,
@@ -437,16 +455,18 @@ sl_status sl__cuda_warm_up(sl__backend *b, sl__err *err) {
   void *one = NULL;
   CUDA_CHECK(err, st->device, sl__cu.cudaMalloc(&one, 1));
   sl_status res = SL_STATUS_OK;
-  /* After a failure the walk goes on (that communicator is aborted): the other members of later
-   * groups wait for this rank's part in their warm-up. */
-  for (size_t g = 0; g < st->n_groups; g++) {
+  /* A failure ends the walk: connect_groups raises the abort at once, and the other members, waiting
+   * in this warm-up or a later one, see it (NCCL tells them nothing). */
+  for (size_t g = 0; g < st->n_groups && res == SL_STATUS_OK; g++) {
     if (st->nccl[g] == NULL)
       continue;
-    bool aborted = false; /* the abort channel is not armed yet: only a failure stops it */
+    bool aborted = false; /* another rank's failure: the abort channel is armed while connecting */
     sl__err gerr;
     sl__err_clear(&gerr);
     sl_status gst = bcast_wait(b, (uint32_t)g, one, 1, 0, &aborted, &gerr);
-    if (gst != SL_STATUS_OK && res == SL_STATUS_OK) {
+    if (gst == SL_STATUS_OK && aborted) {
+      res = peer_failed(b, err, "connecting NCCL communicators");
+    } else if (gst != SL_STATUS_OK) {
       sl__err_copy(err, &gerr);
       sl__err_prefix(err, "connecting the NCCL communicator of broadcast group %zu (its warm-up broadcast)",
                      g);
