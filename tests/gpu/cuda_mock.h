@@ -74,6 +74,10 @@ typedef struct mock_nccl_counts {
 } mock_nccl_counts;
 mock_nccl_counts mock_nccl_count(void);
 
+/* For tests: every operation queued on stream s from now on starts at least ms milliseconds after it
+ * was queued (a caller's slow kernels on its own stream). */
+void mock_stream_delay_ms(cudaStream_t s, int ms);
+
 /* Waits until no stream has work queued (the implicit synchronisation of cudaFree). */
 void mock_drain_all(void);
 

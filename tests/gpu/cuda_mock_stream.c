@@ -48,6 +48,7 @@ typedef struct stream_stats {
 
 struct CUstream_st {
   bool nonblocking;
+  int delay_ms; /* mock_stream_delay_ms */
   bool destroyed;
   op *head, *tail;
   stream_stats stats;
@@ -305,6 +306,7 @@ static cudaError_t enqueue(struct CUstream_st *s, op *o) {
   double us = mock_env_int("MOCK_CUDA_OP_US", 20) * jitter();
   if (s == &legacy && !sync_call) /* a caller's own asynchronous work: as slow as asked */
     us += 1000.0 * mock_env_int("MOCK_CUDA_LEGACY_MS", 0);
+  us += 1000.0 * s->delay_ms;
   o->due = mock_now() + us * 1e-6;
   if (s->tail != NULL)
     s->tail->next = o;
@@ -360,6 +362,12 @@ void mock_drain_all(void) {
 }
 
 /* ---- streams ---- */
+
+void mock_stream_delay_ms(cudaStream_t s, int ms) {
+  pthread_mutex_lock(&mock_mu);
+  stream_of(s)->delay_ms = ms;
+  pthread_mutex_unlock(&mock_mu);
+}
 
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int flags) {
   *s = calloc(1, sizeof **s);

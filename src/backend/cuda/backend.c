@@ -105,9 +105,12 @@ static void cuda_destroy(sl__backend *b) {
     for (int w = 0; st->slot_events != NULL && w < st->workers * st->slots; w++)
       if (st->slot_events[w] != NULL)
         (void)sl__cu.cudaEventDestroy(st->slot_events[w]);
-    for (int w = 0; st->caller_events != NULL && w <= st->workers; w++)
-      if (st->caller_events[w] != NULL)
-        (void)sl__cu.cudaEventDestroy(st->caller_events[w]);
+    if (st->legacy_mark != NULL)
+      (void)sl__cu.cudaEventDestroy(st->legacy_mark);
+    if (st->stream_mark != NULL)
+      (void)sl__cu.cudaEventDestroy(st->stream_mark);
+    if (st->warm_byte != NULL)
+      (void)sl__cu.cudaFree(st->warm_byte);
     for (int w = 0; st->worker_streams != NULL && w < st->workers; w++)
       if (st->worker_streams[w] != NULL)
         (void)sl__cu.cudaStreamDestroy(st->worker_streams[w]);
@@ -115,7 +118,6 @@ static void cuda_destroy(sl__backend *b) {
       (void)sl__cu.cudaStreamDestroy(st->main);
     (void)sl__cu.cudaGetLastError();
     free(st->slot_events);
-    free(st->caller_events);
     free(st->after_caller);
     free(st->worker_streams);
     free(st->nccl);
@@ -183,6 +185,8 @@ static sl_status cuda_begin_transfer(sl__backend *b, const sl__comm_groups *grou
     res = sl__cuda_fail(err, e, st->device, "cudaSetDevice", __FILE__, __LINE__);
   if (res == SL_STATUS_OK)
     res = open_nccl(any_broadcast(groups), err);
+  if (res == SL_STATUS_OK)
+    res = sl__cuda_mark_caller(st, err); /* what the caller queued since the last transfer comes first */
   if (res == SL_STATUS_OK) {
     if (st->nccl != NULL)
       sl__cuda_release_comms(b); /* none left after end_transfer; whatever is, goes */
@@ -359,20 +363,19 @@ static sl_status setup_local(sl__backend *b, int workers, int slots, int device,
   }
   st->worker_streams = calloc((size_t)workers, sizeof *st->worker_streams);
   st->slot_events = calloc((size_t)workers * (size_t)slots, sizeof *st->slot_events);
-  st->caller_events = calloc((size_t)workers + 1, sizeof *st->caller_events);
   st->after_caller = calloc((size_t)workers + 1, sizeof *st->after_caller);
   st->n_groups = groups->n;
   st->nccl = calloc(groups->n + 1, sizeof *st->nccl);
   st->nccl_aborted = calloc(groups->n + 1, sizeof *st->nccl_aborted);
   st->nccl_made = calloc(groups->n + 1, sizeof *st->nccl_made);
   if (st->worker_streams == NULL || st->slot_events == NULL || st->nccl == NULL || st->nccl_aborted == NULL ||
-      st->nccl_made == NULL || st->caller_events == NULL || st->after_caller == NULL)
+      st->nccl_made == NULL || st->after_caller == NULL)
     return sl__err_set(err, SL_STATUS_NOMEM, "out of memory setting up the CUDA backend");
   st->workers = workers;
   st->slots = slots;
-  for (int w = 0; w <= workers; w++)
-    CUDA_CHECK(err, st->device,
-               sl__cu.cudaEventCreateWithFlags(&st->caller_events[w], cudaEventDisableTiming));
+  CUDA_CHECK(err, st->device, sl__cu.cudaEventCreateWithFlags(&st->legacy_mark, cudaEventDisableTiming));
+  CUDA_CHECK(err, st->device, sl__cu.cudaEventCreateWithFlags(&st->stream_mark, cudaEventDisableTiming));
+  CUDA_CHECK(err, st->device, sl__cu.cudaMalloc(&st->warm_byte, 1));
   for (int w = 0; w < workers; w++) {
     CUDA_CHECK(err, st->device,
                sl__cu.cudaStreamCreateWithFlags(&st->worker_streams[w], cudaStreamNonBlocking));
@@ -380,7 +383,8 @@ static sl_status setup_local(sl__backend *b, int workers, int slots, int device,
       CUDA_CHECK(err, st->device,
                  sl__cu.cudaEventCreateWithFlags(&st->slot_events[w * slots + k], cudaEventDisableTiming));
   }
-  return sl__cuda_numa_setup(b, err);
+  res = sl__cuda_mark_caller(st, err);
+  return res == SL_STATUS_OK ? sl__cuda_numa_setup(b, err) : res;
 }
 
 sl_status sl__backend_cuda_create(sl__comm *comm, int workers, int slots, int device, void *stream,

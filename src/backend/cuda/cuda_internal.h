@@ -63,8 +63,11 @@ typedef struct cuda_state {
   int slots;                    /* staging slots per reader thread (sl__staging_slots_per_thread) */
   cudaStream_t *worker_streams; /* [workers]: uploads of each reader thread */
   cudaEvent_t *slot_events;     /* [workers * slots]: last upload out of each slot */
-  cudaEvent_t *caller_events;   /* [workers + 1]: the caller's legacy-stream work, per stream (main last) */
-  bool *after_caller;           /* [workers + 1]: that stream already waits for it */
+  cudaEvent_t legacy_mark;      /* the caller's work on the legacy stream when the transfer began */
+  cudaEvent_t stream_mark;      /* the caller's work on its own stream (main) then, when it gave one */
+  bool *after_caller;           /* [workers + 1]: that stream (main last) waits for both this transfer */
+  void *warm_byte;              /* device byte of the warm-up broadcasts (kept: a cudaFree per
+                                   transfer would wait for the caller's whole device) */
   size_t n_groups;              /* broadcast groups */
   ncclComm_t *nccl;             /* [n_groups]: our communicator, NULL when not a member or aborted */
   bool *nccl_aborted;           /* [n_groups]: aborted after an abort, an error or a timeout */
@@ -113,9 +116,12 @@ sl_status sl__cuda_wait_local(sl__backend *b, cudaEvent_t ev, cudaStream_t strea
 sl_status sl__cuda_issue_copy(cuda_state *st, cudaStream_t s, void *dst, uint64_t dst_stride, const void *src,
                               uint64_t src_stride, uint64_t row_bytes, uint64_t rows, sl__err *err);
 
-/* Before the first operation the loader issues on stream `which` (a reader's, or workers: the main
- * one), that stream waits for the work the caller queued on the legacy default stream until then
- * (memory.c). */
+/* At the start of every transfer (the backend's creation, begin_transfer): marks the work the caller
+ * has queued until now on the legacy default stream and on its own stream, and lets every stream of
+ * the loader wait for it again (memory.c). */
+sl_status sl__cuda_mark_caller(cuda_state *st, sl__err *err);
+/* Before the first operation of a transfer that the loader issues on stream `which` (a reader's, or
+ * workers: the main one), that stream waits for the marks (memory.c). */
 sl_status sl__cuda_after_caller(cuda_state *st, int which, sl__err *err);
 
 /* ---- operations on memory (memory.c): see sl__backend_ops ---- */

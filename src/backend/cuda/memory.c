@@ -177,17 +177,30 @@ sl_status sl__cuda_issue_copy(cuda_state *st, cudaStream_t s, void *dst, uint64_
   return SL_STATUS_OK;
 }
 
-/* A caller (a framework's worker) may still have work queued on the legacy default stream that
- * writes the memory it bound, such as the fill of a freshly built model; the loader's streams are
- * non-blocking, so nothing else orders them after it, and that fill could land after the loaded
- * bytes. Each stream of the loader waits, before its first operation, for what the legacy stream
- * holds then (an event per stream: reader threads call this concurrently). */
+/* A caller (a framework's worker) may still have work queued that writes or reads the memory the
+ * loader writes: the fill of a freshly built model on the legacy default stream, or, between two
+ * reloads, inference kernels on its own stream that still read the old weights. The loader's
+ * streams are non-blocking, so nothing else orders them after that work, and a fill could land
+ * after the loaded bytes or a kernel read half-reloaded weights. At the start of every transfer the
+ * backend marks both streams (events recorded on the caller's thread, which queued the work), and
+ * every stream of the loader waits for the marks before its first operation of the transfer. */
+sl_status sl__cuda_mark_caller(cuda_state *st, sl__err *err) {
+  CUDA_CHECK(err, st->device, sl__cu.cudaEventRecord(st->legacy_mark, cudaStreamLegacy));
+  if (!st->own_main)
+    CUDA_CHECK(err, st->device, sl__cu.cudaEventRecord(st->stream_mark, st->main));
+  for (int w = 0; w <= st->workers; w++)
+    st->after_caller[w] = false;
+  return SL_STATUS_OK;
+}
+
+/* Called by the thread that owns stream `which` (reader threads concurrently, each its own flag). */
 sl_status sl__cuda_after_caller(cuda_state *st, int which, sl__err *err) {
   if (st->after_caller[which])
     return SL_STATUS_OK;
   cudaStream_t s = which == st->workers ? st->main : st->worker_streams[which];
-  CUDA_CHECK(err, st->device, sl__cu.cudaEventRecord(st->caller_events[which], cudaStreamLegacy));
-  CUDA_CHECK(err, st->device, sl__cu.cudaStreamWaitEvent(s, st->caller_events[which], 0));
+  CUDA_CHECK(err, st->device, sl__cu.cudaStreamWaitEvent(s, st->legacy_mark, 0));
+  if (!st->own_main && s != st->main) /* the main stream is the caller's: in order already */
+    CUDA_CHECK(err, st->device, sl__cu.cudaStreamWaitEvent(s, st->stream_mark, 0));
   st->after_caller[which] = true;
   return SL_STATUS_OK;
 }

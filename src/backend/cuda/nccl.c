@@ -452,8 +452,7 @@ static sl_status create_comms_by_split(sl__backend *b, const sl__comm_groups *gr
  * its deadline and reported as such, instead of inside the first bucket of the load. */
 sl_status sl__cuda_warm_up(sl__backend *b, sl__err *err) {
   cuda_state *st = state_of(b);
-  void *one = NULL;
-  CUDA_CHECK(err, st->device, sl__cu.cudaMalloc(&one, 1));
+  void *one = st->warm_byte;
   sl_status res = SL_STATUS_OK;
   /* A failure ends the walk: connect_groups raises the abort at once, and the other members, waiting
    * in this warm-up or a later one, see it (NCCL tells them nothing). */
@@ -473,9 +472,6 @@ sl_status sl__cuda_warm_up(sl__backend *b, sl__err *err) {
       res = gst;
     }
   }
-  cudaError_t e = sl__cu.cudaFree(one);
-  if (e != cudaSuccess && res == SL_STATUS_OK)
-    res = sl__cuda_fail(err, e, st->device, "cudaFree", __FILE__, __LINE__);
   return res;
 }
 
