@@ -28,6 +28,8 @@ static void own_record(const sl_loader *l, sl__rank_record *rec) {
   /* A reload wrote into the mappings: their pages are the process's own now, no longer the files'. */
   rec->bytes_mapped = l->reloads > 0 ? 0 : l->store.maps.bytes_mapped;
   rec->nccl_comms = l->store.backend != NULL ? l->store.backend->nccl_comms : 0;
+  rec->gpu_free_before_nccl = l->store.backend != NULL ? l->store.backend->free_before_comms : 0;
+  rec->gpu_free_after_nccl = l->store.backend != NULL ? l->store.backend->free_after_comms : 0;
 }
 
 /* A load from peers: the time model of its plan (plan/peers.h, the one its dry run gives) instead

@@ -88,9 +88,11 @@ static void engine_free(sl__engine *e) {
   free(e->stamps);
   free(e->choice);
   /* A broadcast abandoned by an abort may still write into its bucket whenever MPI progresses
-   * (in any later MPI call of this process): that bucket is deliberately never released. */
+   * (in any later MPI call of this process): that bucket is deliberately never released, unless
+   * the backend's abort ended the broadcast (NCCL's). */
+  bool keep_abandoned = !e->t->backend->abort_stops_bcast;
   for (uint32_t s = 0; s < SL_BUCKET_SLOTS; s++) {
-    if (e->slot_buf[s] != NULL && !e->slot_abandoned[s])
+    if (e->slot_buf[s] != NULL && !(e->slot_abandoned[s] && keep_abandoned))
       e->t->backend->ops->release(e->t->backend, e->slot_buf[s]);
     if (e->xbuf_own && e->xbuf[s] != NULL && !e->slot_abandoned[s])
       e->t->backend->ops->release_staging(e->t->backend, e->xbuf[s]);

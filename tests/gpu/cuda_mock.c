@@ -312,6 +312,15 @@ void *mock_shadow(const void *p, size_t len, bool *is_device) {
   return r->shadow + off;
 }
 
+void mock_device_reserve(long long delta) {
+  pthread_mutex_lock(&mock_mu);
+  if (delta < 0 && (size_t)-delta > allocated)
+    allocated = 0;
+  else
+    allocated = (size_t)((long long)allocated + delta);
+  pthread_mutex_unlock(&mock_mu);
+}
+
 cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total) {
   size_t limit = (size_t)mock_env_int("MOCK_CUDA_MALLOC_LIMIT", 1 << 30);
   pthread_mutex_lock(&mock_mu);
@@ -399,6 +408,9 @@ cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *attr, const v
     attr->type = cudaMemoryTypeDevice;
     attr->device = r->device;
     attr->devicePointer = (void *)p;
+  } else if (mock_pinned_base(p) != NULL) {
+    attr->type = cudaMemoryTypeHost;
+    attr->hostPointer = (void *)p;
   }
   pthread_mutex_unlock(&mock_mu);
   return cudaSuccess;

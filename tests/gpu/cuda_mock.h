@@ -66,12 +66,19 @@ void mock_drop_comm(struct ncclComm *c);
 
 /* What the mock's NCCL has seen in this process, for tests: communicators made, those not yet
  * destroyed or aborted, and those released without ever carrying a broadcast of more than one
- * byte (a loader's one-byte warm-up does not count as use). */
+ * byte or being split from (a loader's one-byte warm-up does not count as use). */
 typedef struct mock_nccl_counts {
   int made;
   int live;
   int unused;
+  int shared;   /* made by a split with splitShare=1 (no device memory of their own) */
+  int parents;  /* communicators split from (their use: not counted unused) */
+  int max_ctas; /* the largest maxCTAs a config set (0: none set) */
 } mock_nccl_counts;
+
+/* The NCCL part's device memory (communicators' buffers), counted against MOCK_CUDA_MALLOC_LIMIT
+ * and in cudaMemGetInfo as cudaMalloc's is (delta in bytes, negative to release). */
+void mock_device_reserve(long long delta);
 mock_nccl_counts mock_nccl_count(void);
 
 /* For tests: every operation queued on stream s from now on starts at least ms milliseconds after it

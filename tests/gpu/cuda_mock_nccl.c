@@ -27,7 +27,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-enum { C_INIT, C_READY, C_FINALIZING, C_DONE };
+enum { C_SPLITTING, C_INIT, C_READY, C_FINALIZING, C_DONE };
 
 struct ncclComm {
   char key[300]; /* names the meeting folder */
@@ -42,6 +42,15 @@ struct ncclComm {
   unsigned splits;          /* splits issued */
   bool used;                /* carried a broadcast of more than one byte */
   ncclResult_t async_error; /* what ncclCommGetAsyncError reports once set (a failed connection) */
+  bool shared;              /* split with splitShare: the parent's resources, no device memory of its own */
+  int max_ctas;             /* the config's maxCTAs (0: not set) */
+  size_t bytes;             /* device memory it holds (mock_device_reserve) */
+  unsigned pending_split;   /* a parent: the non-blocking split in progress (0: none) */
+  /* A child of a non-blocking split, until every rank of the parent took part (state C_SPLITTING). */
+  char parent_dir[512];
+  char parent_key[300];
+  int parent_nranks, parent_rank, color, split_key;
+  unsigned split_n;
 };
 
 static mock_nccl_counts counts; /* guarded by mock_mu */
@@ -53,13 +62,36 @@ mock_nccl_counts mock_nccl_count(void) {
   return c;
 }
 
-/* Bookkeeping of a communicator made (delta +1) or released (-1). */
-static void count_comm(const struct ncclComm *c, int delta) {
+/* Device memory a communicator holds: its channels' buffers (MOCK_NCCL_CHANNEL_BYTES each, default
+ * 256 KiB; 32 channels unless the config's maxCTAs bounds them), none for a child sharing its
+ * parent's resources (splitShare), as NCCL's children share the parent's buffers. */
+static size_t comm_bytes(const struct ncclComm *c) {
+  if (c->shared)
+    return 0;
+  int channels = c->max_ctas > 0 && c->max_ctas < 32 ? c->max_ctas : 32;
+  return (size_t)channels * (size_t)mock_env_int("MOCK_NCCL_CHANNEL_BYTES", 256 * 1024);
+}
+
+/* Bookkeeping of a communicator made (delta +1) or released (-1), and its device memory. */
+static void count_comm(struct ncclComm *c, int delta) {
+  if (delta > 0)
+    c->bytes = comm_bytes(c);
+  mock_device_reserve(delta > 0 ? (long long)c->bytes : -(long long)c->bytes);
   pthread_mutex_lock(&mock_mu);
   counts.made += delta > 0;
   counts.live += delta;
-  counts.unused += delta < 0 && !c->used;
+  counts.unused += delta < 0 && !c->used && c->splits == 0;
+  counts.shared += delta > 0 && c->shared;
+  if (delta > 0 && c->max_ctas > counts.max_ctas)
+    counts.max_ctas = c->max_ctas;
   pthread_mutex_unlock(&mock_mu);
+}
+
+/* The config's fields the mock models. */
+static void take_config(struct ncclComm *c, const ncclConfig_t *config) {
+  if (config == NULL)
+    return;
+  c->max_ctas = config->maxCTAs != NCCL_CONFIG_UNDEF_INT ? config->maxCTAs : 0;
 }
 
 static char last_error[256] = "";
@@ -126,6 +158,8 @@ static bool all_present(const struct ncclComm *c, const char *prefix) {
 /* A rank leaving writes gone.<rank>; the one that finds every rank gone removes the folder. (Files
  * stay until then: a peer may still be looking for this rank's join or fin file.) */
 static void cleanup_files(struct ncclComm *c) {
+  if (c->state == C_SPLITTING)
+    return; /* no folder of its own yet */
   char name[64];
   snprintf(name, sizeof name, "gone.%d", c->rank);
   write_file(c, name, "", 0);
@@ -210,6 +244,7 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId i
   struct ncclComm *c = new_comm(id.internal, nranks, rank, blocking);
   if (c == NULL)
     return ncclSystemError;
+  take_config(c, config);
   *comm = c;
   count_comm(c, 1);
   /* MOCK_NCCL_INIT_FAIL=R: world rank R's creations fail in the background (as a bootstrap that
@@ -251,9 +286,26 @@ ncclResult_t ncclGroupEnd(void) {
   return ncclSuccess;
 }
 
+static void split_resolve(struct ncclComm *c);
+
 ncclResult_t ncclCommGetAsyncError(ncclComm_t c, ncclResult_t *state) {
   if (c == NULL)
     return ncclInvalidArgument;
+  if (c->async_error != ncclSuccess) {
+    *state = c->async_error;
+    return ncclSuccess;
+  }
+  if (c->pending_split != 0) {
+    char prefix[32];
+    snprintf(prefix, sizeof prefix, "s%u", c->pending_split);
+    if (!all_present(c, prefix)) {
+      *state = ncclInProgress;
+      return ncclSuccess;
+    }
+    c->pending_split = 0;
+  }
+  if (c->state == C_SPLITTING)
+    split_resolve(c);
   if (c->async_error != ncclSuccess) {
     *state = c->async_error;
     return ncclSuccess;
@@ -262,7 +314,8 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t c, ncclResult_t *state) {
     c->state = C_READY;
   if (c->state == C_FINALIZING && all_present(c, "fin"))
     c->state = C_DONE;
-  *state = c->state == C_INIT || c->state == C_FINALIZING ? ncclInProgress : ncclSuccess;
+  *state = c->state == C_SPLITTING || c->state == C_INIT || c->state == C_FINALIZING ? ncclInProgress
+                                                                                     : ncclSuccess;
   return ncclSuccess;
 }
 
@@ -427,62 +480,126 @@ ncclResult_t ncclCommDestroy(ncclComm_t c) {
   return ncclSuccess;
 }
 
-/* Every rank of the parent writes s<n>.<rank> = "color key"; members of a color form a child
- * ordered by (key, parent rank). Blocking, like a split of a blocking parent. */
-ncclResult_t ncclCommSplit(ncclComm_t parent, int color, int key, ncclComm_t *newcomm, ncclConfig_t *config) {
-  *newcomm = NULL;
-  if (parent == NULL || parent->state != C_READY)
-    return ncclInvalidUsage;
-  unsigned n = ++parent->splits;
-  char name[64];
-  char text[64];
-  snprintf(name, sizeof name, "s%u.%d", n, parent->rank);
-  int len = snprintf(text, sizeof text, "%d %d", color, key);
-  if (!write_file(parent, name, text, (size_t)len))
-    return ncclSystemError;
-  char prefix[32];
-  snprintf(prefix, sizeof prefix, "s%u", n);
-  for (int i = 0; i < 60000 && !all_present(parent, prefix); i++)
-    mock_nap_us(1000);
-  int size = 0;
-  int rank = 0;
-  for (int r = 0; r < parent->nranks; r++) {
+/* Split n of a parent (its folder, its ranks): every rank of the parent wrote s<n>.<rank> = "color
+ * key"; the members of `color` form a child ordered by (key, parent rank). False while some rank has
+ * not written yet; *size 0 for NCCL_SPLIT_NOCOLOR. */
+static bool split_members(const char *dir, int nranks, int prank, unsigned n, int color, int key, int *size,
+                          int *rank) {
+  *size = 0;
+  *rank = 0;
+  for (int r = 0; r < nranks; r++) {
     char p[600];
-    snprintf(name, sizeof name, "s%u.%d", n, r);
-    file_path(parent, name, p, sizeof p);
+    snprintf(p, sizeof p, "%s/s%u.%d", dir, n, r);
     FILE *f = fopen(p, "r");
     int col = 0;
     int k = 0;
     bool ok = f != NULL && fscanf(f, "%d %d", &col, &k) == 2;
     if (f != NULL)
       fclose(f);
-    if (!ok) {
-      snprintf(last_error, sizeof last_error, "mock: split %u: rank %d did not take part", n, r);
-      return ncclSystemError;
-    }
+    if (!ok)
+      return false;
     if (col != color || color == NCCL_SPLIT_NOCOLOR)
       continue;
-    size++;
-    if (k < key || (k == key && r < parent->rank))
-      rank++;
+    (*size)++;
+    if (k < key || (k == key && r < prank))
+      (*rank)++;
   }
-  if (color == NCCL_SPLIT_NOCOLOR)
-    return ncclSuccess;
-  char child_key[300];
-  snprintf(child_key, sizeof child_key, "%.200s-s%u-c%d", parent->key, n, color);
-  struct ncclComm *c =
-      new_comm(child_key, size, rank, config == NULL ? parent->blocking : config->blocking != 0);
-  if (c == NULL)
-    return ncclSystemError;
-  c->device = parent->device;
-  count_comm(c, 1);
+  return true;
+}
+
+/* The child of a split once every rank of the parent took part: its place, then its creation. */
+static ncclResult_t split_join(struct ncclComm *c, int size, int rank) {
+  c->nranks = size;
+  c->rank = rank;
+  snprintf(c->key, sizeof c->key, "%.200s-s%u-c%d", c->parent_key, c->split_n, c->color);
+  const char *tmp = getenv("TMPDIR");
+  snprintf(c->dir, sizeof c->dir, "%s/sl-nccl-mock-%s", tmp != NULL && *tmp != '\0' ? tmp : "/tmp", c->key);
+  c->state = C_INIT;
   ncclResult_t r = join(c);
   /* MOCK_NCCL_SPLIT_FAIL=R: rank R's splits into a group fail once the child is formed (the other
    * members' children work), so that a caller's handling of one rank's failed split is checked. */
-  if ((r == ncclSuccess || r == ncclInProgress) && mock_env_int("MOCK_NCCL_SPLIT_FAIL", -1) == parent->rank) {
-    snprintf(last_error, sizeof last_error, "mock: injected failure of split %u", n);
+  if ((r == ncclSuccess || r == ncclInProgress) &&
+      mock_env_int("MOCK_NCCL_SPLIT_FAIL", -1) == c->parent_rank) {
+    snprintf(last_error, sizeof last_error, "mock: injected failure of split %u", c->split_n);
     r = ncclInternalError;
   }
+  return r;
+}
+
+/* A non-blocking split's child, polled: formed once every parent rank wrote its part. */
+static void split_resolve(struct ncclComm *c) {
+  int size = 0;
+  int rank = 0;
+  if (!split_members(c->parent_dir, c->parent_nranks, c->parent_rank, c->split_n, c->color, c->split_key,
+                     &size, &rank))
+    return;
+  ncclResult_t r = split_join(c, size, rank);
+  if (r != ncclSuccess && r != ncclInProgress)
+    c->async_error = r;
+}
+
+/* Every rank of the parent writes s<n>.<rank> = "color key". A blocking split (the config's, else
+ * the parent's) returns once every rank of the parent called it, as a split of a blocking parent
+ * does; a non-blocking one returns at once (ncclInProgress): the parent reports ncclInProgress until
+ * every rank took part, and so does the child (NULL for NCCL_SPLIT_NOCOLOR) until it is formed.
+ * splitShare=1: the child holds no device memory of its own. */
+ncclResult_t ncclCommSplit(ncclComm_t parent, int color, int key, ncclComm_t *newcomm, ncclConfig_t *config) {
+  *newcomm = NULL;
+  if (parent == NULL || parent->state != C_READY || parent->pending_split != 0)
+    return ncclInvalidUsage;
+  unsigned n = ++parent->splits;
+  if (n == 1) {
+    pthread_mutex_lock(&mock_mu);
+    counts.parents++;
+    pthread_mutex_unlock(&mock_mu);
+  }
+  char name[64];
+  char text[64];
+  snprintf(name, sizeof name, "s%u.%d", n, parent->rank);
+  int len = snprintf(text, sizeof text, "%d %d", color, key);
+  if (!write_file(parent, name, text, (size_t)len))
+    return ncclSystemError;
+  bool blocking =
+      config == NULL || config->blocking == NCCL_CONFIG_UNDEF_INT ? parent->blocking : config->blocking != 0;
+  struct ncclComm *c = color != NCCL_SPLIT_NOCOLOR ? new_comm("pending", 1, 0, blocking) : NULL;
+  if (color != NCCL_SPLIT_NOCOLOR && c == NULL)
+    return ncclSystemError;
+  if (c != NULL) {
+    take_config(c, config);
+    c->shared = config != NULL && config->splitShare == 1;
+    c->device = parent->device;
+    c->state = C_SPLITTING;
+    snprintf(c->parent_dir, sizeof c->parent_dir, "%s", parent->dir);
+    snprintf(c->parent_key, sizeof c->parent_key, "%s", parent->key);
+    c->parent_nranks = parent->nranks;
+    c->parent_rank = parent->rank;
+    c->color = color;
+    c->split_key = key;
+    c->split_n = n;
+  }
+  if (!blocking) {
+    parent->pending_split = n;
+    if (c != NULL) {
+      count_comm(c, 1);
+      *newcomm = c;
+    }
+    return ncclInProgress;
+  }
+  char prefix[32];
+  snprintf(prefix, sizeof prefix, "s%u", n);
+  for (int i = 0; i < 60000 && !all_present(parent, prefix); i++)
+    mock_nap_us(1000);
+  int size = 0;
+  int rank = 0;
+  if (!split_members(parent->dir, parent->nranks, parent->rank, n, color, key, &size, &rank)) {
+    snprintf(last_error, sizeof last_error, "mock: split %u: a rank did not take part", n);
+    free(c);
+    return ncclSystemError;
+  }
+  if (c == NULL)
+    return ncclSuccess;
+  count_comm(c, 1);
+  ncclResult_t r = split_join(c, size, rank);
   if (r != ncclSuccess && r != ncclInProgress) {
     count_comm(c, -1);
     cleanup_files(c);

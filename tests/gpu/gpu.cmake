@@ -43,6 +43,10 @@ set_tests_properties(cli_cuda_no_gpu PROPERTIES PROCESSORS 2 TIMEOUT 180)
 # namespace, where permitted): a host load, import shardload, --device cuda failing at once.
 sl_script_test(cli_no_cuda mpi ${_sl_gpu_dir}/cli_no_cuda.sh)
 set_tests_properties(cli_no_cuda PROPERTIES TIMEOUT 180)
+# shardload.torch gives the loader the GPU of the module's parameters (cuda_device).
+add_test(NAME python_torch_device COMMAND /usr/bin/python3 ${_sl_gpu_dir}/test_torch_device.py)
+set_tests_properties(python_torch_device PROPERTIES LABELS "python;unit" TIMEOUT 60 SKIP_RETURN_CODE 77
+  ENVIRONMENT "${SL_TEST_ENV};PYTHONPATH=${PROJECT_SOURCE_DIR}/python;SHARDLOAD_LIBRARY=$<TARGET_FILE:shardload>")
 
 if(SL_HAVE_CUDA)
   sl_gpu_exe(test_cuda_logic)

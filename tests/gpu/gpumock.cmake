@@ -114,3 +114,14 @@ foreach(np 2 8)
   set_tests_properties(test_gpu_comm_failure_mock_np${np} PROPERTIES LABELS gpumock TIMEOUT 120
     PROCESSORS ${np} FIXTURES_REQUIRED models ENVIRONMENT "${SL_TEST_ENV}" SKIP_RETURN_CODE 77)
 endforeach()
+
+# Where the backend puts things (tests/gpu/test_gpu_placement.c): the groups' communicators split in
+# layers from one parent sharing its resources, maxCTAs bounded, the device memory NCCL took in the
+# report (one communicator's, or one per group with SHARDLOAD_NCCL_SHARE=0); bound buffers of another
+# GPU or of the host refused before any byte moves.
+sl_gpumock_exe(test_gpu_placement_mock ${_sl_mock_dir}/test_gpu_placement.c)
+foreach(np 4 8)
+  add_test(NAME test_gpu_placement_mock_np${np} COMMAND ${SL_MPIRUN} -np ${np} $<TARGET_FILE:test_gpu_placement_mock>)
+  set_tests_properties(test_gpu_placement_mock_np${np} PROPERTIES LABELS gpumock TIMEOUT 180 PROCESSORS ${np}
+    FIXTURES_REQUIRED models ENVIRONMENT "${SL_TEST_ENV}" SKIP_RETURN_CODE 77)
+endforeach()

@@ -220,8 +220,62 @@ static void test_pick_runtime(void) {
   CHECK_STR(text, "2.8.4");
 }
 
+/* Split layers: no rank in two groups of one layer, every listed group in a layer. */
+static void check_layers(const char *what, const uint32_t *rg, int size, int k, size_t n_groups, int expect) {
+  uint32_t layer_of[64];
+  int n = sl__cuda_split_layers(rg, size, k, n_groups, layer_of);
+  CHECKF(expect < 0 || n == expect, "%s: %d layers, expected %d", what, n, expect);
+  for (int r = 0; r < size && n > 0; r++)
+    for (int a = 0; a < k; a++)
+      for (int b = a + 1; b < k; b++) {
+        uint32_t ga = rg[r * k + a], gb = rg[r * k + b];
+        if (ga == SL_CUDA_NO_GROUP || gb == SL_CUDA_NO_GROUP || ga == gb)
+          continue;
+        CHECKF(layer_of[ga] != layer_of[gb], "%s: rank %d is in groups %u and %u of layer %u", what, r, ga,
+               gb, layer_of[ga]);
+      }
+  for (int i = 0; i < size * k && n > 0; i++)
+    if (rg[i] != SL_CUDA_NO_GROUP)
+      CHECKF(layer_of[rg[i]] < (uint32_t)n, "%s: group %u has no layer", what, rg[i]);
+}
+
+static void test_split_layers(void) {
+  const uint32_t X = SL_CUDA_NO_GROUP;
+  /* tp 2 x dp 2: tp groups 0 {0,1}, 1 {2,3}; dp groups 2 {0,2}, 3 {1,3}: two layers. */
+  uint32_t tpdp[] = {0, 2, 0, 3, 1, 2, 1, 3};
+  check_layers("tp2 dp2", tpdp, 4, 2, 4, 2);
+  uint32_t layer_of[8];
+  CHECK(sl__cuda_split_layers(tpdp, 4, 2, 4, layer_of) == 2);
+  CHECK(layer_of[0] == 0 && layer_of[1] == 0 && layer_of[2] == 1 && layer_of[3] == 1);
+  /* one group of everyone and pairs inside it; a rank in no group; a group no rank lists (2). */
+  uint32_t mixed[] = {0, 1, 0, 1, 0, 3, 0, 3, X, X};
+  check_layers("world and pairs", mixed, 5, 2, 4, 2);
+  CHECK(sl__cuda_split_layers(mixed, 5, 2, 4, layer_of) == 2 && layer_of[2] == X);
+  /* 8 ranks in a ring of 8 pairs (r, r+1 mod 8): an even cycle, two layers. */
+  uint32_t ring[16];
+  for (int r = 0; r < 8; r++) {
+    ring[r * 2] = (uint32_t)r;                 /* group r: ranks r, r+1 */
+    ring[r * 2 + 1] = (uint32_t)((r + 7) % 8); /* group r-1: ranks r-1, r */
+  }
+  check_layers("ring of 8", ring, 8, 2, 8, 2);
+  uint32_t odd[6] = {0, 2, 0, 1, 1, 2}; /* 3 ranks, 3 pairs: every pair clashes with the others */
+  check_layers("triangle", odd, 3, 2, 3, 3);
+  /* pseudo-random memberships (a fixed generator): the invariants only */
+  uint32_t rnd[32 * 4];
+  unsigned long long x = 12345;
+  for (int i = 0; i < 32 * 4; i++) {
+    x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+    rnd[i] = (x >> 33) % 5 == 0 ? X : (uint32_t)((x >> 40) % 40);
+  }
+  check_layers("random", rnd, 32, 4, 40, -1);
+  uint32_t bad[] = {0, 7};
+  CHECK(sl__cuda_split_layers(bad, 1, 2, 4, layer_of) == -1);
+  CHECK(sl__cuda_split_layers(NULL, 0, 0, 4, layer_of) == 0);
+}
+
 int main(void) {
   test_timeout();
+  test_split_layers();
   test_pick_runtime();
   test_pick_device();
   test_group_pos();

@@ -9,10 +9,13 @@
  *   init     its ncclCommInitRankConfig fails in the background (MOCK_NCCL_INIT_FAIL): it never joins,
  *            the others' creations wait for it;
  *   connect  its first connection fails and only it is told (MOCK_NCCL_CONNECT_FAIL with
- *            MOCK_NCCL_CONNECT_FAIL_ONE): the others wait in their warm-up broadcast.
+ *            MOCK_NCCL_CONNECT_FAIL_ONE): the others wait in their warm-up broadcast;
+ *   read     (after the communicators: in the transfer) its first read fails
+ *            (SHARDLOAD_INJECT_READ_ERROR): the others' broadcasts are aborted.
  * Every rank's load fails; the failing rank's status is NCCL, its message NCCL's (the mock's words)
  * and it logged that message as an error at once; every other rank's is PEER_FAILED naming the
- * failing rank and the same cause; no communicator is left in any process. Then a load without a
+ * failing rank and the same cause; no communicator is left in any process, and the device memory
+ * is all released (aborted broadcasts' buckets included: NCCL's abort ends them). Then a load without a
  * failure succeeds and releases its communicators (nothing of the failures is left over).
  */
 #include "check.h"
@@ -38,6 +41,13 @@ static void on_log(sl_log_level level, int r, const char *line, void *user) {
   }
 }
 
+/* The device's free memory (the stand-in's: its allocations and the communicators' buffers). */
+static size_t free_bytes(void) {
+  size_t f = 0, t = 0;
+  CHECK(cudaMemGetInfo(&f, &t) == cudaSuccess);
+  return f;
+}
+
 static sl_status load(char *msg, size_t cap) {
   sl_config *cfg = NULL;
   CHECK(sl_config_create(&cfg) == SL_STATUS_OK);
@@ -60,7 +70,8 @@ static sl_status load(char *msg, size_t cap) {
 }
 
 /* One failing case: `var`=the last rank (and `extra`=1 when given) set on every rank for the load. */
-static void failing_case(const char *name, const char *var, const char *extra, const char *cause) {
+static void failing_case(const char *name, const char *var, const char *extra, const char *cause,
+                         sl_status own) {
   int failing = size - 1;
   char value[16];
   snprintf(value, sizeof value, "%d", failing);
@@ -68,6 +79,7 @@ static void failing_case(const char *name, const char *var, const char *extra, c
   if (extra != NULL)
     setenv(extra, "1", 1);
   errors[0] = '\0';
+  size_t free0 = free_bytes();
   MPI_Barrier(MPI_COMM_WORLD);
   double t0 = MPI_Wtime();
   char msg[2048] = "";
@@ -78,9 +90,9 @@ static void failing_case(const char *name, const char *var, const char *extra, c
     unsetenv(extra);
   printf("rank %d: %s: %s after %.1f s: %s\n", rank, name, sl_status_name(st), took, msg);
   if (rank == failing) {
-    CHECKF(st == SL_STATUS_NCCL, "%s: the failing rank returned %s: %s", name, sl_status_name(st), msg);
-    CHECKF(strstr(errors, cause) != NULL, "%s: the failing rank did not log NCCL's message as an error: %s",
-           name, errors);
+    CHECKF(st == own, "%s: the failing rank returned %s: %s", name, sl_status_name(st), msg);
+    CHECKF(own != SL_STATUS_NCCL || strstr(errors, cause) != NULL,
+           "%s: the failing rank did not log NCCL's message as an error: %s", name, errors);
   } else {
     char who[32];
     snprintf(who, sizeof who, "rank %d", failing);
@@ -90,6 +102,11 @@ static void failing_case(const char *name, const char *var, const char *extra, c
   CHECKF(strstr(msg, cause) != NULL, "%s: the message does not give the cause (%s): %s", name, cause, msg);
   mock_nccl_counts n = mock_nccl_count();
   CHECKF(n.live == 0, "%s: %d NCCL communicators left after the failure", name, n.live);
+  /* every bucket, the parameters' block and the communicators' buffers released, aborted
+   * broadcasts' buckets included */
+  size_t free1 = free_bytes();
+  CHECKF(free1 == free0, "%s: %lld bytes of device memory not released after the failure", name,
+         (long long)free0 - (long long)free1);
 }
 
 int main(int argc, char **argv) {
@@ -103,8 +120,12 @@ int main(int argc, char **argv) {
     MPI_Finalize();
     return 77;
   }
-  failing_case("init", "MOCK_NCCL_INIT_FAIL", NULL, "injected failure of ncclCommInitRankConfig");
-  failing_case("connect", "MOCK_NCCL_CONNECT_FAIL", "MOCK_NCCL_CONNECT_FAIL_ONE", "connection to a peer");
+  failing_case("init", "MOCK_NCCL_INIT_FAIL", NULL, "injected failure of ncclCommInitRankConfig",
+               SL_STATUS_NCCL);
+  failing_case("connect", "MOCK_NCCL_CONNECT_FAIL", "MOCK_NCCL_CONNECT_FAIL_ONE", "connection to a peer",
+               SL_STATUS_NCCL);
+  failing_case("read", "SHARDLOAD_INJECT_READ_ERROR", NULL, "injected by SHARDLOAD_INJECT_READ_ERROR",
+               SL_STATUS_IO);
   int made_before = mock_nccl_count().made;
   char msg[2048] = "";
   sl_status st = load(msg, sizeof msg);

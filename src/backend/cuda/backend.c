@@ -128,6 +128,17 @@ static void cuda_destroy(sl__backend *b) {
   free(b);
 }
 
+/* The device's free memory now (0 when it cannot be asked). */
+static uint64_t free_bytes(void) {
+  size_t free_b = 0;
+  size_t total = 0;
+  if (sl__cu.cudaMemGetInfo(&free_b, &total) != cudaSuccess) {
+    (void)sl__cu.cudaGetLastError();
+    return 0;
+  }
+  return (uint64_t)free_b;
+}
+
 /* A failure of this rank's own while creating or connecting: NCCL's message in the log at once (the
  * agreement that names it on every rank may come much later on a big job), and the abort raised so
  * that the other ranks, which NCCL does not tell, stop waiting for this one. */
@@ -148,6 +159,7 @@ static sl_status connect_groups(sl__backend *b, const sl__comm_groups *groups, s
   sl__comm *c = b->comm;
   bool own_channel = !c->armed;
   sl_status res = own_channel ? sl__comm_abort_arm(c, err) : SL_STATUS_OK;
+  b->free_before_comms = free_bytes();
   if (res == SL_STATUS_OK) {
     res = sl__cuda_create_comms(b, groups, err);
     if (res != SL_STATUS_OK)
@@ -160,6 +172,12 @@ static sl_status connect_groups(sl__backend *b, const sl__comm_groups *groups, s
     if (res != SL_STATUS_OK)
       fail_now(b, res, err);
   }
+  b->free_after_comms = b->nccl_comms > 0 ? free_bytes() : 0;
+  if (b->nccl_comms == 0)
+    b->free_before_comms = 0;
+  else
+    SL_INFO("NCCL communicators: %u made, %.1f MiB of device memory free before, %.1f MiB after",
+            b->nccl_comms, (double)b->free_before_comms / 1048576.0, (double)b->free_after_comms / 1048576.0);
   res = sl__comm_agree(c, res, err, "creating and connecting NCCL communicators");
   if (own_channel && c->armed) {
     sl__err derr;
@@ -215,6 +233,7 @@ static const sl__backend_ops cuda_ops = {
     .reserve = sl__cuda_reserve,
     .zero = sl__cuda_zero,
     .release = sl__cuda_release,
+    .check_bound = sl__cuda_check_bound,
     .alloc_staging = sl__cuda_alloc_staging,
     .release_staging = sl__cuda_release_staging,
     .upload = sl__cuda_upload,
@@ -313,6 +332,14 @@ static sl_status setup_local(sl__backend *b, int workers, int slots, int device,
     res = open_nccl(nccl_comm != NULL || any_broadcast(groups), err);
   if (res != SL_STATUS_OK)
     return res;
+  int share = 1;
+  res = sl__cuda_parse_env_int(SL_NCCL_MAX_CTAS_ENV, getenv(SL_NCCL_MAX_CTAS_ENV), 1, 64,
+                               SL_NCCL_MAX_CTAS_DEFAULT, &st->max_ctas, err);
+  if (res == SL_STATUS_OK)
+    res = sl__cuda_parse_env_int(SL_NCCL_SHARE_ENV, getenv(SL_NCCL_SHARE_ENV), 0, 1, 1, &share, err);
+  if (res != SL_STATUS_OK)
+    return res;
+  st->share = share != 0;
   const char *timeout_env = getenv(SL_CUDA_TIMEOUT_ENV);
   res = sl__cuda_parse_timeout(timeout_env, &st->timeout_s, err);
   if (res != SL_STATUS_OK)
@@ -412,6 +439,7 @@ sl_status sl__backend_cuda_create(sl__comm *comm, int workers, int slots, int de
     b->ops = &cuda_ops;
     b->comm = comm;
     b->host_addressable = false;
+    b->abort_stops_bcast = true; /* ncclCommAbort ends the group's broadcasts (abort_group) */
     b->device = -1;
     b->impl = st;
     st->device = -1;

@@ -8,6 +8,7 @@
  *   memory.c   device and pinned memory, host-to-device uploads, 2-D copies, downloads, sync;
  *   nccl.c     the NCCL communicators of the broadcast groups (creation, finalization) and
  *              broadcasts polled against the abort channel and a deadline;
+ *   nccl_shared.c  the groups' communicators split in layers from one parent, sharing its resources;
  *   transpose.c  transposed deliveries (blocks transposed on the host, then one 2-D copy);
  *   numa.c     the reader threads' CPUs: those of the GPU's NUMA node (base/numa.h decides).
  * Included by those files only.
@@ -73,6 +74,12 @@ typedef struct cuda_state {
   bool *nccl_aborted;           /* [n_groups]: aborted after an abort, an error or a timeout */
   bool *nccl_made;              /* [n_groups]: a communicator was made (released ones included) */
   ncclComm_t parent;            /* the caller's communicator (never destroyed here), or NULL */
+  ncclComm_t shared_parent;     /* ours, over the ranks of the broadcasting groups, that the groups'
+                                   communicators are split from sharing its resources, or NULL */
+  bool share;                   /* groups' communicators split from shared_parent (else one each) */
+  int max_ctas;                 /* ncclConfig_t.maxCTAs of every communicator (SHARDLOAD_NCCL_MAX_CTAS) */
+  uint64_t free_before_comms;   /* device memory free before the communicators were made, bytes */
+  uint64_t free_after_comms;    /* ... and once they were connected */
   double timeout_s;             /* longest wait, seconds (SHARDLOAD_NCCL_TIMEOUT_S) */
   uint64_t max_pitch;           /* largest pitch of a 2-D copy, bytes */
   /* The parameters' block (reserve): allocations are carved from it while they fit; it is freed
@@ -130,6 +137,7 @@ sl_status sl__cuda_alloc(sl__backend *b, uint64_t nbytes, void **out, sl__err *e
 sl_status sl__cuda_reserve(sl__backend *b, uint64_t nbytes, sl__err *err);
 sl_status sl__cuda_zero(sl__backend *b, void *ptr, uint64_t nbytes, sl__err *err);
 void sl__cuda_release(sl__backend *b, void *ptr);
+sl_status sl__cuda_check_bound(sl__backend *b, const char *name, const void *ptr, uint64_t nbytes, sl__err *err);
 sl_status sl__cuda_alloc_staging(sl__backend *b, uint64_t nbytes, void **out, sl__err *err);
 void sl__cuda_release_staging(sl__backend *b, void *ptr);
 sl_status sl__cuda_upload(sl__backend *b, int worker, int slot, void *dst, uint64_t dst_stride,
@@ -166,6 +174,28 @@ sl_status sl__cuda_check_placement(sl__backend *b, const sl__comm_groups *groups
  * caller's communicator when one was given, else from ids exchanged within the groups through the
  * communicator; b->nccl_comms counts them. */
 sl_status sl__cuda_create_comms(sl__backend *b, const sl__comm_groups *groups, sl__err *err);
+/* The config of every communicator the backend makes: non-blocking, maxCTAs bounded; splitShare for
+ * the children of shared_parent. */
+ncclConfig_t sl__cuda_nccl_config(const cuda_state *st, bool split_share);
+/* Polls a non-blocking communicator until its pending call finished (nccl.c); with `aborted`, ends
+ * on the abort channel too (*aborted set). */
+ncclResult_t sl__cuda_wait_comm(sl__backend *b, ncclComm_t c, double deadline, bool *timed_out,
+                                bool *aborted);
+/* PEER_FAILED "another rank (rank R) failed while WHAT" (the agreement that follows names the cause). */
+sl_status sl__cuda_peer_failed(sl__backend *b, sl__err *err, const char *what);
+/* "broadcast group G (N ranks)" in buf. */
+const char *sl__cuda_group_ctx(char *buf, size_t cap, const sl__comm_groups *groups, size_t g);
+/* COLLECTIVE: one communicator per group from ids exchanged within it (nccl.c). */
+sl_status sl__cuda_create_comms_by_id(sl__backend *b, const sl__comm_groups *groups, sl__err *err);
+/* COLLECTIVE: one parent over the groups' ranks, the groups split from it in layers, sharing its
+ * resources (nccl_shared.c). */
+sl_status sl__cuda_create_comms_shared(sl__backend *b, const sl__comm_groups *groups, sl__err *err);
+/* Brackets an NCCL call that cannot poll for the watchdog's backstop (nccl.c). */
+void sl__cuda_watch(sl__backend *b, const char *what);
+void sl__cuda_unwatch(sl__backend *b);
+/* Finalizes (or aborts) shared_parent, once its children are gone (nccl_shared.c). */
+void sl__cuda_release_shared_parent(sl__backend *b, bool abort, double deadline);
+
 /* COLLECTIVE, once every rank has its communicators: a one-byte broadcast in each (NCCL connects
  * lazily, in the first collective). */
 sl_status sl__cuda_warm_up(sl__backend *b, sl__err *err);

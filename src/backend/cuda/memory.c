@@ -10,6 +10,7 @@
 #include "base/log.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 /* Device memory of its own, zero-filled: one cudaMalloc, one memset waited for. */
 static sl_status alloc_block(sl__backend *b, uint64_t nbytes, void **out, sl__err *err) {
@@ -108,6 +109,60 @@ void sl__cuda_release(sl__backend *b, void *ptr) {
     (void)sl__cu.cudaGetLastError();
     SL_WARN("cudaFree on CUDA device %d: %s", st->device, sl__cu.cudaGetErrorString(e));
   }
+}
+
+/* Where a byte is: its memory type and device (cudaMemoryTypeUnregistered for pageable host memory). */
+static void where(const void *p, struct cudaPointerAttributes *a) {
+  memset(a, 0, sizeof *a);
+  if (sl__cu.cudaPointerGetAttributes(a, p) != cudaSuccess) {
+    (void)sl__cu.cudaGetLastError();
+    a->type = cudaMemoryTypeUnregistered;
+  }
+}
+
+static const char *memory_kind(enum cudaMemoryType t) {
+  switch (t) {
+  case cudaMemoryTypeHost:
+    return "pinned host memory";
+  case cudaMemoryTypeManaged:
+    return "managed memory";
+  case cudaMemoryTypeDevice:
+    return "device memory";
+  default:
+    return "host memory";
+  }
+}
+
+/* The first and the last byte of a bound buffer: device (or managed) memory of this rank's device.
+ * Another GPU's memory would be written through peer access or fault; host memory would be written
+ * by device copies at a fraction of the speed, or fault where it is not registered. */
+sl_status sl__cuda_check_bound(sl__backend *b, const char *name, const void *ptr, uint64_t nbytes,
+                               sl__err *err) {
+  cuda_state *st = state_of(b);
+  if (nbytes == 0)
+    return SL_STATUS_OK;
+  const void *ends[2] = {ptr, (const char *)ptr + (nbytes - 1)};
+  for (int i = 0; i < 2; i++) {
+    struct cudaPointerAttributes a;
+    where(ends[i], &a);
+    const char *part = i == 0 ? "" : " (its last byte)";
+    if (a.type == cudaMemoryTypeManaged)
+      continue;
+    if (a.type != cudaMemoryTypeDevice)
+      return sl__err_set(
+          err, SL_STATUS_INVALID_ARGUMENT,
+          "the buffer bound to %s%s is %s, but this rank loads into device memory of CUDA device %d "
+          "(device cuda): bind a buffer of that GPU, or load with device cpu",
+          name, part, memory_kind(a.type), st->device);
+    if (a.device != st->device)
+      return sl__err_set(
+          err, SL_STATUS_INVALID_ARGUMENT,
+          "the buffer bound to %s%s is memory of CUDA device %d, but this rank loads on CUDA device "
+          "%d: bind memory of device %d, or make the loader use device %d (cuda_device; with torch, "
+          "the device of the module's parameters)",
+          name, part, a.device, st->device, st->device, a.device);
+  }
+  return SL_STATUS_OK;
 }
 
 sl_status sl__cuda_alloc_staging(sl__backend *b, uint64_t nbytes, void **out, sl__err *err) {

@@ -22,12 +22,12 @@
 
 /* Brackets a call that cannot poll for the watchdog's backstop. A backend kept alive by
  * parameters still referenced after its loader is gone has no communicator (comm NULL). */
-static void watch(sl__backend *b, const char *what) {
+void sl__cuda_watch(sl__backend *b, const char *what) {
   if (b->comm != NULL)
     sl__comm_block_begin(b->comm, what);
 }
 
-static void unwatch(sl__backend *b) {
+void sl__cuda_unwatch(sl__backend *b) {
   if (b->comm != NULL)
     sl__comm_block_end(b->comm);
 }
@@ -37,9 +37,9 @@ static void abort_group(sl__backend *b, size_t g) {
   if (g >= st->n_groups || st->nccl[g] == NULL)
     return;
   /* An abort waits for NCCL's own threads and may hang on a broken device: the backstop bounds it. */
-  watch(b, "ncclCommAbort");
+  sl__cuda_watch(b, "ncclCommAbort");
   ncclResult_t r = sl__nc.ncclCommAbort(st->nccl[g]);
-  unwatch(b);
+  sl__cuda_unwatch(b);
   if (r != ncclSuccess)
     SL_WARN("ncclCommAbort of broadcast group %zu: %s", g, sl__nc.ncclGetErrorString(r));
   st->nccl[g] = NULL;
@@ -51,8 +51,8 @@ static void abort_group(sl__backend *b, size_t g) {
  * finalization): ncclSuccess, an error, or the deadline. With `aborted` (creation), also the
  * abort channel: another rank's failure sets *aborted and the wait ends at once (ncclInProgress),
  * since NCCL itself never tells the other members that one of them gave up. */
-static ncclResult_t wait_comm_idle(sl__backend *b, ncclComm_t c, double deadline, bool *timed_out,
-                                   bool *aborted) {
+ncclResult_t sl__cuda_wait_comm(sl__backend *b, ncclComm_t c, double deadline, bool *timed_out,
+                                bool *aborted) {
   *timed_out = false;
   for (int spins = 0;; spins++) {
     ncclResult_t state = ncclSuccess;
@@ -77,7 +77,7 @@ static ncclResult_t wait_comm_idle(sl__backend *b, ncclComm_t c, double deadline
 }
 
 /* "another rank failed" while creating or connecting: the agreement that follows names it. */
-static sl_status peer_failed(sl__backend *b, sl__err *err, const char *what) {
+sl_status sl__cuda_peer_failed(sl__backend *b, sl__err *err, const char *what) {
   int from = b->comm != NULL ? b->comm->abort_from : -1;
   return sl__err_set(err, SL_STATUS_PEER_FAILED, "another rank (rank %d) failed while %s", from, what);
 }
@@ -189,6 +189,15 @@ static sl_status bcast_wait(sl__backend *b, uint32_t g, void *buf, uint64_t nbyt
       sl__cuda_nap(b);
   }
 }
+ncclConfig_t sl__cuda_nccl_config(const cuda_state *st, bool split_share) {
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0; /* no call waits for another rank inside NCCL: every wait polls, and aborts */
+  config.maxCTAs = st->max_ctas;
+  if (split_share)
+    config.splitShare = 1;
+  return config;
+}
+
 /* Longest wait for communicators to finalize: a rank that never comes costs this. */
 #define FINALIZE_MAX_S 60.0
 
@@ -214,13 +223,13 @@ void sl__cuda_release_comms(sl__backend *b) {
       continue;
     bool timed_out = false;
     ncclResult_t r = finalizing != NULL && finalizing[g]
-                         ? wait_comm_idle(b, st->nccl[g], deadline, &timed_out, NULL)
+                         ? sl__cuda_wait_comm(b, st->nccl[g], deadline, &timed_out, NULL)
                          : ncclInternalError;
     if (r == ncclSuccess) {
       /* Destroy frees NCCL's device buffers (a device synchronisation): watched like an abort. */
-      watch(b, "ncclCommDestroy");
+      sl__cuda_watch(b, "ncclCommDestroy");
       r = sl__nc.ncclCommDestroy(st->nccl[g]);
-      unwatch(b);
+      sl__cuda_unwatch(b);
       if (r != ncclSuccess)
         SL_WARN("ncclCommDestroy of broadcast group %zu: %s", g, sl__nc.ncclGetErrorString(r));
       st->nccl[g] = NULL;
@@ -235,6 +244,8 @@ void sl__cuda_release_comms(sl__backend *b) {
     abort_group(b, g);
   }
   free(finalizing);
+  /* Its children are gone: the parent they shared resources with goes last. */
+  sl__cuda_release_shared_parent(b, abort_all || st->failed, deadline);
 }
 
 sl_status sl__cuda_end_transfer(sl__backend *b, sl__err *err) {
@@ -288,12 +299,18 @@ sl_status sl__cuda_check_placement(sl__backend *b, const sl__comm_groups *groups
         with_parent, c->size);
   if (res == SL_STATUS_OK)
     res = sl__cuda_check_places(groups, c->rank, places, err);
+  /* NCCL makes no communicator with two ranks on one GPU: one that spans every group's ranks is
+   * possible only where no two ranks of the job share one (the same answer on every rank). */
+  if (res == SL_STATUS_OK && st->share && sl__cuda_any_shared_gpu(places, c->size)) {
+    st->share = false;
+    SL_DEBUG("cuda backend: ranks of this job share GPUs: one NCCL communicator per broadcast group");
+  }
   free(all);
   free(places);
   return res;
 }
 
-static const char *group_ctx(char *buf, size_t cap, const sl__comm_groups *groups, size_t g) {
+const char *sl__cuda_group_ctx(char *buf, size_t cap, const sl__comm_groups *groups, size_t g) {
   snprintf(buf, cap, "broadcast group %zu (%u ranks)", g, groups->group[g].n);
   return buf;
 }
@@ -308,7 +325,7 @@ typedef struct id_msg {
 
 #define INIT_BATCH 256 /* communicator inits per ncclGroupStart/End (NCCL allows 2048 operations) */
 
-static sl_status create_comms_by_id(sl__backend *b, const sl__comm_groups *groups, sl__err *err) {
+sl_status sl__cuda_create_comms_by_id(sl__backend *b, const sl__comm_groups *groups, sl__err *err) {
   cuda_state *st = state_of(b);
   sl__comm *c = b->comm;
   id_msg *msgs = calloc(groups->n + 1, sizeof *msgs);
@@ -330,7 +347,7 @@ static sl_status create_comms_by_id(sl__backend *b, const sl__comm_groups *group
     bool aborted = false; /* another rank's failure (the abort channel is armed while creating) */
     sl_status bst = sl__comm_group_bcast(c, (uint32_t)g, &msgs[g], sizeof msgs[g], 0, &aborted, err);
     if (bst == SL_STATUS_OK && aborted)
-      bst = peer_failed(b, err, "exchanging NCCL ids");
+      bst = sl__cuda_peer_failed(b, err, "exchanging NCCL ids");
     if (bst != SL_STATUS_OK) {
       res = bst;
       break;
@@ -344,8 +361,7 @@ static sl_status create_comms_by_id(sl__backend *b, const sl__comm_groups *group
     free(msgs);
     return res;
   }
-  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-  config.blocking = 0;
+  ncclConfig_t config = sl__cuda_nccl_config(st, false);
   char ctx[96];
   size_t g = 0;
   while (g < groups->n && res == SL_STATUS_OK) {
@@ -361,8 +377,8 @@ static sl_status create_comms_by_id(sl__backend *b, const sl__comm_groups *group
       batch++;
       r = sl__nc.ncclCommInitRankConfig(&st->nccl[g], (int)groups->group[g].n, msgs[g].id, pos, &config);
       if (r != ncclSuccess && r != ncclInProgress && res == SL_STATUS_OK)
-        res = sl__nccl_fail(err, r, group_ctx(ctx, sizeof ctx, groups, g), "ncclCommInitRankConfig", __FILE__,
-                            __LINE__);
+        res = sl__nccl_fail(err, r, sl__cuda_group_ctx(ctx, sizeof ctx, groups, g), "ncclCommInitRankConfig",
+                            __FILE__, __LINE__);
     }
     r = sl__nc.ncclGroupEnd(); /* with non-blocking communicators: returns at once (ncclInProgress) */
     if (r != ncclSuccess && r != ncclInProgress && res == SL_STATUS_OK)
@@ -375,9 +391,9 @@ static sl_status create_comms_by_id(sl__backend *b, const sl__comm_groups *group
       continue;
     bool timed_out = false;
     bool aborted = false;
-    ncclResult_t r = wait_comm_idle(b, st->nccl[k], deadline, &timed_out, &aborted);
+    ncclResult_t r = sl__cuda_wait_comm(b, st->nccl[k], deadline, &timed_out, &aborted);
     if (aborted)
-      res = peer_failed(b, err, "creating NCCL communicators");
+      res = sl__cuda_peer_failed(b, err, "creating NCCL communicators");
     else if (timed_out)
       res = sl__err_set(
           err, SL_STATUS_NCCL,
@@ -385,8 +401,8 @@ static sl_status create_comms_by_id(sl__backend *b, const sl__comm_groups *group
           "to wait longer)",
           k, groups->group[k].n, st->timeout_s, SL_CUDA_TIMEOUT_ENV);
     else if (r != ncclSuccess)
-      res = sl__nccl_fail(err, r, group_ctx(ctx, sizeof ctx, groups, k), "ncclCommInitRankConfig", __FILE__,
-                          __LINE__);
+      res = sl__nccl_fail(err, r, sl__cuda_group_ctx(ctx, sizeof ctx, groups, k), "ncclCommInitRankConfig",
+                          __FILE__, __LINE__);
   }
   return res;
 }
@@ -399,8 +415,9 @@ static sl_status create_comms_by_id(sl__backend *b, const sl__comm_groups *group
 static sl_status create_comms_by_split(sl__backend *b, const sl__comm_groups *groups, sl__err *err) {
   cuda_state *st = state_of(b);
   sl__comm *c = b->comm;
-  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-  config.blocking = 0;
+  ncclConfig_t config = sl__cuda_nccl_config(st, false); /* a caller's communicator is its own: shared
+                                                             resources would serialise our broadcasts
+                                                             with its collectives */
   char ctx[96];
   double deadline = sl__now() + st->timeout_s;
   sl_status res = SL_STATUS_OK;
@@ -411,19 +428,19 @@ static sl_status create_comms_by_split(sl__backend *b, const sl__comm_groups *gr
     /* NCCL writes the new communicator when the split completes, possibly from its own thread:
      * straight into the state, which outlives any wait here. */
     st->nccl[g] = NULL;
-    watch(b, "ncclCommSplit");
+    sl__cuda_watch(b, "ncclCommSplit");
     ncclResult_t r = sl__nc.ncclCommSplit(st->parent, pos >= 0 ? 0 : NCCL_SPLIT_NOCOLOR, pos >= 0 ? pos : 0,
                                           &st->nccl[g], &config);
-    unwatch(b);
+    sl__cuda_unwatch(b);
     if (r != ncclSuccess && r != ncclInProgress) {
       if (res == SL_STATUS_OK)
-        res =
-            sl__nccl_fail(err, r, group_ctx(ctx, sizeof ctx, groups, g), "ncclCommSplit", __FILE__, __LINE__);
+        res = sl__nccl_fail(err, r, sl__cuda_group_ctx(ctx, sizeof ctx, groups, g), "ncclCommSplit", __FILE__,
+                            __LINE__);
       continue;
     }
     /* With a non-blocking parent the split completes in the background: the parent reports it. */
     bool timed_out = false;
-    r = wait_comm_idle(b, st->parent, deadline, &timed_out, NULL);
+    r = sl__cuda_wait_comm(b, st->parent, deadline, &timed_out, NULL);
     if (res != SL_STATUS_OK)
       continue;
     if (timed_out)
@@ -432,16 +449,22 @@ static sl_status create_comms_by_split(sl__backend *b, const sl__comm_groups *gr
                         "finish within %.1f s (raise %s to wait longer)",
                         g, st->timeout_s, SL_CUDA_TIMEOUT_ENV);
     else if (r != ncclSuccess)
-      res = sl__nccl_fail(err, r, group_ctx(ctx, sizeof ctx, groups, g), "ncclCommSplit", __FILE__, __LINE__);
+      res = sl__nccl_fail(err, r, sl__cuda_group_ctx(ctx, sizeof ctx, groups, g), "ncclCommSplit", __FILE__,
+                          __LINE__);
     else if ((pos >= 0) != (st->nccl[g] != NULL))
       res = sl__err_set(err, SL_STATUS_NCCL, "ncclCommSplit %s a communicator for broadcast group %zu",
                         pos >= 0 ? "gave no" : "unexpectedly gave", g);
     else if (st->nccl[g] != NULL) {
-      r = wait_comm_idle(b, st->nccl[g], deadline, &timed_out, NULL);
-      if (timed_out || r != ncclSuccess)
-        res = sl__err_set(err, SL_STATUS_NCCL,
-                          "the NCCL communicator split for broadcast group %zu is not usable: %s", g,
-                          timed_out ? "not ready in time" : sl__nc.ncclGetErrorString(r));
+      r = sl__cuda_wait_comm(b, st->nccl[g], deadline, &timed_out, NULL);
+      if (timed_out)
+        res =
+            sl__err_set(err, SL_STATUS_NCCL,
+                        "the NCCL communicator that ncclCommSplit made for broadcast group %zu was not ready "
+                        "within %.1f s (raise %s to wait longer)",
+                        g, st->timeout_s, SL_CUDA_TIMEOUT_ENV);
+      else if (r != ncclSuccess) /* a non-blocking split fails on the child, in the background */
+        res = sl__nccl_fail(err, r, sl__cuda_group_ctx(ctx, sizeof ctx, groups, g), "ncclCommSplit", __FILE__,
+                            __LINE__);
     }
   }
   return res;
@@ -464,7 +487,7 @@ sl_status sl__cuda_warm_up(sl__backend *b, sl__err *err) {
     sl__err_clear(&gerr);
     sl_status gst = bcast_wait(b, (uint32_t)g, one, 1, 0, &aborted, &gerr);
     if (gst == SL_STATUS_OK && aborted) {
-      res = peer_failed(b, err, "connecting NCCL communicators");
+      res = sl__cuda_peer_failed(b, err, "connecting NCCL communicators");
     } else if (gst != SL_STATUS_OK) {
       sl__err_copy(err, &gerr);
       sl__err_prefix(err, "connecting the NCCL communicator of broadcast group %zu (its warm-up broadcast)",
@@ -477,8 +500,9 @@ sl_status sl__cuda_warm_up(sl__backend *b, sl__err *err) {
 
 sl_status sl__cuda_create_comms(sl__backend *b, const sl__comm_groups *groups, sl__err *err) {
   cuda_state *st = state_of(b);
-  sl_status res =
-      st->parent != NULL ? create_comms_by_split(b, groups, err) : create_comms_by_id(b, groups, err);
+  sl_status res = st->parent != NULL ? create_comms_by_split(b, groups, err)
+                  : st->share        ? sl__cuda_create_comms_shared(b, groups, err)
+                                     : sl__cuda_create_comms_by_id(b, groups, err);
   b->nccl_comms = 0;
   for (size_t g = 0; g < st->n_groups; g++) {
     st->nccl_made[g] = st->nccl[g] != NULL;
