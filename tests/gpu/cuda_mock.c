@@ -423,7 +423,8 @@ typedef struct pinned_rec {
   struct pinned_rec *next;
 } pinned_rec;
 
-static pinned_rec *pinned; /* under mock_mu */
+static pinned_rec *pinned;  /* under mock_mu */
+static size_t pinned_bytes; /* held by pinned allocations, against MOCK_CUDA_PINNED_LIMIT */
 
 const void *mock_pinned_base(const void *p) {
   for (const pinned_rec *r = pinned; r != NULL; r = r->next)
@@ -446,6 +447,17 @@ cudaError_t cudaHostAlloc(void **p, size_t n, unsigned int flags) {
     return cudaErrorMemoryAllocation;
   }
   pthread_mutex_lock(&mock_mu);
+  /* MOCK_CUDA_PINNED_LIMIT: bytes of pinned memory the process may hold (a container's locked-memory
+   * limit, or the driver's), beyond which cudaHostAlloc fails as CUDA's does. */
+  int limit = mock_env_int("MOCK_CUDA_PINNED_LIMIT", 0);
+  if (limit > 0 && pinned_bytes + n > (size_t)limit) {
+    pthread_mutex_unlock(&mock_mu);
+    free(r);
+    free(*p);
+    *p = NULL;
+    return cudaErrorMemoryAllocation;
+  }
+  pinned_bytes += n;
   *r = (pinned_rec){.p = *p, .n = n, .next = pinned};
   pinned = r;
   mock_stats_note_pinned();
@@ -459,6 +471,7 @@ cudaError_t cudaFreeHost(void *p) {
   for (pinned_rec **pp = &pinned; *pp != NULL; pp = &(*pp)->next) {
     if ((*pp)->p == p) {
       pinned_rec *r = *pp;
+      pinned_bytes -= r->n;
       *pp = r->next;
       free(r);
       break;

@@ -51,8 +51,12 @@ typedef struct mock_bcast {
   void *recv;
   size_t count;
   int root;
-  int phase; /* 0 not started, 1 connected/posted, 2 done */
+  int phase;    /* 0 not started, 1 connected/posted, 2 done */
+  double since; /* when it last made progress (the mock's watchdog) */
 } mock_bcast;
+
+/* Broadcasts of communicator c still queued on some stream (mock_mu held). */
+int mock_comm_queued(const struct ncclComm *c);
 
 /* Moves a broadcast on (device thread, mock_mu held); true when complete. Set by the NCCL part when
  * it is loaded (libnccl.so.2 depends on libcudart.so, not the other way round). */

@@ -46,6 +46,8 @@ struct ncclComm {
   int max_ctas;             /* the config's maxCTAs (0: not set) */
   size_t bytes;             /* device memory it holds (mock_device_reserve) */
   unsigned pending_split;   /* a parent: the non-blocking split in progress (0: none) */
+  double busy_until;        /* a non-blocking call is being enqueued until then (ncclInProgress) */
+  char error_text[256];     /* its own last error (the watchdog's), for ncclGetLastError(comm) */
   /* A child of a non-blocking split, until every rank of the parent took part (state C_SPLITTING). */
   char parent_dir[512];
   char parent_key[300];
@@ -54,6 +56,7 @@ struct ncclComm {
 };
 
 static mock_nccl_counts counts; /* guarded by mock_mu */
+static char last_error[256] = "";
 
 mock_nccl_counts mock_nccl_count(void) {
   pthread_mutex_lock(&mock_mu);
@@ -87,6 +90,30 @@ static void count_comm(struct ncclComm *c, int delta) {
   pthread_mutex_unlock(&mock_mu);
 }
 
+/* A non-blocking communicator reports ncclInProgress for a while after a call (NCCL enqueues it in
+ * the background: MOCK_NCCL_ENQUEUE_US, default up to 100 µs, drawn per call); a call issued before
+ * the previous one is enqueued is an error, as NCCL's documentation of non-blocking communicators
+ * asks callers to poll ncclCommGetAsyncError first. */
+static unsigned long long enqueue_rng;
+
+static void start_call(struct ncclComm *c) {
+  if (c->blocking)
+    return;
+  enqueue_rng = enqueue_rng * 6364136223846793005ULL + 1442695040888963407ULL + (unsigned long long)getpid();
+  double us = (double)((enqueue_rng >> 33) % 1000) / 1000.0 * mock_env_int("MOCK_NCCL_ENQUEUE_US", 100);
+  c->busy_until = mock_now() + us * 1e-6;
+}
+
+static bool busy(struct ncclComm *c, const char *call) {
+  if (c->blocking || mock_now() >= c->busy_until)
+    return false;
+  snprintf(last_error, sizeof last_error,
+           "mock: %s on a non-blocking communicator whose previous call is still in progress (poll "
+           "ncclCommGetAsyncError until it is not ncclInProgress first)",
+           call);
+  return true;
+}
+
 /* The config's fields the mock models. */
 static void take_config(struct ncclComm *c, const ncclConfig_t *config) {
   if (config == NULL)
@@ -94,7 +121,6 @@ static void take_config(struct ncclComm *c, const ncclConfig_t *config) {
   c->max_ctas = config->maxCTAs != NCCL_CONFIG_UNDEF_INT ? config->maxCTAs : 0;
 }
 
-static char last_error[256] = "";
 static int group_depth;
 static bool group_in_progress;
 
@@ -116,8 +142,7 @@ const char *ncclGetErrorString(ncclResult_t r) {
 }
 
 const char *ncclGetLastError(ncclComm_t comm) {
-  (void)comm;
-  return last_error;
+  return comm != NULL && comm->error_text[0] != '\0' ? comm->error_text : last_error;
 }
 
 static void file_path(const struct ncclComm *c, const char *name, char *out, size_t cap) {
@@ -287,6 +312,7 @@ ncclResult_t ncclGroupEnd(void) {
 }
 
 static void split_resolve(struct ncclComm *c);
+static void release_device(struct ncclComm *c);
 
 ncclResult_t ncclCommGetAsyncError(ncclComm_t c, ncclResult_t *state) {
   if (c == NULL)
@@ -312,7 +338,14 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t c, ncclResult_t *state) {
   }
   if (c->state == C_INIT && all_present(c, "join"))
     c->state = C_READY;
-  if (c->state == C_FINALIZING && all_present(c, "fin"))
+  if (!c->blocking && mock_now() < c->busy_until) {
+    *state = ncclInProgress;
+    return ncclSuccess;
+  }
+  pthread_mutex_lock(&mock_mu);
+  int queued = c->state == C_FINALIZING ? mock_comm_queued(c) : 0;
+  pthread_mutex_unlock(&mock_mu);
+  if (c->state == C_FINALIZING && queued == 0)
     c->state = C_DONE;
   *state = c->state == C_SPLITTING || c->state == C_INIT || c->state == C_FINALIZING ? ncclInProgress
                                                                                      : ncclSuccess;
@@ -352,7 +385,7 @@ static bool connect_fails(struct ncclComm *c) {
 }
 
 /* Device thread, mock_mu held: moves a queued broadcast on; true when it is complete. */
-static bool bcast_progress(mock_bcast *op) {
+static bool bcast_step(mock_bcast *op) {
   struct ncclComm *c = op->comm;
   char name[64];
   if (op->phase == 0) {
@@ -419,6 +452,9 @@ ncclResult_t ncclBroadcast(const void *send, void *recv, size_t count, ncclDataT
                            ncclComm_t c, cudaStream_t s) {
   if (c == NULL || type != ncclUint8 || root < 0 || root >= c->nranks || c->state != C_READY)
     return ncclInvalidArgument;
+  if (busy(c, "ncclBroadcast"))
+    return ncclInvalidUsage;
+  start_call(c);
   pthread_mutex_lock(&mock_mu);
   bool dev_ok = true;
   bool is_dev = false;
@@ -446,24 +482,30 @@ ncclResult_t ncclCommAbort(ncclComm_t c) {
     return ncclSuccess;
   mock_nap_us(1000L * mock_env_int("MOCK_NCCL_ABORT_MS", 50)); /* an abort takes time */
   mock_drop_comm(c);
+  release_device(c);
   count_comm(c, -1);
   cleanup_files(c);
   free(c);
   return ncclSuccess;
 }
 
+/* Local, as NCCL's: done once this rank's operations on it have run (no peer is waited for). */
 ncclResult_t ncclCommFinalize(ncclComm_t c) {
   if (c == NULL || c->state != C_READY)
     return ncclInvalidUsage;
-  char name[64];
-  snprintf(name, sizeof name, "fin.%d", c->rank);
-  if (!write_file(c, name, "", 0))
-    return ncclSystemError;
+  if (busy(c, "ncclCommFinalize"))
+    return ncclInvalidUsage;
   c->state = C_FINALIZING;
   if (!c->blocking)
     return ncclInProgress;
-  while (!all_present(c, "fin"))
+  for (;;) {
+    pthread_mutex_lock(&mock_mu);
+    int queued = mock_comm_queued(c);
+    pthread_mutex_unlock(&mock_mu);
+    if (queued == 0)
+      break;
     mock_nap_us(1000);
+  }
   c->state = C_DONE;
   return ncclSuccess;
 }
@@ -474,6 +516,7 @@ ncclResult_t ncclCommDestroy(ncclComm_t c) {
   if (c->state == C_FINALIZING || c->state == C_INIT)
     return ncclInvalidUsage;
   mock_drop_comm(c);
+  release_device(c);
   count_comm(c, -1);
   cleanup_files(c);
   free(c);
@@ -545,7 +588,8 @@ static void split_resolve(struct ncclComm *c) {
  * splitShare=1: the child holds no device memory of its own. */
 ncclResult_t ncclCommSplit(ncclComm_t parent, int color, int key, ncclComm_t *newcomm, ncclConfig_t *config) {
   *newcomm = NULL;
-  if (parent == NULL || parent->state != C_READY || parent->pending_split != 0)
+  if (parent == NULL || parent->state != C_READY || parent->pending_split != 0 ||
+      busy(parent, "ncclCommSplit"))
     return ncclInvalidUsage;
   unsigned n = ++parent->splits;
   if (n == 1) {
@@ -608,6 +652,61 @@ ncclResult_t ncclCommSplit(ncclComm_t parent, int color, int key, ncclComm_t *ne
   }
   *newcomm = c;
   return ncclSuccess;
+}
+
+/* The collective that holds this process's GPU (mock_mu held): from its first step to its end, a
+ * collective of another communicator cannot start, whatever its stream. A GPU may not run two
+ * NCCL kernels at once (its SMs, or resources the communicators share), so collectives issued in
+ * different orders on different ranks deadlock; the mock always serialises them, so that an order
+ * that could deadlock on some GPU deadlocks here. */
+static struct ncclComm *device_holder;
+
+static void release_device(struct ncclComm *c) {
+  pthread_mutex_lock(&mock_mu);
+  if (device_holder == c)
+    device_holder = NULL;
+  pthread_mutex_unlock(&mock_mu);
+}
+
+/* A broadcast moved on under the device-holder rule; the mock's watchdog ends one that made no
+ * progress for MOCK_NCCL_WATCHDOG_S seconds (default 60) with an asynchronous ncclSystemError that
+ * says why, so that a deadlock fails a test with its cause instead of hanging it. */
+static bool bcast_progress(mock_bcast *op) {
+  struct ncclComm *c = op->comm;
+  double now = mock_now();
+  if (op->since == 0)
+    op->since = now;
+  bool runs = device_holder == NULL || device_holder == c;
+  if (runs) {
+    int phase = op->phase;
+    device_holder = c;
+    if (bcast_step(op)) {
+      device_holder = NULL;
+      return true;
+    }
+    if (op->phase != phase)
+      op->since = now;
+  }
+  /* A wait for the GPU is a deadlock sooner than a wait for the members (which may be slow). */
+  double limit = mock_env_int("MOCK_NCCL_WATCHDOG_S", 60) * (runs ? 2.0 : 1.0);
+  if (now - op->since <= limit)
+    return false;
+  c->async_error = ncclSystemError;
+  if (runs)
+    snprintf(
+        c->error_text, sizeof c->error_text,
+        "mock watchdog: broadcast %u of a %d-rank communicator made no progress for %.0f s (a member did not "
+        "issue it)",
+        op->seq, c->nranks, limit);
+  else
+    snprintf(c->error_text, sizeof c->error_text,
+             "mock watchdog: deadlock: broadcast %u waited %.0f s for the GPU, which a collective of another "
+             "communicator holds (collectives issued in different orders on different ranks deadlock)",
+             op->seq, limit);
+  snprintf(last_error, sizeof last_error, "%s", c->error_text);
+  if (device_holder == c)
+    device_holder = NULL;
+  return true;
 }
 
 /* The runtime's device thread runs queued broadcasts through this (cuda_mock.h). */

@@ -622,6 +622,14 @@ cudaError_t mock_enqueue_bcast(cudaStream_t s, const mock_bcast *b) {
   return e;
 }
 
+int mock_comm_queued(const struct ncclComm *c) {
+  int n = 0;
+  for (const struct CUstream_st *s = streams; s != NULL; s = s->next)
+    for (const op *o = s->head; o != NULL; o = o->next)
+      n += o->kind == OP_BCAST && o->bcast.comm == c;
+  return n;
+}
+
 void mock_drop_comm(struct ncclComm *c) {
   pthread_mutex_lock(&mock_mu);
   for (struct CUstream_st *s = streams; s != NULL; s = s->next) {

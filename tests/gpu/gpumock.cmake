@@ -125,3 +125,10 @@ foreach(np 4 8)
   set_tests_properties(test_gpu_placement_mock_np${np} PROPERTIES LABELS gpumock TIMEOUT 180 PROCESSORS ${np}
     FIXTURES_REQUIRED models ENVIRONMENT "${SL_TEST_ENV}" SKIP_RETURN_CODE 77)
 endforeach()
+
+# The stand-in's model of collectives issued in different orders on different ranks (a deadlock,
+# caught by its watchdog): tests/gpu/test_nccl_order_mock.c.
+sl_gpumock_exe(test_nccl_order_mock ${_sl_mock_dir}/test_nccl_order_mock.c)
+add_test(NAME test_nccl_order_mock_np2 COMMAND ${SL_MPIRUN} -np 2 $<TARGET_FILE:test_nccl_order_mock>)
+set_tests_properties(test_nccl_order_mock_np2 PROPERTIES LABELS gpumock TIMEOUT 60 PROCESSORS 2
+  ENVIRONMENT "${SL_TEST_ENV}" SKIP_RETURN_CODE 77)

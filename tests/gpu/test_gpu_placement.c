@@ -11,7 +11,9 @@
  *            group, 4 channels each: NCCL took (groups) x 4 x 256 KiB on each rank;
  *   bound    buffers bound on another GPU than the loader's, then in host memory: every rank's load
  *            fails (INVALID_ARGUMENT on the rank that bound them, PEER_FAILED elsewhere) naming the
- *            parameter and both places, before any byte moved (the buffers keep the stand-in's fill).
+ *            parameter and both places, before any byte moved (the buffers keep the stand-in's fill);
+ *   pinned   the last rank may pin 4 KiB only (MOCK_CUDA_PINNED_LIMIT): every rank fails with its
+ *            cudaHostAlloc error saying what to lower, and no device memory is left behind.
  */
 #include "check.h"
 #include "cuda_mock.h"
@@ -186,6 +188,27 @@ static void bound_elsewhere(const char *what, bool host) {
     cudaFree(buf);
 }
 
+/* A pinned-memory limit (a container's locked-memory limit) on the last rank: its readers' staging
+ * cannot be allocated; every rank fails with that rank's message, no device memory is left. */
+static void pinned_limit(void) {
+  size_t f0 = 0, f1 = 0, total = 0;
+  CHECK(cudaMemGetInfo(&f0, &total) == cudaSuccess);
+  if (rank == size - 1)
+    setenv("MOCK_CUDA_PINNED_LIMIT", "4096", 1);
+  sl_loader *l = create();
+  sl_status st = l != NULL ? sl_loader_load(l) : SL_STATUS_INTERNAL;
+  const char *msg = l != NULL ? sl_loader_error(l) : "";
+  CHECKF(st == (rank == size - 1 ? SL_STATUS_CUDA : SL_STATUS_PEER_FAILED), "pinned: status %s: %s",
+         sl_status_name(st), msg);
+  CHECKF(strstr(msg, "pinned staging memory") != NULL && strstr(msg, "staging_bytes") != NULL,
+         "pinned: the message does not say what to lower: %s", msg);
+  sl_loader_destroy(l);
+  unsetenv("MOCK_CUDA_PINNED_LIMIT");
+  CHECK(cudaMemGetInfo(&f1, &total) == cudaSuccess);
+  CHECKF(f1 == f0, "pinned: %lld bytes of device memory left after the failure",
+         (long long)f0 - (long long)f1);
+}
+
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -213,6 +236,7 @@ int main(int argc, char **argv) {
   unsetenv("SHARDLOAD_NCCL_MAX_CTAS");
   bound_elsewhere("bound on another GPU", false);
   bound_elsewhere("bound in host memory", true);
+  pinned_limit();
   int rc = sl_test_finish_mpi(MPI_COMM_WORLD);
   MPI_Finalize();
   return rc;
