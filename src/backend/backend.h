@@ -34,6 +34,9 @@ typedef struct sl__backend_ops {
    * of it. Else an error naming the parameter, where the buffer is and what was expected. Called
    * before any byte moves. */
   sl_status (*check_bound)(sl__backend *b, const char *name, const void *ptr, uint64_t nbytes, sl__err *err);
+  /* Optional (NULL: SL_BUCKET_SLOTS): how many broadcast buckets of slot_bytes to keep in rotation
+   * (2 to SL_BUCKET_SLOTS_MAX), by the room the backend's memory has. */
+  uint32_t (*bucket_slots)(sl__backend *b, uint64_t slot_bytes);
   /* Host memory that reader threads read into (pinned on GPUs). */
   sl_status (*alloc_staging)(sl__backend *b, uint64_t nbytes, void **out, sl__err *err);
   void (*release_staging)(sl__backend *b, void *ptr);

@@ -273,8 +273,20 @@ static void test_split_layers(void) {
   CHECK(sl__cuda_split_layers(NULL, 0, 0, 4, layer_of) == 0);
 }
 
+static void test_bucket_slots(void) {
+  const uint64_t MiB = 1 << 20;
+  CHECK(sl__cuda_bucket_slots(60000 * MiB, 64 * MiB) == 8); /* an idle 80 GB GPU */
+  CHECK(sl__cuda_bucket_slots(80 * 16 * 64 * MiB / 10, 64 * MiB) == 8);
+  CHECK(sl__cuda_bucket_slots(16 * 5 * 64 * MiB, 64 * MiB) == 5); /* room for 5 in a sixteenth */
+  CHECK(sl__cuda_bucket_slots(16 * 4 * 64 * MiB, 64 * MiB) == 4);
+  CHECK(sl__cuda_bucket_slots(16 * 4 * 64 * MiB - 1, 64 * MiB) == 2); /* the KV cache took the rest */
+  CHECK(sl__cuda_bucket_slots(0, 64 * MiB) == 2);                     /* free memory unknown */
+  CHECK(sl__cuda_bucket_slots(60000 * MiB, 0) == 2);
+}
+
 int main(void) {
   test_timeout();
+  test_bucket_slots();
   test_split_layers();
   test_pick_runtime();
   test_pick_device();

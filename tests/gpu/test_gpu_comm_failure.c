@@ -24,6 +24,7 @@
 #include "shardload/shardload.h"
 
 #include <mpi.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,13 +33,17 @@ static int rank;
 static int size;
 static char errors[8192]; /* this rank's error lines, from the log callback */
 
+static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
+
 static void on_log(sl_log_level level, int r, const char *line, void *user) {
   (void)r;
   (void)user;
+  pthread_mutex_lock(&log_mu); /* the library logs from several threads at once */
   if (level == SL_LOG_ERROR && strlen(errors) + strlen(line) + 2 < sizeof errors) {
     strcat(errors, line);
     strcat(errors, "\n");
   }
+  pthread_mutex_unlock(&log_mu);
 }
 
 /* The device's free memory (the stand-in's: its allocations and the communicators' buffers). */

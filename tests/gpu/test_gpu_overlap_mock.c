@@ -5,13 +5,15 @@
  * compared byte for byte with the same load on the CPU. Cases (all by default, or those named):
  *   buckets  dp = world, every byte broadcast in many small buckets: after each bucket only the
  *            main stream (broadcast, scatter copies) is waited for; a reader thread's stream is
- *            waited for once, by the final sync (it used to be waited for after every bucket);
+ *            waited for once, by the final sync (it used to be waited for after every bucket); with
+ *            the device's memory free, 8 buckets are in rotation (SL_BUCKET_SLOTS_MAX; was 2);
  *   uring    the io_uring strategy, one reader thread, uploads made slow (MOCK_CUDA_OP_US): the
  *            reader keeps uploads out of several staging slots in flight (it used to wait for each
  *            read's uploads before completing the next read: never more than one);
  *   numa     reader threads run on the CPUs of the GPU's NUMA node, as a fake sysfs tree
  *            (SHARDLOAD_SYSFS_ROOT) describes it, within the process's affinity; not with
- *            SHARDLOAD_NUMA_BIND=0, nor when the node is unknown or outside the affinity.
+ *            SHARDLOAD_NUMA_BIND=0, nor when the node is unknown or outside the affinity; two
+ *            reader threads bound to one CPU are warned of.
  * Nothing here depends on how long anything takes: only on the order the mock runs work in.
  * Usage: mpirun -np N test_gpu_overlap_mock [buckets|uring|numa]...
  */
@@ -20,6 +22,7 @@
 
 #include "shardload/shardload.h"
 
+#include <pthread.h>
 #include <sched.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -27,6 +30,21 @@
 
 static int rank;
 static int size;
+
+static char infos[16384]; /* the library's info lines, while a case captures them */
+
+static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void on_log(sl_log_level level, int r, const char *line, void *user) {
+  (void)r;
+  (void)user;
+  pthread_mutex_lock(&log_mu); /* the library logs from several threads at once */
+  if (level <= SL_LOG_INFO && strlen(infos) + strlen(line) + 2 < sizeof infos) {
+    strcat(infos, line);
+    strcat(infos, "\n");
+  }
+  pthread_mutex_unlock(&log_mu);
+}
 
 /* One load's settings: the parallel sizes, then optional keys (NULL: default). */
 typedef struct setup {
@@ -119,6 +137,9 @@ static mock_stats measure(const char *what, const setup *u) {
 static void case_buckets(void) {
   if (size < 2)
     return; /* one rank broadcasts nothing */
+  infos[0] = '\0';
+  sl_log_set_callback(on_log, NULL);
+  sl_log_set_level(SL_LOG_INFO);
   setup u = {.model = "qwen2",
              .tp = 1,
              .pp = 1,
@@ -127,8 +148,13 @@ static void case_buckets(void) {
              .bucket_bytes = "8192",
              .chunk = "8192"};
   mock_stats s = measure("buckets", &u);
+  sl_log_set_level(SL_LOG_WARN);
+  sl_log_set_callback(NULL, NULL);
   fprintf(stderr, "rank %d buckets: %llu broadcasts, %d reader streams, at most %llu host waits on one\n",
           rank, s.broadcasts, s.upload_streams, s.upload_waits_max);
+  /* With the stand-in's GPU nearly free (1 GiB), eight 8 KiB buckets in rotation (was: two). */
+  CHECKF(strstr(infos, "bucket slots: 8 of") != NULL, "buckets: not 8 bucket slots with the device free: %s",
+         infos);
   CHECKF(s.broadcasts >= 4, "buckets: only %llu broadcasts: the case needs several buckets", s.broadcasts);
   CHECKF(s.upload_streams >= 1, "buckets: no reader stream carried uploads");
   /* The final sync waits for each reader stream once; a wait per bucket would count each bucket. */
@@ -182,7 +208,10 @@ static mock_stats numa_load(const char *what, const char *node, const char *cpul
   if (bind != NULL)
     setenv("SHARDLOAD_NUMA_BIND", bind, 1);
   setup u = {.model = "llama", .tp = 1, .pp = 1, .dp = size, .threads = "2"};
+  infos[0] = '\0';
+  sl_log_set_callback(on_log, NULL);
   mock_stats s = measure(what, &u);
+  sl_log_set_callback(NULL, NULL);
   unsetenv("SHARDLOAD_SYSFS_ROOT");
   unsetenv("SHARDLOAD_NUMA_BIND");
   sl_test_rmtree(root);
@@ -208,9 +237,14 @@ static void case_numa(void) {
            "numa: staging allocated on %d CPUs, expected CPU %d only (the GPU's node)",
            CPU_COUNT(&s.pinned_cpus), last);
   }
+  /* Two reader threads on one CPU: said (a launcher binding each rank to one core does this). */
+  CHECKF(strstr(infos, "reader threads: 2 of them on 1 CPU") != NULL,
+         "numa: no warning of 2 readers on 1 CPU: %s", infos);
   /* Switched off, no node, or a node outside the process's CPUs: the affinity is left as it was. */
   s = numa_load("numa off", "0\n", one, "0");
   CHECKF(CPU_EQUAL(&s.pinned_cpus, &allowed), "numa off: the readers' affinity was changed");
+  CHECKF(CPU_COUNT(&allowed) < 2 || strstr(infos, "reader threads: 2 of them") == NULL,
+         "numa off: a warning of too few CPUs with %d: %s", CPU_COUNT(&allowed), infos);
   s = numa_load("numa no node", "-1\n", one, NULL);
   CHECKF(CPU_EQUAL(&s.pinned_cpus, &allowed), "numa, no node: the readers' affinity was changed");
   char outside[32];

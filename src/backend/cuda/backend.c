@@ -234,6 +234,7 @@ static const sl__backend_ops cuda_ops = {
     .zero = sl__cuda_zero,
     .release = sl__cuda_release,
     .check_bound = sl__cuda_check_bound,
+    .bucket_slots = sl__cuda_bucket_slots_op,
     .alloc_staging = sl__cuda_alloc_staging,
     .release_staging = sl__cuda_release_staging,
     .upload = sl__cuda_upload,
@@ -411,7 +412,11 @@ static sl_status setup_local(sl__backend *b, int workers, int slots, int device,
                  sl__cu.cudaEventCreateWithFlags(&st->slot_events[w * slots + k], cudaEventDisableTiming));
   }
   res = sl__cuda_mark_caller(st, err);
-  return res == SL_STATUS_OK ? sl__cuda_numa_setup(b, err) : res;
+  if (res == SL_STATUS_OK)
+    res = sl__cuda_numa_setup(b, err);
+  if (res == SL_STATUS_OK)
+    sl__cuda_cpus_check(b);
+  return res;
 }
 
 sl_status sl__backend_cuda_create(sl__comm *comm, int workers, int slots, int device, void *stream,

@@ -90,6 +90,11 @@ bool sl__cuda_any_shared_gpu(const sl__cuda_place *places, int n);
 #define SL_CUDA_NO_GROUP UINT32_MAX
 int sl__cuda_split_layers(const uint32_t *rank_groups, int size, int k, size_t n_groups, uint32_t *layer_of);
 
+/* Broadcast buckets of slot_bytes to keep in rotation with free_bytes of device memory free: the
+ * most of 8 down to 4 that take at most a sixteenth of it, else 2 (the engine's minimum). More
+ * buckets let the readers fill further ahead of the broadcasts. */
+uint32_t sl__cuda_bucket_slots(uint64_t free_bytes, uint64_t slot_bytes);
+
 /* Which CUDA runtime to keep of n candidates: versions[i] is candidate i's CUDA version (1000 * major +
  * 10 * minor; 0: not found), driver the driver's (0: no driver). The first whose major the driver's
  * major reaches (a driver runs runtimes of its own major and older: minor-version compatibility

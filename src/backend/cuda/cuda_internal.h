@@ -137,7 +137,9 @@ sl_status sl__cuda_alloc(sl__backend *b, uint64_t nbytes, void **out, sl__err *e
 sl_status sl__cuda_reserve(sl__backend *b, uint64_t nbytes, sl__err *err);
 sl_status sl__cuda_zero(sl__backend *b, void *ptr, uint64_t nbytes, sl__err *err);
 void sl__cuda_release(sl__backend *b, void *ptr);
-sl_status sl__cuda_check_bound(sl__backend *b, const char *name, const void *ptr, uint64_t nbytes, sl__err *err);
+uint32_t sl__cuda_bucket_slots_op(sl__backend *b, uint64_t slot_bytes);
+sl_status sl__cuda_check_bound(sl__backend *b, const char *name, const void *ptr, uint64_t nbytes,
+                               sl__err *err);
 sl_status sl__cuda_alloc_staging(sl__backend *b, uint64_t nbytes, void **out, sl__err *err);
 void sl__cuda_release_staging(sl__backend *b, void *ptr);
 sl_status sl__cuda_upload(sl__backend *b, int worker, int slot, void *dst, uint64_t dst_stride,
@@ -160,6 +162,8 @@ sl_status sl__cuda_sync_main(sl__backend *b, sl__err *err);
  * NUMA node within the process's affinity; SHARDLOAD_NUMA_BIND=0 turns it off) and logs it. Fails
  * only on a malformed SHARDLOAD_NUMA_BIND; a node that cannot be found leaves the threads alone. */
 sl_status sl__cuda_numa_setup(sl__backend *b, sl__err *err);
+/* Warns when the reader threads would share fewer CPUs than they number (a launcher's binding). */
+void sl__cuda_cpus_check(sl__backend *b);
 /* sl__backend_ops.reader_start: binds the calling reader thread to those CPUs. */
 void sl__cuda_reader_start(sl__backend *b, int worker);
 

@@ -251,3 +251,11 @@ bool sl__cuda_any_shared_gpu(const sl__cuda_place *places, int n) {
   free(order);
   return shared;
 }
+
+uint32_t sl__cuda_bucket_slots(uint64_t free_bytes, uint64_t slot_bytes) {
+  uint64_t room = free_bytes / 16;
+  for (uint32_t n = 8; n >= 4; n--)
+    if (slot_bytes > 0 && slot_bytes <= room / n)
+      return n;
+  return 2;
+}

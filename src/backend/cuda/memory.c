@@ -111,6 +111,21 @@ void sl__cuda_release(sl__backend *b, void *ptr) {
   }
 }
 
+uint32_t sl__cuda_bucket_slots_op(sl__backend *b, uint64_t slot_bytes) {
+  cuda_state *st = state_of(b);
+  size_t free_b = 0;
+  size_t total = 0;
+  if (sl__cu.cudaSetDevice(st->device) != cudaSuccess ||
+      sl__cu.cudaMemGetInfo(&free_b, &total) != cudaSuccess) {
+    (void)sl__cu.cudaGetLastError();
+    free_b = 0;
+  }
+  uint32_t n = sl__cuda_bucket_slots((uint64_t)free_b, slot_bytes);
+  SL_INFO("bucket slots: %u of %.2f MiB (%.1f MiB of device memory free)", n, (double)slot_bytes / 1048576.0,
+          (double)free_b / 1048576.0);
+  return n;
+}
+
 /* Where a byte is: its memory type and device (cudaMemoryTypeUnregistered for pageable host memory). */
 static void where(const void *p, struct cudaPointerAttributes *a) {
   memset(a, 0, sizeof *a);

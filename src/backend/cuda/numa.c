@@ -64,6 +64,28 @@ sl_status sl__cuda_numa_setup(sl__backend *b, sl__err *err) {
   return SL_STATUS_OK;
 }
 
+void sl__cuda_cpus_check(sl__backend *b) {
+  cuda_state *st = state_of(b);
+  sl__cpus cpus;
+  if (st->bind_readers)
+    cpus = st->near_cpus;
+  else if (!sl__cpus_of_thread(&cpus))
+    return;
+  uint32_t n = sl__cpus_count(&cpus);
+  if (n == 0 || n >= (uint32_t)st->workers)
+    return;
+  char list[160];
+  sl__cpus_format(&cpus, list, sizeof list);
+  /* Open MPI binds each rank to one core by default (--bind-to core): the readers then take turns. */
+  SL_WARN(
+      "reader threads: %d of them on %u CPU%s (%s%s): reads and uploads wait for one another; give each rank "
+      "as many CPUs (Open MPI: --bind-to none, or --map-by slot:PE=%d; Slurm: --cpus-per-task) or lower "
+      "threads",
+      st->workers, n, n == 1 ? "" : "s", list,
+      st->bind_readers ? ", the GPU's NUMA node within this rank's affinity" : ", this rank's affinity",
+      st->workers);
+}
+
 void sl__cuda_reader_start(sl__backend *b, int worker) {
   cuda_state *st = state_of(b);
   if (!st->bind_readers)
