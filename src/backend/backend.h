@@ -56,7 +56,8 @@ typedef struct sl__backend_ops {
    * engine/deliver.c): `rows` rows of `cols` elements of `elem` bytes at src (rows src_stride
    * apart) land as `cols` rows of `rows` elements at dst (rows dst_stride apart): element (i, j) of
    * src at dst + j*dst_stride + i*elem. worker/slot as upload (worker < 0: the main thread).
-   * Synchronous: when it returns, src may be reused and the bytes have landed. */
+   * When it returns, src may be reused; the bytes have landed by then for worker < 0, and for a
+   * reader's delivery by upload_wait(worker, slot) or sync, as an upload's. */
   sl_status (*transpose)(sl__backend *b, int worker, int slot, void *dst, uint64_t dst_stride,
                          const void *src, uint64_t src_stride, uint64_t rows, uint64_t cols, uint64_t elem,
                          sl__err *err);

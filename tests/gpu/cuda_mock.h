@@ -107,6 +107,7 @@ typedef struct mock_stats {
                                           queued on one stream at once */
   unsigned long long broadcasts;       /* ncclBroadcast calls */
   int pinned_allocs;                   /* cudaHostAlloc calls */
+  unsigned long long narrow_2d;        /* host-to-device 2-D copies of rows under 512 bytes */
   cpu_set_t pinned_cpus;               /* union of the CPU affinities of the threads that made them */
 } mock_stats;
 

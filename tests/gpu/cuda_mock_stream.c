@@ -192,6 +192,8 @@ static void note_queued(struct CUstream_st *s, op *o) {
     return;
   }
   s->stats.h2d++;
+  if (o->kind == OP_COPY2D && o->height > 1 && o->width < 512)
+    totals.narrow_2d++;
   o->pinned = mock_pinned_base(o->src);
   if (o->pinned == NULL)
     return;

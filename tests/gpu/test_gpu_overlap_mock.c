@@ -14,8 +14,12 @@
  *            (SHARDLOAD_SYSFS_ROOT) describes it, within the process's affinity; not with
  *            SHARDLOAD_NUMA_BIND=0, nor when the node is unknown or outside the affinity; two
  *            reader threads bound to one CPU are warned of.
+ *   narrow   llama's row-parallel slices at tp = world (rows of a few dozen bytes): packed on the
+ *            host into the staging slot's pinned scratch and uploaded flat: no narrow 2-D copy;
+ *   transposed  Llama-4's experts held transposed: no host wait per transposed block (they were
+ *            transposed into a temporary, uploaded and waited for one by one).
  * Nothing here depends on how long anything takes: only on the order the mock runs work in.
- * Usage: mpirun -np N test_gpu_overlap_mock [buckets|uring|numa]...
+ * Usage: mpirun -np N test_gpu_overlap_mock [buckets|uring|numa|narrow|transposed]...
  */
 #include "check.h"
 #include "cuda_mock.h"
@@ -54,6 +58,8 @@ typedef struct setup {
   const char *threads;
   const char *bucket_bytes;
   const char *chunk;
+  const char *coalesce;  /* coalesce_gap_bytes */
+  const char *two_phase; /* two_phase_reads */
 } setup;
 
 static sl_loader *load(const setup *u, const char *device) {
@@ -72,7 +78,9 @@ static sl_loader *load(const setup *u, const char *device) {
                          {"threads", u->threads},
                          {"load_strategy", u->strategy},
                          {"bucket_bytes", u->bucket_bytes},
-                         {"read_chunk_bytes", u->chunk}};
+                         {"read_chunk_bytes", u->chunk},
+                         {"coalesce_gap_bytes", u->coalesce},
+                         {"two_phase_reads", u->two_phase}};
   sl_config *cfg = NULL;
   CHECK(sl_config_create(&cfg) == SL_STATUS_OK);
   if (cfg == NULL)
@@ -256,6 +264,39 @@ static void case_numa(void) {
   }
 }
 
+/* Row-parallel slices of llama at tp = world (rows of 64 and 128 bytes, strided in the checkpoint,
+ * contiguous in the parameter), read with the other ranks' columns between them (whole-row reads:
+ * gaps coalesced, no two-phase exchange): packed on the host, uploaded flat. Uploaded as 2-D copies
+ * before: 6 per rank at 2 ranks. */
+static void case_narrow(void) {
+  if (size != 2 && size != 4)
+    return; /* llama's heads divide 2 and 4 */
+  setup u = {.model = "llama",
+             .tp = size,
+             .pp = 1,
+             .dp = 1,
+             .threads = "2",
+             .coalesce = "1048576",
+             .two_phase = "false"};
+  mock_stats s = measure("narrow", &u);
+  fprintf(stderr, "rank %d narrow: %llu narrow 2-D uploads\n", rank, s.narrow_2d);
+  CHECKF(s.narrow_2d == 0,
+         "narrow: %llu host-to-device 2-D copies of rows under 512 bytes (packed before: flat)", s.narrow_2d);
+}
+
+/* Llama-4's experts, held transposed: each block transposed into its staging slot's pinned scratch
+ * and uploaded with the slot's other uploads, not waited for one by one. */
+static void case_transposed(void) {
+  setup u = {.model = "llama4_text", .tp = 1, .pp = 1, .dp = size, .threads = "1"};
+  mock_stats s = measure("transposed", &u);
+  fprintf(stderr, "rank %d transposed: at most %llu host waits on one reader stream\n", rank,
+          s.upload_waits_max);
+  CHECKF(s.upload_waits_max <= 1,
+         "transposed: a reader stream was waited for %llu times (a wait per transposed block; only the final "
+         "sync should)",
+         s.upload_waits_max);
+}
+
 static bool wanted(int argc, char **argv, const char *name) {
   if (argc < 2)
     return true;
@@ -272,6 +313,10 @@ int main(int argc, char **argv) {
   sl_test_rank = rank;
   if (wanted(argc, argv, "buckets"))
     case_buckets();
+  if (wanted(argc, argv, "narrow"))
+    case_narrow();
+  if (wanted(argc, argv, "transposed"))
+    case_transposed();
   if (wanted(argc, argv, "uring"))
     case_uring();
   if (wanted(argc, argv, "numa"))

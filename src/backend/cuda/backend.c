@@ -99,6 +99,7 @@ static void cuda_destroy(sl__backend *b) {
       (void)sl__cu.cudaSetDevice(st->device);
     if (st->nccl != NULL)
       sl__cuda_release_comms(b);
+    sl__cuda_bounce_free(st);
     if (st->arena != NULL) /* parameters never released one by one (a failed load) */
       (void)sl__cu.cudaFree(st->arena);
     /* Destroying a stream or an event with work pending is allowed: CUDA releases it when done. */
@@ -392,12 +393,13 @@ static sl_status setup_local(sl__backend *b, int workers, int slots, int device,
   st->worker_streams = calloc((size_t)workers, sizeof *st->worker_streams);
   st->slot_events = calloc((size_t)workers * (size_t)slots, sizeof *st->slot_events);
   st->after_caller = calloc((size_t)workers + 1, sizeof *st->after_caller);
+  st->bounce = calloc((size_t)workers * (size_t)slots + 1, sizeof *st->bounce);
   st->n_groups = groups->n;
   st->nccl = calloc(groups->n + 1, sizeof *st->nccl);
   st->nccl_aborted = calloc(groups->n + 1, sizeof *st->nccl_aborted);
   st->nccl_made = calloc(groups->n + 1, sizeof *st->nccl_made);
   if (st->worker_streams == NULL || st->slot_events == NULL || st->nccl == NULL || st->nccl_aborted == NULL ||
-      st->nccl_made == NULL || st->after_caller == NULL)
+      st->nccl_made == NULL || st->after_caller == NULL || st->bounce == NULL)
     return sl__err_set(err, SL_STATUS_NOMEM, "out of memory setting up the CUDA backend");
   st->workers = workers;
   st->slots = slots;

@@ -21,6 +21,7 @@
 #include "backend/cuda/libs.h"
 #include "base/numa.h"
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -55,6 +56,13 @@ sl_status sl__nccl_fail(sl__err *err, ncclResult_t r, const char *ctx, const cha
       return sl__nccl_fail((err), r_, NULL, #call, __FILE__, __LINE__);                                      \
   } while (0)
 
+/* A pinned scratch area of one staging slot (bounce.c). */
+typedef struct sl__cuda_bounce_area {
+  uint8_t *buf;
+  uint64_t cap, used; /* bytes */
+  bool failed;        /* it could not be allocated: uploads out of the slot go without it */
+} sl__cuda_bounce_area;
+
 /* The backend's state. */
 typedef struct cuda_state {
   int device;                   /* CUDA ordinal */
@@ -78,6 +86,8 @@ typedef struct cuda_state {
                                    communicators are split from sharing its resources, or NULL */
   bool share;                   /* groups' communicators split from shared_parent (else one each) */
   int max_ctas;                 /* ncclConfig_t.maxCTAs of every communicator (SHARDLOAD_NCCL_MAX_CTAS) */
+  sl__cuda_bounce_area *bounce; /* [workers * slots] (bounce.c) */
+  _Atomic uint64_t staging_max; /* the largest staging slot the readers allocated, bytes */
   uint64_t free_before_comms;   /* device memory free before the communicators were made, bytes */
   uint64_t free_after_comms;    /* ... and once they were connected */
   double timeout_s;             /* longest wait, seconds (SHARDLOAD_NCCL_TIMEOUT_S) */
@@ -155,6 +165,22 @@ sl_status sl__cuda_transpose(sl__backend *b, int worker, int slot, void *dst, ui
                              uint64_t elem, sl__err *err);
 sl_status sl__cuda_sync(sl__backend *b, sl__err *err);
 sl_status sl__cuda_sync_main(sl__backend *b, sl__err *err);
+
+/* ---- pinned scratch per staging slot (bounce.c) ---- */
+
+/* Rows narrower than this are packed on the host before a flat upload instead of a 2-D copy. */
+#define SL_CUDA_NARROW_ROW 512u
+
+/* A staging slot of nbytes was allocated: scratch areas are that large. */
+void sl__cuda_bounce_note_staging(cuda_state *st, uint64_t nbytes);
+/* nbytes of slot idx's (worker * slots + slot) area, or NULL when it has no room left or none. */
+uint8_t *sl__cuda_bounce(cuda_state *st, size_t idx, uint64_t nbytes);
+/* The slot's uploads were waited for (upload_wait), or everything (sync): its area is free again. */
+void sl__cuda_bounce_reset(cuda_state *st, size_t idx);
+void sl__cuda_bounce_reset_all(cuda_state *st);
+void sl__cuda_bounce_free(cuda_state *st);
+/* The index of (worker, slot) among the backend's slots; SL_STATUS_INTERNAL when out of range. */
+sl_status sl__cuda_slot_index(cuda_state *st, int worker, int slot, size_t *out, sl__err *err);
 
 /* ---- NUMA (numa.c) ---- */
 

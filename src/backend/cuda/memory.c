@@ -186,6 +186,7 @@ sl_status sl__cuda_alloc_staging(sl__backend *b, uint64_t nbytes, void **out, sl
   size_t n = nbytes > 0 ? (size_t)nbytes : 1;
   CUDA_CHECK(err, st->device, sl__cu.cudaSetDevice(st->device));
   void *p = NULL;
+  sl__cuda_bounce_note_staging(st, n);
   cudaError_t e = sl__cu.cudaHostAlloc(&p, n, cudaHostAllocPortable);
   if (e != cudaSuccess) {
     (void)sl__cu.cudaGetLastError();
@@ -275,7 +276,7 @@ sl_status sl__cuda_after_caller(cuda_state *st, int which, sl__err *err) {
   return SL_STATUS_OK;
 }
 
-static sl_status slot_index(cuda_state *st, int worker, int slot, size_t *out, sl__err *err) {
+sl_status sl__cuda_slot_index(cuda_state *st, int worker, int slot, size_t *out, sl__err *err) {
   if (worker < 0 || worker >= st->workers || slot < 0 || slot >= st->slots)
     return sl__err_set(err, SL_STATUS_INTERNAL,
                        "upload from reader %d slot %d: the backend has %d readers of %d slots", worker, slot,
@@ -289,7 +290,7 @@ sl_status sl__cuda_upload(sl__backend *b, int worker, int slot, void *dst, uint6
                           sl__err *err) {
   cuda_state *st = state_of(b);
   size_t idx = 0;
-  sl_status res = slot_index(st, worker, slot, &idx, err);
+  sl_status res = sl__cuda_slot_index(st, worker, slot, &idx, err);
   if (res != SL_STATUS_OK)
     return res;
   /* The current device is per thread: reader threads start on device 0. */
@@ -298,6 +299,17 @@ sl_status sl__cuda_upload(sl__backend *b, int worker, int slot, void *dst, uint6
   res = sl__cuda_after_caller(st, worker, err);
   if (res != SL_STATUS_OK)
     return res;
+  /* Narrow strided rows into a contiguous destination: packed on the host (pinned scratch of this
+   * slot), then one flat copy instead of a 2-D copy of rows of a few hundred bytes. */
+  if (rows > 1 && row_bytes < SL_CUDA_NARROW_ROW && dst_stride == row_bytes && src_stride != row_bytes) {
+    uint8_t *packed = sl__cuda_bounce(st, idx, rows * row_bytes);
+    if (packed != NULL) {
+      for (uint64_t r = 0; r < rows; r++)
+        memcpy(packed + r * row_bytes, (const uint8_t *)src + r * src_stride, (size_t)row_bytes);
+      src = packed;
+      src_stride = row_bytes;
+    }
+  }
   res = sl__cuda_issue_copy(st, s, dst, dst_stride, src, src_stride, row_bytes, rows, err);
   if (res != SL_STATUS_OK)
     return res;
@@ -309,11 +321,14 @@ sl_status sl__cuda_upload(sl__backend *b, int worker, int slot, void *dst, uint6
 sl_status sl__cuda_upload_wait(sl__backend *b, int worker, int slot, sl__err *err) {
   cuda_state *st = state_of(b);
   size_t idx = 0;
-  sl_status res = slot_index(st, worker, slot, &idx, err);
+  sl_status res = sl__cuda_slot_index(st, worker, slot, &idx, err);
   if (res != SL_STATUS_OK)
     return res;
   CUDA_CHECK(err, st->device, sl__cu.cudaSetDevice(st->device));
-  return sl__cuda_wait_local(b, st->slot_events[idx], NULL, "a host-to-device upload", err);
+  res = sl__cuda_wait_local(b, st->slot_events[idx], NULL, "a host-to-device upload", err);
+  if (res == SL_STATUS_OK)
+    sl__cuda_bounce_reset(st, idx);
+  return res;
 }
 
 sl_status sl__cuda_copy(sl__backend *b, void *dst, uint64_t dst_stride, const void *src, uint64_t src_stride,
@@ -349,5 +364,7 @@ sl_status sl__cuda_sync(sl__backend *b, sl__err *err) {
   sl_status res = sl__cuda_wait_local(b, NULL, st->main, "device copies", err);
   for (int w = 0; w < st->workers && res == SL_STATUS_OK; w++)
     res = sl__cuda_wait_local(b, NULL, st->worker_streams[w], "host-to-device uploads", err);
+  if (res == SL_STATUS_OK)
+    sl__cuda_bounce_reset_all(st);
   return res;
 }
