@@ -100,15 +100,17 @@ const void *mock_pinned_base(const void *p);
  * carried host-to-device copies and nothing else that moves bytes (no device copy, fill or
  * broadcast): a reader thread's stream. */
 typedef struct mock_stats {
-  int upload_streams;                  /* upload streams seen */
-  unsigned long long upload_waits_max; /* most host waits (cudaStreamQuery answering cudaSuccess,
-                                          cudaStreamSynchronize) on one upload stream */
-  int pinned_in_flight_max;            /* most distinct pinned allocations with copies out of them
-                                          queued on one stream at once */
-  unsigned long long broadcasts;       /* ncclBroadcast calls */
-  int pinned_allocs;                   /* cudaHostAlloc calls */
-  unsigned long long narrow_2d;        /* host-to-device 2-D copies of rows under 512 bytes */
-  cpu_set_t pinned_cpus;               /* union of the CPU affinities of the threads that made them */
+  int upload_streams;                      /* upload streams seen */
+  unsigned long long upload_waits_max;     /* most host waits (cudaStreamQuery answering cudaSuccess,
+                                              cudaStreamSynchronize) on one upload stream */
+  int pinned_in_flight_max;                /* most distinct pinned allocations with copies out of them
+                                              queued on one stream at once */
+  unsigned long long broadcasts;           /* ncclBroadcast calls */
+  int pinned_allocs;                       /* cudaHostAlloc calls */
+  unsigned long long narrow_2d;            /* host-to-device 2-D copies of rows under 512 bytes */
+  unsigned long long event_syncs_blocking; /* cudaEventSynchronize on blocking-sync events */
+  unsigned long long event_syncs_spinning; /* ... on other events (the waiter spins in the driver) */
+  cpu_set_t pinned_cpus;                   /* union of the CPU affinities of the threads that made them */
 } mock_stats;
 
 void mock_stats_reset(void);

@@ -59,6 +59,7 @@ struct CUevent_st {
   unsigned long long recorded; /* records queued */
   unsigned long long done;     /* records completed */
   int refs;                    /* the handle, and every queued operation naming it */
+  unsigned flags;              /* cudaEventCreateWithFlags's */
 };
 
 bool (*mock_bcast_progress)(mock_bcast *b);
@@ -429,11 +430,11 @@ cudaError_t cudaDeviceSynchronize(void) {
 /* ---- events ---- */
 
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *ev, unsigned int flags) {
-  (void)flags;
   *ev = calloc(1, sizeof **ev);
   if (*ev == NULL)
     return cudaErrorMemoryAllocation;
   (*ev)->refs = 1;
+  (*ev)->flags = flags;
   return cudaSuccess;
 }
 
@@ -470,7 +471,15 @@ cudaError_t cudaEventQuery(cudaEvent_t ev) {
   return e;
 }
 
+/* Counted by the event's kind: a blocking-sync event's waiter sleeps until it is signalled (the mock
+ * polls for it all the same). */
 cudaError_t cudaEventSynchronize(cudaEvent_t ev) {
+  pthread_mutex_lock(&mock_mu);
+  if (ev->flags & cudaEventBlockingSync)
+    totals.event_syncs_blocking++;
+  else
+    totals.event_syncs_spinning++;
+  pthread_mutex_unlock(&mock_mu);
   cudaError_t e;
   while ((e = cudaEventQuery(ev)) == cudaErrorNotReady)
     mock_nap_us(50);

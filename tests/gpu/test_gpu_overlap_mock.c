@@ -9,7 +9,8 @@
  *            the device's memory free, 8 buckets are in rotation (SL_BUCKET_SLOTS_MAX; was 2);
  *   uring    the io_uring strategy, one reader thread, uploads made slow (MOCK_CUDA_OP_US): the
  *            reader keeps uploads out of several staging slots in flight (it used to wait for each
- *            read's uploads before completing the next read: never more than one);
+ *            read's uploads before completing the next read: never more than one), and its waits
+ *            block in the driver on blocking-sync events (polled with SHARDLOAD_CUDA_BLOCKING_SYNC=0);
  *   numa     reader threads run on the CPUs of the GPU's NUMA node, as a fake sysfs tree
  *            (SHARDLOAD_SYSFS_ROOT) describes it, within the process's affinity; not with
  *            SHARDLOAD_NUMA_BIND=0, nor when the node is unknown or outside the affinity; two
@@ -187,6 +188,16 @@ static void case_uring(void) {
          "io_uring: uploads out of at most %d staging slot(s) were in flight at once: the reader waits for "
          "each read's uploads before it completes the next read",
          s.pinned_in_flight_max);
+  /* The reader's waits for slow uploads sleep in the driver on blocking-sync events (no poll with
+   * naps); SHARDLOAD_CUDA_BLOCKING_SYNC=0 polls instead. */
+  CHECKF(s.event_syncs_blocking > 0 && s.event_syncs_spinning == 0,
+         "io_uring: %llu waits on blocking-sync events, %llu on others: the waits do not block in the driver",
+         s.event_syncs_blocking, s.event_syncs_spinning);
+  setenv("SHARDLOAD_CUDA_BLOCKING_SYNC", "0", 1);
+  s = measure("uring polled", &u);
+  unsetenv("SHARDLOAD_CUDA_BLOCKING_SYNC");
+  CHECKF(s.event_syncs_blocking == 0 && s.event_syncs_spinning == 0,
+         "io_uring, SHARDLOAD_CUDA_BLOCKING_SYNC=0: %llu blocking waits", s.event_syncs_blocking);
 }
 
 /* ---- numa ---- */

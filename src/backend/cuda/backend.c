@@ -106,6 +106,8 @@ static void cuda_destroy(sl__backend *b) {
     for (int w = 0; st->slot_events != NULL && w < st->workers * st->slots; w++)
       if (st->slot_events[w] != NULL)
         (void)sl__cu.cudaEventDestroy(st->slot_events[w]);
+    if (st->main_done != NULL)
+      (void)sl__cu.cudaEventDestroy(st->main_done);
     if (st->legacy_mark != NULL)
       (void)sl__cu.cudaEventDestroy(st->legacy_mark);
     if (st->stream_mark != NULL)
@@ -339,9 +341,14 @@ static sl_status setup_local(sl__backend *b, int workers, int slots, int device,
                                SL_NCCL_MAX_CTAS_DEFAULT, &st->max_ctas, err);
   if (res == SL_STATUS_OK)
     res = sl__cuda_parse_env_int(SL_NCCL_SHARE_ENV, getenv(SL_NCCL_SHARE_ENV), 0, 1, 1, &share, err);
+  int blocking = 1;
+  if (res == SL_STATUS_OK)
+    res = sl__cuda_parse_env_int(SL_CUDA_BLOCKING_SYNC_ENV, getenv(SL_CUDA_BLOCKING_SYNC_ENV), 0, 1, 1,
+                                 &blocking, err);
   if (res != SL_STATUS_OK)
     return res;
   st->share = share != 0;
+  st->blocking_sync = blocking != 0;
   const char *timeout_env = getenv(SL_CUDA_TIMEOUT_ENV);
   res = sl__cuda_parse_timeout(timeout_env, &st->timeout_s, err);
   if (res != SL_STATUS_OK)
@@ -403,6 +410,9 @@ static sl_status setup_local(sl__backend *b, int workers, int slots, int device,
     return sl__err_set(err, SL_STATUS_NOMEM, "out of memory setting up the CUDA backend");
   st->workers = workers;
   st->slots = slots;
+  /* Blocking-sync events: a wait for one sleeps in the driver until the GPU signals it. */
+  unsigned event_flags = cudaEventDisableTiming | (st->blocking_sync ? cudaEventBlockingSync : 0u);
+  CUDA_CHECK(err, st->device, sl__cu.cudaEventCreateWithFlags(&st->main_done, event_flags));
   CUDA_CHECK(err, st->device, sl__cu.cudaEventCreateWithFlags(&st->legacy_mark, cudaEventDisableTiming));
   CUDA_CHECK(err, st->device, sl__cu.cudaEventCreateWithFlags(&st->stream_mark, cudaEventDisableTiming));
   CUDA_CHECK(err, st->device, sl__cu.cudaMalloc(&st->warm_byte, 1));
@@ -411,7 +421,7 @@ static sl_status setup_local(sl__backend *b, int workers, int slots, int device,
                sl__cu.cudaStreamCreateWithFlags(&st->worker_streams[w], cudaStreamNonBlocking));
     for (int k = 0; k < slots; k++)
       CUDA_CHECK(err, st->device,
-                 sl__cu.cudaEventCreateWithFlags(&st->slot_events[w * slots + k], cudaEventDisableTiming));
+                 sl__cu.cudaEventCreateWithFlags(&st->slot_events[w * slots + k], event_flags));
   }
   res = sl__cuda_mark_caller(st, err);
   if (res == SL_STATUS_OK)

@@ -68,6 +68,9 @@ sl_status sl__cuda_copy_kind_of(uint64_t dst_stride, uint64_t src_stride, uint64
  * 8 keep a node's NVLink broadcasts beyond what the readers upload). */
 #define SL_NCCL_MAX_CTAS_ENV "SHARDLOAD_NCCL_MAX_CTAS"
 #define SL_NCCL_MAX_CTAS_DEFAULT 8
+/* Environment: 1 (default) waits for the readers' uploads and the main stream block in the driver on
+ * events made with cudaEventBlockingSync; 0 they poll, with a deadline of their own. */
+#define SL_CUDA_BLOCKING_SYNC_ENV "SHARDLOAD_CUDA_BLOCKING_SYNC"
 /* Environment: 1 (default) the groups' communicators are split from one parent sharing its
  * resources; 0 one communicator of its own per group. */
 #define SL_NCCL_SHARE_ENV "SHARDLOAD_NCCL_SHARE"

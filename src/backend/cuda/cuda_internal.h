@@ -87,6 +87,8 @@ typedef struct cuda_state {
   bool share;                   /* groups' communicators split from shared_parent (else one each) */
   int max_ctas;                 /* ncclConfig_t.maxCTAs of every communicator (SHARDLOAD_NCCL_MAX_CTAS) */
   sl__cuda_bounce_area *bounce; /* [workers * slots] (bounce.c) */
+  bool blocking_sync;           /* event waits block in the driver (SHARDLOAD_CUDA_BLOCKING_SYNC) */
+  cudaEvent_t main_done;        /* recorded on the main stream by sync_main, waited for */
   _Atomic uint64_t staging_max; /* the largest staging slot the readers allocated, bytes */
   uint64_t free_before_comms;   /* device memory free before the communicators were made, bytes */
   uint64_t free_after_comms;    /* ... and once they were connected */

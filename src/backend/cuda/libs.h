@@ -68,7 +68,8 @@
   X(cudaEventCreateWithFlags)                                                                                \
   X(cudaEventDestroy)                                                                                        \
   X(cudaEventRecord)                                                                                         \
-  X(cudaEventQuery)
+  X(cudaEventQuery)                                                                                          \
+  X(cudaEventSynchronize)
 
 /* NCCL's functions the backend calls (every one required). */
 #define SL_NCCL_FUNCS(X)                                                                                     \

@@ -351,11 +351,15 @@ sl_status sl__cuda_download(sl__backend *b, void *host_dst, const void *src, uin
              sl__cu.cudaMemcpyAsync(host_dst, src, (size_t)nbytes, cudaMemcpyDeviceToHost, st->main));
   return sl__cuda_wait_local(b, NULL, st->main, "a device-to-host copy", err);
 }
-/* Between buckets: the main stream only (backend.h: sync_main). */
+/* Between buckets: the main stream only (backend.h: sync_main), through an event so that the wait
+ * can block in the driver (wait.c). */
 sl_status sl__cuda_sync_main(sl__backend *b, sl__err *err) {
   cuda_state *st = state_of(b);
   CUDA_CHECK(err, st->device, sl__cu.cudaSetDevice(st->device));
-  return sl__cuda_wait_local(b, NULL, st->main, "device copies", err);
+  if (!st->blocking_sync)
+    return sl__cuda_wait_local(b, NULL, st->main, "device copies", err);
+  CUDA_CHECK(err, st->device, sl__cu.cudaEventRecord(st->main_done, st->main));
+  return sl__cuda_wait_local(b, st->main_done, NULL, "device copies", err);
 }
 
 sl_status sl__cuda_sync(sl__backend *b, sl__err *err) {
