@@ -190,7 +190,8 @@ sl_status sl__cuda_slot_index(cuda_state *st, int worker, int slot, size_t *out,
  * NUMA node within the process's affinity; SHARDLOAD_NUMA_BIND=0 turns it off) and logs it. Fails
  * only on a malformed SHARDLOAD_NUMA_BIND; a node that cannot be found leaves the threads alone. */
 sl_status sl__cuda_numa_setup(sl__backend *b, sl__err *err);
-/* Warns when the reader threads would share fewer CPUs than they number (a launcher's binding). */
+/* Warns when the reader threads are bound (by a launcher, or to the GPU's NUMA node) to fewer CPUs
+ * than they number. */
 void sl__cuda_cpus_check(sl__backend *b);
 /* sl__backend_ops.reader_start: binds the calling reader thread to those CPUs. */
 void sl__cuda_reader_start(sl__backend *b, int worker);

@@ -15,6 +15,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 sl_status sl__cuda_numa_setup(sl__backend *b, sl__err *err) {
   cuda_state *st = state_of(b);
@@ -72,7 +73,11 @@ void sl__cuda_cpus_check(sl__backend *b) {
   else if (!sl__cpus_of_thread(&cpus))
     return;
   uint32_t n = sl__cpus_count(&cpus);
-  if (n == 0 || n >= (uint32_t)st->workers)
+  long online = sysconf(_SC_NPROCESSORS_ONLN);
+  /* Bound: by a launcher, or by us to the GPU's node. A machine with fewer cores than threads and
+   * no binding is not this case: the threads share what there is. */
+  bool bound = st->bind_readers || (online > 0 && n < (uint32_t)online);
+  if (n == 0 || n >= (uint32_t)st->workers || !bound)
     return;
   char list[160];
   sl__cpus_format(&cpus, list, sizeof list);
