@@ -1,10 +1,12 @@
 /*
  * backend/cuda/backend.c — parameters in GPU memory; shared bytes broadcast with NCCL (see
  * backend/backend.h). This file creates and destroys the backend and holds its table of
- * operations; the operations themselves are in memory.c (memory, uploads, copies), nccl.c
- * (group communicators, broadcasts) and transpose.c, which share errors.c (CUDA and NCCL errors
- * → messages) and wait.c (bounded waits); the shared state and check macros in cuda_internal.h.
- * Calls go down: backend.c → memory.c, nccl.c, transpose.c → wait.c → errors.c.
+ * operations; the operations themselves are in memory.c (memory, uploads, copies; bounce.c: pinned
+ * scratch), nccl.c and nccl_shared.c (group communicators, broadcasts; nccl_common.c what they
+ * share) and transpose.c, which share errors.c (CUDA and NCCL errors → messages) and wait.c (waits);
+ * the shared state and check macros in cuda_internal.h; every CUDA and NCCL call goes through the
+ * tables of libs.c, which opens the libraries at run time. Calls go down: backend.c → memory.c,
+ * nccl.c, transpose.c → nccl_shared.c → nccl_common.c → wait.c → errors.c.
  *
  * State: one device; a main stream (device copies, broadcasts), one stream per reader thread with
  * one event per staging slot (as many slots as either read strategy gives a thread); one NCCL

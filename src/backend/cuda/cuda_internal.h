@@ -9,6 +9,9 @@
  *   nccl.c     the NCCL communicators of the broadcast groups (creation, finalization) and
  *              broadcasts polled against the abort channel and a deadline;
  *   nccl_shared.c  the groups' communicators split in layers from one parent, sharing its resources;
+ *   nccl_common.c  what both share: configs, polled waits, messages, the watchdog's brackets;
+ *   libs.c     the CUDA runtime and NCCL opened at run time (libs.h);
+ *   bounce.c   pinned scratch per staging slot (packed narrow rows, transposed blocks);
  *   transpose.c  transposed deliveries (blocks transposed on the host, then one 2-D copy);
  *   numa.c     the reader threads' CPUs: those of the GPU's NUMA node (base/numa.h decides).
  * Included by those files only.

@@ -18,7 +18,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* process-wide: the runtime's functions, filled once (open_runtime_once), read-only after. */
 sl__cudart sl__cu;
+/* process-wide: NCCL's functions, filled once (open_nccl_once), read-only after. */
 sl__nccl_api sl__nc;
 
 /* The runtimes tried, newest first; their symbols' version nodes are these names. */
@@ -32,7 +34,9 @@ typedef struct open_result {
   char msg[SL_ERR_MSG_MAX];
 } open_result;
 
+/* process-wide: the first answer of opening the runtime, every later caller's. */
 static open_result runtime_result = {.once = PTHREAD_ONCE_INIT};
+/* process-wide: the first answer of opening NCCL, as the runtime's. */
 static open_result nccl_result = {.once = PTHREAD_ONCE_INIT};
 
 /* A symbol of h: the definition of version node `node` first (NULL: none), else the default one. */
