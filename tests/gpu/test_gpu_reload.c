@@ -200,13 +200,13 @@ static void queued_between(const char *what, const layout *lay, const char *orig
       sl_loader_load(gpu) == SL_STATUS_OK) {
     void *const *at = pointers(gpu);
     char w[320];
-    mock_stream_delay_ms(s, 300);
+    mock_stream_delay_ms(s, 100);
     void **copies = rewrite(gpu, s);
     snprintf(w, sizeof w, "%s, reload after the caller's stream", what);
     reload(w, gpu, inverted, cpu_b, at);
     free_copies(gpu, copies);
     mock_stream_delay_ms(s, 0);
-    setenv("MOCK_CUDA_LEGACY_MS", "300", 1);
+    setenv("MOCK_CUDA_LEGACY_MS", "100", 1);
     copies = rewrite(gpu, NULL);
     unsetenv("MOCK_CUDA_LEGACY_MS");
     snprintf(w, sizeof w, "%s, reload after the legacy stream", what);
@@ -227,6 +227,8 @@ static void run(const layout *lay, const char *orig, const char *inverted) {
   char what[256];
   snprintf(what, sizeof what, "%s tp %d pp %d dp %d%s", lay->model, lay->tp, lay->pp, lay->dp,
            lay->ep ? " ep" : "");
+  char layout_name[256];
+  snprintf(layout_name, sizeof layout_name, "%s", what); /* what gets ", bound" below */
   sl_loader *cpu_a = load(orig, lay, "cpu");
   sl_loader *cpu_b = load(inverted, lay, "cpu");
   sl_loader *gpu = load(orig, lay, "cuda");
@@ -274,7 +276,7 @@ static void run(const layout *lay, const char *orig, const char *inverted) {
   free(buf);
 #ifdef SL_TEST_CUDA_MOCK
   if (cpu_a != NULL && cpu_b != NULL)
-    queued_between(what, lay, orig, inverted, cpu_a, cpu_b);
+    queued_between(layout_name, lay, orig, inverted, cpu_a, cpu_b);
 #endif
   sl_loader_destroy(cpu_a);
   sl_loader_destroy(cpu_b);
