@@ -314,11 +314,19 @@ ncclResult_t ncclGroupEnd(void) {
 static void split_resolve(struct ncclComm *c);
 static void release_device(struct ncclComm *c);
 
+/* The communicator's error, which the device thread sets (mock_mu orders the two threads). */
+static ncclResult_t comm_error(const struct ncclComm *c) {
+  pthread_mutex_lock(&mock_mu);
+  ncclResult_t r = c->async_error;
+  pthread_mutex_unlock(&mock_mu);
+  return r;
+}
+
 ncclResult_t ncclCommGetAsyncError(ncclComm_t c, ncclResult_t *state) {
   if (c == NULL)
     return ncclInvalidArgument;
-  if (c->async_error != ncclSuccess) {
-    *state = c->async_error;
+  if (comm_error(c) != ncclSuccess) {
+    *state = comm_error(c);
     return ncclSuccess;
   }
   if (c->pending_split != 0) {
@@ -332,8 +340,8 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t c, ncclResult_t *state) {
   }
   if (c->state == C_SPLITTING)
     split_resolve(c);
-  if (c->async_error != ncclSuccess) {
-    *state = c->async_error;
+  if (comm_error(c) != ncclSuccess) {
+    *state = comm_error(c);
     return ncclSuccess;
   }
   if (c->state == C_INIT && all_present(c, "join"))

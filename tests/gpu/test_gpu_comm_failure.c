@@ -125,12 +125,16 @@ int main(int argc, char **argv) {
     MPI_Finalize();
     return 77;
   }
-  failing_case("init", "MOCK_NCCL_INIT_FAIL", NULL, "injected failure of ncclCommInitRankConfig",
-               SL_STATUS_NCCL);
-  failing_case("connect", "MOCK_NCCL_CONNECT_FAIL", "MOCK_NCCL_CONNECT_FAIL_ONE", "connection to a peer",
-               SL_STATUS_NCCL);
-  failing_case("read", "SHARDLOAD_INJECT_READ_ERROR", NULL, "injected by SHARDLOAD_INJECT_READ_ERROR",
-               SL_STATUS_IO);
+  const char *only = argc > 1 ? argv[1] : NULL; /* one case by name, else all */
+  if (only == NULL || strcmp(only, "init") == 0)
+    failing_case("init", "MOCK_NCCL_INIT_FAIL", NULL, "injected failure of ncclCommInitRankConfig",
+                 SL_STATUS_NCCL);
+  if (only == NULL || strcmp(only, "connect") == 0)
+    failing_case("connect", "MOCK_NCCL_CONNECT_FAIL", "MOCK_NCCL_CONNECT_FAIL_ONE", "connection to a peer",
+                 SL_STATUS_NCCL);
+  if (only == NULL || strcmp(only, "read") == 0)
+    failing_case("read", "SHARDLOAD_INJECT_READ_ERROR", NULL, "injected by SHARDLOAD_INJECT_READ_ERROR",
+                 SL_STATUS_IO);
   int made_before = mock_nccl_count().made;
   char msg[2048] = "";
   sl_status st = load(msg, sizeof msg);

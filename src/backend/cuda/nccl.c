@@ -78,6 +78,29 @@ sl_status sl__cuda_bcast(sl__backend *b, uint32_t g, void *buf, uint64_t nbytes,
 }
 
 /* The broadcast itself, on the main stream, waited for (sl__cuda_bcast has checked g). */
+/* ncclCommGetAsyncError with an error state as the result (ncclInProgress in *state is no error). */
+static ncclResult_t async_error(ncclComm_t c, ncclResult_t *state) {
+  *state = ncclSuccess;
+  ncclResult_t r = sl__nc.ncclCommGetAsyncError(c, state);
+  if (r == ncclSuccess && *state != ncclSuccess && *state != ncclInProgress)
+    r = *state;
+  return r;
+}
+
+/* A broadcast NCCL failed: its message, and the group's communicator aborted. */
+static sl_status bcast_failed(sl__backend *b, uint32_t g, uint64_t nbytes, int root, ncclResult_t r,
+                              sl__err *err) {
+  const char *last = sl__nc.ncclGetLastError(state_of(b)->nccl[g]);
+  sl_status res =
+      sl__err_set(err, SL_STATUS_NCCL,
+                  "ncclBroadcast of %llu bytes in broadcast group %u (root %d) failed: %s%s%s; the "
+                  "group's NCCL communicator was aborted",
+                  (unsigned long long)nbytes, g, root, sl__nc.ncclGetErrorString(r),
+                  last != NULL && *last != '\0' ? "; NCCL says: " : "", last != NULL ? last : "");
+  abort_group(b, g);
+  return res;
+}
+
 static sl_status bcast_wait(sl__backend *b, uint32_t g, void *buf, uint64_t nbytes, int root, bool *aborted,
                             sl__err *err) {
   cuda_state *st = state_of(b);
@@ -97,24 +120,17 @@ static sl_status bcast_wait(sl__backend *b, uint32_t g, void *buf, uint64_t nbyt
   double deadline = start + st->timeout_s;
   for (int spins = 0;; spins++) {
     ncclResult_t state = ncclSuccess;
-    r = sl__nc.ncclCommGetAsyncError(c, &state);
-    if (r == ncclSuccess && state != ncclSuccess && state != ncclInProgress)
-      r = state;
-    if (r != ncclSuccess) {
-      const char *last = sl__nc.ncclGetLastError(NULL);
-      sl_status res =
-          sl__err_set(err, SL_STATUS_NCCL,
-                      "ncclBroadcast of %llu bytes in broadcast group %u (root %d) failed: %s%s%s; the "
-                      "group's NCCL communicator was aborted",
-                      (unsigned long long)nbytes, g, root, sl__nc.ncclGetErrorString(r),
-                      last != NULL && *last != '\0' ? "; NCCL says: " : "", last != NULL ? last : "");
-      abort_group(b, g);
-      return res;
-    }
+    r = async_error(c, &state);
+    if (r != ncclSuccess)
+      return bcast_failed(b, g, nbytes, root, r, err);
     if (state == ncclSuccess) {
       cudaError_t e = sl__cu.cudaStreamQuery(st->main);
-      if (e == cudaSuccess)
-        return SL_STATUS_OK;
+      if (e == cudaSuccess) {
+        /* The stream ran it, but NCCL may have raised an error while it did (a failed connection
+         * ends the operation with the error on the communicator): asked once more, now. */
+        r = async_error(c, &state);
+        return r == ncclSuccess ? SL_STATUS_OK : bcast_failed(b, g, nbytes, root, r, err);
+      }
       if (e != cudaErrorNotReady) {
         abort_group(b, g);
         return sl__cuda_fail(err, e, st->device, "cudaStreamQuery (after ncclBroadcast)", __FILE__, __LINE__);
