@@ -22,9 +22,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <sys/random.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <unistd.h>
 
 /* A file's fingerprint covers its size and its header: a safetensors file's JSON header (bounded
@@ -79,8 +79,8 @@ static seen look(const sl__catalog *cat, uint32_t f, int *fd_out, sl__file_stamp
 
 /* Steps 2 and 3 for the copies of this rank: rank 0's fingerprints of the files some rank holds a
  * copy of, compared with this rank's own. */
-static sl_status compare_copies(sl__comm *c, const sl__catalog *cat, const uint8_t *any_copy, seen *mine,
-                                int *fds, sl__file_stamp *stamps, sl__err *err) {
+static sl_status compare_copies(sl__comm *c, const sl__catalog *cat, const uint8_t *any_copy, seen *mine, int *fds,
+                                sl__file_stamp *stamps, sl__err *err) {
   uint32_t n = (uint32_t)cat->n_files;
   bool safetensors = cat->format != SL_FORMAT_PT && cat->format != SL_FORMAT_SHARDED_STATE;
   uint8_t *blob = NULL;
@@ -112,10 +112,9 @@ static sl_status compare_copies(sl__comm *c, const sl__catalog *cat, const uint8
       memcpy(&theirs, blob + (size_t)f * sizeof theirs, sizeof theirs);
     uint64_t h = ok ? fingerprint(fds[f], cat->files[f].size, safetensors, &ok) : 0;
     if (!ok || theirs == 0 || h != theirs) {
-      SL_WARN(
-          "%s here differs from rank 0's (same size, another header): its bytes come from ranks that have "
-          "it",
-          cat->files[f].path);
+      SL_WARN("%s here differs from rank 0's (same size, another header): its bytes come from ranks that have "
+              "it",
+              cat->files[f].path);
       mine[f] = SEEN_NO;
       stamps[f].valid = false;
     }
@@ -258,9 +257,8 @@ static sl_status probe_folder(sl__comm *c, const sl__catalog *cat, sl__visibilit
   return st;
 }
 
-sl_status sl__visibility_probe(sl__comm *c, const sl__catalog *cat, sl__storage mode,
-                               const sl__node_layout *nodes, sl__visibility *out, sl__file_stamp *stamps,
-                               sl__err *err) {
+sl_status sl__visibility_probe(sl__comm *c, const sl__catalog *cat, sl__storage mode, const sl__node_layout *nodes,
+                               sl__visibility *out, sl__file_stamp *stamps, sl__err *err) {
   uint32_t world = (uint32_t)c->size;
   uint32_t n = (uint32_t)cat->n_files;
   /* Objects of a store (s3://) are read by every rank over the network: nothing to look at. */
@@ -281,10 +279,9 @@ sl_status sl__visibility_probe(sl__comm *c, const sl__catalog *cat, sl__storage 
         k += sl__visibility_sees(out, r, f);
       all += k == n;
     }
-    SL_INFO(
-        "storage: %u of %u ranks can read every checkpoint file; the others receive the bytes they cannot "
-        "read from ranks that can",
-        all, world);
+    SL_INFO("storage: %u of %u ranks can read every checkpoint file; the others receive the bytes they cannot "
+            "read from ranks that can",
+            all, world);
   }
   return st;
 }

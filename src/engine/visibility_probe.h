@@ -16,8 +16,7 @@
  * gathered (auto on one rank, or while files still arrive from the Hub: as shared). stamps (per
  * file, zeroed) receives this rank's stamp of each file it may read (engine/transfer.h). Returns
  * this rank's status, for the caller's agreement. */
-sl_status sl__visibility_probe(sl__comm *c, const sl__catalog *cat, sl__storage mode,
-                               const sl__node_layout *nodes, sl__visibility *out, sl__file_stamp *stamps,
-                               sl__err *err);
+sl_status sl__visibility_probe(sl__comm *c, const sl__catalog *cat, sl__storage mode, const sl__node_layout *nodes,
+                               sl__visibility *out, sl__file_stamp *stamps, sl__err *err);
 
 #endif
