@@ -105,7 +105,7 @@ typedef struct sl__engine {
   uint64_t inject_delay_us;  /* test hook: every read operation first sleeps this long */
   /* converted parameters: elements split between two deliveries, until complete */
   pthread_mutex_t cast_mu; /* guards cast_partial (deliveries of any reader thread) */
-  sl__vec cast_partial;    /* sl__cast_partial */
+  sl__vec cast_partial; /* sl__cast_partial */
 } sl__engine;
 
 /* The bytes of one element of a converted parameter that arrived so far. */

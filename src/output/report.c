@@ -134,8 +134,8 @@ static void load_header_json(const sl__load_report *r, sl__buf *b) {
       ",\"expert_placement\":\"%s\",\"eplb\":%s,\"threads\":%u,\"load_strategy\":\"%s\",\"prefault\":%s,"
       "\"two_phase_reads\":%s,\"files\":%zu,\"tensors\":%zu,\"checkpoint_bytes\":%llu,",
       sl__placement_name(r->placement), json_bool(r->eplb), r->threads, r->strategy, json_bool(r->prefault),
-      json_bool(r->two_phase), s->cat->n_files, s->cat->n_tensors,
-      (unsigned long long)s->sched->checkpoint_bytes);
+      json_bool(r->two_phase),
+      s->cat->n_files, s->cat->n_tensors, (unsigned long long)s->sched->checkpoint_bytes);
   storage_json(b, s, (uint32_t)r->world);
   sl__buf_appendf(b, ",");
   sl__buf_appendf(
