@@ -5,6 +5,7 @@
  * comments.
  */
 #include "model/spec.h"
+#include "model/gdn.h"
 
 #include "base/json.h"
 #include "base/util.h"
@@ -75,7 +76,11 @@ static const char *const style_names[SL_STYLE_COUNT] = {
     "qkv_fused", "merged_fused", "moe3d_w13_interleaved", "moe3d_w2_blocked", "moe_w2_bias",
     "moe3d_w13_transposed", "moe3d_w2_transposed",
     /* quantization companions (plan/slicing_quant.c) */
-    "quant_parts", "int4"};
+    "quant_parts", "int4",
+    /* gated DeltaNet layers (plan/slicing_gdn.c) */
+    "gdn",
+    /* pack-quantized and NVFP4 (plan/slicing_packed.c) */
+    "packed", "packed_moe", "moe_whole"};
 
 const char *sl__style_name(sl__style s) {
   return (unsigned)s < SL_STYLE_COUNT ? style_names[s] : "?";
@@ -309,6 +314,14 @@ static sl_status check_parts(ctx *c, const sl__spec_param *p, const char *where)
     break;
   case SL_STYLE_INT4:
     err = "int4 is derived from quantization_config (gptq, awq), never declared in a spec";
+    break;
+  case SL_STYLE_GDN:
+    err = sl__gdn_spec_check(p);
+    break;
+  case SL_STYLE_PACKED:
+  case SL_STYLE_PACKED_MOE:
+  case SL_STYLE_MOE_WHOLE:
+    err = "this style is derived from quantization_config (pack-quantized, NVFP4), never declared in a spec";
     break;
   case SL_STYLE_COUNT:
     err = "unknown style";

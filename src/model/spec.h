@@ -19,7 +19,7 @@
 
 /* The largest spec file read (a spec is a few KiB; the bound keeps a wrong path from costing memory). */
 #define SL_SPEC_MAX_BYTES (16u * 1024u * 1024u)
-/* Counts a spec may hold (the shipped ones have at most 14 vars and 21 parameters): what a spec
+/* Counts a spec may hold (the shipped ones have at most 19 vars and 29 parameters): what a spec
  * costs to evaluate grows with them on every rank. */
 #define SL_SPEC_MAX_VARS 1024u   /* each of vars and layer_vars */
 #define SL_SPEC_MAX_PARAMS 4096u /* params */
@@ -58,6 +58,10 @@ typedef enum sl__style {
   SL_STYLE_MOE3D_W2_TRANSPOSED,   /* [E, Im, H] → [El, Ip, H] (orientation kept) */
   SL_STYLE_QUANT_PARTS,           /* per-tensor scales of the parts of a fused weight: [n parts] */
   SL_STYLE_INT4,                  /* GPTQ / AWQ packed tensors of a linear (derived, never in a spec) */
+  SL_STYLE_GDN,                   /* gated DeltaNet sections split by whole heads (model/gdn.h) */
+  SL_STYLE_PACKED,                /* pack-quantized / NVFP4 tensors of a linear, [out, in] packed (derived) */
+  SL_STYLE_PACKED_MOE,            /* pack-quantized / NVFP4 tensors of one expert part (derived) */
+  SL_STYLE_MOE_WHOLE,             /* per-expert tensors kept whole in each local slot (derived) */
   SL_STYLE_COUNT
 } sl__style;
 

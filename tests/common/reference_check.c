@@ -120,6 +120,9 @@ void ref_check_def(ctx *c, const rdef *d) {
   case ST_DOWN_T:
     check_dim(c, d, 1, "Im rows", c->Mt, false);
     break;
+  case ST_GDN:
+    ref_check_gdn(c, d);
+    break;
   case ST_REPLICATED:
   case ST_CONCAT:
   case ST_MOE_W2BIAS:

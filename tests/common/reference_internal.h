@@ -16,6 +16,8 @@
  *   reference_slice.c    table entries and segments; the dense slicing styles; one definition's entries
  *   reference_experts.c  expert placement (docs/spec/EXPERTS.md §2) and the expert slicing styles
  *   reference_int4.c     GPTQ / AWQ int4 linears
+ *   reference_qwen_next.c Qwen3-Next and Qwen3.5 (gated DeltaNet and gated attention layers) and the
+ *                        gdn style
  *   reference.c          a rank's table (docs/spec/LAYOUTS.md §1–§2) and its queries
  *   reference_cluster.c  cluster figures from the tables of every rank
  *
@@ -55,8 +57,12 @@ typedef enum style {
   ST_MOE_W2BIAS,   /* [E, H]: MoE tensor-parallel rank 0 only */
   ST_GATE_UP_T,    /* Llama-4 [E, H, 2*Im]: gate and up column ranges; vllm: w13 [El, 2*Ip, H] */
   ST_DOWN_T,       /* Llama-4 [E, Im, H]: a row range per expert; vllm: w2 [El, H, Ip] */
-  ST_PARTS         /* docs/spec/LAYOUTS.md §3.11: one per-tensor scale per part, [n parts] */
+  ST_PARTS,        /* docs/spec/LAYOUTS.md §3.11: one per-tensor scale per part, [n parts] */
+  ST_GDN           /* docs/spec/LAYOUTS.md §3.13: gated DeltaNet row sections (reference_qwen_next.c) */
 } style;
+
+/* The parts of a gated DeltaNet source (docs/spec/LAYOUTS.md §3.13). */
+enum { GDN_QKVZ, GDN_BA, GDN_QKV, GDN_Z, GDN_B, GDN_A, GDN_V_HEADS };
 
 typedef enum place { AT_EMBED, AT_LAYER, AT_FINAL, AT_HEAD } place;
 
@@ -73,7 +79,12 @@ typedef enum family {
   FAM_GEMMA3,
   FAM_GLM4_MOE,
   FAM_GPT_OSS,
-  FAM_LLAMA4
+  FAM_LLAMA4,
+  FAM_QWEN3_NEXT,
+  FAM_QWEN3_5, /* the ConditionalGeneration wrappers (text_config, model.language_model.) */
+  FAM_QWEN3_5_MOE,
+  FAM_QWEN3_5_TEXT, /* Qwen3_5(Moe)ForCausalLM: text-only names and config */
+  FAM_QWEN3_5_MOE_TEXT
 } family;
 
 #define MAX_SRC 3
@@ -86,6 +97,9 @@ typedef struct rtensor {
   uint32_t ndim;
   uint64_t shape[SL_MAX_DIMS];
   uint64_t nbytes;
+  uint32_t file; /* its file's index (natural order) */
+  bool literal;  /* its bytes are lit[], not the value function's (a weight_shape tensor) */
+  uint8_t lit[16];
 } rtensor;
 
 typedef struct rdef {
@@ -105,6 +119,11 @@ typedef struct rdef {
   uint64_t bn, bk;
   bool int4; /* GPTQ / AWQ linear (reference_int4.c): parts by weight name */
   char *int4_part[MAX_SRC];
+  int gdn[MAX_SRC]; /* gdn: the part (GDN_*) of each source; hq, hkv, d, dv: nk, nv, dk, dv */
+  uint64_t dv;
+  bool packed;                 /* pack-quantized / NVFP4 linear or experts (reference_packed.c) */
+  char *pk_stem[MAX_SRC];      /* a linear's parts: their names less ".weight" */
+  char *pk_pre[2], *pk_suf[2]; /* experts: part k of expert X is pk_pre[k] X pk_suf[k] */
 } rdef;
 
 struct sl_ref_model {
@@ -122,10 +141,17 @@ struct sl_ref_model {
   bool fp8;
   bool ct;          /* compressed-tensors fp8 (docs/spec/ARCHITECTURES.md §15) */
   sl_ref_int4 int4; /* GPTQ / AWQ (docs/spec/ARCHITECTURES.md §16) */
+  struct {          /* pack-quantized / NVFP4 (docs/spec/ARCHITECTURES.md §18, §19; reference_packed.c) */
+    int kind;       /* 0 none, 1 W4A16 / W8A16, 2 NVFP4 */
+    bool modelopt, symmetric, input_scales;
+    uint64_t pack, group; /* values per int32; group_size (0: per channel), NVFP4 16 */
+  } pk;
   uint64_t bn, bk;
   uint64_t nh;     /* DeepSeek: heads that TP must divide */
   const char *pre; /* prefix of every text-model name: "" or Llama-4's "language_model." */
-  sl_status st;    /* first error while building */
+  /* a tied head's names when not model.embed_tokens.weight / lm_head.weight (empty: those) */
+  char embed_v[96], embed_s[96], head_v[96];
+  sl_status st; /* first error while building */
   char msg[512];
 };
 
@@ -205,10 +231,32 @@ void ref_dense_layer(sl_ref_model *m, const cJSON *cfg, uint32_t layer);
 void ref_moe_layer(sl_ref_model *m, const cJSON *cfg, uint32_t layer);
 void ref_mla_layer(sl_ref_model *m, const cJSON *cfg, uint32_t layer);
 
+/* ---- reference_qwen_next.c ---------------------------------------------------------------- */
+
+bool ref_is_qwen_next(family f);
+/* Every definition of a Qwen3-Next / Qwen3.5 model (cfg: the text model's config). */
+void ref_qwen_next_defs(sl_ref_model *m, const cJSON *cfg);
+void ref_check_gdn(ctx *c, const rdef *d);
+void ref_build_gdn(ctx *c, const rdef *d);
+
 /* ---- reference_scales.c -------------------------------------------------------------------- */
 
 void ref_add_scales(sl_ref_model *m);
 void ref_add_ct_scales(sl_ref_model *m);
+
+/* ---- reference_packed.c -------------------------------------------------------------------- */
+
+/* quantization_config q (NULL: none in config.json, then the folder's hf_quant_config.json) when
+ * it is pack-quantized or NVFP4: true when it was (m->pk set, or a failure recorded). */
+bool ref_packed_config(sl_ref_model *m, const cJSON *q);
+/* After the tensors are read: weight_shape tensors hold their linear's [out, in]. */
+void ref_packed_literals(sl_ref_model *m);
+/* Source `tensor` of d (a weight "X.weight") stored quantized: recorded in d, true. */
+bool ref_packed_src(sl_ref_model *m, rdef *d, const char *tensor);
+/* Per-expert source prefix X suffix stored quantized: recorded in d, true. */
+bool ref_packed_expert_src(sl_ref_model *m, rdef *d, const char *prefix, const char *suffix);
+/* A quantized definition: checked only (build false) or built into the table. */
+void ref_packed_def(ctx *c, const rdef *d, bool build);
 
 /* ---- reference_check.c --------------------------------------------------------------------- */
 

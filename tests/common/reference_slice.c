@@ -373,6 +373,10 @@ void ref_int4_def(ctx *c, const rdef *d, bool build) {
 }
 
 void ref_build_def(ctx *c, const rdef *d) {
+  if (d->packed) {
+    ref_packed_def(c, d, true);
+    return;
+  }
   if (d->int4) {
     ref_int4_def(c, d, true);
     return;
@@ -426,6 +430,9 @@ void ref_build_def(ctx *c, const rdef *d) {
     break;
   case ST_PARTS:
     build_parts(c, d);
+    break;
+  case ST_GDN:
+    ref_build_gdn(c, d);
     break;
   }
 }
