@@ -33,6 +33,8 @@ static void own_record(const sl_loader *l, sl__rank_record *rec) {
   rec->nccl_comms = l->store.backend != NULL ? l->store.backend->nccl_comms : 0;
   /* Rank 0 opened every file once to build the catalog; the load's table counts the rest. */
   rec->file_opens = l->pl.prep.cat.opens + (l->pl.files != NULL ? atomic_load(&l->pl.files->opens) : 0);
+  rec->gpu_free_before_nccl = l->store.backend != NULL ? l->store.backend->free_before_comms : 0;
+  rec->gpu_free_after_nccl = l->store.backend != NULL ? l->store.backend->free_after_comms : 0;
 }
 
 /* A load from peers: the time model of its plan (plan/peers.h, the one its dry run gives) instead

@@ -135,8 +135,8 @@ static void load_header_json(const sl__load_report *r, bool job, sl__buf *b) {
       ",\"expert_placement\":\"%s\",\"eplb\":%s,\"threads\":%u,\"load_strategy\":\"%s\",\"prefault\":%s,"
       "\"two_phase_reads\":%s,\"files\":%zu,\"tensors\":%zu,\"checkpoint_bytes\":%llu,",
       sl__placement_name(r->placement), json_bool(r->eplb), r->threads, r->strategy, json_bool(r->prefault),
-      json_bool(r->two_phase),
-      s->cat->n_files, s->cat->n_tensors, (unsigned long long)s->sched->checkpoint_bytes);
+      json_bool(r->two_phase), s->cat->n_files, s->cat->n_tensors,
+      (unsigned long long)s->sched->checkpoint_bytes);
   storage_json(b, s, (uint32_t)r->world);
   sl__buf_appendf(b, ",");
   sl__buf_appendf(
@@ -191,7 +191,8 @@ void sl__report_rank_row_json(const sl__rank_record *rr, int i, sl__buf *b) {
       "\"experts_local\":%u,\"read_ops\":%llu,"
       "\"bytes_mapped\":%llu,\"peak_rss_bytes\":%llu,\"rss_anon_bytes\":%llu,\"rss_file_bytes\":%llu,"
       "\"rss_shmem_bytes\":%llu,\"transfer_seconds\":%.6f,\"broadcast_seconds\":%.6f,"
-      "\"nccl_communicators\":%u,\"file_opens\":%u}",
+      "\"nccl_communicators\":%u,\"file_opens\":%u,\"gpu_free_bytes_before_nccl\":%llu,"
+      "\"gpu_free_bytes_after_nccl\":%llu}",
       i, (unsigned long long)rr->stats.bytes_needed, (unsigned long long)rr->stats.bytes_read,
       (unsigned long long)rr->bytes_read_planned, (unsigned long long)rr->stats.bytes_covering,
       (unsigned long long)rr->stats.bytes_received, (unsigned long long)rr->stats.bytes_sent,
@@ -200,7 +201,8 @@ void sl__report_rank_row_json(const sl__rank_record *rr, int i, sl__buf *b) {
       (unsigned long long)rr->read_ops, (unsigned long long)rr->bytes_mapped,
       (unsigned long long)rr->peak_rss_bytes, (unsigned long long)rr->rss_anon,
       (unsigned long long)rr->rss_file, (unsigned long long)rr->rss_shmem, rr->transfer_seconds,
-      rr->bcast_seconds, rr->nccl_comms, rr->file_opens);
+      rr->bcast_seconds, rr->nccl_comms, rr->file_opens, (unsigned long long)rr->gpu_free_before_nccl,
+      (unsigned long long)rr->gpu_free_after_nccl);
 }
 
 /* The job's opens of checkpoint files: in all, the most by one rank (the lowest such rank), the

@@ -36,6 +36,8 @@ typedef struct sl__rank_record {
   uint32_t files_mapped, files_direct; /* files with mapped parameters; files read with O_DIRECT */
   uint32_t nccl_comms;                 /* NCCL communicators made (device cuda; 0 on the host) */
   uint32_t file_opens;                 /* open() of checkpoint files (engine/file_table.h) */
+  uint64_t gpu_free_before_nccl;       /* device memory free before they were made (0: none made) */
+  uint64_t gpu_free_after_nccl;        /* ... and once they were connected */
   double transfer_seconds;
   double read_seconds;
   double bcast_seconds;
