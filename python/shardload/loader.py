@@ -158,6 +158,13 @@ def _describe(tensor):
     raise InvalidArgumentError("bind takes a torch tensor or a numpy array, got %s" % type(tensor))
 
 
+def sources_dtype(p):
+    """The dtype of parameter p's checkpoint tensors when it is one and differs from the dtype the
+    plan holds p in (a planned conversion), else None."""
+    have = {s["tensor_dtype"] for s in p.slices}
+    return have.pop() if len(have) == 1 and p.dtype not in have else None
+
+
 def _dtype_ok(kind, have, want, raw_ok):
     if kind == "torch":
         expected = _torch_dtypes().get(want)
@@ -431,13 +438,24 @@ class Loader:
 
     def _check(self, st):
         """Raises the failure of a C call: the same class on every rank (a rank that only saw a
-        peer fail raises the class of that peer's failure, with .peer_rank set)."""
+        peer fail raises the class of that peer's failure, with .peer_rank set; over a
+        torch.distributed group, a lost worker is .peer_rank on every survivor, and .lost_ranks
+        lists every lost one)."""
         if st == 0:
             return
         cause_rank = ctypes.c_int(-1)
         cause = lib.sl_loader_error_cause(self._h, ctypes.byref(cause_rank)) if self._h else st
         e = error_for(cause if st == PEER_FAILED and cause not in (0, PEER_FAILED) else st, self._message())
         e.peer_rank = cause_rank.value if cause_rank.value >= 0 and st == PEER_FAILED else None
+        e.lost_ranks = []
+        transport = self._transport
+        if transport is not None and transport.failure is not None:
+            # A worker lost (dead, stopped): it is the cause on every survivor, whichever survivor
+            # noticed first; and no survivor's process ends before the others have learned so.
+            transport.settle()
+            if transport.lost:
+                e.lost_ranks = sorted(transport.lost)
+                e.peer_rank = e.lost_ranks[0]
         raise e
 
     def _need_open(self):
@@ -497,6 +515,12 @@ class Loader:
         cast = None
         if not _dtype_ok(kind, dtype, p.dtype, True):
             cast = _cast_dtype(kind, dtype, p.dtype) if dev == "cpu" else None
+            held_as = sources_dtype(p)
+            if cast is None and dev != "cpu" and held_as is not None and _dtype_ok(kind, dtype, held_as, False):
+                # A planned conversion (the checkpoint's BF16 held in F32, I64 in I32) is done in host
+                # memory only: a device buffer of the sources' dtype is written as they are, and the
+                # caller converts on the device (shardload.torch does).
+                cast = held_as
             if cast is None:
                 hint = ""
                 if dev != "cpu" and _cast_dtype(kind, dtype, p.dtype) is not None:
@@ -663,7 +687,10 @@ class Loader:
         return out
 
     def report(self):
-        """The JSON report as a dict: the cluster-wide figures, the same on every rank."""
+        """The JSON report as a dict (docs/REPORT.md). Every rank holds the job's figures and totals;
+        rank 0's also lists every rank and every node (``report_scope`` "job"), another rank's lists
+        only itself under ``ranks`` and no node (``report_scope`` "rank"), so that its size does not
+        grow with the job."""
         self._need_loaded()
         text = _lib.text(lib.sl_loader_report_json(self._h))
         return json.loads(text) if text else {}

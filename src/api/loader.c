@@ -274,6 +274,8 @@ static sl_status after_stage(void *ctx, sl__prep_stage stage, sl_status st, doub
         st = sl__err_set(err, SL_STATUS_NO_DEVICE,
                          "device cuda (--device cuda): no CUDA device available (%s)", why);
     }
+    if (st == SL_STATUS_OK)
+      st = sl__loader_outputs_ready(l);
     return sl__comm_agree(&l->comm, st, err, "checking the configuration");
   case SL_PREP_CATALOG:
     st = sl__loader_share_catalog(l, &l->pl, st, t0);
@@ -350,6 +352,27 @@ static sl_status table_strings(sl_loader *l) {
   return SL_STATUS_OK;
 }
 
+/* Parameters held in another dtype than their sources' (sl__mparam.held_dtype): the cast array the
+ * transfer converts with, made with the table (api/bind.c changes it for sl_loader_bind_as); none
+ * when every parameter is held as its sources are. */
+static sl_status planned_casts(sl_loader *l) {
+  size_t n = l->pl.plan.n_lparams;
+  const sl__mparam *mps = l->pl.prep.model.params;
+  bool any = false;
+  for (size_t i = 0; i < n; i++)
+    any = any || mps[l->pl.plan.lparams[i].mparam].held_dtype != mps[l->pl.plan.lparams[i].mparam].dtype;
+  if (!any)
+    return SL_STATUS_OK;
+  l->store.cast = calloc(n + 1, sizeof *l->store.cast);
+  if (l->store.cast == NULL)
+    return sl__err_set(&l->err, SL_STATUS_NOMEM, "out of memory building the parameter table");
+  for (size_t i = 0; i < n; i++) {
+    const sl__mparam *mp = &mps[l->pl.plan.lparams[i].mparam];
+    l->store.cast[i] = (sl__cast_pair){.from = mp->dtype, .to = mp->held_dtype};
+  }
+  return SL_STATUS_OK;
+}
+
 static sl_status build_table(sl_loader *l) {
   size_t n = l->pl.plan.n_lparams;
   l->store.table = calloc(n + 1, sizeof *l->store.table);
@@ -366,8 +389,8 @@ static sl_status build_table(sl_loader *l) {
     const sl__lparam *lp = &l->pl.plan.lparams[i];
     const sl__mparam *mp = &l->pl.prep.model.params[lp->mparam];
     sl_param *p = &l->store.table[i];
-    p->dtype = sl__dtype_name(mp->dtype);
-    p->dtype_bits = sl__dtype_bits(mp->dtype);
+    p->dtype = sl__dtype_name(mp->held_dtype);
+    p->dtype_bits = sl__dtype_bits(mp->held_dtype);
     memcpy(p->local_shape, lp->shape, sizeof p->local_shape);
     p->ndim = lp->ndim;
     if (mp->alias_of != SL_NONE) {
@@ -379,7 +402,8 @@ static sl_status build_table(sl_loader *l) {
     p->nbytes = lp->nbytes;
     p->device = -1;
   }
-  return table_strings(l);
+  sl_status st = planned_casts(l);
+  return st == SL_STATUS_OK ? table_strings(l) : st;
 }
 
 sl_status sl_loader_plan(sl_loader *l) {
@@ -451,14 +475,37 @@ sl_status sl_loader_bind_as(sl_loader *l, const char *name, void *data, uint64_t
   return bind(l, "sl_loader_bind_as", name, data, nbytes, true, dtype);
 }
 
+/* Parameters converted as delivered (a planned conversion, or sl_loader_bind_as) are never file
+ * mappings; nor are bound ones. skip: one flag per parameter, set for those. Converting needs host
+ * memory: with another backend an unbound planned conversion is refused here, before any byte is
+ * read (bound ones were refused by the bind). */
+static sl_status unmappable(sl_loader *l, bool *skip) {
+  for (size_t i = 0; i < l->pl.plan.n_lparams; i++) {
+    const sl__cast_pair *k = l->store.cast != NULL ? &l->store.cast[i] : NULL;
+    bool converts = k != NULL && k->from != k->to;
+    skip[i] = l->store.bound[i] || converts;
+    if (converts && !l->store.backend->host_addressable)
+      return sl__err_set(&l->err, SL_STATUS_UNSUPPORTED,
+                         "%s: the plan holds it in %s, its checkpoint tensors are %s: the loader converts in "
+                         "host memory only, not with device=%s; bind a %s buffer (sl_loader_bind_as) and "
+                         "convert it on the device",
+                         l->store.table[i].name, sl__dtype_name(k->to), sl__dtype_name(k->from),
+                         l->store.backend->ops->name, sl__dtype_name(k->from));
+  }
+  return SL_STATUS_OK;
+}
+
 static sl_status allocate(sl_loader *l) {
-  sl_status st = SL_STATUS_OK;
+  bool *skip = calloc(l->pl.plan.n_lparams + 1, sizeof *skip);
+  sl_status st = skip != NULL ? unmappable(l, skip) : sl__err_set(&l->err, SL_STATUS_NOMEM, "out of memory");
   /* Files still downloading (docs/spec/HUB.md §13) cannot be mapped yet, nor objects of a store
    * (docs/spec/S3.md): such a load copies. */
-  if (sl__strategy_maps(l->pl.opts.strategy, l->store.backend->host_addressable, l->pl.opts.prefault) &&
+  if (st == SL_STATUS_OK &&
+      sl__strategy_maps(l->pl.opts.strategy, l->store.backend->host_addressable, l->pl.opts.prefault) &&
       !l->pl.prep.cat.arriving && !sl__catalog_remote(&l->pl.prep.cat) && !l->peers)
-    st = sl__filemap_params(&l->pl.prep.cat, &l->pl.sched, &l->pl.plan, l->store.bound, l->pl.opts.strategy,
-                            l->pl.stamps, l->store.param_ptr, l->store.mapped, &l->store.maps, &l->err);
+    st = sl__filemap_params(&l->pl.prep.cat, &l->pl.sched, &l->pl.plan, skip, l->pl.opts.strategy,
+                            l->pl.files, l->store.param_ptr, l->store.mapped, &l->store.maps, &l->err);
+  free(skip);
   /* One block for all of them where the backend offers it (device memory). */
   uint64_t total = 0;
   for (size_t i = 0; i < l->pl.plan.n_lparams && st == SL_STATUS_OK; i++)
@@ -564,11 +611,13 @@ sl_status sl__loader_transfer(sl_loader *l, bool reload) {
                      .copy_done = l->copy_done,
                      .copy_started = reload ? l->copy_started : NULL,
                      .vis = sl__pipeline_vis(&l->pl),
-                     .stamps = l->pl.stamps};
+                     .files = l->pl.files};
   st = st == SL_STATUS_OK ? sl__prepare_gate(&l->pl.prep, &l->comm, &tr.gate, &l->err) : st;
   st = st == SL_STATUS_OK ? sl__transfer_run(&tr, &l->tstats, &l->err) : st;
   st = sl__prepare_download_wait(&l->pl.prep, &l->comm, st, &l->err);
   st = sl__transfer_finish(&l->comm, l->store.backend, st, &l->err);
+  if (l->pl.files != NULL) /* every byte is read: the descriptors of the load go (its count stays) */
+    sl__file_table_close(l->pl.files);
   l->t_transfer = sl__now() - t0;
   return st;
 }
@@ -594,6 +643,23 @@ sl_status sl__loader_track(sl_loader *l) {
   st = sl__comm_agree(&l->comm, st, &l->err, "tracking weights");
   l->t_track = sl__now() - t0;
   return st;
+}
+
+/* The report could not be written after a successful load: the copy is saved all the same (the
+ * load it copies is sound), and the report's error, which the load returns, says what became of it. */
+static sl_status save_after_report_failure(sl_loader *l, sl_status report_st) {
+  sl__err report_err;
+  sl__err_clear(&report_err);
+  sl__err_copy(&report_err, &l->err);
+  sl_status st = sl_loader_save_sharded(l, l->pl.opts.save_dir);
+  char save_msg[SL_ERR_MSG_MAX];
+  snprintf(save_msg, sizeof save_msg, "%s", st == SL_STATUS_OK ? "" : l->err.msg);
+  sl__err_clear(&l->err);
+  if (st == SL_STATUS_OK)
+    return sl__err_set(&l->err, report_st, "%s (the load succeeded; its sharded copy is saved in %s)",
+                       report_err.msg, l->pl.opts.save_dir);
+  return sl__err_set(&l->err, report_st, "%s (the load succeeded; its sharded copy failed too: %s)",
+                     report_err.msg, save_msg);
 }
 
 /* Every wait below is bounded by the watchdog (timeout_s, engine/watchdog.c): past it a rank names
@@ -631,11 +697,11 @@ static sl_status load_phases(sl_loader *l) {
     return sl__loader_fail(l, st);
   /* Report file and pre-sharded copy, when configured (their failure leaves the load usable). */
   st = sl__loader_report_file(l);
-  if (st != SL_STATUS_OK)
+  if (l->pl.opts.save_dir == NULL)
     return st;
-  if (l->pl.opts.save_dir != NULL)
+  if (st == SL_STATUS_OK)
     return sl_loader_save_sharded(l, l->pl.opts.save_dir);
-  return SL_STATUS_OK;
+  return save_after_report_failure(l, st);
 }
 
 sl_status sl_loader_load(sl_loader *l) {
@@ -689,7 +755,8 @@ sl_status sl_loader_save_sharded(sl_loader *l, const char *dir) {
                       .n = n,
                       .max_part = l->pl.opts.save_max_part,
                       .overwrite = l->pl.opts.overwrite,
-                      .backend = l->store.backend};
+                      .backend = l->store.backend,
+                      .layout = {.tp = l->pl.layout.tp, .pp = l->pl.layout.pp, .dp = l->pl.layout.dp}};
   sl__device_scope scope; /* device parameters are copied back to the host */
   sl__device_scope_enter(&scope, st == SL_STATUS_OK && l->store.backend->device >= 0);
   if (st == SL_STATUS_OK)

@@ -68,6 +68,7 @@ static inline void sl__loader_view_of(sl_loader *l, sl__loader_view *out) {
                            .loaded = l->state == STATE_LOADED,
                            .plan = &l->pl.plan,
                            .cat = &l->pl.prep.cat,
+                           .model = &l->pl.prep.model,
                            .cuda = l->pl.opts.device == SL_DEVICE_CUDA};
 }
 
@@ -107,5 +108,7 @@ sl_status sl__loader_find_storage(sl_loader *l, sl__pipeline *pl);
 sl_status sl__loader_twophase_choose(sl_loader *l, sl__pipeline *pl);
 /* Rank 0 writes the report file, when configured (COLLECTIVE). */
 sl_status sl__loader_report_file(sl_loader *l);
+/* Rank 0, at creation: the output paths made ready or refused (output/paths.h); not agreed. */
+sl_status sl__loader_outputs_ready(sl_loader *l);
 
 #endif

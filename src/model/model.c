@@ -115,8 +115,9 @@ sl_status sl__model_build(const sl__spec *spec, const sl__catalog *cat, sl__layo
     st = sl__err_set(err, SL_STATUS_MODEL_CONFIG, "config.json: %llu layers is out of range (1 .. 1000000)",
                      (unsigned long long)layers);
   m->n_layers = (uint32_t)layers;
-  static const sl__place order[] = {SL_PLACE_EMBED, SL_PLACE_LAYER, SL_PLACE_FINAL, SL_PLACE_HEAD};
-  for (size_t o = 0; o < 4 && st == SL_STATUS_OK; o++) {
+  static const sl__place order[] = {SL_PLACE_EMBED, SL_PLACE_ALL, SL_PLACE_LAYER, SL_PLACE_FINAL,
+                                    SL_PLACE_HEAD};
+  for (size_t o = 0; o < sizeof order / sizeof order[0] && st == SL_STATUS_OK; o++) {
     uint32_t n_iter = order[o] == SL_PLACE_LAYER ? m->n_layers : 1;
     for (uint32_t layer = 0; layer < n_iter && st == SL_STATUS_OK; layer++) {
       sl__model_env_enter_layer(&b.e, order[o] == SL_PLACE_LAYER ? (int64_t)layer : -1);
@@ -133,6 +134,8 @@ sl_status sl__model_build(const sl__spec *spec, const sl__catalog *cat, sl__layo
   }
   if (st == SL_STATUS_OK && layout == SL_LAYOUT_CHECKPOINT)
     st = sl__model_to_checkpoint_layout(&b);
+  if (st == SL_STATUS_OK)
+    st = sl__model_held_dtypes(&b);
   m->params = b.params.data;
   m->n_params = b.params.len;
   if (st == SL_STATUS_OK)

@@ -61,6 +61,12 @@ foreach(n 1 2)
     SKIP_RETURN_CODE 77 FIXTURES_REQUIRED vllm_models ENVIRONMENT "${SL_VLLM_ENV}")
 endforeach()
 
+# The 2026 families (labels vllm;frontier): DeepSeek-V3.2, GLM-5 and their MTP draft; MiniMax-M2;
+# DeepSeek-V4.
+include(${CMAKE_CURRENT_LIST_DIR}/frontier_dsa.cmake)
+include(${CMAKE_CURRENT_LIST_DIR}/frontier_minimax.cmake)
+include(${CMAKE_CURRENT_LIST_DIR}/frontier_dsv4.cmake)
+
 # Weight sync into a running engine through shardload.vllm.RefitWorkerExtension (labels vllm, refit):
 # 2 workers of the stand-in's mp executor and 2 trainer processes over a sync group; versions, a
 # repeat, a refusal, each version against the stand-in's default load of that version's weights.
