@@ -11,7 +11,9 @@
 #include "base/log.h"
 #include "engine/nodes.h"
 #include "engine/refit_transfer.h"
+#include "format/dtype.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -485,6 +487,28 @@ static sl_status make_backend(run *r) {
                                  s->err);
 }
 
+/* A trainer's blocks are memory its backend can read (device memory of its GPU for device cuda:
+ * NCCL would read host memory or another GPU's wrongly or fault), each checked before any byte
+ * moves, as a loader's bound buffers are. */
+static sl_status check_blocks(run *r) {
+  sl__refit_side *s = r->s;
+  sl__backend *b = r->backend;
+  for (size_t i = 0; s->trainer && b->ops->check_bound != NULL && i < s->blocks->n; i++) {
+    const sl__refit_block *k = &s->blocks->b[i];
+    uint64_t n = sl__dtype_bits(k->dtype);
+    for (uint32_t d = 0; d < k->ndim && n > 0; d++)
+      if (sl__mul_overflow(n, k->extent[d], &n))
+        return sl__err_set(s->err, SL_STATUS_INVALID_ARGUMENT, "publish: the block of %s is too large",
+                           k->name);
+    char what[256];
+    snprintf(what, sizeof what, "the published block of %s (sl_publisher_add)", k->name);
+    sl_status st = b->ops->check_bound(b, what, s->block_ptr[i], (n + 7) / 8, s->err);
+    if (st != SL_STATUS_OK)
+      return st;
+  }
+  return SL_STATUS_OK;
+}
+
 static sl_status transfer_phase(run *r) {
   sl__refit_side *s = r->s;
   r->garr = calloc(r->moved.n_groups + 1, sizeof *r->garr);
@@ -498,6 +522,8 @@ static sl_status transfer_phase(run *r) {
   st = sl__comm_agree(&r->c, st, s->err, "creating the refit's pair groups");
   if (st == SL_STATUS_OK)
     st = make_backend(r);
+  if (st == SL_STATUS_OK)
+    st = check_blocks(r);
   st = sl__comm_agree(&r->c, st, s->err, "creating the refit's transfer");
   if (st != SL_STATUS_OK)
     return st;

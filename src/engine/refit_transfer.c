@@ -174,8 +174,9 @@ sl_status sl__refit_transfer_run(const sl__refit_xfer *x, sl__transfer_stats *st
   }
   if (st == SL_STATUS_OK && !aborted)
     st = b->ops->sync(b, err); /* the last scattering copies have landed */
-  /* A broadcast an abort left unfinished may still write into its buffer: that one is never freed. */
-  if (buf != NULL && !aborted)
+  /* A broadcast an abort left unfinished may still write into its buffer: that one is never freed,
+   * unless the backend's abort ended the broadcast (NCCL's). */
+  if (buf != NULL && (!aborted || b->abort_stops_bcast))
     b->ops->release(b, buf);
   if (st != SL_STATUS_OK)
     sl__comm_abort_raise(x->comm);

@@ -10,7 +10,8 @@
  *   layouts    llama 1 trainer -> tp 2 (3 ranks); mixtral 2 trainers (columns) -> tp 1 dp 2 with
  *              expert parallelism, deepseek_v3 (MLA) 2 trainers (rows) -> tp 2 with EP (4 ranks)
  *   refused    a trainer publishing F32 from device memory for the BF16 checkpoint (the library
- *              converts in host memory only): every rank fails naming the tensor, before any byte
+ *              converts in host memory only), and blocks in host memory on a cuda publisher (the
+ *              backend's placement check): every rank fails naming the tensor, before any byte
  *              moves, the receivers unchanged; receivers on device cpu with trainers on cuda
  *   NCCL       on the stand-in: the pairs' communicators made for a refit and all released; a
  *              peer's NCCL connection failing (MOCK_NCCL_CONNECT_FAIL) fails every rank, the
@@ -62,6 +63,21 @@ static void release(void *p) {
 }
 
 static rf_device gpu;
+static const rf_device *blocks_on = &gpu; /* where step() puts the trainers' blocks */
+
+/* Host memory posing as a trainer's device blocks (refused by the placement check). */
+static void *to_host(const void *host, size_t n) {
+  void *p = malloc(n + 1);
+  if (p != NULL)
+    memcpy(p, host, n);
+  return p;
+}
+
+static void host_release(void *p) {
+  free(p);
+}
+
+static rf_device host_blocks;
 
 static bool fetch(const sl_param *p, uint8_t *host) {
   return cudaMemcpy(host, p->data, (size_t)p->nbytes, cudaMemcpyDeviceToHost) == cudaSuccess;
@@ -114,7 +130,7 @@ static sl_status step(const gcase *c, const char *label, rf_trainer *t, sl_loade
   sl_status st;
   const char *report;
   if (l == NULL) {
-    rf_trainer_make_on(t, &gpu, c->fixture, c->cut, rank % c->trainers, c->trainers, v, rounded);
+    rf_trainer_make_on(t, blocks_on, c->fixture, c->cut, rank % c->trainers, c->trainers, v, rounded);
     st = sl_publish(t->pub, MPI_COMM_WORLD, v);
     report = sl_publisher_report_json(t->pub);
   } else {
@@ -164,6 +180,15 @@ static void run_case(const gcase *c) {
   sl_status st = step(c, label, &t, l, side, 4, false, true);
   const char *msg = l != NULL ? sl_loader_error(l) : sl_publisher_error(t.pub);
   CHECKF(st != SL_STATUS_OK && strstr(msg, "convert it on the GPU") != NULL, "%s: %s", label, msg);
+  CHECKF(l == NULL || checksum(l) == sum, "%s: the receiver changed", label);
+  /* blocks in host memory on a cuda publisher: refused before any byte moves, naming the tensor */
+  snprintf(label, sizeof label, "%s: blocks in host memory, rank %d", c->fixture, rank);
+  blocks_on = &host_blocks;
+  st = step(c, label, &t, l, side, 4, false, false);
+  blocks_on = &gpu;
+  msg = l != NULL ? sl_loader_error(l) : sl_publisher_error(t.pub);
+  CHECKF(st != SL_STATUS_OK && (l != NULL || strstr(msg, "published block of ") != NULL), "%s: %s", label,
+         msg);
   CHECKF(l == NULL || checksum(l) == sum, "%s: the receiver changed", label);
 #ifdef SL_TEST_CUDA_MOCK
   /* a peer's NCCL connection fails: every rank fails, the receivers stay loaded, a retry works */
@@ -236,6 +261,7 @@ int main(int argc, char **argv) {
   }
   CHECK(cudaSetDevice(local_rank) == cudaSuccess); /* the caller's device, kept by every call */
   gpu = (rf_device){.device = local_rank, .copy = to_device, .release = release};
+  host_blocks = (rf_device){.device = local_rank, .copy = to_host, .release = host_release};
   for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
     run_case(&cases[k]);
   mixed();
