@@ -158,8 +158,14 @@ static sl_status add_source(sl__model_builder *b, sl__mparam *p, const sl__spec_
       return st;
     }
   }
-  if (ss->rotary_heads != NULL && b->m->mistral_format) {
-    sl_status st = sl__expr_eval_u64(ss->rotary_heads, sl__model_lookup, &b->e, &out->rotary_heads, b->err);
+  /* Mistral's consolidated rows are undone in both layouts (they become the Hugging Face order);
+   * vLLM's own permutation (Llama-4) only in the vllm layout: the checkpoint layout keeps the
+   * stored order (docs/spec/ARCHITECTURES.md §3, §13). */
+  const sl__expr *rot = ss->rotary_heads != NULL && b->m->mistral_format ? ss->rotary_heads
+                        : b->m->layout == SL_LAYOUT_VLLM                 ? ss->vllm_rotary_heads
+                                                                         : NULL;
+  if (rot != NULL) {
+    sl_status st = sl__expr_eval_u64(rot, sl__model_lookup, &b->e, &out->rotary_heads, b->err);
     if (st != SL_STATUS_OK)
       return st;
   }

@@ -215,7 +215,7 @@ static sl_status named_exprs(ctx *c, const cJSON *obj, const char *where, sl__na
 }
 
 static sl_status parse_source(ctx *c, const cJSON *obj, const char *where, sl__spec_source *s) {
-  static const char *const keys[] = {"tensor", "part", "shape", "rotary_heads", NULL};
+  static const char *const keys[] = {"tensor", "part", "shape", "rotary_heads", "vllm_rotary_heads", NULL};
   if (!cJSON_IsObject(obj))
     return spec_error(c, where, "a source must be an object");
   sl_status st = check_keys(c, obj, where, keys);
@@ -243,7 +243,8 @@ static sl_status parse_source(ctx *c, const cJSON *obj, const char *where, sl__s
     if (st != SL_STATUS_OK)
       return st;
   }
-  return opt_expr(c, obj, "rotary_heads", where, NULL, &s->rotary_heads);
+  st = opt_expr(c, obj, "rotary_heads", where, NULL, &s->rotary_heads);
+  return st == SL_STATUS_OK ? opt_expr(c, obj, "vllm_rotary_heads", where, NULL, &s->vllm_rotary_heads) : st;
 }
 
 static bool style_parse(const char *s, sl__style *out) {
@@ -667,6 +668,7 @@ void sl__spec_free(sl__spec *s) {
       for (size_t k = 0; k < p->sources[j].ndim; k++)
         sl__expr_free(p->sources[j].shape[k]);
       sl__expr_free(p->sources[j].rotary_heads);
+      sl__expr_free(p->sources[j].vllm_rotary_heads);
     }
     free(p->sources);
   }

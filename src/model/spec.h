@@ -12,7 +12,8 @@
  *     "rename": {"format": "mistral", "map": [[FROM, TO], ...]},
  *     "params": [ { "name": TEMPLATE, "place": embed|layer|final|head, "when": EXPR,
  *                   "style": ..., style arguments, "transpose": BOOL, "sources": [ {"tensor": TEMPLATE,
- *                   "part": ..., "shape": [EXPR, ...], "rotary_heads": EXPR} ] } ] }
+ *                   "part": ..., "shape": [EXPR, ...], "rotary_heads": EXPR,
+ *                   "vllm_rotary_heads": EXPR} ] } ] }
  */
 #ifndef SL_SPEC_H
 #define SL_SPEC_H
@@ -76,6 +77,7 @@ typedef struct sl__spec_source {
   size_t ndim;
   sl__expr *shape[SL_SPEC_MAX_DIMS];
   sl__expr *rotary_heads; /* Mistral format: heads whose rows are permuted, or NULL */
+  sl__expr *vllm_rotary_heads; /* layout vllm: heads whose rows vLLM's loader permutes (Llama-4) */
 } sl__spec_source;
 
 typedef struct sl__spec_param {

@@ -98,7 +98,8 @@ typedef struct rdef {
   int wsrc[MAX_SRC]; /* weights whose slice boundaries apply (== src unless scale) */
   int *esrc[2];      /* per-expert styles: tensor of expert x for part k */
   int *ewsrc[2];
-  bool perm[MAX_SRC];  /* Mistral rotary row permutation (docs/spec/ARCHITECTURES.md §3) */
+  bool perm[MAX_SRC];  /* rotary row permutation within heads (docs/spec/ARCHITECTURES.md §3, §13) */
+  bool perm_vllm_only; /* vLLM's own permutation (Llama-4): the checkpoint layout keeps the rows */
   uint64_t hq, hkv, d; /* qkv */
   uint64_t vocab;      /* vocab: V */
   bool scale;          /* fp8 scale companion (docs/spec/ARCHITECTURES.md §6): boundaries in blocks */

@@ -66,7 +66,14 @@ static void gpt_oss_layer(sl_ref_model *m, uint32_t layer) {
  * every interleave_moe_layer_step layers, fused and stored transposed against vLLM's w13_weight /
  * w2_weight, plus a shared expert; a dense feed_forward on the other layers. cfg is text_config. */
 static void llama4_layer(sl_ref_model *m, const cJSON *cfg, uint32_t layer) {
-  ref_llama_attention(m, layer, false, false, false);
+  ref_layer_one(m, ST_REPLICATED, layer, "input_layernorm.weight");
+  /* vLLM's Llama4ForCausalLM.load_weights permutes q and k rows within each head for its rotary
+   * (docs/spec/ARCHITECTURES.md §13): in the vllm layout only. */
+  if (!ref_qkv_def(m, layer, "self_attn", "self_attn", 1, true))
+    return;
+  m->defs[m->n_defs - 1].perm_vllm_only = true;
+  ref_layer_one(m, ST_ROW, layer, "self_attn.o_proj.weight");
+  ref_layer_one(m, ST_REPLICATED, layer, "post_attention_layernorm.weight");
   uint64_t step = ref_cfg_num_or(cfg, "interleave_moe_layer_step", 1);
   if (m->E == 0 || step == 0 || (layer + 1) % step != 0) {
     ref_gated_mlp(m, layer, "feed_forward");
