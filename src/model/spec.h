@@ -76,7 +76,7 @@ typedef struct sl__spec_source {
   char *part;   /* "q", "k", "v", "w1", "w3", "w13" or NULL (merged/concat: order) */
   size_t ndim;
   sl__expr *shape[SL_SPEC_MAX_DIMS];
-  sl__expr *rotary_heads; /* Mistral format: heads whose rows are permuted, or NULL */
+  sl__expr *rotary_heads;      /* Mistral format: heads whose rows are permuted, or NULL */
   sl__expr *vllm_rotary_heads; /* layout vllm: heads whose rows vLLM's loader permutes (Llama-4) */
 } sl__spec_source;
 

@@ -18,6 +18,11 @@
  *                       down_proj entries. Layout checkpoint: gate_up_proj [4, 64, 32] row h is
  *                       gate columns [16r, +16) then up columns 32 + [16r, +16) of source row h;
  *                       down_proj [4, 16, 64] is source rows [16r, +16) of each expert.
+ *   golden_rotary       docs/spec/ARCHITECTURES.md §13 through the loader, at tp 2 (Hq 8, Hkv 2,
+ *                       d 8): layout vllm, rank r's qkv_proj row h*8 + j*4 + i of local q head h
+ *                       is q_proj row (4r + h)*8 + 2i + j, its k row 32 + j*4 + i is k_proj row
+ *                       r*8 + 2i + j, v rows unpermuted; layout checkpoint: q_proj and k_proj rows
+ *                       as stored.
  */
 #include "check.h"
 #include "load_check.h"
@@ -151,11 +156,67 @@ static void golden_experts(void) {
   }
 }
 
+/* Local row `local` of a held tensor against row `row` of source `src` (rows of 64 F32). */
+static bool same_row(const char *src, uint64_t row, const uint8_t *data, uint64_t local) {
+  return sl_value_mismatch(src, row * 256, data + local * 256, 256) == 256;
+}
+
+static void golden_rotary(void) {
+  if (lc_world() != 2)
+    return;
+  const char *pre = "language_model.model.layers.2.self_attn.";
+  char q[160];
+  char k[160];
+  char v[160];
+  snprintf(q, sizeof q, "%sq_proj.weight", pre);
+  snprintf(k, sizeof k, "%sk_proj.weight", pre);
+  snprintf(v, sizeof v, "%sv_proj.weight", pre);
+  uint64_t r = (uint64_t)lc_rank();
+  for (int ckpt = 0; ckpt < 2; ckpt++) {
+    lc_case c = {.fixture = "llama4_text", .tp = 2, .pp = 1, .dp = 1, .checkpoint = ckpt == 1};
+    lc_result res;
+    lc_run(&c, &res);
+    if (res.status != SL_STATUS_OK) {
+      lc_result_free(&res);
+      continue;
+    }
+    if (ckpt) {
+      const sl_param *pq = sl_loader_find(res.loader, q);
+      const sl_param *pk = sl_loader_find(res.loader, k);
+      CHECK(pq != NULL && pk != NULL);
+      for (uint64_t i = 0; pq != NULL && pk != NULL && i < 32; i++) {
+        CHECKF(same_row(q, 32 * r + i, pq->data, i), "checkpoint q_proj row %llu", (unsigned long long)i);
+        CHECKF(i >= 8 || same_row(k, 8 * r + i, pk->data, i), "checkpoint k_proj row %llu",
+               (unsigned long long)i);
+      }
+      lc_result_free(&res);
+      continue;
+    }
+    char n[160];
+    snprintf(n, sizeof n, "%sqkv_proj.weight", pre);
+    const sl_param *p = sl_loader_find(res.loader, n);
+    CHECKF(p != NULL, "%s", n);
+    for (uint64_t h = 0; p != NULL && h < 4; h++)
+      for (uint64_t j = 0; j < 2; j++)
+        for (uint64_t i = 0; i < 4; i++) {
+          CHECKF(same_row(q, (4 * r + h) * 8 + 2 * i + j, p->data, h * 8 + j * 4 + i),
+                 "qkv_proj q head %llu row %llu", (unsigned long long)h, (unsigned long long)(j * 4 + i));
+          if (h == 0)
+            CHECKF(same_row(k, r * 8 + 2 * i + j, p->data, 32 + j * 4 + i), "qkv_proj k row %llu",
+                   (unsigned long long)(j * 4 + i));
+        }
+    for (uint64_t i = 0; p != NULL && i < 8; i++)
+      CHECKF(same_row(v, r * 8 + i, p->data, 40 + i), "qkv_proj v row %llu", (unsigned long long)i);
+    lc_result_free(&res);
+  }
+}
+
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
   sl_test_rank = lc_rank();
   lc_quiet_logs();
   golden_experts();
+  golden_rotary();
   test_vision();
   test_text_layouts();
   lc_models_close();
