@@ -87,6 +87,7 @@ static sl_status global_shape(sl__model_builder *b, sl__mparam *p) {
     return SL_STATUS_OK;
   case SL_STYLE_MOE3D_W13_TRANSPOSED: /* [E, H, 2*Im] and [E, Im, H]: the checkpoint's orientation, */
   case SL_STYLE_MOE3D_W2_TRANSPOSED:  /* or vLLM's [E, 2*Im, H] and [E, H, Im] when transposed */
+  case SL_STYLE_MOE3D_W13_INTERLEAVED_TRANSPOSED:
     if (s0->ndim != 3)
       return sl__err_set(b->err, SL_STATUS_ARCH,
                          "spec %s: fused expert tensor %s must be 3-D, has %u dimensions", b->e.spec->path,

@@ -73,7 +73,7 @@ static const char *const style_names[SL_STYLE_COUNT] = {
     "moe3d_w2",
     /* family styles (plan/slicing_families.c) */
     "qkv_fused", "merged_fused", "moe3d_w13_interleaved", "moe3d_w2_blocked", "moe_w2_bias",
-    "moe3d_w13_transposed", "moe3d_w2_transposed",
+    "moe3d_w13_transposed", "moe3d_w2_transposed", "moe3d_w13_interleaved_transposed",
     /* quantization companions (plan/slicing_quant.c) */
     "quant_parts", "int4"};
 
@@ -274,6 +274,7 @@ static sl_status check_parts(ctx *c, const sl__spec_param *p, const char *where)
   case SL_STYLE_MOE_W2_BIAS:
   case SL_STYLE_MOE3D_W13_TRANSPOSED:
   case SL_STYLE_MOE3D_W2_TRANSPOSED:
+  case SL_STYLE_MOE3D_W13_INTERLEAVED_TRANSPOSED:
     if (n != 1)
       err = "this style takes exactly one source";
     break;
@@ -342,10 +343,12 @@ static sl_status parse_transpose(ctx *c, const cJSON *obj, const char *where, sl
   if (!cJSON_IsBool(t))
     return spec_error(c, where, "'transpose' must be true or false");
   p->transpose = cJSON_IsTrue(t);
-  if (p->transpose && p->style != SL_STYLE_MOE3D_W13_TRANSPOSED && p->style != SL_STYLE_MOE3D_W2_TRANSPOSED) {
+  if (p->transpose && p->style != SL_STYLE_MOE3D_W13_TRANSPOSED && p->style != SL_STYLE_MOE3D_W2_TRANSPOSED &&
+      p->style != SL_STYLE_MOE3D_W13_INTERLEAVED_TRANSPOSED) {
     char msg[256];
     snprintf(msg, sizeof msg,
-             "'transpose' is only supported with styles moe3d_w13_transposed and moe3d_w2_transposed, not %s",
+             "'transpose' is only supported with styles moe3d_w13_transposed, moe3d_w2_transposed and "
+             "moe3d_w13_interleaved_transposed, not %s",
              sl__style_name(p->style));
     return spec_error(c, where, msg);
   }

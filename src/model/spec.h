@@ -50,15 +50,16 @@ typedef enum sl__style {
   SL_STYLE_MOE_W2,
   SL_STYLE_MOE3D_W13,
   SL_STYLE_MOE3D_W2,
-  SL_STYLE_QKV_FUSED,             /* q, k, v rows of one fused checkpoint tensor */
-  SL_STYLE_MERGED_FUSED,          /* gate, up halves of one fused checkpoint tensor */
-  SL_STYLE_MOE3D_W13_INTERLEAVED, /* [E, 2*Im, ...] with gate/up rows interleaved (kept so) */
-  SL_STYLE_MOE3D_W2_BLOCKED,      /* [E, H, Im/b, ...]: dim 2 split over the MoE ranks */
-  SL_STYLE_MOE_W2_BIAS,           /* [E, H] down bias: MoE tensor-parallel rank 0 only */
-  SL_STYLE_MOE3D_W13_TRANSPOSED,  /* [E, H, 2*Im] → [El, H, 2*Ip] (orientation kept) */
-  SL_STYLE_MOE3D_W2_TRANSPOSED,   /* [E, Im, H] → [El, Ip, H] (orientation kept) */
-  SL_STYLE_QUANT_PARTS,           /* per-tensor scales of the parts of a fused weight: [n parts] */
-  SL_STYLE_INT4,                  /* GPTQ / AWQ packed tensors of a linear (derived, never in a spec) */
+  SL_STYLE_QKV_FUSED,                        /* q, k, v rows of one fused checkpoint tensor */
+  SL_STYLE_MERGED_FUSED,                     /* gate, up halves of one fused checkpoint tensor */
+  SL_STYLE_MOE3D_W13_INTERLEAVED,            /* [E, 2*Im, ...] with gate/up rows interleaved (kept so) */
+  SL_STYLE_MOE3D_W2_BLOCKED,                 /* [E, H, Im/b, ...]: dim 2 split over the MoE ranks */
+  SL_STYLE_MOE_W2_BIAS,                      /* [E, H] down bias: MoE tensor-parallel rank 0 only */
+  SL_STYLE_MOE3D_W13_TRANSPOSED,             /* [E, H, 2*Im] → [El, H, 2*Ip] (orientation kept) */
+  SL_STYLE_MOE3D_W2_TRANSPOSED,              /* [E, Im, H] → [El, Ip, H] (orientation kept) */
+  SL_STYLE_MOE3D_W13_INTERLEAVED_TRANSPOSED, /* [E, H, 2*Im] gate/up columns alternating → [El, H, 2*Ip] */
+  SL_STYLE_QUANT_PARTS,                      /* per-tensor scales of the parts of a fused weight: [n parts] */
+  SL_STYLE_INT4, /* GPTQ / AWQ packed tensors of a linear (derived, never in a spec) */
   SL_STYLE_COUNT
 } sl__style;
 

@@ -120,6 +120,9 @@ void ref_check_def(ctx *c, const rdef *d) {
   case ST_DOWN_T:
     check_dim(c, d, 1, "Im rows", c->Mt, false);
     break;
+  case ST_GATE_UP_IL_T:
+    check_dim(c, d, 2, "2*Im interleaved gate/up columns", c->Mt, true);
+    break;
   case ST_REPLICATED:
   case ST_CONCAT:
   case ST_MOE_W2BIAS:

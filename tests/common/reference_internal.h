@@ -15,6 +15,7 @@
  *   reference_check.c    the divisibility rules of docs/spec/LAYOUTS.md §3, per definition
  *   reference_slice.c    table entries and segments; the dense slicing styles; one definition's entries
  *   reference_experts.c  expert placement (docs/spec/EXPERTS.md §2) and the expert slicing styles
+ *   reference_gpt_oss.c  GPT-OSS's unquantized gate/up experts (docs/spec/LAYOUTS.md §3.13)
  *   reference_int4.c     GPTQ / AWQ int4 linears
  *   reference.c          a rank's table (docs/spec/LAYOUTS.md §1–§2) and its queries
  *   reference_cluster.c  cluster figures from the tables of every rank
@@ -55,6 +56,7 @@ typedef enum style {
   ST_MOE_W2BIAS,   /* [E, H]: MoE tensor-parallel rank 0 only */
   ST_GATE_UP_T,    /* Llama-4 [E, H, 2*Im]: gate and up column ranges; vllm: w13 [El, 2*Ip, H] */
   ST_DOWN_T,       /* Llama-4 [E, Im, H]: a row range per expert; vllm: w2 [El, H, Ip] */
+  ST_GATE_UP_IL_T, /* GPT-OSS BF16 [E, H, 2*Im] gate/up columns alternating; vllm: w13 [El, 2*Ip, H] */
   ST_PARTS         /* docs/spec/LAYOUTS.md §3.11: one per-tensor scale per part, [n parts] */
 } style;
 
@@ -251,5 +253,9 @@ void ref_build_moe_w2(ctx *c, const rdef *d);
 void ref_build_moe3d(ctx *c, const rdef *d);
 void ref_build_gpt_oss_experts(ctx *c, const rdef *d);
 void ref_build_llama4_experts(ctx *c, const rdef *d);
+
+/* ---- reference_gpt_oss.c ------------------------------------------------------------------ */
+
+void ref_build_gpt_oss_bf16_w13(ctx *c, const rdef *d);
 
 #endif

@@ -6,6 +6,8 @@
  */
 #include "reference_internal.h"
 
+#include <string.h>
+
 /* docs/spec/ARCHITECTURES.md §4: experts every decoder_sparse_step layers except mlp_only_layers;
  * Qwen2-MoE adds a shared expert with its gate. */
 static void qwen_moe_layer(sl_ref_model *m, const cJSON *cfg, uint32_t layer) {
@@ -43,8 +45,12 @@ static void glm4_moe_layer(sl_ref_model *m, const cJSON *cfg, uint32_t layer) {
     ref_gated_mlp(m, layer, "mlp.shared_experts");
 }
 
-/* docs/spec/ARCHITECTURES.md §12: vLLM's attention is "attn", fed by "self_attn" tensors. */
-static void gpt_oss_layer(sl_ref_model *m, uint32_t layer) {
+/* docs/spec/ARCHITECTURES.md §12: vLLM's attention is "attn", fed by "self_attn" tensors; MXFP4
+ * experts (quantization_config mxfp4) or unquantized ones stored [E, H, 2*Im] / [E, Im, H]. */
+static void gpt_oss_layer(sl_ref_model *m, const cJSON *cfg, uint32_t layer) {
+  const cJSON *q = cJSON_GetObjectItemCaseSensitive(cfg, "quantization_config");
+  const cJSON *qm = cJSON_GetObjectItemCaseSensitive(q, "quant_method");
+  bool mxfp4 = cJSON_IsString(qm) && strcmp(qm->valuestring, "mxfp4") == 0;
   ref_layer_one(m, ST_REPLICATED, layer, "input_layernorm.weight");
   if (!ref_qkv_def(m, layer, "attn", "self_attn", 2, false))
     return;
@@ -54,6 +60,13 @@ static void gpt_oss_layer(sl_ref_model *m, uint32_t layer) {
   ref_layer_one(m, ST_REPLICATED, layer, "post_attention_layernorm.weight");
   ref_layer_one(m, ST_REPLICATED, layer, "mlp.router.weight");
   ref_layer_one(m, ST_REPLICATED, layer, "mlp.router.bias");
+  if (!mxfp4) {
+    ref_layer_renamed(m, ST_GATE_UP_IL_T, layer, "mlp.experts.w13_weight", "mlp.experts.gate_up_proj");
+    ref_layer_renamed(m, ST_MOE3D_IL, layer, "mlp.experts.w13_bias", "mlp.experts.gate_up_proj_bias");
+    ref_layer_renamed(m, ST_DOWN_T, layer, "mlp.experts.w2_weight", "mlp.experts.down_proj");
+    ref_layer_renamed(m, ST_MOE_W2BIAS, layer, "mlp.experts.w2_bias", "mlp.experts.down_proj_bias");
+    return;
+  }
   ref_layer_renamed(m, ST_MOE3D_IL, layer, "mlp.experts.w13_weight", "mlp.experts.gate_up_proj_blocks");
   ref_layer_renamed(m, ST_MOE3D_IL, layer, "mlp.experts.w13_weight_scale", "mlp.experts.gate_up_proj_scales");
   ref_layer_renamed(m, ST_MOE3D_IL, layer, "mlp.experts.w13_bias", "mlp.experts.gate_up_proj_bias");
@@ -108,7 +121,7 @@ void ref_moe_layer(sl_ref_model *m, const cJSON *cfg, uint32_t layer) {
     glm4_moe_layer(m, cfg, layer);
     break;
   case FAM_GPT_OSS:
-    gpt_oss_layer(m, layer);
+    gpt_oss_layer(m, cfg, layer);
     break;
   case FAM_LLAMA4:
     llama4_layer(m, cfg, layer);

@@ -426,6 +426,9 @@ void ref_build_def(ctx *c, const rdef *d) {
   case ST_DOWN_T:
     ref_build_llama4_experts(c, d);
     break;
+  case ST_GATE_UP_IL_T:
+    ref_build_gpt_oss_bf16_w13(c, d);
+    break;
   case ST_PARTS:
     build_parts(c, d);
     break;
