@@ -94,7 +94,8 @@ static const key_def keys[] = {
      "load watchdog: a wait longer than this names the ranks not heard from and ends the job (MPI_Abort)"},
     {"strict", T_BOOL, "true", NULL, "missing or unexpected weights are errors"},
     {"skip_vision", T_BOOL, "false", NULL,
-     "leave out a multimodal checkpoint's vision tower (else an error)"},
+     "load a multimodal checkpoint's language model alone: its vision tower's tensors are skipped (vLLM's "
+     "--language-model-only, or --limit-mm-per-prompt 0 for every modality)"},
     {"storage_gbps", T_DOUBLE, "2.0", NULL, "dry run: storage read GB/s per node"},
     {"network_gbps", T_DOUBLE, "25.0", NULL, "dry run: network GB/s per node"},
     {"ranks_per_node", T_POS, "8", NULL, "dry run: ranks per node"},
@@ -122,6 +123,7 @@ static const struct {
     {"pipeline_parallel_size", "pp"},
     {"data_parallel_size", "dp"},
     {"download_dir", "cache_dir"},
+    {"language_model_only", "skip_vision"},
 };
 
 #define N_ALIASES (sizeof key_aliases / sizeof key_aliases[0])

@@ -192,6 +192,16 @@ static sl_status choose_spec(const sl__opts *o, const char *folder, const sl__s3
   }
   if (st == SL_STATUS_OK)
     st = found != NULL ? SL_STATUS_OK : sl__spec_parse(p->spec_text, p->spec_len, p->spec_path, &found, err);
+  /* A vision spec read from its own file travels inlined: no other rank reads a spec folder. */
+  char *inlined = NULL;
+  size_t inlined_len = 0;
+  if (st == SL_STATUS_OK)
+    st = sl__spec_inline_vision(p->spec_text, p->spec_len, found, &inlined, &inlined_len, err);
+  if (inlined != NULL) {
+    free(p->spec_text);
+    p->spec_text = inlined;
+    p->spec_len = inlined_len;
+  }
   if (st == SL_STATUS_OK)
     p->spec = found;
   else
@@ -234,8 +244,10 @@ static sl_status catalog_while_downloading(sl__prepared *p, const sl__catalog_op
   if (src == NULL)
     return sl__err_set(err, SL_STATUS_NOMEM, "out of memory");
   for (size_t i = 0; i < n; i++)
-    src[i] = (sl__cat_header_src){
-        .name = files[i].name, .size = files[i].size, .prefix = files[i].header, .prefix_len = files[i].header_len};
+    src[i] = (sl__cat_header_src){.name = files[i].name,
+                                  .size = files[i].size,
+                                  .prefix = files[i].header,
+                                  .prefix_len = files[i].header_len};
   sl__catalog_opts hco = *co;
   hco.select.format = p->hub_format;
   sl_status st = sl__catalog_from_headers(&hco, src, n, &p->cat, err);
@@ -380,6 +392,8 @@ sl_status sl__prepare_model(const sl__opts *o, sl__prepared *p, sl__err *err) {
   if (p->spec == NULL)
     st = sl__spec_parse(p->spec_text, p->spec_len, p->spec_path != NULL ? p->spec_path : "(broadcast)",
                         &p->spec, err);
+  if (st == SL_STATUS_OK && o->skip_vision)
+    sl__spec_drop_vision(p->spec); /* the tower's tensors are then skipped by their prefixes */
   if (st == SL_STATUS_OK)
     st = sl__model_build(p->spec, &p->cat, o->layout, &p->model, err);
   if (st == SL_STATUS_OK)
@@ -410,7 +424,8 @@ static sl_status run_stage(sl__pipeline *p, const sl__prep_driver *d, sl__prep_s
     return st;
   }
   case SL_PREP_CATALOG:
-    return d->builds_catalog ? sl__prepare_catalog(d->cfg, &p->opts, d->rank != SL_NONE, &p->prep, err) : SL_STATUS_OK;
+    return d->builds_catalog ? sl__prepare_catalog(d->cfg, &p->opts, d->rank != SL_NONE, &p->prep, err)
+                             : SL_STATUS_OK;
   case SL_PREP_MODEL:
     p->prep.world = d->world;
     return sl__prepare_model(&p->opts, &p->prep, err);

@@ -171,8 +171,11 @@ static sl_status add_source(sl__model_builder *b, sl__mparam *p, const sl__spec_
       return st;
   }
   out->tensor = sl__catalog_find(b->cat, out->name);
-  if (out->tensor == SL_NONE)
-    return SL_STATUS_OK;
+  if (out->tensor == SL_NONE) {
+    sl_status st = sl__model_find_mapped(b, out);
+    if (st != SL_STATUS_OK || out->tensor == SL_NONE)
+      return st;
+  }
   const sl__cat_tensor *t = &b->cat->tensors[out->tensor];
   bool same = t->ndim == out->ndim && memcmp(t->shape, out->shape, sizeof(uint64_t) * t->ndim) == 0;
   if (!same) {

@@ -11,62 +11,9 @@
 
 #include <cjson/cJSON.h>
 #include <dirent.h>
-#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
-
-/* The bundled specs' folder relative to the folder of the library file (CMake computes it from
- * the install directories; the build tree mirrors them), so that neither an installed nor a moved
- * library depends on a path fixed at build time. */
-#ifndef SL_SPECS_RELATIVE
-#define SL_SPECS_RELATIVE "../share/shardload/specs"
-#endif
-
-/* Where the library (or, linked statically, the program) was loaded from: dladdr of an object of
- * this file, else /proc/self/exe. Returns a malloc'd folder, or NULL. */
-static char *spec_own_dir(void) {
-  static const char anchor = 0;
-  Dl_info info;
-  char exe[4096];
-  const char *file = NULL;
-  if (dladdr(&anchor, &info) != 0 && info.dli_fname != NULL && strchr(info.dli_fname, '/') != NULL)
-    file = info.dli_fname;
-  if (file == NULL) {
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n <= 0)
-      return NULL;
-    exe[n] = '\0';
-    file = exe;
-  }
-  const char *slash = strrchr(file, '/');
-  size_t len = slash == file ? 1 : (size_t)(slash - file);
-  char *dir = malloc(len + 1);
-  if (dir != NULL) {
-    memcpy(dir, file, len);
-    dir[len] = '\0';
-  }
-  return dir;
-}
-
-/* The spec folders, colon-separated, in search order: $SHARDLOAD_SPECS (so that a user's folder
- * can override a bundled spec), then the bundled specs relative to the library (an install
- * prefix's share/shardload/specs), then a `specs` folder beside the library file (where a
- * package that bundles the library puts them, e.g. the Python package: shardload/libshardload.so
- * and shardload/specs/). Caller frees. */
-static char *spec_search_path(void) {
-  sl__buf dirs;
-  sl__buf_init(&dirs, 0);
-  const char *env = getenv("SHARDLOAD_SPECS");
-  if (env != NULL && *env != '\0')
-    sl__buf_appendf(&dirs, "%s:", env);
-  char *own = spec_own_dir();
-  if (own != NULL)
-    sl__buf_appendf(&dirs, "%s/%s:%s/specs", own, SL_SPECS_RELATIVE, own);
-  free(own);
-  return sl__buf_take(&dirs);
-}
 
 static const char *const style_names[SL_STYLE_COUNT] = {
     "replicated", "column", "row", "merged", "qkv", "vocab", "concat", "moe_w13", "moe_w2", "moe3d_w13",
@@ -377,8 +324,10 @@ static sl_status parse_param(ctx *c, const cJSON *obj, const char *where, sl__sp
     p->place = SL_PLACE_FINAL;
   else if (strcmp(pl, "head") == 0)
     p->place = SL_PLACE_HEAD;
+  else if (strcmp(pl, "all") == 0)
+    p->place = SL_PLACE_ALL;
   else
-    return spec_error(c, w, "'place' must be one of embed, layer, final, head");
+    return spec_error(c, w, "'place' must be one of embed, layer, final, head, all");
   const cJSON *style = cJSON_GetObjectItemCaseSensitive(obj, "style");
   if (!cJSON_IsString(style) || !style_parse(style->valuestring, &p->style))
     return spec_error(c, w,
@@ -467,18 +416,21 @@ static sl_status parse_exprs(ctx *c, const cJSON *root, sl__spec *s) {
   return st;
 }
 
-/* skip_layers {"from", "count"} and skip_contains. */
+/* skip_layers {"from", "count", "prefix"} and skip_contains. */
 static sl_status parse_skips(ctx *c, const cJSON *root, sl__spec *s) {
   sl_status st = SL_STATUS_OK;
   const cJSON *skl = cJSON_GetObjectItemCaseSensitive(root, "skip_layers");
   if (skl != NULL) {
-    static const char *const skeys[] = {"from", "count", NULL};
+    static const char *const skeys[] = {"from", "count", "prefix", NULL};
     st = cJSON_IsObject(skl) ? check_keys(c, skl, "skip_layers", skeys)
                              : spec_error(c, "skip_layers", "expected {\"from\": EXPR, \"count\": EXPR}");
     if (st == SL_STATUS_OK)
       st = opt_expr(c, skl, "from", "skip_layers", "num_hidden_layers", &s->skip_layers_from);
     if (st == SL_STATUS_OK)
       st = opt_expr(c, skl, "count", "skip_layers", "0", &s->skip_layers_count);
+    const cJSON *pre = cJSON_GetObjectItemCaseSensitive(skl, "prefix");
+    if (st == SL_STATUS_OK && pre != NULL)
+      st = string_dup(c, pre, "skip_layers.prefix", &s->skip_layers_prefix);
   }
   const cJSON *sc = cJSON_GetObjectItemCaseSensitive(root, "skip_contains");
   if (st == SL_STATUS_OK && sc != NULL)
@@ -547,6 +499,21 @@ static sl_status parse_params(ctx *c, const cJSON *root, sl__spec *s) {
   return st;
 }
 
+/* The keys of a multimodal wrapper (model/spec_vision.c reads and checks them): the vision spec, a
+ * spec of its own, parsed here. */
+static sl_status parse_wrapper(ctx *c, const cJSON *root, sl__spec *s) {
+  char *text = NULL;
+  char *vpath = NULL;
+  sl_status st = sl__spec_wrapper_keys(root, s, &text, &vpath, c->err);
+  if (st == SL_STATUS_OK && text != NULL)
+    st = sl__spec_parse(text, strlen(text), vpath, &s->vision, c->err);
+  if (st == SL_STATUS_OK && s->vision != NULL)
+    st = sl__spec_vision_accept(s, c->err);
+  free(text);
+  free(vpath);
+  return st;
+}
+
 sl_status sl__spec_parse(const char *json, size_t len, const char *path, sl__spec **out, sl__err *err) {
   *out = NULL;
   ctx c = {.path = path, .err = err};
@@ -577,6 +544,8 @@ sl_status sl__spec_parse(const char *json, size_t len, const char *path, sl__spe
                                      "vision_prefixes",
                                      "rename",
                                      "params",
+                                     "vision",
+                                     "hf_to_vllm_prefixes",
                                      NULL};
   s->path = sl__strdup(path);
   if (s->path == NULL)
@@ -595,6 +564,8 @@ sl_status sl__spec_parse(const char *json, size_t len, const char *path, sl__spe
     st = parse_rename(&c, root, s);
   if (st == SL_STATUS_OK)
     st = parse_params(&c, root, s);
+  if (st == SL_STATUS_OK)
+    st = parse_wrapper(&c, root, s);
   cJSON_Delete(root);
   if (st != SL_STATUS_OK) {
     sl__spec_free(s);
@@ -650,6 +621,7 @@ void sl__spec_free(sl__spec *s) {
   sl__expr_free(s->tie_word_embeddings);
   sl__expr_free(s->skip_layers_from);
   sl__expr_free(s->skip_layers_count);
+  free(s->skip_layers_prefix);
   free_list(s->skip_contains);
   free_list(s->vision_prefixes);
   free(s->rename_format);
@@ -676,7 +648,18 @@ void sl__spec_free(sl__spec *s) {
     free(p->sources);
   }
   free(s->params);
+  sl__spec_drop_vision(s);
+  free(s->vision_text);
+  free_list(s->prefix_from);
+  free_list(s->prefix_to);
   free(s);
+}
+
+void sl__spec_drop_vision(sl__spec *s) {
+  sl__spec_free(s->vision);
+  s->vision = NULL;
+  sl__expr_free(s->vision_when);
+  s->vision_when = NULL;
 }
 
 /* ---- search ---- */
@@ -742,7 +725,7 @@ sl_status sl__spec_find(const char *architecture, sl__spec **out, sl__err *err) 
   sl__buf_init(&known, 0);
   sl__err first_err;
   sl__err_clear(&first_err);
-  char *list = spec_search_path();
+  char *list = sl__spec_search_path();
   sl__buf searched; /* the folders tried, for the message when no spec is found at all */
   sl__buf_init(&searched, 0);
   sl_status st = SL_STATUS_NOT_FOUND;

@@ -64,6 +64,8 @@ static bool held(const sl__model *m, const sl__mparam *p, const sl__rank_ctx *x)
   case SL_PLACE_FINAL:
   case SL_PLACE_HEAD:
     return x->last_stage;
+  case SL_PLACE_ALL:
+    return true;
   }
   return false;
 }

@@ -39,8 +39,13 @@ bool sl_ref_stage_layers(uint32_t layers, uint32_t stages, uint32_t stage, uint3
 static void add_tied_head(ctx *c) {
   sl_ref_table *tab = c->tab;
   size_t embed = tab->count;
+  char vembed[128];
+  char sembed[128];
+  snprintf(vembed, sizeof vembed, "%sembed_tokens.weight", c->m->vroot);
+  snprintf(sembed, sizeof sembed, "%sembed_tokens.weight", c->m->sroot);
+  const char *ename = c->ckpt ? sembed : vembed;
   for (size_t i = 0; i < tab->count; i++) {
-    if (strcmp(tab->params[i].name, "model.embed_tokens.weight") == 0)
+    if (strcmp(tab->params[i].name, ename) == 0)
       embed = i;
   }
   if (embed == tab->count) {
@@ -48,13 +53,13 @@ static void add_tied_head(ctx *c) {
     return;
   }
   sl_ref_param e = tab->params[embed];
-  const rtensor *t = ref_tens(c, ref_find_tensor(c->m, "model.embed_tokens.weight"));
-  sl_ref_param *p = ref_entry_new(c, "lm_head.weight", t, e.ndim, e.global_shape, e.local_shape);
+  const rtensor *t = ref_tens(c, ref_find_tensor(c->m, sembed));
+  sl_ref_param *p = ref_entry_new(c, c->m->vhead, t, e.ndim, e.global_shape, e.local_shape);
   if (p == NULL)
     return;
   /* ref_entry_new may have moved the array: take the embedding again. */
   const sl_ref_param *src = &tab->params[embed];
-  p->alias_of = "model.embed_tokens.weight";
+  p->alias_of = tab->params[embed].name;
   p->segs = malloc((src->n_segs + 1) * sizeof *p->segs);
   if (p->segs == NULL) {
     ref_ctx_fail(c, SL_STATUS_NOMEM, "out of memory");
@@ -93,6 +98,8 @@ static void build_stage(ctx *c, bool first, bool last) {
     ref_ctx_fail(c, SL_STATUS_DIVISIBILITY, "num_attention_heads %llu not divisible by tp %llu",
                  (unsigned long long)m->nh, (unsigned long long)c->T);
   for (size_t i = 0; i < m->n_defs && c->st == SL_STATUS_OK; i++) {
+    if (m->defs[i].vision && c->skip_vision)
+      continue;
     if (m->defs[i].int4)
       ref_int4_def(c, &m->defs[i], false);
     else
@@ -101,16 +108,20 @@ static void build_stage(ctx *c, bool first, bool last) {
   for (size_t i = 0; i < m->n_defs && c->st == SL_STATUS_OK; i++) {
     const rdef *d = &m->defs[i];
     bool here = false;
-    if (d->at == AT_EMBED)
+    if (d->vision && c->skip_vision)
+      here = false;
+    else if (d->at == AT_EMBED)
       here = first || (m->tie && last);
     else if (d->at == AT_LAYER)
       here = d->layer >= tab->layer_start && d->layer < tab->layer_end;
+    else if (d->at == AT_ALL)
+      here = true; /* docs/spec/ARCHITECTURES.md §17: every stage */
     else
       here = last;
     if (here)
       ref_build_def(c, d);
   }
-  if (c->st == SL_STATUS_OK && m->tie && last)
+  if (c->st == SL_STATUS_OK && m->tie && last && !m->embed_everywhere)
     add_tied_head(c);
 }
 
@@ -142,7 +153,14 @@ sl_status sl_ref_table_build(const sl_ref_model *m, const sl_ref_layout *lay, sl
   tab->stage = (uint32_t)p;
   tab->layer_start = start;
   tab->layer_end = start + count;
-  ctx c = {.m = m, .T = T, .r = r, .ckpt = lay->checkpoint_layout, .tab = tab, .msg = msg, .cap = cap};
+  ctx c = {.m = m,
+           .T = T,
+           .r = r,
+           .ckpt = lay->checkpoint_layout,
+           .skip_vision = lay->skip_vision,
+           .tab = tab,
+           .msg = msg,
+           .cap = cap};
   bool ep = lay->expert_parallel && D * T > 1 && m->E > 0;
   place_experts(&c, lay, D, q, ep);
   build_stage(&c, p == 0, p == P - 1);

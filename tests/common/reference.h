@@ -34,6 +34,7 @@ typedef struct sl_ref_layout {
   bool expert_parallel;   /* --enable-expert-parallel */
   bool round_robin;       /* requested placement (the effective one follows docs/spec/EXPERTS.md §3) */
   bool checkpoint_layout; /* layout checkpoint instead of vllm */
+  bool skip_vision;       /* skip_vision: a multimodal wrapper's vision tower left out */
 } sl_ref_layout;
 
 /* Where bytes [dst, dst + len) of a local tensor come from. tensor < 0: zero fill. */

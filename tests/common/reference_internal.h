@@ -17,6 +17,7 @@
  *   reference_experts.c  expert placement (docs/spec/EXPERTS.md §2) and the expert slicing styles
  *   reference_gpt_oss.c  GPT-OSS's unquantized gate/up experts (docs/spec/LAYOUTS.md §3.13)
  *   reference_int4.c     GPTQ / AWQ int4 linears
+ *   reference_vision.c   the wrappers' names and vision towers (docs/spec/ARCHITECTURES.md §17)
  *   reference.c          a rank's table (docs/spec/LAYOUTS.md §1–§2) and its queries
  *   reference_cluster.c  cluster figures from the tables of every rank
  *
@@ -60,7 +61,8 @@ typedef enum style {
   ST_PARTS         /* docs/spec/LAYOUTS.md §3.11: one per-tensor scale per part, [n parts] */
 } style;
 
-typedef enum place { AT_EMBED, AT_LAYER, AT_FINAL, AT_HEAD } place;
+/* AT_ALL: every pipeline stage (a vision tower; Gemma-3's embedding and final norm in vLLM). */
+typedef enum place { AT_EMBED, AT_LAYER, AT_FINAL, AT_HEAD, AT_ALL } place;
 
 typedef enum family {
   FAM_LLAMA,
@@ -75,7 +77,12 @@ typedef enum family {
   FAM_GEMMA3,
   FAM_GLM4_MOE,
   FAM_GPT_OSS,
-  FAM_LLAMA4
+  FAM_LLAMA4,
+  /* the multimodal wrappers of docs/spec/ARCHITECTURES.md §17 (reference_vision.c) */
+  FAM_QWEN3_VL,
+  FAM_QWEN3_VL_MOE,
+  FAM_GEMMA3_MM,
+  FAM_KIMI_K25
 } family;
 
 #define MAX_SRC 3
@@ -108,6 +115,7 @@ typedef struct rdef {
   uint64_t bn, bk;
   bool int4; /* GPTQ / AWQ linear (reference_int4.c): parts by weight name */
   char *int4_part[MAX_SRC];
+  bool vision; /* part of the vision tower: left out with skip_vision */
 } rdef;
 
 struct sl_ref_model {
@@ -126,9 +134,17 @@ struct sl_ref_model {
   bool ct;          /* compressed-tensors fp8 (docs/spec/ARCHITECTURES.md §15) */
   sl_ref_int4 int4; /* GPTQ / AWQ (docs/spec/ARCHITECTURES.md §16) */
   uint64_t bn, bk;
-  uint64_t nh;     /* DeepSeek: heads that TP must divide */
-  const char *pre; /* prefix of every text-model name: "" or Llama-4's "language_model." */
-  sl_status st;    /* first error while building */
+  uint64_t nh; /* DeepSeek: heads that TP must divide */
+  /* Where the text model's names start (docs/spec/ARCHITECTURES.md §13, §17): its vLLM names
+   * (vroot + "layers.L.…", vroot + "embed_tokens.weight", vhead) and its checkpoint names (sroot,
+   * shead): "model." and "lm_head.weight" for the text families. */
+  const char *vroot, *sroot, *vhead, *shead;
+  /* vLLM's hf_to_vllm_mapper as [checkpoint prefix, vLLM prefix]: a source missing under its name
+   * is looked for under the vLLM prefix (checkpoints storing vLLM's names). */
+  const char *const (*alt)[2];
+  size_t n_alt;
+  bool embed_everywhere; /* embedding and final norm on every stage (vLLM's Gemma3Model) */
+  sl_status st;          /* first error while building */
   char msg[512];
 };
 
@@ -140,6 +156,7 @@ typedef struct ctx {
   uint32_t n_local;
   const uint32_t *local; /* local expert ids */
   bool ckpt;
+  bool skip_vision; /* the vision tower's definitions left out */
   sl_ref_table *tab;
   size_t cap_params;
   sl_status st;
@@ -207,6 +224,15 @@ void ref_build_defs(sl_ref_model *m, const cJSON *cfg);
 void ref_dense_layer(sl_ref_model *m, const cJSON *cfg, uint32_t layer);
 void ref_moe_layer(sl_ref_model *m, const cJSON *cfg, uint32_t layer);
 void ref_mla_layer(sl_ref_model *m, const cJSON *cfg, uint32_t layer);
+
+/* ---- reference_vision.c -------------------------------------------------------------------- */
+
+/* The wrappers' names (roots, heads, vLLM's prefixes) and families, from config.json's
+ * architecture; false for a text family. */
+bool ref_wrapper_family(sl_ref_model *m, const char *arch);
+/* The vision tower's definitions (place AT_ALL, flagged vision), from config.json's
+ * vision_config (and text_config); nothing for a text family. */
+void ref_vision_defs(sl_ref_model *m, const cJSON *top);
 
 /* ---- reference_scales.c -------------------------------------------------------------------- */
 

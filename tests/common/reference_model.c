@@ -141,25 +141,19 @@ static bool pick_family(sl_ref_model *m, const char *arch, const char *override)
   static const struct {
     const char *arch;
     family fam;
-  } table[] = {{"LlamaForCausalLM", FAM_LLAMA},
-               {"MistralForCausalLM", FAM_LLAMA},
-               {"Qwen2ForCausalLM", FAM_QWEN2},
-               {"Qwen3ForCausalLM", FAM_QWEN3},
-               {"MixtralForCausalLM", FAM_MIXTRAL},
-               {"Qwen2MoeForCausalLM", FAM_QWEN2_MOE},
-               {"Qwen3MoeForCausalLM", FAM_QWEN3_MOE},
-               {"DeepseekV2ForCausalLM", FAM_DEEPSEEK},
-               {"DeepseekV3ForCausalLM", FAM_DEEPSEEK},
-               {"Fused3dMoeForCausalLM", FAM_FUSED3D},
-               {"Phi3ForCausalLM", FAM_PHI3},
-               {"Gemma3ForCausalLM", FAM_GEMMA3},
-               {"Glm4MoeForCausalLM", FAM_GLM4_MOE},
-               {"GptOssForCausalLM", FAM_GPT_OSS},
-               {"Llama4ForConditionalGeneration", FAM_LLAMA4}};
+  } table[] = {{"LlamaForCausalLM", FAM_LLAMA},         {"MistralForCausalLM", FAM_LLAMA},
+               {"Qwen2ForCausalLM", FAM_QWEN2},         {"Qwen3ForCausalLM", FAM_QWEN3},
+               {"MixtralForCausalLM", FAM_MIXTRAL},     {"Qwen2MoeForCausalLM", FAM_QWEN2_MOE},
+               {"Qwen3MoeForCausalLM", FAM_QWEN3_MOE},  {"DeepseekV2ForCausalLM", FAM_DEEPSEEK},
+               {"DeepseekV3ForCausalLM", FAM_DEEPSEEK}, {"Fused3dMoeForCausalLM", FAM_FUSED3D},
+               {"Phi3ForCausalLM", FAM_PHI3},           {"Gemma3ForCausalLM", FAM_GEMMA3},
+               {"Glm4MoeForCausalLM", FAM_GLM4_MOE},    {"GptOssForCausalLM", FAM_GPT_OSS}};
   if (override != NULL && strcmp(override, "fused3d") == 0) {
     m->fam = FAM_FUSED3D;
     return true;
   }
+  if (arch != NULL && ref_wrapper_family(m, arch))
+    return true;
   for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
     if (arch != NULL && strcmp(arch, table[i].arch) == 0) {
       m->fam = table[i].fam;
@@ -169,10 +163,13 @@ static bool pick_family(sl_ref_model *m, const char *arch, const char *override)
   return false;
 }
 
-/* The object holding the text model's sizes: Llama-4 nests them under text_config. */
+/* The object holding the text model's sizes: Llama-4 and the wrappers of docs/spec/ARCHITECTURES.md
+ * (docs/spec/ARCHITECTURES.md §17) nest them under text_config. */
 static const cJSON *text_cfg(const sl_ref_model *m, const cJSON *cfg) {
   const cJSON *tc = cJSON_GetObjectItemCaseSensitive(cfg, "text_config");
-  return m->fam == FAM_LLAMA4 && cJSON_IsObject(tc) ? tc : cfg;
+  bool nested = m->fam == FAM_LLAMA4 || m->fam == FAM_QWEN3_VL || m->fam == FAM_QWEN3_VL_MOE ||
+                m->fam == FAM_GEMMA3_MM || m->fam == FAM_KIMI_K25;
+  return nested && cJSON_IsObject(tc) ? tc : cfg;
 }
 
 /* compressed-tensors: only fp8 weights are modelled (docs/spec/ARCHITECTURES.md §15). */
@@ -228,7 +225,10 @@ static bool read_config(sl_ref_model *m, const cJSON *top, const char *override)
                    arch != NULL ? arch : "(none)", m->folder);
     return false;
   }
-  m->pre = m->fam == FAM_LLAMA4 ? "language_model." : "";
+  if (m->vroot == NULL) { /* a text family */
+    m->vroot = m->sroot = "model.";
+    m->vhead = m->shead = "lm_head.weight";
+  }
   const cJSON *cfg = text_cfg(m, top);
   bool ok = ref_cfg_num(cfg, "hidden_size", &m->H) && ref_cfg_num(cfg, "vocab_size", &m->V) &&
             ref_cfg_num(cfg, "num_hidden_layers", &m->L) && ref_cfg_num(cfg, "num_attention_heads", &m->Hq);
@@ -247,8 +247,15 @@ static bool read_config(sl_ref_model *m, const cJSON *top, const char *override)
       break;
   }
   m->n_group = ref_cfg_num_or(cfg, "n_group", 1);
-  /* Gemma-3 ties unless told otherwise (docs/spec/ARCHITECTURES.md §10). */
-  m->tie = ref_cfg_bool_or(top, "tie_word_embeddings", m->fam == FAM_GEMMA3);
+  /* Gemma-3 ties unless told otherwise (docs/spec/ARCHITECTURES.md §10); the wrappers read
+   * text_config first (docs/spec/ARCHITECTURES.md §17). */
+  bool gemma = m->fam == FAM_GEMMA3 || m->fam == FAM_GEMMA3_MM;
+  if (m->fam == FAM_QWEN3_VL || m->fam == FAM_QWEN3_VL_MOE || m->fam == FAM_GEMMA3_MM)
+    m->tie = ref_cfg_bool_or(cfg, "tie_word_embeddings", ref_cfg_bool_or(top, "tie_word_embeddings", gemma));
+  else if (m->fam == FAM_KIMI_K25)
+    m->tie = false;
+  else
+    m->tie = ref_cfg_bool_or(top, "tie_word_embeddings", gemma);
   const cJSON *q = cJSON_GetObjectItemCaseSensitive(cfg, "quantization_config");
   return cJSON_IsObject(q) ? read_quant(m, q) : true;
 }
@@ -286,8 +293,10 @@ sl_status sl_ref_model_open(const char *folder, const char *arch_family, sl_ref_
   m->folder = ref_strdup(folder);
   m->mistral = has_consolidated(folder);
   cJSON *cfg = read_config_json(m, folder);
-  if (cfg != NULL && read_config(m, cfg, arch_family) && load_tensors(m))
+  if (cfg != NULL && read_config(m, cfg, arch_family) && load_tensors(m)) {
     ref_build_defs(m, text_cfg(m, cfg));
+    ref_vision_defs(m, cfg);
+  }
   cJSON_Delete(cfg);
   if (m->st != SL_STATUS_OK) {
     sl_status st = m->st;

@@ -23,6 +23,12 @@ static void qwen_moe_layer(sl_ref_model *m, const cJSON *cfg, uint32_t layer) {
     return;
   }
   ref_layer_one(m, ST_REPLICATED, layer, "mlp.gate.weight");
+  if (m->fam == FAM_QWEN3_VL_MOE) {
+    /* docs/spec/ARCHITECTURES.md §17: fused and stored transposed, as Llama-4's (§13). */
+    ref_layer_renamed(m, ST_GATE_UP_T, layer, "mlp.experts.w13_weight", "mlp.experts.gate_up_proj");
+    ref_layer_renamed(m, ST_DOWN_T, layer, "mlp.experts.w2_weight", "mlp.experts.down_proj");
+    return;
+  }
   ref_mlp_experts(m, layer);
   if (m->fam == FAM_QWEN2_MOE && ref_cfg_num_or(cfg, "shared_expert_intermediate_size", 0) > 0) {
     ref_gated_mlp(m, layer, "mlp.shared_expert");
@@ -109,6 +115,7 @@ void ref_moe_layer(sl_ref_model *m, const cJSON *cfg, uint32_t layer) {
     break;
   case FAM_QWEN2_MOE:
   case FAM_QWEN3_MOE:
+  case FAM_QWEN3_VL_MOE:
     qwen_moe_layer(m, cfg, layer);
     break;
   case FAM_FUSED3D:

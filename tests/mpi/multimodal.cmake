@@ -12,3 +12,4 @@ function(sl_frontier_mpi_test name)
 endfunction()
 
 sl_frontier_mpi_test(test_load_gpt_oss_bf16)
+sl_frontier_mpi_test(test_load_multimodal)

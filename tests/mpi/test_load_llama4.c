@@ -8,7 +8,10 @@
  *                       shared expert; dense feed_forward on layers 0 and 2): every (tp, pp, dp)
  *                       of the world size, both layouts, without and with expert parallelism
  *                       (coalescing off with it, so that no rank reads a byte it does not hold).
- *   test_vision         llama4 (vision tower + projector in the checkpoint): refused without
+ *   test_vision         llama4 (vision tower + projector in the checkpoint; the tower itself is
+ *                       loaded and checked by test_load_multimodal) under a spec that lists the
+ *                       tower's vision_prefixes but does not describe it (specs/llama4.json less its
+ *                       "vision", written by rank 0 and passed as arch): refused without
  *                       skip_vision, naming a vision tensor and the option; with skip_vision the
  *                       text model loads byte-exact at tp = world, with and without EP.
  *   golden_experts      docs/spec/LAYOUTS.md §3.10 through the loader, at tp 2. Layout vllm:
@@ -30,7 +33,10 @@
 
 #include "shardload/shardload.h"
 
+#include <cjson/cJSON.h>
+
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static void test_text_layouts(void) {
@@ -52,10 +58,54 @@ static void test_text_layouts(void) {
   }
 }
 
+/* Rank 0 writes specs/llama4.json without its "vision" and with the tower's vision_prefixes to
+ * dir/llama4_undescribed.json; every rank waits for it. */
+static bool write_undescribed_spec(const char *dir, char *path, size_t cap) {
+  snprintf(path, cap, "%s/llama4_undescribed.json", dir);
+  int ok = 1;
+  if (lc_rank() == 0) {
+    char src[1024];
+    snprintf(src, sizeof src, "%s/specs/llama4.json", sl_test_env("SL_SOURCE_DIR", "."));
+    FILE *f = fopen(src, "rb");
+    char *text = calloc(1, 1 << 20);
+    size_t n = f != NULL && text != NULL ? fread(text, 1, (1 << 20) - 1, f) : 0;
+    if (f != NULL)
+      fclose(f);
+    cJSON *spec = n > 0 ? cJSON_Parse(text) : NULL;
+    free(text);
+    cJSON *prefixes = cJSON_CreateArray();
+    cJSON_AddItemToArray(prefixes, cJSON_CreateString("vision_model."));
+    cJSON_AddItemToArray(prefixes, cJSON_CreateString("multi_modal_projector."));
+    cJSON_DeleteItemFromObjectCaseSensitive(spec, "vision");
+    ok = spec != NULL && cJSON_AddItemToObject(spec, "vision_prefixes", prefixes);
+    char *out = ok ? cJSON_Print(spec) : NULL;
+    FILE *o = out != NULL ? fopen(path, "wb") : NULL;
+    ok = o != NULL && fputs(out, o) >= 0;
+    if (o != NULL)
+      ok = fclose(o) == 0 && ok;
+    cJSON_free(out);
+    cJSON_Delete(spec);
+  }
+  MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  CHECKF(ok, "could not write %s", path);
+  return ok != 0;
+}
+
 static void test_vision(void) {
   int w = lc_world();
-  lc_case refused = {
-      .fixture = "llama4", .tp = w, .pp = 1, .dp = 1, .expect = SL_STATUS_ARCH, .expect_text = "skip_vision"};
+  char *dir = lc_tmpdir("llama4spec");
+  char spec[1024];
+  if (dir == NULL || !write_undescribed_spec(dir, spec, sizeof spec)) {
+    lc_tmpdir_remove(dir);
+    return;
+  }
+  lc_case refused = {.fixture = "llama4",
+                     .tp = w,
+                     .pp = 1,
+                     .dp = 1,
+                     .extra = {"arch", spec, NULL},
+                     .expect = SL_STATUS_ARCH,
+                     .expect_text = "skip_vision"};
   lc_run(&refused, NULL);
   lc_case named = refused;
   named.expect_text = "vision_model.class_embedding";
@@ -67,9 +117,10 @@ static void test_vision(void) {
                  .dp = 1,
                  .ep = ep == 1,
                  .no_coalesce = ep == 1,
-                 .extra = {"skip_vision", "true", NULL}};
+                 .extra = {"skip_vision", "true", "arch", spec, NULL}};
     lc_run(&c, NULL);
   }
+  lc_tmpdir_remove(dir);
 }
 
 /* Element (e, y, x) of a held [.., Y, X] F32 tensor at data, against element (row, col) of the
