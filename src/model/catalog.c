@@ -194,8 +194,7 @@ bool sl__cat_file_stamp(int fd, sl__file_stamp *out) {
 
 bool sl__cat_file_same(const sl__catalog *c, uint32_t f, const sl__file_stamp *s) {
   const sl__cat_file *cf = &c->files[f];
-  return s->size == cf->size && cf->mtime_ns != 0 && s->mtime_ns == cf->mtime_ns &&
-         s->ctime_ns == cf->ctime_ns;
+  return s->size == cf->size && cf->mtime_ns != 0 && s->mtime_ns == cf->mtime_ns && s->ctime_ns == cf->ctime_ns;
 }
 
 static sl_status changed(sl__err *err, const char *path, const char *when, const char *what, long long now,

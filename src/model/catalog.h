@@ -9,9 +9,9 @@
 
 #include "base/err.h"
 #include "base/hashmap.h"
+#include "model/file_select.h"
 #include "base/util.h"
 #include "format/dtype.h"
-#include "model/file_select.h"
 
 #include <stdbool.h>
 #include <stdint.h>
