@@ -76,6 +76,7 @@ sl_status sl__model_build(const sl__spec *spec, const sl__catalog *cat, sl__layo
   memset(&b, 0, sizeof b);
   b.e.spec = spec;
   b.e.config = config;
+  b.e.cat = cat;
   b.e.vars = calloc(spec->n_vars + 1, sizeof *b.e.vars);
   b.e.var_state = calloc(spec->n_vars + 1, 1);
   b.e.lvars = calloc(spec->n_layer_vars + 1, sizeof *b.e.lvars);

@@ -29,6 +29,7 @@
 typedef struct sl__model_env {
   const sl__spec *spec;
   const cJSON *config;
+  const sl__catalog *cat; /* has_tensor('name') looks here (NULL: no tensor is there) */
   bool in_layer;
   int64_t layer;
   sl__val *vars;      /* memo of spec vars */
@@ -52,7 +53,8 @@ typedef struct sl__model_builder {
 /* ---- the environment (model/model_config.c) ---- */
 
 /* The sl__expr_lookup_fn of the environment (ctx: sl__model_env): "layer", layer vars, spec vars,
- * then config.json fields (dotted names walk objects). */
+ * then config.json fields (dotted names walk objects); "#name" (has_tensor): whether the catalog
+ * holds the tensor name, "{layer}" in it replaced by the current layer. */
 bool sl__model_lookup(void *ctx, const char *name, sl__val *out, sl__err *err);
 /* Enters layer `layer` (-1: outside any layer); layer vars are evaluated afresh. */
 void sl__model_env_enter_layer(sl__model_env *e, int64_t layer);

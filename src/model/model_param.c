@@ -5,6 +5,7 @@
  * companion of fp8 weights, the tied lm_head alias, and the checkpoint layout derived from the
  * vllm one (one parameter per source tensor).
  */
+#include "model/gdn.h"
 #include "model/model_build.h"
 
 #include <stdlib.h>
@@ -87,7 +88,7 @@ static sl_status global_shape(sl__model_builder *b, sl__mparam *p) {
     return SL_STATUS_OK;
   case SL_STYLE_MOE3D_W13_TRANSPOSED: /* [E, H, 2*Im] and [E, Im, H]: the checkpoint's orientation, */
   case SL_STYLE_MOE3D_W2_TRANSPOSED:  /* or vLLM's [E, 2*Im, H] and [E, H, Im] when transposed */
-  case SL_STYLE_MOE3D_W13_INTERLEAVED_TRANSPOSED:
+  case SL_STYLE_MOE3D_W13_IL_T:
     if (s0->ndim != 3)
       return sl__err_set(b->err, SL_STATUS_ARCH,
                          "spec %s: fused expert tensor %s must be 3-D, has %u dimensions", b->e.spec->path,
@@ -104,6 +105,7 @@ static sl_status global_shape(sl__model_builder *b, sl__mparam *p) {
   case SL_STYLE_MERGED:
   case SL_STYLE_CONCAT:
   case SL_STYLE_QKV:
+  case SL_STYLE_GDN: /* the parts' rows stacked (model/gdn.h) */
     for (size_t i = 0; i < p->n_src; i++) {
       if (p->src[i].ndim != s0->ndim || p->src[i].ndim == 0 ||
           memcmp(p->src[i].shape + 1, s0->shape + 1, sizeof(uint64_t) * (s0->ndim - 1)) != 0)
@@ -148,6 +150,8 @@ static sl_status add_source(sl__model_builder *b, sl__mparam *p, const sl__spec_
   out->unit = SL_NONE;
   out->expert = expert >= 0 ? (uint32_t)expert : SL_NONE;
   out->part = part_index(ss->part, order);
+  if (p->style == SL_STYLE_GDN && !sl__gdn_part_parse(ss->part, &out->part))
+    return sl__err_set(b->err, SL_STATUS_INTERNAL, "%s: gdn part not checked", p->name);
   out->name = render(ss->tensor, layer, expert);
   if (out->name == NULL)
     return sl__err_set(b->err, SL_STATUS_NOMEM, "out of memory");

@@ -5,6 +5,7 @@
  * comments.
  */
 #include "model/spec.h"
+#include "model/gdn.h"
 
 #include "base/json.h"
 #include "base/util.h"
@@ -22,7 +23,9 @@ static const char *const style_names[SL_STYLE_COUNT] = {
     "qkv_fused", "merged_fused", "moe3d_w13_interleaved", "moe3d_w2_blocked", "moe_w2_bias",
     "moe3d_w13_transposed", "moe3d_w2_transposed", "moe3d_w13_interleaved_transposed",
     /* quantization companions (plan/slicing_quant.c) */
-    "quant_parts", "int4"};
+    "quant_parts", "int4",
+    /* gated DeltaNet layers (plan/slicing_gdn.c) */
+    "gdn"};
 
 const char *sl__style_name(sl__style s) {
   return (unsigned)s < SL_STYLE_COUNT ? style_names[s] : "?";
@@ -221,7 +224,7 @@ static sl_status check_parts(ctx *c, const sl__spec_param *p, const char *where)
   case SL_STYLE_MOE_W2_BIAS:
   case SL_STYLE_MOE3D_W13_TRANSPOSED:
   case SL_STYLE_MOE3D_W2_TRANSPOSED:
-  case SL_STYLE_MOE3D_W13_INTERLEAVED_TRANSPOSED:
+  case SL_STYLE_MOE3D_W13_IL_T:
     if (n != 1)
       err = "this style takes exactly one source";
     break;
@@ -259,6 +262,9 @@ static sl_status check_parts(ctx *c, const sl__spec_param *p, const char *where)
   case SL_STYLE_INT4:
     err = "int4 is derived from quantization_config (gptq, awq), never declared in a spec";
     break;
+  case SL_STYLE_GDN:
+    err = sl__gdn_spec_check(p);
+    break;
   case SL_STYLE_COUNT:
     err = "unknown style";
     break;
@@ -291,7 +297,7 @@ static sl_status parse_transpose(ctx *c, const cJSON *obj, const char *where, sl
     return spec_error(c, where, "'transpose' must be true or false");
   p->transpose = cJSON_IsTrue(t);
   if (p->transpose && p->style != SL_STYLE_MOE3D_W13_TRANSPOSED && p->style != SL_STYLE_MOE3D_W2_TRANSPOSED &&
-      p->style != SL_STYLE_MOE3D_W13_INTERLEAVED_TRANSPOSED) {
+      p->style != SL_STYLE_MOE3D_W13_IL_T) {
     char msg[256];
     snprintf(msg, sizeof msg,
              "'transpose' is only supported with styles moe3d_w13_transposed, moe3d_w2_transposed and "

@@ -20,7 +20,7 @@
 
 /* The largest spec file read (a spec is a few KiB; the bound keeps a wrong path from costing memory). */
 #define SL_SPEC_MAX_BYTES (16u * 1024u * 1024u)
-/* Counts a spec may hold (the shipped ones have at most 14 vars and 21 parameters): what a spec
+/* Counts a spec may hold (the shipped ones have at most 19 vars and 29 parameters): what a spec
  * costs to evaluate grows with them on every rank. */
 #define SL_SPEC_MAX_VARS 1024u   /* each of vars and layer_vars */
 #define SL_SPEC_MAX_PARAMS 4096u /* params */
@@ -50,16 +50,17 @@ typedef enum sl__style {
   SL_STYLE_MOE_W2,
   SL_STYLE_MOE3D_W13,
   SL_STYLE_MOE3D_W2,
-  SL_STYLE_QKV_FUSED,                        /* q, k, v rows of one fused checkpoint tensor */
-  SL_STYLE_MERGED_FUSED,                     /* gate, up halves of one fused checkpoint tensor */
-  SL_STYLE_MOE3D_W13_INTERLEAVED,            /* [E, 2*Im, ...] with gate/up rows interleaved (kept so) */
-  SL_STYLE_MOE3D_W2_BLOCKED,                 /* [E, H, Im/b, ...]: dim 2 split over the MoE ranks */
-  SL_STYLE_MOE_W2_BIAS,                      /* [E, H] down bias: MoE tensor-parallel rank 0 only */
-  SL_STYLE_MOE3D_W13_TRANSPOSED,             /* [E, H, 2*Im] → [El, H, 2*Ip] (orientation kept) */
-  SL_STYLE_MOE3D_W2_TRANSPOSED,              /* [E, Im, H] → [El, Ip, H] (orientation kept) */
-  SL_STYLE_MOE3D_W13_INTERLEAVED_TRANSPOSED, /* [E, H, 2*Im] gate/up columns alternating → [El, H, 2*Ip] */
-  SL_STYLE_QUANT_PARTS,                      /* per-tensor scales of the parts of a fused weight: [n parts] */
-  SL_STYLE_INT4, /* GPTQ / AWQ packed tensors of a linear (derived, never in a spec) */
+  SL_STYLE_QKV_FUSED,             /* q, k, v rows of one fused checkpoint tensor */
+  SL_STYLE_MERGED_FUSED,          /* gate, up halves of one fused checkpoint tensor */
+  SL_STYLE_MOE3D_W13_INTERLEAVED, /* [E, 2*Im, ...] with gate/up rows interleaved (kept so) */
+  SL_STYLE_MOE3D_W2_BLOCKED,      /* [E, H, Im/b, ...]: dim 2 split over the MoE ranks */
+  SL_STYLE_MOE_W2_BIAS,           /* [E, H] down bias: MoE tensor-parallel rank 0 only */
+  SL_STYLE_MOE3D_W13_TRANSPOSED,  /* [E, H, 2*Im] → [El, H, 2*Ip] (orientation kept) */
+  SL_STYLE_MOE3D_W2_TRANSPOSED,   /* [E, Im, H] → [El, Ip, H] (orientation kept) */
+  SL_STYLE_MOE3D_W13_IL_T,        /* [E, H, 2*Im], gate/up columns alternating (GPT-OSS BF16) */
+  SL_STYLE_QUANT_PARTS,           /* per-tensor scales of the parts of a fused weight: [n parts] */
+  SL_STYLE_INT4,                  /* GPTQ / AWQ packed tensors of a linear (derived, never in a spec) */
+  SL_STYLE_GDN,                   /* gated DeltaNet sections split by whole heads (model/gdn.h) */
   SL_STYLE_COUNT
 } sl__style;
 

@@ -37,9 +37,10 @@ static const sl__slice_fn slicers[SL_STYLE_COUNT] = {
     [SL_STYLE_MOE_W2_BIAS] = sl__slice_moe_w2_bias,
     [SL_STYLE_MOE3D_W13_TRANSPOSED] = sl__slice_moe3d_w13_transposed,
     [SL_STYLE_MOE3D_W2_TRANSPOSED] = sl__slice_moe3d_w2_transposed,
-    [SL_STYLE_MOE3D_W13_INTERLEAVED_TRANSPOSED] = sl__slice_moe3d_w13_interleaved_transposed,
+    [SL_STYLE_MOE3D_W13_IL_T] = sl__slice_moe3d_w13_interleaved_transposed,
     [SL_STYLE_QUANT_PARTS] = sl__slice_quant_parts,
     [SL_STYLE_INT4] = sl__slice_int4,
+    [SL_STYLE_GDN] = sl__slice_gdn,
 };
 
 /* Whether expert x is held by this rank (checkpoint layout: one parameter per expert). */
@@ -110,6 +111,9 @@ static void divisors(uint64_t n, char *out, size_t cap) {
 sl_status sl__plan_check_heads(const sl__model *m, uint32_t tp, sl__err *err) {
   if (tp <= 1)
     return SL_STATUS_OK;
+  sl_status gdn = sl__gdn_check_tp(m, tp, err); /* first: its message names the key-head rule */
+  if (gdn != SL_STATUS_OK)
+    return gdn;
   char list[256];
   for (size_t i = 0; i < m->n_params; i++) {
     const sl__mparam *p = &m->params[i];

@@ -18,3 +18,8 @@ set_tests_properties(test_progress PROPERTIES LABELS "cli" TIMEOUT 600 PROCESSOR
 # a refused one failing every rank, the usage errors.
 sl_script_test(test_cli_reload cli sh ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_cli_reload.sh)
 set_tests_properties(test_cli_reload PROPERTIES LABELS "reshard;cli" TIMEOUT 300 PROCESSORS 2)
+
+# Qwen3-Next and Qwen3.5 through `shardload load` / `plan` at 2 ranks (labels cli, frontier): the
+# saved shards' conv1d blocks, the vision tower refused or skipped, tp 3 refused.
+sl_script_test(test_cli_qwen_next cli sh ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_cli_qwen_next.sh)
+set_tests_properties(test_cli_qwen_next PROPERTIES LABELS "cli;frontier" TIMEOUT 120 PROCESSORS 2)

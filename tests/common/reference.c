@@ -38,12 +38,18 @@ bool sl_ref_stage_layers(uint32_t layers, uint32_t stages, uint32_t stage, uint3
 /* The tied head (docs/spec/LAYOUTS.md §2.3): an alias entry with the embedding's shape and content. */
 static void add_tied_head(ctx *c) {
   sl_ref_table *tab = c->tab;
-  size_t embed = tab->count;
+  const sl_ref_model *m = c->m;
+  /* the embedding's entry (checkpoint layout: its tensor's name), the head's name, the tensor:
+   * under the text model's roots, unless the family names them (Qwen3.5) */
   char vembed[128];
   char sembed[128];
-  snprintf(vembed, sizeof vembed, "%sembed_tokens.weight", c->m->vroot);
-  snprintf(sembed, sizeof sembed, "%sembed_tokens.weight", c->m->sroot);
-  const char *ename = c->ckpt ? sembed : vembed;
+  snprintf(vembed, sizeof vembed, "%sembed_tokens.weight", m->embed_v[0] != '\0' ? "" : m->vroot);
+  snprintf(sembed, sizeof sembed, "%sembed_tokens.weight", m->embed_s[0] != '\0' ? "" : m->sroot);
+  const char *ev = m->embed_v[0] != '\0' ? m->embed_v : vembed;
+  const char *tname = m->embed_s[0] != '\0' ? m->embed_s : sembed;
+  const char *ename = c->ckpt ? tname : ev;
+  const char *hname = m->head_v[0] != '\0' ? m->head_v : m->vhead;
+  size_t embed = tab->count;
   for (size_t i = 0; i < tab->count; i++) {
     if (strcmp(tab->params[i].name, ename) == 0)
       embed = i;
@@ -53,8 +59,8 @@ static void add_tied_head(ctx *c) {
     return;
   }
   sl_ref_param e = tab->params[embed];
-  const rtensor *t = ref_tens(c, ref_find_tensor(c->m, sembed));
-  sl_ref_param *p = ref_entry_new(c, c->m->vhead, t, e.ndim, e.global_shape, e.local_shape);
+  const rtensor *t = ref_tens(c, ref_find_tensor(c->m, tname));
+  sl_ref_param *p = ref_entry_new(c, hname, t, e.ndim, e.global_shape, e.local_shape);
   if (p == NULL)
     return;
   /* ref_entry_new may have moved the array: take the embedding again. */
@@ -94,7 +100,7 @@ static void place_experts(ctx *c, const sl_ref_layout *lay, uint64_t D, uint64_t
 static void build_stage(ctx *c, bool first, bool last) {
   const sl_ref_model *m = c->m;
   const sl_ref_table *tab = c->tab;
-  if (m->fam == FAM_DEEPSEEK && m->nh % c->T != 0)
+  if ((m->fam == FAM_DEEPSEEK || ref_is_qwen_next(m->fam)) && m->nh % c->T != 0)
     ref_ctx_fail(c, SL_STATUS_DIVISIBILITY, "num_attention_heads %llu not divisible by tp %llu",
                  (unsigned long long)m->nh, (unsigned long long)c->T);
   for (size_t i = 0; i < m->n_defs && c->st == SL_STATUS_OK; i++) {
@@ -115,7 +121,7 @@ static void build_stage(ctx *c, bool first, bool last) {
     else if (d->at == AT_LAYER)
       here = d->layer >= tab->layer_start && d->layer < tab->layer_end;
     else if (d->at == AT_ALL)
-      here = true; /* docs/spec/ARCHITECTURES.md §17: every stage */
+      here = true; /* docs/spec/ARCHITECTURES.md §18: every stage */
     else
       here = last;
     if (here)

@@ -123,6 +123,9 @@ void ref_check_def(ctx *c, const rdef *d) {
   case ST_GATE_UP_IL_T:
     check_dim(c, d, 2, "2*Im interleaved gate/up columns", c->Mt, true);
     break;
+  case ST_GDN:
+    ref_check_gdn(c, d);
+    break;
   case ST_REPLICATED:
   case ST_CONCAT:
   case ST_MOE_W2BIAS:

@@ -247,6 +247,8 @@ static void family_layer(sl_ref_model *m, const cJSON *cfg, uint32_t layer) {
   case FAM_QWEN3_VL_MOE:
     ref_moe_layer(m, cfg, layer);
     break;
+  default: /* Qwen3-Next / Qwen3.5: ref_qwen_next_defs */
+    break;
   }
 }
 
@@ -259,6 +261,10 @@ static void vocab_def(sl_ref_model *m, place at, const char *name, const char *s
 }
 
 void ref_build_defs(sl_ref_model *m, const cJSON *cfg) {
+  if (ref_is_qwen_next(m->fam)) {
+    ref_qwen_next_defs(m, cfg);
+    return;
+  }
   char embed[96];
   char sembed[96];
   char norm[96];

@@ -15,9 +15,11 @@
  *   reference_check.c    the divisibility rules of docs/spec/LAYOUTS.md §3, per definition
  *   reference_slice.c    table entries and segments; the dense slicing styles; one definition's entries
  *   reference_experts.c  expert placement (docs/spec/EXPERTS.md §2) and the expert slicing styles
- *   reference_gpt_oss.c  GPT-OSS's unquantized gate/up experts (docs/spec/LAYOUTS.md §3.13)
+ *   reference_gpt_oss.c  GPT-OSS's unquantized gate/up experts (docs/spec/LAYOUTS.md §3.14)
  *   reference_int4.c     GPTQ / AWQ int4 linears
- *   reference_vision.c   the wrappers' names and vision towers (docs/spec/ARCHITECTURES.md §17)
+ *   reference_vision.c   the wrappers' names and vision towers (docs/spec/ARCHITECTURES.md §18)
+ *   reference_qwen_next.c Qwen3-Next and Qwen3.5 (gated DeltaNet and gated attention layers) and the
+ *                        gdn style
  *   reference.c          a rank's table (docs/spec/LAYOUTS.md §1–§2) and its queries
  *   reference_cluster.c  cluster figures from the tables of every rank
  *
@@ -58,8 +60,12 @@ typedef enum style {
   ST_GATE_UP_T,    /* Llama-4 [E, H, 2*Im]: gate and up column ranges; vllm: w13 [El, 2*Ip, H] */
   ST_DOWN_T,       /* Llama-4 [E, Im, H]: a row range per expert; vllm: w2 [El, H, Ip] */
   ST_GATE_UP_IL_T, /* GPT-OSS BF16 [E, H, 2*Im] gate/up columns alternating; vllm: w13 [El, 2*Ip, H] */
-  ST_PARTS         /* docs/spec/LAYOUTS.md §3.11: one per-tensor scale per part, [n parts] */
+  ST_PARTS,        /* docs/spec/LAYOUTS.md §3.11: one per-tensor scale per part, [n parts] */
+  ST_GDN           /* docs/spec/LAYOUTS.md §3.13: gated DeltaNet row sections (reference_qwen_next.c) */
 } style;
+
+/* The parts of a gated DeltaNet source (docs/spec/LAYOUTS.md §3.13). */
+enum { GDN_QKVZ, GDN_BA, GDN_QKV, GDN_Z, GDN_B, GDN_A, GDN_V_HEADS };
 
 /* AT_ALL: every pipeline stage (a vision tower; Gemma-3's embedding and final norm in vLLM). */
 typedef enum place { AT_EMBED, AT_LAYER, AT_FINAL, AT_HEAD, AT_ALL } place;
@@ -78,7 +84,12 @@ typedef enum family {
   FAM_GLM4_MOE,
   FAM_GPT_OSS,
   FAM_LLAMA4,
-  /* the multimodal wrappers of docs/spec/ARCHITECTURES.md §17 (reference_vision.c) */
+  FAM_QWEN3_NEXT,
+  FAM_QWEN3_5, /* the ConditionalGeneration wrappers (text_config, model.language_model.) */
+  FAM_QWEN3_5_MOE,
+  FAM_QWEN3_5_TEXT, /* Qwen3_5(Moe)ForCausalLM: text-only names and config */
+  FAM_QWEN3_5_MOE_TEXT,
+  /* the multimodal wrappers of docs/spec/ARCHITECTURES.md §18 (reference_vision.c) */
   FAM_QWEN3_VL,
   FAM_QWEN3_VL_MOE,
   FAM_GEMMA3_MM,
@@ -115,6 +126,8 @@ typedef struct rdef {
   uint64_t bn, bk;
   bool int4; /* GPTQ / AWQ linear (reference_int4.c): parts by weight name */
   char *int4_part[MAX_SRC];
+  int gdn[MAX_SRC]; /* gdn: the part (GDN_*) of each source; hq, hkv, d, dv: nk, nv, dk, dv */
+  uint64_t dv;
   bool vision; /* part of the vision tower: left out with skip_vision */
 } rdef;
 
@@ -135,7 +148,7 @@ struct sl_ref_model {
   sl_ref_int4 int4; /* GPTQ / AWQ (docs/spec/ARCHITECTURES.md §16) */
   uint64_t bn, bk;
   uint64_t nh; /* DeepSeek: heads that TP must divide */
-  /* Where the text model's names start (docs/spec/ARCHITECTURES.md §13, §17): its vLLM names
+  /* Where the text model's names start (docs/spec/ARCHITECTURES.md §13, §18): its vLLM names
    * (vroot + "layers.L.…", vroot + "embed_tokens.weight", vhead) and its checkpoint names (sroot,
    * shead): "model." and "lm_head.weight" for the text families. */
   const char *vroot, *sroot, *vhead, *shead;
@@ -144,7 +157,9 @@ struct sl_ref_model {
   const char *const (*alt)[2];
   size_t n_alt;
   bool embed_everywhere; /* embedding and final norm on every stage (vLLM's Gemma3Model) */
-  sl_status st;          /* first error while building */
+  /* a tied head's names when not vroot's embed_tokens.weight / vhead (Qwen3.5; empty: those) */
+  char embed_v[96], embed_s[96], head_v[96];
+  sl_status st; /* first error while building */
   char msg[512];
 };
 
@@ -233,6 +248,13 @@ bool ref_wrapper_family(sl_ref_model *m, const char *arch);
 /* The vision tower's definitions (place AT_ALL, flagged vision), from config.json's
  * vision_config (and text_config); nothing for a text family. */
 void ref_vision_defs(sl_ref_model *m, const cJSON *top);
+/* ---- reference_qwen_next.c ---------------------------------------------------------------- */
+
+bool ref_is_qwen_next(family f);
+/* Every definition of a Qwen3-Next / Qwen3.5 model (cfg: the text model's config). */
+void ref_qwen_next_defs(sl_ref_model *m, const cJSON *cfg);
+void ref_check_gdn(ctx *c, const rdef *d);
+void ref_build_gdn(ctx *c, const rdef *d);
 
 /* ---- reference_scales.c -------------------------------------------------------------------- */
 

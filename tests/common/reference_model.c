@@ -141,13 +141,26 @@ static bool pick_family(sl_ref_model *m, const char *arch, const char *override)
   static const struct {
     const char *arch;
     family fam;
-  } table[] = {{"LlamaForCausalLM", FAM_LLAMA},         {"MistralForCausalLM", FAM_LLAMA},
-               {"Qwen2ForCausalLM", FAM_QWEN2},         {"Qwen3ForCausalLM", FAM_QWEN3},
-               {"MixtralForCausalLM", FAM_MIXTRAL},     {"Qwen2MoeForCausalLM", FAM_QWEN2_MOE},
-               {"Qwen3MoeForCausalLM", FAM_QWEN3_MOE},  {"DeepseekV2ForCausalLM", FAM_DEEPSEEK},
-               {"DeepseekV3ForCausalLM", FAM_DEEPSEEK}, {"Fused3dMoeForCausalLM", FAM_FUSED3D},
-               {"Phi3ForCausalLM", FAM_PHI3},           {"Gemma3ForCausalLM", FAM_GEMMA3},
-               {"Glm4MoeForCausalLM", FAM_GLM4_MOE},    {"GptOssForCausalLM", FAM_GPT_OSS}};
+  } table[] = {{"LlamaForCausalLM", FAM_LLAMA},
+               {"MistralForCausalLM", FAM_LLAMA},
+               {"Qwen2ForCausalLM", FAM_QWEN2},
+               {"Qwen3ForCausalLM", FAM_QWEN3},
+               {"MixtralForCausalLM", FAM_MIXTRAL},
+               {"Qwen2MoeForCausalLM", FAM_QWEN2_MOE},
+               {"Qwen3MoeForCausalLM", FAM_QWEN3_MOE},
+               {"DeepseekV2ForCausalLM", FAM_DEEPSEEK},
+               {"DeepseekV3ForCausalLM", FAM_DEEPSEEK},
+               {"Fused3dMoeForCausalLM", FAM_FUSED3D},
+               {"Phi3ForCausalLM", FAM_PHI3},
+               {"Gemma3ForCausalLM", FAM_GEMMA3},
+               {"Glm4MoeForCausalLM", FAM_GLM4_MOE},
+               {"GptOssForCausalLM", FAM_GPT_OSS},
+               {"Llama4ForConditionalGeneration", FAM_LLAMA4},
+               {"Qwen3NextForCausalLM", FAM_QWEN3_NEXT},
+               {"Qwen3_5ForConditionalGeneration", FAM_QWEN3_5},
+               {"Qwen3_5MoeForConditionalGeneration", FAM_QWEN3_5_MOE},
+               {"Qwen3_5ForCausalLM", FAM_QWEN3_5_TEXT},
+               {"Qwen3_5MoeForCausalLM", FAM_QWEN3_5_MOE_TEXT}};
   if (override != NULL && strcmp(override, "fused3d") == 0) {
     m->fam = FAM_FUSED3D;
     return true;
@@ -163,12 +176,13 @@ static bool pick_family(sl_ref_model *m, const char *arch, const char *override)
   return false;
 }
 
-/* The object holding the text model's sizes: Llama-4 and the wrappers of docs/spec/ARCHITECTURES.md
- * (docs/spec/ARCHITECTURES.md §17) nest them under text_config. */
+/* The object holding the text model's sizes: Llama-4, the Qwen3.5 wrappers and the multimodal
+ * wrappers of docs/spec/ARCHITECTURES.md §18 nest them under text_config. */
 static const cJSON *text_cfg(const sl_ref_model *m, const cJSON *cfg) {
   const cJSON *tc = cJSON_GetObjectItemCaseSensitive(cfg, "text_config");
-  bool nested = m->fam == FAM_LLAMA4 || m->fam == FAM_QWEN3_VL || m->fam == FAM_QWEN3_VL_MOE ||
-                m->fam == FAM_GEMMA3_MM || m->fam == FAM_KIMI_K25;
+  bool nested = m->fam == FAM_LLAMA4 || m->fam == FAM_QWEN3_5 || m->fam == FAM_QWEN3_5_MOE ||
+                m->fam == FAM_QWEN3_VL || m->fam == FAM_QWEN3_VL_MOE || m->fam == FAM_GEMMA3_MM ||
+                m->fam == FAM_KIMI_K25;
   return nested && cJSON_IsObject(tc) ? tc : cfg;
 }
 
@@ -248,7 +262,7 @@ static bool read_config(sl_ref_model *m, const cJSON *top, const char *override)
   }
   m->n_group = ref_cfg_num_or(cfg, "n_group", 1);
   /* Gemma-3 ties unless told otherwise (docs/spec/ARCHITECTURES.md §10); the wrappers read
-   * text_config first (docs/spec/ARCHITECTURES.md §17). */
+   * text_config first (docs/spec/ARCHITECTURES.md §18). */
   bool gemma = m->fam == FAM_GEMMA3 || m->fam == FAM_GEMMA3_MM;
   if (m->fam == FAM_QWEN3_VL || m->fam == FAM_QWEN3_VL_MOE || m->fam == FAM_GEMMA3_MM)
     m->tie = ref_cfg_bool_or(cfg, "tie_word_embeddings", ref_cfg_bool_or(top, "tie_word_embeddings", gemma));

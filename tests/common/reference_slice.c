@@ -432,5 +432,8 @@ void ref_build_def(ctx *c, const rdef *d) {
   case ST_PARTS:
     build_parts(c, d);
     break;
+  case ST_GDN:
+    ref_build_gdn(c, d);
+    break;
   }
 }

@@ -16,3 +16,8 @@ sl_unit_test(test_local_plan)
 set_tests_properties(test_local_plan PROPERTIES TIMEOUT 300)
 # The schedule when some ranks cannot open some files: readers among the ranks that see them.
 sl_unit_test(test_plan_visibility)
+# The real Qwen3-Next-80B and Qwen3.5-397B layouts (header-only) at tp 8 x pp 2 and tp 8 x dp 2 with
+# expert parallelism: every byte read once, every rank's bytes those of its slices (labels unit,
+# frontier).
+sl_script_test(test_plan_qwen_next unit ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_plan_qwen_next.py)
+set_tests_properties(test_plan_qwen_next PROPERTIES TIMEOUT 120 LABELS "unit;frontier")

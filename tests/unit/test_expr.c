@@ -2,7 +2,7 @@
  * test_expr.c — model/expr.c, the expression language of architecture specs (docs/SPECS.md
  * "Expressions", model/expr.h): literals, identifiers (dotted, missing, null), arithmetic and its
  * precedence and associativity, exact '/', floor '//', '%', overflow, comparisons, logic with
- * short-circuit, the functions default/contains/len/ceil_div/pad/min/max, the typed evaluators
+ * short-circuit, the functions default/contains/len/ceil_div/pad/min/max/at/has_tensor, the typed evaluators
  * (u64, bool), the field list of an expression, and every error with its message (syntax errors
  * at compile time with the offset; unknown field, null field, division by zero, wrong types at
  * evaluation, each naming the spec location, the expression and the field).
@@ -22,6 +22,7 @@
 
 static cJSON *g_list;    /* [1, 2, 3] */
 static cJSON *g_strlist; /* ["a", "b"] */
+static cJSON *g_mixed;   /* ["linear_attention", 4, true, null, 1.5, [1]] */
 
 static bool lookup(void *ctx, const char *name, sl__val *out, sl__err *err) {
   (void)ctx;
@@ -51,6 +52,17 @@ static bool lookup(void *ctx, const char *name, sl__val *out, sl__err *err) {
   if (strcmp(name, "list") == 0) {
     out->kind = SL_VAL_LIST;
     out->list = g_list;
+    return true;
+  }
+  if (strcmp(name, "mixed") == 0) {
+    out->kind = SL_VAL_LIST;
+    out->list = g_mixed;
+    return true;
+  }
+  /* has_tensor('x') asks for "#x": a checkpoint holding only "w.3.a" (and nothing for "#none...") */
+  if (name[0] == '#' && strncmp(name, "#none", 5) != 0) {
+    out->kind = SL_VAL_BOOL;
+    out->i = strcmp(name, "#w.3.a") == 0;
     return true;
   }
   if (strcmp(name, "strlist") == 0) {
@@ -402,6 +414,33 @@ static void test_functions(void) {
   SYNTAX("floor(7, 2)", 11, "unknown function");
 }
 
+/* at(list, i) and has_tensor('name') (docs/SPECS.md "Expressions"). */
+static void test_at_has_tensor(void) {
+  INT("at(list, 0)", 1);
+  INT("at(list, 2) * 10", 30);
+  BOOL("at(mixed, 0) == 'linear_attention'", true);
+  BOOL("at(strlist, 1) == 'b'", true);
+  INT("at(mixed, 1)", 4);
+  BOOL("at(mixed, 2)", true);
+  KIND("at(mixed, 3)", SL_VAL_NULL);
+  KIND("at(not_in_config, 5)", SL_VAL_MISSING); /* an absent list: absent entries */
+  BOOL("default(at(not_in_config, 1), 'interval') == 'interval'", true);
+  BOOL("default(at(strlist, 0), 'interval') == 'a'", true);
+  EVAL_ERR("at(list, 3)", "at: index 3 is outside 'list' (3 entries)");
+  EVAL_ERR("at(list, -1)", "at: index -1 is outside 'list' (3 entries)");
+  EVAL_ERR("at(hidden_size, 0)", "at: 'hidden_size' is not a list");
+  EVAL_ERR("at(mixed, 4)", "at: entry 4 of 'mixed' is not an integer, string, boolean or null");
+  EVAL_ERR("at(mixed, 5)", "at: entry 5 of 'mixed' is not an integer, string, boolean or null");
+  EVAL_ERR("at(list, name)", "'name' is not a number");
+  EVAL_ERR("at(list)", "at: wrong number of arguments");
+  BOOL("has_tensor('w.3.a')", true);
+  BOOL("has_tensor('w.3.b')", false);
+  BOOL("!has_tensor('w.3.b') && has_tensor('w.3.a')", true);
+  EVAL_ERR("has_tensor(3)", "has_tensor: the argument must be a string (a tensor name)");
+  EVAL_ERR("has_tensor('a', 'b')", "has_tensor: wrong number of arguments");
+  EVAL_ERR("has_tensor('none.here')", "has_tensor: no checkpoint to look in");
+}
+
 static void test_syntax_errors(void) {
   SYNTAX("", 0, "unexpected end");
   SYNTAX("   ", 3, "unexpected end");
@@ -561,7 +600,8 @@ static void test_fields(void) {
 int main(void) {
   g_list = cJSON_Parse("[1, 2, 3]");
   g_strlist = cJSON_Parse("[\"a\", \"b\"]");
-  CHECK(g_list != NULL && g_strlist != NULL);
+  g_mixed = cJSON_Parse("[\"linear_attention\", 4, true, null, 1.5, [1]]");
+  CHECK(g_list != NULL && g_strlist != NULL && g_mixed != NULL);
   test_literals();
   test_identifiers();
   test_arithmetic();
@@ -570,6 +610,7 @@ int main(void) {
   test_comparisons();
   test_logic();
   test_functions();
+  test_at_has_tensor();
   test_syntax_errors();
   test_eval_errors();
   test_typed();
@@ -578,5 +619,6 @@ int main(void) {
   sl__expr_free(NULL);
   cJSON_Delete(g_list);
   cJSON_Delete(g_strlist);
+  cJSON_Delete(g_mixed);
   return sl_test_finish();
 }

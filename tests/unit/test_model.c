@@ -5,8 +5,8 @@
  * missing config field, shape mismatch with the config fields behind it, unsupported
  * quantization).
  */
-#include "model/catalog.h"
 #include "check.h"
+#include "model/catalog.h"
 #include "model/expr.h"
 #include "model/model.h"
 #include "model/spec.h"
@@ -174,6 +174,18 @@ static void test_spec_errors(void) {
            head);
   check_spec_error(buf, "'transpose' is only supported with styles moe3d_w13_transposed, moe3d_w2_transposed "
                         "and moe3d_w13_interleaved_transposed, not moe3d_w2");
+  /* gdn (docs/spec/LAYOUTS.md §3.13): every source names its part, and the heads are given */
+  snprintf(buf, sizeof buf,
+           "%s\"params\":[{\"name\":\"a.{layer}\",\"place\":\"layer\",\"style\":\"gdn\","
+           "\"sources\":[{\"tensor\":\"a.{layer}\",\"part\":\"q\",\"shape\":[1]}]}]}",
+           head);
+  check_spec_error(buf, "every gdn source needs a part among qkvz, ba, qkv, z, b, a, v_heads");
+  snprintf(buf, sizeof buf,
+           "%s\"params\":[{\"name\":\"a.{layer}\",\"place\":\"layer\",\"style\":\"gdn\","
+           "\"heads\":{\"q\":1,\"kv\":1},\"sources\":[{\"tensor\":\"a.{layer}\",\"part\":\"qkvz\",\"shape\":["
+           "1]}]}]}",
+           head);
+  check_spec_error(buf, "gdn needs \"heads\"");
   sl__spec *ok = NULL;
   sl__err err;
   sl__err_clear(&err);

@@ -73,9 +73,11 @@ class Case:
 
 
 def cases(world, group):
-    """The cases of a world size (group: "main", "dtype")."""
+    """The cases of a world size (group: "main", "dtype", "qwen")."""
     C = Case
     out = []
+    if group == "qwen":
+        return qwen_cases(world)
     if group == "dtype":   # model dtype unlike the checkpoint's, on the host
         tp = 2 if world % 2 == 0 else 1
         return [C("llama bf16->f32", "llama", tp=tp, dp=world // tp, dtype="float32"),
@@ -144,6 +146,24 @@ def cases(world, group):
                 C("gpt_oss tp4", "gpt_oss", tp=4, expect_handed=10),
                 C("llama4 tp2 dp2 ep", "llama4_text", tp=2, dp=2, ep=True)]
     return out
+
+
+def qwen_cases(world):
+    """Qwen3-Next and Qwen3.5 (gated DeltaNet; the ConditionalGeneration wrappers with their vision
+    tower skipped): 1 and 2 workers."""
+    C = Case
+    vision = {"skip_vision": True}
+    if world == 1:
+        return [C("qwen3_next", "qwen3_next"), C("qwen3_5 tied, vision skipped", "qwen3_5", extra=vision),
+                C("qwen3_5_moe stacked experts", "qwen3_5_moe", extra=vision),
+                C("qwen3_5_moe_text", "qwen3_5_moe_text")]
+    if world == 2:
+        return [C("qwen3_next tp2", "qwen3_next", tp=2), C("qwen3_next tp2 ep", "qwen3_next", tp=2, ep=True),
+                C("qwen3_5 tp2", "qwen3_5", tp=2, extra=vision),
+                C("qwen3_5_moe tp2 ep", "qwen3_5_moe", tp=2, ep=True, extra=vision),
+                C("qwen3_5_moe pp2", "qwen3_5_moe", pp=2, extra=vision),
+                C("qwen3_5_moe_text dp2 ep", "qwen3_5_moe_text", dp=2, ep=True)]
+    return []
 
 
 # -------------------------------------------------------------------------------------------------

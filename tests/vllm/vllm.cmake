@@ -29,6 +29,13 @@ foreach(n 1 2)
     SKIP_RETURN_CODE 77 FIXTURES_REQUIRED vllm_models ENVIRONMENT "${SL_VLLM_ENV}")
 endforeach()
 
+# Qwen3-Next and Qwen3.5 (gated DeltaNet, the ConditionalGeneration wrappers): 1 and 2 workers.
+foreach(n 1 2)
+  add_test(NAME vllm_qwen_w${n} COMMAND timeout 280 ${SL_PY} ${SL_VLLM_DIR}/test_vllm_mp.py ${n} qwen)
+  set_tests_properties(vllm_qwen_w${n} PROPERTIES LABELS "vllm;frontier" TIMEOUT 300 PROCESSORS ${n}
+    SKIP_RETURN_CODE 77 FIXTURES_REQUIRED vllm_models ENVIRONMENT "${SL_VLLM_ENV}")
+endforeach()
+
 # external_launcher under mpirun.
 foreach(np 1 2 4)
   add_test(NAME vllm_mpirun_np${np} COMMAND timeout 280 ${SL_MPIRUN} -np ${np}

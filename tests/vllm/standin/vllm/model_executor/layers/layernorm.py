@@ -1,5 +1,6 @@
-"""STAND-IN for vllm.model_executor.layers.layernorm: RMSNorm holds `weight` [hidden] (ones), loaded
-by default_weight_loader (no weight_loader attribute)."""
+"""STAND-IN for vllm.model_executor.layers.layernorm: RMSNorm (and GemmaRMSNorm, RMSNormGated: the
+gated DeltaNet's norm over one head, [head_v_dim]) holds `weight` [hidden] (ones), loaded by
+default_weight_loader (no weight_loader attribute)."""
 
 import torch
 
@@ -14,3 +15,11 @@ class RMSNorm(torch.nn.Module):
         x32 = x.float()
         x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.variance_epsilon)
         return x32.to(x.dtype) * self.weight
+
+
+GemmaRMSNorm = RMSNorm
+
+
+class RMSNormGated(RMSNorm):
+    def __init__(self, hidden_size, eps=1e-5, group_size=None, norm_before_gate=True, **kw):
+        super().__init__(hidden_size, eps)

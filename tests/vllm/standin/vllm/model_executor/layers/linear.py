@@ -4,7 +4,9 @@ their weight_loader(param, loaded_weight[, shard_id]) applies to a whole checkpo
 - ReplicatedLinear: weight [out, in] on every rank, copied whole.
 - ColumnParallelLinear: weight [out/tp, in]; rank r takes rows [r*out/tp, +out/tp) (bias alike).
 - MergedColumnParallelLinear(output_sizes): weight [sum/tp, in]; part k (shard id k) takes rows
-  [r*s_k/tp, +s_k/tp) of its own tensor, placed at row sum(s_<k)/tp.
+  [r*s_k/tp, +s_k/tp) of its own tensor, placed at row sum(s_<k)/tp; a tuple of shard ids (k, k+1,
+  ...) is one checkpoint tensor holding those parts one after the other (Qwen3.5's in_proj_qkv as
+  parts 0, 1, 2 of in_proj_qkvz), each part taken as above.
 - QKVParallelLinear: q heads split over tp; kv heads split when tp < total kv heads, else each kv
   head replicated on tp/total_kv ranks (rank r holds kv head r // replicas); shard ids q, k, v.
 - RowParallelLinear: weight [out, in/tp]; rank r takes columns [r*in/tp, +in/tp); bias whole.
@@ -75,6 +77,13 @@ class MergedColumnParallelLinear(ColumnParallelLinear):
         if loaded_shard_id is None:   # a checkpoint that fuses the parts already: split it
             at = 0
             for k, size in enumerate(self.output_sizes):
+                self.weight_loader(param, loaded_weight.narrow(0, at, size), k)
+                at += size
+            return
+        if isinstance(loaded_shard_id, tuple):   # consecutive parts in one checkpoint tensor
+            at = 0
+            for k in loaded_shard_id:
+                size = self.output_sizes[k]
                 self.weight_loader(param, loaded_weight.narrow(0, at, size), k)
                 at += size
             return

@@ -1,5 +1,6 @@
-"""STAND-IN for vllm.model_executor.model_loader.weight_utils: default_weight_loader, and an
-iterator over the tensors of safetensors files (its own reader: 8-byte header length, JSON header,
+"""STAND-IN for vllm.model_executor.model_loader.weight_utils: default_weight_loader,
+sharded_weight_loader(dim) (rank r copies block r of dim: the gated DeltaNet's A_log, dt_bias), and
+an iterator over the tensors of safetensors files (its own reader: 8-byte header length, JSON header,
 data; BF16 through int16, as numpy lacks it)."""
 
 import json
@@ -19,6 +20,14 @@ def default_weight_loader(param, loaded_weight):
         assert param.size() == loaded_weight.size(), \
             "shape mismatch: parameter %s, checkpoint %s" % (param.size(), loaded_weight.size())
         param.data.copy_(loaded_weight)
+
+
+def sharded_weight_loader(shard_axis):
+    def loader(param, loaded_weight):
+        from vllm.distributed import get_tensor_model_parallel_rank
+        n = param.data.shape[shard_axis]
+        param.data.copy_(loaded_weight.narrow(shard_axis, get_tensor_model_parallel_rank() * n, n))
+    return loader
 
 
 def safetensors_weights_iterator(files):

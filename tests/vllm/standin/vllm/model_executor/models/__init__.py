@@ -9,7 +9,13 @@ class _Registry:
         from .gpt_oss import GptOssForCausalLM
         from .llama4 import Llama4ForConditionalGeneration
         from .mixtral import MixtralForCausalLM
-        return {"LlamaForCausalLM": LlamaForCausalLM, "MistralForCausalLM": LlamaForCausalLM,
+        from . import qwen3_5, qwen3_next
+        qwen = {"Qwen3NextForCausalLM": qwen3_next.Qwen3NextForCausalLM,
+                "Qwen3_5ForCausalLM": qwen3_5.Qwen3_5ForCausalLM,
+                "Qwen3_5MoeForCausalLM": qwen3_5.Qwen3_5MoeForCausalLM,
+                "Qwen3_5ForConditionalGeneration": qwen3_5.Qwen3_5ForConditionalGeneration,
+                "Qwen3_5MoeForConditionalGeneration": qwen3_5.Qwen3_5MoeForConditionalGeneration}
+        return qwen | {"LlamaForCausalLM": LlamaForCausalLM, "MistralForCausalLM": LlamaForCausalLM,
                 "Qwen3ForCausalLM": Qwen3ForCausalLM, "MixtralForCausalLM": MixtralForCausalLM,
                 "EagleLlamaForCausalLM": LlamaForCausalLM, "GptOssForCausalLM": GptOssForCausalLM,
                 "Llama4ForConditionalGeneration": Llama4ForConditionalGeneration}
