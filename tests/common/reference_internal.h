@@ -157,6 +157,9 @@ struct sl_ref_model {
   const char *const (*alt)[2];
   size_t n_alt;
   bool embed_everywhere; /* embedding and final norm on every stage (vLLM's Gemma3Model) */
+  /* arch_family "qwen3_5_vision": specs/qwen3_5.json with "vision": "qwen3_vl" added, Qwen3-VL's tower
+   * loaded (docs/spec/ARCHITECTURES.md §18) */
+  bool qwen3_5_tower;
   /* a tied head's names when not vroot's embed_tokens.weight / vhead (Qwen3.5; empty: those) */
   char embed_v[96], embed_s[96], head_v[96];
   sl_status st; /* first error while building */

@@ -165,6 +165,7 @@ static bool pick_family(sl_ref_model *m, const char *arch, const char *override)
     m->fam = FAM_FUSED3D;
     return true;
   }
+  m->qwen3_5_tower = override != NULL && strcmp(override, "qwen3_5_vision") == 0;
   if (arch != NULL && ref_wrapper_family(m, arch))
     return true;
   for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {

@@ -255,6 +255,11 @@ void ref_vision_defs(sl_ref_model *m, const cJSON *top) {
   case FAM_QWEN3_VL_MOE:
     qwen3_vl_tower(m, vc);
     break;
+  case FAM_QWEN3_5:
+  case FAM_QWEN3_5_MOE:
+    if (m->qwen3_5_tower)
+      qwen3_vl_tower(m, vc);
+    break;
   case FAM_GEMMA3_MM:
     gemma3_tower(m, vc);
     break;

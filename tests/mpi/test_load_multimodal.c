@@ -21,7 +21,11 @@
  *                      +16) and 64 + [16r, +16) of the checkpoint's fused attn.qkv; its
  *                      visual.merger.linear_fc2.weight [64, 64] columns [64r, +64); pos_embed whole.
  *   golden_pp          at pp = world (1, 2 or 4 stages; 3 ranks: pp 3): every stage holds
- *                      visual.patch_embed.proj.weight and the merger, only its own text layers.
+ *                      visual.patch_embed.proj.weight and the merger, only its own text layers. *
+ * test_qwen3_5_vision  Qwen3.5's vision tower is Qwen3-VL's: specs/qwen3_5.json with the one line "vision":
+ * "qwen3_vl" added (written to a temporary folder) loads qwen3_5_vl (no deepstack mergers, no
+ * deepstack_visual_indexes) at every (tp, pp, dp), both layouts, without and with EP, byte-exact against the
+ * reference (arch_family "qwen3_5_vision"), and with skip_vision.
  */
 #include "check.h"
 #include "load_check.h"
@@ -230,6 +234,67 @@ static void golden_pp(void) {
   lc_result_free(&res);
 }
 
+/* Rank 0 writes dir/qwen3_5.json: $SL_SOURCE_DIR/specs/qwen3_5.json with "vision": "qwen3_vl" after its
+ * "family" line; every rank gets whether it worked. */
+static bool write_qwen3_5_vision_spec(const char *dir, char *spec, size_t cap) {
+  snprintf(spec, cap, "%s/qwen3_5.json", dir);
+  int ok = 1;
+  if (lc_rank() == 0) {
+    char src[1024];
+    snprintf(src, sizeof src, "%s/specs/qwen3_5.json", sl_test_env("SL_SOURCE_DIR", "."));
+    FILE *in = fopen(src, "rb");
+    FILE *out = fopen(spec, "wb");
+    char line[65536];
+    int added = 0;
+    while (in != NULL && out != NULL && fgets(line, sizeof line, in) != NULL) {
+      fputs(line, out);
+      if (!added && strstr(line, "\"family\": \"qwen3_5\",") != NULL)
+        added = fputs("  \"vision\": \"qwen3_vl\",\n", out) >= 0;
+    }
+    ok = in != NULL && out != NULL && added;
+    if (in != NULL)
+      fclose(in);
+    if (out != NULL && fclose(out) != 0)
+      ok = 0;
+    CHECKF(ok, "cannot write %s from %s", spec, src);
+  }
+  MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  return ok != 0;
+}
+
+static void test_qwen3_5_vision(void) {
+  char *dir = lc_tmpdir("q35v");
+  char spec[1024];
+  if (dir == NULL)
+    return;
+  if (write_qwen3_5_vision_spec(dir, spec, sizeof spec)) {
+    int lays[16][3];
+    int n = lc_layouts(lc_world(), lays, 16);
+    for (int i = 0; i < n; i++)
+      for (int ep = 0; ep < 2; ep++)
+        for (int ckpt = 0; ckpt < 2; ckpt++) {
+          lc_case c = {.fixture = "qwen3_5_vl",
+                       .arch_family = "qwen3_5_vision",
+                       .tp = lays[i][0],
+                       .pp = lays[i][1],
+                       .dp = lays[i][2],
+                       .ep = ep == 1,
+                       .checkpoint = ckpt == 1,
+                       .extra = {"arch", spec, NULL}};
+          lc_run(&c, NULL);
+        }
+    int tp = lc_world() == 3 ? 1 : lc_world();
+    lc_case c = {.fixture = "qwen3_5_vl",
+                 .arch_family = "qwen3_5_vision",
+                 .tp = tp,
+                 .pp = 1,
+                 .dp = lc_world() / tp,
+                 .extra = {"arch", spec, "skip_vision", "true", NULL}};
+    lc_run(&c, NULL);
+  }
+  lc_tmpdir_remove(dir);
+}
+
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
   sl_test_rank = lc_rank();
@@ -239,6 +304,7 @@ int main(int argc, char **argv) {
   test_refusals();
   test_skip_vision();
   test_layouts();
+  test_qwen3_5_vision();
   lc_models_close();
   int rc = sl_test_finish_mpi(MPI_COMM_WORLD);
   MPI_Finalize();
