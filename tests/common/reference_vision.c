@@ -157,8 +157,14 @@ static void gemma3_tower(sl_ref_model *m, const cJSON *vc) {
   const char *v = "vision_tower.vision_model.";
   const char *c = "model.vision_tower.vision_model.";
   pair(m, v, c, "embeddings.patch_embedding", ST_REPLICATED, ST_REPLICATED);
-  one(m, ST_REPLICATED, "vision_tower.vision_model.embeddings.position_embedding.weight",
-      "model.vision_tower.vision_model.embeddings.position_embedding.weight");
+  /* vLLM's SiglipVisionEmbeddings: a VocabParallelEmbedding of (image_size / patch_size)^2 rows */
+  uint64_t side = ref_cfg_num_or(vc, "patch_size", 0) > 0
+                      ? ref_cfg_num_or(vc, "image_size", 0) / ref_cfg_num_or(vc, "patch_size", 1)
+                      : 0;
+  rdef *pos = one(m, ST_VOCAB, "vision_tower.vision_model.embeddings.position_embedding.weight",
+                  "model.vision_tower.vision_model.embeddings.position_embedding.weight");
+  if (pos != NULL)
+    pos->vocab = side * side;
   for (uint64_t l = 0; l < layers; l++) {
     char vl[128];
     char cl[128];
