@@ -2,7 +2,8 @@
 """make_fixtures.py OUTDIR -- the checkpoints of the vLLM plugin tests, from scripts/make-fixture:
 llama_f32, mixtral_f32, qwen3 (tied head, BF16), llama (BF16), gpt_oss (MXFP4 experts),
 llama4_text (transposed fused experts), qwen3_next, qwen3_5, qwen3_5_moe, qwen3_5_moe_text (gated
-DeltaNet layers; the Qwen3.5 wrappers with a vision tower), and variants:
+DeltaNet layers; the Qwen3.5 wrappers with a vision tower), qwen3_vl, gemma3_mm, gemma3_mm_legacy
+(multimodal wrappers with their vision towers), and variants:
   mixtral_ng2  mixtral_f32 whose config.json declares n_group 2 (expert groups, as DeepSeek's
                does), so that round_robin expert placement is in effect in shardload and vLLM;
   llama_kv     llama_f32 with KV-cache scales under the checkpoint names FP8 checkpoints use
@@ -43,7 +44,7 @@ def kv_spec(path):
 def main(out):
     os.makedirs(out, exist_ok=True)
     for name in ("llama_f32", "mixtral_f32", "qwen3", "llama", "gpt_oss", "llama4_text", "qwen3_next",
-                 "qwen3_5", "qwen3_5_moe", "qwen3_5_moe_text"):
+                 "qwen3_5", "qwen3_5_moe", "qwen3_5_moe_text", "qwen3_vl", "gemma3_mm", "gemma3_mm_legacy"):
         make(name, os.path.join(out, name))
     make("mixtral_f32", os.path.join(out, "mixtral_ng2"), "--set-config", "n_group=2")
     make("llama_f32", os.path.join(out, "llama_kv"), *sum((["--extra", n + ":F32:"] for n in KV), []))

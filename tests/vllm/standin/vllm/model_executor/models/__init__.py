@@ -9,7 +9,7 @@ class _Registry:
         from .gpt_oss import GptOssForCausalLM
         from .llama4 import Llama4ForConditionalGeneration
         from .mixtral import MixtralForCausalLM
-        from . import qwen3_5, qwen3_next
+        from . import gemma3_mm, qwen3_5, qwen3_next, qwen3_vl
         qwen = {"Qwen3NextForCausalLM": qwen3_next.Qwen3NextForCausalLM,
                 "Qwen3_5ForCausalLM": qwen3_5.Qwen3_5ForCausalLM,
                 "Qwen3_5MoeForCausalLM": qwen3_5.Qwen3_5MoeForCausalLM,
@@ -18,7 +18,9 @@ class _Registry:
         return qwen | {"LlamaForCausalLM": LlamaForCausalLM, "MistralForCausalLM": LlamaForCausalLM,
                 "Qwen3ForCausalLM": Qwen3ForCausalLM, "MixtralForCausalLM": MixtralForCausalLM,
                 "EagleLlamaForCausalLM": LlamaForCausalLM, "GptOssForCausalLM": GptOssForCausalLM,
-                "Llama4ForConditionalGeneration": Llama4ForConditionalGeneration}
+                "Llama4ForConditionalGeneration": Llama4ForConditionalGeneration,
+                "Qwen3VLForConditionalGeneration": qwen3_vl.Qwen3VLForConditionalGeneration,
+                "Gemma3ForConditionalGeneration": gemma3_mm.Gemma3ForConditionalGeneration}
 
     def get_supported_archs(self):
         return list(self._classes())
