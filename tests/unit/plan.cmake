@@ -21,3 +21,8 @@ sl_unit_test(test_plan_visibility)
 # frontier).
 sl_script_test(test_plan_qwen_next unit ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_plan_qwen_next.py)
 set_tests_properties(test_plan_qwen_next PROPERTIES TIMEOUT 120 LABELS "unit;frontier")
+# The real Qwen3-VL-235B-A22B layout (header-only) with its vision tower and with skip_vision at tp 8 x
+# pp 2 and tp 8 x dp 2 with expert parallelism: every byte read once, every rank's bytes those of its
+# slices, the tower on every stage (labels unit, frontier).
+sl_script_test(test_plan_multimodal unit ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_plan_multimodal.py)
+set_tests_properties(test_plan_multimodal PROPERTIES TIMEOUT 120 LABELS "unit;frontier")
