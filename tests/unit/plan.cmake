@@ -4,6 +4,8 @@ sl_unit_test(test_plan)
 sl_unit_test(test_dryrun)
 set_tests_properties(test_dryrun PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300)
 sl_unit_test(test_model)
+# A multimodal wrapper's spec keys: a vision spec by name or inline, broadcast text, clear errors.
+sl_unit_test(test_spec_vision)
 sl_unit_test(test_readplan)
 # Two dry runs on two threads at once give the result of one alone (the planner is reentrant).
 sl_unit_test(test_plan_threads)
