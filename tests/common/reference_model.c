@@ -244,6 +244,9 @@ static bool read_config(sl_ref_model *m, const cJSON *top, const char *override)
     m->vroot = m->sroot = "model.";
     m->vhead = m->shead = "lm_head.weight";
   }
+  /* vLLM's Gemma3Model: embed_tokens and norm on every stage, no lm_head (docs/spec/ARCHITECTURES.md §10) */
+  if (m->fam == FAM_GEMMA3)
+    m->embed_everywhere = true;
   const cJSON *cfg = text_cfg(m, top);
   bool ok = ref_cfg_num(cfg, "hidden_size", &m->H) && ref_cfg_num(cfg, "vocab_size", &m->V) &&
             ref_cfg_num(cfg, "num_hidden_layers", &m->L) && ref_cfg_num(cfg, "num_attention_heads", &m->Hq);
