@@ -182,7 +182,9 @@ def mm_cases(world):
                 C("qwen3_vl language_model_only", "qwen3_vl", mm=lmo, expect_skip_vision=True),
                 C("gemma3_mm", "gemma3_mm", expect_skip_vision=False),
                 C("gemma3_mm_legacy vLLM's names", "gemma3_mm_legacy"),
-                C("gemma3_mm no images", "gemma3_mm", mm=no_images, expect_skip_vision=True)]
+                C("gemma3_mm no images", "gemma3_mm", mm=no_images, expect_skip_vision=True),
+                C("qwen3_vl data-parallel tower refused", "qwen3_vl", mm={"mm_encoder_tp_mode": "data"},
+                  expect_error="mm_encoder_tp_mode 'data'")]
     if world == 2:
         return [C("qwen3_vl tp2", "qwen3_vl", tp=2), C("qwen3_vl pp2", "qwen3_vl", pp=2),
                 C("qwen3_vl tp2 language_model_only", "qwen3_vl", tp=2, mm=lmo, expect_skip_vision=True),

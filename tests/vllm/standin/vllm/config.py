@@ -26,6 +26,7 @@ class MultiModalConfig:
     modality with language_model_only, else the limit given (vLLM's default when none is)."""
     language_model_only: bool = False
     limit_per_prompt: dict = dataclasses.field(default_factory=dict)
+    mm_encoder_tp_mode: str = "weights"   # weights | data
 
     def get_limit_per_prompt(self, modality):
         if self.language_model_only:
@@ -45,13 +46,14 @@ class ModelConfig:
     quantization: Optional[str] = None
     language_model_only: bool = False
     limit_mm_per_prompt: Optional[dict] = None
+    mm_encoder_tp_mode: str = "weights"
 
     def __post_init__(self):
         with open(os.path.join(self.model, "config.json")) as f:
             raw = json.load(f)
         self.hf_config = _namespace(raw)
         self.multimodal_config = MultiModalConfig(self.language_model_only, dict(
-            self.limit_mm_per_prompt or {})) if "vision_config" in raw else None
+            self.limit_mm_per_prompt or {}), self.mm_encoder_tp_mode) if "vision_config" in raw else None
         self.hf_text_config = getattr(self.hf_config, "text_config", self.hf_config)
         self.architectures = list(raw.get("architectures", []))
         if self.quantization is None and "quantization_config" in raw:
