@@ -52,7 +52,8 @@ static const key_def keys[] = {
     {"cache_dir", T_STR, NULL, NULL, "Hugging Face cache folder (default HF_HUB_CACHE, $HF_HOME/hub)"},
     {"offline", T_BOOL, "false", NULL, "no network at all; resolve from the cache"},
     {"quiet", T_BOOL, "false", NULL, "no progress output"},
-    {"progress", T_ENUM, "auto", "auto,always,never", "rank 0's progress: a bar on a terminal, else log lines"},
+    {"progress", T_ENUM, "auto", "auto,always,never",
+     "rank 0's progress: a bar on a terminal, else log lines"},
     {"load_format", T_ENUM, "auto", "auto,hf,safetensors,mistral,pt,sharded_state", "weight file selection"},
     {"tp", T_POS, "1", NULL, "tensor-parallel size"},
     {"pp", T_POS, "1", NULL, "pipeline-parallel size"},
@@ -119,11 +120,8 @@ static const struct {
   const char *alias;
   const char *key;
 } key_aliases[] = {
-    {"tensor_parallel_size", "tp"},
-    {"pipeline_parallel_size", "pp"},
-    {"data_parallel_size", "dp"},
-    {"download_dir", "cache_dir"},
-    {"language_model_only", "skip_vision"},
+    {"tensor_parallel_size", "tp"}, {"pipeline_parallel_size", "pp"},       {"data_parallel_size", "dp"},
+    {"download_dir", "cache_dir"},  {"language_model_only", "skip_vision"},
 };
 
 #define N_ALIASES (sizeof key_aliases / sizeof key_aliases[0])

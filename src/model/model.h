@@ -64,8 +64,8 @@ typedef struct sl__mparam {
   uint64_t in_per_row; /* input channels per row of dim 0 (8 packed, group_size, or 1) */
   uint64_t in_group;   /* a row-parallel rank's input channels must be whole groups of this */
   bool in_whole;       /* dim 0 never split (act-order or channelwise scales and qzeros) */
-  uint32_t alias_of; /* tied lm_head: index of the embedding parameter, else SL_NONE */
-  bool owned;        /* sharded_state: held by rank `owner` alone, whatever the layout */
+  uint32_t alias_of;   /* tied lm_head: index of the embedding parameter, else SL_NONE */
+  bool owned;          /* sharded_state: held by rank `owner` alone, whatever the layout */
   uint32_t owner;
   size_t n_src;
   sl__msrc *src; /* per-expert styles: expert-major, then part */
@@ -81,11 +81,11 @@ typedef struct sl__model {
   uint64_t n_group;
   bool tied;
   bool fp8;
-  bool ct_fp8;         /* compressed-tensors fp8: weight_scale / input_scale companions */
+  bool ct_fp8;          /* compressed-tensors fp8: weight_scale / input_scale companions */
   sl__int4_method int4; /* GPTQ / AWQ: quantized linears become their packed tensors */
   uint64_t int4_group;  /* group_size (input channels per scale row); 0: one group (GPTQ -1) */
   bool int4_desc_act;   /* GPTQ act order: row-parallel scales and qzeros stay whole */
-  uint64_t block_rows; /* fp8 weight_block_size */
+  uint64_t block_rows;  /* fp8 weight_block_size */
   uint64_t block_cols;
   bool mistral_format; /* rotary permutation applies */
   size_t n_params;

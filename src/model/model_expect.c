@@ -4,8 +4,8 @@
  * feeding exactly one parameter) and the fate of the catalog tensors no parameter consumes
  * (silently skipped, listed as ignored, or unexpected).
  */
-#include "model/model_build.h"
 #include "base/hashmap.h"
+#include "model/model_build.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -58,9 +58,12 @@ static void golden_experts(void) {
   lc_case c = {.fixture = "gpt_oss_bf16", .tp = 2, .pp = 1, .dp = 1};
   lc_result res;
   lc_run(&c, &res);
-  const sl_param *w13 = res.loader != NULL ? sl_loader_find(res.loader, "model.layers.1.mlp.experts.w13_weight") : NULL;
-  const sl_param *w2 = res.loader != NULL ? sl_loader_find(res.loader, "model.layers.1.mlp.experts.w2_weight") : NULL;
-  const sl_param *b13 = res.loader != NULL ? sl_loader_find(res.loader, "model.layers.1.mlp.experts.w13_bias") : NULL;
+  const sl_param *w13 =
+      res.loader != NULL ? sl_loader_find(res.loader, "model.layers.1.mlp.experts.w13_weight") : NULL;
+  const sl_param *w2 =
+      res.loader != NULL ? sl_loader_find(res.loader, "model.layers.1.mlp.experts.w2_weight") : NULL;
+  const sl_param *b13 =
+      res.loader != NULL ? sl_loader_find(res.loader, "model.layers.1.mlp.experts.w13_bias") : NULL;
   CHECK(res.status == SL_STATUS_OK && w13 != NULL && w2 != NULL && b13 != NULL);
   if (w13 != NULL && w2 != NULL && b13 != NULL) {
     CHECK_EQ_U64(w13->local_shape[1], 24);
@@ -71,11 +74,13 @@ static void golden_experts(void) {
       for (uint64_t y = 0; y < 24; y++)
         for (uint64_t h = 0; h < 64; h += 9)
           CHECKF(same_elem(gu, e, 64, 48, h, 24 * r + y, w13->data, (e * 24 + y) * 64 + h),
-                 "w13 e %llu row %llu h %llu", (unsigned long long)e, (unsigned long long)y, (unsigned long long)h);
+                 "w13 e %llu row %llu h %llu", (unsigned long long)e, (unsigned long long)y,
+                 (unsigned long long)h);
       for (uint64_t h = 0; h < 64; h += 7)
         for (uint64_t i = 0; i < 12; i++)
           CHECKF(same_elem(dn, e, 24, 64, 12 * r + i, h, w2->data, (e * 64 + h) * 12 + i),
-                 "w2 e %llu h %llu i %llu", (unsigned long long)e, (unsigned long long)h, (unsigned long long)i);
+                 "w2 e %llu h %llu i %llu", (unsigned long long)e, (unsigned long long)h,
+                 (unsigned long long)i);
       CHECKF(sl_value_mismatch(gub, (e * 48 + 24 * r) * 2, (const uint8_t *)b13->data + e * 48, 48) == 48,
              "w13_bias e %llu", (unsigned long long)e);
     }
@@ -84,9 +89,8 @@ static void golden_experts(void) {
 }
 
 static void test_refused(void) {
-  static const char *const per_layer[][2] = {{"gate_up_proj", "4,64,36"},
-                                             {"gate_up_proj_bias", "4,36"},
-                                             {"down_proj", "4,18,64"}};
+  static const char *const per_layer[][2] = {
+      {"gate_up_proj", "4,64,36"}, {"gate_up_proj_bias", "4,36"}, {"down_proj", "4,18,64"}};
   char args[2048] = "--set-config intermediate_size=18";
   for (int layer = 0; layer < 2; layer++)
     for (int k = 0; k < 3; k++) {
