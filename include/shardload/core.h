@@ -425,7 +425,8 @@ typedef struct sl_rank_stats {
 } sl_rank_stats;
 #define SL_RANK_STATS_INIT SL_SIZED_INIT(sl_rank_stats)
 
-/* On failure *out is NULL and sl_config_error(config) holds the message. */
+/* On failure *out is NULL and sl_config_error(config) holds the message. The dry run keeps a copy
+ * of config: the caller may destroy it once this returns. */
 sl_status sl_dryrun_create(sl_config *config, int world_size, sl_dryrun **out);
 void sl_dryrun_destroy(sl_dryrun *dryrun);
 int sl_dryrun_world_size(const sl_dryrun *dryrun);

@@ -426,13 +426,24 @@ class Loader:
 
     def _check(self, st):
         """Raises the failure of a C call: the same class on every rank (a rank that only saw a
-        peer fail raises the class of that peer's failure, with .peer_rank set)."""
+        peer fail raises the class of that peer's failure, with .peer_rank set; over a
+        torch.distributed group, a lost worker is .peer_rank on every survivor, and .lost_ranks
+        lists every lost one)."""
         if st == 0:
             return
         cause_rank = ctypes.c_int(-1)
         cause = lib.sl_loader_error_cause(self._h, ctypes.byref(cause_rank)) if self._h else st
         e = error_for(cause if st == PEER_FAILED and cause not in (0, PEER_FAILED) else st, self._message())
         e.peer_rank = cause_rank.value if cause_rank.value >= 0 and st == PEER_FAILED else None
+        e.lost_ranks = []
+        transport = self._transport
+        if transport is not None and transport.failure is not None:
+            # A worker lost (dead, stopped): it is the cause on every survivor, whichever survivor
+            # noticed first; and no survivor's process ends before the others have learned so.
+            transport.settle()
+            if transport.lost:
+                e.lost_ranks = sorted(transport.lost)
+                e.peer_rank = e.lost_ranks[0]
         raise e
 
     def _need_open(self):

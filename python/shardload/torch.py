@@ -17,7 +17,7 @@ experts.w13_weight / w2_weight, padded vocabulary ...) is filled:
 - a planned alias (tied embeddings: lm_head.weight of model.embed_tokens.weight): nothing to do
   when the module's two names share storage (vLLM's tie, torch's `lm_head.weight = embed.weight`),
   else copied from its target after the load;
-- another shape (or a non-float dtype change): handed to `fallback` when one is given, else bound
+- another shape (or a change between a float and a non-float dtype): handed to `fallback` when one is given, else bound
   so that the load fails with the bind's ShapeError/InvalidArgumentError on every rank.
 
 Returns (missing, unexpected) as torch's load_state_dict does: module tensors the plan does not
@@ -42,9 +42,13 @@ from .errors import Error, InvalidArgumentError, MissingWeightsError, Unexpected
 from .loader import Loader
 
 # Module tensors that keep their initial value when the checkpoint has none (vLLM's attention
-# scales: the buffers every attention layer registers, the parameters FP8 checkpoints add).
+# scales: the buffers every attention layer registers, the parameters FP8 checkpoints add; the
+# group indices vLLM's WNA16 MoE methods create for activation ordering, which checkpoints
+# without it do not hold).
 KEPT_DEFAULTS = frozenset(["_k_scale", "_v_scale", "_q_scale", "_prob_scale",
-                           "k_scale", "v_scale", "q_scale", "prob_scale"])
+                           "k_scale", "v_scale", "q_scale", "prob_scale",
+                           "w13_weight_g_idx", "w2_weight_g_idx", "w13_g_idx_sort_indices",
+                           "w2_g_idx_sort_indices"])
 
 _FLOATS = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "F64": torch.float64}
 
@@ -100,7 +104,7 @@ def _how(p, t, loader_device):
     if tuple(t.shape) != tuple(p.shape):
         return "other"
     want = _FLOATS.get(p.dtype)
-    if want is not None and t.dtype not in _FLOATS.values():
+    if (want is not None) != (t.dtype in _FLOATS.values()):  # float into non-float, or the reverse
         return "other"
     direct = ((t.device.type == "cuda") == (loader_device == "cuda")) and t.is_contiguous()
     if not direct:

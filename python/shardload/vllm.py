@@ -42,6 +42,9 @@ What a worker gets (shardload.torch.load_into on the model vLLM built):
 - attention scales (_k_scale, _v_scale, _q_scale, _prob_scale buffers; k_scale, v_scale, ...
   Parameters of FP8 checkpoints) keep their initial values when the plan has none, and are loaded
   when it has them, checkpoint names (self_attn.k_proj.k_scale) mapped to vLLM's (attn.k_scale);
+- pack-quantized weight_shape tensors planned in the checkpoint's integer dtype (vLLM holds a
+  FusedMoE's in the model dtype, a linear's as int64) are copied in, converted as vLLM's loaders'
+  copy converts them;
 - bytes that cannot be bound go to the parameter's own weight_loader, in vLLM's conventions for
   data that is already the rank's: FusedMoE MXFP4 parameters (gpt-oss, intermediate size padded
   by vLLM) as weight_loader(param, rank_tensor, weight_name=..., shard_id=None, expert_id=None),
@@ -119,7 +122,7 @@ def split_options(extra):
 
 
 # The modules of the vision towers in vLLM's models (Qwen3-VL / Qwen3.5 visual, Gemma-3 and Kimi-K2.5
-# vision_tower, Llama-4 vision_model, their projectors): docs/spec/ARCHITECTURES.md §18.
+# vision_tower, Llama-4 vision_model, their projectors): docs/spec/ARCHITECTURES.md §20.
 VISION_MODULES = ("visual.", "vision_tower.", "vision_model.", "multi_modal_projector.", "mm_projector.")
 
 
@@ -289,6 +292,8 @@ class WeightLoaderFallback:
                 return target, "default"
         if name not in self.params:
             return None
+        if name.endswith("weight_shape"):   # pack-quantized: vLLM holds them in its own dtype
+            return name, "convert"
         module = self.modules.get(name.rsplit(".", 1)[0])
         if getattr(module, "quant_config", None) is not None and \
                 "mxfp4" in str(_quant_name(module.quant_config)) and hasattr(module, "expert_map"):
@@ -306,7 +311,9 @@ class WeightLoaderFallback:
         target, how = self._route(name)
         param = self.params[target]
         with torch.no_grad():
-            if how == "moe_rank":   # vLLM's MXFP4 convention: the rank's tensor, every expert
+            if how == "convert":    # integers into vLLM's dtype, as its loaders' copy converts them
+                param.data.copy_(tensor.reshape(param.shape))
+            elif how == "moe_rank":   # vLLM's MXFP4 convention: the rank's tensor, every expert
                 t = tensor if param.dim() == tensor.dim() else \
                     tensor.reshape(tuple(tensor.shape[:param.dim() - 1]) + (-1,))
                 param.weight_loader(param, t, weight_name=target, shard_id=None, expert_id=None)

@@ -10,6 +10,7 @@
 #include "base/log.h"
 #include "base/memory.h"
 #include "base/util.h"
+#include "output/paths.h"
 #include "plan/stats.h"
 
 #include <errno.h>
@@ -196,6 +197,19 @@ sl_status sl__loader_statistics(sl_loader *l, double t0) {
   st = sl__comm_agree(&l->comm, st, &l->err, "gathering statistics");
   if (st == SL_STATUS_OK)
     st = sl__comm_agree(&l->comm, share_reports(l), &l->err, "sharing the report");
+  return st;
+}
+
+/* Rank 0, before anything is read: the report's folder and the save's folder created or refused
+ * (output/paths.h), so that a path that cannot be written fails the load at once, not at its end. */
+sl_status sl__loader_outputs_ready(sl_loader *l) {
+  if (l->comm.rank != 0)
+    return SL_STATUS_OK;
+  sl_status st = SL_STATUS_OK;
+  if (l->pl.opts.report != NULL)
+    st = sl__output_file_ready(l->pl.opts.report, "report (--report)", &l->err);
+  if (st == SL_STATUS_OK && l->pl.opts.save_dir != NULL)
+    st = sl__output_dir_ready(l->pl.opts.save_dir, "save_sharded (--save-sharded)", &l->err);
   return st;
 }
 

@@ -48,8 +48,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-    static sl_status
-    advance(sl_loader *l, sl__prep_stage until);
+static sl_status advance(sl_loader *l, sl__prep_stage until);
 
 /* ---------------------------------------------------------------------------------------------
  * Create / destroy
@@ -274,6 +273,8 @@ static sl_status after_stage(void *ctx, sl__prep_stage stage, sl_status st, doub
         st = sl__err_set(err, SL_STATUS_NO_DEVICE,
                          "device cuda (--device cuda): no CUDA device available (%s)", why);
     }
+    if (st == SL_STATUS_OK)
+      st = sl__loader_outputs_ready(l);
     return sl__comm_agree(&l->comm, st, err, "checking the configuration");
   case SL_PREP_CATALOG:
     st = sl__loader_share_catalog(l, &l->pl, st, t0);
@@ -596,6 +597,23 @@ sl_status sl__loader_track(sl_loader *l) {
   return st;
 }
 
+/* The report could not be written after a successful load: the copy is saved all the same (the
+ * load it copies is sound), and the report's error, which the load returns, says what became of it. */
+static sl_status save_after_report_failure(sl_loader *l, sl_status report_st) {
+  sl__err report_err;
+  sl__err_clear(&report_err);
+  sl__err_copy(&report_err, &l->err);
+  sl_status st = sl_loader_save_sharded(l, l->pl.opts.save_dir);
+  char save_msg[SL_ERR_MSG_MAX];
+  snprintf(save_msg, sizeof save_msg, "%s", st == SL_STATUS_OK ? "" : l->err.msg);
+  sl__err_clear(&l->err);
+  if (st == SL_STATUS_OK)
+    return sl__err_set(&l->err, report_st, "%s (the load succeeded; its sharded copy is saved in %s)",
+                       report_err.msg, l->pl.opts.save_dir);
+  return sl__err_set(&l->err, report_st, "%s (the load succeeded; its sharded copy failed too: %s)",
+                     report_err.msg, save_msg);
+}
+
 /* Every wait below is bounded by the watchdog (timeout_s, engine/watchdog.c): past it a rank names
  * the phase and the ranks it has not heard from, then ends the job with MPI_Abort on the load's
  * communicator, the library's one exception to returning a status. */
@@ -619,6 +637,8 @@ static sl_status load_phases(sl_loader *l) {
   sl__progress_set_phase(&l->progress, SL_PHASE_TRANSFER);
   if (st == SL_STATUS_OK)
     st = sl__loader_transfer(l, false);
+  if (st == SL_STATUS_OK)
+    st = sl__loader_check_values(l);
   sl__progress_set_phase(&l->progress, SL_PHASE_TRACK);
   if (st == SL_STATUS_OK)
     st = sl__loader_track(l);
@@ -629,11 +649,11 @@ static sl_status load_phases(sl_loader *l) {
     return sl__loader_fail(l, st);
   /* Report file and pre-sharded copy, when configured (their failure leaves the load usable). */
   st = sl__loader_report_file(l);
-  if (st != SL_STATUS_OK)
+  if (l->pl.opts.save_dir == NULL)
     return st;
-  if (l->pl.opts.save_dir != NULL)
+  if (st == SL_STATUS_OK)
     return sl_loader_save_sharded(l, l->pl.opts.save_dir);
-  return SL_STATUS_OK;
+  return save_after_report_failure(l, st);
 }
 
 sl_status sl_loader_load(sl_loader *l) {
@@ -687,7 +707,8 @@ sl_status sl_loader_save_sharded(sl_loader *l, const char *dir) {
                       .n = n,
                       .max_part = l->pl.opts.save_max_part,
                       .overwrite = l->pl.opts.overwrite,
-                      .backend = l->store.backend};
+                      .backend = l->store.backend,
+                      .layout = {.tp = l->pl.layout.tp, .pp = l->pl.layout.pp, .dp = l->pl.layout.dp}};
   sl__device_scope scope; /* device parameters are copied back to the host */
   sl__device_scope_enter(&scope, st == SL_STATUS_OK && l->store.backend->device >= 0);
   if (st == SL_STATUS_OK)

@@ -47,8 +47,8 @@ struct sl_loader {
   double t_resolve, t_catalog, t_model, t_plan, t_alloc, t_transfer, t_track, t_total;
   sl__buf report;
   sl__buf summary;
-  sl__progress progress;    /* engine/progress.h: bar, log lines, the caller's callback */
-  sl__job_nodes nodes;      /* engine/nodes.h: the job's nodes (rank 0's report) */
+  sl__progress progress; /* engine/progress.h: bar, log lines, the caller's callback */
+  sl__job_nodes nodes;   /* engine/nodes.h: the job's nodes (rank 0's report) */
   /* While a load from peers gathers its statistics (api/peers.c owns them): the plan's time model
    * over the job's nodes, which the report carries instead of a storage load's, and per rank of
    * this loader its node in that model. NULL otherwise. */
@@ -86,6 +86,9 @@ sl_status sl__loader_allocate(sl_loader *l);
 sl_status sl__loader_transfer(sl_loader *l, bool reload);
 /* Tracking over all ranks after a transfer (COLLECTIVE). */
 sl_status sl__loader_track(sl_loader *l);
+/* After a transfer: the weight_shape values of a pack-quantized checkpoint this rank holds, agreed
+ * (COLLECTIVE; api/value_check.c). */
+sl_status sl__loader_check_values(sl_loader *l);
 
 /* After a transfer: every rank's record to rank 0, which writes the report and the summary
  * (COLLECTIVE; t0: when the load's own phases started). The state becomes STATE_LOADED. */
@@ -98,5 +101,7 @@ sl_status sl__loader_find_storage(sl_loader *l, sl__pipeline *pl);
 sl_status sl__loader_twophase_choose(sl_loader *l, sl__pipeline *pl);
 /* Rank 0 writes the report file, when configured (COLLECTIVE). */
 sl_status sl__loader_report_file(sl_loader *l);
+/* Rank 0, at creation: the output paths made ready or refused (output/paths.h); not agreed. */
+sl_status sl__loader_outputs_ready(sl_loader *l);
 
 #endif

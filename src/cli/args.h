@@ -37,11 +37,11 @@ extern const sl_cli_command sl_cli_cmd_inspect;
 extern const sl_cli_command sl_cli_cmd_download;
 
 typedef struct sl_cli_args {
-  const char *positional; /* MODEL / FILE / REPO */
-  bool json;              /* --json */
-  bool help;              /* --help */
-  bool list_params;       /* --list-params */
-  int world;              /* --world N (plan), 0 when absent */
+  const char *positional;                /* MODEL / FILE / REPO */
+  bool json;                             /* --json */
+  bool help;                             /* --help */
+  bool list_params;                      /* --list-params */
+  int world;                             /* --world N (plan), 0 when absent */
   const char *reload[SL_CLI_RELOAD_MAX]; /* --reload MODEL, in order (load) */
   int n_reload;
   const char *reload_revision; /* --reload-revision REV (load), or NULL */
@@ -51,5 +51,8 @@ typedef struct sl_cli_args {
 int sl_cli_parse(int argc, char **argv, sl_config *config, sl_cli_args *args, const sl_cli_command *cmd);
 /* Prints the options of cmd: its keys as flags with their meaning and default, its aliases. */
 void sl_cli_print_options(FILE *out, const sl_cli_command *cmd);
+
+/* Whether the configuration says quiet (--quiet): no progress and no summary; errors still print. */
+bool sl_cli_quiet(const sl_config *config);
 
 #endif

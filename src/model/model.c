@@ -36,6 +36,10 @@ static sl_status read_quantization(sl__model_builder *b) {
     return SL_STATUS_OK;
   const cJSON *method = cJSON_GetObjectItemCaseSensitive(q, "quant_method");
   const char *mname = cJSON_IsString(method) ? method->valuestring : "(none)";
+  bool taken = false; /* pack-quantized or NVFP4 (model/model_packed_config.c) */
+  sl_status st = sl__model_packed_read(b, q, mname, &taken);
+  if (st != SL_STATUS_OK || taken)
+    return st;
   /* MXFP4 (GPT-OSS): blocks and scales are ordinary checkpoint tensors that the spec lists and
    * slices with their weight; nothing is derived from the config. */
   if (strcmp(mname, "mxfp4") == 0)
@@ -47,7 +51,8 @@ static sl_status read_quantization(sl__model_builder *b) {
   if (strcmp(mname, "fp8") != 0)
     return sl__err_set(b->err, SL_STATUS_QUANTIZATION,
                        "unsupported quantization method '%s' (supported: fp8 with "
-                       "weight_block_size, mxfp4, compressed-tensors fp8, gptq and awq int4)",
+                       "weight_block_size, mxfp4, compressed-tensors fp8, W4A16/W8A16 pack-quantized "
+                       "and nvfp4-pack-quantized, modelopt NVFP4, gptq and awq int4)",
                        mname);
   const cJSON *bs = cJSON_GetObjectItemCaseSensitive(q, "weight_block_size");
   const cJSON *bn = cJSON_IsArray(bs) && cJSON_GetArraySize(bs) == 2 ? cJSON_GetArrayItem(bs, 0) : NULL;
@@ -138,6 +143,7 @@ sl_status sl__model_build(const sl__spec *spec, const sl__catalog *cat, sl__layo
     st = sl__model_build_units(&b);
   if (st == SL_STATUS_OK)
     st = sl__model_build_fates(&b);
+  sl__model_packed_free(&b);
   free(b.e.vars);
   free(b.e.var_state);
   free(b.e.lvars);

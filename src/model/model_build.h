@@ -47,6 +47,7 @@ typedef struct sl__model_builder {
   sl__model *m;
   sl__vec params; /* sl__mparam */
   sl__dtype default_dtype;
+  struct sl__packed_cfg *packed; /* pack-quantized / NVFP4 quantization_config (model/model_packed.h) */
   sl__err *err;
 } sl__model_builder;
 
@@ -105,6 +106,18 @@ sl_status sl__model_read_int4(sl__model_builder *b, const cJSON *q, const char *
 /* gptq / awq: when the linear at weight_index is stored quantized (X.qweight instead of X.weight),
  * replaces it with its packed tensors qweight, qzeros, scales and (GPTQ) g_idx. */
 sl_status sl__model_int4_replace(sl__model_builder *b, size_t weight_index);
+
+/* pack-quantized (compressed-tensors W4A16 / W8A16) and NVFP4 (ModelOpt, compressed-tensors): reads
+ * quantization_config into b->packed (model/model_packed_config.c); *taken false when q is none of them. */
+sl_status sl__model_packed_read(sl__model_builder *b, const cJSON *q, const char *method, bool *taken);
+void sl__model_packed_free(sl__model_builder *b);
+/* An NVFP4 weight stored as bytes of two 4-bit values: true (and out's shape the stored one) when t
+ * is such a weight of out's expected [rows, cols] (model/model_packed.c). */
+bool sl__model_packed_source_shape(sl__model_builder *b, sl__msrc *out, const sl__cat_tensor *t);
+/* The linear or expert parameter at weight_index stored pack-quantized or NVFP4 becomes its tensors
+ * (model/model_packed.c, model/model_packed_moe.c); an unquantized one stays, checked against
+ * quantization_config's ignore list. */
+sl_status sl__model_packed_replace(sl__model_builder *b, size_t weight_index);
 
 /* ---- expected set and fates (model/model_expect.c) ---- */
 

@@ -102,6 +102,10 @@ sl_status sl__model_build_fates(sl__model_builder *b) {
     /* GPTQ: the vllm layout reads a fused linear's g_idx from its first part (model/model_quant.c). */
     if (m->int4 == SL_INT4_GPTQ && m->layout == SL_LAYOUT_VLLM && sl__str_ends_with(name, ".g_idx"))
       skip = true;
+    /* Pack-quantized: the vllm layout holds the weight_shape of the part vLLM loads last
+     * (model/model_packed.c); the other parts' are read by vLLM and overwritten. */
+    if (m->packed && m->layout == SL_LAYOUT_VLLM && sl__str_ends_with(name, ".weight_shape"))
+      skip = true;
     if (mtp_count > 0 && sl__str_starts_with(name, mtp_prefix)) {
       uint64_t k = 0;
       const char *d = name + strlen(mtp_prefix);
@@ -121,14 +125,14 @@ sl_status sl__model_build_fates(sl__model_builder *b) {
       size_t len = strlen(name);
       char *w = sl__asprintf("%.*s.weight", (int)(len - 5), name);
       /* the weight of an int4 linear is its qweight (GPTQ checkpoints often carry biases) */
-      char *qw = sl__asprintf("%.*s.qweight", (int)(len - 5), name);
+      char *qw = sl__asprintf("%.*s.%s", (int)(len - 5), name, m->packed ? "weight_packed" : "qweight");
       if (w == NULL || qw == NULL) {
         free(w);
         free(qw);
         return sl__err_set(b->err, SL_STATUS_NOMEM, "out of memory");
       }
       uint32_t wt = sl__catalog_find(cat, w);
-      if (wt == SL_NONE && m->int4 != SL_INT4_NONE)
+      if (wt == SL_NONE && (m->int4 != SL_INT4_NONE || m->packed))
         wt = sl__catalog_find(cat, qw);
       free(w);
       free(qw);

@@ -60,7 +60,7 @@ static uint32_t part_index(const char *part, size_t order) {
 }
 
 static bool is_per_expert(sl__style s) {
-  return s == SL_STYLE_MOE_W13 || s == SL_STYLE_MOE_W2;
+  return s == SL_STYLE_MOE_W13 || s == SL_STYLE_MOE_W2 || s == SL_STYLE_PACKED_MOE || s == SL_STYLE_MOE_WHOLE;
 }
 
 static bool is_f8(sl__dtype d) {
@@ -83,8 +83,11 @@ static sl_status global_shape(sl__model_builder *b, sl__mparam *p) {
   case SL_STYLE_MOE3D_W13_INTERLEAVED:
   case SL_STYLE_MOE3D_W2_BLOCKED:
   case SL_STYLE_MOE_W2_BIAS:
-  case SL_STYLE_QUANT_PARTS: /* shape set where it is made (model/model_quant.c) */
+  case SL_STYLE_QUANT_PARTS: /* shape set where it is made (model/model_quant.c, model_packed*.c) */
   case SL_STYLE_INT4:
+  case SL_STYLE_PACKED:
+  case SL_STYLE_PACKED_MOE:
+  case SL_STYLE_MOE_WHOLE:
     return SL_STATUS_OK;
   case SL_STYLE_MOE3D_W13_TRANSPOSED: /* [E, H, 2*Im] and [E, Im, H]: the checkpoint's orientation, */
   case SL_STYLE_MOE3D_W2_TRANSPOSED:  /* or vLLM's [E, 2*Im, H] and [E, H, Im] when transposed */
@@ -182,6 +185,8 @@ static sl_status add_source(sl__model_builder *b, sl__mparam *p, const sl__spec_
   }
   const sl__cat_tensor *t = &b->cat->tensors[out->tensor];
   bool same = t->ndim == out->ndim && memcmp(t->shape, out->shape, sizeof(uint64_t) * t->ndim) == 0;
+  if (!same && b->packed != NULL) /* an NVFP4 weight: two 4-bit values per byte (model/model_packed.c) */
+    same = sl__model_packed_source_shape(b, out, t);
   if (!same) {
     char have[160];
     char want[160];
@@ -397,6 +402,8 @@ sl_status sl__model_build_param(sl__model_builder *b, const sl__spec_param *sp, 
     st = global_shape(b, p);
   if (st != SL_STATUS_OK)
     return st;
+  if (b->packed != NULL)
+    return sl__model_packed_replace(b, index);
   if (b->m->fp8) {
     bool any_f8 = false;
     for (size_t i = 0; i < p->n_src; i++)

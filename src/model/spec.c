@@ -25,7 +25,9 @@ static const char *const style_names[SL_STYLE_COUNT] = {
     /* quantization companions (plan/slicing_quant.c) */
     "quant_parts", "int4",
     /* gated DeltaNet layers (plan/slicing_gdn.c) */
-    "gdn"};
+    "gdn",
+    /* pack-quantized and NVFP4 (plan/slicing_packed.c) */
+    "packed", "packed_moe", "moe_whole"};
 
 const char *sl__style_name(sl__style s) {
   return (unsigned)s < SL_STYLE_COUNT ? style_names[s] : "?";
@@ -264,6 +266,11 @@ static sl_status check_parts(ctx *c, const sl__spec_param *p, const char *where)
     break;
   case SL_STYLE_GDN:
     err = sl__gdn_spec_check(p);
+    break;
+  case SL_STYLE_PACKED:
+  case SL_STYLE_PACKED_MOE:
+  case SL_STYLE_MOE_WHOLE:
+    err = "this style is derived from quantization_config (pack-quantized, NVFP4), never declared in a spec";
     break;
   case SL_STYLE_COUNT:
     err = "unknown style";

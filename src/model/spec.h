@@ -61,6 +61,9 @@ typedef enum sl__style {
   SL_STYLE_QUANT_PARTS,           /* per-tensor scales of the parts of a fused weight: [n parts] */
   SL_STYLE_INT4,                  /* GPTQ / AWQ packed tensors of a linear (derived, never in a spec) */
   SL_STYLE_GDN,                   /* gated DeltaNet sections split by whole heads (model/gdn.h) */
+  SL_STYLE_PACKED,                /* pack-quantized / NVFP4 tensors of a linear, [out, in] packed (derived) */
+  SL_STYLE_PACKED_MOE,            /* pack-quantized / NVFP4 tensors of one expert part (derived) */
+  SL_STYLE_MOE_WHOLE,             /* per-expert tensors kept whole in each local slot (derived) */
   SL_STYLE_COUNT
 } sl__style;
 

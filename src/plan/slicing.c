@@ -41,6 +41,9 @@ static const sl__slice_fn slicers[SL_STYLE_COUNT] = {
     [SL_STYLE_QUANT_PARTS] = sl__slice_quant_parts,
     [SL_STYLE_INT4] = sl__slice_int4,
     [SL_STYLE_GDN] = sl__slice_gdn,
+    [SL_STYLE_PACKED] = sl__slice_packed,
+    [SL_STYLE_PACKED_MOE] = sl__slice_packed_moe,
+    [SL_STYLE_MOE_WHOLE] = sl__slice_moe_whole,
 };
 
 /* Whether expert x is held by this rank (checkpoint layout: one parameter per expert). */
@@ -88,7 +91,7 @@ static bool cut_by_heads(const sl__mparam *p) {
 static bool cut_by_kv_heads(const sl__mparam *p) {
   return cut_by_heads(p) && p->kv_heads != 0 &&
          (p->style == SL_STYLE_QKV || p->style == SL_STYLE_QKV_FUSED ||
-          (p->style == SL_STYLE_INT4 && p->quant_of == SL_STYLE_QKV));
+          ((p->style == SL_STYLE_INT4 || p->style == SL_STYLE_PACKED) && p->quant_of == SL_STYLE_QKV));
 }
 
 /* The divisors of n up to 4096 (a head count comes from config.json: bounded work), for the

@@ -20,7 +20,7 @@ PY=${PYTHON:-python3}
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/sl-cli-qwen-XXXXXX") || exit 1
 trap 'rm -rf "$TMP"' EXIT
 
-"$SL_MPIRUN" -np 2 "$SL_CLI" load "$SL_FIXTURES/qwen3_next" --tp 2 --save-sharded "$TMP/saved" --quiet \
+"$SL_MPIRUN" -np 2 "$SL_CLI" load "$SL_FIXTURES/qwen3_next" --tp 2 --save-sharded "$TMP/saved" --progress never \
   >"$TMP/next.out" 2>"$TMP/next.err" || fail "qwen3_next tp 2: $(tail -c 600 "$TMP/next.err")"
 contains "$TMP/next.err" "missing 0, unexpected 0" || fail "qwen3_next: summary $(tail -c 400 "$TMP/next.err")"
 "$PY" - "$SL_FIXTURES/qwen3_next" "$TMP/saved" <<'EOF' || fail "qwen3_next: saved conv1d blocks"
@@ -57,7 +57,7 @@ rc=$?
 [ "$rc" -ne 0 ] || fail "qwen3_5 without --skip-vision loaded"
 contains "$TMP/v.err" "model.visual." || fail "qwen3_5: no vision prefix in $(tail -c 400 "$TMP/v.err")"
 contains "$TMP/v.err" "--skip-vision" || fail "qwen3_5: the option is not named"
-"$SL_MPIRUN" -np 2 "$SL_CLI" load "$SL_FIXTURES/qwen3_5" --tp 2 --skip-vision --quiet >"$TMP/s.out" \
+"$SL_MPIRUN" -np 2 "$SL_CLI" load "$SL_FIXTURES/qwen3_5" --tp 2 --skip-vision --progress never >"$TMP/s.out" \
   2>"$TMP/s.err" || fail "qwen3_5 --skip-vision: $(tail -c 600 "$TMP/s.err")"
 contains "$TMP/s.err" "missing 0, unexpected 0, ignored 0, skipped 16" ||
   fail "qwen3_5: 5 vision and 11 MTP tensors skipped: $(tail -c 400 "$TMP/s.err")"

@@ -106,7 +106,9 @@ static void build_stage(ctx *c, bool first, bool last) {
   for (size_t i = 0; i < m->n_defs && c->st == SL_STATUS_OK; i++) {
     if (m->defs[i].vision && c->skip_vision)
       continue;
-    if (m->defs[i].int4)
+    if (m->defs[i].packed)
+      ref_packed_def(c, &m->defs[i], false);
+    else if (m->defs[i].int4)
       ref_int4_def(c, &m->defs[i], false);
     else
       ref_check_def(c, &m->defs[i]);
@@ -121,7 +123,7 @@ static void build_stage(ctx *c, bool first, bool last) {
     else if (d->at == AT_LAYER)
       here = d->layer >= tab->layer_start && d->layer < tab->layer_end;
     else if (d->at == AT_ALL)
-      here = true; /* docs/spec/ARCHITECTURES.md §18: every stage */
+      here = true; /* docs/spec/ARCHITECTURES.md §20: every stage */
     else
       here = last;
     if (here)
@@ -203,7 +205,9 @@ void sl_ref_param_fill(const sl_ref_model *m, const sl_ref_param *p, uint8_t *ou
   memset(out, 0, p->nbytes);
   for (size_t i = 0; i < p->n_segs; i++) {
     const sl_ref_seg *s = &p->segs[i];
-    if (s->tensor >= 0 && s->dst + s->len <= p->nbytes)
+    if (s->tensor >= 0 && s->dst + s->len <= p->nbytes && m->tensors[s->tensor].literal)
+      memcpy(out + s->dst, m->tensors[s->tensor].lit + s->src, s->len);
+    else if (s->tensor >= 0 && s->dst + s->len <= p->nbytes)
       sl_value_fill(m->tensors[s->tensor].file_name, s->src, out + s->dst, s->len);
   }
 }

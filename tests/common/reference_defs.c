@@ -54,6 +54,8 @@ bool ref_int4_find(const void *arg, const char *name, sl_ref_int4_tensor *out) {
 void ref_def_src(sl_ref_model *m, rdef *d, const char *tensor, bool permute) {
   if (d == NULL || m->st != SL_STATUS_OK)
     return;
+  if (m->pk.kind != 0 && ref_packed_src(m, d, tensor))
+    return;
   int t = ref_find_tensor(m, tensor);
   for (size_t k = 0; t < 0 && k < m->n_alt; k++) {
     size_t n = strlen(m->alt[k][0]);
@@ -85,6 +87,8 @@ void ref_def_src(sl_ref_model *m, rdef *d, const char *tensor, bool permute) {
 
 void ref_def_expert_src(sl_ref_model *m, rdef *d, const char *prefix, const char *suffix) {
   if (d == NULL || m->st != SL_STATUS_OK)
+    return;
+  if (m->pk.kind != 0 && ref_packed_expert_src(m, d, prefix, suffix))
     return;
   int *ids = calloc(m->E + 1, sizeof *ids);
   if (ids == NULL) {

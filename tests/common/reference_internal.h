@@ -15,9 +15,9 @@
  *   reference_check.c    the divisibility rules of docs/spec/LAYOUTS.md §3, per definition
  *   reference_slice.c    table entries and segments; the dense slicing styles; one definition's entries
  *   reference_experts.c  expert placement (docs/spec/EXPERTS.md §2) and the expert slicing styles
- *   reference_gpt_oss.c  GPT-OSS's unquantized gate/up experts (docs/spec/LAYOUTS.md §3.14)
+ *   reference_gpt_oss.c  GPT-OSS's unquantized gate/up experts (docs/spec/LAYOUTS.md §3.15)
  *   reference_int4.c     GPTQ / AWQ int4 linears
- *   reference_vision.c   the wrappers' names and vision towers (docs/spec/ARCHITECTURES.md §18)
+ *   reference_vision.c   the wrappers' names and vision towers (docs/spec/ARCHITECTURES.md §20)
  *   reference_qwen_next.c Qwen3-Next and Qwen3.5 (gated DeltaNet and gated attention layers) and the
  *                        gdn style
  *   reference.c          a rank's table (docs/spec/LAYOUTS.md §1–§2) and its queries
@@ -89,7 +89,7 @@ typedef enum family {
   FAM_QWEN3_5_MOE,
   FAM_QWEN3_5_TEXT, /* Qwen3_5(Moe)ForCausalLM: text-only names and config */
   FAM_QWEN3_5_MOE_TEXT,
-  /* the multimodal wrappers of docs/spec/ARCHITECTURES.md §18 (reference_vision.c) */
+  /* the multimodal wrappers of docs/spec/ARCHITECTURES.md §20 (reference_vision.c) */
   FAM_QWEN3_VL,
   FAM_QWEN3_VL_MOE,
   FAM_GEMMA3_MM,
@@ -106,6 +106,9 @@ typedef struct rtensor {
   uint32_t ndim;
   uint64_t shape[SL_MAX_DIMS];
   uint64_t nbytes;
+  uint32_t file; /* its file's index (natural order) */
+  bool literal;  /* its bytes are lit[], not the value function's (a weight_shape tensor) */
+  uint8_t lit[16];
 } rtensor;
 
 typedef struct rdef {
@@ -128,7 +131,10 @@ typedef struct rdef {
   char *int4_part[MAX_SRC];
   int gdn[MAX_SRC]; /* gdn: the part (GDN_*) of each source; hq, hkv, d, dv: nk, nv, dk, dv */
   uint64_t dv;
-  bool vision; /* part of the vision tower: left out with skip_vision */
+  bool packed;                 /* pack-quantized / NVFP4 linear or experts (reference_packed.c) */
+  char *pk_stem[MAX_SRC];      /* a linear's parts: their names less ".weight" */
+  char *pk_pre[2], *pk_suf[2]; /* experts: part k of expert X is pk_pre[k] X pk_suf[k] */
+  bool vision;                 /* part of the vision tower: left out with skip_vision */
 } rdef;
 
 struct sl_ref_model {
@@ -146,9 +152,14 @@ struct sl_ref_model {
   bool fp8;
   bool ct;          /* compressed-tensors fp8 (docs/spec/ARCHITECTURES.md §15) */
   sl_ref_int4 int4; /* GPTQ / AWQ (docs/spec/ARCHITECTURES.md §16) */
+  struct {          /* pack-quantized / NVFP4 (docs/spec/ARCHITECTURES.md §18, §19; reference_packed.c) */
+    int kind;       /* 0 none, 1 W4A16 / W8A16, 2 NVFP4 */
+    bool modelopt, symmetric, input_scales;
+    uint64_t pack, group; /* values per int32; group_size (0: per channel), NVFP4 16 */
+  } pk;
   uint64_t bn, bk;
   uint64_t nh; /* DeepSeek: heads that TP must divide */
-  /* Where the text model's names start (docs/spec/ARCHITECTURES.md §13, §18): its vLLM names
+  /* Where the text model's names start (docs/spec/ARCHITECTURES.md §13, §20): its vLLM names
    * (vroot + "layers.L.…", vroot + "embed_tokens.weight", vhead) and its checkpoint names (sroot,
    * shead): "model." and "lm_head.weight" for the text families. */
   const char *vroot, *sroot, *vhead, *shead;
@@ -158,7 +169,7 @@ struct sl_ref_model {
   size_t n_alt;
   bool embed_everywhere; /* embedding and final norm on every stage (vLLM's Gemma3Model) */
   /* arch_family "qwen3_5_vision": specs/qwen3_5.json with "vision": "qwen3_vl" added, Qwen3-VL's tower
-   * loaded (docs/spec/ARCHITECTURES.md §18) */
+   * loaded (docs/spec/ARCHITECTURES.md §20) */
   bool qwen3_5_tower;
   /* a tied head's names when not vroot's embed_tokens.weight / vhead (Qwen3.5; empty: those) */
   char embed_v[96], embed_s[96], head_v[96];
@@ -263,6 +274,20 @@ void ref_build_gdn(ctx *c, const rdef *d);
 
 void ref_add_scales(sl_ref_model *m);
 void ref_add_ct_scales(sl_ref_model *m);
+
+/* ---- reference_packed.c -------------------------------------------------------------------- */
+
+/* quantization_config q (NULL: none in config.json, then the folder's hf_quant_config.json) when
+ * it is pack-quantized or NVFP4: true when it was (m->pk set, or a failure recorded). */
+bool ref_packed_config(sl_ref_model *m, const cJSON *q);
+/* After the tensors are read: weight_shape tensors hold their linear's [out, in]. */
+void ref_packed_literals(sl_ref_model *m);
+/* Source `tensor` of d (a weight "X.weight") stored quantized: recorded in d, true. */
+bool ref_packed_src(sl_ref_model *m, rdef *d, const char *tensor);
+/* Per-expert source prefix X suffix stored quantized: recorded in d, true. */
+bool ref_packed_expert_src(sl_ref_model *m, rdef *d, const char *prefix, const char *suffix);
+/* A quantized definition: checked only (build false) or built into the table. */
+void ref_packed_def(ctx *c, const rdef *d, bool build);
 
 /* ---- reference_check.c --------------------------------------------------------------------- */
 

@@ -102,6 +102,7 @@ static sl_status read_tensor(const sl_ref_model *m, sl_model *sm, size_t i, rten
     numel *= info.shape[k];
   }
   t->nbytes = info.nbytes;
+  t->file = (uint32_t)info.file;
   t->bits = numel > 0 ? (uint32_t)(info.nbytes * 8 / numel) : 8;
   return SL_STATUS_OK;
 }
@@ -178,7 +179,7 @@ static bool pick_family(sl_ref_model *m, const char *arch, const char *override)
 }
 
 /* The object holding the text model's sizes: Llama-4, the Qwen3.5 wrappers and the multimodal
- * wrappers of docs/spec/ARCHITECTURES.md §18 nest them under text_config. */
+ * wrappers of docs/spec/ARCHITECTURES.md §20 nest them under text_config. */
 static const cJSON *text_cfg(const sl_ref_model *m, const cJSON *cfg) {
   const cJSON *tc = cJSON_GetObjectItemCaseSensitive(cfg, "text_config");
   bool nested = m->fam == FAM_LLAMA4 || m->fam == FAM_QWEN3_5 || m->fam == FAM_QWEN3_5_MOE ||
@@ -266,7 +267,7 @@ static bool read_config(sl_ref_model *m, const cJSON *top, const char *override)
   }
   m->n_group = ref_cfg_num_or(cfg, "n_group", 1);
   /* Gemma-3 ties unless told otherwise (docs/spec/ARCHITECTURES.md §10); the wrappers read
-   * text_config first (docs/spec/ARCHITECTURES.md §18). */
+   * text_config first (docs/spec/ARCHITECTURES.md §20). */
   bool gemma = m->fam == FAM_GEMMA3 || m->fam == FAM_GEMMA3_MM;
   if (m->fam == FAM_QWEN3_VL || m->fam == FAM_QWEN3_VL_MOE || m->fam == FAM_GEMMA3_MM)
     m->tie = ref_cfg_bool_or(cfg, "tie_word_embeddings", ref_cfg_bool_or(top, "tie_word_embeddings", gemma));
@@ -275,6 +276,8 @@ static bool read_config(sl_ref_model *m, const cJSON *top, const char *override)
   else
     m->tie = ref_cfg_bool_or(top, "tie_word_embeddings", gemma);
   const cJSON *q = cJSON_GetObjectItemCaseSensitive(cfg, "quantization_config");
+  if (ref_packed_config(m, cJSON_IsObject(q) ? q : NULL))
+    return m->st == SL_STATUS_OK;
   return cJSON_IsObject(q) ? read_quant(m, q) : true;
 }
 
@@ -312,6 +315,7 @@ sl_status sl_ref_model_open(const char *folder, const char *arch_family, sl_ref_
   m->mistral = has_consolidated(folder);
   cJSON *cfg = read_config_json(m, folder);
   if (cfg != NULL && read_config(m, cfg, arch_family) && load_tensors(m)) {
+    ref_packed_literals(m);
     ref_build_defs(m, text_cfg(m, cfg));
     ref_vision_defs(m, cfg);
   }
@@ -338,8 +342,14 @@ void sl_ref_model_close(sl_ref_model *m) {
     /* esrc is owned by its definition; a scale's ewsrc borrows its weight's esrc. */
     for (int k = 0; k < 2; k++)
       free(m->defs[i].esrc[k]);
-    for (int k = 0; k < MAX_SRC; k++)
+    for (int k = 0; k < MAX_SRC; k++) {
       free(m->defs[i].int4_part[k]);
+      free(m->defs[i].pk_stem[k]);
+    }
+    for (int k = 0; k < 2; k++) {
+      free(m->defs[i].pk_pre[k]);
+      free(m->defs[i].pk_suf[k]);
+    }
   }
   free(m->defs);
   free(m->tensors);

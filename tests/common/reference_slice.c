@@ -375,6 +375,10 @@ void ref_int4_def(ctx *c, const rdef *d, bool build) {
 }
 
 void ref_build_def(ctx *c, const rdef *d) {
+  if (d->packed) {
+    ref_packed_def(c, d, true);
+    return;
+  }
   if (d->int4) {
     ref_int4_def(c, d, true);
     return;

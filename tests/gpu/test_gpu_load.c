@@ -36,22 +36,25 @@ typedef struct layout {
   const char *models; /* comma-separated */
 } layout;
 
-static const char *const default_models[] = {"llama", "qwen2", "qwen3", "mixtral", "deepseek_v2_lite", "llama4_text"};
+static const char *const default_models[] = {
+    "llama", "qwen2", "qwen3", "mixtral", "deepseek_v2_lite", "llama4_text", "mixtral_w4a16", "ct_nvfp4"};
 
 /* The fixtures: llama 8/2 heads, 3 layers; qwen2 12/1 heads (tp 3); mixtral and deepseek_v2_lite 8
- * experts (deepseek: MLA and shared experts); llama4_text: experts held transposed (vLLM's w13/w2). */
+ * experts (deepseek: MLA and shared experts); llama4_text: experts held transposed (vLLM's w13/w2);
+ * mixtral_w4a16: W4A16 experts held transposed (vLLM's Marlin layout), weight_shape values checked
+ * after the transfer (device memory copied back); ct_nvfp4: NVFP4 linears. */
 static const layout layouts[] = {
     {1, 1, 1, 1, false, NULL},
     {2, 2, 1, 1, false, NULL},
     {2, 1, 2, 1, false, "llama,qwen3,mixtral"},
     {2, 1, 1, 2, false, "llama,mixtral"},
-    {2, 2, 1, 1, true, "mixtral,deepseek_v2_lite,llama4_text"},
+    {2, 2, 1, 1, true, "mixtral,deepseek_v2_lite,llama4_text,mixtral_w4a16"},
     {3, 3, 1, 1, false, "qwen2"},
     {3, 1, 3, 1, false, "llama"},
     {3, 1, 1, 3, false, "llama"}, /* experts split over dp x tp = 3: 64 rows do not divide */
     {4, 4, 1, 1, false, NULL},
     {4, 2, 2, 1, false, "llama,mixtral"},
-    {4, 2, 1, 2, true, "mixtral,deepseek_v2_lite,llama4_text"},
+    {4, 2, 1, 2, true, "mixtral,deepseek_v2_lite,llama4_text,mixtral_w4a16"},
     {4, 1, 1, 4, true, "mixtral"},
 };
 

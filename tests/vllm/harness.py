@@ -75,11 +75,14 @@ class Case:
 
 
 def cases(world, group):
-    """The cases of a world size (group: "main", "dtype", "qwen", "mm")."""
+    """The cases of a world size (group: "main", "dtype", "qwen", "packed", "mm")."""
     C = Case
     out = []
     if group == "qwen":
         return qwen_cases(world)
+    if group == "packed":   # pack-quantized and NVFP4 checkpoints (packed_cases.py)
+        from packed_cases import packed_cases
+        return packed_cases(C, world)
     if group == "mm":
         return mm_cases(world)
     if group == "dtype":   # model dtype unlike the checkpoint's, on the host

@@ -59,3 +59,11 @@ foreach(np 1 2)
   set_tests_properties(vllm_load_into_np${np} PROPERTIES LABELS vllm TIMEOUT 220 PROCESSORS ${np}
     SKIP_RETURN_CODE 77 FIXTURES_REQUIRED vllm_models ENVIRONMENT "${SL_VLLM_ENV}")
 endforeach()
+
+# Pack-quantized (compressed-tensors W4A16 / W8A16) and NVFP4 (compressed-tensors, ModelOpt)
+# checkpoints: the stand-in's quantized linear and FusedMoE parameters (labels vllm;frontier).
+foreach(n 1 2)
+  add_test(NAME vllm_packed_w${n} COMMAND timeout 280 ${SL_PY} ${SL_VLLM_DIR}/test_vllm_mp.py ${n} packed)
+  set_tests_properties(vllm_packed_w${n} PROPERTIES LABELS "vllm;frontier" TIMEOUT 300 PROCESSORS ${n}
+    SKIP_RETURN_CODE 77 FIXTURES_REQUIRED vllm_models ENVIRONMENT "${SL_VLLM_ENV}")
+endforeach()

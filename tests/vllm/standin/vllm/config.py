@@ -38,7 +38,8 @@ class MultiModalConfig:
 class ModelConfig:
     """model: folder of the checkpoint; dtype: "auto" (config.json's torch_dtype) or a torch
     dtype or its name; hf_config: config.json as attributes (the text config for multimodal
-    models is hf_config.text_config, as transformers gives it); multimodal_config: a
+    models is hf_config.text_config, as transformers gives it); quant_config_dict: its
+    quantization_config (or hf_quant_config.json's), quantization: its method; multimodal_config: a
     MultiModalConfig for a config.json with vision_config (a multimodal model), else None."""
     model: str = ""
     revision: Optional[str] = None
@@ -56,8 +57,17 @@ class ModelConfig:
             self.limit_mm_per_prompt or {}), self.mm_encoder_tp_mode) if "vision_config" in raw else None
         self.hf_text_config = getattr(self.hf_config, "text_config", self.hf_config)
         self.architectures = list(raw.get("architectures", []))
-        if self.quantization is None and "quantization_config" in raw:
-            self.quantization = raw["quantization_config"].get("quant_method")
+        # ModelOpt's older releases keep the quantization config in hf_quant_config.json (vLLM's
+        # get_config reads it when config.json has none); its producer names the method.
+        quant = raw.get("quantization_config")
+        side = os.path.join(self.model, "hf_quant_config.json")
+        if quant is None and os.path.isfile(side):
+            with open(side) as f:
+                quant = json.load(f)
+        self.quant_config_dict = quant
+        if self.quantization is None and quant is not None:
+            self.quantization = quant.get("quant_method") or \
+                ("modelopt" if quant.get("producer", {}).get("name") == "modelopt" else None)
         if self.dtype == "auto":
             name = raw.get("torch_dtype") or getattr(self.hf_text_config, "torch_dtype", "float32")
             self.dtype = name
