@@ -641,7 +641,10 @@ class Loader:
         return out
 
     def report(self):
-        """The JSON report as a dict: the cluster-wide figures, the same on every rank."""
+        """The JSON report as a dict (docs/REPORT.md). Every rank holds the job's figures and totals;
+        rank 0's also lists every rank and every node (``report_scope`` "job"), another rank's lists
+        only itself under ``ranks`` and no node (``report_scope`` "rank"), so that its size does not
+        grow with the job."""
         self._need_loaded()
         text = _lib.text(lib.sl_loader_report_json(self._h))
         return json.loads(text) if text else {}

@@ -114,20 +114,33 @@ def _how(p, t, loader_device):
     return "copy"      # another float type on a GPU: torch casts on the device
 
 
+def _cuda_device_of(tensors):
+    """The GPU ordinal the module's parameters are on (the lowest where they are on several), None
+    when none is on a GPU. The loader uses that device rather than the node-local rank's: a rank may
+    own any GPU, and the library refuses bound memory of another device before any byte moves."""
+    gpus = sorted({t.device.index for t in tensors.values() if t.is_cuda and t.device.index is not None})
+    return gpus[0] if gpus else None
+
+
 def load_into(module, model, comm=None, group=None, strict=None, fallback=None, check=None,
               **config):
     """COLLECTIVE. Loads `model` (folder or Hub id) into `module` on every rank of the load.
     comm: an mpi4py communicator (default: MPI's world); group: a torch.distributed ProcessGroup
     (gloo) of every rank of the load, used instead of MPI. config: the C library's keys (tp, pp,
     dp, enable_expert_parallel, device, ...). The device defaults to the module's (cuda when its
-    parameters are on a GPU). fallback: see the module's docstring. check(plan): called before
-    any byte is read with this rank's plan (a list of shardload.Parameter); a returned message
-    fails the load on every rank. Returns (missing, unexpected)."""
+    parameters are on a GPU), and cuda_device to the GPU they are on. fallback: see the module's
+    docstring. check(plan): called before any byte is read with this rank's plan (a list of
+    shardload.Parameter); a returned message fails the load on every rank. Returns (missing,
+    unexpected)."""
     strict = _strict_value(strict, config)
     tensors = module_tensors(module)
     if "device" not in config:
         on_gpu = any(t.is_cuda for t in tensors.values())
         config["device"] = "cuda" if on_gpu else "cpu"
+    if config["device"] == "cuda" and "cuda_device" not in config:
+        gpu = _cuda_device_of(tensors)
+        if gpu is not None:
+            config["cuda_device"] = gpu
     targets = getattr(fallback, "targets", None)
 
     def taken(name):

@@ -82,9 +82,9 @@ static const key_def keys[] = {
      "each rank reads its columns row by row; load_strategy auto also does that for a file in the page "
      "cache of the ranks' one node)"},
     {"storage", T_ENUM, "auto", "auto,shared,local",
-     "where the checkpoint is readable: auto (each rank checks which files it can open), shared (every "
-     "rank), local (rank 0's node only; dry run: the first node); ranks that cannot read a file receive "
-     "its bytes"},
+     "where the checkpoint is readable: auto (the first rank of each node checks which files its node "
+     "can open), shared (every rank), local (rank 0's node only; dry run: the first node); ranks that "
+     "cannot read a file receive its bytes"},
     {"bucket_bytes", T_POS, SL__TEXT(SL_BUCKET_BYTES_DEFAULT), NULL, "broadcast bucket size, bytes"},
     {"save_sharded", T_STR, NULL, NULL, "write each rank's parameters to this folder"},
     {"save_max_part_bytes", T_POS, "5368709120", NULL, "largest part file of save_sharded, bytes"},

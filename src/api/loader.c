@@ -459,7 +459,7 @@ static sl_status allocate(sl_loader *l) {
   if (sl__strategy_maps(l->pl.opts.strategy, l->store.backend->host_addressable, l->pl.opts.prefault) &&
       !l->pl.prep.cat.arriving && !sl__catalog_remote(&l->pl.prep.cat) && !l->peers)
     st = sl__filemap_params(&l->pl.prep.cat, &l->pl.sched, &l->pl.plan, l->store.bound, l->pl.opts.strategy,
-                            l->pl.stamps, l->store.param_ptr, l->store.mapped, &l->store.maps, &l->err);
+                            l->pl.files, l->store.param_ptr, l->store.mapped, &l->store.maps, &l->err);
   /* One block for all of them where the backend offers it (device memory). */
   uint64_t total = 0;
   for (size_t i = 0; i < l->pl.plan.n_lparams && st == SL_STATUS_OK; i++)
@@ -565,11 +565,13 @@ sl_status sl__loader_transfer(sl_loader *l, bool reload) {
                      .copy_done = l->copy_done,
                      .copy_started = reload ? l->copy_started : NULL,
                      .vis = sl__pipeline_vis(&l->pl),
-                     .stamps = l->pl.stamps};
+                     .files = l->pl.files};
   st = st == SL_STATUS_OK ? sl__prepare_gate(&l->pl.prep, &l->comm, &tr.gate, &l->err) : st;
   st = st == SL_STATUS_OK ? sl__transfer_run(&tr, &l->tstats, &l->err) : st;
   st = sl__prepare_download_wait(&l->pl.prep, &l->comm, st, &l->err);
   st = sl__transfer_finish(&l->comm, l->store.backend, st, &l->err);
+  if (l->pl.files != NULL) /* every byte is read: the descriptors of the load go (its count stays) */
+    sl__file_table_close(l->pl.files);
   l->t_transfer = sl__now() - t0;
   return st;
 }

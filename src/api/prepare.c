@@ -11,6 +11,7 @@
 #include "base/log.h"
 #include "base/util.h"
 #include "engine/file_gate.h"
+#include "engine/file_table.h"
 #include "hub/hub.h"
 #include "model/sharded.h"
 
@@ -524,7 +525,8 @@ void sl__pipeline_free(sl__pipeline *p) {
   sl__rank_plan_free(&p->plan);
   sl__schedule_free(&p->sched);
   sl__visibility_free(&p->vis);
-  free(p->stamps);
+  sl__file_table_free(p->files);
+  free(p->files);
   free(p->tp_choice);
   free(p->per_row_files);
   free(p->pp_starts);

@@ -88,7 +88,9 @@ typedef struct sl__pipeline {
    * readers on. */
   sl__visibility vis;
   sl__node_layout nodes;
-  sl__file_stamp *stamps; /* per file: this rank's own copy as the probe accepted it, or NULL */
+  /* This rank's checkpoint files (engine/file_table.h), from the storage probe to the end of the
+   * transfer: opened once each, checked at open; NULL before the probe (a dry run has none). */
+  struct sl__file_table *files;
   /* Per file, the job's two-phase decision (api/twophase_agree.c, after the model stage of a
    * loader; NULL in a dry run, which plans two-phase reads as configured), and the files it reads
    * row by row (the planner's per_row_files). */

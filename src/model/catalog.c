@@ -338,6 +338,7 @@ sl_status sl__catalog_build(const sl__catalog_opts *o, sl__catalog *c, sl__err *
     struct stat before;
     bool have_times = stat(f->path, &before) == 0;
     sl__st_header h;
+    c->opens++;
     if (!sel.use_safetensors && sl__pt_is_pickle_name(f->name))
       st = sl__pt_read_file(f->path, &h, err);
     else

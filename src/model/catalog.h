@@ -64,6 +64,7 @@ typedef struct sl__catalog {
   size_t config_len;
   sl__hashmap by_name;  /* name → tensor index */
   size_t index_missing; /* rank 0: index tensor names no selected file holds (warned; not broadcast) */
+  uint32_t opens;       /* rank 0: weight files opened to read their headers (the report's; not broadcast) */
 } sl__catalog;
 
 typedef struct sl__catalog_opts {

@@ -79,10 +79,12 @@ for f in "$lib" "$P/bin/shardload"; do
 done
 readelf -d "$P/bin/shardload" >"$TMP/dynamic"
 check "CLI: relative RUNPATH" contains "$TMP/dynamic" '$ORIGIN/'
-if readelf -d "$lib" | grep -q 'libnccl'; then # the CUDA backend is built
-  readelf -d "$lib" >"$TMP/lib-dynamic"
-  nccl_dir=$(sed -n 's/^NCCL_LIBRARY:FILEPATH=//p' "$SL_BUILD_DIR/CMakeCache.txt" | xargs dirname)
-  check "library: RUNPATH has the NCCL it was built with ($nccl_dir)" contains "$TMP/lib-dynamic" "$nccl_dir"
+readelf -d "$lib" >"$TMP/lib-dynamic"
+# The CUDA backend opens libcudart and libnccl at run time (docs/GPU.md): never a load-time dependency.
+check "library: no CUDA or NCCL library among its NEEDED" sh -c "! grep -E 'NEEDED.*(libcudart|libnccl|libcuda[.])' '$TMP/lib-dynamic'"
+nccl_dir=$(sed -n 's/^NCCL_LIBRARY:FILEPATH=//p' "$SL_BUILD_DIR/CMakeCache.txt" | grep -v NOTFOUND | xargs -r dirname)
+if [ -n "$nccl_dir" ] && ! grep -q '^SL_CUDA:STRING=OFF' "$SL_BUILD_DIR/CMakeCache.txt"; then
+  check "library: RUNPATH has the NCCL it was built with ($nccl_dir), where dlopen looks" contains "$TMP/lib-dynamic" "$nccl_dir"
 fi
 
 # 3b. a program that is not an MPI job: shardload/core.h alone, no MPI include path
