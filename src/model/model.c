@@ -32,6 +32,11 @@ static sl__dtype dtype_from_torch(const cJSON *config) {
 
 static sl_status read_quantization(sl__model_builder *b) {
   const cJSON *q = cJSON_GetObjectItemCaseSensitive(b->e.config, "quantization_config");
+  /* vLLM's ModelConfig: "Check the text config as well for multi-modal models" (Kimi-K2.5 keeps it
+   * under text_config; docs/spec/ARCHITECTURES.md §20) */
+  if (q == NULL || cJSON_IsNull(q))
+    q = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(b->e.config, "text_config"),
+                                         "quantization_config");
   if (q == NULL || cJSON_IsNull(q))
     return SL_STATUS_OK;
   const cJSON *method = cJSON_GetObjectItemCaseSensitive(q, "quant_method");
