@@ -76,8 +76,23 @@ sl_status sl__model_build_vision(sl__model_builder *b) {
   if (e.vars == NULL || e.var_state == NULL || e.lvars == NULL || e.lvar_state == NULL)
     st = sl__err_set(b->err, SL_STATUS_NOMEM, "out of memory");
   b->e = e;
+  /* "quantized": false: vLLM builds the tower without the checkpoint's quant_config (Llama-4's,
+   * Kimi-K2.5's), so no parameter of it gets quantization companions, whatever the config says. */
+  struct sl__packed_cfg *packed = b->packed;
+  bool fp8 = b->m->fp8;
+  bool ct_fp8 = b->m->ct_fp8;
+  sl__int4_method int4 = b->m->int4;
+  if (b->top->vision_unquantized) {
+    b->packed = NULL;
+    b->m->fp8 = b->m->ct_fp8 = false;
+    b->m->int4 = SL_INT4_NONE;
+  }
   if (st == SL_STATUS_OK)
     st = build_tower(b, v);
+  b->packed = packed;
+  b->m->fp8 = fp8;
+  b->m->ct_fp8 = ct_fp8;
+  b->m->int4 = int4;
   b->e = saved;
   free(e.vars);
   free(e.var_state);

@@ -141,7 +141,8 @@ typedef struct sl__spec {
    * (inlined into the text every rank parses), and vLLM's hf_to_vllm_mapper prefixes: a source
    * missing under its name is looked up with prefix_from[i] replaced by prefix_to[i]. */
   struct sl__spec *vision;
-  sl__expr *vision_when; /* the vision spec's "when": whether config.json describes a tower */
+  sl__expr *vision_when;   /* the vision spec's "when": whether config.json describes a tower */
+  bool vision_unquantized; /* its "quantized": false: vLLM builds the tower without a quant_config */
   char *vision_text;
   size_t n_prefix_map;
   char **prefix_from;

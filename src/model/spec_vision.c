@@ -8,9 +8,11 @@
  *                                 parsed by sl__spec_parse: family, vars, layer_vars, num_layers
  *                                 (the tower's blocks), vision_prefixes (its checkpoint prefixes,
  *                                 added to the including spec's), "when" (whether config.json has
- *                                 a tower at all: a text-only export has none) and params placed
- *                                 "layer" (one per block, {layer} its index) or "all"; every
- *                                 stage holds them.
+ *                                 a tower at all: a text-only export has none), "quantized"
+ *                                 (false: vLLM builds the tower without the checkpoint's
+ *                                 quant_config, so its linears are never quantized companions'
+ *                                 business; default true) and params placed "layer" (one per
+ *                                 block, {layer} its index) or "all"; every stage holds them.
  *   "hf_to_vllm_prefixes": [[A, B], ...]   vLLM's hf_to_vllm_mapper: a source tensor missing
  *                                 under its name is looked up with prefix A replaced by B (older
  *                                 checkpoints that already store vLLM's names; model/model_names.c).
@@ -86,8 +88,8 @@ static char *find_file(const sl__spec *s, const char *name, sl__buf *searched) {
 /* The keys a vision spec may have: what describes a tower (no architectures, experts, renames,
  * skipped layers or nested wrappers). */
 static sl_status check_vision_keys(const cJSON *obj, const char *path, sl__err *err) {
-  static const char *const keys[] = {"family",          "vars",   "layer_vars", "num_layers",
-                                     "vision_prefixes", "params", "when",       NULL};
+  static const char *const keys[] = {"family", "vars", "layer_vars", "num_layers", "vision_prefixes",
+                                     "params", "when", "quantized",  NULL};
   if (!cJSON_IsObject(obj))
     return sl__err_set(err, SL_STATUS_ARCH, "vision spec %s: expected an object", path);
   const cJSON *item = NULL;
@@ -100,7 +102,7 @@ static sl_status check_vision_keys(const cJSON *obj, const char *path, sl__err *
     if (!ok)
       return sl__err_set(err, SL_STATUS_ARCH,
                          "vision spec %s: unknown key '%s' (a vision spec has family, vars, layer_vars, "
-                         "num_layers, vision_prefixes, when and params)",
+                         "num_layers, vision_prefixes, when, quantized and params)",
                          path, item->string);
   }
   if (cJSON_GetObjectItemCaseSensitive(obj, "num_layers") == NULL)
@@ -117,23 +119,29 @@ static sl_status check_vision_keys(const cJSON *obj, const char *path, sl__err *
   return SL_STATUS_OK;
 }
 
-/* A vision spec object → the text sl__spec_parse reads (architectures empty, "when" taken out) and
- * its "when" (default true) compiled into *when. */
-static sl_status vision_text(const cJSON *obj, const char *path, char **text, sl__expr **when, sl__err *err) {
+/* A vision spec object → the text sl__spec_parse reads (architectures empty, "when" and
+ * "quantized" taken out); its "when" (default true) compiled into s->vision_when, its "quantized"
+ * (default true) into s->vision_unquantized. */
+static sl_status vision_text(const cJSON *obj, const char *path, char **text, sl__spec *s, sl__err *err) {
   sl_status st = check_vision_keys(obj, path, err);
   if (st != SL_STATUS_OK)
     return st;
   const cJSON *w = cJSON_GetObjectItemCaseSensitive(obj, "when");
+  const cJSON *q = cJSON_GetObjectItemCaseSensitive(obj, "quantized");
   char where[1100];
   snprintf(where, sizeof where, "vision spec %s: when", path);
   if (w != NULL && !cJSON_IsString(w))
     return sl__err_set(err, SL_STATUS_ARCH, "%s: expected an expression (a string)", where);
-  st = sl__expr_compile(w != NULL ? w->valuestring : "true", where, when, err);
+  if (q != NULL && !cJSON_IsBool(q))
+    return sl__err_set(err, SL_STATUS_ARCH, "vision spec %s: quantized: expected true or false", path);
+  s->vision_unquantized = cJSON_IsFalse(q);
+  st = sl__expr_compile(w != NULL ? w->valuestring : "true", where, &s->vision_when, err);
   if (st != SL_STATUS_OK)
     return st;
   cJSON *copy = cJSON_Duplicate(obj, true);
   char *printed = NULL;
   cJSON_DeleteItemFromObjectCaseSensitive(copy, "when");
+  cJSON_DeleteItemFromObjectCaseSensitive(copy, "quantized");
   if (copy != NULL && cJSON_AddArrayToObject(copy, "architectures") != NULL)
     printed = cJSON_PrintUnformatted(copy);
   cJSON_Delete(copy);
@@ -166,7 +174,7 @@ static sl_status load_vision_file(sl__spec *s, const char *name, char **text, ch
   if (st == SL_STATUS_OK)
     st = sl__json_parse(s->vision_text, len, *vpath, SL_STATUS_ARCH, &root, err);
   if (st == SL_STATUS_OK)
-    st = vision_text(root, *vpath, text, &s->vision_when, err);
+    st = vision_text(root, *vpath, text, s, err);
   cJSON_Delete(root);
   if (st != SL_STATUS_OK && st != SL_STATUS_NOMEM && err != NULL)
     err->status = SL_STATUS_ARCH;
@@ -230,7 +238,7 @@ sl_status sl__spec_wrapper_keys(const cJSON *root, sl__spec *s, char **text, cha
   if (!cJSON_IsObject(v))
     return fail(err, s, "vision", "expected the name of a vision spec (specs/vision/NAME.json) or an object");
   *vpath = sl__asprintf("%s (its vision spec)", s->path);
-  return *vpath != NULL ? vision_text(v, *vpath, text, &s->vision_when, err)
+  return *vpath != NULL ? vision_text(v, *vpath, text, s, err)
                         : sl__err_set(err, SL_STATUS_NOMEM, "out of memory");
 }
 

@@ -6,10 +6,12 @@
  *                    parameters parsed, its vision_prefixes added to the wrapper's, its "when"
  *                    compiled; the text inlined for the other ranks parses in a folder without the
  *                    file and gives the same tower; skip_vision's drop keeps the prefixes.
+ *   test_unquantized "quantized": false read (vLLM builds the tower without a quant_config).
  *   test_errors      one clear ARCH error naming the spec and what is wrong: a name not found (the
  *                    folders searched listed), a name that is a path, a number, a vision spec with a
  *                    key it may not have, without num_layers or vision_prefixes, a parameter placed
- *                    "embed", a "when" that is no expression, malformed hf_to_vllm_prefixes.
+ *                    "embed", a "when" that is no expression, a "quantized" that is no boolean,
+ *                    malformed hf_to_vllm_prefixes.
  */
 #include "check.h"
 #include "model/spec.h"
@@ -55,6 +57,7 @@ static void test_by_name(void) {
   CHECKF(st == SL_STATUS_OK, "wrapper by name: %s", err.msg);
   if (st == SL_STATUS_OK) {
     CHECK(s->vision != NULL && s->vision->n_params == 2 && s->vision_when != NULL);
+    CHECK(!s->vision_unquantized); /* "quantized" defaults to true */
     CHECK_EQ_U64(s->n_vision_prefixes, 2);
     CHECK(s->n_vision_prefixes == 2 && strcmp(s->vision_prefixes[0], "a.") == 0 &&
           strcmp(s->vision_prefixes[1], "v.") == 0);
@@ -81,6 +84,17 @@ static void test_by_name(void) {
   sl__spec_free(s);
   sl_test_rmtree(dir);
   free(dir);
+}
+
+/* "quantized": false in an inline vision spec: the tower gets no quantization companions. */
+static void test_unquantized(void) {
+  char json[2048];
+  snprintf(json, sizeof json, "%s\"vision\":{\"quantized\":false,%s}", head, tower + 1);
+  sl__spec *s = NULL;
+  sl__err err;
+  sl_status st = parse(json, "/x/w.json", &s, &err);
+  CHECKF(st == SL_STATUS_OK && s != NULL && s->vision_unquantized, "quantized false: %s", err.msg);
+  sl__spec_free(s);
 }
 
 static void check_error(const char *rest, const char *path, const char *n1, const char *n2) {
@@ -124,6 +138,7 @@ static void test_errors(void) {
               "\"v.e\",\"shape\":[1]}]}]}",
               "/x/w.json", "a vision parameter is placed \"layer\"", "v.e");
   check_tower_error("\"when\":3", "expected an expression");
+  check_tower_error("\"quantized\":1", "quantized: expected true or false");
   check_error("\"hf_to_vllm_prefixes\":[[\"a.\"]]", path, "hf_to_vllm_prefixes", "two non-empty strings");
   check_error("\"hf_to_vllm_prefixes\":\"a.\"", path, "hf_to_vllm_prefixes", "expected an array");
   sl_test_rmtree(dir);
@@ -132,6 +147,7 @@ static void test_errors(void) {
 
 int main(void) {
   test_by_name();
+  test_unquantized();
   test_errors();
   return sl_test_finish();
 }
