@@ -122,7 +122,7 @@ def split_options(extra):
 
 
 # The modules of the vision towers in vLLM's models (Qwen3-VL / Qwen3.5 visual, Gemma-3 and Kimi-K2.5
-# vision_tower, Llama-4 vision_model, their projectors): docs/spec/ARCHITECTURES.md §20.
+# vision_tower, Llama-4 vision_model, their projectors): docs/spec/ARCHITECTURES.md §24.
 VISION_MODULES = ("visual.", "vision_tower.", "vision_model.", "multi_modal_projector.", "mm_projector.")
 
 

@@ -33,7 +33,7 @@ static sl__dtype dtype_from_torch(const cJSON *config) {
 static sl_status read_quantization(sl__model_builder *b) {
   const cJSON *q = cJSON_GetObjectItemCaseSensitive(b->e.config, "quantization_config");
   /* vLLM's ModelConfig: "Check the text config as well for multi-modal models" (Kimi-K2.5 keeps it
-   * under text_config; docs/spec/ARCHITECTURES.md §20) */
+   * under text_config; docs/spec/ARCHITECTURES.md §24) */
   if (q == NULL || cJSON_IsNull(q))
     q = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(b->e.config, "text_config"),
                                          "quantization_config");

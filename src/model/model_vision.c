@@ -1,6 +1,6 @@
 /*
  * model/model_vision.c — the vision tower of a multimodal checkpoint (docs/SPECS.md, "Multimodal
- * wrappers"; docs/spec/ARCHITECTURES.md §13, §20).
+ * wrappers"; docs/spec/ARCHITECTURES.md §13, §24).
  *
  * With a vision spec (the spec's "vision"), the tower is loaded as vLLM shards it: each vision
  * spec parameter is built once ("all") or once per vision block ("layer", {layer} the block), in

@@ -1,6 +1,6 @@
 /*
  * model/spec_vision.c — the keys of a spec that describe a multimodal wrapper (docs/SPECS.md,
- * "Multimodal wrappers"; docs/spec/ARCHITECTURES.md §20):
+ * "Multimodal wrappers"; docs/spec/ARCHITECTURES.md §24):
  *
  *   "vision": NAME | {...}        the vision tower's spec: specs/vision/NAME.json (looked for in
  *                                 the including spec's folder first, then in the spec folders), or

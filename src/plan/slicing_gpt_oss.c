@@ -1,6 +1,6 @@
 /*
  * plan/slicing_gpt_oss.c — the style of GPT-OSS's unquantized (BF16) fused gate/up experts
- * (docs/spec/LAYOUTS.md §3.15), registered in plan/slicing.c's style table:
+ * (docs/spec/LAYOUTS.md §3.16), registered in plan/slicing.c's style table:
  *
  *   moe3d_w13_interleaved_transposed   [E, H, 2*Im] whose gate and up columns alternate (column
  *                                      2j is gate j, 2j+1 up j) → [El, H, 2*Ip]: per local expert

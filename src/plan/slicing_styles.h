@@ -35,7 +35,7 @@ sl_status sl__slice_moe3d_w2_blocked(sl__slicer *s, sl__local_shape *ls, char *d
 sl_status sl__slice_moe_w2_bias(sl__slicer *s, sl__local_shape *ls, char *desc, size_t dcap);
 sl_status sl__slice_moe3d_w13_transposed(sl__slicer *s, sl__local_shape *ls, char *desc, size_t dcap);
 sl_status sl__slice_moe3d_w2_transposed(sl__slicer *s, sl__local_shape *ls, char *desc, size_t dcap);
-/* plan/slicing_gpt_oss.c (docs/spec/LAYOUTS.md §3.15): GPT-OSS's unquantized experts. */
+/* plan/slicing_gpt_oss.c (docs/spec/LAYOUTS.md §3.16): GPT-OSS's unquantized experts. */
 sl_status sl__slice_moe3d_w13_interleaved_transposed(sl__slicer *s, sl__local_shape *ls, char *desc,
                                                      size_t dcap);
 

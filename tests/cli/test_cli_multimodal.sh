@@ -1,6 +1,6 @@
 #!/bin/sh
 # test_cli_multimodal.sh — the multimodal wrappers through the command line at 2 ranks
-# (docs/spec/ARCHITECTURES.md §20): `shardload load qwen3_vl --tp 2 --save-sharded DIR` succeeds with
+# (docs/spec/ARCHITECTURES.md §24): `shardload load qwen3_vl --tp 2 --save-sharded DIR` succeeds with
 # nothing missing or unexpected, and each rank's saved visual.blocks.0.attn.qkv.weight holds its q,
 # k and v row blocks of the checkpoint's fused attn.qkv (compared byte for byte by a few lines of
 # Python reading both files); `shardload load gemma3_mm --pp 2 --save-sharded` gives both stages the

@@ -123,7 +123,7 @@ static void build_stage(ctx *c, bool first, bool last) {
     else if (d->at == AT_LAYER)
       here = d->layer >= tab->layer_start && d->layer < tab->layer_end;
     else if (d->at == AT_ALL)
-      here = true; /* docs/spec/ARCHITECTURES.md §20: every stage */
+      here = true; /* docs/spec/ARCHITECTURES.md §24: every stage */
     else
       here = last;
     if (here)

@@ -88,7 +88,7 @@ typedef struct sl_ref_cluster {
 /* Opens a fixture folder. arch_family: NULL to pick the family from config.json's
  * architectures[0], "fused3d" for the test architecture of tests/data/fused3d_spec.json, or
  * "qwen3_5_vision" for specs/qwen3_5.json with "vision": "qwen3_vl" (Qwen3-VL's tower loaded:
- * docs/spec/ARCHITECTURES.md §20).
+ * docs/spec/ARCHITECTURES.md §24).
  * Returns SL_STATUS_OK or an error with a message in msg. */
 sl_status sl_ref_model_open(const char *folder, const char *arch_family, sl_ref_model **out, char *msg,
                             size_t cap);

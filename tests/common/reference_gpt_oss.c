@@ -1,5 +1,5 @@
 /*
- * reference_gpt_oss.c — GPT-OSS's unquantized gate/up experts (docs/spec/LAYOUTS.md §3.15): the
+ * reference_gpt_oss.c — GPT-OSS's unquantized gate/up experts (docs/spec/LAYOUTS.md §3.16): the
  * checkpoint's gate_up_proj [E, H, 2*Im] alternates gate and up columns (2j gate j, 2j+1 up j);
  * MoE rank mr of Mt takes the columns [2*mr*n, 2*(mr+1)*n) of every row h (n = Im/Mt), whole
  * pairs. The checkpoint layout holds them as [El, H, 2n] under the checkpoint's name; the vllm

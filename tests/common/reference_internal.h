@@ -15,9 +15,9 @@
  *   reference_check.c    the divisibility rules of docs/spec/LAYOUTS.md §3, per definition
  *   reference_slice.c    table entries and segments; the dense slicing styles; one definition's entries
  *   reference_experts.c  expert placement (docs/spec/EXPERTS.md §2) and the expert slicing styles
- *   reference_gpt_oss.c  GPT-OSS's unquantized gate/up experts (docs/spec/LAYOUTS.md §3.15)
+ *   reference_gpt_oss.c  GPT-OSS's unquantized gate/up experts (docs/spec/LAYOUTS.md §3.16)
  *   reference_int4.c     GPTQ / AWQ int4 linears
- *   reference_vision.c   the wrappers' names and vision towers (docs/spec/ARCHITECTURES.md §20)
+ *   reference_vision.c   the wrappers' names and vision towers (docs/spec/ARCHITECTURES.md §24)
  *   reference_qwen_next.c Qwen3-Next and Qwen3.5 (gated DeltaNet and gated attention layers) and the
  *                        gdn style
  *   reference.c          a rank's table (docs/spec/LAYOUTS.md §1–§2) and its queries
@@ -89,7 +89,7 @@ typedef enum family {
   FAM_QWEN3_5_MOE,
   FAM_QWEN3_5_TEXT, /* Qwen3_5(Moe)ForCausalLM: text-only names and config */
   FAM_QWEN3_5_MOE_TEXT,
-  /* the multimodal wrappers of docs/spec/ARCHITECTURES.md §20 (reference_vision.c) */
+  /* the multimodal wrappers of docs/spec/ARCHITECTURES.md §24 (reference_vision.c) */
   FAM_QWEN3_VL,
   FAM_QWEN3_VL_MOE,
   FAM_GEMMA3_MM,
@@ -159,7 +159,7 @@ struct sl_ref_model {
   } pk;
   uint64_t bn, bk;
   uint64_t nh; /* DeepSeek: heads that TP must divide */
-  /* Where the text model's names start (docs/spec/ARCHITECTURES.md §13, §20): its vLLM names
+  /* Where the text model's names start (docs/spec/ARCHITECTURES.md §13, §24): its vLLM names
    * (vroot + "layers.L.…", vroot + "embed_tokens.weight", vhead) and its checkpoint names (sroot,
    * shead): "model." and "lm_head.weight" for the text families. */
   const char *vroot, *sroot, *vhead, *shead;
@@ -169,7 +169,7 @@ struct sl_ref_model {
   size_t n_alt;
   bool embed_everywhere; /* embedding and final norm on every stage (vLLM's Gemma3Model) */
   /* arch_family "qwen3_5_vision": specs/qwen3_5.json with "vision": "qwen3_vl" added, Qwen3-VL's tower
-   * loaded (docs/spec/ARCHITECTURES.md §20) */
+   * loaded (docs/spec/ARCHITECTURES.md §24) */
   bool qwen3_5_tower;
   /* a tied head's names when not vroot's embed_tokens.weight / vhead (Qwen3.5; empty: those) */
   char embed_v[96], embed_s[96], head_v[96];

@@ -179,7 +179,7 @@ static bool pick_family(sl_ref_model *m, const char *arch, const char *override)
 }
 
 /* The object holding the text model's sizes: Llama-4, the Qwen3.5 wrappers and the multimodal
- * wrappers of docs/spec/ARCHITECTURES.md §20 nest them under text_config. */
+ * wrappers of docs/spec/ARCHITECTURES.md §24 nest them under text_config. */
 static const cJSON *text_cfg(const sl_ref_model *m, const cJSON *cfg) {
   const cJSON *tc = cJSON_GetObjectItemCaseSensitive(cfg, "text_config");
   bool nested = m->fam == FAM_LLAMA4 || m->fam == FAM_QWEN3_5 || m->fam == FAM_QWEN3_5_MOE ||
@@ -267,7 +267,7 @@ static bool read_config(sl_ref_model *m, const cJSON *top, const char *override)
   }
   m->n_group = ref_cfg_num_or(cfg, "n_group", 1);
   /* Gemma-3 ties unless told otherwise (docs/spec/ARCHITECTURES.md §10); the wrappers read
-   * text_config first (docs/spec/ARCHITECTURES.md §20). */
+   * text_config first (docs/spec/ARCHITECTURES.md §24). */
   bool gemma = m->fam == FAM_GEMMA3 || m->fam == FAM_GEMMA3_MM;
   if (m->fam == FAM_QWEN3_VL || m->fam == FAM_QWEN3_VL_MOE || m->fam == FAM_GEMMA3_MM)
     m->tie = ref_cfg_bool_or(cfg, "tie_word_embeddings", ref_cfg_bool_or(top, "tie_word_embeddings", gemma));

@@ -24,7 +24,7 @@ static void qwen_moe_layer(sl_ref_model *m, const cJSON *cfg, uint32_t layer) {
   }
   ref_layer_one(m, ST_REPLICATED, layer, "mlp.gate.weight");
   if (m->fam == FAM_QWEN3_VL_MOE) {
-    /* docs/spec/ARCHITECTURES.md §20: fused and stored transposed, as Llama-4's (§13). */
+    /* docs/spec/ARCHITECTURES.md §24: fused and stored transposed, as Llama-4's (§13). */
     ref_layer_renamed(m, ST_GATE_UP_T, layer, "mlp.experts.w13_weight", "mlp.experts.gate_up_proj");
     ref_layer_renamed(m, ST_DOWN_T, layer, "mlp.experts.w2_weight", "mlp.experts.down_proj");
     return;

@@ -1,9 +1,9 @@
 /*
- * reference_vision.c — the multimodal wrappers of docs/spec/ARCHITECTURES.md §20 (and Llama-4's
+ * reference_vision.c — the multimodal wrappers of docs/spec/ARCHITECTURES.md §24 (and Llama-4's
  * vision tower, docs/spec/ARCHITECTURES.md §13): where each wrapper's text model is named (vLLM's
  * names and the checkpoint's, the prefixes of vLLM's hf_to_vllm_mapper that older checkpoints
  * use), and the definitions of each vision tower, written from the tables of
- * docs/spec/ARCHITECTURES.md §20: every tower definition is
+ * docs/spec/ARCHITECTURES.md §24: every tower definition is
  * held by every pipeline stage (AT_ALL) and left out with skip_vision. Counts come from
  * config.json's vision_config; shapes are the checkpoint's.
  */
@@ -109,7 +109,7 @@ static void qkv3(sl_ref_model *m, const char *v, const char *c, uint64_t hv, uin
   }
 }
 
-/* docs/spec/ARCHITECTURES.md §20 Qwen3-VL (and Qwen3.5): model.visual.* → visual.*. */
+/* docs/spec/ARCHITECTURES.md §24 Qwen3-VL (and Qwen3.5): model.visual.* → visual.*. */
 static void qwen3_vl_tower(sl_ref_model *m, const cJSON *vc) {
   uint64_t hv = ref_cfg_num_or(vc, "hidden_size", 0);
   uint64_t nh = ref_cfg_num_or(vc, "num_heads", 0);
@@ -149,7 +149,7 @@ static void qwen3_vl_tower(sl_ref_model *m, const cJSON *vc) {
   }
 }
 
-/* docs/spec/ARCHITECTURES.md §20 Gemma-3: SigLIP (vision_tower.vision_model.*) and the projector. */
+/* docs/spec/ARCHITECTURES.md §24 Gemma-3: SigLIP (vision_tower.vision_model.*) and the projector. */
 static void gemma3_tower(sl_ref_model *m, const cJSON *vc) {
   uint64_t hv = ref_cfg_num_or(vc, "hidden_size", 0);
   uint64_t nh = ref_cfg_num_or(vc, "num_attention_heads", 0);
@@ -224,7 +224,7 @@ static void llama4_tower(sl_ref_model *m, const cJSON *vc) {
   one(m, ST_COLUMN, "multi_modal_projector.linear_1.weight", "multi_modal_projector.linear_1.weight");
 }
 
-/* docs/spec/ARCHITECTURES.md §20 Kimi-K2.5: MoonViT (vision_tower.*) and mm_projector (proj.0 / proj.2 →
+/* docs/spec/ARCHITECTURES.md §24 Kimi-K2.5: MoonViT (vision_tower.*) and mm_projector (proj.0 / proj.2 →
  * linear_1 / linear_2). */
 static void kimi_k25_tower(sl_ref_model *m, const cJSON *vc) {
   uint64_t hv = ref_cfg_num_or(vc, "hidden_size", 0);

@@ -8,7 +8,7 @@
  *                     12 (tp 2) or 6 (tp 4) intermediate rows: no multiple of the MXFP4 block of 32,
  *                     which the unquantized form does not need (the spec used to evaluate the
  *                     MXFP4 tensors' shapes and refused these sizes).
- *   golden_experts    docs/spec/LAYOUTS.md §3.15 through the loader at tp 2 (vllm layout): rank r's
+ *   golden_experts    docs/spec/LAYOUTS.md §3.16 through the loader at tp 2 (vllm layout): rank r's
  *                     w13_weight [4, 24, 64] row y of expert e is column 24r + y of every source row
  *                     (pairs kept: even y gate, odd y up), w2_weight [4, 64, 12] row h is column h
  *                     of source rows [12r, +12); w13_bias [4, 24] holds bias entries [24r, +24).

@@ -1,6 +1,6 @@
 /*
  * test_load_multimodal.c — the multimodal wrappers with their vision towers
- * (docs/spec/ARCHITECTURES.md §13, §20) at the MPI world size it runs with (ctest: 1, 2, 3 and 4
+ * (docs/spec/ARCHITECTURES.md §13, §24) at the MPI world size it runs with (ctest: 1, 2, 3 and 4
  * ranks, labels mpi and frontier), byte-exact against the independent reference.
  *
  *   test_layouts       qwen3_vl, qwen3_vl_moe, gemma3_mm, gemma3_mm_legacy (vLLM's own names:
@@ -18,7 +18,7 @@
  *                      extra tensor under model.visual. → UNEXPECTED_WEIGHTS naming it; 2 vision
  *                      heads at tp 4 → DIVISIBILITY naming the tower's attn.qkv before any byte is
  *                      read; a vision tensor of the wrong shape → SHAPE naming it.
- *   golden_qwen3_vl    docs/spec/ARCHITECTURES.md §20 through the loader at tp 2 (vllm layout): rank
+ *   golden_qwen3_vl    docs/spec/ARCHITECTURES.md §24 through the loader at tp 2 (vllm layout): rank
  *                      r's visual.blocks.1.attn.qkv.weight [48, 32] holds rows [16r, +16), 32 + [16r,
  *                      +16) and 64 + [16r, +16) of the checkpoint's fused attn.qkv; its
  *                      visual.merger.linear_fc2.weight [64, 64] columns [64r, +64); pos_embed whole.

@@ -3,7 +3,7 @@
 (Qwen3-VL: Qwen3's decoder and the Qwen3-VL vision tower) and gemma3_mm (Gemma-3 with SigLIP and
 its projector) loaded through shardload.Loader at tp = the world size, every byte of every
 parameter (by DLPack) equal to an independent numpy reference of vLLM's rules written here from
-docs/spec/ARCHITECTURES.md §20 and the layers vLLM builds:
+docs/spec/ARCHITECTURES.md §24 and the layers vLLM builds:
 
   names        vLLM's hf_to_vllm_mapper: model.language_model. -> language_model.model.,
                lm_head. -> language_model.lm_head., model.visual. -> visual.,

@@ -3,7 +3,7 @@
 scripts/make-fixture qwen3_vl_235b_full) planned by `shardload plan --json` at tp 8 x pp 2 and at
 tp 8 x dp 2 with expert parallelism (16 ranks), with its vision tower and with --skip-vision:
 every byte read once (read amplification 1.00, no covering bytes, bytes read = the distinct bytes
-of the job), and every rank's bytes equal to the slices docs/spec/ARCHITECTURES.md §20 and
+of the job), and every rank's bytes equal to the slices docs/spec/ARCHITECTURES.md §24 and
 docs/spec/LAYOUTS.md give it, computed here from the headers alone (independently of the library):
 
   text, layers of stage p: base = L // P, the stages before the last get the remainder
