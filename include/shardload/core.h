@@ -117,9 +117,15 @@ uint64_t sl_abi(const char *name);
 /* `T var = SL_SIZED_INIT(T);`: .size set to sizeof(T), every other field zero. (C++ compilers warn
  * of the fields a designated initializer leaves out: there it is a value-initialized copy.) */
 #ifdef __cplusplus
-#define SL_SIZED_INIT(type) ([] { type sized_{}; sized_.size = sizeof(type); return sized_; }())
+#define SL_SIZED_INIT(type)                                                                                  \
+  ([] {                                                                                                      \
+    type sized_{};                                                                                           \
+    sized_.size = sizeof(type);                                                                              \
+    return sized_;                                                                                           \
+  }())
 #else
-#define SL_SIZED_INIT(type) {.size = sizeof(type)}
+#define SL_SIZED_INIT(type)                                                                                  \
+  { .size = sizeof(type) }
 #endif
 
 /* ---------------------------------------------------------------------------------------------
@@ -309,11 +315,13 @@ typedef struct sl_comm_ops {
                    size_t msg_cap);
   /* Among members: send_counts[i] bytes at send + send_displs[i] go to members[i]; recv_counts[i]
    * bytes from members[i] land at recv + recv_displs[i] (counts may be 0). */
-  int (*alltoallv)(void *ctx, const int *members, int n_members, const void *send, const uint64_t *send_counts,
-                   const uint64_t *send_displs, void *recv, const uint64_t *recv_counts,
-                   const uint64_t *recv_displs, uint64_t stop_epoch, double timeout_s, char *msg, size_t msg_cap);
+  int (*alltoallv)(void *ctx, const int *members, int n_members, const void *send,
+                   const uint64_t *send_counts, const uint64_t *send_displs, void *recv,
+                   const uint64_t *recv_counts, const uint64_t *recv_displs, uint64_t stop_epoch,
+                   double timeout_s, char *msg, size_t msg_cap);
   /* Element-wise reduction (sl_comm_reduce_op) of count values over every rank, in place. */
-  int (*allreduce)(void *ctx, int64_t *values, int count, int op, double timeout_s, char *msg, size_t msg_cap);
+  int (*allreduce)(void *ctx, int64_t *values, int count, int op, double timeout_s, char *msg,
+                   size_t msg_cap);
   /* Not collective. stop_raise: every rank's calls with this stop_epoch return SL_COMM_STOPPED;
    * stop_check: 1 (and *from, the rank that raised, or -1) when some rank raised it, else 0. Cheap:
    * the library calls stop_check at most every few milliseconds while it waits. */
@@ -484,7 +492,6 @@ const char *sl_model_warnings(const sl_model *model);
  * ------------------------------------------------------------------------------------------- */
 sl_status sl_hub_download(sl_config *config, char **snapshot_dir);
 
-
 /* ---------------------------------------------------------------------------------------------
  * 8. Parameters for other runtimes (the Python package, DLPack consumers): element types as
  * numbers, where each local parameter's bytes come from, parameter memory that outlives the
@@ -527,7 +534,8 @@ uint32_t sl_dtype_bits(sl_dtype dtype);
 
 /* sl_loader_bind with a conversion: the caller's buffer (host memory) holds the parameter's local
  * shape in element type dtype, and nbytes must be its element count times dtype's size. Each
- * element is converted from the planned dtype as it is delivered, rounding as torch's
+ * element is converted from the planned dtype (its checkpoint tensors' dtype, the dtype of its
+ * sources: sl_param_source.dtype) as it is delivered, rounding as torch's
  * Tensor.to(dtype) does on the CPU (round to nearest even; values past the range become ±inf; NaN
  * stays NaN; F64 → F16/BF16 rounds through F32, as torch does). Conversions: among F32, F16, BF16
  * and F64, in every direction; dtype equal to the planned dtype is a plain sl_loader_bind.
@@ -540,7 +548,14 @@ uint32_t sl_dtype_bits(sl_dtype dtype);
  * the planned dtype's bytes. DLPack export and sl_loader_save_sharded give it in the buffer's
  * dtype. Such a parameter is never read into directly nor mapped (load_strategy mmap): its bytes
  * go through staging memory. Binding the same name again (sl_loader_bind or sl_loader_bind_as)
- * replaces the binding. Not collective. */
+ * replaces the binding. Not collective.
+ * A parameter the plan holds in another dtype than its checkpoint tensors' (the spec key "dtype",
+ * docs/SPECS.md; a caller-described parameter's dtype) has that dtype in its table entry from the
+ * start and is converted as delivered into the loader's memory, or into a buffer bound with
+ * sl_loader_bind at that dtype; sl_loader_bind_as converts once, from the checkpoint's dtype, never
+ * through the held one (binding it at the checkpoint's dtype converts nothing). With device=cuda
+ * such a parameter must be bound at the checkpoint's dtype: left to the loader, sl_loader_load
+ * fails with SL_STATUS_UNSUPPORTED naming it before any byte is read. */
 sl_status sl_loader_bind_as(sl_loader *loader, const char *name, void *data, uint64_t nbytes, sl_dtype dtype);
 
 /* One source of a local parameter: `rows` rows of `row_bytes` bytes, taken from the checkpoint

@@ -65,6 +65,7 @@ static inline void sl__loader_view_of(sl_loader *l, sl__loader_view *out) {
                            .loaded = l->state == STATE_LOADED,
                            .plan = &l->pl.plan,
                            .cat = &l->pl.prep.cat,
+                           .model = &l->pl.prep.model,
                            .cuda = l->pl.opts.device == SL_DEVICE_CUDA};
 }
 

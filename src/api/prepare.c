@@ -147,8 +147,14 @@ static sl_status choose_spec(const sl__opts *o, const char *folder, const sl__s3
   const char *path = NULL;
   sl__spec *found = NULL;
   sl_status st = SL_STATUS_OK;
-  if (strcmp(o->arch, "auto") != 0) {
+  if (strcmp(o->arch, "auto") != 0 && (strchr(o->arch, '/') != NULL || sl__str_ends_with(o->arch, ".json"))) {
     path = o->arch;
+  } else if (strcmp(o->arch, "auto") != 0) {
+    /* an architecture name (vLLM's name of a draft: DeepSeekMTPModel): the spec that lists it */
+    st = sl__spec_find(o->arch, &found, err);
+    if (st != SL_STATUS_OK)
+      return st;
+    path = found->path;
   } else {
     char *cfg_path = given == NULL ? sl__path_join(folder, "config.json") : NULL;
     char *text =

@@ -38,8 +38,12 @@ typedef struct sl__mparam {
   char *name; /* in the active layout */
   sl__style style;
   sl__place place;
-  int32_t layer; /* -1 for embed/final/head */
-  sl__dtype dtype;
+  int32_t layer;   /* -1 for embed/final/head */
+  sl__dtype dtype; /* its sources' (the bytes its copies move) */
+  /* The dtype the rank holds it in: dtype, or another one it is converted to as it is delivered
+   * (spec "dtype", docs/SPECS.md; a caller-described parameter's). Its local size is in this
+   * dtype; its copies address the sources' bytes (engine/deliver.c converts, format/cast.h). */
+  sl__dtype held_dtype;
   uint32_t ndim;
   uint64_t shape[SL_SPEC_MAX_DIMS]; /* global (unsharded) shape; vllm vocab padded */
   bool ckpt;                        /* checkpoint layout: sources kept separate */

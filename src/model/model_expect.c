@@ -2,7 +2,8 @@
  * model/model_expect.c — what the tracking of docs/spec/TRACKING.md §1–§3 checks a load against: the expected
  * set of checkpoint tensors (every source of every parameter but fp8 scales, sorted bytewise, each
  * feeding exactly one parameter) and the fate of the catalog tensors no parameter consumes
- * (silently skipped, listed as ignored, or unexpected).
+ * (silently skipped, listed as ignored, or unexpected); the spec's layer-conditional skips are
+ * model/model_skip.c's.
  */
 #include "base/hashmap.h"
 #include "model/model_build.h"
@@ -88,6 +89,10 @@ sl_status sl__model_build_fates(sl__model_builder *b) {
     if (st != SL_STATUS_OK)
       return st;
   }
+  uint8_t *holds = NULL;
+  sl_status st = sl__model_skip_rules(b, &holds);
+  if (st != SL_STATUS_OK)
+    return st;
   for (size_t t = 0; t < cat->n_tensors; t++) {
     if (m->tensor_fate[t] == SL_FATE_CONSUMED)
       continue;
@@ -117,6 +122,7 @@ sl_status sl__model_build_fates(sl__model_builder *b) {
       if (e > d && e - d < 10 && *e == '.' && k >= mtp_from && k < mtp_from + mtp_count)
         skip = true;
     }
+    skip = skip || sl__model_skip_match(b->e.spec, holds, m->n_layers, name);
     if (skip) {
       m->tensor_fate[t] = SL_FATE_SKIPPED;
       continue;
@@ -129,6 +135,7 @@ sl_status sl__model_build_fates(sl__model_builder *b) {
       if (w == NULL || qw == NULL) {
         free(w);
         free(qw);
+        free(holds);
         return sl__err_set(b->err, SL_STATUS_NOMEM, "out of memory");
       }
       uint32_t wt = sl__catalog_find(cat, w);
@@ -140,5 +147,6 @@ sl_status sl__model_build_fates(sl__model_builder *b) {
         m->tensor_fate[t] = SL_FATE_IGNORED;
     }
   }
+  free(holds);
   return SL_STATUS_OK;
 }

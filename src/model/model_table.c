@@ -19,6 +19,7 @@ sl__mparam *sl__model_push_param(sl__model_builder *b) {
   p->alias_of = SL_NONE;
   p->only_expert = SL_NONE;
   p->layer = -1;
+  p->held_dtype = SL_DT_COUNT; /* its sources' unless set (sl__model_held_dtypes) */
   return p;
 }
 

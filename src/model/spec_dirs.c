@@ -1,7 +1,7 @@
 /*
  * model/spec_dirs.c — where architecture specs are looked for (docs/SPECS.md): $SHARDLOAD_SPECS,
  * then the specs bundled with the library, found relative to the library file itself. Used by the
- * search for an architecture's spec (model/spec.c) and for the vision specs a spec includes
+ * search for an architecture's spec (model/spec_find.c) and for the vision specs a spec includes
  * (model/spec_vision.c).
  */
 #include "model/spec.h"

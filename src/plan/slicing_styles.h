@@ -59,4 +59,7 @@ sl_status sl__slice_gdn(sl__slicer *s, sl__local_shape *ls, char *desc, size_t d
  * first parameter it would cut otherwise). */
 sl_status sl__gdn_check_tp(const sl__model *m, uint32_t tp, sl__err *err);
 
+/* Style of plan/slicing_heads.c (docs/spec/LAYOUTS.md §3.15): rows of each key/value head. */
+sl_status sl__slice_kv_heads(sl__slicer *s, sl__local_shape *ls, char *desc, size_t dcap);
+
 #endif

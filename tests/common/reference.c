@@ -96,13 +96,18 @@ static void place_experts(ctx *c, const sl_ref_layout *lay, uint64_t D, uint64_t
 }
 
 /* Every definition checked, then those the rank's stage holds built (embedding on the first stage,
- * and on the last when the head is tied; final norm and head on the last). */
+ * and on the last when the head is tied; final norm and head on the last; AT_ALL on every stage). */
 static void build_stage(ctx *c, bool first, bool last) {
   const sl_ref_model *m = c->m;
   const sl_ref_table *tab = c->tab;
-  if ((m->fam == FAM_DEEPSEEK || ref_is_qwen_next(m->fam)) && m->nh % c->T != 0)
+  if ((m->fam == FAM_DEEPSEEK || m->fam == FAM_DSA || m->fam == FAM_DSA_MTP || m->fam == FAM_DSV4 ||
+       ref_is_qwen_next(m->fam)) &&
+      m->nh % c->T != 0)
     ref_ctx_fail(c, SL_STATUS_DIVISIBILITY, "num_attention_heads %llu not divisible by tp %llu",
                  (unsigned long long)m->nh, (unsigned long long)c->T);
+  if (c->st == SL_STATUS_OK && m->ng != 0 && m->ng % c->T != 0) /* DeepSeek-V4's wo_a / wo_b */
+    ref_ctx_fail(c, SL_STATUS_DIVISIBILITY, "o_groups %llu not divisible by tp %llu",
+                 (unsigned long long)m->ng, (unsigned long long)c->T);
   for (size_t i = 0; i < m->n_defs && c->st == SL_STATUS_OK; i++) {
     if (m->defs[i].vision && c->skip_vision)
       continue;
@@ -123,7 +128,7 @@ static void build_stage(ctx *c, bool first, bool last) {
     else if (d->at == AT_LAYER)
       here = d->layer >= tab->layer_start && d->layer < tab->layer_end;
     else if (d->at == AT_ALL)
-      here = true; /* docs/spec/ARCHITECTURES.md §24: every stage */
+      here = true; /* docs/spec/ARCHITECTURES.md §23, §24: every stage */
     else
       here = last;
     if (here)
@@ -202,6 +207,10 @@ const sl_ref_param *sl_ref_table_find(const sl_ref_table *t, const char *name) {
 }
 
 void sl_ref_param_fill(const sl_ref_model *m, const sl_ref_param *p, uint8_t *out) {
+  if (p->src_dtype != NULL) {
+    ref_fill_held(m, p, out);
+    return;
+  }
   memset(out, 0, p->nbytes);
   for (size_t i = 0; i < p->n_segs; i++) {
     const sl_ref_seg *s = &p->segs[i];
@@ -213,6 +222,8 @@ void sl_ref_param_fill(const sl_ref_model *m, const sl_ref_param *p, uint8_t *ou
 }
 
 void sl_ref_describe(const sl_ref_model *m, const sl_ref_param *p, uint64_t offset, char *buf, size_t cap) {
+  if (p->src_dtype != NULL) /* held converted: the source byte of the element */
+    offset = offset / (p->dtype_bits / 8) * (p->src_bits / 8);
   for (size_t i = 0; i < p->n_segs; i++) {
     const sl_ref_seg *s = &p->segs[i];
     if (offset >= s->dst && offset < s->dst + s->len) {

@@ -241,6 +241,15 @@ static void family_layer(sl_ref_model *m, const cJSON *cfg, uint32_t layer) {
   case FAM_KIMI_K25:
     ref_mla_layer(m, cfg, layer);
     break;
+  case FAM_DSA:
+    ref_dsa_layer(m, cfg, layer);
+    break;
+  case FAM_DSA_MTP:
+  case FAM_DSV4:
+    break;
+  case FAM_MINIMAX:
+    ref_minimax_layer(m, cfg, layer);
+    break;
   case FAM_MIXTRAL:
   case FAM_QWEN2_MOE:
   case FAM_QWEN3_MOE:
@@ -265,6 +274,18 @@ static void vocab_def(sl_ref_model *m, place at, const char *name, const char *s
 }
 
 void ref_build_defs(sl_ref_model *m, const cJSON *cfg) {
+  if (m->fam == FAM_DSV4) {
+    ref_dsv4_defs(m, cfg);
+    if (m->fp8)
+      ref_add_scales(m);
+    return;
+  }
+  if (m->fam == FAM_DSA_MTP) {
+    ref_dsa_mtp_defs(m, cfg);
+    if (m->fp8)
+      ref_add_scales(m);
+    return;
+  }
   if (ref_is_qwen_next(m->fam)) {
     ref_qwen_next_defs(m, cfg);
     return;

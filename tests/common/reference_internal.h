@@ -11,6 +11,8 @@
  *   reference_dense.c    the dense families (Llama / Mistral, Qwen2, Qwen3, Phi-3, Gemma-3)
  *   reference_moe.c      the expert families (Mixtral, Qwen-MoE, fused3d, GLM-4-MoE, GPT-OSS, Llama-4)
  *   reference_mla.c      DeepSeek V2 / V3 (latent attention, routed and shared experts)
+ *   reference_dsa.c      DeepSeek-V3.2 / GLM-5 (the sparse-attention indexer) and their MTP draft
+ *   reference_minimax.c  MiniMax-M2 (q/k norms over every head, kv_heads rows, block_sparse_moe)
  *   reference_scales.c   fp8 scale companions (block fp8, compressed-tensors)
  *   reference_check.c    the divisibility rules of docs/spec/LAYOUTS.md §3, per definition
  *   reference_slice.c    table entries and segments; the dense slicing styles; one definition's entries
@@ -22,6 +24,7 @@
  *                        gdn style
  *   reference.c          a rank's table (docs/spec/LAYOUTS.md §1–§2) and its queries
  *   reference_cluster.c  cluster figures from the tables of every rank
+ *   reference_held.c     parameters held in another dtype than their sources (F32 norms)
  *
  * Sizes are small (fixtures under 1 MB), so clarity wins over speed: segments are emitted row by
  * row and merged when contiguous.
@@ -61,13 +64,15 @@ typedef enum style {
   ST_DOWN_T,       /* Llama-4 [E, Im, H]: a row range per expert; vllm: w2 [El, H, Ip] */
   ST_GATE_UP_IL_T, /* GPT-OSS BF16 [E, H, 2*Im] gate/up columns alternating; vllm: w13 [El, 2*Ip, H] */
   ST_PARTS,        /* docs/spec/LAYOUTS.md §3.11: one per-tensor scale per part, [n parts] */
+  ST_KV_HEADS,     /* docs/spec/LAYOUTS.md §3.15: rows of each key/value head, replicated as qkv's k */
   ST_GDN           /* docs/spec/LAYOUTS.md §3.13: gated DeltaNet row sections (reference_qwen_next.c) */
 } style;
 
 /* The parts of a gated DeltaNet source (docs/spec/LAYOUTS.md §3.13). */
 enum { GDN_QKVZ, GDN_BA, GDN_QKV, GDN_Z, GDN_B, GDN_A, GDN_V_HEADS };
 
-/* AT_ALL: every pipeline stage (a vision tower; Gemma-3's embedding and final norm in vLLM). */
+/* AT_ALL: every pipeline stage (a vision tower; Gemma-3's embedding and final norm in vLLM;
+ * DeepSeek-V4's hc_head). */
 typedef enum place { AT_EMBED, AT_LAYER, AT_FINAL, AT_HEAD, AT_ALL } place;
 
 typedef enum family {
@@ -84,6 +89,10 @@ typedef enum family {
   FAM_GLM4_MOE,
   FAM_GPT_OSS,
   FAM_LLAMA4,
+  FAM_DSA,     /* DeepSeek-V3.2, GLM-5 (reference_dsa.c) */
+  FAM_DSA_MTP, /* their multi-token-prediction draft (arch_family "deepseek_mtp") */
+  FAM_MINIMAX, /* MiniMax-M2 (reference_minimax.c) */
+  FAM_DSV4,    /* DeepSeek-V4 (reference_dsv4.c) */
   FAM_QWEN3_NEXT,
   FAM_QWEN3_5, /* the ConditionalGeneration wrappers (text_config, model.language_model.) */
   FAM_QWEN3_5_MOE,
@@ -129,6 +138,7 @@ typedef struct rdef {
   uint64_t bn, bk;
   bool int4; /* GPTQ / AWQ linear (reference_int4.c): parts by weight name */
   char *int4_part[MAX_SRC];
+  const char *held; /* held in this dtype (docs/SPECS.md "dtype"; reference_held.c), NULL: the sources' */
   int gdn[MAX_SRC]; /* gdn: the part (GDN_*) of each source; hq, hkv, d, dv: nk, nv, dk, dv */
   uint64_t dv;
   bool packed;                 /* pack-quantized / NVFP4 linear or experts (reference_packed.c) */
@@ -159,6 +169,7 @@ struct sl_ref_model {
   } pk;
   uint64_t bn, bk;
   uint64_t nh; /* DeepSeek: heads that TP must divide */
+  uint64_t ng; /* DeepSeek-V4: output groups (o_groups) that TP must divide; 0 otherwise */
   /* Where the text model's names start (docs/spec/ARCHITECTURES.md §13, §24): its vLLM names
    * (vroot + "layers.L.…", vroot + "embed_tokens.weight", vhead) and its checkpoint names (sroot,
    * shead): "model." and "lm_head.weight" for the text families. */
@@ -253,6 +264,14 @@ void ref_build_defs(sl_ref_model *m, const cJSON *cfg);
 void ref_dense_layer(sl_ref_model *m, const cJSON *cfg, uint32_t layer);
 void ref_moe_layer(sl_ref_model *m, const cJSON *cfg, uint32_t layer);
 void ref_mla_layer(sl_ref_model *m, const cJSON *cfg, uint32_t layer);
+void ref_dsa_layer(sl_ref_model *m, const cJSON *cfg, uint32_t layer);
+/* Every definition of the DeepSeek MTP draft (no embedding, final norm or head of the target). */
+void ref_dsa_mtp_defs(sl_ref_model *m, const cJSON *cfg);
+void ref_minimax_layer(sl_ref_model *m, const cJSON *cfg, uint32_t layer);
+/* Every definition of DeepSeek-V4 (reference_dsv4.c): its own names, no shared embedding code. */
+void ref_dsv4_defs(sl_ref_model *m, const cJSON *cfg);
+/* docs/spec/LAYOUTS.md §3.15 (reference_minimax.c). */
+void ref_build_kv_heads(ctx *c, const rdef *d);
 
 /* ---- reference_vision.c -------------------------------------------------------------------- */
 
@@ -321,6 +340,13 @@ void ref_rows_entry(ctx *c, const char *name, int t, uint64_t row0, uint64_t n, 
 void ref_build_def(ctx *c, const rdef *d);
 /* A GPTQ / AWQ linear (reference_int4.c): checked only (build false) or built into the table. */
 void ref_int4_def(ctx *c, const rdef *d, bool build);
+
+/* ---- reference_held.c ---------------------------------------------------------------------- */
+
+/* Entries [first, table count) of definition d held in d->held: dtype, size, and the fill converts. */
+void ref_apply_held(ctx *c, const rdef *d, size_t first);
+/* The expected bytes of an entry held in another dtype (its segments in source bytes). */
+void ref_fill_held(const sl_ref_model *m, const sl_ref_param *p, uint8_t *out);
 
 /* ---- reference_experts.c ------------------------------------------------------------------- */
 

@@ -157,6 +157,10 @@ static bool pick_family(sl_ref_model *m, const char *arch, const char *override)
                {"Glm4MoeForCausalLM", FAM_GLM4_MOE},
                {"GptOssForCausalLM", FAM_GPT_OSS},
                {"Llama4ForConditionalGeneration", FAM_LLAMA4},
+               {"DeepseekV32ForCausalLM", FAM_DSA},
+               {"GlmMoeDsaForCausalLM", FAM_DSA},
+               {"MiniMaxM2ForCausalLM", FAM_MINIMAX},
+               {"DeepseekV4ForCausalLM", FAM_DSV4},
                {"Qwen3NextForCausalLM", FAM_QWEN3_NEXT},
                {"Qwen3_5ForConditionalGeneration", FAM_QWEN3_5},
                {"Qwen3_5MoeForConditionalGeneration", FAM_QWEN3_5_MOE},
@@ -164,6 +168,10 @@ static bool pick_family(sl_ref_model *m, const char *arch, const char *override)
                {"Qwen3_5MoeForCausalLM", FAM_QWEN3_5_MOE_TEXT}};
   if (override != NULL && strcmp(override, "fused3d") == 0) {
     m->fam = FAM_FUSED3D;
+    return true;
+  }
+  if (override != NULL && strcmp(override, "deepseek_mtp") == 0) {
+    m->fam = FAM_DSA_MTP;
     return true;
   }
   m->qwen3_5_tower = override != NULL && strcmp(override, "qwen3_5_vision") == 0;
@@ -255,6 +263,8 @@ static bool read_config(sl_ref_model *m, const cJSON *top, const char *override)
     ref_model_fail(m, SL_STATUS_MODEL_CONFIG, "reference: %s/config.json lacks a required size", m->folder);
     return false;
   }
+  if (m->fam == FAM_DSA_MTP) /* the draft's layers follow the target's */
+    m->L += ref_cfg_num_or(cfg, "num_nextn_predict_layers", 0);
   m->Hkv = ref_cfg_num_or(cfg, "num_key_value_heads", m->Hq);
   m->d = ref_cfg_num_or(cfg, "head_dim", m->H / m->Hq);
   m->nh = m->Hq;

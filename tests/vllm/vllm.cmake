@@ -67,3 +67,9 @@ foreach(n 1 2)
   set_tests_properties(vllm_packed_w${n} PROPERTIES LABELS "vllm;frontier" TIMEOUT 300 PROCESSORS ${n}
     SKIP_RETURN_CODE 77 FIXTURES_REQUIRED vllm_models ENVIRONMENT "${SL_VLLM_ENV}")
 endforeach()
+
+# The 2026 families (labels vllm;frontier): DeepSeek-V3.2, GLM-5 and their MTP draft; MiniMax-M2;
+# DeepSeek-V4.
+include(${CMAKE_CURRENT_LIST_DIR}/frontier_dsa.cmake)
+include(${CMAKE_CURRENT_LIST_DIR}/frontier_minimax.cmake)
+include(${CMAKE_CURRENT_LIST_DIR}/frontier_dsv4.cmake)

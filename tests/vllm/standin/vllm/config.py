@@ -124,7 +124,17 @@ class CacheConfig:
 
 @dataclasses.dataclass
 class SpeculativeConfig:
+    """draft_model_config: the draft's ModelConfig. As vLLM's hf_config_override, a draft of model
+    type deepseek_v3, deepseek_v32 or glm_moe_dsa is the checkpoint's multi-token-prediction
+    layers: its architectures become ["DeepSeekMTPModel"]."""
     draft_model_config: Optional[ModelConfig] = None
+
+    def __post_init__(self):
+        m = self.draft_model_config
+        if m is not None and getattr(m.hf_config, "model_type", None) in (
+                "deepseek_v3", "deepseek_v32", "glm_moe_dsa"):
+            m.architectures = ["DeepSeekMTPModel"]
+            m.hf_config.architectures = ["DeepSeekMTPModel"]
 
 
 @dataclasses.dataclass
