@@ -153,6 +153,13 @@ def _describe(tensor):
     raise InvalidArgumentError("bind takes a torch tensor or a numpy array, got %s" % type(tensor))
 
 
+def sources_dtype(p):
+    """The dtype of parameter p's checkpoint tensors when it is one and differs from the dtype the
+    plan holds p in (a planned conversion), else None."""
+    have = {s["tensor_dtype"] for s in p.slices}
+    return have.pop() if len(have) == 1 and p.dtype not in have else None
+
+
 def _dtype_ok(kind, have, want, raw_ok):
     if kind == "torch":
         expected = _torch_dtypes().get(want)
@@ -503,6 +510,12 @@ class Loader:
         cast = None
         if not _dtype_ok(kind, dtype, p.dtype, True):
             cast = _cast_dtype(kind, dtype, p.dtype) if dev == "cpu" else None
+            held_as = sources_dtype(p)
+            if cast is None and dev != "cpu" and held_as is not None and _dtype_ok(kind, dtype, held_as, False):
+                # A planned conversion (the checkpoint's BF16 held in F32, I64 in I32) is done in host
+                # memory only: a device buffer of the sources' dtype is written as they are, and the
+                # caller converts on the device (shardload.torch does).
+                cast = held_as
             if cast is None:
                 hint = ""
                 if dev != "cpu" and _cast_dtype(kind, dtype, p.dtype) is not None:

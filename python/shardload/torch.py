@@ -14,6 +14,10 @@ experts.w13_weight / w2_weight, padded vocabulary ...) is filled:
   dtype, converted by the C library while it writes (Loader.bind);
 - another float dtype on a GPU, another device, or not contiguous: loaded into the loader's
   memory, then copied with torch's copy_ (which casts on the device); that memory is freed after;
+- on a GPU, a parameter the plan converts (held in another dtype than its checkpoint tensors, as
+  DeepSeek-V3.2's indexer k_norm in F32 from BF16): the library converts in host memory only, so
+  the checkpoint's bytes land in a device tensor of their own dtype, then copy_ casts them into the
+  module's tensor on the device ("stage");
 - a planned alias (tied embeddings: lm_head.weight of model.embed_tokens.weight): nothing to do
   when the module's two names share storage (vLLM's tie, torch's `lm_head.weight = embed.weight`),
   else copied from its target after the load;
@@ -46,7 +50,7 @@ the module tensor of the same name.
 import torch
 
 from .errors import Error, InvalidArgumentError, MissingWeightsError, UnexpectedWeightsError
-from .loader import Loader, _torch_dtypes
+from .loader import Loader, _torch_dtypes, sources_dtype
 
 # Module tensors that keep their initial value when the checkpoint has none (vLLM's attention
 # scales: the buffers every attention layer registers, the parameters FP8 checkpoints add; the
@@ -122,16 +126,26 @@ def _raw_view(p, t):
     return want if torch.empty(0, dtype=want).element_size() == t.element_size() else None
 
 
+def _staged_dtype(p):
+    """The torch dtype of p's checkpoint tensors when the plan converts p (another dtype than its
+    sources') and torch has that dtype, else None."""
+    name = sources_dtype(p)
+    return None if name is None else _torch_dtypes().get(name)
+
+
 def _how(p, t, loader_device):
     """How planned parameter p reaches module tensor t: "bind" (the loader writes t), "view" (it
     writes t viewed in the planned non-float dtype of t's element size), "copy" (from the loader's
     memory after the load) or "other" (a shape, or a change between a float and a non-float type,
-    that neither can do: the fallback's, else a bind that fails)."""
+    that neither can do: the fallback's, else a bind that fails), or "stage" (on a GPU, a planned
+    conversion: loaded into a device tensor of the sources' dtype, cast into t after the load)."""
     if tuple(t.shape) != tuple(p.shape):
         return "other"
     want = _FLOATS.get(p.dtype)
     if (want is not None) != (t.dtype in _FLOATS.values()):  # float into non-float, or the reverse
         return "other"
+    if t.device.type == "cuda" and loader_device == "cuda" and _staged_dtype(p) is not None:
+        return "stage"
     direct = ((t.device.type == "cuda") == (loader_device == "cuda")) and t.is_contiguous()
     if not direct:
         return "copy"
@@ -183,7 +197,7 @@ def load_into(module, model, comm=None, group=None, strict=None, fallback=None, 
 
     with open_loader(model, comm, group, strict=strict, **config) as loader:
         plan = loader.plan()
-        binds, copies, aliases, handed, views = [], [], [], [], {}
+        binds, copies, aliases, handed, views, staged = [], [], [], [], {}, {}
         filled, unexpected = set(), []
         for p in plan:
             t = tensors.get(p.name)
@@ -203,6 +217,9 @@ def load_into(module, model, comm=None, group=None, strict=None, fallback=None, 
                 unexpected.append(p.name)
             elif how == "copy":
                 copies.append(p.name)
+                filled.add(p.name)
+            elif how == "stage":
+                staged[p.name] = torch.empty(p.shape, dtype=_staged_dtype(p), device=t.device)
                 filled.add(p.name)
             else:  # bind; a shape the bind refuses fails the load on every rank with its message
                 binds.append(p.name)
@@ -233,20 +250,24 @@ def load_into(module, model, comm=None, group=None, strict=None, fallback=None, 
         for name in binds:
             data = tensors[name].data
             loader.bind(name, data.view(views[name]) if name in views else data)
+        for name, buffer in staged.items():
+            loader.bind(name, buffer)
         loader.load()
 
         failure = None
         loaded = loader.params() if (copies or aliases or handed) else {}
 
         def step(kind, name, target=None):
-            if kind == "copy":
+            if kind == "stage":
+                tensors[name].data.copy_(staged.pop(name))
+            elif kind == "copy":
                 tensors[name].data.copy_(loaded[name])
             elif kind == "alias":
                 tensors[name].data.copy_(tensors[target].data if target in tensors else loaded[name])
             else:
                 fallback(name, loaded[name])
 
-        work = [("copy", n, None) for n in copies] + [("alias", n, t) for n, t in aliases] + \
+        work = [("stage", n, None) for n in list(staged)] + [("copy", n, None) for n in copies] + [("alias", n, t) for n, t in aliases] + \
             [("fallback", n, None) for n in handed]
         for kind, name, target in work:
             try:
