@@ -25,7 +25,10 @@ Configuration forwarded (captured in load_model, while vLLM hands over its VllmC
 vLLM 0.10.2-0.13 leave get_current_vllm_config() unset during load_weights): tp, pp, dp;
 enable_expert_parallel, expert_placement_strategy (linear|round_robin), enable_eplb,
 num_redundant_experts; the load config's download_dir (shardload's cache_dir) and the model
-revision. model_loader_extra_config: vLLM's own keys (enable_multithread_load, num_threads,
+revision; skip_vision when vLLM built a multimodal model without its vision tower
+(--language-model-only, or --limit-mm-per-prompt 0 for every modality: vision_left_out); a
+data-parallel tower (--mm-encoder-tp-mode data) is refused before any byte is read.
+model_loader_extra_config: vLLM's own keys (enable_multithread_load, num_threads,
 enable_weights_track) go to shardload's `extra_config` key, validated as vLLM validates them;
 every other key is a shardload configuration key ({"load_strategy": "mmap", "threads": 16},
 "strict": false, "arch": "spec.json"), validated by the C library when the loader is created.
@@ -117,6 +120,36 @@ def split_options(extra):
         track = vllm_keys.get("enable_weights_track")
         strict = track if isinstance(track, bool) else True
     return options, strict
+
+
+# The modules of the vision towers in vLLM's models (Qwen3-VL / Qwen3.5 visual, Gemma-3 and Kimi-K2.5
+# vision_tower, Llama-4 vision_model, their projectors): docs/spec/ARCHITECTURES.md §24.
+VISION_MODULES = ("visual.", "vision_tower.", "vision_model.", "multi_modal_projector.", "mm_projector.")
+
+
+def vision_left_out(model, model_config):
+    """True when vLLM built a multimodal model without its vision tower: --language-model-only
+    (multimodal_config.language_model_only), or --limit-mm-per-prompt with 0 items of every
+    modality, after which vLLM's wrappers build no tower (`self.visual = None`). shardload then
+    skips the checkpoint's tower (skip_vision) as vLLM's load_weights skips it."""
+    mm = getattr(model_config, "multimodal_config", None)
+    if mm is None:
+        return False
+    if getattr(mm, "language_model_only", False):
+        return True
+    return not any(name.startswith(VISION_MODULES) for name, _ in model.named_parameters())
+
+
+def vision_problem(model_config, options):
+    """A message when vLLM builds the vision tower in a layout shardload does not plan
+    (mm_encoder_tp_mode "data": every rank a whole tower), else None."""
+    mm = getattr(model_config, "multimodal_config", None)
+    if getattr(mm, "mm_encoder_tp_mode", None) != "data" or options.get("skip_vision") or \
+            options.get("language_model_only"):
+        return None
+    return ("shardload: mm_encoder_tp_mode 'data' (a whole vision tower on every rank) is not "
+            "supported; shardload loads the tower tensor-parallel, as vLLM's default 'weights' mode "
+            "builds it")
 
 
 def _redundant_experts(parallel):
@@ -431,6 +464,9 @@ def loader_class():
             revision = getattr(model_config, "revision", None)
             if revision:
                 options.setdefault("revision", revision)
+            if "skip_vision" not in options and "language_model_only" not in options and \
+                    vision_left_out(model, model_config):
+                options["skip_vision"] = True
             return options
 
         def load_weights(self, model, model_config):
@@ -453,7 +489,7 @@ def loader_class():
             fallback = WeightLoaderFallback(model)
 
             def check(plan):
-                return layout["problem"] or check_experts(plan, model)
+                return layout["problem"] or vision_problem(model_config, options) or check_experts(plan, model)
 
             missing, unexpected = sl_torch.load_into(
                 model, model_config.model, group=layout["group"], strict=self.strict,

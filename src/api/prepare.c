@@ -203,6 +203,16 @@ static sl_status choose_spec(const sl__opts *o, const char *folder, const sl__s3
   }
   if (st == SL_STATUS_OK)
     st = found != NULL ? SL_STATUS_OK : sl__spec_parse(p->spec_text, p->spec_len, p->spec_path, &found, err);
+  /* A vision spec read from its own file travels inlined: no other rank reads a spec folder. */
+  char *inlined = NULL;
+  size_t inlined_len = 0;
+  if (st == SL_STATUS_OK)
+    st = sl__spec_inline_vision(p->spec_text, p->spec_len, found, &inlined, &inlined_len, err);
+  if (inlined != NULL) {
+    free(p->spec_text);
+    p->spec_text = inlined;
+    p->spec_len = inlined_len;
+  }
   if (st == SL_STATUS_OK)
     p->spec = found;
   else
@@ -402,6 +412,8 @@ sl_status sl__prepare_model(const sl__opts *o, const sl__layout *layout, sl__pre
   if (p->spec == NULL)
     st = sl__spec_parse(p->spec_text, p->spec_len, p->spec_path != NULL ? p->spec_path : "(broadcast)",
                         &p->spec, err);
+  if (st == SL_STATUS_OK && o->skip_vision)
+    sl__spec_drop_vision(p->spec); /* the tower's tensors are then skipped by their prefixes */
   if (st == SL_STATUS_OK)
     st = sl__model_build(p->spec, &p->cat, o->layout, &p->model, err);
   if (st == SL_STATUS_OK)

@@ -40,6 +40,7 @@ static const flag flags[] = {
     {"--download-dir", "cache_dir", NULL},
     {"--overwrite", "overwrite", "true"},
     {"--skip-vision", "skip_vision", "true"},
+    {"--language-model-only", "skip_vision", "true"},
 };
 #define N_FLAGS (sizeof flags / sizeof flags[0])
 

@@ -31,7 +31,7 @@ typedef struct sl__msrc {
   uint32_t ndim;
   uint64_t shape[SL_SPEC_MAX_DIMS]; /* expected shape of this tensor */
   uint64_t wshape[2];               /* scale sources: [rows, cols] of the weight they scale */
-  uint64_t rotary_heads;            /* > 0: Mistral-format rows to permute within heads */
+  uint64_t rotary_heads;            /* > 0: rows to permute within heads (Mistral, vLLM Llama-4) */
 } sl__msrc;
 
 typedef struct sl__mparam {

@@ -37,6 +37,7 @@ static const sl__slice_fn slicers[SL_STYLE_COUNT] = {
     [SL_STYLE_MOE_W2_BIAS] = sl__slice_moe_w2_bias,
     [SL_STYLE_MOE3D_W13_TRANSPOSED] = sl__slice_moe3d_w13_transposed,
     [SL_STYLE_MOE3D_W2_TRANSPOSED] = sl__slice_moe3d_w2_transposed,
+    [SL_STYLE_MOE3D_W13_IL_T] = sl__slice_moe3d_w13_interleaved_transposed,
     [SL_STYLE_QUANT_PARTS] = sl__slice_quant_parts,
     [SL_STYLE_INT4] = sl__slice_int4,
     [SL_STYLE_KV_HEADS] = sl__slice_kv_heads,

@@ -12,7 +12,7 @@ set(SL_PY_ENV ${SL_TEST_ENV}
 
 # The numeric fixtures (F32 numbers) the forward tests need.
 add_test(NAME python_fixtures COMMAND sh -c
-  "${PROJECT_SOURCE_DIR}/scripts/make-fixture llama_f32 ${SL_PY_FIXTURES}/llama_f32 && ${PROJECT_SOURCE_DIR}/scripts/make-fixture mixtral_f32 ${SL_PY_FIXTURES}/mixtral_f32")
+  "${PROJECT_SOURCE_DIR}/scripts/make-fixture llama_f32 ${SL_PY_FIXTURES}/llama_f32 && ${PROJECT_SOURCE_DIR}/scripts/make-fixture mixtral_f32 ${SL_PY_FIXTURES}/mixtral_f32 && ${PROJECT_SOURCE_DIR}/scripts/make-fixture llama4_f32 ${SL_PY_FIXTURES}/llama4_f32")
 set_tests_properties(python_fixtures PROPERTIES FIXTURES_SETUP python_models LABELS python TIMEOUT 120)
 
 # sl_python_test(NAME SCRIPT NP...) — tests/python/SCRIPT under mpirun at each NP.

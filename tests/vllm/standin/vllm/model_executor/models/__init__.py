@@ -13,7 +13,7 @@ class _Registry:
         from .deepseek_mtp import DeepSeekMTP
         from .minimax_m2 import MiniMaxM2ForCausalLM
         from .deepseek_v4 import DeepseekV4ForCausalLM
-        from . import qwen3_5, qwen3_next
+        from . import gemma3_mm, qwen3_5, qwen3_next, qwen3_vl
         deepseek = {name: DeepseekV2ForCausalLM for name in (
             "DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM",
             "GlmMoeDsaForCausalLM")}
@@ -27,7 +27,9 @@ class _Registry:
         return {**frontier, **qwen, "LlamaForCausalLM": LlamaForCausalLM, "MistralForCausalLM": LlamaForCausalLM,
                 "Qwen3ForCausalLM": Qwen3ForCausalLM, "MixtralForCausalLM": MixtralForCausalLM,
                 "EagleLlamaForCausalLM": LlamaForCausalLM, "GptOssForCausalLM": GptOssForCausalLM,
-                "Llama4ForConditionalGeneration": Llama4ForConditionalGeneration}
+                "Llama4ForConditionalGeneration": Llama4ForConditionalGeneration,
+                "Qwen3VLForConditionalGeneration": qwen3_vl.Qwen3VLForConditionalGeneration,
+                "Gemma3ForConditionalGeneration": gemma3_mm.Gemma3ForConditionalGeneration}
 
     def get_supported_archs(self):
         return list(self._classes())
