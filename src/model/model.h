@@ -68,6 +68,7 @@ typedef struct sl__mparam {
   uint64_t in_per_row; /* input channels per row of dim 0 (8 packed, group_size, or 1) */
   uint64_t in_group;   /* a row-parallel rank's input channels must be whole groups of this */
   bool in_whole;       /* dim 0 never split (act-order or channelwise scales and qzeros) */
+  uint8_t fill;        /* sl_fill: SL_FILL_SPEC, or a described plan's RECORDED / FALLBACK */
   uint32_t alias_of;   /* tied lm_head: index of the embedding parameter, else SL_NONE */
   bool owned;          /* sharded_state: held by rank `owner` alone, whatever the layout */
   uint32_t owner;
@@ -98,6 +99,9 @@ typedef struct sl__model {
   char **units;         /* expected set X, sorted bytewise */
   uint32_t *unit_param; /* parameter each unit feeds */
   uint8_t *tensor_fate; /* per catalog tensor: SL_FATE_* */
+  /* A load from caller-described plans (model/described.h, owned): every rank's plan, which the
+   * planner slices instead of the parameters' styles; NULL for a spec's model. */
+  struct sl__described *described;
 } sl__model;
 
 enum {
