@@ -409,8 +409,17 @@ class Loader:
         if st != 0:
             raise error_for(st, self._comm_failure() or cfg.error())
         self._h = handle
+        self._plan_error = None
         if plan is not None:  # this rank's plan instead of the architecture spec (docs/spec/DESIGN.md §12)
-            self._check(lib.sl_loader_set_plan(self._h, plan.handle()))
+            try:
+                st = lib.sl_loader_set_plan(self._h, plan.handle())
+                if st != 0:
+                    raise error_for(st, self._message())
+            except Error as e:
+                # Raised by the next collective call, which then fails on every rank ("rank R could
+                # not set its plan"): raising here would leave the other ranks waiting in it.
+                self._plan_error = e
+                lib.sl_loader_set_plan(self._h, None)
         self.device = cfg.get("device") or "cpu"
         self._plan = None
         self._by_name = {}
@@ -450,6 +459,8 @@ class Loader:
         peer fail raises the class of that peer's failure, with .peer_rank set)."""
         if st == 0:
             return
+        if self._plan_error is not None:  # this rank's plan failed: its own error, not the agreement's
+            raise self._plan_error
         cause_rank = ctypes.c_int(-1)
         cause = lib.sl_loader_error_cause(self._h, ctypes.byref(cause_rank)) if self._h else st
         e = error_for(cause if st == PEER_FAILED and cause not in (0, PEER_FAILED) else st, self._message())

@@ -58,6 +58,7 @@ struct sl_loader {
    * NULL (an architecture spec's plan). */
   uint8_t *plan_blob;
   size_t plan_len;
+  bool plan_failed; /* sl_loader_set_plan failed (or was given none): the download fails on every rank */
 };
 
 /* The view api/bind.c and api/params.c work on (a function of the struct: no call into loader.c). */

@@ -365,6 +365,19 @@ static void validation(void) {
   tx[1] = 0;
   CHECK(sl_plan_add_regions(p, 2, ix, tx, names, 1, nd, nd, num, 16) == SL_STATUS_OK);
   CHECK_EQ_U64(sl_plan_region_count(p), 2);
+  const char *pn[3] = {"a", "b", "a"};
+  sl_dtype dts[3] = {SL_DTYPE_BF16, SL_DTYPE_F32, SL_DTYPE_BF16};
+  uint32_t pd[3] = {1, 2, 1};
+  uint64_t sh[4] = {2, 3, 4, 5};
+  size_t before = sl_plan_param_count(p);
+  CHECK(sl_plan_add_params(p, 3, pn, dts, pd, sh, 4, NULL, NULL) == SL_STATUS_INVALID_ARGUMENT);
+  CHECK_CONTAINS(sl_plan_error(p), "described twice");
+  CHECK_EQ_U64(sl_plan_param_count(p), before); /* all or nothing */
+  pn[2] = "c";
+  CHECK(sl_plan_add_params(p, 3, pn, dts, pd, sh, 3, NULL, NULL) == SL_STATUS_INVALID_ARGUMENT);
+  CHECK_CONTAINS(sl_plan_error(p), "3 of 3 sizes used");
+  CHECK(sl_plan_add_params(p, 3, pn, dts, pd, sh, 4, NULL, NULL) == SL_STATUS_OK);
+  CHECK_EQ_U64(sl_plan_param_count(p), before + 3);
   sl_plan_destroy(p);
 }
 
