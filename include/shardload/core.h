@@ -409,9 +409,11 @@ const sl_param *sl_loader_find(const sl_loader *loader, const char *name);
  * DIR/model-rank-{rank}-part-{part}.safetensors and, on rank 0, copies the non-weight files. */
 sl_status sl_loader_save_sharded(sl_loader *loader, const char *dir);
 
-/* The JSON report of the load, cluster-wide, the same text on every rank (rank 0 writes it and
- * sends it to the others at the end of the load). The string is owned by the loader and valid
- * until the next call on it. NULL before sl_loader_load. */
+/* The JSON report of the load (docs/REPORT.md). On rank 0 the job's: every rank's row and every
+ * node's ("report_scope": "job"; the report file holds it). On another rank its own view, whose
+ * size does not grow with the job ("report_scope": "rank"): the job's figures and totals, as rank 0
+ * sent them at the end of the load, with only this rank's row in "ranks" and no node rows. The
+ * string is owned by the loader and valid until the next call on it. NULL before sl_loader_load. */
 const char *sl_loader_report_json(sl_loader *loader);
 /* A short human summary of the same figures, the same on every rank. Same ownership as the report. */
 const char *sl_loader_summary(sl_loader *loader);
@@ -437,7 +439,8 @@ typedef struct sl_rank_stats {
 } sl_rank_stats;
 #define SL_RANK_STATS_INIT SL_SIZED_INIT(sl_rank_stats)
 
-/* On failure *out is NULL and sl_config_error(config) holds the message. */
+/* On failure *out is NULL and sl_config_error(config) holds the message. The dry run keeps a copy
+ * of config: the caller may destroy it once this returns. */
 sl_status sl_dryrun_create(sl_config *config, int world_size, sl_dryrun **out);
 void sl_dryrun_destroy(sl_dryrun *dryrun);
 int sl_dryrun_world_size(const sl_dryrun *dryrun);
