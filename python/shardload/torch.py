@@ -110,11 +110,12 @@ def _fill_duplicates(tensors, filled):
         filled.update(names[id(tensors[n])])
 
 
-def open_loader(model, comm=None, group=None, **config):
-    """Loader over an MPI communicator (comm) or a torch.distributed group (group)."""
+def open_loader(model, comm=None, group=None, plan=None, **config):
+    """Loader over an MPI communicator (comm) or a torch.distributed group (group); plan: this
+    rank's shardload.Plan instead of the architecture spec, or None."""
     if group is not None:
-        return Loader(model, comm, group=group, **config)
-    return Loader(model, comm, **config)
+        return Loader(model, comm, group=group, plan=plan, **config)
+    return Loader(model, comm, plan=plan, **config)
 
 
 def _raw_view(p, t):
@@ -165,7 +166,7 @@ def _cuda_device_of(tensors):
 
 
 def load_into(module, model, comm=None, group=None, strict=None, fallback=None, check=None, kept=None,
-              **config):
+              plan=None, **config):
     """COLLECTIVE. Loads `model` (folder or Hub id) into `module` on every rank of the load.
     comm: an mpi4py communicator (default: MPI's world); group: a torch.distributed ProcessGroup
     (gloo) of every rank of the load, used instead of MPI. config: the C library's keys (tp, pp,
@@ -173,8 +174,9 @@ def load_into(module, model, comm=None, group=None, strict=None, fallback=None, 
     parameters are on a GPU), and cuda_device to the GPU they are on. fallback: see the module's
     docstring. check(plan): called before any byte is read with this rank's plan (a list of
     shardload.Parameter); a returned message fails the load on every rank. kept(name): module
-    tensors that may keep their initial value (see the module's docstring). Returns (missing,
-    unexpected)."""
+    tensors that may keep their initial value (see the module's docstring). plan: this rank's
+    shardload.Plan (a caller-described plan, docs/spec/DESIGN.md §12) instead of the architecture
+    spec. Returns (missing, unexpected)."""
     strict = _strict_value(strict, config)
     tensors = module_tensors(module)
     if "device" not in config:
@@ -195,7 +197,7 @@ def load_into(module, model, comm=None, group=None, strict=None, fallback=None, 
         out = targets(name)
         return None if out is None else list(out)
 
-    with open_loader(model, comm, group, strict=strict, **config) as loader:
+    with open_loader(model, comm, group, plan=plan, strict=strict, **config) as loader:
         plan = loader.plan()
         binds, copies, aliases, handed, views, staged = [], [], [], [], {}, {}
         filled, unexpected = set(), []
