@@ -340,10 +340,11 @@ class Recorder:
                 out = _wrap(o, REF, "layer")
                 self.alive.add(out)
                 return out
-        return self._derived(o, sources)
+        op = next((t._sl_what for t in tracked_in if getattr(t, "_sl_kind", None) == DERIVED), name)
+        return self._derived(o, sources, op)
 
-    def _derived(self, o, origins):
-        out = _wrap(o, DERIVED, "derived", frozenset(origins))
+    def _derived(self, o, origins, op="derived"):
+        out = _wrap(o, DERIVED, op, frozenset(origins))
         self.alive.add(out)
         return out
 
@@ -563,7 +564,10 @@ class Recorder:
         if kind == REF and info.contiguous:
             self._region(info, g, value)
         elif kind is not None or id(value) in self.by_id:
-            self._event(info, Event(self.seq, "fallback", g, origins=self._origins(value)))
+            op = getattr(value, "_sl_what", "a parameter's data") if kind == DERIVED else \
+                ("a parameter's data" if kind != REF else "a copy it cannot express")
+            self._event(info, Event(self.seq, "fallback", g, origins=self._origins(value),
+                                    value=op))
         elif isinstance(value, torch.Tensor):
             if self.escaped:
                 origins = {("t", t) for t in self.escaped}

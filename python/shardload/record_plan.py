@@ -191,7 +191,8 @@ def finish(rec):
         kinds = {e.kind for e in info.events}
         has_region = "region" in kinds
         if "fallback" in kinds:
-            why_param[info.index] = "it is written with values computed from the checkpoint"
+            ops = sorted({str(e.value) for e in info.events if e.kind == "fallback"})
+            why_param[info.index] = "it is written with the result of %s" % ", ".join(ops)
         elif "unknown" in kinds and (has_region or any(e.origins for e in info.events
                                                        if e.kind == "unknown")):
             why_param[info.index] = "an in-place op other than a copy writes it"
@@ -215,7 +216,7 @@ def finish(rec):
                         names.append(e.tensor)   # the tensor whose loader wrote it
                     for n in names:
                         if n not in fb_tensors:
-                            fb_tensors[n] = "it writes %s, which the fallback fills" % info.name
+                            fb_tensors[n] = "it writes %s (%s)" % (info.name, why_param[info.index])
                             changed = True
             elif any(e.kind == "region" and e.tensor in fb_tensors for e in info.events):
                 culprit = next(e.tensor for e in info.events

@@ -8,6 +8,10 @@ their weight_loader(param, loaded_weight[, shard_id]) applies to a whole checkpo
 - QKVParallelLinear: q heads split over tp; kv heads split when tp < total kv heads, else each kv
   head replicated on tp/total_kv ranks (rank r holds kv head r // replicas); shard ids q, k, v.
 - RowParallelLinear: weight [out, in/tp]; rank r takes columns [r*in/tp, +in/tp); bias whole.
+- disable_tp=True (vLLM's LinearBase): the layer acts as tensor-parallel rank 0 of 1 (whole
+  weights on every rank; DeepSeek's fused_qkv_a_proj).
+Unquantized layers load through weight_loader (vLLM gives weight_loader_v2 only to the quant
+methods of its WEIGHT_LOADER_V2_SUPPORTED list).
 """
 
 import torch
@@ -23,13 +27,14 @@ def _param(shape, dtype, loader, **attrs):
 
 
 class LinearBase(torch.nn.Module):
-    def __init__(self, input_size, output_size, params_dtype=None, quant_config=None, prefix=""):
+    def __init__(self, input_size, output_size, params_dtype=None, quant_config=None, prefix="",
+                 disable_tp=False):
         super().__init__()
         self.input_size, self.output_size = input_size, output_size
         self.params_dtype = params_dtype or torch.get_default_dtype()
         self.quant_config = quant_config
-        self.tp_rank = get_tensor_model_parallel_rank()
-        self.tp_size = get_tensor_model_parallel_world_size()
+        self.tp_rank = 0 if disable_tp else get_tensor_model_parallel_rank()
+        self.tp_size = 1 if disable_tp else get_tensor_model_parallel_world_size()
 
 
 class ReplicatedLinear(LinearBase):
@@ -49,8 +54,8 @@ class ReplicatedLinear(LinearBase):
 
 class ColumnParallelLinear(LinearBase):
     def __init__(self, input_size, output_size, bias=True, gather_output=False, params_dtype=None,
-                 quant_config=None, prefix="", output_sizes=None):
-        super().__init__(input_size, output_size, params_dtype, quant_config, prefix)
+                 quant_config=None, prefix="", output_sizes=None, disable_tp=False):
+        super().__init__(input_size, output_size, params_dtype, quant_config, prefix, disable_tp)
         self.output_sizes = output_sizes or [output_size]
         assert output_size % self.tp_size == 0
         rows = output_size // self.tp_size
@@ -67,9 +72,10 @@ class ColumnParallelLinear(LinearBase):
 
 class MergedColumnParallelLinear(ColumnParallelLinear):
     def __init__(self, input_size, output_sizes, bias=True, gather_output=False, params_dtype=None,
-                 quant_config=None, prefix=""):
+                 quant_config=None, prefix="", disable_tp=False):
         super().__init__(input_size, sum(output_sizes), bias, gather_output, params_dtype,
-                         quant_config, prefix, output_sizes=list(output_sizes))
+                         quant_config, prefix, output_sizes=list(output_sizes),
+                         disable_tp=disable_tp)
 
     def weight_loader(self, param, loaded_weight, loaded_shard_id=None):
         if loaded_shard_id is None:   # a checkpoint that fuses the parts already: split it
@@ -122,8 +128,9 @@ class QKVParallelLinear(ColumnParallelLinear):
 
 class RowParallelLinear(LinearBase):
     def __init__(self, input_size, output_size, bias=True, input_is_parallel=True,
-                 params_dtype=None, reduce_results=True, quant_config=None, prefix=""):
-        super().__init__(input_size, output_size, params_dtype, quant_config, prefix)
+                 params_dtype=None, reduce_results=True, quant_config=None, prefix="",
+                 disable_tp=False):
+        super().__init__(input_size, output_size, params_dtype, quant_config, prefix, disable_tp)
         assert input_size % self.tp_size == 0
         cols = input_size // self.tp_size
         self.weight = _param((output_size, cols), self.params_dtype, self.weight_loader, input_dim=1)

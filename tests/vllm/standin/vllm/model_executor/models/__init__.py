@@ -9,7 +9,17 @@ class _Registry:
         from .gpt_oss import GptOssForCausalLM
         from .llama4 import Llama4ForConditionalGeneration
         from .mixtral import MixtralForCausalLM
-        return {"LlamaForCausalLM": LlamaForCausalLM, "MistralForCausalLM": LlamaForCausalLM,
+        from .deepseek_v2 import DeepseekV2ForCausalLM, DeepseekV3ForCausalLM
+        from .internlm2 import InternLM2ForCausalLM
+        from .starcoder2 import Starcoder2ForCausalLM
+        from .loader_variants import ArithLlamaForCausalLM, StrayLlamaForCausalLM
+        recorded = {"InternLM2ForCausalLM": InternLM2ForCausalLM,   # (the recorder's tests)
+                    "Starcoder2ForCausalLM": Starcoder2ForCausalLM,
+                    "DeepseekV2ForCausalLM": DeepseekV2ForCausalLM,
+                    "DeepseekV3ForCausalLM": DeepseekV3ForCausalLM,
+                    "ArithLlamaForCausalLM": ArithLlamaForCausalLM,
+                    "StrayLlamaForCausalLM": StrayLlamaForCausalLM}
+        return {**recorded, "LlamaForCausalLM": LlamaForCausalLM, "MistralForCausalLM": LlamaForCausalLM,
                 "Qwen3ForCausalLM": Qwen3ForCausalLM, "MixtralForCausalLM": MixtralForCausalLM,
                 "EagleLlamaForCausalLM": LlamaForCausalLM, "GptOssForCausalLM": GptOssForCausalLM,
                 "Llama4ForConditionalGeneration": Llama4ForConditionalGeneration}
