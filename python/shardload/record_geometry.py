@@ -7,14 +7,14 @@ count per dimension of the checkpoint tensor, and of the parameter) whose elemen
 row-major order of each box. This module turns the first into the second:
 
   merge      adjacent iteration dimensions that are one run on every side;
-  align      a side over its tensor's shape: every iteration dimension then walks exactly one
+  order      the iteration dimensions as the source walks its tensor (outer first);
+  align      one side over its tensor's shape: every iteration dimension then walks exactly one
              dimension of the tensor with a fixed step (a dimension that runs over the end of a
-             row is split into rows and columns when the pattern repeats exactly, else the copy
-             is not expressible);
-  regions    the dimensions walked with step 1 on both sides become box dimensions, ordered as
-             the checkpoint tensor's; every other dimension (a step, a repeat, two dimensions on
-             one tensor dimension, an order the destination cannot follow) is enumerated: one
-             region per index.
+             row is split into rows and columns when the pattern repeats exactly);
+  regions    the fewest outer dimensions are enumerated (one region per index) such that the
+             rest walks a box in row-major order on each side -- the two boxes need not have
+             the same shape (a reshape of contiguous data is one region); a step, a repeat, or
+             an order the destination cannot follow ends up enumerated.
 
 A destination may be addressed in the "transposed" orientation of its parameter (the last two
 dimensions swapped, as the plan's transposed parameters are): a copy from a transposed checkpoint
@@ -111,143 +111,114 @@ def align(dims, side, offset, shape):
     return out
 
 
-def align_all(dims, src, dst):
-    """Aligns the source (side 1) and the destination (side 2) until neither splits further.
-    src, dst: (offset, shape). Returns (source map, destination map)."""
-    for _ in range(64):
-        count = len(dims)
-        smap = align(dims, 1, src[0], src[1])
-        dmap = align(dims, 2, dst[0], dst[1])
-        if len(dims) == count:
-            smap = align(dims, 1, src[0], src[1])
-            if len(dims) == count:
-                return smap, dmap
-    raise NotExpressible("the views do not settle")
+def _perm(shape, transposed):
+    """The dims of a shape seen in an orientation (the last two swapped when transposed)."""
+    order = list(range(len(shape)))
+    if transposed and len(shape) >= 2:
+        order[-1], order[-2] = order[-2], order[-1]
+    return order
+
+
+def side_box(offset, dims, shape, transposed=False):
+    """(start, count) of the box that walking dims [[n, stride]] (outer to inner) from element
+    `offset` of a contiguous tensor of `shape` visits in row-major order -- of the tensor seen
+    in an orientation (its last two dimensions swapped when transposed) --; None when the walk
+    is no such box."""
+    dims = merge([list(d) for d in dims])
+    try:
+        amap = align(dims, 1, offset, shape)
+    except NotExpressible:
+        return None
+    order = _perm(shape, transposed)
+    where = {d: k for k, d in enumerate(order)}   # tensor dim -> oriented dim
+    oshape = [shape[d] for d in order]
+    start = unravel(offset, shape)
+    ostart = [start[d] for d in order]
+    count = [1] * len(shape)
+    last = -1
+    for (d, m), dim in zip(amap, dims):
+        if d is None or m != 1:
+            return None
+        k = where[d]
+        if k <= last:
+            return None
+        count[k] = dim[0]
+        last = k
+    if any(ostart[k] + count[k] > oshape[k] for k in range(len(shape))):
+        return None
+    return ostart, count
 
 
 class Copy:
-    """One aligned strided copy: box dimensions (n, src dim, dst dim) and enumerated dimensions
-    (n, src stride, dst stride), from src_offset in a tensor of src_shape to dst_offset in a
-    parameter of dst_shape (elements)."""
+    """One strided copy from src_offset in a checkpoint tensor of src_shape to dst_offset in a
+    parameter of dst_shape (elements): iteration dims [[n, src stride, dst stride]] ordered as
+    the source walks its tensor. regions(transposed) cuts it into box pairs: the fewest outer
+    dimensions enumerated (one region per index) such that the rest is a box on both sides."""
 
-    __slots__ = ("src_offset", "src_shape", "dst_offset", "dst_shape", "box", "enum")
+    __slots__ = ("src_offset", "src_shape", "dst_offset", "dst_shape", "dims", "ready", "_cut")
 
-    def __init__(self, src_offset, src_shape, dst_offset, dst_shape, box, enum):
-        self.src_offset, self.src_shape = src_offset, src_shape
-        self.dst_offset, self.dst_shape = dst_offset, dst_shape
-        self.box, self.enum = box, enum
+    def __init__(self, src_offset, src_shape, dst_offset, dst_shape, dims):
+        self.src_offset, self.src_shape = src_offset, list(src_shape)
+        self.dst_offset, self.dst_shape = dst_offset, list(dst_shape)
+        self.dims = dims
+        self.ready = None   # the held orientation's regions, when the caller knows them
+        self._cut = {}
 
-    def elements(self):
-        n = 1
-        for b in self.box:
-            n *= b[0]
-        for e in self.enum:
-            n *= e[0]
-        return n
+    def _regions(self, transposed, limit):
+        if self.ready is not None and not transposed:
+            return self.ready
+        if transposed in self._cut:
+            return self._cut[transposed]
+        out = None
+        for j in range(len(self.dims) + 1):
+            enum, rest = self.dims[:j], self.dims[j:]
+            total = numel([d[0] for d in enum])
+            if total > limit:
+                break
+            src_rest = [[d[0], d[1]] for d in rest]
+            dst_rest = [[d[0], d[2]] for d in rest]
+            found = []
+            index = [0] * len(enum)
+            for _ in range(total):
+                so = self.src_offset + sum(i * d[1] for i, d in zip(index, enum))
+                do = self.dst_offset + sum(i * d[2] for i, d in zip(index, enum))
+                a = side_box(so, src_rest, self.src_shape)
+                b = side_box(do, dst_rest, self.dst_shape, transposed) if a is not None else None
+                if b is None:
+                    found = None
+                    break
+                found.append((a[0], a[1], b[0], b[1]))
+                for k in range(len(enum) - 1, -1, -1):
+                    index[k] += 1
+                    if index[k] < enum[k][0]:
+                        break
+                    index[k] = 0
+            if found is not None:
+                out = found
+                break
+        self._cut[transposed] = out
+        return out
+
+    def count(self, transposed, limit):
+        """How many regions the copy takes in an orientation (None: more than limit)."""
+        r = self._regions(transposed, limit)
+        return None if r is None else len(r)
+
+    def regions(self, transposed, limit):
+        """[(src_start, src_count, dst_start, dst_count)] (destination in the oriented shape);
+        raises NotExpressible beyond `limit` regions."""
+        r = self._regions(transposed, limit)
+        if r is None:
+            raise NotExpressible("more than %d regions" % limit)
+        return r
 
 
 def plan_copy(dims, src_offset, src_shape, dst_offset, dst_shape):
-    """A Copy from iteration dims [[n, src stride, dst stride]]. Raises NotExpressible."""
-    dims = merge(dims)
-    smap, dmap = align_all(dims, (src_offset, src_shape), (dst_offset, dst_shape))
-    box, enum = [], []
-    seen_src, seen_dst = set(), set()
-    # Larger dimensions first get the box roles; a second one on the same tensor dimension (a
-    # view that revisits elements) is enumerated.
-    order = sorted(range(len(dims)), key=lambda i: -dims[i][0])
-    roles = {}
-    for i in order:
-        (ds, ms), (dd, md) = smap[i], dmap[i]
-        if ms == 1 and md == 1 and ds not in seen_src and dd not in seen_dst:
-            seen_src.add(ds)
-            seen_dst.add(dd)
-            roles[i] = (dims[i][0], ds, dd)
-    for i, d in enumerate(dims):
-        if i in roles:
-            box.append(roles[i])
-        else:
-            enum.append((d[0], d[1], d[2]))
-    box.sort(key=lambda b: b[1])
-    return Copy(src_offset, list(src_shape), dst_offset, list(dst_shape), box, enum)
-
-
-def _oriented(dim, ndim, transposed):
-    if transposed and ndim >= 2 and dim is not None and dim >= ndim - 2:
-        return 2 * ndim - 3 - dim   # ndim-2 <-> ndim-1
-    return dim
-
-
-def _ordered(box, ndim, transposed):
-    """Splits box dims (sorted by source dim) into those kept (destination dims increasing in the
-    orientation) and those that must be enumerated."""
-    keep, moved = list(box), []
-    while True:
-        dd = [_oriented(b[2], ndim, transposed) for b in keep]
-        bad = [k for k in range(1, len(dd)) if dd[k] <= dd[k - 1]]
-        if not bad:
-            return keep, moved
-        # Enumerate the smaller of the first inverted pair.
-        k = bad[0]
-        victim = k if keep[k][0] <= keep[k - 1][0] else k - 1
-        moved.append(keep.pop(victim))
-
-
-def region_count(copy, transposed):
-    """How many regions copy gives in an orientation."""
-    ndim = len(copy.dst_shape)
-    _, moved = _ordered(copy.box, ndim, transposed)
-    n = 1
-    for e in copy.enum:
-        n *= e[0]
-    for b in moved:
-        n *= b[0]
-    return n
-
-
-def regions(copy, transposed, limit):
-    """[(src_start, src_count, dst_start, dst_count)] of copy in an orientation (destination
-    boxes in the oriented parameter shape). Raises NotExpressible beyond `limit` regions."""
-    ndim = len(copy.dst_shape)
-    keep, moved = _ordered(copy.box, ndim, transposed)
-    src_strides = contiguous_strides(copy.src_shape)
-    dst_strides = contiguous_strides(copy.dst_shape)
-    enum = [(e[0], e[1], e[2]) for e in copy.enum] + \
-        [(b[0], src_strides[b[1]], dst_strides[b[2]]) for b in moved]
-    total = 1
-    for e in enum:
-        total *= e[0]
-    if total > limit:
-        raise NotExpressible("%d regions (limit %d)" % (total, limit))
-    src_count = [1] * len(copy.src_shape)
-    dst_count = [1] * ndim
-    for n, ds, dd in keep:
-        src_count[ds] = n
-        dst_count[_oriented(dd, ndim, transposed)] = n
-    if transposed and ndim >= 2:
-        dst_count_shape = list(copy.dst_shape[:-2]) + [copy.dst_shape[-1], copy.dst_shape[-2]]
-    else:
-        dst_count_shape = list(copy.dst_shape)
-    out = []
-    index = [0] * len(enum)
-    for _ in range(total):
-        so, do = copy.src_offset, copy.dst_offset
-        for k, (n, s, t) in enumerate(enum):
-            so += index[k] * s
-            do += index[k] * t
-        src_start = unravel(so, copy.src_shape)
-        dst_start = unravel(do, copy.dst_shape)
-        if transposed and ndim >= 2:
-            dst_start[-1], dst_start[-2] = dst_start[-2], dst_start[-1]
-        for d in range(ndim):
-            if dst_start[d] + dst_count[d] > dst_count_shape[d]:
-                raise NotExpressible("a destination box leaves the parameter")
-        out.append((src_start, list(src_count), dst_start, list(dst_count)))
-        for k in range(len(enum) - 1, -1, -1):
-            index[k] += 1
-            if index[k] < enum[k][0]:
-                break
-            index[k] = 0
-    return out
+    """A Copy from iteration dims [[n, src stride, dst stride]] (the destination's logical
+    order). The dims are reordered as the source walks its tensor (outer first; repeats, stride
+    0, first: they are enumerated anyway): both sides then pair in that order."""
+    dims = sorted(merge(dims), key=lambda d: (d[1] != 0, -d[1]))
+    return Copy(src_offset, src_shape, dst_offset, dst_shape, merge(dims))
 
 
 def boxes_tile(boxes):

@@ -107,8 +107,8 @@ def everything_falls_back(catalog, why):
 
 
 def _element_bits(sdtype):
-    from .record import _BITS
-    return {"I8": 8, "U8": 8, "BOOL": 8}.get(sdtype, _BITS.get(sdtype, 8))
+    from .record_ops import element_bits
+    return element_bits(sdtype)
 
 
 def _oriented_shape(shape, transposed):
@@ -120,12 +120,21 @@ def _oriented_shape(shape, transposed):
 
 def _regions_of(info, limit):
     """(RecordedParam, None) or (None, why) for a parameter's region events."""
-    from .record import NAMES
+    from .record_ops import NAMES
     events = [e for e in info.events if e.kind == "region"]
     copies = [e.copy for e in events]
-    choices = [False] + ([True] if len(info.shape) >= 2 else [])
-    counts = [(sum(geom.region_count(c, t) for c in copies), t) for t in choices]
-    count, transposed = min(counts, key=lambda x: (x[0], x[1]))
+    if all(c.ready is not None for c in copies):   # boxes in the held orientation already
+        count, transposed = len(copies), False
+    else:
+        choices = [False] + ([True] if len(info.shape) >= 2 else [])
+        counts = []
+        for t in choices:
+            n = [c.count(t, limit) for c in copies]
+            if None not in n:
+                counts.append((sum(n), t))
+        if not counts:
+            return None, "a copy takes more than %d regions" % limit
+        count, transposed = min(counts, key=lambda x: (x[0], x[1]))
     if count > limit:
         return None, "%d regions (limit %d)" % (count, limit)
     dtype = NAMES.get(info.dtype)
@@ -135,7 +144,7 @@ def _regions_of(info, limit):
     try:
         for e in events:
             bits = _element_bits(e.sdtype)
-            for src_start, src_count, dst_start, dst_count in geom.regions(e.copy, transposed, limit):
+            for src_start, src_count, dst_start, dst_count in e.copy.regions(transposed, limit):
                 regions.append(Region(e.tensor, src_start, src_count, dst_start, dst_count,
                                       geom.numel(src_count) * bits // 8))
                 seqs.append(e.seq)

@@ -45,3 +45,4 @@ foreach(np 1 2)
   set_tests_properties(vllm_load_into_np${np} PROPERTIES LABELS vllm TIMEOUT 220 PROCESSORS ${np}
     SKIP_RETURN_CODE 77 FIXTURES_REQUIRED vllm_models ENVIRONMENT "${SL_VLLM_ENV}")
 endforeach()
+include(${SL_VLLM_DIR}/recorded.cmake)  # plans recorded from the weight loaders (label recorded)

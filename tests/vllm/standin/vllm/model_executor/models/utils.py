@@ -5,6 +5,7 @@ Split (vLLM's): VLLM_PP_LAYER_PARTITION ("4,6,6,4") when set, else base = L // P
 and the L % P stages just before the last get one more."""
 
 import os
+import weakref
 
 import torch
 
@@ -37,11 +38,23 @@ def make_layers(num_layers, layer_fn, prefix):
     return start, end, layers
 
 
+_pp_missing_names = {}   # id(model) -> (weak reference, its PPMissingLayer names), as vLLM caches
+
+
+def get_pp_missing_layer_names(model):
+    """The prefixes ("name.") of the model's PPMissingLayer modules, computed once per model."""
+    entry = _pp_missing_names.get(id(model))
+    if entry is None or entry[0]() is not model:
+        names = [name + "." for name, mod in model.named_modules() if isinstance(mod, PPMissingLayer)]
+        entry = _pp_missing_names[id(model)] = (weakref.ref(model), names)
+    return entry[1]
+
+
 def is_pp_missing_parameter(name, model):
-    for mod_name, mod in model.named_modules():
-        if isinstance(mod, PPMissingLayer) and name.startswith(mod_name + "."):
-            return True
-    return False
+    """vLLM's models/utils.py is_pp_missing_parameter: the name lies under a PPMissingLayer."""
+    if isinstance(model, PPMissingLayer):
+        return True
+    return any(name.startswith(prefix) for prefix in get_pp_missing_layer_names(model))
 
 
 class AutoWeightsLoader:
