@@ -51,8 +51,11 @@ class Region:
 class RecordedParam:
     """A parameter the plan fills from regions. shape: the module parameter's; box: None (the
     whole parameter) or (start, count) in the held orientation, the part the regions fill;
-    plan_shape: the box's shape (the plan parameter's)."""
-    __slots__ = ("name", "dtype", "torch_dtype", "shape", "transposed", "box", "regions", "nbytes")
+    plan_shape: the box's shape (the plan parameter's); zeros: [(start, count)] boxes (in the
+    parameter's orientation) the loader fills with zeros beside the regions (zero_seqs: their
+    events, not replayed)."""
+    __slots__ = ("name", "dtype", "torch_dtype", "shape", "transposed", "box", "regions", "zeros",
+                 "zero_seqs", "nbytes")
 
     def plan_shape(self):
         return tuple(self.box[1]) if self.box is not None else tuple(self.shape)
@@ -150,7 +153,23 @@ def _regions_of(info, limit):
                 seqs.append(e.seq)
     except geom.NotExpressible as x:
         return None, str(x)
-    tiled = geom.boxes_tile([(r.dst_start, r.dst_count) for r in regions])
+    oriented = _oriented_shape(info.shape, transposed)
+    # Constant zeros beside the regions (vLLM's padded vocabulary rows): zero boxes of the plan
+    # when regions and zeros together are the whole parameter.
+    zeros, zero_seqs = [], set()
+    for c in info.events:
+        if c.kind == "const" and _is_zero(c.value):
+            b = geom.side_box(c.g[0], [[n, st] for n, st in zip(c.g[1], c.g[2])], info.shape,
+                              transposed)
+            if b is not None and not any(_boxes_meet(b, (r.dst_start, r.dst_count)) for r in regions):
+                zeros.append(b)
+                zero_seqs.add(c.seq)
+    whole = geom.boxes_tile([(r.dst_start, r.dst_count) for r in regions] + zeros) if zeros else None
+    if whole is not None and whole[0] == [0] * len(oriented) and whole[1] == oriented:
+        tiled = ([0] * len(oriented), oriented)
+    else:
+        zeros, zero_seqs = [], set()
+        tiled = geom.boxes_tile([(r.dst_start, r.dst_count) for r in regions])
     if tiled is None:
         return None, "its regions overlap, or leave bytes out inside the part they fill"
     lo, hi = tiled
@@ -159,15 +178,14 @@ def _regions_of(info, limit):
     held = [(_oriented_shape(r.dst_start, transposed), _oriented_shape(r.dst_count, transposed))
             for r in regions]
     for c in info.events:
-        if c.kind == "const" and c.seq > min(seqs):
+        if c.kind == "const" and c.seq > min(seqs) and c.seq not in zero_seqs:
             bb = geom.bounding_box(c.g[0], c.g[1], c.g[2], info.shape)
             if bb is not None and any(s < c.seq and _boxes_meet(bb, h) for s, h in zip(seqs, held)):
                 return None, "a constant is written over its regions after them"
-    oriented = _oriented_shape(info.shape, transposed)
     count_box = [hi[d] - lo[d] for d in range(len(lo))]
     p = RecordedParam()
     p.name, p.dtype, p.torch_dtype, p.shape = info.name, dtype, info.dtype, tuple(info.shape)
-    p.transposed, p.regions = transposed, regions
+    p.transposed, p.regions, p.zeros, p.zero_seqs = transposed, regions, zeros, zero_seqs
     if lo != [0] * len(lo) or count_box != oriented:
         for r in regions:
             r.dst_start = [r.dst_start[d] - lo[d] for d in range(len(lo))]
@@ -176,6 +194,17 @@ def _regions_of(info, limit):
         p.box = None
     p.nbytes = geom.numel(p.plan_shape()) * _itemsize(info.dtype)
     return p, None
+
+
+def _is_zero(value):
+    """A constant whose bytes are all zero (+0.0, 0, False, a tensor of them)."""
+    import math
+    import torch
+    if isinstance(value, torch.Tensor):
+        return value.numel() > 0 and not bool(value.detach().reshape(-1).view(torch.uint8).any())
+    if isinstance(value, float):
+        return value == 0 and math.copysign(1.0, value) > 0
+    return isinstance(value, (int, bool)) and value == 0
 
 
 def _itemsize(dtype):
@@ -243,8 +272,10 @@ def finish(rec):
     out.skipped = [t.name for t in rec.catalog if t.name not in used]
     consts = []
     for info in rec.params:
+        zero = recorded[info.index].zero_seqs if info.index in recorded else ()
         for e in info.events:
-            if e.kind == "const" and (info.index not in why_param or e.tensor not in fb_tensors):
+            if e.kind == "const" and e.seq not in zero and \
+                    (info.index not in why_param or e.tensor not in fb_tensors):
                 consts.append((e.seq, info.name, e.g, e.value))
     out.consts = [c[1:] for c in sorted(consts, key=lambda c: c[0])]
     return out

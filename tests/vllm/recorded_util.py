@@ -9,8 +9,8 @@ needed beyond the catalog):
   as vLLM's default loader reads them);
 - apply(recording, model, real): the recording carried out with torch on real tensors: constants
   replayed, each region's source box copied into its destination box (row-major pairing, the
-  parameter's last two dimensions swapped for a transposed one), then load_weights over the
-  fallback tensors -- an independent reading of what a recorded plan means;
+  parameter's last two dimensions swapped for a transposed one), zero boxes zeroed, then
+  load_weights over the fallback tensors -- an independent reading of what a recorded plan means;
 - reference(folder, ...): the same rank loaded by vLLM's rules (model.load_weights over every
   real tensor, what the `auto` load format does);
 - differences(a, b): the parameters and buffers whose bytes differ.
@@ -123,6 +123,8 @@ def apply(recording, model, real):
                 src = real[r.tensor][_box(r.src_start, r.src_count)]
                 dst = target[_box(r.dst_start, r.dst_count)]
                 dst.copy_(src.reshape(dst.shape))
+            for start, count in rp.zeros:
+                target[_box(start, count)].zero_()
         if recording.fallback:
             model.load_weights(iter([(n, real[n]) for n in recording.fallback]))
     return model
