@@ -111,15 +111,20 @@ def _how(p, t, loader_device):
 
 
 def load_into(module, model, comm=None, group=None, strict=None, fallback=None, check=None,
-              **config):
+              after=None, filled=(), **config):
     """COLLECTIVE. Loads `model` (folder or Hub id) into `module` on every rank of the load.
     comm: an mpi4py communicator (default: MPI's world); group: a torch.distributed ProcessGroup
     (gloo) of every rank of the load, used instead of MPI. config: the C library's keys (tp, pp,
     dp, enable_expert_parallel, device, ...). The device defaults to the module's (cuda when its
     parameters are on a GPU). fallback: see the module's docstring. check(plan): called before
     any byte is read with this rank's plan (a list of shardload.Parameter); a returned message
-    fails the load on every rank. Returns (missing, unexpected)."""
+    fails the load on every rank. after(loader): called on every rank once the load is done (and
+    the fallback ran), before the loader closes (its report(), ...). filled: module tensor names
+    the caller fills itself (never reported missing). A module tensor that is the same tensor as
+    a filled one (a tied head: one Parameter under two names) is filled too. Returns (missing,
+    unexpected)."""
     strict = _strict_value(strict, config)
+    filled_by_caller = set(filled)
     tensors = module_tensors(module)
     if "device" not in config:
         on_gpu = any(t.is_cuda for t in tensors.values())
@@ -162,6 +167,9 @@ def load_into(module, model, comm=None, group=None, strict=None, fallback=None, 
                 binds.append(p.name)
                 filled.add(p.name)
         unexpected.sort()
+        filled.update(n for n in filled_by_caller if n in tensors)
+        same = {id(tensors[n]) for n in filled if n in tensors}
+        filled.update(n for n, t in tensors.items() if id(t) in same)
         missing = sorted(n for n in tensors if n not in filled and not kept_default(n))
         problem = None
         if strict and (missing or unexpected):
@@ -207,6 +215,12 @@ def load_into(module, model, comm=None, group=None, strict=None, fallback=None, 
                                                    % (name, type(e).__name__, e))
                     failure.__cause__ = e
         loaded = None   # the loader's memory of copied parameters is freed with the tensors
+        if after is not None and failure is None:
+            try:
+                after(loader)
+            except Exception as e:
+                failure = InvalidArgumentError("load_into: after: %s: %s" % (type(e).__name__, e))
+                failure.__cause__ = e
         try:
             loader.agree(failure)  # every rank raises when a fallback failed on any rank
         except Error as e:

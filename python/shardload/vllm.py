@@ -69,6 +69,7 @@ logger = logging.getLogger("shardload.vllm")
 _registered = None
 _class = None
 _DRAFT_MISFIT = "the plan does not fit the draft model"
+PLAN_MODES = ("auto", "spec", "record")   # model_loader_extra_config "plan"
 
 
 def register():
@@ -306,6 +307,10 @@ def loader_class():
             super().__init__(load_config)
             self.options, self.strict = split_options(
                 getattr(load_config, "model_loader_extra_config", None))
+            self.plan_mode = self.options.pop("plan", "auto")
+            if self.plan_mode not in PLAN_MODES:
+                raise ValueError("model_loader_extra_config plan: expected one of %s, got %r"
+                                 % ("/".join(PLAN_MODES), self.plan_mode))
             from .config import Config
             Config(**{k: v for k, v in self.options.items()})   # unknown keys and values fail here
             self.vllm_config = None
@@ -342,25 +347,79 @@ def loader_class():
             return options
 
         def load_weights(self, model, model_config):
-            from . import torch as sl_torch
+            from .errors import Error
             layout = parallel_layout(self._config())
             options = self._options(model, model_config, layout)
             draft = self.main_model_config is not None and model_config is not self.main_model_config
-            if draft:
-                reason = self._draft_misfit(model, model_config, layout, options)
-                if reason is not None:
-                    self._to_default_loader(model, model_config, reason)
-                    return
+            mode, why = self.plan_mode, "model_loader_extra_config plan: record"
+            if draft and mode != "record":
+                why = self._draft_misfit(model, model_config, layout, options)
+                if why is not None:
+                    mode = "record"
+            if mode == "record":
+                return self._load_recorded(model, model_config, layout, options, why)
+            try:
+                self._load_spec(model, model_config, layout, options)
+            except Error as e:
+                if mode == "auto" and "unknown architecture" in e.message:
+                    return self._load_recorded(model, model_config, layout, options,
+                                               "no spec for the architecture")
+                raise
+
+        def _load_spec(self, model, model_config, layout, options):
+            from . import torch as sl_torch
+            from .vllm_recorded import fills_of, summary_line
             fallback = WeightLoaderFallback(model)
+            seen = {}
 
             def check(plan):
+                seen["plan"] = plan
                 return layout["problem"] or check_experts(plan, model)
 
             missing, unexpected = sl_torch.load_into(
                 model, model_config.model, group=layout["group"], strict=self.strict,
-                fallback=fallback, check=check, **options)
-            self.last = {"loader": "shardload", "missing": missing, "unexpected": unexpected,
-                         "handed": list(fallback.handed), "options": options}
+                fallback=fallback, check=check, after=lambda loader: seen.update(report=loader.report()),
+                **options)
+            fills, nbytes = fills_of(seen["plan"])
+            self.last = {"loader": "shardload", "plan": "spec", "missing": missing,
+                         "unexpected": unexpected, "handed": list(fallback.handed),
+                         "options": options, "fills": fills, "bytes": nbytes,
+                         "planned": seen["plan"], "report": seen.get("report")}
+            if layout["rank"] == 0:
+                logger.info(summary_line("spec", fills, nbytes))
+
+        def _load_recorded(self, model, model_config, layout, options, why):
+            from . import torch as sl_torch
+            from .vllm_recorded import (FALLBACK_PREFIX, RecordedFallback, record_rank, replay_consts,
+                                        summary_line, to_plan)
+            recording = record_rank(model, model_config, options, layout["group"])
+            replay_consts(model, recording)
+            handler = RecordedFallback(model, recording)
+            seen = {}
+
+            def check(plan):
+                seen["plan"] = plan
+                return layout["problem"] or check_experts(plan, model)
+
+            const_only = {name for name, _, _ in recording.consts}
+            missing, unexpected = sl_torch.load_into(
+                model, model_config.model, group=layout["group"], strict=self.strict,
+                fallback=handler, check=check, plan=to_plan(recording), filled=const_only,
+                after=lambda loader: seen.update(report=loader.report()), **options)
+            fills, nbytes = {}, {"spec": 0, "recorded": 0, "fallback": 0}
+            for p in seen["plan"]:
+                way = "fallback" if p.name.startswith(FALLBACK_PREFIX) else "recorded"
+                nbytes[way] += p.nbytes
+                if way == "recorded":
+                    fills[p.name] = way
+            fills.update({n: "fallback" for n in recording.fallback_params})
+            self.last = {"loader": "shardload", "plan": "recorded", "why": why, "missing": missing,
+                         "unexpected": unexpected, "handed": list(handler.handed),
+                         "options": options, "fills": fills, "bytes": nbytes,
+                         "planned": seen["plan"], "recording": recording,
+                         "report": seen.get("report")}
+            if layout["rank"] == 0:
+                logger.info(summary_line("recorded (%s)" % why, fills, nbytes, recording))
 
         def _draft_misfit(self, model, model_config, layout, options):
             """None when shardload can load the draft model, else the reason (collective)."""
@@ -390,20 +449,6 @@ def loader_class():
                 if "unknown architecture" in e.message or _DRAFT_MISFIT in e.message:
                     return e.message
                 raise
-
-        def _to_default_loader(self, model, model_config, reason):
-            import copy
-            from vllm.model_executor.model_loader import DefaultModelLoader
-            archs = getattr(model_config, "architectures", None) or \
-                getattr(getattr(model_config, "hf_config", None), "architectures", None)
-            logger.info("shardload: draft model %s (%s) loaded by vLLM's default loader: %s",
-                        model_config.model, archs, reason)
-            config = copy.copy(self.load_config)
-            config.load_format = "auto"
-            extra = getattr(self.load_config, "model_loader_extra_config", None) or {}
-            config.model_loader_extra_config = {k: v for k, v in extra.items() if k in VLLM_EXTRA_KEYS}
-            DefaultModelLoader(config).load_weights(model, model_config)
-            self.last = {"loader": "default", "reason": reason}
 
     _class = ShardloadModelLoader
     return _class
