@@ -49,11 +49,13 @@ What a worker gets (shardload.torch.load_into on the model vLLM built):
   redundant slots holding logical expert slot % experts) before any byte is read;
 - then vLLM's process_weights_after_loading, as for any loader.
 
-A draft (speculative) model goes through shardload when shardload knows its architecture and its
-plan fits the module vLLM built; otherwise (an architecture shardload has no spec for, or a
-module vLLM names its own way, such as EAGLE heads) it is handed to vLLM's DefaultModelLoader,
-with a log line naming it. The target model is never handed over: an unknown architecture is an
-error naming it.
+Plans: with a spec for the architecture, shardload's spec plan; without one, a plan recorded from
+the model's own weight loaders (shardload.record, python/shardload/vllm_recorded.py): the target
+model is never refused for lack of a spec. model_loader_extra_config "plan": auto (default),
+spec, record. A draft (speculative) model uses the spec when its plan fits the module vLLM built;
+otherwise (no spec, or a module vLLM names its own way, such as EAGLE heads) its plan is recorded
+too. `last` says per parameter how it was filled (spec, recorded, fallback) and the bytes each
+way; rank 0 logs one line.
 
 vllm is imported only inside register() and the loader class, never by `import shardload.vllm`.
 """
