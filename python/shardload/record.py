@@ -41,7 +41,7 @@ import time
 import torch
 
 from . import record_geometry as geom
-from .record_ops import (CAST, CONVERT, COPIES, DATA, DERIVED, DEVICE, EXTRACT, FLOATS, NAMES,  # noqa: F401
+from .record_ops import (CONVERT, COPIES, DATA, DERIVED, DEVICE, EXTRACT, NAMES,  # noqa: F401
                          PARAM, PVIEW, QUERY, REF, TEXT, VIEW, WRITE, Tracked, base_of, category,
                          conversion_dtype, conversion_ok, flatten, has_tensor, op_name,
                          param_class, simple_box, storage_key, torch_dtype, tree_map, wrap)
@@ -366,7 +366,6 @@ class Recorder:
             for origin in self._origins(target):
                 if origin[0] == "t":
                     self.mark(origin[1], "an in-place op (%s) changes it" % name)
-            return target
         for v in flatten((args[1:] if not out_kw else args, kwargs), []):
             for origin in self._origins(v):   # a stand-in copied into a tensor that is no parameter
                 if origin[0] == "t":

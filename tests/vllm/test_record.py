@@ -140,6 +140,8 @@ def op_cases():
     check("bf16 -> f16 -> f32 (two roundings)", p, {"w": rand(6, 8, dtype=BF16)},
           into(lambda t: t[:3].half()), fallback=["w"])
     check("a copy through a temporary buffer", p, w, _temp_loader(), fallback=["w"])
+    check("a copy through a buffer made like the parameter", p, w,
+          lambda m, n, t: m.p.data.copy_(torch.empty_like(m.p.data).copy_(t[:3])), fallback=["w"])
     check("in-place op on the parameter after the copy", p, w,
           lambda m, n, t: (m.p.data.copy_(t[:3]), m.p.data.mul_(2)), fallback=["w"])
     check("overlapping writes", {"p": ((6, 8), F32)}, {"a": rand(6, 8), "b": rand(3, 8)},
