@@ -119,6 +119,8 @@ class RecordedFallback:
         if name.startswith(FALLBACK_PREFIX):
             t = name[len(FALLBACK_PREFIX):]
             if self.recording.fallback and t == self.recording.fallback[0]:
+                if self.recording.failed:   # nothing was recorded: the pass fills the module
+                    return list(self.model.state_dict(keep_vars=True))
                 return list(self.recording.fallback_params)   # the pass fills them
             return []
         return None
