@@ -10,6 +10,8 @@ variants:
                kv_spec.json, shardload's llama spec plus those scales as replicated parameters;
   eagle_draft  llama_f32 whose config.json names an architecture shardload has no spec for;
   llama_arith  llama_f32 as ArithLlamaForCausalLM (weight loaders doing arithmetic: fallback);
+  llama_sparsity llama_f32 as SparsityLlamaForCausalLM (load_weights reads every tensor's values:
+               the recording fails, everything goes to load_weights);
   llama_stray  llama_f32 as StrayLlamaForCausalLM (a loader writing outside its parameter).
 Architectures shardload has no spec for, loaded through recorded plans (scripts/fixtures/
 recorded.py): internlm2, starcoder2."""
@@ -73,6 +75,8 @@ def main(out):
          "--set-config", 'architectures=["EagleLlamaForCausalLM"]')
     make("llama_f32", os.path.join(out, "llama_arith"),
          "--set-config", 'architectures=["ArithLlamaForCausalLM"]')
+    make("llama_f32", os.path.join(out, "llama_sparsity"),
+         "--set-config", 'architectures=["SparsityLlamaForCausalLM"]')
     make("llama_f32", os.path.join(out, "llama_stray"),
          "--set-config", 'architectures=["StrayLlamaForCausalLM"]')
     recorded(out)

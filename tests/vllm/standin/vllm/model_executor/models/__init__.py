@@ -12,12 +12,14 @@ class _Registry:
         from .deepseek_v2 import DeepseekV2ForCausalLM, DeepseekV3ForCausalLM
         from .internlm2 import InternLM2ForCausalLM
         from .starcoder2 import Starcoder2ForCausalLM
-        from .loader_variants import ArithLlamaForCausalLM, StrayLlamaForCausalLM
+        from .loader_variants import (ArithLlamaForCausalLM, SparsityLlamaForCausalLM,
+                                      StrayLlamaForCausalLM)
         recorded = {"InternLM2ForCausalLM": InternLM2ForCausalLM,   # (the recorder's tests)
                     "Starcoder2ForCausalLM": Starcoder2ForCausalLM,
                     "DeepseekV2ForCausalLM": DeepseekV2ForCausalLM,
                     "DeepseekV3ForCausalLM": DeepseekV3ForCausalLM,
                     "ArithLlamaForCausalLM": ArithLlamaForCausalLM,
+                    "SparsityLlamaForCausalLM": SparsityLlamaForCausalLM,
                     "StrayLlamaForCausalLM": StrayLlamaForCausalLM}
         return {**recorded, "LlamaForCausalLM": LlamaForCausalLM, "MistralForCausalLM": LlamaForCausalLM,
                 "Qwen3ForCausalLM": Qwen3ForCausalLM, "MixtralForCausalLM": MixtralForCausalLM,

@@ -6,6 +6,9 @@ what a recorded plan cannot express or must refuse, for the recorder's tests.
   arrived, then concatenated and handed to gate_up_proj's weight_loader as one fused tensor
   (torch.cat of two checkpoint tensors). Both must fall back: loaded as real tensors through this
   load_weights, equal to what the `auto` format gives.
+- SparsityLlamaForCausalLM: load_weights counts each tensor's nonzero elements first (an op with
+  a data-dependent shape, which no stand-in can run): the recording fails, every tensor goes to
+  this load_weights as a real one, and the load still equals the `auto` format's.
 - StrayLlamaForCausalLM: model.norm.weight is a view into a larger buffer, and its loader writes
   one element past it (as_strided over the buffer): the recording refuses it, naming the
   parameter and the checkpoint tensor.
@@ -44,6 +47,16 @@ class ArithLlamaForCausalLM(LlamaForCausalLM):
             else:
                 rest.append((name, w))
         return loaded | super().load_weights(iter(rest))
+
+
+class SparsityLlamaForCausalLM(LlamaForCausalLM):
+    def load_weights(self, weights):
+        self.nonzero = {}
+        rest = []
+        for name, w in weights:
+            self.nonzero[name] = int(torch.nonzero(w).shape[0])
+            rest.append((name, w))
+        return super().load_weights(iter(rest))
 
 
 class StrayLlamaForCausalLM(LlamaForCausalLM):
