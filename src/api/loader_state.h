@@ -47,13 +47,17 @@ struct sl_loader {
   double t_resolve, t_catalog, t_model, t_plan, t_alloc, t_transfer, t_track, t_total;
   sl__buf report;
   sl__buf summary;
-  sl__progress progress;    /* engine/progress.h: bar, log lines, the caller's callback */
-  sl__job_nodes nodes;      /* engine/nodes.h: the job's nodes (rank 0's report) */
+  sl__progress progress; /* engine/progress.h: bar, log lines, the caller's callback */
+  sl__job_nodes nodes;   /* engine/nodes.h: the job's nodes (rank 0's report) */
   /* While a load from peers gathers its statistics (api/peers.c owns them): the plan's time model
    * over the job's nodes, which the report carries instead of a storage load's, and per rank of
    * this loader its node in that model. NULL otherwise. */
   const sl__peer_model *peer_model;
   const uint32_t *peer_node_of;
+  /* This rank's caller-described plan (sl_loader_set_plan, api/describe.c): its canonical blob, or
+   * NULL (an architecture spec's plan). */
+  uint8_t *plan_blob;
+  size_t plan_len;
 };
 
 /* The view api/bind.c and api/params.c work on (a function of the struct: no call into loader.c). */
@@ -65,6 +69,7 @@ static inline void sl__loader_view_of(sl_loader *l, sl__loader_view *out) {
                            .loaded = l->state == STATE_LOADED,
                            .plan = &l->pl.plan,
                            .cat = &l->pl.prep.cat,
+                           .model = &l->pl.prep.model,
                            .cuda = l->pl.opts.device == SL_DEVICE_CUDA};
 }
 
@@ -96,6 +101,10 @@ sl_status sl__loader_find_storage(sl_loader *l, sl__pipeline *pl);
 /* COLLECTIVE, after the model stage of pipeline pl: per file, whether its row-parallel tensors are
  * read two-phase (api/twophase_agree.c), into pl->tp_choice and pl->per_row_files; agreed. */
 sl_status sl__loader_twophase_choose(sl_loader *l, sl__pipeline *pl);
+/* COLLECTIVE, before the catalog stage of pipeline pl: whether the ranks load from described plans
+ * (all or none of them set one) and, if so, every rank's plan into pl->described
+ * (api/describe.c); agreed. */
+sl_status sl__loader_share_plans(sl_loader *l, sl__pipeline *pl);
 /* Rank 0 writes the report file, when configured (COLLECTIVE). */
 sl_status sl__loader_report_file(sl_loader *l);
 

@@ -71,7 +71,9 @@ static sl_status own_checks(sl_loader *l, bool donor) {
           &l->err, SL_STATUS_UNSUPPORTED,
           "sl_loader_load_from_peers: %s is held %s on this giving rank: only parameters held as "
           "planned can be given",
-          l->store.table[i].name, cast ? "in another dtype (sl_loader_bind_as)" : "transposed");
+          l->store.table[i].name,
+          cast ? "in another dtype than its checkpoint tensors (a planned conversion, or sl_loader_bind_as)"
+               : "transposed");
   }
   return SL_STATUS_OK;
 }

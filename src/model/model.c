@@ -127,6 +127,8 @@ sl_status sl__model_build(const sl__spec *spec, const sl__catalog *cat, sl__layo
   }
   if (st == SL_STATUS_OK && layout == SL_LAYOUT_CHECKPOINT)
     st = sl__model_to_checkpoint_layout(&b);
+  if (st == SL_STATUS_OK)
+    st = sl__model_held_dtypes(&b);
   m->params = b.params.data;
   m->n_params = b.params.len;
   if (st == SL_STATUS_OK)

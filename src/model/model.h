@@ -38,8 +38,12 @@ typedef struct sl__mparam {
   char *name; /* in the active layout */
   sl__style style;
   sl__place place;
-  int32_t layer; /* -1 for embed/final/head */
-  sl__dtype dtype;
+  int32_t layer;   /* -1 for embed/final/head */
+  sl__dtype dtype; /* its sources' (the bytes its copies move) */
+  /* The dtype the rank holds it in: dtype, or another one it is converted to as it is delivered
+   * (spec "dtype", docs/SPECS.md; a caller-described parameter's). Its local size is in this
+   * dtype; its copies address the sources' bytes (engine/deliver.c converts, format/cast.h). */
+  sl__dtype held_dtype;
   uint32_t ndim;
   uint64_t shape[SL_SPEC_MAX_DIMS]; /* global (unsharded) shape; vllm vocab padded */
   bool ckpt;                        /* checkpoint layout: sources kept separate */
@@ -64,8 +68,9 @@ typedef struct sl__mparam {
   uint64_t in_per_row; /* input channels per row of dim 0 (8 packed, group_size, or 1) */
   uint64_t in_group;   /* a row-parallel rank's input channels must be whole groups of this */
   bool in_whole;       /* dim 0 never split (act-order or channelwise scales and qzeros) */
-  uint32_t alias_of; /* tied lm_head: index of the embedding parameter, else SL_NONE */
-  bool owned;        /* sharded_state: held by rank `owner` alone, whatever the layout */
+  uint8_t fill;        /* sl_fill: SL_FILL_SPEC, or a described plan's RECORDED / FALLBACK */
+  uint32_t alias_of;   /* tied lm_head: index of the embedding parameter, else SL_NONE */
+  bool owned;          /* sharded_state: held by rank `owner` alone, whatever the layout */
   uint32_t owner;
   size_t n_src;
   sl__msrc *src; /* per-expert styles: expert-major, then part */
@@ -81,11 +86,11 @@ typedef struct sl__model {
   uint64_t n_group;
   bool tied;
   bool fp8;
-  bool ct_fp8;         /* compressed-tensors fp8: weight_scale / input_scale companions */
+  bool ct_fp8;          /* compressed-tensors fp8: weight_scale / input_scale companions */
   sl__int4_method int4; /* GPTQ / AWQ: quantized linears become their packed tensors */
   uint64_t int4_group;  /* group_size (input channels per scale row); 0: one group (GPTQ -1) */
   bool int4_desc_act;   /* GPTQ act order: row-parallel scales and qzeros stay whole */
-  uint64_t block_rows; /* fp8 weight_block_size */
+  uint64_t block_rows;  /* fp8 weight_block_size */
   uint64_t block_cols;
   bool mistral_format; /* rotary permutation applies */
   size_t n_params;
@@ -94,6 +99,9 @@ typedef struct sl__model {
   char **units;         /* expected set X, sorted bytewise */
   uint32_t *unit_param; /* parameter each unit feeds */
   uint8_t *tensor_fate; /* per catalog tensor: SL_FATE_* */
+  /* A load from caller-described plans (model/described.h, owned): every rank's plan, which the
+   * planner slices instead of the parameters' styles; NULL for a spec's model. */
+  struct sl__described *described;
 } sl__model;
 
 enum {

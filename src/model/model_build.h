@@ -64,6 +64,10 @@ sl_status sl__model_build_param(sl__model_builder *b, const sl__spec_param *sp, 
 sl_status sl__model_build_alias(sl__model_builder *b, const sl__spec_param *sp);
 /* Rewrites b->params (vllm layout) into the checkpoint layout: one parameter per source tensor. */
 sl_status sl__model_to_checkpoint_layout(sl__model_builder *b);
+/* Every parameter's held dtype (sl__mparam.held_dtype): its spec's "dtype", else its sources'; an
+ * alias its target's. A dtype its sources cannot be converted to is an error naming the parameter
+ * and the spec. */
+sl_status sl__model_held_dtypes(sl__model_builder *b);
 
 /* ---- the parameter table (model/model_table.c) ---- */
 

@@ -7,6 +7,8 @@
  */
 #include "model/model_build.h"
 
+#include "format/cast.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -325,6 +327,7 @@ sl_status sl__model_build_param(sl__model_builder *b, const sl__spec_param *sp, 
   p->place = sp->place;
   p->layer = (int32_t)layer;
   p->transposed = sp->transpose;
+  p->held_dtype = sp->dtype;
   sl_status st = eval_opt(b, sp->q_heads, 0, &p->q_heads);
   if (st == SL_STATUS_OK)
     st = eval_opt(b, sp->kv_heads, 0, &p->kv_heads);
@@ -508,5 +511,23 @@ sl_status sl__model_to_checkpoint_layout(sl__model_builder *b) {
   sl__vec_free(&b->params);
   b->params = out;
   free(new_index);
+  return SL_STATUS_OK;
+}
+
+sl_status sl__model_held_dtypes(sl__model_builder *b) {
+  for (size_t i = 0; i < b->params.len; i++) {
+    sl__mparam *p = &SL_VEC_AT(&b->params, sl__mparam, i);
+    if (p->alias_of != SL_NONE) /* a tied alias shares its target's memory; targets come first */
+      p->held_dtype = SL_VEC_AT(&b->params, sl__mparam, p->alias_of).held_dtype;
+    else if (p->held_dtype == SL_DT_COUNT)
+      p->held_dtype = p->dtype;
+    else if (!sl__cast_supported(p->dtype, p->held_dtype))
+      return sl__err_set(b->err, SL_STATUS_ARCH,
+                         "spec %s: parameter %s: \"dtype\": \"%s\" asks to hold it in %s, but its checkpoint "
+                         "tensors are %s, which cannot be converted (conversions are among F32, F16, BF16 "
+                         "and F64)",
+                         b->e.spec->path, p->name, sl__dtype_name(p->held_dtype),
+                         sl__dtype_name(p->held_dtype), sl__dtype_name(p->dtype));
+  }
   return SL_STATUS_OK;
 }

@@ -8,6 +8,7 @@
 
 #include "base/json.h"
 #include "base/util.h"
+#include "format/cast.h"
 
 #include <cjson/cJSON.h>
 #include <dirent.h>
@@ -351,9 +352,24 @@ static sl_status parse_transpose(ctx *c, const cJSON *obj, const char *where, sl
   return SL_STATUS_OK;
 }
 
+/* "dtype" (docs/SPECS.md): the parameter is held in this dtype whatever its sources' (vLLM keeps
+ * some norms in F32), converted as delivered; one of the conversions of format/cast.h. */
+static sl_status parse_dtype(ctx *c, const cJSON *obj, const char *where, sl__spec_param *p) {
+  const cJSON *d = cJSON_GetObjectItemCaseSensitive(obj, "dtype");
+  p->dtype = SL_DT_COUNT;
+  if (d == NULL)
+    return SL_STATUS_OK;
+  const char *name = cJSON_IsString(d) ? d->valuestring : "";
+  if (!sl__dtype_parse(name, strlen(name), &p->dtype) || !sl__cast_supported(p->dtype, p->dtype))
+    return spec_error(c, where,
+                      "'dtype' must be one of F32, F16, BF16, F64 (the dtypes a parameter can be "
+                      "converted to)");
+  return SL_STATUS_OK;
+}
+
 static sl_status parse_param(ctx *c, const cJSON *obj, const char *where, sl__spec_param *p) {
-  static const char *const keys[] = {"name",  "place",   "when",      "style",   "heads",
-                                     "vocab", "experts", "transpose", "sources", NULL};
+  static const char *const keys[] = {"name",    "place",     "when",    "style", "heads", "vocab",
+                                     "experts", "transpose", "sources", "dtype", NULL};
   if (!cJSON_IsObject(obj))
     return spec_error(c, where, "a parameter must be an object");
   sl_status st = check_keys(c, obj, where, keys);
@@ -381,6 +397,8 @@ static sl_status parse_param(ctx *c, const cJSON *obj, const char *where, sl__sp
                       "'style' must be one of replicated, column, row, merged, qkv, vocab, concat, moe_w13, "
                       "moe_w2, moe3d_w13, moe3d_w2");
   st = parse_transpose(c, obj, w, p);
+  if (st == SL_STATUS_OK)
+    st = parse_dtype(c, obj, w, p);
   if (st == SL_STATUS_OK)
     st = opt_expr(c, obj, "when", w, NULL, &p->when);
   if (st == SL_STATUS_OK)

@@ -11,8 +11,8 @@
  *     "vision_prefixes": [...],
  *     "rename": {"format": "mistral", "map": [[FROM, TO], ...]},
  *     "params": [ { "name": TEMPLATE, "place": embed|layer|final|head, "when": EXPR,
- *                   "style": ..., style arguments, "transpose": BOOL, "sources": [ {"tensor": TEMPLATE,
- *                   "part": ..., "shape": [EXPR, ...], "rotary_heads": EXPR} ] } ] }
+ *                   "style": ..., style arguments, "transpose": BOOL, "dtype": DTYPE, "sources": [ {"tensor":
+ * TEMPLATE, "part": ..., "shape": [EXPR, ...], "rotary_heads": EXPR} ] } ] }
  */
 #ifndef SL_SPEC_H
 #define SL_SPEC_H
@@ -29,6 +29,7 @@
 #define SL_SPEC_MAX_VAR_DEPTH 64
 
 #include "base/err.h"
+#include "format/dtype.h"
 #include "model/expr.h"
 
 #include <stdbool.h>
@@ -90,6 +91,7 @@ typedef struct sl__spec_param {
   sl__expr *vocab;      /* vocab: unpadded vocabulary size */
   sl__expr *experts;    /* moe: expert count (NULL = the spec's "experts") */
   bool transpose;       /* vllm layout: last two dimensions stored transposed (moe3d_*_transposed) */
+  sl__dtype dtype;      /* "dtype": held in this dtype, converted from its sources'; SL_DT_COUNT: theirs */
   size_t n_sources;
   sl__spec_source *sources;
 } sl__spec_param;

@@ -156,6 +156,8 @@ static sl_status transpose_shape(const sl__mparam *p, local_shape *ls, char *des
 
 sl_status sl__plan_rank(const sl__model *m, const sl__catalog *cat, const sl__plan_opts *o, uint32_t rank,
                         bool with_table, sl__rank_plan *out, sl__err *err) {
+  if (m->described != NULL) /* the rank's own description instead of the styles */
+    return sl__plan_rank_described(m, cat, o, rank, with_table, out, err);
   memset(out, 0, sizeof *out);
   sl_status st = sl__rank_ctx_init(m, o, rank, &out->ctx, err);
   if (st != SL_STATUS_OK)
@@ -223,8 +225,8 @@ sl_status sl__plan_rank(const sl__model *m, const sl__catalog *cat, const sl__pl
     bool overflow = false;
     for (uint32_t d = 0; d < ls.ndim; d++)
       overflow = overflow || sl__mul_overflow(elems, ls.shape[d], &elems);
-    uint64_t bits = 0;
-    overflow = overflow || sl__mul_overflow(elems, sl__dtype_bits(p->dtype), &bits);
+    uint64_t bits = 0; /* held: in another dtype than its sources' when converted (sl__mparam.held_dtype) */
+    overflow = overflow || sl__mul_overflow(elems, sl__dtype_bits(p->held_dtype), &bits);
     if (overflow || bits % 8 != 0) {
       st = sl__err_set(err, SL_STATUS_DIVISIBILITY, "%s: local size overflows or is not byte-aligned",
                        p->name);
