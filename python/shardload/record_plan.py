@@ -90,6 +90,28 @@ class Recording:
         return {"recorded": sum(r.nbytes for p in self.params for r in p.regions),
                 "fallback": sum(self.catalog[t].nbytes for t in self.fallback)}
 
+    def to_json(self, fallback_prefix="fallback:"):
+        """The plan in the library's JSON form (docs/spec/DESIGN.md §12), as a dict: recorded
+        parameters (regions and zeros), one fallback parameter per fallback tensor (named
+        fallback_prefix + the tensor's name), the skipped tensors."""
+        params = []
+        for p in self.params:
+            regions = [{"tensor": r.tensor, "start": list(r.src_start), "count": list(r.src_count),
+                        "dst_start": list(r.dst_start), "dst_count": list(r.dst_count)}
+                       for r in p.regions]
+            regions += [{"zeros": True, "dst_start": list(a), "dst_count": list(b)}
+                        for a, b in p.zeros]
+            params.append({"name": p.name, "dtype": p.dtype, "shape": list(p.plan_shape()),
+                           "transposed": bool(p.transposed), "fill": "recorded",
+                           "regions": regions})
+        for t in self.fallback:
+            shape = list(self.catalog[t].shape)
+            params.append({"name": fallback_prefix + t, "dtype": self.catalog[t].dtype,
+                           "shape": shape, "fill": "fallback",
+                           "regions": [{"tensor": t, "start": [0] * len(shape), "count": shape,
+                                        "dst_start": [0] * len(shape), "dst_count": shape}]})
+        return {"params": params, "skip": list(self.skipped)}
+
     def summary(self):
         b = self.bytes()
         return ("recorded %d parameters (%d regions, %d bytes), fallback %d tensors (%d bytes) "

@@ -11,6 +11,9 @@
    process groups): recorded and carried out, equal to vLLM's rules over the whole checkpoint (the
    `auto` format); the architectures without a spec (internlm2, starcoder2) among them.
 3. A loader writing outside its parameter is a RecordError naming both.
+4. Every rank's recording of a layout through the library's dry run (shardload plan --plan-file):
+   accepted, read amplification 1.00, and for the families with a spec each rank's bytes read,
+   needed and received equal to the spec's plan's.
 Needs the vLLM fixtures (SL_VLLM_FIXTURES) for part 2."""
 
 import os
@@ -229,9 +232,66 @@ def model_cases():
             print("ok %s %s: every rank equal to vLLM's rules" % (fixture, layout), flush=True)
 
 
+DRY_RUNS = [("internlm2", dict(tp=4), False), ("internlm2", dict(tp=2, pp=2), False),
+            ("starcoder2", dict(tp=2, pp=2), False), ("llama_f32", dict(tp=4), True),
+            ("qwen3", dict(tp=2, pp=2), True), ("mixtral_f32", dict(tp=2, ep=True), True),
+            ("deepseek_v3", dict(tp=2, pp=2), True), ("deepseek_v3", dict(tp=4, ep=True), True),
+            ("llama4_text", dict(tp=2), True)]
+
+
+def _dry_run(folder, world, layout, plan_file=None):
+    import json
+    import subprocess
+    args = [os.environ.get("SL_CLI", "shardload"), "plan", folder, "--world", str(world), "--json"]
+    for key in ("tp", "pp", "dp"):
+        args += ["--" + key, str(layout.get(key, 1))]
+    if plan_file:
+        args += ["--plan-file", plan_file]
+    elif layout.get("ep"):
+        args += ["--enable-expert-parallel"]
+    p = subprocess.run(args, capture_output=True, text=True, timeout=60)
+    if p.returncode != 0:
+        raise RuntimeError("%s: %s" % (" ".join(args[1:]), p.stderr.strip()[-1500:]))
+    return json.loads(p.stdout)
+
+
+def dry_run_cases():
+    """Every rank's recording as one plan file through the library's dry run (shardload plan
+    --plan-file): the library accepts every plan, every byte is read once, and where a spec
+    exists each rank reads and holds what the spec's plan has it read and hold."""
+    import json
+    import tempfile
+    fixtures = harness.fixtures()
+    for fixture, layout, spec in DRY_RUNS:
+        folder = os.path.join(fixtures, fixture)
+        world = layout.get("tp", 1) * layout.get("pp", 1) * layout.get("dp", 1)
+        try:
+            catalog = U.catalog(folder)
+            plans = [R.record(U.build(folder, r, **layout), catalog).to_json() for r in range(world)]
+            with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+                json.dump({"ranks": plans}, f)
+            got = _dry_run(folder, world, layout, f.name)
+            os.unlink(f.name)
+            if got.get("read_amplification") != 1.0:
+                fail("%s %s: recorded plans read amplification %s" % (fixture, layout,
+                                                                      got.get("read_amplification")))
+            if spec:
+                want = _dry_run(folder, world, layout)
+                figures = [(r["bytes_read"], r["bytes_needed"], r["bytes_received"]) for r in got["ranks"]]
+                expect = [(r["bytes_read"], r["bytes_needed"], r["bytes_received"]) for r in want["ranks"]]
+                if figures != expect:
+                    fail("%s %s: recorded plans read/need/receive %s per rank, the spec's %s"
+                         % (fixture, layout, figures, expect))
+            print("ok dry run of the recorded plans %s %s%s" % (fixture, layout,
+                                                                ": as the spec's" if spec else ""))
+        except Exception as e:
+            fail("%s %s dry run: %s: %s" % (fixture, layout, type(e).__name__, e))
+
+
 if __name__ == "__main__":
     op_cases()
     outside_case()
     model_cases()
+    dry_run_cases()
     print("test_record: %d failure(s)" % len(FAILS))
     sys.exit(1 if FAILS else 0)
