@@ -233,6 +233,28 @@ _SIGS = {
     "sl_loader_reload_state": (c_status, [ctypes.c_void_p, ctypes.c_size_t, _P(ctypes.c_int)]),
     "sl_loader_load_from_peers": (c_status, [ctypes.c_void_p, c_comm]),
     "sl_loader_load_from_peers_ops": (c_status, [ctypes.c_void_p, ctypes.c_void_p]),
+    # caller-described plans (shardload/core.h section 12; plan.py)
+    "sl_plan_create": (c_status, [_P(ctypes.c_void_p)]),
+    "sl_plan_destroy": (None, [ctypes.c_void_p]),
+    "sl_plan_error": (ctypes.c_char_p, [ctypes.c_void_p]),
+    "sl_plan_add_param": (c_status, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_uint32,
+                                     _P(ctypes.c_uint64), ctypes.c_int, ctypes.c_int, _P(ctypes.c_uint32)]),
+    "sl_plan_add_regions": (c_status, [ctypes.c_void_p, ctypes.c_size_t, _P(ctypes.c_uint32), _P(ctypes.c_uint32),
+                                       _P(ctypes.c_char_p), ctypes.c_size_t, _P(ctypes.c_uint32),
+                                       _P(ctypes.c_uint32), _P(ctypes.c_uint64), ctypes.c_size_t]),
+    "sl_plan_skip": (c_status, [ctypes.c_void_p, ctypes.c_char_p]),
+    "sl_plan_param_count": (ctypes.c_size_t, [ctypes.c_void_p]),
+    "sl_plan_region_count": (ctypes.c_uint64, [ctypes.c_void_p]),
+    "sl_plan_from_json": (c_status, [ctypes.c_char_p, ctypes.c_size_t, _P(ctypes.c_void_p), _P(ctypes.c_void_p)]),
+    "sl_plan_to_json": (ctypes.c_void_p, [ctypes.c_void_p]),
+    "sl_loader_set_plan": (c_status, [ctypes.c_void_p, ctypes.c_void_p]),
+    "sl_loader_param_fill": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_size_t]),
+    "sl_dryrun_create": (c_status, [ctypes.c_void_p, ctypes.c_int, _P(ctypes.c_void_p)]),
+    "sl_dryrun_create_described": (c_status, [ctypes.c_void_p, ctypes.c_int, _P(ctypes.c_void_p),
+                                              _P(ctypes.c_void_p)]),
+    "sl_dryrun_destroy": (None, [ctypes.c_void_p]),
+    "sl_dryrun_json": (ctypes.c_char_p, [ctypes.c_void_p]),
+    "sl_dryrun_summary": (ctypes.c_char_p, [ctypes.c_void_p]),
 }
 for _name, (_res, _args) in _SIGS.items():
     _fn = getattr(lib, _name)

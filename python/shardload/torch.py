@@ -86,11 +86,12 @@ def _same_memory(a, b):
         tuple(a.shape) == tuple(b.shape) and a.dtype == b.dtype
 
 
-def open_loader(model, comm=None, group=None, **config):
-    """Loader over an MPI communicator (comm) or a torch.distributed group (group)."""
+def open_loader(model, comm=None, group=None, plan=None, **config):
+    """Loader over an MPI communicator (comm) or a torch.distributed group (group); plan: this
+    rank's shardload.Plan instead of the architecture spec, or None."""
     if group is not None:
-        return Loader(model, comm, group=group, **config)
-    return Loader(model, comm, **config)
+        return Loader(model, comm, group=group, plan=plan, **config)
+    return Loader(model, comm, plan=plan, **config)
 
 
 def _how(p, t, loader_device):
@@ -110,7 +111,7 @@ def _how(p, t, loader_device):
     return "copy"      # another float type on a GPU: torch casts on the device
 
 
-def load_into(module, model, comm=None, group=None, strict=None, fallback=None, check=None,
+def load_into(module, model, comm=None, group=None, strict=None, fallback=None, check=None, plan=None,
               after=None, filled=(), **config):
     """COLLECTIVE. Loads `model` (folder or Hub id) into `module` on every rank of the load.
     comm: an mpi4py communicator (default: MPI's world); group: a torch.distributed ProcessGroup
@@ -118,11 +119,12 @@ def load_into(module, model, comm=None, group=None, strict=None, fallback=None, 
     dp, enable_expert_parallel, device, ...). The device defaults to the module's (cuda when its
     parameters are on a GPU). fallback: see the module's docstring. check(plan): called before
     any byte is read with this rank's plan (a list of shardload.Parameter); a returned message
-    fails the load on every rank. after(loader): called on every rank once the load is done (and
-    the fallback ran), before the loader closes (its report(), ...). filled: module tensor names
-    the caller fills itself (never reported missing). A module tensor that is the same tensor as
-    a filled one (a tied head: one Parameter under two names) is filled too. Returns (missing,
-    unexpected)."""
+    fails the load on every rank. plan: this rank's shardload.Plan (a caller-described plan,
+    docs/spec/DESIGN.md §12) instead of the architecture spec. after(loader): called on every
+    rank once the load is done (and the fallback ran), before the loader closes (its report(),
+    ...). filled: module tensor names the caller fills itself (never reported missing). A module
+    tensor that is the same tensor as a filled one (a tied head: one Parameter under two names) is
+    filled too. Returns (missing, unexpected)."""
     strict = _strict_value(strict, config)
     filled_by_caller = set(filled)
     tensors = module_tensors(module)
@@ -140,7 +142,7 @@ def load_into(module, model, comm=None, group=None, strict=None, fallback=None, 
         out = targets(name)
         return None if out is None else list(out)
 
-    with open_loader(model, comm, group, strict=strict, **config) as loader:
+    with open_loader(model, comm, group, plan=plan, strict=strict, **config) as loader:
         plan = loader.plan()
         binds, copies, aliases, handed = [], [], [], []
         filled, unexpected = set(), []

@@ -69,3 +69,10 @@ endforeach()
 # receivers another layout; the receivers equal the reference and read nothing, the donors unchanged.
 sl_python_test(python_load_from_peers test_load_from_peers.py 4)
 set_tests_properties(python_load_from_peers_np4 PROPERTIES LABELS "reshard;python")
+
+# Caller-described plans from Python (labels python, recorded): shardload.Plan, Loader(plan=),
+# load_into(plan=), the JSON form, shardload.dryrun(plans=), a refusal on every rank.
+sl_python_test(python_plan test_plan.py 1 2)
+foreach(np 1 2)
+  set_tests_properties(python_plan_np${np} PROPERTIES LABELS "python;recorded")
+endforeach()
