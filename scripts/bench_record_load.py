@@ -7,7 +7,7 @@ a gloo group; scripts/bench-record runs it):
             (model_loader_extra_config {"plan": "record"}): the recording included;
   auto      vLLM's default loader (the stand-in's: every worker reads every file whole and applies
             the model's weight_loader rules).
-Each repetition runs the three in turn; the time of a way is the slowest worker's, from the start
+Each repetition runs the three in turn, a different one first each time; the time of a way is the slowest worker's, from the start
 of load_model to its end (the model built, then loaded). The recording's own time is reported
 apart. Nothing asserts a time.
 """
@@ -38,8 +38,10 @@ def worker(rank, world, init, folder, reps, status):
             "auto": ("auto", {})}
     out = {w: [] for w in ways}
     out["recording"] = []
-    for _ in range(reps):
-        for way, (fmt, extra) in ways.items():
+    order = list(ways)
+    for rep in range(reps):
+        for way in order[rep % 3:] + order[:rep % 3]:   # each way first in turn
+            fmt, extra = ways[way]
             if fmt == "shardload":
                 extra = dict(extra, progress="never", timeout_s=600)
             vc = VllmConfig(model_config=ModelConfig(model=folder),

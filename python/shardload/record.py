@@ -132,11 +132,15 @@ class Recorder:
         t0 = time.perf_counter()
         self._watch_params()
         Tracked._hook = self.dispatch
+        collecting = gc.isenabled()
+        gc.disable()   # the recording allocates many small objects and frees few: no cycle passes
         try:
             with torch.no_grad():
                 self.model.load_weights(self.weights())
         finally:
             Tracked._hook = None
+            if collecting:
+                gc.enable()
             self._unwatch_params()
         self._kept()
         out = finish(self)
@@ -247,15 +251,26 @@ class Recorder:
             name = op_name(func)
             entry = self._ops[func] = (name, category(name))
         name, cat = entry
+        first = args[0] if args else None
+        kind = getattr(first, "_sl_kind", None)
+        if cat == VIEW and kind is not None and kind != DERIVED and not kwargs and \
+                not has_tensor(args[1:], kwargs):   # the most frequent op: inline
+            with _DISABLED():
+                out = func(*args)
+            if type(out) is torch.Tensor:
+                base = first if kind == PARAM else first._sl_base
+                info = first._sl_info
+                if out._base is base and out.dtype == info.dtype:
+                    return wrap(out, PVIEW if kind == PARAM else kind, base, info,
+                                first._sl_what if kind != PARAM else info.name)
+            return tree_map(lambda o: self._view_result(o, first, kind, name), out)
+        if cat == QUERY and not has_tensor(args[1:], kwargs):
+            with _DISABLED():
+                return func(*args, **kwargs)
         if kwargs.get("out") is not None:
             return self._write(name, kwargs["out"], args, kwargs, out_kw=True)
         if cat == WRITE and args:
             return self._write(name, args[0], args, kwargs)
-        first = args[0] if args else None
-        kind = getattr(first, "_sl_kind", None)
-        if cat == QUERY and not has_tensor(args[1:], kwargs):
-            with _DISABLED():
-                return func(*args, **kwargs)
         if cat == DATA and kind is not None:
             if kind != PARAM:
                 return first   # .data / .detach(): the same values and geometry

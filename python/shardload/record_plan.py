@@ -53,9 +53,10 @@ class RecordedParam:
     whole parameter) or (start, count) in the held orientation, the part the regions fill;
     plan_shape: the box's shape (the plan parameter's); zeros: [(start, count)] boxes (in the
     parameter's orientation) the loader fills with zeros beside the regions (zero_seqs: their
-    events, not replayed)."""
+    events, not replayed); dtype: the parameter's (the plan converts the checkpoint's on the
+    host), src_dtype: the checkpoint tensors' when they all have one."""
     __slots__ = ("name", "dtype", "torch_dtype", "shape", "transposed", "box", "regions", "zeros",
-                 "zero_seqs", "nbytes")
+                 "zero_seqs", "nbytes", "src_dtype")
 
     def plan_shape(self):
         return tuple(self.box[1]) if self.box is not None else tuple(self.shape)
@@ -208,6 +209,8 @@ def _regions_of(info, limit):
     p = RecordedParam()
     p.name, p.dtype, p.torch_dtype, p.shape = info.name, dtype, info.dtype, tuple(info.shape)
     p.transposed, p.regions, p.zeros, p.zero_seqs = transposed, regions, zeros, zero_seqs
+    sources = {e.sdtype for e in events}
+    p.src_dtype = sources.pop() if len(sources) == 1 else None   # the checkpoint's, when one
     if lo != [0] * len(lo) or count_box != oriented:
         for r in regions:
             r.dst_start = [r.dst_start[d] - lo[d] for d in range(len(lo))]

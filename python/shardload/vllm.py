@@ -392,8 +392,8 @@ def loader_class():
 
         def _load_recorded(self, model, model_config, layout, options, why):
             from . import torch as sl_torch
-            from .vllm_recorded import (FALLBACK_PREFIX, RecordedFallback, record_rank, replay_consts,
-                                        summary_line, to_plan)
+            from .vllm_recorded import (FALLBACK_PREFIX, RecordedFallback, fills_of, record_rank,
+                                        replay_consts, summary_line, to_plan)
             recording = record_rank(model, model_config, options, layout["group"])
             replay_consts(model, recording)
             handler = RecordedFallback(model, recording)
@@ -406,14 +406,12 @@ def loader_class():
             const_only = {name for name, _, _ in recording.consts}
             missing, unexpected = sl_torch.load_into(
                 model, model_config.model, group=layout["group"], strict=self.strict,
-                fallback=handler, check=check, plan=to_plan(recording), filled=const_only,
+                fallback=handler, check=check, plan=to_plan(recording, options.get("device", "cpu")),
+                filled=const_only,
                 after=lambda loader: seen.update(report=loader.report()), **options)
-            fills, nbytes = {}, {"spec": 0, "recorded": 0, "fallback": 0}
-            for p in seen["plan"]:
-                way = "fallback" if p.name.startswith(FALLBACK_PREFIX) else "recorded"
-                nbytes[way] += p.nbytes
-                if way == "recorded":
-                    fills[p.name] = way
+            fills, nbytes = fills_of(seen["plan"])
+            for name in [n for n in fills if n.startswith(FALLBACK_PREFIX)]:
+                del fills[name]   # a checkpoint tensor: the parameters it fills are named below
             fills.update({n: "fallback" for n in recording.fallback_params})
             self.last = {"loader": "shardload", "plan": "recorded", "why": why, "missing": missing,
                          "unexpected": unexpected, "handed": list(handler.handed),

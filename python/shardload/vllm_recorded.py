@@ -23,12 +23,16 @@ FALLBACK_PREFIX = "fallback:"
 logger = logging.getLogger("shardload.vllm")
 
 
-def to_plan(recording):
-    """The shardload.Plan of a Recording (this rank's)."""
+def to_plan(recording, device="cpu"):
+    """The shardload.Plan of a Recording (this rank's). On the host a parameter is planned in its
+    own dtype (the library converts the checkpoint's as it writes); for device cuda in the
+    checkpoint's (the library converts on the host only: load_into copies with torch, which
+    converts on the GPU)."""
     from . import Plan
     plan = Plan()
     for p in recording.params:
-        i = plan.param(p.name, p.dtype, list(p.plan_shape()), transposed=p.transposed,
+        dtype = p.src_dtype if device == "cuda" and p.src_dtype else p.dtype
+        i = plan.param(p.name, dtype, list(p.plan_shape()), transposed=p.transposed,
                        fill="recorded")
         for r in p.regions:
             plan.region(i, r.tensor, list(r.src_start), list(r.src_count), list(r.dst_start),
@@ -146,7 +150,8 @@ class RecordedFallback:
 
 
 def fills_of(plan):
-    """({parameter: "spec" | "recorded" | "fallback"}, {way: bytes}) of a loader's plan."""
+    """({parameter: "spec" | "recorded" | "fallback"}, {way: bytes}) of a loader's plan (each
+    planned parameter's fill, shardload.Parameter.fill; its bytes as held on this rank)."""
     fills, nbytes = {}, {"spec": 0, "recorded": 0, "fallback": 0}
     for p in plan:
         if p.alias_of is not None:

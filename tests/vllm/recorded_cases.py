@@ -8,7 +8,9 @@ worker, byte for byte) and then verify() here:
     amplification 1.00) with each rank reading exactly what was planned (bytes_read ==
     bytes_read_planned), and the fallback as the case expects it (the arithmetic loader's tensors;
     none elsewhere);
-  - for an architecture with a spec (plan "record" forced): the recorded plan equals the spec's,
+  - for an architecture with a spec (plan "record" forced; gpt-oss aside: its spec hands the
+    padded MXFP4 experts to their weight_loader, the recording copies into them): the recorded
+    plan equals the spec's,
     as byte-level copies of every parameter (plan_compare): the library's description of the
     recorded plan (loader.plan() of the load) and the recording itself, each against the plan of
     a spec loader opened on the same workers.
@@ -56,6 +58,10 @@ def cases(world):
                   extra=RECORD, verify="spec"),
                 C("recorded = spec deepseek_v3 pp2", "deepseek_v3", pp=2, extra=RECORD,
                   verify="spec"),
+                C("recorded = spec llama4_text tp2 (transposed experts)", "llama4_text", tp=2,
+                  extra=RECORD, verify="spec"),
+                C("recorded = spec llama4_text tp2 ep", "llama4_text", tp=2, ep=True,
+                  extra=RECORD, verify="spec"),
                 C("recording refuses a write outside its parameter tp2", "llama_stray", tp=2,
                   expect_error="writes outside parameter model.norm.weight")]
     if world == 4:

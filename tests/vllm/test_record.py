@@ -13,7 +13,8 @@
 3. A loader writing outside its parameter is a RecordError naming both.
 4. Every rank's recording of a layout through the library's dry run (shardload plan --plan-file):
    accepted, read amplification 1.00, and for the families with a spec each rank's bytes read,
-   needed and received equal to the spec's plan's.
+   needed and received equal to the spec's plan's; the shardload.Plan the vLLM plugin builds
+   from a recording (vllm_recorded.to_plan) is the recording's JSON.
 Needs the vLLM fixtures (SL_VLLM_FIXTURES) for part 2."""
 
 import os
@@ -29,6 +30,7 @@ harness.need(["torch", "numpy"])
 import torch  # noqa: E402
 
 import shardload.record as R  # noqa: E402
+import shardload.vllm_recorded as vllm_recorded  # noqa: E402
 
 torch.manual_seed(0)
 FAILS = []
@@ -255,6 +257,21 @@ def _dry_run(folder, world, layout, plan_file=None):
     return json.loads(p.stdout)
 
 
+def _canonical(plan):
+    """A described plan's JSON with defaults filled in and regions in one order."""
+    out = []
+    for p in plan["params"]:
+        q = dict(p, transposed=bool(p.get("transposed", False)), fill=p.get("fill", "recorded"))
+        q["regions"] = sorted(p["regions"], key=lambda r: json_key(r))
+        out.append(q)
+    return sorted(out, key=lambda p: p["name"]), sorted(plan.get("skip", []))
+
+
+def json_key(obj):
+    import json
+    return json.dumps(obj, sort_keys=True)
+
+
 def dry_run_cases():
     """Every rank's recording as one plan file through the library's dry run (shardload plan
     --plan-file): the library accepts every plan, every byte is read once, and where a spec
@@ -267,7 +284,12 @@ def dry_run_cases():
         world = layout.get("tp", 1) * layout.get("pp", 1) * layout.get("dp", 1)
         try:
             catalog = U.catalog(folder)
-            plans = [R.record(U.build(folder, r, **layout), catalog).to_json() for r in range(world)]
+            recordings = [R.record(U.build(folder, r, **layout), catalog) for r in range(world)]
+            plans = [rec.to_json() for rec in recordings]
+            built = json.loads(vllm_recorded.to_plan(recordings[-1]).to_json())
+            if _canonical(built) != _canonical(plans[-1]):
+                fail("%s %s: the shardload.Plan the plugin builds differs from the recording's "
+                     "JSON" % (fixture, layout))
             with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
                 json.dump({"ranks": plans}, f)
             got = _dry_run(folder, world, layout, f.name)
