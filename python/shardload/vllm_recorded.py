@@ -3,8 +3,8 @@ loaders: an architecture shardload has no spec for (or model_loader_extra_config
 {"plan": "record"}). shardload.vllm calls load_recorded(); docs/INTEGRATION.md says what it does.
 
 On every worker:
-1. the checkpoint's catalog (headers only) and the recording of model.load_weights over stand-ins
-   of its tensors (shardload.record); a RecordError on any worker fails every worker with it
+1. the checkpoint's catalog (headers only, read by the first worker and sent to the others) and
+   the recording of model.load_weights over stand-ins of its tensors (shardload.record); a RecordError on any worker fails every worker with it
    (the ranks agree over vLLM's world CPU group before anything else happens); a load_weights that
    fails on stand-ins (a model that reads values while loading) leaves everything to the fallback;
 2. the constants the loaders wrote (outside the plan's zeros) are written into the module;
@@ -61,17 +61,40 @@ def _agree(group, message):
     return None
 
 
+def _first_rank(group):
+    import torch.distributed as dist
+    if hasattr(dist, "get_process_group_ranks"):
+        return dist.get_process_group_ranks(group)[0]
+    return dist.distributed_c10d._get_global_rank(group, 0)   # torch 1.13
+
+
+def shared_catalog(model_config, options, group):
+    """The checkpoint's catalog, read by the group's first worker (which brings a Hub id into the
+    cache) and sent to the others; (catalog, None) or (None, the failure's message)."""
+    import torch.distributed as dist
+    from . import catalog as sl_catalog
+    box = [None]
+    if dist.get_rank(group) == 0:
+        try:
+            box[0] = (sl_catalog.tensors(model_config.model, **{
+                k: options.get(k) for k in ("load_format", "revision", "cache_dir")}), None)
+        except Exception as e:
+            box[0] = (None, "the checkpoint's catalog: %s: %s" % (type(e).__name__, e))
+    dist.broadcast_object_list(box, src=_first_rank(group), group=group)
+    return box[0]
+
+
 def record_rank(model, model_config, options, group):
     """This worker's Recording (a RecordError, or a catalog failure, on any worker raises on
     every worker)."""
-    from . import catalog as sl_catalog
     from . import record as sl_record
     from .errors import InvalidArgumentError
     from .record_plan import everything_falls_back
-    recording, problem = None, None
+    recording = None
+    tensors, problem = shared_catalog(model_config, options, group)
     try:
-        tensors = sl_catalog.tensors(model_config.model, **{k: options.get(k) for k in
-                                                            ("load_format", "revision", "cache_dir")})
+        if tensors is None:
+            raise InvalidArgumentError(problem)
         try:
             recording = sl_record.record(model, tensors)
         except sl_record.RecordError:
