@@ -510,10 +510,9 @@ class Recorder:
         b = simple_box(g[0], g[1], g[2], dshape)
         if b is None:
             return None
-        copy = geom.plan_copy([[n, ss, ds] for n, ss, ds in zip(sizes, strides, g[2])],
-                              offset, shape, g[0], dshape)
-        copy.ready = [(a[0], a[1], b[0], b[1])]
-        return copy
+        return geom.Copy.boxes(offset, shape, g[0], dshape,
+                               [[n, ss, ds] for n, ss, ds in zip(sizes, strides, g[2])],
+                               [(a[0], a[1], b[0], b[1])])
 
     def _resolve(self, src, offset, sizes, strides, dtype, g, info):
         """(offset, iteration dims [[n, checkpoint stride, parameter stride]], dtypes on the way)

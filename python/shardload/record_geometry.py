@@ -160,13 +160,27 @@ class Copy:
     def __init__(self, src_offset, src_shape, dst_offset, dst_shape, dims):
         self.src_offset, self.src_shape = src_offset, list(src_shape)
         self.dst_offset, self.dst_shape = dst_offset, list(dst_shape)
-        self.dims = dims
+        self.dims = dims    # or, until needed, the raw iteration dims [[n, src stride, dst stride]]
         self.ready = None   # the held orientation's regions, when the caller knows them
-        self._cut = {}
+        self._cut = None
+
+    @classmethod
+    def boxes(cls, src_offset, src_shape, dst_offset, dst_shape, raw, ready):
+        """A copy whose regions in the held orientation are known (one box pair, `ready`); its
+        iteration dims raw [[n, src stride, dst stride]] are ordered only if asked for."""
+        copy = cls(src_offset, src_shape, dst_offset, dst_shape, None)
+        copy.ready = ready
+        copy._cut = raw
+        return copy
 
     def _regions(self, transposed, limit):
         if self.ready is not None and not transposed:
             return self.ready
+        if self.dims is None:   # a ready copy asked for the other orientation
+            self.dims = _order(self._cut)
+            self._cut = None
+        if self._cut is None:
+            self._cut = {}
         if transposed in self._cut:
             return self._cut[transposed]
         out = None
@@ -217,8 +231,11 @@ def plan_copy(dims, src_offset, src_shape, dst_offset, dst_shape):
     """A Copy from iteration dims [[n, src stride, dst stride]] (the destination's logical
     order). The dims are reordered as the source walks its tensor (outer first; repeats, stride
     0, first: they are enumerated anyway): both sides then pair in that order."""
-    dims = sorted(merge(dims), key=lambda d: (d[1] != 0, -d[1]))
-    return Copy(src_offset, src_shape, dst_offset, dst_shape, merge(dims))
+    return Copy(src_offset, src_shape, dst_offset, dst_shape, _order(dims))
+
+
+def _order(dims):
+    return merge(sorted(merge(dims), key=lambda d: (d[1] != 0, -d[1])))
 
 
 def boxes_tile(boxes):

@@ -127,6 +127,9 @@ def op_cases():
           lambda m, n, t: (m.p.data[:6].copy_(t), m.p.data[6:].fill_(0.5)))
     check("zero_ before a region", {"p": ((8, 8), F32)}, w,
           lambda m, n, t: (m.p.data.zero_(), m.p.data[1:7].copy_(t)))
+    check("a copy and a transposed copy into one parameter", {"p": ((4, 6), F32)},
+          {"a": rand(2, 6), "b": rand(6, 2)},
+          lambda m, n, t: m.p.data[:2].copy_(t) if n == "a" else m.p.data[2:].copy_(t.t()))
     check("two tensors into one parameter", {"p": ((12, 8), F32)}, {"a": rand(6, 8), "b": rand(6, 8)},
           lambda m, n, t: m.p.data.narrow(0, 0 if n == "a" else 6, 6).copy_(t))
     # What must fall back.
