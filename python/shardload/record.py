@@ -130,11 +130,11 @@ class Recorder:
         if Tracked._hook is not None:
             raise RecordError("recording: a recording is already running in this process")
         t0 = time.perf_counter()
-        self._watch_params()
-        Tracked._hook = self.dispatch
         collecting = gc.isenabled()
         gc.disable()   # the recording allocates many small objects and frees few: no cycle passes
         try:
+            self._watch_params()
+            Tracked._hook = self.dispatch
             with torch.no_grad():
                 self.model.load_weights(self.weights())
         finally:
