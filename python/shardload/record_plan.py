@@ -77,7 +77,7 @@ class Recording:
     def __init__(self):
         self.params, self.fallback, self.reasons = [], [], {}
         self.fallback_params, self.consts, self.skipped = [], [], []
-        self.catalog, self.seconds, self.failed = {}, 0.0, None
+        self.catalog, self.seconds = {}, 0.0
 
     def fills(self):
         """{parameter name: "recorded" | "fallback"}."""
@@ -120,16 +120,6 @@ class Recording:
                 % (len(self.params), sum(len(p.regions) for p in self.params), b["recorded"],
                    len(self.fallback), b["fallback"], len(self.fallback_params), len(self.skipped),
                    self.seconds))
-
-
-def everything_falls_back(catalog, why):
-    """A Recording in which every checkpoint tensor goes to load_weights (a recording that failed)."""
-    out = Recording()
-    out.catalog = {t.name: t for t in catalog}
-    out.fallback = [t.name for t in catalog]
-    out.reasons = {t.name: why for t in catalog}
-    out.failed = why
-    return out
 
 
 def _element_bits(sdtype):

@@ -394,7 +394,9 @@ def loader_class():
             from . import torch as sl_torch
             from .vllm_recorded import (FALLBACK_PREFIX, RecordedFallback, fills_of, record_rank,
                                         replay_consts, summary_line, to_plan)
-            recording = record_rank(model, model_config, options, layout["group"])
+            recording, failed = record_rank(model, model_config, options, layout["group"])
+            if failed is not None:
+                return self._to_default_loader(model, model_config, failed)
             replay_consts(model, recording)
             handler = RecordedFallback(model, recording)
             seen = {}
@@ -449,6 +451,19 @@ def loader_class():
                 if "unknown architecture" in e.message or _DRAFT_MISFIT in e.message:
                     return e.message
                 raise
+
+        def _to_default_loader(self, model, model_config, reason):
+            """vLLM's own loader (every worker reads every file), when nothing could be recorded."""
+            import copy
+            from vllm.model_executor.model_loader import DefaultModelLoader
+            logger.warning("shardload: %s loaded by vLLM's default loader: %s",
+                           model_config.model, reason)
+            config = copy.copy(self.load_config)
+            config.load_format = "auto"
+            extra = getattr(self.load_config, "model_loader_extra_config", None) or {}
+            config.model_loader_extra_config = {k: v for k, v in extra.items() if k in VLLM_EXTRA_KEYS}
+            DefaultModelLoader(config).load_weights(model, model_config)
+            self.last = {"loader": "default", "plan": None, "why": reason}
 
     _class = ShardloadModelLoader
     return _class

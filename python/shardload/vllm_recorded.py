@@ -6,7 +6,8 @@ On every worker:
 1. the checkpoint's catalog (headers only, read by the first worker and sent to the others) and
    the recording of model.load_weights over stand-ins of its tensors (shardload.record); a RecordError on any worker fails every worker with it
    (the ranks agree over vLLM's world CPU group before anything else happens); a load_weights that
-   fails on stand-ins (a model that reads values while loading) leaves everything to the fallback;
+   fails on stand-ins on any worker (a model that needs values while it loads) hands the model to
+   vLLM's own loader on every worker, with a warning;
 2. the constants the loaders wrote (outside the plan's zeros) are written into the module;
 3. the plan (shardload.Plan: recorded parameters with their regions and zeros, one parameter per
    fallback tensor, the tensors this rank skips) is loaded by shardload.torch.load_into: recorded
@@ -50,7 +51,7 @@ def to_plan(recording, device="cpu"):
 
 
 def _agree(group, message):
-    """Every worker's message (None: fine) over the group; the first failure, named by rank."""
+    """Every worker's message (None: fine) over the group; the first one, named by its rank."""
     import torch.distributed as dist
     world = dist.get_world_size(group)
     everyone = [None] * world
@@ -85,32 +86,26 @@ def shared_catalog(model_config, options, group):
 
 
 def record_rank(model, model_config, options, group):
-    """This worker's Recording (a RecordError, or a catalog failure, on any worker raises on
-    every worker)."""
+    """(This worker's Recording, None), or (None, why) when load_weights failed on stand-ins on
+    some worker (every worker then hands the model to vLLM's own loader). A RecordError, or a
+    catalog failure, on any worker raises on every worker."""
     from . import record as sl_record
     from .errors import InvalidArgumentError
-    from .record_plan import everything_falls_back
-    recording = None
+    recording, problem, failed = None, None, None
     tensors, problem = shared_catalog(model_config, options, group)
-    try:
-        if tensors is None:
-            raise InvalidArgumentError(problem)
+    if tensors is not None:
         try:
             recording = sl_record.record(model, tensors)
-        except sl_record.RecordError:
-            raise
-        except Exception as e:   # a loader that needs values while it loads: all real tensors
-            why = "load_weights failed on stand-ins of the checkpoint (%s: %s)" % (type(e).__name__, e)
-            logger.warning("shardload: %s; every tensor goes to load_weights as a real tensor", why)
-            recording = everything_falls_back(tensors, why)
-    except Exception as e:
-        problem = "%s: %s" % (type(e).__name__, e) if not isinstance(e, sl_record.RecordError) \
-            else str(e)
+        except sl_record.RecordError as e:
+            problem = str(e)
+        except Exception as e:   # a loader that needs values while it loads
+            failed = "load_weights failed on stand-ins of the checkpoint (%s: %s)" % (type(e).__name__, e)
     message = _agree(group, problem)
     if message is not None:
         raise InvalidArgumentError("shardload: the recording of the model's weight loaders failed: "
                                    + message)
-    return recording
+    failed = _agree(group, failed)
+    return (None, failed) if failed is not None else (recording, None)
 
 
 def replay_consts(model, recording):
@@ -146,8 +141,6 @@ class RecordedFallback:
         if name.startswith(FALLBACK_PREFIX):
             t = name[len(FALLBACK_PREFIX):]
             if self.recording.fallback and t == self.recording.fallback[0]:
-                if self.recording.failed:   # nothing was recorded: the pass fills the module
-                    return list(self.model.state_dict(keep_vars=True))
                 return list(self.recording.fallback_params)   # the pass fills them
             return []
         return None
@@ -194,6 +187,4 @@ def summary_line(way, fills, nbytes, recording=None):
     text = "shardload: plan %s: %s" % (way, ", ".join(parts) or "nothing")
     if recording is not None:
         text += "; recording %.2f s" % recording.seconds
-        if recording.failed:
-            text += " (failed: %s)" % recording.failed
     return text

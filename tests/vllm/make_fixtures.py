@@ -11,7 +11,7 @@ variants:
   eagle_draft  llama_f32 whose config.json names an architecture shardload has no spec for;
   llama_arith  llama_f32 as ArithLlamaForCausalLM (weight loaders doing arithmetic: fallback);
   llama_sparsity llama_f32 as SparsityLlamaForCausalLM (load_weights reads every tensor's values:
-               the recording fails, everything goes to load_weights);
+               the recording fails, vLLM's own loader loads it);
   llama_stray  llama_f32 as StrayLlamaForCausalLM (a loader writing outside its parameter).
 Architectures shardload has no spec for, loaded through recorded plans (scripts/fixtures/
 recorded.py): internlm2, starcoder2."""

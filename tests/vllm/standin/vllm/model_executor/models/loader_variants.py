@@ -7,8 +7,8 @@ what a recorded plan cannot express or must refuse, for the recorder's tests.
   (torch.cat of two checkpoint tensors). Both must fall back: loaded as real tensors through this
   load_weights, equal to what the `auto` format gives.
 - SparsityLlamaForCausalLM: load_weights counts each tensor's nonzero elements first (an op with
-  a data-dependent shape, which no stand-in can run): the recording fails, every tensor goes to
-  this load_weights as a real one, and the load still equals the `auto` format's.
+  a data-dependent shape, which no stand-in can run): the recording fails, and every worker hands
+  the model to vLLM's own loader.
 - StrayLlamaForCausalLM: model.norm.weight is a view into a larger buffer, and its loader writes
   one element past it (as_strided over the buffer): the recording refuses it, naming the
   parameter and the checkpoint tensor.
