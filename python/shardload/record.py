@@ -482,7 +482,7 @@ class Recorder:
         src = value._sl_info
         root = src.root
         if src is root and sizes == list(g[1]) and dtype == root.dtype and \
-                conversion_ok([dtype], info.dtype):
+                (dtype == info.dtype or conversion_ok([dtype], info.dtype)):
             copy = self._simple(offset, sizes, strides, root.shape, g, info.shape)
             if copy is not None:
                 self._event(info, Event(self.seq, "region", g, tensor=root.name, copy=copy,

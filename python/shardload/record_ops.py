@@ -241,12 +241,17 @@ def conversion_ok(casts, final):
     return True
 
 
+_STRIDES = {}   # shape (a tuple) -> its contiguous strides
+
+
 def simple_box(offset, sizes, strides, shape):
     """(start, count, dims) when the view (offset, sizes, strides) of a contiguous tensor of
     `shape` is a box walked in row-major order (each view dimension of size > 1 on its own tensor
     dimension, in increasing order, step 1), dims the tensor dimension of each such view
     dimension; else None."""
-    cs = geom.contiguous_strides(shape)
+    cs = _STRIDES.get(shape)
+    if cs is None:
+        cs = _STRIDES[shape] = geom.contiguous_strides(shape)
     start = geom.unravel(offset, shape)
     count = [1] * len(shape)
     dims = []
