@@ -117,7 +117,8 @@ sl_status sl_plan_add_regions(sl_plan *plan, size_t n, const uint32_t *params, c
                       i, tensors[i], n_names, ndims[i], dst_ndims[i], at, n_numbers);
       break;
     }
-    const uint64_t *x = numbers + at;
+    static const uint64_t none[1] = {0}; /* no numbers: a region of 0 dimensions */
+    const uint64_t *x = want > 0 ? numbers + at : none;
     uint32_t a = ndims[i], b = dst_ndims[i];
     st = sl__plan_region(plan, params[i], zeros ? NULL : names[tensors[i]], a, x, x + a, b, x + 2 * a,
                          x + 2 * a + b);

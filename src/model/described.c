@@ -158,7 +158,7 @@ sl_status sl__plan_region(struct sl_plan *p, uint32_t param, const char *tensor,
     return nomem(p);
   *r = (sl__dregion){
       .param = param, .tensor = t, .ndim = ndim, .dst_ndim = dst_ndim, .nums = base, .cat = SL_NONE};
-  uint64_t *n = (uint64_t *)p->nums.data + base;
+  uint64_t *n = want > 0 ? (uint64_t *)p->nums.data + base : NULL;
   if (ndim > 0) {
     memcpy(n, start, ndim * sizeof *n);
     memcpy(n + ndim, count, ndim * sizeof *n);
@@ -267,7 +267,7 @@ static void put_body(sl__buf *b, canon *c, const uint64_t *order, const uint64_t
     put32(b, r->tensor == SL_PLAN_ZEROS ? SL_PLAN_ZEROS : canon_of(c, r->tensor));
     uint8_t dims[2] = {(uint8_t)r->ndim, (uint8_t)r->dst_ndim};
     sl__buf_append(b, dims, 2);
-    const uint64_t *n = (const uint64_t *)p->nums.data + r->nums;
+    const uint64_t *n = sl__plan_nums(p, r->nums);
     for (uint32_t j = 0; j < 2 * r->ndim + 2 * r->dst_ndim; j++)
       put64(b, n[j]);
   }
@@ -402,4 +402,3 @@ void sl__described_who(const sl__described *d, uint32_t c, char *buf, size_t cap
   if (d->class_size[c] > 3 && n < cap)
     snprintf(buf + n, cap - n, " and %u more", d->class_size[c] - 3);
 }
-

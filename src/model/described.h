@@ -90,6 +90,13 @@ typedef struct sl__plan_key {
   uint64_t h1, h2, len;
 } sl__plan_key;
 
+/* The numbers of a builder's region from index off (a pointer to nothing while the plan holds none:
+ * every region has 0 dimensions). */
+static inline const uint64_t *sl__plan_nums(const struct sl_plan *p, uint64_t off) {
+  static const uint64_t none[1] = {0};
+  return p->nums.data != NULL ? (const uint64_t *)p->nums.data + off : none;
+}
+
 /* ---- the builder (model/described.c) ---- */
 void sl__plan_init(struct sl_plan *p);
 void sl__plan_release(struct sl_plan *p);

@@ -306,14 +306,14 @@ sl_status sl__plans_from_json(const char *text, size_t len, uint32_t world, stru
 }
 
 static void put_dims(sl__buf *b, const char *key, const uint64_t *v, uint32_t n) {
-  sl__buf_appendf(b, ",\"%s\":[", key);
+  sl__buf_appendf(b, ",\"%s\":[", key); /* v may be NULL when n is 0 */
   for (uint32_t j = 0; j < n; j++)
     sl__buf_appendf(b, "%s%llu", j > 0 ? "," : "", (unsigned long long)v[j]);
   sl__buf_putc(b, ']');
 }
 
 static void put_region(sl__buf *b, const struct sl_plan *p, const sl__dregion *r) {
-  const uint64_t *n = (const uint64_t *)p->nums.data + r->nums;
+  const uint64_t *n = sl__plan_nums(p, r->nums);
   if (r->tensor == SL_PLAN_ZEROS) {
     sl__buf_appendf(b, "{\"zeros\":true");
   } else {

@@ -134,8 +134,8 @@ static void load_header_json(const sl__load_report *r, sl__buf *b) {
       ",\"expert_placement\":\"%s\",\"eplb\":%s,\"threads\":%u,\"load_strategy\":\"%s\",\"prefault\":%s,"
       "\"two_phase_reads\":%s,\"files\":%zu,\"tensors\":%zu,\"checkpoint_bytes\":%llu,",
       sl__placement_name(r->placement), json_bool(r->eplb), r->threads, r->strategy, json_bool(r->prefault),
-      json_bool(r->two_phase),
-      s->cat->n_files, s->cat->n_tensors, (unsigned long long)s->sched->checkpoint_bytes);
+      json_bool(r->two_phase), s->cat->n_files, s->cat->n_tensors,
+      (unsigned long long)s->sched->checkpoint_bytes);
   storage_json(b, s, (uint32_t)r->world);
   sl__buf_appendf(b, ",");
   sl__buf_appendf(
@@ -212,6 +212,9 @@ void sl__report_load_json(const sl__load_report *r, sl__buf *b) {
   strategy_choice_json(r, b);
   sl__figures_json(b, r->fig);
   sl__figures_nodes_json(b, r->fig);
+  sl__fill_totals fill;
+  sl__fill_totals_of(r->setup.m, r->setup.sched, &fill);
+  sl__report_fill_json(b, r->setup.m, &fill);
   load_ranks_json(r, b);
   sl__buf_appendf(b, "\"peak_rss_bytes_max\":%llu,\"staging_bytes\":%llu,",
                   (unsigned long long)peak_rss_max(r), (unsigned long long)r->staging_bytes);
@@ -278,6 +281,9 @@ void sl__report_load_summary(const sl__load_report *r, sl__buf *b) {
                     (unsigned long long)comms, comms == 1 ? "" : "s", groups, groups == 1 ? "" : "s");
   storage_summary(b, s, (uint32_t)r->world);
   strategy_summary(r, b);
+  sl__fill_totals fill;
+  sl__fill_totals_of(s->m, s->sched, &fill);
+  sl__report_fill_summary(b, "  ", s->m, &fill);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -308,6 +314,9 @@ void sl__report_plan_json(const sl__plan_report *r, sl__buf *b) {
                   (unsigned long long)sc->expert_tensors, (unsigned long long)sc->expert_tensors_one_reader);
   sl__figures_json(b, r->fig);
   sl__figures_nodes_json(b, r->fig);
+  sl__fill_totals fill;
+  sl__fill_totals_of(s->m, sc, &fill);
+  sl__report_fill_json(b, s->m, &fill);
   sl__figures_ranks_json(b, sc->stats, r->world);
   sl__buf_appendf(b, "}\n");
 }
@@ -330,5 +339,8 @@ void sl__report_plan_summary(const sl__plan_report *r, sl__buf *b) {
                   (unsigned long long)sc->tensors_read, (unsigned long long)sc->expert_tensors_one_reader,
                   (unsigned long long)sc->expert_tensors);
   storage_summary(b, s, r->world);
+  sl__fill_totals fill;
+  sl__fill_totals_of(m, sc, &fill);
+  sl__report_fill_summary(b, "", m, &fill);
   sl__figures_table(b, r->fig, sc->stats, 64);
 }

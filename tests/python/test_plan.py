@@ -11,7 +11,8 @@ stored). Checks, on every rank:
   - every parameter byte-exact against common.reference (the norm: the reference's BF16 widened
     independently, the upper 16 bits; inv_freq: the checkpoint's F32), each table entry's fill
     ("recorded", "fallback"), its dtype and local shape as described;
-  - the report: amplification 1.00, every rank's bytes read as planned;
+  - the report: amplification 1.00, every rank's bytes read as planned, the fill object's counts
+    and the summary's line;
   - load_into a module built from the plan: nothing missing or unexpected, the same bytes;
   - the JSON form round trip; the dry run of the plans gives the spec's dry run's reads per rank;
   - a plan naming a tensor the checkpoint lacks: PlanError on every rank before any byte is read.
@@ -126,6 +127,11 @@ def main():
         for rr in report["ranks"]:
             check(rr["bytes_read"] == rr["bytes_read_planned"], "rank %d read %d, planned %d"
                   % (rr["rank"], rr["bytes_read"], rr["bytes_read_planned"]))
+        fill = report["fill"]
+        check(fill["spec"]["params"] == 0 and fill["recorded"]["params"] == world * (len(params) - 1) and
+              fill["fallback"] == {"params": world, "bytes": 16 * world,
+                                   "names": ["model.layers.0.self_attn.rotary_emb.inv_freq"]}, "fill: %s" % fill)
+        check("filled: %d recorded" % (world * (len(params) - 1)) in loader.summary(), loader.summary())
 
     # load_into a module built from the plan
     with shardload.Loader(folder, comm, plan=describe(ckpt, lay), tp=world, quiet=True) as loader:
