@@ -388,7 +388,7 @@ def loader_class():
                          "options": options, "fills": fills, "bytes": nbytes,
                          "planned": seen["plan"], "report": seen.get("report")}
             if layout["rank"] == 0:
-                logger.info(summary_line("spec", fills, nbytes))
+                logger.info(summary_line("spec", fills, nbytes, report=seen.get("report")))
 
         def _load_recorded(self, model, model_config, layout, options, why):
             from . import torch as sl_torch
@@ -421,7 +421,8 @@ def loader_class():
                          "planned": seen["plan"], "recording": recording,
                          "report": seen.get("report")}
             if layout["rank"] == 0:
-                logger.info(summary_line("recorded (%s)" % why, fills, nbytes, recording))
+                logger.info(summary_line("recorded (%s)" % why, fills, nbytes, recording,
+                                         seen.get("report")))
 
         def _draft_misfit(self, model, model_config, layout, options):
             """None when shardload can load the draft model, else the reason (collective)."""

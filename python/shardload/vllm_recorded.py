@@ -178,13 +178,22 @@ def fills_of(plan):
     return fills, nbytes
 
 
-def summary_line(way, fills, nbytes, recording=None):
-    counts = {}
-    for w in fills.values():
-        counts[w] = counts.get(w, 0) + 1
-    parts = ["%s %d parameters (%d bytes)" % (w, counts.get(w, 0), nbytes.get(w, 0))
-             for w in ("spec", "recorded", "fallback") if counts.get(w)]
-    text = "shardload: plan %s: %s" % (way, ", ".join(parts) or "nothing")
+def summary_line(way, fills, nbytes, recording=None, report=None):
+    """The plugin's one log line: how the job's parameters were filled (the report's fill, every
+    rank's; else this rank's), and the recording's time."""
+    job = (report or {}).get("fill")
+    if job:
+        parts = ["%s %d parameters (%d bytes)" % (w, job[w].get("params", 0), job[w].get("bytes", 0))
+                 for w in ("spec", "recorded", "fallback") if job.get(w, {}).get("params")]
+        scope = "job"
+    else:
+        counts = {}
+        for w in fills.values():
+            counts[w] = counts.get(w, 0) + 1
+        parts = ["%s %d parameters (%d bytes)" % (w, counts.get(w, 0), nbytes.get(w, 0))
+                 for w in ("spec", "recorded", "fallback") if counts.get(w)]
+        scope = "rank 0"
+    text = "shardload: plan %s: %s: %s" % (way, scope, ", ".join(parts) or "nothing")
     if recording is not None:
         text += "; recording %.2f s" % recording.seconds
     return text

@@ -93,6 +93,12 @@ def verify(case, model, ref, loader):
     fails += _amplification(case, last)
     recording = last.get("recording")
     fallback = list(recording.fallback) if recording is not None else None
+    fill = (last.get("report") or {}).get("fill") or {}
+    named = set(fill.get("fallback", {}).get("names", []))
+    if not fill.get("recorded", {}).get("params") or \
+            not {"fallback:" + t for t in fallback or []} <= named or (named and not fallback):
+        fails.append("%s: the report's fill %s does not match this rank's fallback %s"
+                     % (case.name, fill, fallback))
     if case.verify == "arith":
         if not fallback or any("mlp" not in t and "norm" not in t for t in fallback):
             fails.append("%s: fallback %s, expected the norms and gate/up projections" % (case.name, fallback))
