@@ -131,19 +131,21 @@ class Recorder:
             raise RecordError("recording: a recording is already running in this process")
         t0 = time.perf_counter()
         collecting = gc.isenabled()
-        gc.disable()   # the recording allocates many small objects and frees few: no cycle passes
+        gc.disable()   # a recording allocates many small objects and frees few: no cycle passes
         try:
-            self._watch_params()
-            Tracked._hook = self.dispatch
-            with torch.no_grad():
-                self.model.load_weights(self.weights())
+            try:
+                self._watch_params()
+                Tracked._hook = self.dispatch
+                with torch.no_grad():
+                    self.model.load_weights(self.weights())
+            finally:
+                Tracked._hook = None
+                self._unwatch_params()
+            self._kept()
+            out = finish(self)
         finally:
-            Tracked._hook = None
             if collecting:
                 gc.enable()
-            self._unwatch_params()
-        self._kept()
-        out = finish(self)
         self.seconds = time.perf_counter() - t0
         out.seconds = self.seconds
         return out

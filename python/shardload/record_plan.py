@@ -22,6 +22,7 @@ finish() turns them into a Recording:
 """
 
 from . import record_geometry as geom
+from .record_ops import NAMES, element_bits
 
 
 class Event:
@@ -122,9 +123,6 @@ class Recording:
                    self.seconds))
 
 
-def _element_bits(sdtype):
-    from .record_ops import element_bits
-    return element_bits(sdtype)
 
 
 def _oriented_shape(shape, transposed):
@@ -136,7 +134,6 @@ def _oriented_shape(shape, transposed):
 
 def _regions_of(info, limit):
     """(RecordedParam, None) or (None, why) for a parameter's region events."""
-    from .record_ops import NAMES
     events = [e for e in info.events if e.kind == "region"]
     copies = [e.copy for e in events]
     if all(c.ready is not None for c in copies):   # boxes in the held orientation already
@@ -159,7 +156,7 @@ def _regions_of(info, limit):
     regions, seqs = [], []
     try:
         for e in events:
-            bits = _element_bits(e.sdtype)
+            bits = element_bits(e.sdtype)
             for src_start, src_count, dst_start, dst_count in e.copy.regions(transposed, limit):
                 regions.append(Region(e.tensor, src_start, src_count, dst_start, dst_count,
                                       geom.numel(src_count) * bits // 8))
