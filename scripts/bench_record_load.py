@@ -7,7 +7,8 @@ a gloo group; scripts/bench-record runs it):
             (model_loader_extra_config {"plan": "record"}): the recording included;
   auto      vLLM's default loader (the stand-in's: every worker reads every file whole and applies
             the model's weight_loader rules).
-Each repetition runs the three in turn, a different one first each time; the time of a way is the slowest worker's, from the start
+A warm-up round of the three is not counted; each repetition runs the three in turn, a different
+one first each time; the time of a way is the slowest worker's, from the start
 of load_model to its end (the model built, then loaded). The recording's own time is reported
 apart. Nothing asserts a time.
 """
@@ -39,7 +40,7 @@ def worker(rank, world, init, folder, reps, status):
     out = {w: [] for w in ways}
     out["recording"] = []
     order = list(ways)
-    for rep in range(reps):
+    for rep in range(-1, reps):   # -1: a warm-up round, not counted (first touches of memory)
         for way in order[rep % 3:] + order[:rep % 3]:   # each way first in turn
             fmt, extra = ways[way]
             if fmt == "shardload":
@@ -54,11 +55,12 @@ def worker(rank, world, init, folder, reps, status):
             seconds = time.perf_counter() - t0
             times = [None] * world
             dist.all_gather_object(times, seconds)
-            out[way].append(max(times))
-            if way == "recorded":
-                rec = [None] * world
-                dist.all_gather_object(rec, loader.last["recording"].seconds)
-                out["recording"].append(max(rec))
+            rec = [None] * world
+            dist.all_gather_object(rec, loader.last["recording"].seconds if way == "recorded" else 0)
+            if rep >= 0:
+                out[way].append(max(times))
+                if way == "recorded":
+                    out["recording"].append(max(rec))
             del model, loader
     if rank == 0:
         with open(status, "w") as f:
