@@ -3,8 +3,11 @@ a build.
 
 `python3 -m pip install --no-build-isolation ./python` (no network). The library is taken from
 SHARDLOAD_LIBRARY when set, else from the repository's build folder (../build/lib, or
-$SL_BUILD_DIR/lib); without one the package installs alone and finds the library at run time
-(SHARDLOAD_LIBRARY, then the system linker path).
+$SL_BUILD_DIR/lib). Without one the install fails, saying how to get one (a package without its
+library would install "successfully" and fail at its first use), unless the system linker finds
+an installed libshardload (ctypes.util.find_library: a prefix in ld.so.conf, the .deb), or
+SHARDLOAD_NO_LIBRARY=1 says the library will be provided at run time (SHARDLOAD_LIBRARY, the system
+linker path): then the package installs alone and says so.
 
 The specs (specs/*.json of the repository: what tells the library how to slice each architecture)
 go to shardload/specs/, beside the bundled library, where the library looks for them (a `specs`
@@ -13,6 +16,7 @@ folder next to its own file). They are taken from where the library found above 
 repository's specs/ folder (../specs).
 """
 
+import ctypes.util
 import glob
 import os
 import shutil
@@ -50,13 +54,36 @@ def find_specs(lib):
     return None
 
 
+NO_LIBRARY = """shardload: no libshardload.so to bundle, and none installed on the system.
+  Build it first, in the shardload source tree:
+      cmake -S . -B build && cmake --build build -j
+  then install ./python from that tree (it takes build/lib beside python/), or point
+  SHARDLOAD_LIBRARY at a built libshardload.so (SL_BUILD_DIR at a build folder).
+  To install the package alone and provide the library at run time (SHARDLOAD_LIBRARY, or the
+  system linker path), set SHARDLOAD_NO_LIBRARY=1."""
+
+
+def no_library():
+    """None when installing without a bundled library is fine (the reason printed), else the error."""
+    system = ctypes.util.find_library("shardload")
+    if system is not None:
+        print("shardload: no libshardload.so to bundle; the system's %s will be used at run time" % system)
+        return None
+    if os.environ.get("SHARDLOAD_NO_LIBRARY", "") not in ("", "0"):
+        print("shardload: installed without libshardload.so (SHARDLOAD_NO_LIBRARY): provide it at run "
+              "time with SHARDLOAD_LIBRARY or on the system linker path")
+        return None
+    return NO_LIBRARY
+
+
 class BuildPy(build_py):
     def run(self):
         super().run()
         lib = find_library()
         if lib is None:
-            print("shardload: no libshardload.so found to bundle (set SHARDLOAD_LIBRARY); the "
-                  "package will look for it at run time")
+            error = no_library()
+            if error is not None:
+                raise SystemExit(error)
         else:
             dst = os.path.join(self.build_lib, "shardload", "libshardload.so")
             shutil.copyfile(lib, dst)

@@ -409,9 +409,11 @@ const sl_param *sl_loader_find(const sl_loader *loader, const char *name);
  * DIR/model-rank-{rank}-part-{part}.safetensors and, on rank 0, copies the non-weight files. */
 sl_status sl_loader_save_sharded(sl_loader *loader, const char *dir);
 
-/* The JSON report of the load, cluster-wide, the same text on every rank (rank 0 writes it and
- * sends it to the others at the end of the load). The string is owned by the loader and valid
- * until the next call on it. NULL before sl_loader_load. */
+/* The JSON report of the load (docs/REPORT.md). On rank 0 the job's: every rank's row and every
+ * node's ("report_scope": "job"; the report file holds it). On another rank its own view, whose
+ * size does not grow with the job ("report_scope": "rank"): the job's figures and totals, as rank 0
+ * sent them at the end of the load, with only this rank's row in "ranks" and no node rows. The
+ * string is owned by the loader and valid until the next call on it. NULL before sl_loader_load. */
 const char *sl_loader_report_json(sl_loader *loader);
 /* A short human summary of the same figures, the same on every rank. Same ownership as the report. */
 const char *sl_loader_summary(sl_loader *loader);
@@ -437,7 +439,8 @@ typedef struct sl_rank_stats {
 } sl_rank_stats;
 #define SL_RANK_STATS_INIT SL_SIZED_INIT(sl_rank_stats)
 
-/* On failure *out is NULL and sl_config_error(config) holds the message. */
+/* On failure *out is NULL and sl_config_error(config) holds the message. The dry run keeps a copy
+ * of config: the caller may destroy it once this returns. */
 sl_status sl_dryrun_create(sl_config *config, int world_size, sl_dryrun **out);
 void sl_dryrun_destroy(sl_dryrun *dryrun);
 int sl_dryrun_world_size(const sl_dryrun *dryrun);
@@ -785,6 +788,15 @@ const char *sl_plan_error(const sl_plan *plan);
  * the order added. */
 sl_status sl_plan_add_param(sl_plan *plan, const char *name, sl_dtype dtype, uint32_t ndim,
                             const uint64_t *shape, int transposed, int fill, uint32_t *index);
+/* n parameters at once (what sl_plan_add_param does, one call): parameter i is names[i], dtypes[i],
+ * ndims[i] dimensions whose sizes follow those of the parameters before it in `shapes` (n_shapes in
+ * all), transposed[i] and fills[i] (transposed and fills may be NULL: none transposed, every one
+ * SL_FILL_RECORDED). Their indexes follow the plan's parameters so far. Each is checked as by
+ * sl_plan_add_param before any is added: on a refusal nothing is added (out of memory may leave the
+ * first ones added). */
+sl_status sl_plan_add_params(sl_plan *plan, size_t n, const char *const *names, const sl_dtype *dtypes,
+                             const uint32_t *ndims, const uint64_t *shapes, size_t n_shapes,
+                             const uint8_t *transposed, const uint8_t *fills);
 /* A region (see above): box start/count (ndim = the tensor's dimensions) of checkpoint tensor
  * `tensor` (copied) fills box dst_start/dst_count (dst_ndim = the parameter's dimensions) of
  * parameter `param`. The tensor's dtype must be the parameter's, or convertible to it (the
@@ -840,7 +852,10 @@ void sl_plans_destroy(sl_plan **plans, int world_size);
  * the caller may destroy it at once. Every rank of the loader must set one (a rank that sets none
  * fails the download on every rank). Ranks whose plans are equal cost one description: the ranks
  * agree by hashes of their canonical form, and only the lowest rank of each set of equal plans
- * sends its plan to the others. Not with load_format sharded_state nor a load from peers. */
+ * sends its plan to the others. Not with load_format sharded_state nor a load from peers.
+ * plan NULL: this rank's plan could not be made (a caller's own failure); then, as when this call
+ * fails, the download fails on every rank (SL_STATUS_PLAN naming this rank) instead of any rank
+ * loading without its plan. */
 sl_status sl_loader_set_plan(sl_loader *loader, const sl_plan *plan);
 /* After sl_loader_plan: how local parameter index is filled (SL_FILL_SPEC for an architecture
  * spec's plan); SL_FILL_SPEC also for an index out of the table. */

@@ -409,8 +409,17 @@ class Loader:
         if st != 0:
             raise error_for(st, self._comm_failure() or cfg.error())
         self._h = handle
+        self._plan_error = None
         if plan is not None:  # this rank's plan instead of the architecture spec (docs/spec/DESIGN.md §12)
-            self._check(lib.sl_loader_set_plan(self._h, plan.handle()))
+            try:
+                st = lib.sl_loader_set_plan(self._h, plan.handle())
+                if st != 0:
+                    raise error_for(st, self._message())
+            except Error as e:
+                # Raised by the next collective call, which then fails on every rank ("rank R could
+                # not set its plan"): raising here would leave the other ranks waiting in it.
+                self._plan_error = e
+                lib.sl_loader_set_plan(self._h, None)
         self.device = cfg.get("device") or "cpu"
         self._plan = None
         self._by_name = {}
@@ -447,13 +456,26 @@ class Loader:
 
     def _check(self, st):
         """Raises the failure of a C call: the same class on every rank (a rank that only saw a
-        peer fail raises the class of that peer's failure, with .peer_rank set)."""
+        peer fail raises the class of that peer's failure, with .peer_rank set; over a
+        torch.distributed group, a lost worker is .peer_rank on every survivor, and .lost_ranks
+        lists every lost one)."""
         if st == 0:
             return
+        if self._plan_error is not None:  # this rank's plan failed: its own error, not the agreement's
+            raise self._plan_error
         cause_rank = ctypes.c_int(-1)
         cause = lib.sl_loader_error_cause(self._h, ctypes.byref(cause_rank)) if self._h else st
         e = error_for(cause if st == PEER_FAILED and cause not in (0, PEER_FAILED) else st, self._message())
         e.peer_rank = cause_rank.value if cause_rank.value >= 0 and st == PEER_FAILED else None
+        e.lost_ranks = []
+        transport = self._transport
+        if transport is not None and transport.failure is not None:
+            # A worker lost (dead, stopped): it is the cause on every survivor, whichever survivor
+            # noticed first; and no survivor's process ends before the others have learned so.
+            transport.settle()
+            if transport.lost:
+                e.lost_ranks = sorted(transport.lost)
+                e.peer_rank = e.lost_ranks[0]
         raise e
 
     def _need_open(self):
@@ -651,7 +673,10 @@ class Loader:
         return out
 
     def report(self):
-        """The JSON report as a dict: the cluster-wide figures, the same on every rank."""
+        """The JSON report as a dict (docs/REPORT.md). Every rank holds the job's figures and totals;
+        rank 0's also lists every rank and every node (``report_scope`` "job"), another rank's lists
+        only itself under ``ranks`` and no node (``report_scope`` "rank"), so that its size does not
+        grow with the job."""
         self._need_loaded()
         text = _lib.text(lib.sl_loader_report_json(self._h))
         return json.loads(text) if text else {}

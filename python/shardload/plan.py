@@ -90,7 +90,12 @@ class Plan:
             raise MemoryError("cannot create a plan")
         self._names = {}          # parameter name -> index (those added from Python)
         self._n_params = 0        # in C plus pending
-        self._pending_params = []  # (name, dtype id, shape, transposed, fill)
+        self._p_names = []         # parameters not yet in C: names (bytes), dtypes, dims, shapes, ...
+        self._p_dtype = array.array("i")
+        self._p_ndim = array.array("I")
+        self._p_shape = array.array("Q")
+        self._p_transposed = bytearray()
+        self._p_fill = bytearray()
         self._tensors = {}        # tensor name -> index in _tensor_names
         self._tensor_names = []
         self._r_param = array.array("I")
@@ -114,7 +119,12 @@ class Plan:
             raise InvalidArgumentError("fill must be 'recorded' or 'fallback', not %r" % (fill,))
         dt = _dtype_id(dtype if isinstance(dtype, str) else _dtype_name(dtype))
         index = self._n_params
-        self._pending_params.append((name, dt, [int(s) for s in shape], bool(transposed), FILLS[fill]))
+        self._p_names.append(name.encode())
+        self._p_dtype.append(dt)
+        self._p_ndim.append(len(shape))
+        self._p_shape.extend(shape)
+        self._p_transposed.append(1 if transposed else 0)
+        self._p_fill.append(FILLS[fill])
         self._names[name] = index
         self._n_params += 1
         return index
@@ -164,12 +174,22 @@ class Plan:
 
     def handle(self):
         """The C sl_plan with everything added so far (owned by this object)."""
-        for name, dt, shape, transposed, fill in self._pending_params:
-            dims = (ctypes.c_uint64 * max(len(shape), 1))(*shape)
-            st = lib.sl_plan_add_param(self._h, name.encode(), dt, len(shape), dims, int(transposed), fill, None)
+        n = len(self._p_names)
+        if n:
+            names = (ctypes.c_char_p * n)(*self._p_names)
+            dtypes = (ctypes.c_int * n).from_buffer(self._p_dtype)
+            ndims = (ctypes.c_uint32 * n).from_buffer(self._p_ndim)
+            shapes = (ctypes.c_uint64 * len(self._p_shape)).from_buffer(self._p_shape) if self._p_shape \
+                else (ctypes.c_uint64 * 1)()
+            flags = (ctypes.c_uint8 * n).from_buffer(self._p_transposed)
+            fills = (ctypes.c_uint8 * n).from_buffer(self._p_fill)
+            st = lib.sl_plan_add_params(self._h, n, names, dtypes, ndims, shapes, len(self._p_shape), flags, fills)
+            del names, dtypes, ndims, shapes, flags, fills
             if st != 0:
                 self._fail(st)
-        self._pending_params = []
+            self._p_names = []
+            for a in (self._p_dtype, self._p_ndim, self._p_shape, self._p_transposed, self._p_fill):
+                del a[:]
         n = len(self._r_param)
         if n:
             names = (ctypes.c_char_p * max(len(self._tensor_names), 1))(*self._tensor_names)

@@ -5,6 +5,7 @@ its own, at most 4 times a second, and once more with bytes_done == bytes_total 
 rank 0 the figures are the job's, cluster-wide (an estimate from rank 0's own progress, see
 docs/REPORT.md), on the other ranks the rank's own bytes. progress=True: on rank 0 a tqdm bar
 when tqdm can be imported, else a line on stderr every few seconds; nothing on the other ranks.
+Sizes are written as the CLI writes them (KiB, MiB, GiB: powers of 1024), rates in MB/s.
 An exception raised by fn is kept and raised by load() once the load has finished.
 """
 
@@ -16,8 +17,15 @@ import time
 CALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_void_p)
 
 
-def _mb(n):
-    return "%.1f MB" % (n / 1e6)
+def _size(n):
+    """A byte count as the C library and the CLI write it (src/base/bytes_fmt.c): binary units,
+    "123 B", "992.00 MiB"; rates stay in MB/s (10^6 bytes per second), as there."""
+    units = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
+    v, u = float(n), 0
+    while v >= 1024.0 and u < len(units) - 1:
+        v /= 1024.0
+        u += 1
+    return "%d B" % n if u == 0 else "%.2f %s" % (v, units[u])
 
 
 class LineReporter:
@@ -36,7 +44,7 @@ class LineReporter:
         self.last = now
         rate = done / (now - self.t0) if now > self.t0 else 0.0
         pct = 100.0 * done / total if total else 100.0
-        print("shardload: %s / %s (%.1f %%), %.1f MB/s" % (_mb(done), _mb(total), pct, rate / 1e6),
+        print("shardload: %s / %s (%.1f %%), %.1f MB/s" % (_size(done), _size(total), pct, rate / 1e6),
               file=self.stream or sys.stderr, flush=True)
 
 
@@ -49,7 +57,8 @@ class TqdmReporter:
 
     def __call__(self, done, total):
         if self.bar is None:
-            self.bar = self.tqdm_cls(total=total, unit="B", unit_scale=True, desc="shardload")
+            # KiB, MiB, GiB as the CLI writes sizes (tqdm's own default is powers of 1000)
+            self.bar = self.tqdm_cls(total=total, unit="iB", unit_scale=True, unit_divisor=1024, desc="shardload")
         self.bar.update(done - self.bar.n)
         if done >= total:
             self.bar.close()

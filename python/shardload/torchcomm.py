@@ -15,7 +15,12 @@ Every call is bounded. The calling thread never blocks in a torch wait: a helper
     and one of them progressed within timeout_s the job is slow, not stuck: it waits on. Otherwise
     the call returns TIMEOUT naming the silent ranks;
   - a call that fails or expires breaks the communicator: the library calls abort(), which writes
-    the message into the store, and every other rank's call ends at once with "rank R: <message>".
+    the message into the store, and every other rank's call ends at once with "rank R: <message>";
+  - the ranks found lost (not heard from when a call failed or expired) travel with that message,
+    so every survivor names them (`lost`, which the loader gives as the error's peer_rank), not
+    the survivor that happened to report first; a survivor waits, bounded, until every other
+    survivor has read why the load failed (settle()), so that the process hosting the store does
+    not end before the others could learn it. A store that cannot be read names no rank.
 Nothing here ends the process or touches MPI.
 """
 
@@ -155,6 +160,7 @@ class TorchComm:
             raise _error("INVALID_ARGUMENT", "group=: this process is not a member of the process group")
         self._global = [self._global_rank(r) for r in range(self.size)]
         self.failure = None        # the message that broke the communicator, once it broke
+        self.lost = []             # ranks not heard from when it broke (dead, stopped, unreachable)
         self._last_beat = 0.0
         self._last_progress = time.monotonic()
         self._next_check = 0.0
@@ -280,6 +286,7 @@ class TorchComm:
             self.failure = text
         try:
             if self.store.add("failed", 0) == 0:
+                self.store.set("failed_lost", ",".join(str(r) for r in self.lost))
                 self.store.set("failed_msg", "%d\n%s" % (self.rank, text))
                 self.store.add("failed", 1)
         except Exception:  # noqa: BLE001 -- the store itself may be what failed
@@ -356,9 +363,14 @@ class TorchComm:
                 # A rank that failed while we listened stopped beating: its failure is the cause,
                 # not its silence.
                 self._check_peers(epoch)
+                if silent is None:
+                    raise CommFailed(TIMEOUT, "%s: no progress for %.0f s (timeout_s); the store of the process "
+                                              "group cannot be read, so which ranks are alive is unknown"
+                                     % (what, now - start))
                 if not silent and idle is not None and idle < timeout_s:
                     deadline = time.monotonic() + timeout_s  # slow, not stuck: wait on
                     continue
+                self.lost = silent
                 raise CommFailed(TIMEOUT, "%s: no progress for %.0f s (timeout_s)%s" % (
                     what, now - start, self._describe(silent)))
         e = box.get("error")
@@ -372,14 +384,25 @@ class TorchComm:
         try:
             if self.store.add("failed", 0) > 0:
                 rank, _, text = self.store.get("failed_msg").decode("utf-8", "replace").partition("\n")
+                # What the failing rank found lost is the cause (a rank that failed on its own
+                # error stops beating too, and is not lost)
+                lost = self.store.get("failed_lost").decode()
+                self.lost = [int(r) for r in lost.split(",") if r.strip().isdigit()]
                 raise CommFailed(ERROR, "rank %s failed: %s" % (rank, text))
             if epoch and self.store.add("stop/%d" % epoch, 0) > 0:
                 raise CommFailed(STOPPED, "stopped by rank %s" % self.store.get("stop_from/%d" % epoch).decode())
         except CommFailed:
             raise
         except Exception as e:  # noqa: BLE001
-            raise CommFailed(ERROR, "the store of the process group is unreachable (%s): the rank that "
-                                    "hosts it (usually rank 0) may have died" % e) from None
+            # Which process ended is not known here: the store's host may have finished after a
+            # failure elsewhere as well as died. Ranks already found lost are the cause.
+            if self.lost:
+                raise CommFailed(ERROR, "lost rank%s %s (dead, stopped or unreachable); the store of the "
+                                        "process group is now unreachable too (%s)" % (
+                                            "s" if len(self.lost) > 1 else "",
+                                            ", ".join(str(r) for r in self.lost), e)) from None
+            raise CommFailed(ERROR, "the store of the process group is unreachable (%s): the process that "
+                                    "hosts it has ended or cannot be reached" % e) from None
 
     # liveness -------------------------------------------------------------------------------------
 
@@ -399,6 +422,8 @@ class TorchComm:
             pass
 
     def _heartbeats(self):
+        """rank -> (heartbeat, idle seconds) of the others; None when the store cannot be read (then
+        nothing can be said of who is alive: no rank is taken for silent)."""
         out = {}
         for r in range(self.size):
             if r == self.rank:
@@ -408,7 +433,7 @@ class TorchComm:
                 if seq > 0:
                     out[r] = (seq, float(self.store.get("idle/%d" % r)))
             except Exception:  # noqa: BLE001
-                pass
+                return None
         return out
 
     def _grace(self, timeout_s=None):
@@ -416,13 +441,16 @@ class TorchComm:
         return min(5.0, max(1.0, t))
 
     def _listen(self, grace=None):
-        """(ranks not heard from, least idle seconds of the others or None), over a grace period."""
+        """(ranks not heard from, least idle seconds of the others or None), over a grace period;
+        (None, None) when the store cannot be read."""
         before = self._heartbeats()
         end = time.monotonic() + (grace or self._grace())
-        while time.monotonic() < end:
+        while before is not None and time.monotonic() < end:
             self._beat_quietly(time.monotonic() - self._last_progress)
             time.sleep(0.05)
-        after = self._heartbeats()
+        after = self._heartbeats() if before is not None else None
+        if after is None:
+            return None, None
         silent = [r for r in range(self.size)
                   if r != self.rank and (r not in after or r not in before or after[r][0] == before[r][0])]
         idles = [after[r][1] for r in after if r not in silent]
@@ -439,5 +467,22 @@ class TorchComm:
             silent, _ = self._listen(grace=1.0)
         except Exception:  # noqa: BLE001
             return ""
+        if silent:
+            self.lost = silent
         return self._describe(silent) if silent else ""
+
+    def settle(self):
+        """After the communicator broke: this rank has learned why; wait, at most a grace period,
+        until every rank not lost has too. The store lives in one of the processes (global rank 0's
+        under torch.distributed's env:// and tcp:// initialisation): if that process raised and
+        ended at once, a survivor still waiting would find the store gone and could not tell which
+        rank was lost."""
+        try:
+            self.store.add("seen", 1)
+            need = self.size - len(self.lost)
+            end = time.monotonic() + self._grace()
+            while self.store.add("seen", 0) < need and time.monotonic() < end:
+                time.sleep(0.02)
+        except Exception:  # noqa: BLE001 -- the store is already gone: nothing to wait for
+            pass
 

@@ -39,6 +39,9 @@ What a worker gets (shardload.torch.load_into on the model vLLM built):
 - attention scales (_k_scale, _v_scale, _q_scale, _prob_scale buffers; k_scale, v_scale, ...
   Parameters of FP8 checkpoints) keep their initial values when the plan has none, and are loaded
   when it has them, checkpoint names (self_attn.k_proj.k_scale) mapped to vLLM's (attn.k_scale);
+- pack-quantized weight_shape tensors planned in the checkpoint's integer dtype (vLLM holds a
+  FusedMoE's in the model dtype, a linear's as int64) are copied in, converted as vLLM's loaders'
+  copy converts them;
 - bytes that cannot be bound go to the parameter's own weight_loader, in vLLM's conventions for
   data that is already the rank's: FusedMoE MXFP4 parameters (gpt-oss, intermediate size padded
   by vLLM) as weight_loader(param, rank_tensor, weight_name=..., shard_id=None, expert_id=None),
@@ -52,10 +55,11 @@ What a worker gets (shardload.torch.load_into on the model vLLM built):
 Plans: with a spec for the architecture, shardload's spec plan; without one, a plan recorded from
 the model's own weight loaders (shardload.record, python/shardload/vllm_recorded.py): the target
 model is never refused for lack of a spec. model_loader_extra_config "plan": auto (default),
-spec, record. A draft (speculative) model uses the spec when its plan fits the module vLLM built;
-otherwise (no spec, or a module vLLM names its own way, such as EAGLE heads) its plan is recorded
-too. `last` says per parameter how it was filled (spec, recorded, fallback) and the bytes each
-way; rank 0 logs one line.
+spec, record. A draft (speculative) model uses the spec when shardload knows its architecture
+(vLLM's name of it: DeepSeekMTPModel for DeepSeek's and GLM-5's MTP layers) and its plan fits the
+module vLLM built; otherwise (no spec, or a module vLLM names its own way, such as EAGLE heads)
+its plan is recorded too. `last` says per parameter how it was filled (spec, recorded, fallback)
+and the bytes each way; rank 0 logs one line.
 
 vllm is imported only inside register() and the loader class, never by `import shardload.vllm`.
 """
@@ -239,6 +243,60 @@ def check_experts(plan, model):
 
 
 _KV_SCALE = re.compile(r"^(.*)\.self_attn\.(?:[qkv]_proj\.|prob_proj\.)?((?:k|v|q|prob)_scale)$")
+# DeepSeek-V3.2's indexer in a block-fp8 checkpoint: shardload plans wk (F8, with its scale) and
+# weights_proj apart; vLLM fuses them into wk_weights_proj (BF16: wk dequantized while loading).
+_INDEXER_PART = re.compile(r"^(.*\.indexer)\.(wk\.weight|wk\.weight_scale_inv|weights_proj\.weight)$")
+_INDEXER_HOW = {"wk.weight": "wk", "wk.weight_scale_inv": "wk_scale", "weights_proj.weight": "weights_proj"}
+# DeepSeek-V4's attention sink: vLLM pads it to at least 64 heads (-inf beyond the rank's, FlashMLA's
+# minimum) and its load_weights copies the rank's heads into the leading slots.
+_PADDED_SINK = re.compile(r"\.attn\.attn_sink$")
+# Module tensors vLLM leaves at their initial values because its checkpoints have none, by
+# architecture: DeepSeek-V4's indexer builds a LayerNorm k_norm its releases do not store (the
+# module registered again under mla_attn.).
+_VLLM_INITIALIZED = {
+    "DeepseekV4ForCausalLM": re.compile(r"\.indexer\.k_norm\.(?:weight|bias)$"),
+}
+
+
+def kept_initialized(model_config):
+    """kept(name) for load_into: the module tensors vLLM leaves at their initial values for this
+    model's architecture (see _VLLM_INITIALIZED), or None."""
+    archs = getattr(model_config, "architectures", None) or \
+        getattr(getattr(model_config, "hf_config", None), "architectures", None) or []
+    patterns = [_VLLM_INITIALIZED[a] for a in archs if a in _VLLM_INITIALIZED]
+    if not patterns:
+        return None
+    return lambda name: any(p.search(name) for p in patterns)
+
+
+def _e4m3_values():
+    """The 256 values of a float8 e4m3fn byte (sign, 4 exponent bits of bias 7, 3 mantissa bits;
+    exponent 0 subnormal, 0x7f and 0xff NaN, no infinity) as float32."""
+    import torch
+    out = []
+    for b in range(256):
+        e, m = (b >> 3) & 15, b & 7
+        if e == 15 and m == 7:
+            v = float("nan")
+        elif e == 0:
+            v = m / 8.0 * 2.0 ** -6
+        else:
+            v = (1.0 + m / 8.0) * 2.0 ** (e - 7)
+        out.append(-v if b & 0x80 else v)
+    return torch.tensor(out, dtype=torch.float32)
+
+
+def dequantize_fp8_blocks(weight, scale, out_dtype):
+    """An F8 (e4m3) weight [N, K] times its block scales [N/bn, K/bk] (each scale over a bn x bk
+    block, the block sizes taken from the shapes as vLLM's _try_load_fp8_indexer_wk does), the
+    product in float32, then out_dtype: vLLM's scaled_dequantize. The weight may arrive as torch's
+    float8 type or as its bytes (uint8: a torch without float8 types)."""
+    import torch
+    raw = weight if weight.dtype == torch.uint8 else weight.view(torch.uint8)
+    values = _e4m3_values()[raw.long()]
+    rows, cols = weight.shape[0] // scale.shape[0], weight.shape[1] // scale.shape[1]
+    s = scale.float().repeat_interleave(rows, dim=0).repeat_interleave(cols, dim=1)
+    return (values * s).to(out_dtype)
 
 
 class WeightLoaderFallback:
@@ -249,6 +307,7 @@ class WeightLoaderFallback:
         self.params = dict(model.named_parameters())
         self.modules = dict(model.named_modules())
         self.handed = []   # (planned name, module parameter, how), for the report and the tests
+        self.pending = {}  # fused indexer parameter -> {"wk": tensor, "wk_scale": tensor}
 
     def _route(self, name):
         """(module parameter name, how) or None."""
@@ -257,8 +316,15 @@ class WeightLoaderFallback:
             target = "%s.self_attn.attn.%s" % (m.group(1), m.group(2))
             if target in self.params:
                 return target, "default"
+        m = _INDEXER_PART.match(name)
+        if m and name not in self.params and m.group(1) + ".wk_weights_proj.weight" in self.params:
+            return m.group(1) + ".wk_weights_proj.weight", _INDEXER_HOW[m.group(2)]
         if name not in self.params:
             return None
+        if _PADDED_SINK.search(name) and self.params[name].dim() == 1:
+            return name, "leading"
+        if name.endswith("weight_shape"):   # pack-quantized: vLLM holds them in its own dtype
+            return name, "convert"
         module = self.modules.get(name.rsplit(".", 1)[0])
         if getattr(module, "quant_config", None) is not None and \
                 "mxfp4" in str(_quant_name(module.quant_config)) and hasattr(module, "expert_map"):
@@ -276,7 +342,18 @@ class WeightLoaderFallback:
         target, how = self._route(name)
         param = self.params[target]
         with torch.no_grad():
-            if how == "moe_rank":   # vLLM's MXFP4 convention: the rank's tensor, every expert
+            if how == "weights_proj":   # shard 1 of the fused indexer projection, as it is
+                param.weight_loader(param, tensor, 1)
+            elif how in ("wk", "wk_scale"):
+                self._indexer_wk(param, target, how, tensor)
+            elif how == "leading":   # the rank's heads into the leading slots of the padded sink
+                if tensor.dim() != 1 or tensor.shape[0] > param.shape[0]:
+                    raise ValueError("%s: %d planned heads do not fit vLLM's %s" % (
+                        name, tensor.shape[0], list(param.shape)))
+                param.data[:tensor.shape[0]].copy_(tensor)
+            elif how == "convert":    # integers into vLLM's dtype, as its loaders' copy converts them
+                param.data.copy_(tensor.reshape(param.shape))
+            elif how == "moe_rank":   # vLLM's MXFP4 convention: the rank's tensor, every expert
                 t = tensor if param.dim() == tensor.dim() else \
                     tensor.reshape(tuple(tensor.shape[:param.dim() - 1]) + (-1,))
                 param.weight_loader(param, t, weight_name=target, shard_id=None, expert_id=None)
@@ -284,6 +361,21 @@ class WeightLoaderFallback:
                 from vllm.model_executor.model_loader.weight_utils import default_weight_loader
                 default_weight_loader(param, tensor)
         self.handed.append((name, target, how))
+
+
+    def _indexer_wk(self, param, target, how, tensor):
+        """Shard 0 of the fused indexer projection: wk as it is, or an F8 wk dequantized with its
+        scale once both have arrived (the plan puts the scale right after its weight)."""
+        import torch
+        f8 = tensor.dtype == torch.uint8 or str(tensor.dtype).startswith("torch.float8")
+        if how == "wk" and not f8:
+            param.weight_loader(param, tensor, 0)
+            return
+        parts = self.pending.setdefault(target, {})
+        parts[how] = tensor.clone()   # the tensor is the loader's memory: valid during the call only
+        if "wk" in parts and "wk_scale" in parts:
+            del self.pending[target]
+            param.weight_loader(param, dequantize_fp8_blocks(parts["wk"], parts["wk_scale"], torch.bfloat16), 0)
 
 
 def _quant_name(quant_config):
@@ -353,6 +445,14 @@ def loader_class():
             layout = parallel_layout(self._config())
             options = self._options(model, model_config, layout)
             draft = self.main_model_config is not None and model_config is not self.main_model_config
+            if draft:
+                # vLLM names a draft's architecture (DeepSeekMTPModel for the MTP layers of a
+                # DeepSeek-V3/V3.2 or GLM-5 checkpoint) unlike the checkpoint's config.json: the
+                # spec is looked up by vLLM's name.
+                archs = getattr(model_config, "architectures", None) or \
+                    getattr(getattr(model_config, "hf_config", None), "architectures", None)
+                if archs and "arch" not in self.options:
+                    options["arch"] = archs[0]
             mode, why = self.plan_mode, "model_loader_extra_config plan: record"
             if draft and mode != "record":
                 why = self._draft_misfit(model, model_config, layout, options)
@@ -380,8 +480,8 @@ def loader_class():
 
             missing, unexpected = sl_torch.load_into(
                 model, model_config.model, group=layout["group"], strict=self.strict,
-                fallback=fallback, check=check, after=lambda loader: seen.update(report=loader.report()),
-                **options)
+                fallback=fallback, check=check, kept=kept_initialized(model_config),
+                after=lambda loader: seen.update(report=loader.report()), **options)
             fills, nbytes = fills_of(seen["plan"])
             self.last = {"loader": "shardload", "plan": "spec", "missing": missing,
                          "unexpected": unexpected, "handed": list(fallback.handed),
@@ -409,7 +509,7 @@ def loader_class():
             missing, unexpected = sl_torch.load_into(
                 model, model_config.model, group=layout["group"], strict=self.strict,
                 fallback=handler, check=check, plan=to_plan(recording, options.get("device", "cpu")),
-                filled=const_only,
+                filled=const_only, kept=kept_initialized(model_config),
                 after=lambda loader: seen.update(report=loader.report()), **options)
             fills, nbytes = fills_of(seen["plan"])
             for name in [n for n in fills if n.startswith(FALLBACK_PREFIX)]:

@@ -89,7 +89,7 @@ static sl_status check_cast(const sl__loader_view *v, const char *fn, const char
   if (!sl__cast_supported(from, to))
     return sl__err_set(v->err, SL_STATUS_UNSUPPORTED,
                        "%s(%s): the plan holds %s, the buffer is %s: no conversion between them (conversions "
-                       "are among F32, F16, BF16 and F64)",
+                       "are among F32, F16, BF16 and F64, and from I64 to I32)",
                        fn, name, sl__dtype_name(from), sl__dtype_name(to));
   if (v->cuda)
     return sl__err_set(
@@ -177,6 +177,17 @@ static sl_status zero_unwritten(const sl__loader_view *v) {
 
 sl_status sl__bind_finish(const sl__loader_view *v) {
   const sl__rank_plan *plan = v->plan;
+  sl__backend *backend = v->store->backend;
+  /* Bound memory the backend cannot write (another GPU's, host memory for device cuda) is refused
+   * here, before any byte moves. */
+  for (size_t i = 0; backend != NULL && backend->ops->check_bound != NULL && i < plan->n_lparams; i++) {
+    if (!v->store->bound[i])
+      continue;
+    sl_status st = backend->ops->check_bound(backend, v->store->table[i].name, v->store->param_ptr[i],
+                                             v->store->table[i].nbytes, v->err);
+    if (st != SL_STATUS_OK)
+      return st;
+  }
   for (size_t i = 0; v->store->cast != NULL && i < plan->n_lparams; i++) {
     uint32_t target = plan->lparams[i].alias_of;
     if (target == SL_NONE)

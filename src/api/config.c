@@ -51,8 +51,9 @@ static const key_def keys[] = {
     {"revision", T_STR, "main", NULL, "Hub revision: branch, tag, refs/pr/N or commit"},
     {"cache_dir", T_STR, NULL, NULL, "Hugging Face cache folder (default HF_HUB_CACHE, $HF_HOME/hub)"},
     {"offline", T_BOOL, "false", NULL, "no network at all; resolve from the cache"},
-    {"quiet", T_BOOL, "false", NULL, "no progress output"},
-    {"progress", T_ENUM, "auto", "auto,always,never", "rank 0's progress: a bar on a terminal, else log lines"},
+    {"quiet", T_BOOL, "false", NULL, "no progress output (the CLI: no summary either; errors still print)"},
+    {"progress", T_ENUM, "auto", "auto,always,never",
+     "rank 0's progress: a bar on a terminal, else log lines"},
     {"load_format", T_ENUM, "auto", "auto,hf,safetensors,mistral,pt,sharded_state", "weight file selection"},
     {"tp", T_POS, "1", NULL, "tensor-parallel size"},
     {"pp", T_POS, "1", NULL, "pipeline-parallel size"},
@@ -61,7 +62,8 @@ static const key_def keys[] = {
     {"expert_placement", T_ENUM, "linear", "linear,round_robin", "expert placement strategy"},
     {"enable_eplb", T_BOOL, "false", NULL, "expert-parallel load balancing (no expert filter)"},
     {"num_redundant_experts", T_U64, "0", NULL, "EPLB redundant expert slots"},
-    {"arch", T_STR, "auto", NULL, "architecture spec: auto (from config.json) or a spec JSON file"},
+    {"arch", T_STR, "auto", NULL,
+     "architecture spec: auto (from config.json), a spec JSON file, or an architecture name"},
     {"layout", T_ENUM, "vllm", "vllm,checkpoint", "names and fusion of the local parameters"},
     {"device", T_ENUM, "cpu", "cpu,cuda", "where the parameters land"},
     {"cuda_device", T_STR, NULL, NULL, "CUDA device ordinal (default: node-local rank)"},
@@ -81,9 +83,9 @@ static const key_def keys[] = {
      "each rank reads its columns row by row; load_strategy auto also does that for a file in the page "
      "cache of the ranks' one node)"},
     {"storage", T_ENUM, "auto", "auto,shared,local",
-     "where the checkpoint is readable: auto (each rank checks which files it can open), shared (every "
-     "rank), local (rank 0's node only; dry run: the first node); ranks that cannot read a file receive "
-     "its bytes"},
+     "where the checkpoint is readable: auto (the first rank of each node checks which files its node "
+     "can open), shared (every rank), local (rank 0's node only; dry run: the first node); ranks that "
+     "cannot read a file receive its bytes"},
     {"bucket_bytes", T_POS, SL__TEXT(SL_BUCKET_BYTES_DEFAULT), NULL, "broadcast bucket size, bytes"},
     {"save_sharded", T_STR, NULL, NULL, "write each rank's parameters to this folder"},
     {"save_max_part_bytes", T_POS, "5368709120", NULL, "largest part file of save_sharded, bytes"},
@@ -481,20 +483,36 @@ static char keys_help[8192];
 /* process-wide: builds keys_help exactly once, whichever threads ask first. */
 static pthread_once_t keys_once = PTHREAD_ONCE_INIT;
 
+/* One key's line: "  NAME  MEANING[; one of A, B, C][ (default D)]" (an enum's accepted values
+ * listed, so that `--help` and the README's table say what --layout or --load-format take). */
+static int key_line(char *out, size_t cap, const key_def *k) {
+  char choices[256] = "";
+  if (k->type == T_ENUM && k->choices != NULL) {
+    size_t c = (size_t)snprintf(choices, sizeof choices, "; one of ");
+    for (const char *p = k->choices; *p != '\0' && c + 3 < sizeof choices; p++) {
+      if (*p == ',') {
+        choices[c++] = ',';
+        choices[c++] = ' ';
+      } else {
+        choices[c++] = *p;
+      }
+    }
+    choices[c] = '\0';
+  }
+  if (k->dflt != NULL)
+    return snprintf(out, cap, "  %-24s %s%s (default %s)\n", k->name, k->help, choices, k->dflt);
+  return snprintf(out, cap, "  %-24s %s%s\n", k->name, k->help, choices);
+}
+
 static void keys_build(void) {
-  char *help = keys_help;
   size_t off = 0;
   for (size_t i = 0; i < N_KEYS && off < sizeof keys_help; i++) {
-    int n = snprintf(help + off, sizeof keys_help - off, "  %-24s %s%s%s\n", keys[i].name, keys[i].help,
-                     keys[i].dflt != NULL ? " (default " : "", keys[i].dflt != NULL ? keys[i].dflt : "");
-    if (n < 0)
+    int n = key_line(keys_help + off, sizeof keys_help - off, &keys[i]);
+    if (n < 0 || (size_t)n >= sizeof keys_help - off) {
+      keys_help[off] = '\0'; /* a partial line never ends the list */
       break;
-    off += (size_t)n;
-    if (keys[i].dflt != NULL && off + 1 < sizeof keys_help) {
-      help[off - 1] = ')';
-      help[off++] = '\n';
-      help[off] = '\0';
     }
+    off += (size_t)n;
   }
 }
 

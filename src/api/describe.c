@@ -73,6 +73,42 @@ sl_status sl_plan_add_param(sl_plan *plan, const char *name, sl_dtype dtype, uin
   return sl__plan_param(plan, name, (sl__dtype)dtype, ndim, shape, transposed != 0, (uint8_t)fill, index);
 }
 
+sl_status sl_plan_add_params(sl_plan *plan, size_t n, const char *const *names, const sl_dtype *dtypes,
+                             const uint32_t *ndims, const uint64_t *shapes, size_t n_shapes,
+                             const uint8_t *transposed, const uint8_t *fills) {
+  if (plan == NULL)
+    return SL_STATUS_INVALID_ARGUMENT;
+  sl__err_clear(&plan->err);
+  if (n > 0 && (names == NULL || dtypes == NULL || ndims == NULL))
+    return sl__err_set(&plan->err, SL_STATUS_INVALID_ARGUMENT, "sl_plan_add_params: a NULL array");
+  /* every parameter checked first: on a refusal nothing is added */
+  sl__hashmap batch;
+  sl__hashmap_init(&batch, SL_HASHMAP_BORROW);
+  size_t at = 0;
+  sl_status st = SL_STATUS_OK;
+  for (size_t i = 0; i < n && st == SL_STATUS_OK; i++) {
+    uint8_t fill = fills != NULL ? fills[i] : SL_FILL_RECORDED;
+    st = sl__plan_param_check(plan, names[i], (sl__dtype)dtypes[i], ndims[i], fill, &batch);
+    if (st == SL_STATUS_OK && (ndims[i] > n_shapes - at || (ndims[i] > 0 && shapes == NULL)))
+      st = sl__err_set(&plan->err, SL_STATUS_INVALID_ARGUMENT,
+                       "sl_plan_add_params: parameter %zu: %u dimensions, %zu of %zu sizes used", i, ndims[i],
+                       at, n_shapes);
+    at += st == SL_STATUS_OK ? ndims[i] : 0;
+  }
+  sl__hashmap_free(&batch);
+  if (st == SL_STATUS_OK && at != n_shapes)
+    st = sl__err_set(&plan->err, SL_STATUS_INVALID_ARGUMENT,
+                     "sl_plan_add_params: the parameters use %zu sizes, %zu were given", at, n_shapes);
+  at = 0;
+  for (size_t i = 0; i < n && st == SL_STATUS_OK; i++) { /* only out of memory fails now */
+    st = sl__plan_param(plan, names[i], (sl__dtype)dtypes[i], ndims[i], ndims[i] > 0 ? shapes + at : NULL,
+                        transposed != NULL && transposed[i] != 0, fills != NULL ? fills[i] : SL_FILL_RECORDED,
+                        NULL);
+    at += ndims[i];
+  }
+  return st;
+}
+
 sl_status sl_plan_add_region(sl_plan *plan, uint32_t param, const char *tensor, uint32_t ndim,
                              const uint64_t *start, const uint64_t *count, uint32_t dst_ndim,
                              const uint64_t *dst_start, const uint64_t *dst_count) {
@@ -190,8 +226,14 @@ char *sl_plan_to_json(const sl_plan *plan) {
  * ------------------------------------------------------------------------------------------- */
 
 sl_status sl_loader_set_plan(sl_loader *l, const sl_plan *plan) {
-  if (l == NULL || plan == NULL)
+  if (l == NULL)
     return SL_STATUS_INVALID_ARGUMENT;
+  if (plan == NULL) { /* the caller could not make this rank's plan: no rank may load without it */
+    l->plan_failed = true;
+    return sl__err_set(
+        &l->err, SL_STATUS_INVALID_ARGUMENT,
+        "sl_loader_set_plan: no plan (this rank's could not be made): the download fails on every rank");
+  }
   if (l->state == STATE_FAILED) /* api/loader.c's sl__loader_begin, which calls into this file */
     return SL_STATUS_INVALID_ARGUMENT;
   sl__err_clear(&l->err);
@@ -206,6 +248,7 @@ sl_status sl_loader_set_plan(sl_loader *l, const sl_plan *plan) {
   uint8_t *blob = NULL;
   size_t len = 0;
   st = sl__plan_serialize(plan, &blob, &len, &l->err);
+  l->plan_failed = st != SL_STATUS_OK;
   if (st != SL_STATUS_OK)
     return st;
   free(l->plan_blob);
@@ -241,13 +284,17 @@ static sl_status classes_of(const sl__plan_key *keys, uint32_t world, uint32_t *
   return SL_STATUS_OK;
 }
 
-/* Every rank has a plan, or none; *all says which. COLLECTIVE. */
+/* Every rank has a plan, or none; *all says which. A rank whose plan could not be set
+ * (sl_loader_set_plan failed) fails every rank: none loads without its plan. COLLECTIVE. */
 static sl_status all_or_none(sl_loader *l, bool *all) {
-  int has = l->plan_blob != NULL;
-  int v[3] = {has, -has, has ? l->comm.size : l->comm.rank};
-  sl_status st = sl__comm_allreduce_min(&l->comm, v, 3, "agreeing on described plans", &l->err);
+  int has = l->plan_blob != NULL || l->plan_failed;
+  int v[4] = {has, -has, has ? l->comm.size : l->comm.rank, l->plan_failed ? l->comm.rank : l->comm.size};
+  sl_status st = sl__comm_allreduce_min(&l->comm, v, 4, "agreeing on described plans", &l->err);
   *all = st == SL_STATUS_OK && v[1] == -1;
-  if (st == SL_STATUS_OK && v[0] == 0 && v[1] == -1)
+  if (st == SL_STATUS_OK && v[3] < l->comm.size)
+    st = sl__err_set(&l->err, SL_STATUS_PLAN, "rank %d could not set its plan (sl_loader_set_plan failed)",
+                     v[3]);
+  else if (st == SL_STATUS_OK && v[0] == 0 && v[1] == -1)
     st = sl__err_set(
         &l->err, SL_STATUS_PLAN,
         "rank %d set no plan (sl_loader_set_plan) while others did: every rank sets one, or none", v[2]);

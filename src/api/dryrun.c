@@ -16,6 +16,7 @@
 
 struct sl_dryrun {
   uint32_t world;
+  sl_config *cfg; /* private copy: the options (and so the reports) point into it */
   sl__pipeline pl;
   double seconds;
   sl__figures fig;
@@ -30,6 +31,7 @@ void sl_dryrun_destroy(sl_dryrun *d) {
   sl__figures_free(&d->fig);
   sl__buf_free(&d->json);
   sl__buf_free(&d->summary);
+  sl_config_destroy(d->cfg);
   free(d);
 }
 
@@ -51,8 +53,12 @@ static sl_status create(sl_config *config, int world_size, const sl_plan *const 
                      ? SL_STATUS_OK
                      : sl__err_set(&err, SL_STATUS_INVALID_ARGUMENT, "world size must be at least 1");
   d->world = (uint32_t)world_size;
+  /* The caller may destroy its config before asking for the reports: they use a copy. */
+  d->cfg = sl__config_clone(config);
+  if (st == SL_STATUS_OK && d->cfg == NULL)
+    st = sl__err_set(&err, SL_STATUS_NOMEM, "out of memory");
   /* The whole pipeline here, for no rank in particular: the schedule holds every rank's figures. */
-  sl__prep_driver drv = {.cfg = config, .world = d->world, .rank = SL_NONE, .builds_catalog = true};
+  sl__prep_driver drv = {.cfg = d->cfg, .world = d->world, .rank = SL_NONE, .builds_catalog = true};
   if (st == SL_STATUS_OK && plans != NULL)
     st = sl__described_from_plans(d->world, plans, &d->pl.described, &err);
   if (st == SL_STATUS_OK)

@@ -2,7 +2,8 @@
  * api/load_stats.c — what a load reports about itself once its transfer is done: each rank's
  * figures (the plan's, with the transfer's actual counts), gathered on rank 0, which computes the
  * cluster figures and the time model and writes the JSON report and the human summary
- * (output/report.c), then the report file.
+ * (output/report.c), then the report file. The other ranks receive the job's figures and the
+ * summary, not every rank's row: their report holds their own (docs/REPORT.md §5).
  */
 #include "api/loader_state.h"
 
@@ -10,6 +11,8 @@
 #include "base/log.h"
 #include "base/memory.h"
 #include "base/util.h"
+#include "engine/file_table.h"
+#include "output/paths.h"
 #include "plan/stats.h"
 
 #include <errno.h>
@@ -28,6 +31,10 @@ static void own_record(const sl_loader *l, sl__rank_record *rec) {
   /* A reload wrote into the mappings: their pages are the process's own now, no longer the files'. */
   rec->bytes_mapped = l->reloads > 0 ? 0 : l->store.maps.bytes_mapped;
   rec->nccl_comms = l->store.backend != NULL ? l->store.backend->nccl_comms : 0;
+  /* Rank 0 opened every file once to build the catalog; the load's table counts the rest. */
+  rec->file_opens = l->pl.prep.cat.opens + (l->pl.files != NULL ? atomic_load(&l->pl.files->opens) : 0);
+  rec->gpu_free_before_nccl = l->store.backend != NULL ? l->store.backend->free_before_comms : 0;
+  rec->gpu_free_after_nccl = l->store.backend != NULL ? l->store.backend->free_after_comms : 0;
 }
 
 /* A load from peers: the time model of its plan (plan/peers.h, the one its dry run gives) instead
@@ -53,8 +60,9 @@ static void peer_prediction(const sl_loader *l, sl__figures *f, const sl__node_l
   }
 }
 
-/* Rank 0: the report and the summary, from every rank's record. */
-static void write_reports(sl_loader *l) {
+/* Rank 0: the report and the summary, from every rank's record, and what the other ranks hold
+ * around their own row (view_head, view_tail: sl__report_load_json_rank_view). */
+static void write_reports(sl_loader *l, sl__buf *view_head, sl__buf *view_tail) {
   sl_rank_stats *stats = calloc((size_t)l->comm.size, sizeof *stats);
   if (stats == NULL)
     return;
@@ -120,6 +128,7 @@ static void write_reports(sl_loader *l) {
   sl__buf_free(&l->report);
   sl__buf_init(&l->report, 0);
   sl__report_load_json(&r, &l->report);
+  sl__report_load_json_rank_view(&r, view_head, view_tail);
   sl__buf_free(&l->summary);
   sl__buf_init(&l->summary, 0);
   sl__report_load_summary(&r, &l->summary);
@@ -127,35 +136,47 @@ static void write_reports(sl_loader *l) {
   free(stats);
 }
 
-/* Rank 0's report and summary to every rank, so that any worker can log or inspect the load the
- * same way (in a torch.distributed job the first rank is often not the one a caller looks at). One
- * blob, "report NUL summary"; the text is a few hundred bytes per rank. */
-static sl_status share_reports(sl_loader *l) {
+/* Blob sections of share_reports, each ending with its NUL. */
+#define SL_REPORT_PARTS 3
+
+/* The rank view of the report to every rank, so that any worker can log or inspect the load (in a
+ * torch.distributed job the first rank is often not the one a caller looks at): one blob,
+ * "head NUL tail NUL summary NUL", whose size does not grow with the job; each rank other than 0
+ * puts its own row (rec) between head and tail. Rank 0 keeps the job's report. */
+static sl_status share_reports(sl_loader *l, const sl__rank_record *rec, sl__buf *head, sl__buf *tail) {
   sl__buf blob;
   sl__buf_init(&blob, 0);
   bool ok = true;
-  if (l->comm.rank == 0) {
-    const char *rep = sl__buf_str(&l->report);
-    const char *sum = sl__buf_str(&l->summary);
-    ok = sl__buf_append(&blob, rep, strlen(rep) + 1) && sl__buf_append(&blob, sum, strlen(sum) + 1);
+  if (l->comm.rank == 0 && l->report.len > 0) {
+    const char *parts[SL_REPORT_PARTS] = {sl__buf_str(head), sl__buf_str(tail), sl__buf_str(&l->summary)};
+    for (int i = 0; i < SL_REPORT_PARTS && ok; i++)
+      ok = sl__buf_append(&blob, parts[i], strlen(parts[i]) + 1);
   }
   uint8_t *data = (uint8_t *)blob.data;
   size_t len = ok ? blob.len : 0;
   sl_status st = sl__comm_bcast_blob(&l->comm, &data, &len, 0, &l->err);
   if (st == SL_STATUS_OK && l->comm.rank != 0 && len > 0) {
-    /* Both texts end with their NUL: rank 0 sent them so; anything else is refused, not read. */
-    const char *rep = (const char *)data;
-    size_t rep_len = strnlen(rep, len);
-    const char *sum = rep + rep_len + 1;
-    if (rep_len >= len || strnlen(sum, len - rep_len - 1) >= len - rep_len - 1) {
-      st = sl__err_set(&l->err, SL_STATUS_INTERNAL, "the report from rank 0 is not two texts (%zu bytes)",
-                       len);
-    } else {
+    /* Every part ends with its NUL: rank 0 sent them so; anything else is refused, not read. */
+    const char *part[SL_REPORT_PARTS];
+    size_t at = 0;
+    for (int i = 0; i < SL_REPORT_PARTS; i++) {
+      part[i] = at < len ? (const char *)data + at : NULL;
+      size_t n = part[i] != NULL ? strnlen(part[i], len - at) : 0;
+      if (part[i] == NULL || n >= len - at)
+        st = sl__err_set(&l->err, SL_STATUS_INTERNAL, "the report from rank 0 is not %d texts (%zu bytes)",
+                         SL_REPORT_PARTS, len);
+      at += n + 1;
+    }
+    if (st == SL_STATUS_OK) {
       sl__buf_free(&l->report);
       sl__buf_init(&l->report, 0);
       sl__buf_free(&l->summary);
       sl__buf_init(&l->summary, 0);
-      if (!sl__buf_append(&l->report, rep, rep_len) || !sl__buf_append(&l->summary, sum, strlen(sum)))
+      ok = sl__buf_append(&l->report, part[0], strlen(part[0]));
+      sl__report_rank_row_json(rec, l->comm.rank, &l->report);
+      ok = ok && sl__buf_append(&l->report, part[1], strlen(part[1])) &&
+           sl__buf_append(&l->summary, part[2], strlen(part[2]));
+      if (!ok)
         st = sl__err_set(&l->err, SL_STATUS_NOMEM, "out of memory keeping the report");
     }
   }
@@ -191,11 +212,29 @@ sl_status sl__loader_statistics(sl_loader *l, double t0) {
   /* t0 is taken after the preparation stages (which sl_loader_load runs itself when the caller
    * did not): they are counted once, by their own timings, however the caller split the calls. */
   l->t_total = l->t_resolve + l->t_catalog + l->t_model + l->t_plan + (sl__now() - t0);
+  sl__buf head, tail;
+  sl__buf_init(&head, 0);
+  sl__buf_init(&tail, 0);
   if (st == SL_STATUS_OK && l->comm.rank == 0)
-    write_reports(l);
+    write_reports(l, &head, &tail);
   st = sl__comm_agree(&l->comm, st, &l->err, "gathering statistics");
   if (st == SL_STATUS_OK)
-    st = sl__comm_agree(&l->comm, share_reports(l), &l->err, "sharing the report");
+    st = sl__comm_agree(&l->comm, share_reports(l, &rec, &head, &tail), &l->err, "sharing the report");
+  sl__buf_free(&head);
+  sl__buf_free(&tail);
+  return st;
+}
+
+/* Rank 0, before anything is read: the report's folder and the save's folder created or refused
+ * (output/paths.h), so that a path that cannot be written fails the load at once, not at its end. */
+sl_status sl__loader_outputs_ready(sl_loader *l) {
+  if (l->comm.rank != 0)
+    return SL_STATUS_OK;
+  sl_status st = SL_STATUS_OK;
+  if (l->pl.opts.report != NULL)
+    st = sl__output_file_ready(l->pl.opts.report, "report (--report)", &l->err);
+  if (st == SL_STATUS_OK && l->pl.opts.save_dir != NULL)
+    st = sl__output_dir_ready(l->pl.opts.save_dir, "save_sharded (--save-sharded)", &l->err);
   return st;
 }
 

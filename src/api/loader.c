@@ -274,6 +274,8 @@ static sl_status after_stage(void *ctx, sl__prep_stage stage, sl_status st, doub
         st = sl__err_set(err, SL_STATUS_NO_DEVICE,
                          "device cuda (--device cuda): no CUDA device available (%s)", why);
     }
+    if (st == SL_STATUS_OK)
+      st = sl__loader_outputs_ready(l);
     return sl__comm_agree(&l->comm, st, err, "checking the configuration");
   case SL_PREP_CATALOG:
     st = sl__loader_share_catalog(l, &l->pl, st, t0);
@@ -506,7 +508,7 @@ static sl_status allocate(sl_loader *l) {
       sl__strategy_maps(l->pl.opts.strategy, l->store.backend->host_addressable, l->pl.opts.prefault) &&
       !l->pl.prep.cat.arriving && !sl__catalog_remote(&l->pl.prep.cat) && !l->peers)
     st = sl__filemap_params(&l->pl.prep.cat, &l->pl.sched, &l->pl.plan, skip, l->pl.opts.strategy,
-                            l->pl.stamps, l->store.param_ptr, l->store.mapped, &l->store.maps, &l->err);
+                            l->pl.files, l->store.param_ptr, l->store.mapped, &l->store.maps, &l->err);
   free(skip);
   /* One block for all of them where the backend offers it (device memory). */
   uint64_t total = 0;
@@ -613,11 +615,13 @@ sl_status sl__loader_transfer(sl_loader *l, bool reload) {
                      .copy_done = l->copy_done,
                      .copy_started = reload ? l->copy_started : NULL,
                      .vis = sl__pipeline_vis(&l->pl),
-                     .stamps = l->pl.stamps};
+                     .files = l->pl.files};
   st = st == SL_STATUS_OK ? sl__prepare_gate(&l->pl.prep, &l->comm, &tr.gate, &l->err) : st;
   st = st == SL_STATUS_OK ? sl__transfer_run(&tr, &l->tstats, &l->err) : st;
   st = sl__prepare_download_wait(&l->pl.prep, &l->comm, st, &l->err);
   st = sl__transfer_finish(&l->comm, l->store.backend, st, &l->err);
+  if (l->pl.files != NULL) /* every byte is read: the descriptors of the load go (its count stays) */
+    sl__file_table_close(l->pl.files);
   l->t_transfer = sl__now() - t0;
   return st;
 }
@@ -645,6 +649,23 @@ sl_status sl__loader_track(sl_loader *l) {
   return st;
 }
 
+/* The report could not be written after a successful load: the copy is saved all the same (the
+ * load it copies is sound), and the report's error, which the load returns, says what became of it. */
+static sl_status save_after_report_failure(sl_loader *l, sl_status report_st) {
+  sl__err report_err;
+  sl__err_clear(&report_err);
+  sl__err_copy(&report_err, &l->err);
+  sl_status st = sl_loader_save_sharded(l, l->pl.opts.save_dir);
+  char save_msg[SL_ERR_MSG_MAX];
+  snprintf(save_msg, sizeof save_msg, "%s", st == SL_STATUS_OK ? "" : l->err.msg);
+  sl__err_clear(&l->err);
+  if (st == SL_STATUS_OK)
+    return sl__err_set(&l->err, report_st, "%s (the load succeeded; its sharded copy is saved in %s)",
+                       report_err.msg, l->pl.opts.save_dir);
+  return sl__err_set(&l->err, report_st, "%s (the load succeeded; its sharded copy failed too: %s)",
+                     report_err.msg, save_msg);
+}
+
 /* Every wait below is bounded by the watchdog (timeout_s, engine/watchdog.c): past it a rank names
  * the phase and the ranks it has not heard from, then ends the job with MPI_Abort on the load's
  * communicator, the library's one exception to returning a status. */
@@ -668,6 +689,8 @@ static sl_status load_phases(sl_loader *l) {
   sl__progress_set_phase(&l->progress, SL_PHASE_TRANSFER);
   if (st == SL_STATUS_OK)
     st = sl__loader_transfer(l, false);
+  if (st == SL_STATUS_OK)
+    st = sl__loader_check_values(l);
   sl__progress_set_phase(&l->progress, SL_PHASE_TRACK);
   if (st == SL_STATUS_OK)
     st = sl__loader_track(l);
@@ -678,11 +701,11 @@ static sl_status load_phases(sl_loader *l) {
     return sl__loader_fail(l, st);
   /* Report file and pre-sharded copy, when configured (their failure leaves the load usable). */
   st = sl__loader_report_file(l);
-  if (st != SL_STATUS_OK)
+  if (l->pl.opts.save_dir == NULL)
     return st;
-  if (l->pl.opts.save_dir != NULL)
+  if (st == SL_STATUS_OK)
     return sl_loader_save_sharded(l, l->pl.opts.save_dir);
-  return SL_STATUS_OK;
+  return save_after_report_failure(l, st);
 }
 
 sl_status sl_loader_load(sl_loader *l) {
@@ -736,7 +759,8 @@ sl_status sl_loader_save_sharded(sl_loader *l, const char *dir) {
                       .n = n,
                       .max_part = l->pl.opts.save_max_part,
                       .overwrite = l->pl.opts.overwrite,
-                      .backend = l->store.backend};
+                      .backend = l->store.backend,
+                      .layout = {.tp = l->pl.layout.tp, .pp = l->pl.layout.pp, .dp = l->pl.layout.dp}};
   sl__device_scope scope; /* device parameters are copied back to the host */
   sl__device_scope_enter(&scope, st == SL_STATUS_OK && l->store.backend->device >= 0);
   if (st == SL_STATUS_OK)

@@ -58,6 +58,7 @@ struct sl_loader {
    * NULL (an architecture spec's plan). */
   uint8_t *plan_blob;
   size_t plan_len;
+  bool plan_failed; /* sl_loader_set_plan failed (or was given none): the download fails on every rank */
 };
 
 /* The view api/bind.c and api/params.c work on (a function of the struct: no call into loader.c). */
@@ -91,6 +92,9 @@ sl_status sl__loader_allocate(sl_loader *l);
 sl_status sl__loader_transfer(sl_loader *l, bool reload);
 /* Tracking over all ranks after a transfer (COLLECTIVE). */
 sl_status sl__loader_track(sl_loader *l);
+/* After a transfer: the weight_shape values of a pack-quantized checkpoint this rank holds, agreed
+ * (COLLECTIVE; api/value_check.c). */
+sl_status sl__loader_check_values(sl_loader *l);
 
 /* After a transfer: every rank's record to rank 0, which writes the report and the summary
  * (COLLECTIVE; t0: when the load's own phases started). The state becomes STATE_LOADED. */
@@ -107,5 +111,7 @@ sl_status sl__loader_twophase_choose(sl_loader *l, sl__pipeline *pl);
 sl_status sl__loader_share_plans(sl_loader *l, sl__pipeline *pl);
 /* Rank 0 writes the report file, when configured (COLLECTIVE). */
 sl_status sl__loader_report_file(sl_loader *l);
+/* Rank 0, at creation: the output paths made ready or refused (output/paths.h); not agreed. */
+sl_status sl__loader_outputs_ready(sl_loader *l);
 
 #endif

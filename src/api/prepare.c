@@ -11,6 +11,7 @@
 #include "base/log.h"
 #include "base/util.h"
 #include "engine/file_gate.h"
+#include "engine/file_table.h"
 #include "hub/hub.h"
 #include "model/described.h"
 #include "model/sharded.h"
@@ -123,8 +124,12 @@ static sl_status resolve_folder(const sl_config *cfg, const sl__opts *o, bool ov
     st = sl__hub_resolve(o->model, &ho, &r, err);
   p->hub_format = r.format;
   sl__config_free_list(include);
-  if (st != SL_STATUS_OK)
+  if (st != SL_STATUS_OK) { /* what the user may have meant comes first: a local folder */
+    char cwd[1024];
+    sl__err_prefix(err, "no folder '%s' here (%s), and as a Hub repository id", o->model,
+                   getcwd(cwd, sizeof cwd) != NULL ? cwd : "the current folder");
     return st;
+  }
   *folder = r.snapshot_dir;
   r.snapshot_dir = NULL;
   p->commit = r.commit;
@@ -143,8 +148,14 @@ static sl_status choose_spec(const sl__opts *o, const char *folder, const sl__s3
   const char *path = NULL;
   sl__spec *found = NULL;
   sl_status st = SL_STATUS_OK;
-  if (strcmp(o->arch, "auto") != 0) {
+  if (strcmp(o->arch, "auto") != 0 && (strchr(o->arch, '/') != NULL || sl__str_ends_with(o->arch, ".json"))) {
     path = o->arch;
+  } else if (strcmp(o->arch, "auto") != 0) {
+    /* an architecture name (vLLM's name of a draft: DeepSeekMTPModel): the spec that lists it */
+    st = sl__spec_find(o->arch, &found, err);
+    if (st != SL_STATUS_OK)
+      return st;
+    path = found->path;
   } else {
     char *cfg_path = given == NULL ? sl__path_join(folder, "config.json") : NULL;
     char *text =
@@ -303,8 +314,9 @@ sl_status sl__prepare_catalog(const sl_config *cfg, const sl__opts *o, bool over
   if (sl__s3_is_url(o->model))
     return prepare_s3(o, described, p, err);
   char *folder = NULL;
+  /* Load format auto reads a local folder of part files alone as what --save-sharded wrote. */
+  bool sharded = sl__prepare_is_sharded(o);
   /* The overlap needs files opened during the transfer: not with mappings made before it. */
-  bool sharded = o->format == SL_FORMAT_SHARDED_STATE;
   overlap = overlap && !sharded && o->strategy != SL_STRATEGY_MMAP;
   sl_status st = resolve_folder(cfg, o, overlap, p, &folder, err);
   /* A pre-sharded checkpoint needs no spec: its files already hold each rank's parameters; nor do
@@ -317,9 +329,10 @@ sl_status sl__prepare_catalog(const sl_config *cfg, const sl__opts *o, bool over
     st = p->spec_text != NULL ? SL_STATUS_OK : sl__err_set(err, SL_STATUS_NOMEM, "out of memory");
   }
   if (st == SL_STATUS_OK && sharded)
-    st = sl__catalog_build(
-        &(sl__catalog_opts){.folder = folder, .what = o->model, .select = {.format = o->format}}, &p->cat,
-        err);
+    st = sl__catalog_build(&(sl__catalog_opts){.folder = folder,
+                                               .what = o->model,
+                                               .select = {.format = SL_FORMAT_SHARDED_STATE}},
+                           &p->cat, err);
   else if (st == SL_STATUS_OK && !described)
     st = choose_spec(o, folder, NULL, p, err);
   if (st == SL_STATUS_OK && !sharded) {
@@ -385,10 +398,17 @@ sl_status sl__prepare_download_wait(sl__prepared *p, sl__comm *c, sl_status st, 
   return st;
 }
 
-sl_status sl__prepare_model(const sl__opts *o, sl__prepared *p, sl__err *err) {
+bool sl__prepare_is_sharded(const sl__opts *o) {
+  if (o->format == SL_FORMAT_SHARDED_STATE)
+    return true;
+  return o->format == SL_FORMAT_AUTO && !sl__s3_is_url(o->model) && is_dir(o->model) &&
+         sl__sharded_folder(o->model);
+}
+
+sl_status sl__prepare_model(const sl__opts *o, const sl__layout *layout, sl__prepared *p, sl__err *err) {
   sl_status st = SL_STATUS_OK;
   if (p->cat.format == SL_FORMAT_SHARDED_STATE) {
-    st = sl__sharded_model_build(&p->cat, p->world, &p->model, err);
+    st = sl__sharded_model_build(&p->cat, layout, &p->model, err);
     p->have_model = st == SL_STATUS_OK;
     return st;
   }
@@ -434,26 +454,63 @@ static sl_status plan_stages(sl__pipeline *p, sl__err *err) {
   return sl__pp_split_auto(p->prep.model.n_layers, p->opts.pp, p->pp_starts, err);
 }
 
+/* The error of a job of several ranks given no sizes (tp = pp = dp = 1). */
+static sl_status unsized_job(uint32_t world, sl__err *err) {
+  sl__layout l;
+  sl_status st = sl__layout_init(&l, 1, 1, 1, world, err);
+  return st != SL_STATUS_OK
+             ? st
+             : sl__err_set(err, SL_STATUS_INTERNAL, "a job of %u ranks took tp=pp=dp=1", world);
+}
+
+/* Every rank, with the catalog: a job given no sizes takes a pre-sharded checkpoint's saved
+ * layout when its files say it and it fits the world (else the model's check names both); any
+ * other model needs the sizes (a catalog received from elsewhere than this pipeline's own
+ * catalog stage, as a load from peers' receivers do, is checked here too). */
+static sl_status saved_layout(sl__pipeline *p, uint32_t world, sl__err *err) {
+  if (!p->layout_defaulted)
+    return SL_STATUS_OK;
+  if (p->prep.cat.format != SL_FORMAT_SHARDED_STATE)
+    return world > 1 ? unsized_job(world, err) : SL_STATUS_OK;
+  const sl__sharded_layout *s = &p->prep.cat.saved;
+  if (!sl__sharded_layout_known(s) || (uint64_t)s->tp * s->pp * s->dp != world)
+    return SL_STATUS_OK;
+  p->opts.tp = s->tp;
+  p->opts.pp = s->pp;
+  p->opts.dp = s->dp;
+  return sl__layout_init(&p->layout, s->tp, s->pp, s->dp, world, err);
+}
+
 static sl_status run_stage(sl__pipeline *p, const sl__prep_driver *d, sl__prep_stage stage, sl__err *err) {
   switch (stage) {
   case SL_PREP_OPTIONS: {
     sl_status st = sl__opts_from_config(d->cfg, &p->opts, err);
-    /* A pre-sharded checkpoint is laid out by its files: without --tp/--pp/--dp every rank is its
-     * own data-parallel replica, so any world size gets as far as the saved-world check. */
-    if (st == SL_STATUS_OK && p->opts.format == SL_FORMAT_SHARDED_STATE &&
-        p->opts.tp * p->opts.pp * p->opts.dp == 1)
+    /* A pre-sharded checkpoint is laid out by its files: without --tp/--pp/--dp it is loaded at
+     * the layout they say (SL_PREP_MODEL), meanwhile every rank its own data-parallel replica.
+     * With load format auto, whether the model is one is known once rank 0 has looked at it. */
+    p->layout_defaulted = st == SL_STATUS_OK && p->opts.tp * p->opts.pp * p->opts.dp == 1 &&
+                          (p->opts.format == SL_FORMAT_SHARDED_STATE || p->opts.format == SL_FORMAT_AUTO);
+    if (p->layout_defaulted)
       p->opts.dp = d->world;
     if (st == SL_STATUS_OK)
       st = sl__layout_init(&p->layout, p->opts.tp, p->opts.pp, p->opts.dp, d->world, err);
     return st;
   }
   case SL_PREP_CATALOG:
+    /* No sizes given on several ranks, and not a pre-sharded folder: the layout error on every rank
+     * that sees so (all of them, but where only some see the folder), before any Hub request. */
+    if (p->layout_defaulted && d->world > 1 && !sl__prepare_is_sharded(&p->opts))
+      return unsized_job(d->world, err);
     return d->builds_catalog ? sl__prepare_catalog(d->cfg, &p->opts, d->rank != SL_NONE, p->described != NULL,
                                                    &p->prep, err)
                              : SL_STATUS_OK;
-  case SL_PREP_MODEL:
-    p->prep.world = d->world;
-    return p->described != NULL ? described_model(p, err) : sl__prepare_model(&p->opts, &p->prep, err);
+  case SL_PREP_MODEL: {
+    sl_status st = saved_layout(p, d->world, err);
+    if (st != SL_STATUS_OK)
+      return st;
+    return p->described != NULL ? described_model(p, err)
+                                : sl__prepare_model(&p->opts, &p->layout, &p->prep, err);
+  }
   case SL_PREP_PLAN: {
     sl_status st = plan_stages(p, err);
     if (st != SL_STATUS_OK)
@@ -502,7 +559,8 @@ void sl__pipeline_free(sl__pipeline *p) {
   sl__rank_plan_free(&p->plan);
   sl__schedule_free(&p->sched);
   sl__visibility_free(&p->vis);
-  free(p->stamps);
+  sl__file_table_free(p->files);
+  free(p->files);
   free(p->tp_choice);
   free(p->per_row_files);
   free(p->pp_starts);

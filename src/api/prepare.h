@@ -35,10 +35,9 @@ typedef struct sl__prepared {
   uint64_t download_bytes; /* Hub: bytes fetched by this resolution */
   uint32_t download_files;
   double download_seconds;
-  char *commit;            /* Hub: resolved commit, or NULL for a local folder */
-  uint32_t world;          /* ranks of the job (the saved world of a sharded_state checkpoint must match) */
-  sl__format hub_format;   /* the load format the Hub resolution chose */
-  struct sl__hub_run *hub; /* rank 0: the weights still downloading behind the load, or NULL */
+  char *commit;               /* Hub: resolved commit, or NULL for a local folder */
+  sl__format hub_format;      /* the load format the Hub resolution chose */
+  struct sl__hub_run *hub;    /* rank 0: the weights still downloading behind the load, or NULL */
   struct sl__file_gate *gate; /* which files are complete (engine/file_gate.h), or NULL */
 } sl__prepared;
 
@@ -57,8 +56,12 @@ sl_status sl__prepare_gate(sl__prepared *p, sl__comm *c, struct sl__file_gate **
  * download is the cause: returned with its message in err (replacing a PEER_FAILED st) and raised
  * on the abort channel (the other ranks may still wait for a file). No download: st. */
 sl_status sl__prepare_download_wait(sl__prepared *p, sl__comm *c, sl_status st, sl__err *err);
-/* Every rank: parse the spec text and instantiate the model from the catalog. */
-sl_status sl__prepare_model(const sl__opts *o, sl__prepared *p, sl__err *err);
+/* Every rank: parse the spec text and instantiate the model from the catalog (a pre-sharded
+ * checkpoint's against the job's layout). */
+sl_status sl__prepare_model(const sl__opts *o, const sl__layout *layout, sl__prepared *p, sl__err *err);
+/* Whether the model is read as a pre-sharded checkpoint: load format sharded_state, or auto on a
+ * local folder that holds part files only (model/sharded_name.h, docs/spec/FILES.md §3). */
+bool sl__prepare_is_sharded(const sl__opts *o);
 void sl__prepared_free(sl__prepared *p);
 
 /* The stages of the pipeline, in order: each needs the ones before. */
@@ -75,7 +78,8 @@ typedef struct sl__pipeline {
   sl__prep_stage done; /* the last stage completed */
   sl__opts opts;
   sl__layout layout;
-  sl__prepared prep; /* catalog, spec, model */
+  bool layout_defaulted; /* no tp, pp or dp given: a pre-sharded checkpoint's saved layout is taken */
+  sl__prepared prep;     /* catalog, spec, model */
   uint32_t *pp_starts;
   sl__plan_opts po;
   sl__rank_plan plan; /* this rank's; empty without a rank (dry run) */
@@ -85,7 +89,9 @@ typedef struct sl__pipeline {
    * readers on. */
   sl__visibility vis;
   sl__node_layout nodes;
-  sl__file_stamp *stamps; /* per file: this rank's own copy as the probe accepted it, or NULL */
+  /* This rank's checkpoint files (engine/file_table.h), from the storage probe to the end of the
+   * transfer: opened once each, checked at open; NULL before the probe (a dry run has none). */
+  struct sl__file_table *files;
   /* Per file, the job's two-phase decision (api/twophase_agree.c, after the model stage of a
    * loader; NULL in a dry run, which plans two-phase reads as configured), and the files it reads
    * row by row (the planner's per_row_files). */

@@ -260,6 +260,8 @@ static sl_status reload_phases(sl_loader *l, const char *model, const char *revi
                      &l->pl.sched, &l->pl.plan, l->copy_done);
   sl__progress_set_phase(&l->progress, SL_PHASE_TRANSFER);
   st = sl__loader_transfer(l, true);
+  if (st == SL_STATUS_OK)
+    st = sl__loader_check_values(l);
   sl__progress_set_phase(&l->progress, SL_PHASE_TRACK);
   if (st == SL_STATUS_OK)
     st = sl__loader_track(l);

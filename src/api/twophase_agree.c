@@ -8,12 +8,11 @@
  */
 #include "api/loader_state.h"
 
+#include "engine/file_table.h"
 #include "engine/residency.h"
 
-#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 /* Rank 0: what the decision knows of file f. */
 static sl__twophase_in file_in(const sl_loader *l, const sl__pipeline *pl, uint32_t f) {
@@ -27,10 +26,11 @@ static sl__twophase_in file_in(const sl_loader *l, const sl__pipeline *pl, uint3
                         .downloading = pl->prep.hub != NULL || cat->arriving};
   if (!sl__twophase_measures(&in))
     return in;
-  int fd = open(cat->files[f].path, O_RDONLY | O_CLOEXEC);
-  in.resident_known = fd >= 0 && sl__residency(fd, 0, cat->files[f].size, &in.pages, &in.resident);
-  if (fd >= 0)
-    close(fd);
+  /* Through the load's table: the descriptor serves rank 0's reads later (a file that fails its
+   * check there is unmeasured here, and its read says why). */
+  int fd = -1;
+  in.resident_known = pl->files != NULL && sl__file_table_get(pl->files, cat, f, &fd, NULL) == SL_STATUS_OK &&
+                      sl__residency(fd, 0, cat->files[f].size, &in.pages, &in.resident);
   return in;
 }
 

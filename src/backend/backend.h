@@ -29,6 +29,14 @@ typedef struct sl__backend_ops {
    * caller's pending work; complete once sync returns. */
   sl_status (*zero)(sl__backend *b, void *ptr, uint64_t nbytes, sl__err *err);
   void (*release)(sl__backend *b, void *ptr);
+  /* Optional (NULL: nothing to check): whether this backend can write a buffer the caller bound
+   * (nbytes at ptr, bound to parameter `name`); the CUDA backend: device memory of its own device, all
+   * of it. Else an error naming the parameter, where the buffer is and what was expected. Called
+   * before any byte moves. */
+  sl_status (*check_bound)(sl__backend *b, const char *name, const void *ptr, uint64_t nbytes, sl__err *err);
+  /* Optional (NULL: SL_BUCKET_SLOTS): how many broadcast buckets of slot_bytes to keep in rotation
+   * (2 to SL_BUCKET_SLOTS_MAX), by the room the backend's memory has. */
+  uint32_t (*bucket_slots)(sl__backend *b, uint64_t slot_bytes);
   /* Host memory that reader threads read into (pinned on GPUs). */
   sl_status (*alloc_staging)(sl__backend *b, uint64_t nbytes, void **out, sl__err *err);
   void (*release_staging)(sl__backend *b, void *ptr);
@@ -48,7 +56,8 @@ typedef struct sl__backend_ops {
    * engine/deliver.c): `rows` rows of `cols` elements of `elem` bytes at src (rows src_stride
    * apart) land as `cols` rows of `rows` elements at dst (rows dst_stride apart): element (i, j) of
    * src at dst + j*dst_stride + i*elem. worker/slot as upload (worker < 0: the main thread).
-   * Synchronous: when it returns, src may be reused and the bytes have landed. */
+   * When it returns, src may be reused; the bytes have landed by then for worker < 0, and for a
+   * reader's delivery by upload_wait(worker, slot) or sync, as an upload's. */
   sl_status (*transpose)(sl__backend *b, int worker, int slot, void *dst, uint64_t dst_stride,
                          const void *src, uint64_t src_stride, uint64_t rows, uint64_t cols, uint64_t elem,
                          sl__err *err);
@@ -81,13 +90,18 @@ typedef struct sl__backend_ops {
 
 struct sl__backend {
   const sl__backend_ops *ops;
-  sl__comm *comm;        /* MPI plumbing (groups created by the loader before any bcast) */
-  bool host_addressable; /* parameters are host memory: readers may pread straight into them */
-  int device;            /* CUDA device ordinal, -1 on the host */
-  void *impl;            /* backend private state */
-  uint32_t nccl_comms;   /* NCCL communicators made for this load (0 on the host) */
-  bool failed;           /* set by the loader once the ranks agreed that a load failed: destroy
-                            then aborts NCCL communicators instead of finalizing them with peers */
+  sl__comm *comm;             /* MPI plumbing (groups created by the loader before any bcast) */
+  bool host_addressable;      /* parameters are host memory: readers may pread straight into them */
+  int device;                 /* CUDA device ordinal, -1 on the host */
+  void *impl;                 /* backend private state */
+  uint32_t nccl_comms;        /* NCCL communicators made for this load (0 on the host) */
+  uint64_t free_before_comms; /* device memory free before they were made, bytes (0: none made) */
+  uint64_t free_after_comms;  /* ... and once they were connected */
+  bool failed;                /* set by the loader once the ranks agreed that a load failed: destroy
+                                 then aborts NCCL communicators instead of finalizing them with peers */
+  bool abort_stops_bcast;     /* a broadcast stopped by the abort channel writes nothing afterwards
+                                 (NCCL's abort ends it): its bucket may be released. The host
+                                 backend's abandoned MPI request may write whenever MPI progresses */
 };
 
 /* Alignment of the parameters carved from a reserved block (cudaMalloc's own). */

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 typedef struct flag {
   const char *flag;
@@ -463,4 +464,15 @@ void sl_cli_print_options(FILE *out, const sl_cli_command *cmd) {
   if (bytes)
     fprintf(out, "Byte counts take units: 256M, 4GiB, 1.5G (K, M, G, T and KiB... are powers of 1024),\n"
                  "2GB (KB, MB, GB, TB are powers of 1000).\n");
+}
+
+/* ---- --quiet ---- */
+
+bool sl_cli_quiet(const sl_config *config) {
+  static const char *const yes[] = {"1", "true", "yes", "on"}; /* the library's true spellings */
+  const char *v = sl_config_get(config, "quiet");
+  for (size_t i = 0; v != NULL && i < sizeof yes / sizeof yes[0]; i++)
+    if (strcasecmp(v, yes[i]) == 0)
+      return true;
+  return false;
 }

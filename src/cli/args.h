@@ -54,4 +54,7 @@ int sl_cli_parse(int argc, char **argv, sl_config *config, sl_cli_args *args, co
 /* Prints the options of cmd: its keys as flags with their meaning and default, its aliases. */
 void sl_cli_print_options(FILE *out, const sl_cli_command *cmd);
 
+/* Whether the configuration says quiet (--quiet): no progress and no summary; errors still print. */
+bool sl_cli_quiet(const sl_config *config);
+
 #endif

@@ -8,6 +8,7 @@
 #include "args.h"
 #include "cli.h"
 #include "plan_file.h"
+#include "usage_once.h"
 
 #include <mpi.h>
 #include <stdio.h>
@@ -105,11 +106,11 @@ int sl_cli_load(int argc, char **argv) {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   sl_config *cfg = NULL;
-  int rc = sl_config_create(&cfg) == SL_STATUS_OK ? 0 : 1;
+  sl_config_create(&cfg);
   sl_cli_args args;
   memset(&args, 0, sizeof args);
-  if (rc == 0)
-    rc = sl_cli_parse(argc, argv, cfg, &args, &sl_cli_cmd_load);
+  /* Every rank parses the same argv: its usage errors are printed once, by rank 0. */
+  int rc = sl_cli_parse_once(MPI_COMM_WORLD, argc, argv, cfg, &args, &sl_cli_cmd_load);
   if (rc == 0 && args.help) {
     if (rank == 0)
       usage(stdout);
@@ -160,14 +161,18 @@ int sl_cli_load(int argc, char **argv) {
       print_table(MPI_COMM_WORLD, l);
     if (st == SL_STATUS_OK)
       st = sl_loader_load(l);
+    /* A load whose report or copy failed is loaded all the same: say what it did first. */
+    const char *done = st != SL_STATUS_OK && rank == 0 && !sl_cli_quiet(cfg) ? sl_loader_summary(l) : NULL;
+    if (done != NULL)
+      fputs(done, stderr);
     for (int k = 0; k <= args.n_reload && st == SL_STATUS_OK; k++) {
       if (k > 0)
         st = sl_loader_reload(l, args.reload[k - 1], args.reload_revision);
       if (st != SL_STATUS_OK)
         break;
-      if (rank == 0 && k > 0)
+      if (rank == 0 && k > 0 && !sl_cli_quiet(cfg))
         fprintf(stderr, "shardload load: reloaded %s in place\n", args.reload[k - 1]);
-      const char *s = rank == 0 ? sl_loader_summary(l) : NULL;
+      const char *s = rank == 0 && !sl_cli_quiet(cfg) ? sl_loader_summary(l) : NULL;
       if (s != NULL)
         fputs(s, stderr);
     }

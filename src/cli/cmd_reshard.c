@@ -9,6 +9,7 @@
  */
 #include "args.h"
 #include "cli.h"
+#include "usage_once.h"
 
 #include <mpi.h>
 #include <stdio.h>
@@ -103,9 +104,10 @@ static int configure(int argc, char **argv, from_opts *f, sl_config **cfg, bool 
                      int rank) {
   char **rest = calloc((size_t)argc + 1, sizeof *rest);
   int n = rest != NULL ? split_args(argc, argv, f, rest) : 0;
-  int rc = rest != NULL && sl_config_create(cfg) == SL_STATUS_OK ? 0 : 1;
-  if (rc == 0)
-    rc = sl_cli_parse(n, rest, *cfg, args, &sl_cli_cmd_reshard);
+  if (rest != NULL)
+    sl_config_create(cfg);
+  /* Every rank parses the same options: their usage errors are printed once, by rank 0. */
+  int rc = sl_cli_parse_once(MPI_COMM_WORLD, n, rest, rest != NULL ? *cfg : NULL, args, &sl_cli_cmd_reshard);
   free(rest);
   if (rc != 0 || args->help)
     return rc;
@@ -205,7 +207,7 @@ int sl_cli_reshard(int argc, char **argv) {
             sl_status_name(st), why != NULL ? why : sl_loader_error(l));
   if (st == SL_STATUS_OK && !donor && f.save != NULL)
     st = sl_loader_save_sharded(l, f.save);
-  const char *s = st == SL_STATUS_OK && rank == donors ? sl_loader_summary(l) : NULL;
+  const char *s = st == SL_STATUS_OK && rank == donors && !sl_cli_quiet(cfg) ? sl_loader_summary(l) : NULL;
   if (s != NULL)
     fputs(s, stderr);
   int failed = st != SL_STATUS_OK;

@@ -1,8 +1,9 @@
 /*
  * engine/buckets.c — the bucket loop on the main thread (see engine/engine.h). Every rank walks
  * its buckets in the schedule's global order, so the blocking order of group broadcasts is the
- * same everywhere. SL_BUCKET_SLOTS bucket buffers rotate: the readers fill the next bucket while
- * the current one is broadcast and scattered into local copies.
+ * same everywhere. n_slots bucket buffers (SL_BUCKET_SLOTS, more where the backend has room)
+ * rotate: the readers fill the next buckets while the current one is broadcast and scattered into
+ * local copies.
  */
 #include "engine/engine.h"
 
@@ -16,7 +17,7 @@
 static sl_status scatter_bucket(sl__engine *e, uint32_t mine) {
   sl__transfer *t = e->t;
   const sl__bucket *b = &t->sched->buckets[e->my_buckets[mine]];
-  const uint8_t *slot = e->slot_buf[mine % SL_BUCKET_SLOTS];
+  const uint8_t *slot = e->slot_buf[mine % e->n_slots];
   for (uint32_t i = 0; i < b->n_items; i++) {
     const sl__bucket_item *it = &t->sched->items[b->first_item + i];
     const sl__piece *P = &t->sched->pieces[it->piece];
@@ -100,7 +101,7 @@ static sl_status broadcast_bucket(sl__engine *e, size_t j, sl__transfer_stats *s
   }
   double tb = sl__now();
   int root = group_rank_of(t->sched, b->group, b->reader);
-  sl_status st = t->backend->ops->bcast(t->backend, b->group, e->slot_buf[j % SL_BUCKET_SLOTS], b->nbytes, root,
+  sl_status st = t->backend->ops->bcast(t->backend, b->group, e->slot_buf[j % e->n_slots], b->nbytes, root,
                                         aborted, e->err);
   *t_bcast += sl__now() - tb;
   if (st != SL_STATUS_OK || *aborted)
@@ -137,7 +138,7 @@ static sl_status slot_free(sl__transfer *t, sl__err *err) {
 sl_status sl__engine_run_buckets(sl__engine *e, sl__transfer_stats *stats, double *t_bcast, bool *aborted) {
   sl__transfer *t = e->t;
   sl_status st = SL_STATUS_OK;
-  for (size_t j = 0; j < SL_BUCKET_SLOTS && j < e->n_my_buckets; j++)
+  for (size_t j = 0; j < e->n_slots && j < e->n_my_buckets; j++)
     push_bucket_ops(e, j);
   for (size_t j = 0; j < e->n_my_buckets && st == SL_STATUS_OK && !*aborted; j++) {
     if (atomic_load(&e->failed))
@@ -146,12 +147,12 @@ sl_status sl__engine_run_buckets(sl__engine *e, sl__transfer_stats *stats, doubl
     st = b->xchg != SL_NONE ? exchange_bucket(e, j, stats, t_bcast, aborted)
                             : broadcast_bucket(e, j, stats, t_bcast, aborted);
     if (*aborted)
-      e->slot_abandoned[j % SL_BUCKET_SLOTS] = true;
+      e->slot_abandoned[j % e->n_slots] = true;
     if (st != SL_STATUS_OK || *aborted)
       break;
     st = slot_free(t, e->err);
-    if (st == SL_STATUS_OK && j + SL_BUCKET_SLOTS < e->n_my_buckets)
-      push_bucket_ops(e, j + SL_BUCKET_SLOTS);
+    if (st == SL_STATUS_OK && j + e->n_slots < e->n_my_buckets)
+      push_bucket_ops(e, j + e->n_slots);
   }
   return st;
 }

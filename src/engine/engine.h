@@ -64,9 +64,10 @@ typedef struct sl__engine {
   uint8_t **rowmap;
   struct sl__engine_remote *remote; /* the files that are objects of a store (engine/remote.c), or NULL */
   /* bucket slots */
-  void *slot_buf[SL_BUCKET_SLOTS];
-  bool slot_abandoned[SL_BUCKET_SLOTS]; /* target of a broadcast an abort left unfinished */
+  void *slot_buf[SL_BUCKET_SLOTS_MAX];
+  bool slot_abandoned[SL_BUCKET_SLOTS_MAX]; /* target of a broadcast an abort left unfinished */
   uint64_t slot_bytes;
+  uint32_t n_slots; /* bucket slots in rotation: SL_BUCKET_SLOTS, or the backend's (bucket_slots) */
   /* two-phase exchange rounds (plan/twophase.h): host buffers, the column blocks of the rows read
    * (one packed area per block, rows_per_round rows each), then the columns received;
    * the bucket slots themselves where the backend's memory is host memory */

@@ -42,7 +42,7 @@ void sl__engine_exchange_pack(sl__engine *e, const sl__delivery *d, const uint8_
   const sl__schedule *s = e->t->sched;
   const sl__xchg *x = &s->xchgs[s->buckets[e->my_buckets[d->bucket]].xchg];
   uint64_t S = x->row_bytes, rb = x->col_bytes, q = x->rows_per_round;
-  uint8_t *out = e->xbuf[d->bucket % SL_BUCKET_SLOTS];
+  uint8_t *out = e->xbuf[d->bucket % e->n_slots];
   uint64_t base = d->p0 - d->bucket_off; /* file offset of the round's first row */
   for (uint64_t p = d->p0; p < d->p1;) {
     uint64_t row = (p - base) / S, col = (p - base) % S;
@@ -99,7 +99,7 @@ sl_status sl__engine_exchange_round(sl__engine *e, uint32_t j, sl__transfer_stat
     sdispl[r] = (uint64_t)sl__xchg_col_of(s, x, s->group_members[g->off + r]) * q * rb;
     scount[r] = rows[me] * rb;
   }
-  uint8_t *send = e->xbuf[j % SL_BUCKET_SLOTS];
+  uint8_t *send = e->xbuf[j % e->n_slots];
   uint8_t *recv = send + q * x->row_bytes;
   sl_status st = sl__comm_group_alltoallv(e->t->comm, b->group, send, scount, sdispl, recv, rcount, rdispl, aborted,
                                           e->err);

@@ -18,8 +18,8 @@ typedef struct mapper {
   const sl__catalog *cat;
   const sl__schedule *s;
   const sl__rank_plan *plan;
-  const sl__file_stamp *stamps; /* per file: this rank's own copy where valid, or NULL */
-  uint32_t *first;              /* copies by parameter (CSR over plan->copies) */
+  sl__file_table *files; /* the load's, or NULL: fds are this call's own */
+  uint32_t *first;       /* copies by parameter (CSR over plan->copies) */
   uint32_t *list;
   uint32_t *per_piece; /* this rank's copies per piece */
   int *fds;            /* per file, -1 until opened */
@@ -80,13 +80,16 @@ static bool eligible(const mapper *m, size_t i, const bool *skip, uint64_t *phas
 }
 
 static sl_status file_fd(mapper *m, uint32_t f, int *fd) {
-  if (m->fds[f] < 0) {
+  if (m->fds[f] < 0 && m->files != NULL) {
+    sl_status st = sl__file_table_get(m->files, m->cat, f, &m->fds[f], m->err);
+    if (st != SL_STATUS_OK)
+      return st;
+  } else if (m->fds[f] < 0) {
     const char *path = m->cat->files[f].path;
     int d = open(path, O_RDONLY | O_CLOEXEC);
     if (d < 0)
       return sl__err_set(m->err, SL_STATUS_IO, "cannot open %s: %s", path, strerror(errno));
-    sl__file_stamp own = m->stamps != NULL ? m->stamps[f] : (sl__file_stamp){0};
-    sl_status st = sl__cat_file_check(m->cat, f, d, own.valid ? &own : NULL, m->err);
+    sl_status st = sl__cat_file_check(m->cat, f, d, NULL, m->err);
     if (st != SL_STATUS_OK) {
       close(d);
       return st;
@@ -196,14 +199,14 @@ static uint64_t mapping_budget(void) {
 }
 
 sl_status sl__filemap_params(const sl__catalog *cat, const sl__schedule *s, const sl__rank_plan *plan,
-                             const bool *skip, sl__strategy strategy, const sl__file_stamp *stamps,
-                             void **param_ptr, bool *mapped, sl__filemaps *out, sl__err *err) {
+                             const bool *skip, sl__strategy strategy, sl__file_table *files, void **param_ptr,
+                             bool *mapped, sl__filemaps *out, sl__err *err) {
   memset(out, 0, sizeof *out);
   size_t n = plan->n_lparams;
   mapper m = {.cat = cat,
               .s = s,
               .plan = plan,
-              .stamps = stamps,
+              .files = files,
               .first = calloc(n + 2, sizeof(uint32_t)),
               .list = calloc(plan->n_copies + 1, sizeof(uint32_t)),
               .per_piece = calloc(s->n_pieces + 1, sizeof(uint32_t)),
@@ -266,7 +269,7 @@ sl_status sl__filemap_params(const sl__catalog *cat, const sl__schedule *s, cons
     sl__filemaps_free(out);
   }
 done:
-  for (size_t f = 0; m.fds != NULL && f < cat->n_files; f++)
+  for (size_t f = 0; m.fds != NULL && files == NULL && f < cat->n_files; f++) /* the table's stay open */
     if (m.fds[f] >= 0)
       close(m.fds[f]);
   free(m.first);

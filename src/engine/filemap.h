@@ -17,6 +17,7 @@
 #ifndef SL_FILEMAP_H
 #define SL_FILEMAP_H
 
+#include "engine/file_table.h"
 #include "engine/strategy_choice.h"
 #include "model/catalog.h"
 #include "plan/plan.h"
@@ -49,12 +50,12 @@ typedef struct sl__filemaps {
  * system's limit (vm.max_map_count); parameters beyond it are read as usual. Under
  * SL_STRATEGY_AUTO, a parameter that is cold and large on a file system taking O_DIRECT is
  * read as usual too (sl__strategy_map_param): O_DIRECT fills it faster than a mapping's page
- * cache. Sets param_ptr[i] and mapped[i]. Files are checked against the catalog (size
- * unchanged), or against this rank's stamps of them where valid (stamps: per file, or NULL; its own
- * copy of a file, engine/visibility_probe.h). On failure nothing stays mapped. */
+ * cache. Sets param_ptr[i] and mapped[i]. Files come from this rank's table of the load (files:
+ * opened once, checked at open, left open for the reads, engine/file_table.h), or with files NULL
+ * are opened here, checked against the catalog, and closed. On failure nothing stays mapped. */
 sl_status sl__filemap_params(const sl__catalog *cat, const sl__schedule *s, const sl__rank_plan *plan,
-                             const bool *skip, sl__strategy strategy, const sl__file_stamp *stamps,
-                             void **param_ptr, bool *mapped, sl__filemaps *out, sl__err *err);
+                             const bool *skip, sl__strategy strategy, sl__file_table *files, void **param_ptr,
+                             bool *mapped, sl__filemaps *out, sl__err *err);
 void sl__filemaps_free(sl__filemaps *m);
 
 /* Whether sl__filemap_params ran for this load (parameters may be mappings). */

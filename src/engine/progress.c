@@ -10,8 +10,10 @@
 #include "plan/stats.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -158,6 +160,30 @@ void sl__progress_stop(sl__progress *p, bool done) {
     fputc('\n', p->out); /* a failed load's message starts on a line of its own */
 }
 
+/* Whether what rank 0 writes to stderr reaches a terminal: its stderr is one (no launcher, or one
+ * that gives its ranks a terminal), or it was started by an MPI launcher whose own stderr is one.
+ * Open MPI's mpirun gives every rank a pipe on stderr (and a pseudo-terminal of its own on stdout,
+ * whatever mpirun's is), and copies what comes through the pipe to its own stderr byte for byte,
+ * carriage returns included: so the bar works when the launcher's stderr — the parent's, for rank
+ * 0 on the launcher's node — is a terminal. Elsewhere (a remote rank 0 under a daemon, a log file,
+ * a pipe, another process's descendants that /proc does not show) the answer is no: log lines. */
+bool sl__progress_stderr_is_terminal(void) {
+  if (isatty(STDERR_FILENO))
+    return true;
+  if (getenv("OMPI_COMM_WORLD_SIZE") == NULL && getenv("PMI_SIZE") == NULL && getenv("PMIX_RANK") == NULL)
+    return false; /* not a launcher's rank: a pipe of the user's own (| tee log) */
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%ld/fd/2", (long)getppid());
+  struct stat st;
+  if (stat(path, &st) != 0 || !S_ISCHR(st.st_mode))
+    return false; /* a pipe or a file: never opened */
+  int fd = open(path, O_RDONLY | O_NOCTTY | O_NONBLOCK | O_CLOEXEC);
+  bool tty = fd >= 0 && isatty(fd);
+  if (fd >= 0)
+    close(fd);
+  return tty;
+}
+
 void sl__progress_configure(sl__progress *p, const char *setting, bool quiet, int rank, bool tty) {
   p->rank = rank;
   p->out = stderr;
@@ -178,7 +204,7 @@ void sl__progress_configure(sl__progress *p, const char *setting, bool quiet, in
 
 void sl__progress_begin(sl__progress *p, const char *setting, bool quiet, int rank, const sl__schedule *sched,
                         const sl__rank_plan *plan, const _Atomic uint64_t *copy_done) {
-  sl__progress_configure(p, setting, quiet, rank, isatty(2));
+  sl__progress_configure(p, setting, quiet, rank, rank == 0 && sl__progress_stderr_is_terminal());
   p->own_total = plan->bytes_needed;
   p->total = p->own_total;
   if (rank == 0) { /* the job's bytes: every rank's, from the plan */

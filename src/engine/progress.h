@@ -58,8 +58,11 @@ enum { SL_PHASE_ALLOCATE = 0, SL_PHASE_TRANSFER, SL_PHASE_TRACK, SL_PHASE_DONE }
 /* Seconds between log lines unless SHARDLOAD_PROGRESS_INTERVAL says otherwise. */
 #define SL_PROGRESS_INTERVAL_DEFAULT 5.0
 
+/* Whether this process's stderr reaches a terminal: it is one, or an MPI launcher (Open MPI's
+ * mpirun, a PMI or PMIx one) started it and the launcher's own stderr is one (progress.c says why). */
+bool sl__progress_stderr_is_terminal(void);
 /* Mode, prefix and interval from the `progress` key (auto, always, never), `quiet`, the rank and
- * whether stderr is a terminal: rank 0 only draws; a terminal gets the bar, a log the lines. */
+ * whether stderr reaches a terminal: rank 0 only draws; a terminal gets the bar, a log the lines. */
 void sl__progress_configure(sl__progress *p, const char *setting, bool quiet, int rank, bool tty);
 /* Configures (stderr, isatty) and starts the reporter of a load: rank 0 counts the job's bytes
  * (the plan's figures of every rank), the others their own. */

@@ -107,18 +107,29 @@ sl_status sl__engine_build_reads(sl__engine *e) {
 }
 
 /* Opens file f into e->fds[f], through the page cache until the choice turns O_DIRECT on
- * (engine/file_choice.c), checked against the catalog (its identity kept for the change check). */
+ * (engine/file_choice.c), checked before any byte is used: by the load's table of files (its
+ * descriptor, opened once for the whole load, engine/file_table.h), or else here against the
+ * catalog. The identity it was accepted with is kept for the change check after the last read. */
 static sl_status open_file(sl__engine *e, uint32_t f, sl__err *err) {
   sl__transfer *t = e->t;
   if (sl__cat_file_remote(t->cat, f)) /* an object of a store: read with ranged GETs (engine/remote.c) */
     return SL_STATUS_OK;
-  int fd = open(t->cat->files[f].path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    return sl__err_set(err, SL_STATUS_IO, "cannot open %s: %s", t->cat->files[f].path, strerror(errno));
-  sl_status st = sl__cat_file_check(t->cat, f, fd, &e->stamps[f], err);
-  if (st != SL_STATUS_OK) {
-    close(fd);
-    return st;
+  int fd = -1;
+  sl_status st = SL_STATUS_OK;
+  if (t->files != NULL) {
+    st = sl__file_table_get(t->files, t->cat, f, &fd, err);
+    if (st != SL_STATUS_OK)
+      return st;
+    e->stamps[f] = t->files->stamps[f];
+  } else {
+    fd = open(t->cat->files[f].path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+      return sl__err_set(err, SL_STATUS_IO, "cannot open %s: %s", t->cat->files[f].path, strerror(errno));
+    st = sl__cat_file_check(t->cat, f, fd, &e->stamps[f], err);
+    if (st != SL_STATUS_OK) {
+      close(fd);
+      return st;
+    }
   }
   /* Ranks on several nodes: no read-ahead past the plan's reads. The kernel's read-ahead runs on
    * past the end of each read into the next rank's range, which on another node is a second pull

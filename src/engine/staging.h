@@ -13,6 +13,7 @@
 
 #define SL_DIRECT_ALIGN 4096u      /* O_DIRECT alignment of offsets, lengths and buffers */
 #define SL_BUCKET_SLOTS 2u         /* bucket buffers: one broadcast while the next one is read */
+#define SL_BUCKET_SLOTS_MAX 8u     /* at most, where the backend has room for more (device memory) */
 #define SL_STAGING_RING_DEPTH 2    /* staging slots per reader thread: reads overlap uploads */
 #define SL_URING_DEPTH 32u         /* reads in flight with the io_uring strategy, all threads */
 #define SL_BUCKET_MAX (1ull << 30) /* one MPI message */

@@ -77,7 +77,7 @@ static void engine_free(sl__engine *e) {
   free(e->bucket_ops_start);
   free(e->bucket_op_list);
   sl__vec_free(&e->local_ops);
-  if (e->fds != NULL) {
+  if (e->fds != NULL && e->t->files == NULL) { /* the load's table keeps its own */
     for (size_t f = 0; f < e->t->cat->n_files; f++)
       if (e->fds[f] >= 0)
         close(e->fds[f]);
@@ -88,11 +88,13 @@ static void engine_free(sl__engine *e) {
   free(e->stamps);
   free(e->choice);
   /* A broadcast abandoned by an abort may still write into its bucket whenever MPI progresses
-   * (in any later MPI call of this process): that bucket is deliberately never released. */
-  for (uint32_t s = 0; s < SL_BUCKET_SLOTS; s++) {
-    if (e->slot_buf[s] != NULL && !e->slot_abandoned[s])
+   * (in any later MPI call of this process): that bucket is deliberately never released, unless
+   * the backend's abort ended the broadcast (NCCL's). */
+  bool keep_abandoned = !e->t->backend->abort_stops_bcast;
+  for (uint32_t s = 0; s < SL_BUCKET_SLOTS_MAX; s++) {
+    if (e->slot_buf[s] != NULL && !(e->slot_abandoned[s] && keep_abandoned))
       e->t->backend->ops->release(e->t->backend, e->slot_buf[s]);
-    if (e->xbuf_own && e->xbuf[s] != NULL && !e->slot_abandoned[s])
+    if (s < SL_BUCKET_SLOTS && e->xbuf_own && e->xbuf[s] != NULL && !e->slot_abandoned[s])
       e->t->backend->ops->release_staging(e->t->backend, e->xbuf[s]);
   }
   free(e->queue_hi);
@@ -161,15 +163,21 @@ static sl_status prepare(sl__engine *e) {
     st = sl__err_set(e->err, SL_STATUS_NOMEM, "out of memory");
   for (size_t f = 0; e->fds != NULL && f < t->cat->n_files; f++)
     e->fds[f] = -1;
-  if (e->stamps != NULL && t->stamps != NULL) /* the files this rank's probe accepted */
-    memcpy(e->stamps, t->stamps, t->cat->n_files * sizeof *e->stamps);
   if (st == SL_STATUS_OK)
     st = sl__engine_remote_open(e);
   if (st == SL_STATUS_OK)
     st = sl__engine_open_files(e);
   if (st == SL_STATUS_OK)
     st = sl__engine_build_reads(e);
-  for (uint32_t s = 0; s < SL_BUCKET_SLOTS && st == SL_STATUS_OK && e->slot_bytes > 0; s++)
+  /* More buckets in rotation where the backend has room (device memory): the readers fill buckets
+   * further ahead of the broadcasts. Not with exchange rounds, whose buffers rotate with them. */
+  e->n_slots = SL_BUCKET_SLOTS;
+  if (st == SL_STATUS_OK && e->xbuf_bytes == 0 && e->slot_bytes > 0 &&
+      t->backend->ops->bucket_slots != NULL) {
+    uint32_t n = t->backend->ops->bucket_slots(t->backend, e->slot_bytes);
+    e->n_slots = n < SL_BUCKET_SLOTS ? SL_BUCKET_SLOTS : n > SL_BUCKET_SLOTS_MAX ? SL_BUCKET_SLOTS_MAX : n;
+  }
+  for (uint32_t s = 0; s < e->n_slots && st == SL_STATUS_OK && e->slot_bytes > 0; s++)
     st = t->backend->ops->alloc(t->backend, e->slot_bytes, &e->slot_buf[s], e->err);
   e->xbuf_own = !host && e->xbuf_bytes > 0;
   for (uint32_t s = 0; s < SL_BUCKET_SLOTS && st == SL_STATUS_OK && e->xbuf_bytes > 0; s++) {

@@ -11,6 +11,7 @@
 
 #include "backend/backend.h"
 #include "comm/comm.h"
+#include "engine/file_table.h"
 #include "engine/strategy_choice.h"
 #include "format/cast.h"
 #include "model/catalog.h"
@@ -64,9 +65,11 @@ typedef struct sl__transfer {
   _Atomic uint8_t *copy_started;
   struct sl__file_gate *gate;  /* files still arriving from the Hub (engine/file_gate.h), or NULL */
   /* Which ranks read which files (engine/visibility_probe.h), or NULL: every rank every file; and
-   * per file this rank's stamp of what it may read (its own copy accepted by its header), or NULL */
+   * this rank's checkpoint files of the load (engine/file_table.h: each opened once, checked at
+   * open, its stamp kept; the transfer leaves them open), or NULL: the transfer opens and closes
+   * its own, checked against the catalog */
   const struct sl__visibility *vis;
-  const sl__file_stamp *stamps;
+  sl__file_table *files;
 } sl__transfer;
 
 /* Runs the transfer. Returns this rank's status; on failure the abort channel has been raised.

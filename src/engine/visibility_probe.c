@@ -1,16 +1,22 @@
 /*
  * engine/visibility_probe.c — which ranks of the job can read which checkpoint files (the
  * configuration key storage; docs/spec/STORAGE.md). COLLECTIVE, after rank 0's catalog reached
- * every rank:
- *   1. every rank opens each file at its path: the file the catalog read (its size and times: a
- *      shared volume) is seen; a file of another size, or none, is not; one of the same size with
- *      other times is a copy (a node's own disk) to compare;
- *   2. if some rank holds a copy, rank 0 sends the fingerprint of those files' headers and each such
- *      rank compares its own: equal, it reads from its copy; different, it receives that file;
- *   3. every rank's row of bits reaches every rank (an allgather).
+ * every rank. The ranks of a node see one file system: the first rank of each node looks for the
+ * node, the others open nothing here (a file opened for reading answers the identity check,
+ * engine/file_table.h), so the metadata servers see one probe per node, not per rank:
+ *   1. the first rank of each node opens each file at its path: the file the catalog read (its size
+ *      and times: a shared volume) is seen; a file of another size, or none, is not; one of the same
+ *      size with other times is a copy (a node's own disk) to compare. Rank 0 built the catalog from
+ *      its files: it sees them all without looking;
+ *   2. if some node holds a copy, rank 0 sends the fingerprint of those files' headers to every rank
+ *      (the first ranks compare their own: equal, the node reads from its copy; different, it
+ *      receives that file; the others keep them for the check at open);
+ *   3. the first ranks' rows of bits reach every rank (an allgather), and every rank of a node takes
+ *      its first rank's row.
  * While the files still arrive from the Hub they cannot be looked at: rank 0 writes a token file
  * into the model folder instead, and the ranks that read the same token there see the folder (a
- * shared volume or cache); the others, a node-local cache elsewhere, receive every byte.
+ * shared volume or cache); the others, a node-local cache elsewhere, receive every byte. That one
+ * open is each rank's own.
  * Every rank takes part in every collective whatever happened locally (a rank that stopped would
  * hang the others); a local failure is returned for the caller's agreement.
  */
@@ -22,41 +28,18 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
-#include <sys/random.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <unistd.h>
-
-/* A file's fingerprint covers its size and its header: a safetensors file's JSON header (bounded
- * as the format bounds it), the first bytes of any other. */
-#define SL_PROBE_PREFIX_BYTES 65536
-#define SL_PROBE_HEADER_MAX (100u * 1024 * 1024)
 
 typedef enum seen { SEEN_NO, SEEN_SAME, SEEN_COPY } seen;
 
-static uint64_t fingerprint(int fd, uint64_t size, bool safetensors, bool *ok) {
-  uint64_t len = size < SL_PROBE_PREFIX_BYTES ? size : SL_PROBE_PREFIX_BYTES;
-  uint8_t head[8];
-  if (safetensors && size >= 8 && pread(fd, head, 8, 0) == 8) {
-    uint64_t n = 0;
-    for (int i = 7; i >= 0; i--)
-      n = (n << 8) | head[i];
-    if (n <= SL_PROBE_HEADER_MAX && n <= size - 8)
-      len = 8 + n;
-  }
-  uint8_t *buf = malloc(len + 1);
-  sl__err e;
-  sl__err_clear(&e);
-  *ok = buf != NULL && sl__pread_full(fd, buf, len, 0, false, "", NULL, NULL, &e) == SL_STATUS_OK;
-  uint64_t h = *ok ? sl__hash_bytes(buf, len) ^ (size * 0x9e3779b97f4a7c15ULL) : 0;
-  free(buf);
-  return h;
-}
-
-/* Step 1 for file f: what this rank sees at its path (its stamp kept when it may read it). */
-static seen look(const sl__catalog *cat, uint32_t f, int *fd_out, sl__file_stamp *stamp) {
+/* Step 1 for file f: what this node sees at its path (the stamp kept when it may read it). */
+static seen look(const sl__catalog *cat, uint32_t f, sl__file_table *files, int *fd_out) {
   *fd_out = -1;
-  int fd = open(cat->files[f].path, O_RDONLY | O_CLOEXEC);
+  sl__file_stamp *stamp = &files->stamps[f];
+  int fd = sl__file_table_open_path(files, cat->files[f].path);
   if (fd < 0) {
     SL_DEBUG("cannot open %s: %s", cat->files[f].path, strerror(errno));
     return SEEN_NO;
@@ -77,46 +60,44 @@ static seen look(const sl__catalog *cat, uint32_t f, int *fd_out, sl__file_stamp
   return SEEN_COPY;
 }
 
-/* Steps 2 and 3 for the copies of this rank: rank 0's fingerprints of the files some rank holds a
- * copy of, compared with this rank's own. */
-static sl_status compare_copies(sl__comm *c, const sl__catalog *cat, const uint8_t *any_copy, seen *mine, int *fds,
-                                sl__file_stamp *stamps, sl__err *err) {
+/* Step 2: rank 0's fingerprints of the files some node holds a copy of reach every rank (kept in
+ * the table for the check at open); the first ranks holding a copy compare their own. Rank 0
+ * measures its files through the table: the descriptor serves its reads later. */
+static sl_status compare_copies(sl__comm *c, const sl__catalog *cat, const uint8_t *any_copy, seen *mine,
+                                int *fds, sl__file_table *files, sl__err *err) {
   uint32_t n = (uint32_t)cat->n_files;
-  bool safetensors = cat->format != SL_FORMAT_PT && cat->format != SL_FORMAT_SHARDED_STATE;
   uint8_t *blob = NULL;
   size_t len = 0;
-  sl_status st = SL_STATUS_OK;
   if (c->rank == 0) {
     len = (size_t)n * sizeof(uint64_t);
     blob = calloc(len + 1, 1);
     for (uint32_t f = 0; blob != NULL && f < n; f++) {
       if (!((any_copy[f / 8] >> (f % 8)) & 1u))
         continue;
-      int fd = open(cat->files[f].path, O_RDONLY | O_CLOEXEC);
-      bool ok = fd >= 0;
-      uint64_t h = ok ? fingerprint(fd, cat->files[f].size, safetensors, &ok) : 0;
-      if (fd >= 0)
-        close(fd);
+      int fd = -1;
+      bool ok = sl__file_table_get(files, cat, f, &fd, NULL) == SL_STATUS_OK; /* else its read says why */
+      uint64_t h = ok ? sl__file_fingerprint(fd, cat->files[f].size, files->safetensors, &ok) : 0;
       memcpy(blob + (size_t)f * sizeof h, &h, sizeof h);
     }
     if (blob == NULL)
       len = 0;
   }
-  st = sl__comm_bcast_blob(c, &blob, &len, 0, err);
+  sl_status st = sl__comm_bcast_blob(c, &blob, &len, 0, err);
+  bool whole = st == SL_STATUS_OK && len == (size_t)n * sizeof(uint64_t);
+  for (uint32_t f = 0; whole && c->rank != 0 && f < n; f++)
+    memcpy(&files->prints[f], blob + (size_t)f * sizeof files->prints[f], sizeof files->prints[f]);
   for (uint32_t f = 0; st == SL_STATUS_OK && f < n; f++) {
     if (mine[f] != SEEN_COPY)
       continue;
-    bool ok = len == (size_t)n * sizeof(uint64_t);
-    uint64_t theirs = 0;
-    if (ok)
-      memcpy(&theirs, blob + (size_t)f * sizeof theirs, sizeof theirs);
-    uint64_t h = ok ? fingerprint(fds[f], cat->files[f].size, safetensors, &ok) : 0;
-    if (!ok || theirs == 0 || h != theirs) {
-      SL_WARN("%s here differs from rank 0's (same size, another header): its bytes come from ranks that have "
-              "it",
-              cat->files[f].path);
+    bool ok = whole;
+    uint64_t h = ok ? sl__file_fingerprint(fds[f], cat->files[f].size, files->safetensors, &ok) : 0;
+    if (!ok || files->prints[f] == 0 || h != files->prints[f]) {
+      SL_WARN(
+          "%s here differs from rank 0's (same size, another header): its bytes come from ranks that have "
+          "it",
+          cat->files[f].path);
       mine[f] = SEEN_NO;
-      stamps[f].valid = false;
+      files->stamps[f].valid = false;
     }
   }
   free(blob);
@@ -130,26 +111,56 @@ static void my_row(const seen *mine, uint32_t n, uint8_t *bits) {
       bits[f / 8] |= (uint8_t)(1u << (f % 8));
 }
 
+/* Per rank, the first rank of its node (every rank its own when the job's nodes are unknown). */
+static uint32_t *node_firsts(const sl__node_layout *nodes, uint32_t world) {
+  uint32_t *first = calloc((size_t)world + 1, sizeof *first);
+  uint32_t *of_node = nodes->node_of != NULL ? malloc(((size_t)nodes->n_nodes + 1) * sizeof *of_node) : NULL;
+  if (first == NULL || (nodes->node_of != NULL && of_node == NULL)) {
+    free(first);
+    free(of_node);
+    return NULL;
+  }
+  for (uint32_t i = 0; of_node != NULL && i < nodes->n_nodes; i++)
+    of_node[i] = SL_NONE;
+  for (uint32_t r = 0; r < world; r++) {
+    uint32_t node = of_node != NULL ? nodes->node_of[r] : SL_NONE;
+    if (node == SL_NONE || node >= nodes->n_nodes) {
+      first[r] = r;
+      continue;
+    }
+    if (of_node[node] == SL_NONE)
+      of_node[node] = r;
+    first[r] = of_node[node];
+  }
+  free(of_node);
+  return first;
+}
+
 /* Every buffer is allocated before the first collective: a rank that ran out of memory returns
  * before it, and the others' waits end at the watchdog's deadline (timeout_s) naming it. */
-static sl_status probe_auto(sl__comm *c, const sl__catalog *cat, sl__visibility *out, sl__file_stamp *stamps,
-                            sl__err *err) {
+static sl_status probe_auto(sl__comm *c, const sl__catalog *cat, const sl__node_layout *nodes,
+                            sl__visibility *out, sl__file_table *files, sl__err *err) {
   uint32_t n = (uint32_t)cat->n_files;
+  uint32_t world = (uint32_t)c->size;
+  uint32_t me = (uint32_t)c->rank;
   size_t row = ((size_t)n + 7) / 8;
   seen *mine = calloc((size_t)n + 1, sizeof *mine);
   int *fds = calloc((size_t)n + 1, sizeof *fds);
   uint8_t *copies = calloc(row + 1, 1);
   uint8_t *bits = calloc(row + 1, 1);
-  if (mine == NULL || fds == NULL || copies == NULL || bits == NULL ||
-      !sl__visibility_alloc(out, (uint32_t)c->size, n)) {
+  uint32_t *first = node_firsts(nodes, world);
+  if (mine == NULL || fds == NULL || copies == NULL || bits == NULL || first == NULL ||
+      !sl__visibility_alloc(out, world, n)) {
     free(mine);
     free(fds);
     free(copies);
     free(bits);
+    free(first);
     return sl__err_set(err, SL_STATUS_NOMEM, "out of memory checking which files each rank sees");
   }
   for (uint32_t f = 0; f < n; f++) {
-    mine[f] = look(cat, f, &fds[f], &stamps[f]);
+    fds[f] = -1;
+    mine[f] = me == 0 ? SEEN_SAME : first[me] == me ? look(cat, f, files, &fds[f]) : SEEN_NO;
     if (mine[f] == SEEN_COPY)
       copies[f / 8] |= (uint8_t)(1u << (f % 8));
   }
@@ -158,19 +169,23 @@ static sl_status probe_auto(sl__comm *c, const sl__catalog *cat, sl__visibility 
   for (size_t i = 0; i < row; i++)
     any = any || copies[i] != 0;
   if (st == SL_STATUS_OK && any) /* the same answer on every rank: all take part in the broadcast or none */
-    st = compare_copies(c, cat, copies, mine, fds, stamps, err);
+    st = compare_copies(c, cat, copies, mine, fds, files, err);
   for (uint32_t f = 0; f < n; f++)
     if (fds[f] >= 0)
       close(fds[f]);
   my_row(mine, n, bits);
   if (st == SL_STATUS_OK)
-    st = sl__comm_allgather(c, bits, row, out->sees, "which files each rank sees", err);
+    st = sl__comm_allgather(c, bits, row, out->sees, "which files each node sees", err);
+  for (uint32_t r = 0; st == SL_STATUS_OK && r < world; r++) /* the node's answer is its ranks' */
+    if (first[r] != r)
+      memcpy(out->sees + (size_t)r * row, out->sees + (size_t)first[r] * row, row);
   if (st == SL_STATUS_OK)
     sl__visibility_count(out);
   free(mine);
   free(fds);
   free(copies);
   free(bits);
+  free(first);
   return st;
 }
 
@@ -257,8 +272,9 @@ static sl_status probe_folder(sl__comm *c, const sl__catalog *cat, sl__visibilit
   return st;
 }
 
-sl_status sl__visibility_probe(sl__comm *c, const sl__catalog *cat, sl__storage mode, const sl__node_layout *nodes,
-                               sl__visibility *out, sl__file_stamp *stamps, sl__err *err) {
+sl_status sl__visibility_probe(sl__comm *c, const sl__catalog *cat, sl__storage mode,
+                               const sl__node_layout *nodes, sl__visibility *out, sl__file_table *files,
+                               sl__err *err) {
   uint32_t world = (uint32_t)c->size;
   uint32_t n = (uint32_t)cat->n_files;
   /* Objects of a store (s3://) are read by every rank over the network: nothing to look at. */
@@ -270,7 +286,7 @@ sl_status sl__visibility_probe(sl__comm *c, const sl__catalog *cat, sl__storage 
     return sl__visibility_first_node(out, world, n, nodes)
                ? SL_STATUS_OK
                : sl__err_set(err, SL_STATUS_NOMEM, "out of memory placing the checkpoint's files");
-  sl_status st = cat->arriving ? probe_folder(c, cat, out, err) : probe_auto(c, cat, out, stamps, err);
+  sl_status st = cat->arriving ? probe_folder(c, cat, out, err) : probe_auto(c, cat, nodes, out, files, err);
   if (st == SL_STATUS_OK && c->rank == 0 && !out->everywhere) {
     uint32_t all = 0;
     for (uint32_t r = 0; r < world; r++) {

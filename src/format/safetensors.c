@@ -264,7 +264,25 @@ static uint64_t le64(const uint8_t *p) {
   return v;
 }
 
-/* Checks 1–3 from the first min(file_size, 8) bytes; *n receives N. */
+/* The 8 bytes that should have been a length, as text ("{\n  \"arc"): what the file starts with
+ * tells the reader more than the number they make. */
+static void shown_bytes(const uint8_t *p, char *out, size_t cap) {
+  size_t o = 0;
+  for (int i = 0; i < 8 && o + 5 < cap; i++) {
+    uint8_t c = p[i];
+    if (c == '\n' || c == '"' || c == '\\')
+      o += (size_t)snprintf(out + o, cap - o, "\\%c", c == '\n' ? 'n' : (char)c);
+    else if (c >= 0x20 && c < 0x7f)
+      out[o++] = (char)c;
+    else
+      o += (size_t)snprintf(out + o, cap - o, "\\x%02x", c);
+  }
+  out[o] = '\0';
+}
+
+/* Checks 1–3 from the first min(file_size, 8) bytes; *n receives N. Nothing else of the file is
+ * believed before N fits both the limit and the file: a length beyond either is said to be what it
+ * most likely is, a file of another kind (a config.json, a pickle), with the bytes it starts with. */
 static sl_status check_length(const uint8_t *prefix, size_t prefix_len, uint64_t file_size, const char *what,
                               uint64_t *n, sl__err *err) {
   if (file_size < 8)
@@ -279,12 +297,24 @@ static sl_status check_length(const uint8_t *prefix, size_t prefix_len, uint64_t
 #if SIZE_MAX < UINT64_MAX
   too_large = too_large || *n > (uint64_t)SIZE_MAX - 9;
 #endif
+  char head[48];
+  shown_bytes(prefix, head, sizeof head);
+  if (too_large && *n > file_size - 8)
+    return sl__err_set(
+        err, SL_STATUS_ST_HEADER_TOO_LARGE,
+        "%s: not a safetensors file: it starts with \"%s\", not with an 8-byte header length (read "
+        "as one: %llu, above the limit %llu and the file's %llu bytes)",
+        what, head, (unsigned long long)*n, (unsigned long long)SL_ST_MAX_HEADER,
+        (unsigned long long)file_size);
   if (too_large)
     return sl__err_set(err, SL_STATUS_ST_HEADER_TOO_LARGE, "%s: header length %llu exceeds %llu", what,
                        (unsigned long long)*n, (unsigned long long)SL_ST_MAX_HEADER);
   if (*n > file_size - 8)
-    return sl__err_set(err, SL_STATUS_ST_HEADER_LENGTH, "%s: header length %llu exceeds file size %llu", what,
-                       (unsigned long long)*n, (unsigned long long)file_size);
+    return sl__err_set(
+        err, SL_STATUS_ST_HEADER_LENGTH,
+        "%s: header length %llu exceeds file size %llu (a truncated file, or not a safetensors "
+        "file: it starts with \"%s\")",
+        what, (unsigned long long)*n, (unsigned long long)file_size, head);
   return SL_STATUS_OK;
 }
 

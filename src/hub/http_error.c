@@ -15,6 +15,10 @@
 sl__http_net_class sl__http_classify_curl(CURLcode rc) {
   switch (rc) {
   case CURLE_COULDNT_RESOLVE_HOST:
+    /* getaddrinfo has tried the resolvers with their own attempts and timeouts (resolv.conf): a
+     * name that did not resolve is a mistyped endpoint or no network, which waiting does not cure
+     * (docs/spec/HUB.md §7.2). */
+    return SL_HTTP_NET_RESOLVE;
   case CURLE_COULDNT_CONNECT:
   case CURLE_OPERATION_TIMEDOUT:
   case CURLE_RECV_ERROR:
@@ -61,6 +65,12 @@ sl_status sl__http_net_error(const sl__http_xfer *x, CURLcode rc, const char *me
     return sl__err_set(err, SL_STATUS_HUB_PROXY,
                        "%s: proxy failure on %s %s: %s (check http_proxy/https_proxy)", what, method, url,
                        detail);
+  if (k == SL_HTTP_NET_RESOLVE)
+    return sl__err_set(
+        err, SL_STATUS_HUB_NETWORK,
+        "%s: network error on %s %s: %s (a name that does not resolve is not retried: check the "
+        "network, or HF_ENDPOINT)",
+        what, method, url, detail);
   return sl__err_set(err, SL_STATUS_HUB_NETWORK, "%s: network error on %s %s: %s (%u attempt%s)", what,
                      method, url, detail, attempts, attempts == 1 ? "" : "s");
 }

@@ -75,6 +75,7 @@ typedef enum sl__http_net_class {
   SL_HTTP_NET_TRANSIENT,
   SL_HTTP_NET_TLS,
   SL_HTTP_NET_PROXY,
+  SL_HTTP_NET_RESOLVE, /* the host name did not resolve: not retried (the resolver has retried) */
   SL_HTTP_NET_FATAL
 } sl__http_net_class;
 

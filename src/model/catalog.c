@@ -3,13 +3,15 @@
  * renaming, duplicate detection) and (de)serializes it as one blob for the broadcast.
  *
  * Blob layout (all integers little-endian):
- *   "SLCAT004" | u32 format | u32 use_safetensors | u32 arriving | str folder | u8 has_config | str config
+ *   "SLCAT005" | u32 format | u32 use_safetensors | u32 arriving | u32 saved tp | u32 saved pp | u32 saved dp
+ *   | str folder | u8 has_config | str config
  *   | u64 n_files | n_files × (str path | str name | u64 size | u64 mtime_ns | u64 ctime_ns | u8 has_etag
  *   | str etag)
  *   | u64 n_tensors | n_tensors × (str name | u32 file | u32 dtype | u32 ndim | ndim × u64 | u64 offset | u64
  * nbytes) where str = u64 length + bytes (no NUL).
  */
 #include "model/catalog.h"
+#include "model/quant_file.h"
 #include "model/sharded_name.h"
 
 #include "base/log.h"
@@ -194,7 +196,8 @@ bool sl__cat_file_stamp(int fd, sl__file_stamp *out) {
 
 bool sl__cat_file_same(const sl__catalog *c, uint32_t f, const sl__file_stamp *s) {
   const sl__cat_file *cf = &c->files[f];
-  return s->size == cf->size && cf->mtime_ns != 0 && s->mtime_ns == cf->mtime_ns && s->ctime_ns == cf->ctime_ns;
+  return s->size == cf->size && cf->mtime_ns != 0 && s->mtime_ns == cf->mtime_ns &&
+         s->ctime_ns == cf->ctime_ns;
 }
 
 static sl_status changed(sl__err *err, const char *path, const char *when, const char *what, long long now,
@@ -258,10 +261,30 @@ static sl_status read_config(const sl__catalog_opts *o, sl__catalog *c, sl__err 
                        o->folder);
     } else if (st != SL_STATUS_OK) {
       sl__err_copy(err, &cerr);
+    } else { /* a ModelOpt hf_quant_config.json beside it becomes its quantization_config */
+      st = sl__config_merge_quant_file(o->folder, &c->config_json, &c->config_len, err);
     }
   }
   free(cfg_path);
   return st;
+}
+
+/* A pre-sharded file's saved layout (its metadata): the first file's is the catalog's, every later
+ * one must say the same (files of two saves mixed in one folder would load as neither). */
+static sl_status saved_layout(sl__catalog *c, uint32_t i, const sl__st_header *h, sl__err *err) {
+  sl__sharded_layout l;
+  sl_status st = sl__sharded_layout_from_meta(h->meta, h->n_meta, c->files[i].path, &l, err);
+  if (st != SL_STATUS_OK || i == 0) {
+    c->saved = l;
+    return st;
+  }
+  if (l.tp == c->saved.tp && l.pp == c->saved.pp && l.dp == c->saved.dp)
+    return SL_STATUS_OK;
+  return sl__err_set(
+      err, SL_STATUS_LAYOUT,
+      "sharded_state checkpoint %s mixes saves: %s was saved at tp=%u pp=%u dp=%u, %s at tp=%u pp=%u "
+      "dp=%u (0: not said)",
+      c->folder, c->files[0].name, c->saved.tp, c->saved.pp, c->saved.dp, c->files[i].name, l.tp, l.pp, l.dp);
 }
 
 /* File i's size and, when a stat before its header was read saw that size, its times (any write
@@ -274,7 +297,9 @@ static sl_status add_header(sl__catalog *c, const sl__catalog_opts *o, uint32_t 
     f->mtime_ns = ns_of(before->st_mtim);
     f->ctime_ns = ns_of(before->st_ctim);
   }
-  sl_status st = add_file_tensors(c, o, i, h, cap, err);
+  sl_status st = c->format == SL_FORMAT_SHARDED_STATE ? saved_layout(c, i, h, err) : SL_STATUS_OK;
+  if (st == SL_STATUS_OK)
+    st = add_file_tensors(c, o, i, h, cap, err);
   sl__st_header_free(h);
   return st;
 }
@@ -313,6 +338,7 @@ sl_status sl__catalog_build(const sl__catalog_opts *o, sl__catalog *c, sl__err *
     struct stat before;
     bool have_times = stat(f->path, &before) == 0;
     sl__st_header h;
+    c->opens++;
     if (!sel.use_safetensors && sl__pt_is_pickle_name(f->name))
       st = sl__pt_read_file(f->path, &h, err);
     else
@@ -386,7 +412,7 @@ sl_status sl__catalog_from_headers(const sl__catalog_opts *o, const sl__cat_head
 
 /* ---- blob ---- */
 
-static const char MAGIC[8] = {'S', 'L', 'C', 'A', 'T', '0', '0', '4'};
+static const char MAGIC[8] = {'S', 'L', 'C', 'A', 'T', '0', '0', '5'};
 
 static void put_u64(sl__buf *b, uint64_t v) {
   uint8_t x[8];
@@ -414,6 +440,9 @@ sl_status sl__catalog_serialize(const sl__catalog *c, uint8_t **blob, size_t *le
   put_u32(&b, (uint32_t)c->format);
   put_u32(&b, c->use_safetensors ? 1 : 0);
   put_u32(&b, c->arriving ? 1 : 0);
+  put_u32(&b, c->saved.tp);
+  put_u32(&b, c->saved.pp);
+  put_u32(&b, c->saved.dp);
   put_str(&b, c->folder, strlen(c->folder));
   sl__buf_putc(&b, c->config_json != NULL ? 1 : 0);
   put_str(&b, c->config_json != NULL ? c->config_json : "", c->config_json != NULL ? c->config_len : 0);
@@ -515,6 +544,11 @@ sl_status sl__catalog_deserialize(const uint8_t *blob, size_t len, sl__catalog *
   c->use_safetensors = use_safetensors != 0;
   uint32_t arriving = get_u32(&r);
   c->arriving = arriving != 0;
+  c->saved.tp = get_u32(&r);
+  c->saved.pp = get_u32(&r);
+  c->saved.dp = get_u32(&r);
+  /* A layout is written whole or as zeros: anything else is not a blob this code wrote. */
+  r.bad = r.bad || ((c->saved.tp == 0) != (c->saved.pp == 0)) || ((c->saved.tp == 0) != (c->saved.dp == 0));
   c->folder = get_str(&r, NULL);
   uint8_t has_config = r.left > 0 ? r.p[0] : 0;
   /* Flags are written as 0 or 1: anything else is not a blob this code wrote. */

@@ -9,9 +9,10 @@
 
 #include "base/err.h"
 #include "base/hashmap.h"
-#include "model/file_select.h"
 #include "base/util.h"
 #include "format/dtype.h"
+#include "model/file_select.h"
+#include "model/sharded_name.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -53,6 +54,8 @@ typedef struct sl__catalog {
   sl__format format; /* effective load format */
   bool use_safetensors;
   bool arriving; /* the files are still downloading (docs/spec/HUB.md §13): each is read once complete */
+  sl__sharded_layout saved; /* format sharded_state: the layout its files say they were saved at
+                               (every file the same; zero: they do not say) */
   size_t n_files;
   sl__cat_file *files; /* natural order */
   size_t n_tensors;
@@ -61,6 +64,7 @@ typedef struct sl__catalog {
   size_t config_len;
   sl__hashmap by_name;  /* name → tensor index */
   size_t index_missing; /* rank 0: index tensor names no selected file holds (warned; not broadcast) */
+  uint32_t opens;       /* rank 0: weight files opened to read their headers (the report's; not broadcast) */
 } sl__catalog;
 
 typedef struct sl__catalog_opts {

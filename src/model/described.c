@@ -88,8 +88,8 @@ static sl_status intern(struct sl_plan *p, const char *s, uint32_t *out) {
   return SL_STATUS_OK;
 }
 
-sl_status sl__plan_param(struct sl_plan *p, const char *name, sl__dtype dtype, uint32_t ndim,
-                         const uint64_t *shape, bool transposed, uint8_t fill, uint32_t *index) {
+sl_status sl__plan_param_check(struct sl_plan *p, const char *name, sl__dtype dtype, uint32_t ndim,
+                               uint8_t fill, sl__hashmap *batch) {
   sl_status st = check_name(p, "sl_plan_add_param", name);
   if (st != SL_STATUS_OK)
     return st;
@@ -97,16 +97,37 @@ sl_status sl__plan_param(struct sl_plan *p, const char *name, sl__dtype dtype, u
   sl__quote(name, q, sizeof q);
   if ((unsigned)dtype >= SL_DT_COUNT)
     return sl__err_set(&p->err, SL_STATUS_INVALID_ARGUMENT, "parameter %s: unknown dtype %d", q, (int)dtype);
-  if (ndim > SL_MAX_DIMS || (ndim > 0 && shape == NULL))
-    return sl__err_set(&p->err, SL_STATUS_INVALID_ARGUMENT,
-                       "parameter %s: %u dimensions (at most %d, with a shape for each)", q, ndim,
-                       SL_MAX_DIMS);
+  if (ndim > SL_MAX_DIMS)
+    return sl__err_set(&p->err, SL_STATUS_INVALID_ARGUMENT, "parameter %s: %u dimensions (at most %d)", q,
+                       ndim, SL_MAX_DIMS);
   if (fill != SL_FILL_RECORDED && fill != SL_FILL_FALLBACK)
     return sl__err_set(&p->err, SL_STATUS_INVALID_ARGUMENT,
                        "parameter %s: fill %d is neither SL_FILL_RECORDED nor SL_FILL_FALLBACK", q, fill);
-  if (p->params.len >= SL_PLAN_MAX_PARAMS)
+  size_t before = batch != NULL ? batch->count : 0;
+  if (p->params.len + before >= SL_PLAN_MAX_PARAMS)
     return sl__err_set(&p->err, SL_STATUS_INVALID_ARGUMENT, "parameter %s: more than %u parameters", q,
                        SL_PLAN_MAX_PARAMS);
+  bool oom = false;
+  bool again = sl__hashmap_find(&p->param_of, name, strlen(name)) != NULL ||
+               (batch != NULL && !sl__hashmap_put(batch, name, strlen(name), 0, NULL, &oom));
+  if (oom)
+    return nomem(p);
+  if (again)
+    return sl__err_set(&p->err, SL_STATUS_INVALID_ARGUMENT,
+                       "parameter %s is described twice: names are unique on a rank", q);
+  return SL_STATUS_OK;
+}
+
+sl_status sl__plan_param(struct sl_plan *p, const char *name, sl__dtype dtype, uint32_t ndim,
+                         const uint64_t *shape, bool transposed, uint8_t fill, uint32_t *index) {
+  sl_status st = sl__plan_param_check(p, name, dtype, ndim, fill, NULL);
+  if (st != SL_STATUS_OK)
+    return st;
+  char q[SL_QUOTE_BUF];
+  sl__quote(name, q, sizeof q);
+  if (ndim > 0 && shape == NULL)
+    return sl__err_set(&p->err, SL_STATUS_INVALID_ARGUMENT, "parameter %s: %u dimensions and no shape", q,
+                       ndim);
   uint64_t existing = 0;
   bool oom = false;
   if (!sl__hashmap_put(&p->param_of, name, strlen(name), p->params.len, &existing, &oom))
@@ -361,16 +382,19 @@ sl_status sl__described_init(sl__described *d, uint32_t world, uint32_t n_classe
   d->class_of = class_of;
   d->class_first = calloc((size_t)n_classes + 1, sizeof *d->class_first);
   d->class_size = calloc((size_t)n_classes + 1, sizeof *d->class_size);
-  if (d->class_first == NULL || d->class_size == NULL)
+  d->class_some = malloc(((size_t)n_classes + 1) * 3 * sizeof *d->class_some);
+  if (d->class_first == NULL || d->class_size == NULL || d->class_some == NULL)
     return sl__err_set(err, SL_STATUS_NOMEM, "out of memory");
   for (uint32_t c = 0; c < n_classes; c++)
-    d->class_first[c] = SL_NONE;
+    d->class_first[c] = d->class_some[3 * c] = d->class_some[3 * c + 1] = d->class_some[3 * c + 2] = SL_NONE;
   for (uint32_t r = 0; r < world; r++) {
     uint32_t c = class_of[r];
     if (c >= n_classes)
       return sl__err_set(err, SL_STATUS_INTERNAL, "rank %u: plan class %u of %u", r, c, n_classes);
     if (d->class_first[c] == SL_NONE)
       d->class_first[c] = r;
+    if (d->class_size[c] < 3)
+      d->class_some[3 * c + d->class_size[c]] = r;
     d->class_size[c]++;
   }
   return SL_STATUS_OK;
@@ -385,6 +409,7 @@ void sl__described_free(sl__described *d) {
   free(d->class_of);
   free(d->class_first);
   free(d->class_size);
+  free(d->class_some);
   free(d->unit_of);
   memset(d, 0, sizeof *d);
 }
@@ -395,10 +420,8 @@ void sl__described_who(const sl__described *d, uint32_t c, char *buf, size_t cap
     return;
   }
   size_t n = (size_t)snprintf(buf, cap, "ranks");
-  uint32_t shown = 0;
-  for (uint32_t r = 0; r < d->world && shown < 3 && n < cap; r++)
-    if (d->class_of[r] == c)
-      n += (size_t)snprintf(buf + n, cap - n, "%s %u", shown++ > 0 ? "," : "", r);
+  for (uint32_t k = 0; k < 3 && k < d->class_size[c] && n < cap; k++)
+    n += (size_t)snprintf(buf + n, cap - n, "%s %u", k > 0 ? "," : "", d->class_some[3 * c + k]);
   if (d->class_size[c] > 3 && n < cap)
     snprintf(buf + n, cap - n, " and %u more", d->class_size[c] - 3);
 }

@@ -107,6 +107,11 @@ sl_status sl__plan_region(struct sl_plan *p, uint32_t param, const char *tensor,
                           const uint64_t *start, const uint64_t *count, uint32_t dst_ndim,
                           const uint64_t *dst_start, const uint64_t *dst_count);
 sl_status sl__plan_skip(struct sl_plan *p, const char *tensor);
+/* Whether sl__plan_param would take a parameter of this name, dtype, dimensions and fill (nothing
+ * added; the message in p->err otherwise). batch: the names of a bulk add checked before it (BORROW
+ * keys), which it may not repeat either; the name is added to it. */
+sl_status sl__plan_param_check(struct sl_plan *p, const char *name, sl__dtype dtype, uint32_t ndim,
+                               uint8_t fill, sl__hashmap *batch);
 /* Undoes the regions added after the first n (a failed bulk add). */
 void sl__plan_truncate(struct sl_plan *p, uint64_t n_regions, uint64_t n_nums);
 
@@ -142,6 +147,7 @@ typedef struct sl__described {
   uint32_t *class_of;    /* per rank */
   uint32_t *class_first; /* per class: its lowest rank */
   uint32_t *class_size;  /* per class: its ranks */
+  uint32_t *class_some;  /* per class: its first 3 ranks (SL_NONE past its size), for messages */
   sl__dplan *plans;      /* per class */
   uint32_t *unit_of;     /* per catalog tensor (model build): its unit, or SL_NONE */
 } sl__described;

@@ -75,8 +75,97 @@ static bool values_equal(const sl__val *a, const sl__val *b) {
   return a->i == b->i;
 }
 
+/* char_is(s, i, c): whether character i of string s is the one-character string c (false past the
+ * end of s): a per-layer pattern such as DeepSeek-V3.2's index_topk_pattern ("FSSF..."). */
+static bool eval_char_is(eval_ctx *c, const node *n, sl__val *out) {
+  sl__val s = {0};
+  sl__val i = {0};
+  sl__val ch = {0};
+  if (n->nargs != 3)
+    return bad(c, "char_is: wrong number of arguments");
+  if (!eval(c, n->args[0], &s) || !eval(c, n->args[1], &i) || !eval(c, n->args[2], &ch))
+    return false;
+  int64_t k = 0;
+  if (!need_int(c, &i, &k))
+    return false;
+  if (s.kind != SL_VAL_STR)
+    return bad(c, "char_is: '%s' is not a string", s.origin != NULL ? s.origin : "the first argument");
+  if (ch.kind != SL_VAL_STR || strlen(ch.s) != 1)
+    return bad(c, "char_is: the third argument must be a one-character string");
+  out->kind = SL_VAL_BOOL;
+  out->origin = NULL;
+  out->i = k >= 0 && (uint64_t)k < strlen(s.s) && s.s[k] == ch.s[0];
+  return true;
+}
+
+/* at(list, i): element i of a list (missing when the list is: default() can then supply one). */
+static bool eval_at(eval_ctx *c, const node *n, sl__val *out) {
+  sl__val a = {0};
+  sl__val b = {0};
+  int64_t i = 0;
+  if (n->nargs != 2)
+    return bad(c, "at: wrong number of arguments");
+  if (!eval(c, n->args[0], &a) || !eval(c, n->args[1], &b) || !need_int(c, &b, &i))
+    return false;
+  if (a.kind == SL_VAL_MISSING || a.kind == SL_VAL_NULL) {
+    *out = a;
+    return true;
+  }
+  const char *what = a.origin != NULL ? a.origin : "the first argument";
+  if (a.kind != SL_VAL_LIST)
+    return bad(c, "at: '%s' is not a list", what);
+  int size = cJSON_GetArraySize((const cJSON *)a.list);
+  if (i < 0 || i >= size)
+    return bad(c, "at: index %lld is outside '%s' (%d entries)", (long long)i, what, size);
+  const cJSON *item = cJSON_GetArrayItem((const cJSON *)a.list, (int)i);
+  memset(out, 0, sizeof *out);
+  out->origin = a.origin;
+  if (cJSON_IsNull(item)) {
+    out->kind = SL_VAL_NULL;
+  } else if (cJSON_IsBool(item)) {
+    out->kind = SL_VAL_BOOL;
+    out->i = cJSON_IsTrue(item);
+  } else if (cJSON_IsString(item)) {
+    out->kind = SL_VAL_STR;
+    out->s = item->valuestring;
+  } else if (cJSON_IsNumber(item) && item->valuedouble <= 9.0e18 && item->valuedouble >= -9.0e18 &&
+             item->valuedouble == (double)(int64_t)item->valuedouble) {
+    out->kind = SL_VAL_INT;
+    out->i = (int64_t)item->valuedouble;
+  } else {
+    return bad(c, "at: entry %lld of '%s' is not an integer, string, boolean or null", (long long)i, what);
+  }
+  return true;
+}
+
+/* has_tensor('name'): whether the checkpoint holds the tensor; asked of the environment as the
+ * identifier '#' + name (model/expr.h). */
+static bool eval_has_tensor(eval_ctx *c, const node *n, sl__val *out) {
+  sl__val a = {0};
+  if (n->nargs != 1)
+    return bad(c, "has_tensor: wrong number of arguments");
+  if (!eval(c, n->args[0], &a))
+    return false;
+  if (a.kind != SL_VAL_STR)
+    return bad(c, "has_tensor: the argument must be a string (a tensor name)");
+  char name[512];
+  int len = snprintf(name, sizeof name, "#%s", a.s);
+  if (len < 0 || (size_t)len >= sizeof name)
+    return bad(c, "has_tensor: the tensor name is longer than %zu bytes", sizeof name - 2);
+  if (!c->lookup(c->ctx, name, out, c->err))
+    return false;
+  if (out->kind != SL_VAL_BOOL)
+    return bad(c, "has_tensor: no checkpoint to look in");
+  out->origin = NULL;
+  return true;
+}
+
 static bool eval_call(eval_ctx *c, const node *n, sl__val *out) {
   const char *f = n->s;
+  if (strcmp(f, "at") == 0)
+    return eval_at(c, n, out);
+  if (strcmp(f, "has_tensor") == 0)
+    return eval_has_tensor(c, n, out);
   sl__val a = {0};
   sl__val b = {0};
   if (strcmp(f, "default") == 0) {
@@ -92,6 +181,8 @@ static bool eval_call(eval_ctx *c, const node *n, sl__val *out) {
     out->origin = a.origin;
     return true;
   }
+  if (strcmp(f, "char_is") == 0)
+    return eval_char_is(c, n, out);
   size_t want = (strcmp(f, "len") == 0) ? 1 : 2;
   if (n->nargs != want)
     return bad(c, "%s: wrong number of arguments", f);

@@ -36,6 +36,10 @@ static sl_status read_quantization(sl__model_builder *b) {
     return SL_STATUS_OK;
   const cJSON *method = cJSON_GetObjectItemCaseSensitive(q, "quant_method");
   const char *mname = cJSON_IsString(method) ? method->valuestring : "(none)";
+  bool taken = false; /* pack-quantized or NVFP4 (model/model_packed_config.c) */
+  sl_status st = sl__model_packed_read(b, q, mname, &taken);
+  if (st != SL_STATUS_OK || taken)
+    return st;
   /* MXFP4 (GPT-OSS): blocks and scales are ordinary checkpoint tensors that the spec lists and
    * slices with their weight; nothing is derived from the config. */
   if (strcmp(mname, "mxfp4") == 0)
@@ -47,7 +51,8 @@ static sl_status read_quantization(sl__model_builder *b) {
   if (strcmp(mname, "fp8") != 0)
     return sl__err_set(b->err, SL_STATUS_QUANTIZATION,
                        "unsupported quantization method '%s' (supported: fp8 with "
-                       "weight_block_size, mxfp4, compressed-tensors fp8, gptq and awq int4)",
+                       "weight_block_size, mxfp4, compressed-tensors fp8, W4A16/W8A16 pack-quantized "
+                       "and nvfp4-pack-quantized, modelopt NVFP4, gptq and awq int4)",
                        mname);
   const cJSON *bs = cJSON_GetObjectItemCaseSensitive(q, "weight_block_size");
   const cJSON *bn = cJSON_IsArray(bs) && cJSON_GetArraySize(bs) == 2 ? cJSON_GetArrayItem(bs, 0) : NULL;
@@ -76,6 +81,7 @@ sl_status sl__model_build(const sl__spec *spec, const sl__catalog *cat, sl__layo
   memset(&b, 0, sizeof b);
   b.e.spec = spec;
   b.e.config = config;
+  b.e.cat = cat;
   b.e.vars = calloc(spec->n_vars + 1, sizeof *b.e.vars);
   b.e.var_state = calloc(spec->n_vars + 1, 1);
   b.e.lvars = calloc(spec->n_layer_vars + 1, sizeof *b.e.lvars);
@@ -109,8 +115,9 @@ sl_status sl__model_build(const sl__spec *spec, const sl__catalog *cat, sl__layo
     st = sl__err_set(err, SL_STATUS_MODEL_CONFIG, "config.json: %llu layers is out of range (1 .. 1000000)",
                      (unsigned long long)layers);
   m->n_layers = (uint32_t)layers;
-  static const sl__place order[] = {SL_PLACE_EMBED, SL_PLACE_LAYER, SL_PLACE_FINAL, SL_PLACE_HEAD};
-  for (size_t o = 0; o < 4 && st == SL_STATUS_OK; o++) {
+  static const sl__place order[] = {SL_PLACE_EMBED, SL_PLACE_ALL, SL_PLACE_LAYER, SL_PLACE_FINAL,
+                                    SL_PLACE_HEAD};
+  for (size_t o = 0; o < sizeof order / sizeof order[0] && st == SL_STATUS_OK; o++) {
     uint32_t n_iter = order[o] == SL_PLACE_LAYER ? m->n_layers : 1;
     for (uint32_t layer = 0; layer < n_iter && st == SL_STATUS_OK; layer++) {
       sl__model_env_enter_layer(&b.e, order[o] == SL_PLACE_LAYER ? (int64_t)layer : -1);
@@ -135,6 +142,7 @@ sl_status sl__model_build(const sl__spec *spec, const sl__catalog *cat, sl__layo
     st = sl__model_build_units(&b);
   if (st == SL_STATUS_OK)
     st = sl__model_build_fates(&b);
+  sl__model_packed_free(&b);
   free(b.e.vars);
   free(b.e.var_state);
   free(b.e.lvars);

@@ -62,15 +62,18 @@ typedef struct sl__mparam {
   uint32_t only_expert; /* checkpoint-layout per-expert parameter: its expert, else SL_NONE */
   uint64_t block_rows;  /* fp8 scale parameter: block sizes of its weight, else 0 */
   uint64_t block_cols;
-  /* int4 (SL_STYLE_INT4) tensors: [input rows, output columns], or [input] (g_idx) */
-  sl__style quant_of;  /* the style of the linear they replace (column, row, merged, qkv) */
-  uint64_t pack_out;   /* output channels per element of dim 1 (8 when packed, else 1) */
-  uint64_t in_per_row; /* input channels per row of dim 0 (8 packed, group_size, or 1) */
-  uint64_t in_group;   /* a row-parallel rank's input channels must be whole groups of this */
-  bool in_whole;       /* dim 0 never split (act-order or channelwise scales and qzeros) */
-  uint8_t fill;        /* sl_fill: SL_FILL_SPEC, or a described plan's RECORDED / FALLBACK */
-  uint32_t alias_of;   /* tied lm_head: index of the embedding parameter, else SL_NONE */
-  bool owned;          /* sharded_state: held by rank `owner` alone, whatever the layout */
+  /* int4 (SL_STYLE_INT4) tensors: [input rows, output columns], or [input] (g_idx); packed
+   * (SL_STYLE_PACKED, _PACKED_MOE) tensors the other way: [output rows, input columns] */
+  sl__style quant_of;     /* the style of the linear they replace (column, row, merged, qkv; moe_w13/w2) */
+  uint64_t pack_out;      /* output channels per element along the output dim (8 when packed, else 1) */
+  uint64_t in_per_row;    /* input channels per element along the input dim (8 packed, group_size, or 1) */
+  uint64_t in_group;      /* a row-parallel rank's input channels must be whole groups of this */
+  bool in_whole;          /* the input dim never split (act-order or channelwise scales and qzeros) */
+  const char *quant_rule; /* packed: the rule in_group stands for, for messages (static text) */
+  bool shape_values;      /* weight_shape tensors: each holds its source's wshape, checked after a load */
+  uint8_t fill;           /* sl_fill: SL_FILL_SPEC, or a described plan's RECORDED / FALLBACK */
+  uint32_t alias_of;      /* tied lm_head: index of the embedding parameter, else SL_NONE */
+  bool owned;             /* sharded_state: held by rank `owner` alone, whatever the layout */
   uint32_t owner;
   size_t n_src;
   sl__msrc *src; /* per-expert styles: expert-major, then part */
@@ -90,6 +93,8 @@ typedef struct sl__model {
   sl__int4_method int4; /* GPTQ / AWQ: quantized linears become their packed tensors */
   uint64_t int4_group;  /* group_size (input channels per scale row); 0: one group (GPTQ -1) */
   bool int4_desc_act;   /* GPTQ act order: row-parallel scales and qzeros stay whole */
+  bool packed;          /* pack-quantized / NVFP4 (model/model_packed*.c): weight_shape tensors of the
+                           vllm layout's fused parts other than the one vLLM loads last are skipped */
   uint64_t block_rows;  /* fp8 weight_block_size */
   uint64_t block_cols;
   bool mistral_format; /* rotary permutation applies */

@@ -8,6 +8,7 @@
  *   model/model_quant.c   the companions of compressed-tensors fp8 and GPTQ/AWQ int4 weights;
  *   model/model_expect.c  the expected set of checkpoint tensors and the fate of every catalog
  *                         tensor that no parameter consumes;
+ *   model/model_skip.c    the spec's layer-conditional skips (skip_tensors), for model_expect.c;
  *   model/model_config.c  config.json and the expression environment (spec vars, layer vars,
  *                         config.json fields) every step evaluates the spec in;
  *   model/model_table.c   the parameter table: appending, companions' placement, freeing.
@@ -26,6 +27,7 @@
 typedef struct sl__model_env {
   const sl__spec *spec;
   const cJSON *config;
+  const sl__catalog *cat; /* has_tensor('name') looks here (NULL: no tensor is there) */
   bool in_layer;
   int64_t layer;
   sl__val *vars;      /* memo of spec vars */
@@ -42,13 +44,15 @@ typedef struct sl__model_builder {
   sl__model *m;
   sl__vec params; /* sl__mparam */
   sl__dtype default_dtype;
+  struct sl__packed_cfg *packed; /* pack-quantized / NVFP4 quantization_config (model/model_packed.h) */
   sl__err *err;
 } sl__model_builder;
 
 /* ---- the environment (model/model_config.c) ---- */
 
 /* The sl__expr_lookup_fn of the environment (ctx: sl__model_env): "layer", layer vars, spec vars,
- * then config.json fields (dotted names walk objects). */
+ * then config.json fields (dotted names walk objects); "#name" (has_tensor): whether the catalog
+ * holds the tensor name, "{layer}" in it replaced by the current layer. */
 bool sl__model_lookup(void *ctx, const char *name, sl__val *out, sl__err *err);
 /* Enters layer `layer` (-1: outside any layer); layer vars are evaluated afresh. */
 void sl__model_env_enter_layer(sl__model_env *e, int64_t layer);
@@ -91,6 +95,26 @@ sl_status sl__model_read_int4(sl__model_builder *b, const cJSON *q, const char *
 /* gptq / awq: when the linear at weight_index is stored quantized (X.qweight instead of X.weight),
  * replaces it with its packed tensors qweight, qzeros, scales and (GPTQ) g_idx. */
 sl_status sl__model_int4_replace(sl__model_builder *b, size_t weight_index);
+
+/* ---- layer-conditional skips (model/model_skip.c) ---- */
+
+/* The layers each "skip_tensors" rule of the spec holds in: an n_rules x n_layers table (NULL
+ * without rules; the caller frees it). */
+sl_status sl__model_skip_rules(sl__model_builder *b, uint8_t **out);
+/* Whether catalog tensor `name` is under a rule that holds in its own layer. */
+bool sl__model_skip_match(const sl__spec *spec, const uint8_t *holds, uint32_t layers, const char *name);
+
+/* pack-quantized (compressed-tensors W4A16 / W8A16) and NVFP4 (ModelOpt, compressed-tensors): reads
+ * quantization_config into b->packed (model/model_packed_config.c); *taken false when q is none of them. */
+sl_status sl__model_packed_read(sl__model_builder *b, const cJSON *q, const char *method, bool *taken);
+void sl__model_packed_free(sl__model_builder *b);
+/* An NVFP4 weight stored as bytes of two 4-bit values: true (and out's shape the stored one) when t
+ * is such a weight of out's expected [rows, cols] (model/model_packed.c). */
+bool sl__model_packed_source_shape(sl__model_builder *b, sl__msrc *out, const sl__cat_tensor *t);
+/* The linear or expert parameter at weight_index stored pack-quantized or NVFP4 becomes its tensors
+ * (model/model_packed.c, model/model_packed_moe.c); an unquantized one stays, checked against
+ * quantization_config's ignore list. */
+sl_status sl__model_packed_replace(sl__model_builder *b, size_t weight_index);
 
 /* ---- expected set and fates (model/model_expect.c) ---- */
 

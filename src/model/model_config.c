@@ -80,9 +80,34 @@ static bool eval_named(sl__model_env *e, const sl__named_expr *ne, sl__val *memo
   return true;
 }
 
+/* has_tensor: "#" + a tensor name, "{layer}" in it the current layer. */
+static bool lookup_tensor(const sl__model_env *e, const char *name, sl__val *out, sl__err *err) {
+  char full[600];
+  size_t n = 0;
+  for (const char *p = name; *p != '\0' && n + 24 < sizeof full;) {
+    if (strncmp(p, "{layer}", 7) == 0) {
+      if (!e->in_layer) {
+        sl__err_set(err, SL_STATUS_ARCH, "spec %s: has_tensor('%s') uses {layer} outside a layer",
+                    e->spec->path, name);
+        return false;
+      }
+      n += (size_t)snprintf(full + n, sizeof full - n, "%lld", (long long)e->layer);
+      p += 7;
+    } else {
+      full[n++] = *p++;
+    }
+  }
+  full[n] = '\0';
+  out->kind = SL_VAL_BOOL;
+  out->i = e->cat != NULL && sl__catalog_find(e->cat, full) != SL_NONE;
+  return true;
+}
+
 bool sl__model_lookup(void *ctx, const char *name, sl__val *out, sl__err *err) {
   sl__model_env *e = ctx;
   memset(out, 0, sizeof *out);
+  if (name[0] == '#')
+    return lookup_tensor(e, name + 1, out, err);
   if (strcmp(name, "layer") == 0) {
     if (!e->in_layer) {
       sl__err_set(err, SL_STATUS_ARCH, "spec %s: 'layer' used outside a layer parameter", e->spec->path);

@@ -2,10 +2,11 @@
  * model/model_expect.c — what the tracking of docs/spec/TRACKING.md §1–§3 checks a load against: the expected
  * set of checkpoint tensors (every source of every parameter but fp8 scales, sorted bytewise, each
  * feeding exactly one parameter) and the fate of the catalog tensors no parameter consumes
- * (silently skipped, listed as ignored, or unexpected).
+ * (silently skipped, listed as ignored, or unexpected); the spec's layer-conditional skips are
+ * model/model_skip.c's.
  */
-#include "model/model_build.h"
 #include "base/hashmap.h"
+#include "model/model_build.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -86,6 +87,10 @@ sl_status sl__model_build_fates(sl__model_builder *b) {
     if (st != SL_STATUS_OK)
       return st;
   }
+  uint8_t *holds = NULL;
+  sl_status st = sl__model_skip_rules(b, &holds);
+  if (st != SL_STATUS_OK)
+    return st;
   for (size_t t = 0; t < cat->n_tensors; t++) {
     if (m->tensor_fate[t] == SL_FATE_CONSUMED)
       continue;
@@ -100,6 +105,10 @@ sl_status sl__model_build_fates(sl__model_builder *b) {
     /* GPTQ: the vllm layout reads a fused linear's g_idx from its first part (model/model_quant.c). */
     if (m->int4 == SL_INT4_GPTQ && m->layout == SL_LAYOUT_VLLM && sl__str_ends_with(name, ".g_idx"))
       skip = true;
+    /* Pack-quantized: the vllm layout holds the weight_shape of the part vLLM loads last
+     * (model/model_packed.c); the other parts' are read by vLLM and overwritten. */
+    if (m->packed && m->layout == SL_LAYOUT_VLLM && sl__str_ends_with(name, ".weight_shape"))
+      skip = true;
     if (mtp_count > 0 && sl__str_starts_with(name, "model.layers.")) {
       uint64_t k = 0;
       const char *d = name + strlen("model.layers.");
@@ -111,6 +120,7 @@ sl_status sl__model_build_fates(sl__model_builder *b) {
       if (e > d && e - d < 10 && *e == '.' && k >= mtp_from && k < mtp_from + mtp_count)
         skip = true;
     }
+    skip = skip || sl__model_skip_match(b->e.spec, holds, m->n_layers, name);
     if (skip) {
       m->tensor_fate[t] = SL_FATE_SKIPPED;
       continue;
@@ -119,14 +129,15 @@ sl_status sl__model_build_fates(sl__model_builder *b) {
       size_t len = strlen(name);
       char *w = sl__asprintf("%.*s.weight", (int)(len - 5), name);
       /* the weight of an int4 linear is its qweight (GPTQ checkpoints often carry biases) */
-      char *qw = sl__asprintf("%.*s.qweight", (int)(len - 5), name);
+      char *qw = sl__asprintf("%.*s.%s", (int)(len - 5), name, m->packed ? "weight_packed" : "qweight");
       if (w == NULL || qw == NULL) {
         free(w);
         free(qw);
+        free(holds);
         return sl__err_set(b->err, SL_STATUS_NOMEM, "out of memory");
       }
       uint32_t wt = sl__catalog_find(cat, w);
-      if (wt == SL_NONE && m->int4 != SL_INT4_NONE)
+      if (wt == SL_NONE && (m->int4 != SL_INT4_NONE || m->packed))
         wt = sl__catalog_find(cat, qw);
       free(w);
       free(qw);
@@ -134,5 +145,6 @@ sl_status sl__model_build_fates(sl__model_builder *b) {
         m->tensor_fate[t] = SL_FATE_IGNORED;
     }
   }
+  free(holds);
   return SL_STATUS_OK;
 }

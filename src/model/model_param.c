@@ -5,6 +5,7 @@
  * companion of fp8 weights, the tied lm_head alias, and the checkpoint layout derived from the
  * vllm one (one parameter per source tensor).
  */
+#include "model/gdn.h"
 #include "model/model_build.h"
 
 #include "format/cast.h"
@@ -61,7 +62,7 @@ static uint32_t part_index(const char *part, size_t order) {
 }
 
 static bool is_per_expert(sl__style s) {
-  return s == SL_STYLE_MOE_W13 || s == SL_STYLE_MOE_W2;
+  return s == SL_STYLE_MOE_W13 || s == SL_STYLE_MOE_W2 || s == SL_STYLE_PACKED_MOE || s == SL_STYLE_MOE_WHOLE;
 }
 
 static bool is_f8(sl__dtype d) {
@@ -84,8 +85,12 @@ static sl_status global_shape(sl__model_builder *b, sl__mparam *p) {
   case SL_STYLE_MOE3D_W13_INTERLEAVED:
   case SL_STYLE_MOE3D_W2_BLOCKED:
   case SL_STYLE_MOE_W2_BIAS:
-  case SL_STYLE_QUANT_PARTS: /* shape set where it is made (model/model_quant.c) */
+  case SL_STYLE_QUANT_PARTS: /* shape set where it is made (model/model_quant.c, model_packed*.c) */
   case SL_STYLE_INT4:
+  case SL_STYLE_KV_HEADS:
+  case SL_STYLE_PACKED:
+  case SL_STYLE_PACKED_MOE:
+  case SL_STYLE_MOE_WHOLE:
     return SL_STATUS_OK;
   case SL_STYLE_MOE3D_W13_TRANSPOSED: /* [E, H, 2*Im] and [E, Im, H]: the checkpoint's orientation, */
   case SL_STYLE_MOE3D_W2_TRANSPOSED:  /* or vLLM's [E, 2*Im, H] and [E, H, Im] when transposed */
@@ -105,6 +110,7 @@ static sl_status global_shape(sl__model_builder *b, sl__mparam *p) {
   case SL_STYLE_MERGED:
   case SL_STYLE_CONCAT:
   case SL_STYLE_QKV:
+  case SL_STYLE_GDN: /* the parts' rows stacked (model/gdn.h) */
     for (size_t i = 0; i < p->n_src; i++) {
       if (p->src[i].ndim != s0->ndim || p->src[i].ndim == 0 ||
           memcmp(p->src[i].shape + 1, s0->shape + 1, sizeof(uint64_t) * (s0->ndim - 1)) != 0)
@@ -149,6 +155,8 @@ static sl_status add_source(sl__model_builder *b, sl__mparam *p, const sl__spec_
   out->unit = SL_NONE;
   out->expert = expert >= 0 ? (uint32_t)expert : SL_NONE;
   out->part = part_index(ss->part, order);
+  if (p->style == SL_STYLE_GDN && !sl__gdn_part_parse(ss->part, &out->part))
+    return sl__err_set(b->err, SL_STATUS_INTERNAL, "%s: gdn part not checked", p->name);
   out->name = render(ss->tensor, layer, expert);
   if (out->name == NULL)
     return sl__err_set(b->err, SL_STATUS_NOMEM, "out of memory");
@@ -170,6 +178,8 @@ static sl_status add_source(sl__model_builder *b, sl__mparam *p, const sl__spec_
     return SL_STATUS_OK;
   const sl__cat_tensor *t = &b->cat->tensors[out->tensor];
   bool same = t->ndim == out->ndim && memcmp(t->shape, out->shape, sizeof(uint64_t) * t->ndim) == 0;
+  if (!same && b->packed != NULL) /* an NVFP4 weight: two 4-bit values per byte (model/model_packed.c) */
+    same = sl__model_packed_source_shape(b, out, t);
   if (!same) {
     char have[160];
     char want[160];
@@ -215,6 +225,37 @@ static sl_status param_dtype(sl__model_builder *b, sl__mparam *p) {
   return SL_STATUS_OK;
 }
 
+/* The checkpoint name of the block scale of F8 weight `weight`: the spec's fp8_scale_name with
+ * {weight} (the name) or {stem} (the name without ".weight"), else "<weight>_scale_inv" (an error
+ * for a {stem} template and a name not ending in ".weight"). */
+static sl_status scale_tensor_name(sl__model_builder *b, const char *weight, char **name) {
+  const char *t = b->e.spec->fp8_scale_name;
+  char *out = NULL;
+  *name = NULL;
+  if (t == NULL) {
+    out = sl__asprintf("%s_scale_inv", weight);
+  } else {
+    const char *w = strstr(t, "{weight}");
+    const char *hole = w != NULL ? w : strstr(t, "{stem}");
+    size_t hole_len = w != NULL ? strlen("{weight}") : strlen("{stem}");
+    size_t len = strlen(weight);
+    size_t keep = len;
+    if (w == NULL) {
+      if (len < 7 || strcmp(weight + len - 7, ".weight") != 0)
+        return sl__err_set(b->err, SL_STATUS_QUANTIZATION,
+                           "fp8 weight '%s': its scale is named '%s' (spec %s, fp8_scale_name) but its name "
+                           "does not end in .weight",
+                           weight, t, b->e.spec->path);
+      keep = len - 7;
+    }
+    out = sl__asprintf("%.*s%.*s%s", (int)(hole - t), t, (int)keep, weight, hole + hole_len);
+  }
+  if (out == NULL)
+    return sl__err_set(b->err, SL_STATUS_NOMEM, "out of memory");
+  *name = out;
+  return SL_STATUS_OK;
+}
+
 /* fp8: the scale companion of p (which has F8 sources), added right after it. */
 static sl_status add_scale_param(sl__model_builder *b, size_t weight_index) {
   sl__mparam *w = &SL_VEC_AT(&b->params, sl__mparam, weight_index);
@@ -236,13 +277,13 @@ static sl_status add_scale_param(sl__model_builder *b, size_t weight_index) {
     s->unit = SL_NONE;
     s->part = ws->part;
     s->expert = ws->expert;
-    s->name = sl__asprintf("%s_scale_inv", ws->name);
-    if (s->name == NULL) {
+    sl_status nst = scale_tensor_name(b, ws->name, &s->name);
+    if (nst != SL_STATUS_OK) {
       for (size_t k = 0; k <= i; k++)
         free(src[k].name);
       free(src);
       free(name);
-      return sl__err_set(b->err, SL_STATUS_NOMEM, "out of memory");
+      return nst;
     }
     uint64_t rows = ws->shape[0];
     uint64_t cols = ws->ndim >= 2 ? ws->shape[1] : 1;
@@ -323,6 +364,12 @@ sl_status sl__model_build_param(sl__model_builder *b, const sl__spec_param *sp, 
   p->name = render(sp->name, layer, -1);
   if (p->name == NULL)
     return sl__err_set(b->err, SL_STATUS_NOMEM, "out of memory");
+  /* A layer parameter named without {layer} must be selected in one layer only (docs/SPECS.md). */
+  for (size_t i = 0; sp->place == SL_PLACE_LAYER && strstr(sp->name, "{layer}") == NULL && i < index; i++)
+    if (strcmp(SL_VEC_AT(&b->params, sl__mparam, i).name, p->name) == 0)
+      return sl__err_set(b->err, SL_STATUS_ARCH,
+                         "spec %s: parameter %s is selected in two layers (its name has no {layer})",
+                         b->e.spec->path, p->name);
   p->style = sp->style;
   p->place = sp->place;
   p->layer = (int32_t)layer;
@@ -386,6 +433,8 @@ sl_status sl__model_build_param(sl__model_builder *b, const sl__spec_param *sp, 
     st = global_shape(b, p);
   if (st != SL_STATUS_OK)
     return st;
+  if (b->packed != NULL)
+    return sl__model_packed_replace(b, index);
   if (b->m->fp8) {
     bool any_f8 = false;
     for (size_t i = 0; i < p->n_src; i++)
@@ -514,6 +563,15 @@ sl_status sl__model_to_checkpoint_layout(sl__model_builder *b) {
   return SL_STATUS_OK;
 }
 
+/* Whether some source of p is in the checkpoint (else p's dtype is the default one, and the missing
+ * tensor is reported by the fates, not as a conversion of that default dtype). */
+static bool has_present_source(const sl__mparam *p) {
+  for (size_t k = 0; k < p->n_src; k++)
+    if (p->src[k].tensor != SL_NONE)
+      return true;
+  return false;
+}
+
 sl_status sl__model_held_dtypes(sl__model_builder *b) {
   for (size_t i = 0; i < b->params.len; i++) {
     sl__mparam *p = &SL_VEC_AT(&b->params, sl__mparam, i);
@@ -521,11 +579,11 @@ sl_status sl__model_held_dtypes(sl__model_builder *b) {
       p->held_dtype = SL_VEC_AT(&b->params, sl__mparam, p->alias_of).held_dtype;
     else if (p->held_dtype == SL_DT_COUNT)
       p->held_dtype = p->dtype;
-    else if (!sl__cast_supported(p->dtype, p->held_dtype))
+    else if (!sl__cast_supported(p->dtype, p->held_dtype) && has_present_source(p))
       return sl__err_set(b->err, SL_STATUS_ARCH,
                          "spec %s: parameter %s: \"dtype\": \"%s\" asks to hold it in %s, but its checkpoint "
                          "tensors are %s, which cannot be converted (conversions are among F32, F16, BF16 "
-                         "and F64)",
+                         "and F64, and from I64 to I32)",
                          b->e.spec->path, p->name, sl__dtype_name(p->held_dtype),
                          sl__dtype_name(p->held_dtype), sl__dtype_name(p->dtype));
   }

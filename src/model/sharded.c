@@ -1,6 +1,6 @@
 /*
  * model/sharded.c — the model of a pre-sharded checkpoint (see model/sharded.h): the saved world
- * size checked against the job's, then one owned, replicated parameter per catalog tensor and the
+ * size and layout checked against the job's, then one owned, replicated parameter per catalog tensor and the
  * expected set of all of them. The file names it reads ranks from are model/sharded_name.c.
  */
 #include "model/sharded.h"
@@ -8,6 +8,7 @@
 #include "base/util.h"
 
 #include <cjson/cJSON.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,8 +16,9 @@ static int cmp_cstr(const void *a, const void *b) {
   return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-/* The saved world size: the highest rank of the file names plus one (a rank whose parameters
- * were all empty writes no file, so counting files could undercount). */
+/* The saved world size: tp·pp·dp of the saved layout when the files say it, else the highest rank
+ * of the file names plus one (a rank whose parameters were all empty writes no file, so counting
+ * files could undercount). */
 static sl_status saved_world(const sl__catalog *cat, uint32_t *world, sl__err *err) {
   *world = 0;
   for (size_t f = 0; f < cat->n_files; f++) {
@@ -29,6 +31,42 @@ static sl_status saved_world(const sl__catalog *cat, uint32_t *world, sl__err *e
     if (rank + 1 > *world)
       *world = rank + 1;
   }
+  const sl__sharded_layout *s = &cat->saved;
+  if (!sl__sharded_layout_known(s))
+    return SL_STATUS_OK;
+  uint32_t product = s->tp * s->pp * s->dp; /* fits: checked as the metadata was read */
+  if (*world > product)
+    return sl__err_set(
+        err, SL_STATUS_LAYOUT,
+        "sharded_state checkpoint %s: its files say they were saved at tp=%u pp=%u dp=%u (%u ranks), "
+        "but it holds files of rank %u",
+        cat->folder, s->tp, s->pp, s->dp, product, *world - 1);
+  *world = product;
+  return SL_STATUS_OK;
+}
+
+/* The job against the save: the same world size, and the same layout when the files say theirs. */
+static sl_status check_layout(const sl__catalog *cat, const sl__layout *job, sl__err *err) {
+  uint32_t saved = 0;
+  sl_status st = saved_world(cat, &saved, err);
+  if (st != SL_STATUS_OK)
+    return st;
+  const sl__sharded_layout *s = &cat->saved;
+  char at[96] = "";
+  if (sl__sharded_layout_known(s))
+    snprintf(at, sizeof at, " at tp=%u pp=%u dp=%u", s->tp, s->pp, s->dp);
+  if (saved != job->world)
+    return sl__err_set(
+        err, SL_STATUS_LAYOUT,
+        "sharded_state checkpoint %s was saved by %u ranks%s (model-rank-0 .. model-rank-%u), but "
+        "this job has %u ranks: load it with %u ranks",
+        cat->folder, saved, at, saved > 0 ? saved - 1 : 0, job->world, saved);
+  if (sl__sharded_layout_known(s) && (s->tp != job->tp || s->pp != job->pp || s->dp != job->dp))
+    return sl__err_set(
+        err, SL_STATUS_LAYOUT,
+        "sharded_state checkpoint %s was saved%s, but this job asks for tp=%u pp=%u dp=%u: load it "
+        "with --tp %u --pp %u --dp %u, or without --tp/--pp/--dp (the saved layout is then taken)",
+        cat->folder, at, job->tp, job->pp, job->dp, s->tp, s->pp, s->dp);
   return SL_STATUS_OK;
 }
 
@@ -94,17 +132,12 @@ static sl_status build_units(const sl__catalog *cat, sl__model *m, sl__err *err)
   return SL_STATUS_OK;
 }
 
-sl_status sl__sharded_model_build(const sl__catalog *cat, uint32_t world, sl__model *m, sl__err *err) {
+sl_status sl__sharded_model_build(const sl__catalog *cat, const sl__layout *job, sl__model *m, sl__err *err) {
   memset(m, 0, sizeof *m);
-  uint32_t saved = 0;
-  sl_status st = saved_world(cat, &saved, err);
-  if (st == SL_STATUS_OK && saved != world)
-    st = sl__err_set(err, SL_STATUS_LAYOUT,
-                     "sharded_state checkpoint %s was saved by %u ranks (model-rank-0 .. model-rank-%u), but "
-                     "this job has %u ranks: load it with %u ranks",
-                     cat->folder, saved, saved > 0 ? saved - 1 : 0, world, saved);
+  sl_status st = check_layout(cat, job, err);
   if (st != SL_STATUS_OK)
     return st;
+  uint32_t world = job->world;
   m->family = sl__strdup("sharded_state");
   m->layout = SL_LAYOUT_VLLM;
   /* Pipeline stages are irrelevant to owned parameters; one layer per rank keeps any pp <= world

@@ -10,14 +10,17 @@
 #define SL_SHARDED_H
 
 #include "model/catalog.h"
+#include "model/layout.h"
 #include "model/model.h"
 #include "model/sharded_name.h"
 
 #include <stdint.h>
 
-/* The model of a sharded_state catalog for a job of `world` ranks: one owned, replicated
- * parameter per tensor. The saved world size is the highest rank in the file names plus one; a
- * different world is an SL_STATUS_LAYOUT error naming both. */
-sl_status sl__sharded_model_build(const sl__catalog *cat, uint32_t world, sl__model *out, sl__err *err);
+/* The model of a sharded_state catalog for a job of layout `job`: one owned, replicated parameter
+ * per tensor. The saved world size is tp·pp·dp of the layout its files say they were saved at
+ * (cat->saved), else the highest rank in the file names plus one; a different world, or a known
+ * saved layout other than the job's, is an SL_STATUS_LAYOUT error naming both. */
+sl_status sl__sharded_model_build(const sl__catalog *cat, const sl__layout *job, sl__model *out,
+                                  sl__err *err);
 
 #endif

@@ -8,9 +8,9 @@
  *   { "family", "architectures": [...], "fall_back_to_pt", "vars": {NAME: EXPR},
  *     "layer_vars": {NAME: EXPR (may use `layer`)}, "num_layers", "experts", "n_group",
  *     "tie_word_embeddings", "skip_layers": {"from", "count"}, "skip_contains": [...],
- *     "vision_prefixes": [...],
+ *     "vision_prefixes": [...], "skip_tensors": [{"prefix", "when"}], "fp8_scale_name": TEMPLATE,
  *     "rename": {"format": "mistral", "map": [[FROM, TO], ...]},
- *     "params": [ { "name": TEMPLATE, "place": embed|layer|final|head, "when": EXPR,
+ *     "params": [ { "name": TEMPLATE, "place": embed|layer|final|head|all, "when": EXPR,
  *                   "style": ..., style arguments, "transpose": BOOL, "dtype": DTYPE, "sources": [ {"tensor":
  * TEMPLATE, "part": ..., "shape": [EXPR, ...], "rotary_heads": EXPR} ] } ] }
  */
@@ -19,7 +19,7 @@
 
 /* The largest spec file read (a spec is a few KiB; the bound keeps a wrong path from costing memory). */
 #define SL_SPEC_MAX_BYTES (16u * 1024u * 1024u)
-/* Counts a spec may hold (the shipped ones have at most 14 vars and 21 parameters): what a spec
+/* Counts a spec may hold (the shipped ones have at most 20 vars and 40 parameters): what a spec
  * costs to evaluate grows with them on every rank. */
 #define SL_SPEC_MAX_VARS 1024u   /* each of vars and layer_vars */
 #define SL_SPEC_MAX_PARAMS 4096u /* params */
@@ -59,10 +59,22 @@ typedef enum sl__style {
   SL_STYLE_MOE3D_W2_TRANSPOSED,   /* [E, Im, H] → [El, Ip, H] (orientation kept) */
   SL_STYLE_QUANT_PARTS,           /* per-tensor scales of the parts of a fused weight: [n parts] */
   SL_STYLE_INT4,                  /* GPTQ / AWQ packed tensors of a linear (derived, never in a spec) */
+  SL_STYLE_KV_HEADS,              /* per-key/value-head rows, replicated as qkv's k (plan/slicing_heads.c) */
+  SL_STYLE_GDN,                   /* gated DeltaNet sections split by whole heads (model/gdn.h) */
+  SL_STYLE_PACKED,                /* pack-quantized / NVFP4 tensors of a linear, [out, in] packed (derived) */
+  SL_STYLE_PACKED_MOE,            /* pack-quantized / NVFP4 tensors of one expert part (derived) */
+  SL_STYLE_MOE_WHOLE,             /* per-expert tensors kept whole in each local slot (derived) */
   SL_STYLE_COUNT
 } sl__style;
 
-typedef enum sl__place { SL_PLACE_EMBED = 0, SL_PLACE_LAYER, SL_PLACE_FINAL, SL_PLACE_HEAD } sl__place;
+/* SL_PLACE_ALL: a model-level parameter every pipeline stage holds (DeepSeek-V4's hc_head). */
+typedef enum sl__place {
+  SL_PLACE_EMBED = 0,
+  SL_PLACE_LAYER,
+  SL_PLACE_FINAL,
+  SL_PLACE_HEAD,
+  SL_PLACE_ALL
+} sl__place;
 
 const char *sl__style_name(sl__style s);
 
@@ -96,6 +108,13 @@ typedef struct sl__spec_param {
   sl__spec_source *sources;
 } sl__spec_param;
 
+/* "skip_tensors": the tensors under a layer's prefix that are skipped where `when` holds in that
+ * layer (DeepSeek-V3.2's indexer of layers vLLM builds without one); model/spec_skip.c. */
+typedef struct sl__spec_skip {
+  char *prefix;   /* template with {layer} */
+  sl__expr *when; /* evaluated per layer */
+} sl__spec_skip;
+
 typedef struct sl__spec {
   char *path; /* file it came from (messages) */
   char *family;
@@ -117,13 +136,22 @@ typedef struct sl__spec {
   char **skip_contains;
   size_t n_vision_prefixes; /* name prefixes of a vision tower: skipped only with skip_vision */
   char **vision_prefixes;
-  char *rename_format; /* "mistral" or NULL */
+  size_t n_skip_tensors;
+  sl__spec_skip *skip_tensors;
+  char *fp8_scale_name; /* checkpoint name of an F8 weight's block scale: "{weight}_scale_inv" (default)
+                           or a template with {stem}, the weight's name without ".weight" (DeepSeek-V4:
+                           "{stem}.scale") */
+  char *rename_format;  /* "mistral" or NULL */
   size_t n_rename;
   char **rename_from; /* templates with {layer} */
   char **rename_to;
   size_t n_params;
   sl__spec_param *params;
 } sl__spec;
+
+/* "skip_tensors" of root into s (model/spec_skip.c); sl__spec_skip_free frees them. */
+sl_status sl__spec_parse_skip_tensors(const struct cJSON *root, const char *path, sl__spec *s, sl__err *err);
+void sl__spec_skip_free(sl__spec *s);
 
 /* Parses and compiles a spec from JSON text; `path` names it in messages. */
 sl_status sl__spec_parse(const char *json, size_t len, const char *path, sl__spec **out, sl__err *err);

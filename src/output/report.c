@@ -111,10 +111,11 @@ static uint64_t peak_rss_max(const sl__load_report *r) {
  * Load
  * ------------------------------------------------------------------------------------------- */
 
-static void load_header_json(const sl__load_report *r, sl__buf *b) {
+/* job: the job's report (every rank's row); else a rank's own (report_scope, docs/REPORT.md §5). */
+static void load_header_json(const sl__load_report *r, bool job, sl__buf *b) {
   const sl__report_setup *s = &r->setup;
-  sl__buf_appendf(b, "{\"report_version\":%d,\"shardload_version\":\"%s\",\"model\":", SL_REPORT_VERSION,
-                  SL_VERSION_STRING);
+  sl__buf_appendf(b, "{\"report_version\":%d,\"shardload_version\":\"%s\",\"report_scope\":\"%s\",\"model\":",
+                  SL_REPORT_VERSION, SL_VERSION_STRING, job ? "job" : "rank");
   sl__buf_json_str(b, s->model);
   sl__buf_appendf(b, ",\"folder\":");
   sl__buf_json_str(b, s->cat->folder);
@@ -181,48 +182,93 @@ static void strategy_choice_json(const sl__load_report *r, sl__buf *b) {
   sl__buf_appendf(b, "],");
 }
 
-static void load_ranks_json(const sl__load_report *r, sl__buf *b) {
-  sl__buf_appendf(b, "\"ranks\":[");
-  for (int i = 0; i < r->world; i++) {
-    const sl__rank_record *rr = &r->ranks[i];
-    sl__buf_appendf(
-        b,
-        "%s{\"rank\":%d,\"bytes_needed\":%llu,\"bytes_read\":%llu,\"bytes_read_planned\":%llu,"
-        "\"bytes_covering\":%llu,\"bytes_received\":%llu,\"bytes_sent\":%llu,\"bytes_local\":%llu,"
-        "\"bytes_naive\":%llu,\"files_opened\":%u,\"files_mapped\":%u,\"files_direct\":%u,\"params\":%u,"
-        "\"experts_local\":%u,\"read_ops\":%llu,"
-        "\"bytes_mapped\":%llu,\"peak_rss_bytes\":%llu,\"rss_anon_bytes\":%llu,\"rss_file_bytes\":%llu,"
-        "\"rss_shmem_bytes\":%llu,\"transfer_seconds\":%.6f,\"broadcast_seconds\":%.6f,"
-        "\"nccl_communicators\":%u}",
-        i > 0 ? "," : "", i, (unsigned long long)rr->stats.bytes_needed,
-        (unsigned long long)rr->stats.bytes_read, (unsigned long long)rr->bytes_read_planned,
-        (unsigned long long)rr->stats.bytes_covering, (unsigned long long)rr->stats.bytes_received,
-        (unsigned long long)rr->stats.bytes_sent, (unsigned long long)rr->stats.bytes_local,
-        (unsigned long long)rr->stats.bytes_naive, rr->stats.files_opened, rr->files_mapped, rr->files_direct,
-        rr->stats.params, rr->stats.experts_local, (unsigned long long)rr->read_ops,
-        (unsigned long long)rr->bytes_mapped, (unsigned long long)rr->peak_rss_bytes,
-        (unsigned long long)rr->rss_anon, (unsigned long long)rr->rss_file, (unsigned long long)rr->rss_shmem,
-        rr->transfer_seconds, rr->bcast_seconds, rr->nccl_comms);
-  }
-  sl__buf_appendf(b, "],");
+void sl__report_rank_row_json(const sl__rank_record *rr, int i, sl__buf *b) {
+  sl__buf_appendf(
+      b,
+      "{\"rank\":%d,\"bytes_needed\":%llu,\"bytes_read\":%llu,\"bytes_read_planned\":%llu,"
+      "\"bytes_covering\":%llu,\"bytes_received\":%llu,\"bytes_sent\":%llu,\"bytes_local\":%llu,"
+      "\"bytes_naive\":%llu,\"files_opened\":%u,\"files_mapped\":%u,\"files_direct\":%u,\"params\":%u,"
+      "\"experts_local\":%u,\"read_ops\":%llu,"
+      "\"bytes_mapped\":%llu,\"peak_rss_bytes\":%llu,\"rss_anon_bytes\":%llu,\"rss_file_bytes\":%llu,"
+      "\"rss_shmem_bytes\":%llu,\"transfer_seconds\":%.6f,\"broadcast_seconds\":%.6f,"
+      "\"nccl_communicators\":%u,\"file_opens\":%u,\"gpu_free_bytes_before_nccl\":%llu,"
+      "\"gpu_free_bytes_after_nccl\":%llu}",
+      i, (unsigned long long)rr->stats.bytes_needed, (unsigned long long)rr->stats.bytes_read,
+      (unsigned long long)rr->bytes_read_planned, (unsigned long long)rr->stats.bytes_covering,
+      (unsigned long long)rr->stats.bytes_received, (unsigned long long)rr->stats.bytes_sent,
+      (unsigned long long)rr->stats.bytes_local, (unsigned long long)rr->stats.bytes_naive,
+      rr->stats.files_opened, rr->files_mapped, rr->files_direct, rr->stats.params, rr->stats.experts_local,
+      (unsigned long long)rr->read_ops, (unsigned long long)rr->bytes_mapped,
+      (unsigned long long)rr->peak_rss_bytes, (unsigned long long)rr->rss_anon,
+      (unsigned long long)rr->rss_file, (unsigned long long)rr->rss_shmem, rr->transfer_seconds,
+      rr->bcast_seconds, rr->nccl_comms, rr->file_opens, (unsigned long long)rr->gpu_free_before_nccl,
+      (unsigned long long)rr->gpu_free_after_nccl);
 }
 
-void sl__report_load_json(const sl__load_report *r, sl__buf *b) {
-  load_header_json(r, b);
+/* The job's opens of checkpoint files: in all, the most by one rank (the lowest such rank), the
+ * mean per rank. */
+typedef struct opens_total {
+  uint64_t total;
+  uint32_t max, max_rank;
+  double mean;
+} opens_total;
+
+static opens_total opens_of(const sl__load_report *r) {
+  opens_total o = {0};
+  for (int i = 0; i < r->world; i++) {
+    o.total += r->ranks[i].file_opens;
+    if (r->ranks[i].file_opens > o.max) {
+      o.max = r->ranks[i].file_opens;
+      o.max_rank = (uint32_t)i;
+    }
+  }
+  o.mean = r->world > 0 ? (double)o.total / r->world : 0;
+  return o;
+}
+
+/* Everything before the rows of "ranks" (job: with every node's row). */
+static void load_head_json(const sl__load_report *r, bool job, sl__buf *b) {
+  load_header_json(r, job, b);
   strategy_choice_json(r, b);
   sl__figures_json(b, r->fig);
-  sl__figures_nodes_json(b, r->fig);
-  sl__fill_totals fill;
+  if (job)
+    sl__figures_nodes_json(b, r->fig);
+  else
+    sl__buf_appendf(b, "\"nodes\":[],");
+  sl__fill_totals fill; /* the job's, in both scopes: it grows with the parameters, not the ranks */
   sl__fill_totals_of(r->setup.m, r->setup.sched, &fill);
   sl__report_fill_json(b, r->setup.m, &fill);
-  load_ranks_json(r, b);
-  sl__buf_appendf(b, "\"peak_rss_bytes_max\":%llu,\"staging_bytes\":%llu,",
-                  (unsigned long long)peak_rss_max(r), (unsigned long long)r->staging_bytes);
+  sl__buf_appendf(b, "\"ranks\":[");
+}
+
+/* Everything after them: the job's figures that no row holds. */
+static void load_tail_json(const sl__load_report *r, sl__buf *b) {
+  opens_total o = opens_of(r);
+  sl__buf_appendf(b,
+                  "],\"peak_rss_bytes_max\":%llu,\"staging_bytes\":%llu,\"file_opens\":{\"total\":%llu,"
+                  "\"per_rank_max\":%u,\"per_rank_max_rank\":%u,\"per_rank_mean\":%.3f},",
+                  (unsigned long long)peak_rss_max(r), (unsigned long long)r->staging_bytes,
+                  (unsigned long long)o.total, o.max, o.max_rank, o.mean);
   if (r->track != NULL)
     sl__track_json(r->setup.m, r->setup.cat, r->track, b);
   else
     sl__buf_appendf(b, "\"missing\":[],\"unexpected\":[],\"ignored\":[],\"skipped_count\":0");
   sl__buf_appendf(b, "}\n");
+}
+
+void sl__report_load_json(const sl__load_report *r, sl__buf *b) {
+  load_head_json(r, true, b);
+  for (int i = 0; i < r->world; i++) {
+    if (i > 0)
+      sl__buf_appendf(b, ",");
+    sl__report_rank_row_json(&r->ranks[i], i, b);
+  }
+  load_tail_json(r, b);
+}
+
+void sl__report_load_json_rank_view(const sl__load_report *r, sl__buf *head, sl__buf *tail) {
+  load_head_json(r, false, head);
+  load_tail_json(r, tail);
 }
 
 /* `  load strategy auto, rank 0: mmap 2 files, mmap+direct 1 file`: what the files were read with. */
@@ -280,6 +326,10 @@ void sl__report_load_summary(const sl__load_report *r, sl__buf *b) {
                     "  %llu NCCL communicator%s over %zu broadcasting group%s, released after the transfer\n",
                     (unsigned long long)comms, comms == 1 ? "" : "s", groups, groups == 1 ? "" : "s");
   storage_summary(b, s, (uint32_t)r->world);
+  opens_total o = opens_of(r);
+  sl__buf_appendf(
+      b, "  metadata: %.1f opens of checkpoint files per rank, at most %u (rank %u), %llu in the job\n",
+      o.mean, o.max, o.max_rank, (unsigned long long)o.total);
   strategy_summary(r, b);
   sl__fill_totals fill;
   sl__fill_totals_of(s->m, s->sched, &fill);

@@ -35,6 +35,9 @@ typedef struct sl__rank_record {
   uint64_t bytes_mapped;
   uint32_t files_mapped, files_direct; /* files with mapped parameters; files read with O_DIRECT */
   uint32_t nccl_comms;                 /* NCCL communicators made (device cuda; 0 on the host) */
+  uint32_t file_opens;                 /* open() of checkpoint files (engine/file_table.h) */
+  uint64_t gpu_free_before_nccl;       /* device memory free before they were made (0: none made) */
+  uint64_t gpu_free_after_nccl;        /* ... and once they were connected */
   double transfer_seconds;
   double read_seconds;
   double bcast_seconds;
@@ -93,7 +96,14 @@ typedef struct sl__load_report {
   const sl__track *track; /* NULL: weights were not tracked */
 } sl__load_report;
 
+/* The job's report (rank 0's, and the report file): every rank's row and every node's. */
 void sl__report_load_json(const sl__load_report *r, sl__buf *b);
+/* The report a rank other than 0 holds (docs/REPORT.md §5), whose size does not grow with the
+ * job: rank 0 writes the job's figures around the place of the one row of "ranks" (head ends with
+ * `"ranks":[`, tail begins with `]`); each rank puts its own row between them. No per-node rows. */
+void sl__report_load_json_rank_view(const sl__load_report *r, sl__buf *head, sl__buf *tail);
+/* One row of "ranks" (the same text in both reports). */
+void sl__report_rank_row_json(const sl__rank_record *rr, int rank, sl__buf *b);
 void sl__report_load_summary(const sl__load_report *r, sl__buf *b);
 
 /* A dry run. */

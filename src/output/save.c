@@ -6,6 +6,7 @@
 
 #include "base/util.h"
 #include "format/safetensors_write.h"
+#include "model/sharded_name.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -162,7 +163,7 @@ sl_status sl__save_plan_build(const sl__save_entry *entries, size_t n, uint64_t 
  * ------------------------------------------------------------------------------------------- */
 
 static sl_status write_part(const char *path, const sl__save_entry *entries, const size_t *idx, size_t n,
-                            sl__backend *backend, sl__err *err) {
+                            const sl__sharded_layout *layout, sl__backend *backend, sl__err *err) {
   sl__st_write_tensor *w = calloc(n + 1, sizeof *w);
   void **host = calloc(n + 1, sizeof *host);
   sl_status st =
@@ -187,9 +188,21 @@ static sl_status write_part(const char *path, const sl__save_entry *entries, con
       w[i].data = host[i];
     }
   }
-  static const sl__st_meta meta[] = {{.key = "format", .value = "pt"}};
+  /* vLLM's "format": "pt", and the layout of the save (model/sharded_name.h), so that a load of the
+   * folder takes it, or names it when asked for another. */
+  char sizes[3][16];
+  sl__st_meta meta[4] = {{.key = "format", .value = "pt"}};
+  size_t n_meta = 1;
+  if (layout != NULL && sl__sharded_layout_known(layout)) {
+    snprintf(sizes[0], sizeof sizes[0], "%u", layout->tp);
+    snprintf(sizes[1], sizeof sizes[1], "%u", layout->pp);
+    snprintf(sizes[2], sizeof sizes[2], "%u", layout->dp);
+    meta[n_meta++] = (sl__st_meta){.key = SL_SHARDED_META_TP, .value = sizes[0]};
+    meta[n_meta++] = (sl__st_meta){.key = SL_SHARDED_META_PP, .value = sizes[1]};
+    meta[n_meta++] = (sl__st_meta){.key = SL_SHARDED_META_DP, .value = sizes[2]};
+  }
   if (st == SL_STATUS_OK)
-    st = sl__st_write_file(path, w, n, meta, 1, err);
+    st = sl__st_write_file(path, w, n, meta, n_meta, err);
   for (size_t i = 0; host != NULL && i < n; i++)
     free(host[i]);
   free(host);
@@ -218,15 +231,17 @@ static void unlink_parts(const char *dir, uint32_t rank, uint32_t n_parts, bool 
 }
 
 sl_status sl__save_write_temp(const char *dir, uint32_t rank, const sl__save_entry *entries,
-                              const sl__save_plan *plan, sl__backend *backend, sl__err *err) {
+                              const sl__save_plan *plan, const sl__sharded_layout *layout,
+                              sl__backend *backend, sl__err *err) {
   sl_status st = SL_STATUS_OK;
   bool inject = inject_save_error(rank);
   uint32_t written = 0;
   for (uint32_t k = 0; k < plan->n_parts && st == SL_STATUS_OK; k++) {
     size_t from = k == 0 ? 0 : plan->part_end[k - 1];
     char *path = temp_path(dir, rank, k);
-    st = path != NULL ? write_part(path, entries, plan->kept + from, plan->part_end[k] - from, backend, err)
-                      : sl__err_set(err, SL_STATUS_NOMEM, "out of memory");
+    st = path != NULL
+             ? write_part(path, entries, plan->kept + from, plan->part_end[k] - from, layout, backend, err)
+             : sl__err_set(err, SL_STATUS_NOMEM, "out of memory");
     free(path);
     if (st == SL_STATUS_OK)
       written++;
@@ -339,7 +354,7 @@ sl_status sl__save_rank(const char *dir, uint32_t rank, const sl__save_entry *en
     return st;
   /* A failed write leaves the older files as they were (write_temp removes its temporaries); a
    * failed rename leaves nothing of this save. */
-  st = sl__save_write_temp(dir, rank, entries, &plan, backend, err);
+  st = sl__save_write_temp(dir, rank, entries, &plan, NULL, backend, err);
   if (st == SL_STATUS_OK) {
     st = sl__save_commit(dir, rank, plan.n_parts, err);
     if (st != SL_STATUS_OK)

@@ -3,8 +3,8 @@
  * DIR/model-rank-{rank}-part-{part}.safetensors (docs/spec/TRACKING.md §4), and rank 0 copies the model's
  * non-weight files, so that a pre-sharded copy can be loaded by anything that reads safetensors.
  *
- * A save is all or nothing (docs/spec/TRACKING.md §4.5). The loader (api/loader.c) drives these steps, agreeing between ranks
- * after each one:
+ * A save is all or nothing (docs/spec/TRACKING.md §4.5). The loader (api/loader.c) drives these steps,
+ * agreeing between ranks after each one:
  *   1. every rank plans its parts (sl__save_plan_build); rank 0 checks the folder for files of an
  *      older save that this one would not replace (sl__save_check_stale): refused, or removed
  *      with `overwrite`;
@@ -21,6 +21,7 @@
 #include "backend/backend.h"
 #include "base/err.h"
 #include "format/dtype.h"
+#include "model/sharded_name.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -53,11 +54,13 @@ sl_status sl__save_plan_build(const sl__save_entry *entries, size_t n, uint64_t 
 void sl__save_plan_free(sl__save_plan *p);
 
 /* Writes the parts of plan under temporary names beside the final ones (dot-prefixed, so that no
- * loader's "*.safetensors" pattern matches them). On failure nothing of them is left.
+ * loader's "*.safetensors" pattern matches them), each with the metadata "format": "pt" and, when
+ * layout is given, the layout of the save (model/sharded_name.h). On failure nothing of them is left.
  * SHARDLOAD_INJECT_SAVE_ERROR=<rank> makes that rank fail as if the disk were full, after its
  * first part (a test aid for the failure path). */
 sl_status sl__save_write_temp(const char *dir, uint32_t rank, const sl__save_entry *entries,
-                              const sl__save_plan *plan, sl__backend *backend, sl__err *err);
+                              const sl__save_plan *plan, const sl__sharded_layout *layout,
+                              sl__backend *backend, sl__err *err);
 /* Renames this rank's n_parts temporaries onto their final names. */
 sl_status sl__save_commit(const char *dir, uint32_t rank, uint32_t n_parts, sl__err *err);
 /* Removes this rank's temporaries 0 .. n_parts-1 and, with finals, its final part files of those
@@ -100,6 +103,7 @@ typedef struct sl__save_job {
   uint64_t max_part;
   bool overwrite; /* remove an older save's files that this one does not replace */
   sl__backend *backend;
+  sl__sharded_layout layout; /* the job's tp, pp, dp: written into every part's metadata */
 } sl__save_job;
 sl_status sl__save_sharded(struct sl__comm *comm, const sl__save_job *job, sl__err *err);
 

@@ -57,7 +57,7 @@ sl_status sl__save_sharded(sl__comm *comm, const sl__save_job *job, sl__err *err
   st = sl__save_plan_build(job->entries, job->n, job->max_part, &plan, err);
   st = check_folder(comm, job, &plan, st, &parts, err);
   if (st == SL_STATUS_OK) {
-    st = sl__save_write_temp(job->dir, rank, job->entries, &plan, job->backend, err);
+    st = sl__save_write_temp(job->dir, rank, job->entries, &plan, &job->layout, job->backend, err);
     st = sl__comm_agree(comm, st, err, "writing the sharded copy");
     if (st != SL_STATUS_OK)
       sl__save_discard(job->dir, rank, plan.n_parts, false); /* an older save stays whole */

@@ -121,7 +121,8 @@ static uint32_t least_loaded(const sl__schedule *s, const sl__piece *p, const ui
 
 /* Exclusive pieces first, then shared ones largest first to the least-loaded member; among the ranks
  * that see each file when some rank does not see some file (plan/visibility.h). */
-static sl_status assign_readers(sl__schedule *s, const sl__catalog *cat, const sl__plan_opts *o, sl__err *err) {
+static sl_status assign_readers(sl__schedule *s, const sl__catalog *cat, const sl__plan_opts *o,
+                                sl__err *err) {
   if (o->vis != NULL && !o->vis->everywhere)
     return sl__visibility_readers(s, cat, o->vis, o->nodes, err);
   size_t n = s->n_pieces;
@@ -236,7 +237,8 @@ static sl_status build_groups(sl__schedule *s, sl__err *err) {
     size_t len = 0;
     const void *k = group_key(s, p, &key, &len);
     bool added = false;
-    sl__hashval *v = k != NULL ? sl__hashmap_slot(p->lent ? &lent_group_of : &group_of, k, len, &added) : NULL;
+    sl__hashval *v =
+        k != NULL ? sl__hashmap_slot(p->lent ? &lent_group_of : &group_of, k, len, &added) : NULL;
     sl__group *g = v != NULL && added ? sl__vec_push(&groups) : NULL;
     if (v == NULL || (added && (g == NULL || !sl__vec_reserve(&gm, gm.len + p->n_members + 1)))) {
       st = SL_STATUS_NOMEM;
@@ -398,7 +400,7 @@ static sl_status rank_figures(sl__schedule *s, const sl__catalog *cat, const sl_
   if (cat->n_files > 0)
     files = calloc(((me == SL_NONE ? (size_t)s->world : 1) * cat->n_files + 7) / 8 + 1, 1);
   uint64_t *shared = calloc((size_t)s->n_classes + 1, sizeof *shared); /* per class */
-  uint64_t *sent = calloc((size_t)s->world + 1, sizeof *sent);        /* per rank: shared pieces read */
+  uint64_t *sent = calloc((size_t)s->world + 1, sizeof *sent);         /* per rank: shared pieces read */
   if ((files == NULL && cat->n_files > 0) || shared == NULL || sent == NULL) {
     free(files);
     free(shared);
@@ -408,7 +410,7 @@ static sl_status rank_figures(sl__schedule *s, const sl__catalog *cat, const sl_
   for (size_t k = 0; k < s->n_pieces; k++) {
     const sl__piece *p = &s->pieces[k];
     if (p->xchg != SL_NONE)
-      continue; /* sl__twophase_figures */
+      continue;                                /* sl__twophase_figures */
     bool shares = p->n_members > 1 || p->lent; /* a lent reader is in none of the classes it sends to */
     s->bytes_read_for_others += shares && p->lent ? p->nbytes : 0;
     for (uint32_t j = 0; shares && j < p->n_classes; j++)
@@ -445,7 +447,7 @@ static sl_status tensor_figures(sl__schedule *s, const sl__model *m, const sl__c
   for (size_t i = 0; i < m->n_params; i++) {
     sl__style sty = m->params[i].style;
     if (sty != SL_STYLE_MOE_W13 && sty != SL_STYLE_MOE_W2 && sty != SL_STYLE_MOE3D_W13 &&
-        sty != SL_STYLE_MOE3D_W2)
+        sty != SL_STYLE_MOE3D_W2 && sty != SL_STYLE_PACKED_MOE && sty != SL_STYLE_MOE_WHOLE)
       continue;
     for (size_t j = 0; j < m->params[i].n_src; j++)
       if (m->params[i].src[j].tensor != SL_NONE)

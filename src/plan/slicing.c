@@ -39,6 +39,11 @@ static const sl__slice_fn slicers[SL_STYLE_COUNT] = {
     [SL_STYLE_MOE3D_W2_TRANSPOSED] = sl__slice_moe3d_w2_transposed,
     [SL_STYLE_QUANT_PARTS] = sl__slice_quant_parts,
     [SL_STYLE_INT4] = sl__slice_int4,
+    [SL_STYLE_KV_HEADS] = sl__slice_kv_heads,
+    [SL_STYLE_GDN] = sl__slice_gdn,
+    [SL_STYLE_PACKED] = sl__slice_packed,
+    [SL_STYLE_PACKED_MOE] = sl__slice_packed_moe,
+    [SL_STYLE_MOE_WHOLE] = sl__slice_moe_whole,
 };
 
 /* Whether expert x is held by this rank (checkpoint layout: one parameter per expert). */
@@ -63,6 +68,8 @@ static bool held(const sl__model *m, const sl__mparam *p, const sl__rank_ctx *x)
   case SL_PLACE_FINAL:
   case SL_PLACE_HEAD:
     return x->last_stage;
+  case SL_PLACE_ALL:
+    return true;
   }
   return false;
 }
@@ -84,7 +91,7 @@ static bool cut_by_heads(const sl__mparam *p) {
 static bool cut_by_kv_heads(const sl__mparam *p) {
   return cut_by_heads(p) && p->kv_heads != 0 &&
          (p->style == SL_STYLE_QKV || p->style == SL_STYLE_QKV_FUSED ||
-          (p->style == SL_STYLE_INT4 && p->quant_of == SL_STYLE_QKV));
+          ((p->style == SL_STYLE_INT4 || p->style == SL_STYLE_PACKED) && p->quant_of == SL_STYLE_QKV));
 }
 
 /* The divisors of n up to 4096 (a head count comes from config.json: bounded work), for the
@@ -107,6 +114,9 @@ static void divisors(uint64_t n, char *out, size_t cap) {
 sl_status sl__plan_check_heads(const sl__model *m, uint32_t tp, sl__err *err) {
   if (tp <= 1)
     return SL_STATUS_OK;
+  sl_status gdn = sl__gdn_check_tp(m, tp, err); /* first: its message names the key-head rule */
+  if (gdn != SL_STATUS_OK)
+    return gdn;
   char list[256];
   for (size_t i = 0; i < m->n_params; i++) {
     const sl__mparam *p = &m->params[i];

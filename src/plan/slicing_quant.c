@@ -57,8 +57,7 @@ static sl_status int4_cut(sl__slicer *s, const sl__msrc *src, const char *what, 
                      (unsigned long long)(src->ndim > 1 ? src->shape[1] : 1));
 }
 
-/* Output channels [*start, +*n) of source src (a part of a column-like linear) on this rank. */
-static sl_status int4_out_range(sl__slicer *s, const sl__msrc *src, uint64_t *start, uint64_t *n) {
+sl_status sl__quant_out_range(sl__slicer *s, const sl__msrc *src, uint64_t *start, uint64_t *n) {
   const sl__mparam *p = s->p;
   uint64_t T = s->x->tp;
   uint64_t r = s->x->r;
@@ -114,8 +113,8 @@ static sl_status int4_row(sl__slicer *s, sl__local_shape *ls, char *desc, size_t
   uint64_t a = start / p->in_per_row;
   uint64_t n = per / p->in_per_row;
   ls->shape[0] = n;
-  snprintf(desc, dcap, "int4 row: dim 0 [%llu, %llu) of %llu", (unsigned long long)a, (unsigned long long)(a + n),
-           (unsigned long long)src->shape[0]);
+  snprintf(desc, dcap, "int4 row: dim 0 [%llu, %llu) of %llu", (unsigned long long)a,
+           (unsigned long long)(a + n), (unsigned long long)src->shape[0]);
   return sl__slab(s, 0, a, n, 1, 0, cols, 0, 0);
 }
 
@@ -136,7 +135,7 @@ sl_status sl__slice_int4(sl__slicer *s, sl__local_shape *ls, char *desc, size_t 
   for (size_t k = 0; k < p->n_src; k++) {
     uint64_t start = 0;
     uint64_t n = 0;
-    sl_status st = int4_out_range(s, &p->src[k], &start, &n);
+    sl_status st = sl__quant_out_range(s, &p->src[k], &start, &n);
     if (st != SL_STATUS_OK)
       return st;
     if (start % p->pack_out != 0 || n % p->pack_out != 0)
@@ -151,7 +150,7 @@ sl_status sl__slice_int4(sl__slicer *s, sl__local_shape *ls, char *desc, size_t 
   for (size_t k = 0; k < p->n_src; k++) {
     uint64_t start = 0;
     uint64_t n = 0;
-    sl_status st = int4_out_range(s, &p->src[k], &start, &n);
+    sl_status st = sl__quant_out_range(s, &p->src[k], &start, &n);
     uint64_t c0 = start / p->pack_out;
     uint64_t nc = n / p->pack_out;
     if (st == SL_STATUS_OK)
@@ -159,8 +158,8 @@ sl_status sl__slice_int4(sl__slicer *s, sl__local_shape *ls, char *desc, size_t 
     if (st != SL_STATUS_OK)
       return st;
     if (off < dcap)
-      off += (size_t)snprintf(desc + off, dcap - off, "%s [%llu, %llu)", k > 0 ? "," : "", (unsigned long long)c0,
-                              (unsigned long long)(c0 + nc));
+      off += (size_t)snprintf(desc + off, dcap - off, "%s [%llu, %llu)", k > 0 ? "," : "",
+                              (unsigned long long)c0, (unsigned long long)(c0 + nc));
     at += nc;
   }
   return SL_STATUS_OK;

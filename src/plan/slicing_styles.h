@@ -39,5 +39,24 @@ sl_status sl__slice_moe3d_w2_transposed(sl__slicer *s, sl__local_shape *ls, char
 /* Styles of plan/slicing_quant.c (docs/spec/LAYOUTS.md §3.11–§3.12). */
 sl_status sl__slice_quant_parts(sl__slicer *s, sl__local_shape *ls, char *desc, size_t dcap);
 sl_status sl__slice_int4(sl__slicer *s, sl__local_shape *ls, char *desc, size_t dcap);
+/* Output channels [*start, +*n) of source src, a part of a column-like quantized linear (its
+ * wshape [out, in]; the style of the linear in s->p->quant_of), on the slicer's rank: the column,
+ * merged or qkv ranges of docs/spec/LAYOUTS.md §3.1–§3.3. */
+sl_status sl__quant_out_range(sl__slicer *s, const sl__msrc *src, uint64_t *start, uint64_t *n);
+
+/* Styles of plan/slicing_packed.c (docs/spec/LAYOUTS.md §3.14): compressed-tensors pack-quantized and
+ * NVFP4 tensors of linears and experts, and per-expert tensors kept whole. */
+sl_status sl__slice_packed(sl__slicer *s, sl__local_shape *ls, char *desc, size_t dcap);
+sl_status sl__slice_packed_moe(sl__slicer *s, sl__local_shape *ls, char *desc, size_t dcap);
+sl_status sl__slice_moe_whole(sl__slicer *s, sl__local_shape *ls, char *desc, size_t dcap);
+
+/* The style of plan/slicing_gdn.c (docs/spec/LAYOUTS.md §3.13): gated DeltaNet sections. */
+sl_status sl__slice_gdn(sl__slicer *s, sl__local_shape *ls, char *desc, size_t dcap);
+/* Whether tp keeps every gated DeltaNet parameter's key and value heads whole (an error naming the
+ * first parameter it would cut otherwise). */
+sl_status sl__gdn_check_tp(const sl__model *m, uint32_t tp, sl__err *err);
+
+/* Style of plan/slicing_heads.c (docs/spec/LAYOUTS.md §3.15): rows of each key/value head. */
+sl_status sl__slice_kv_heads(sl__slicer *s, sl__local_shape *ls, char *desc, size_t dcap);
 
 #endif

@@ -6,7 +6,8 @@
 # `plan --json` (tp, pp, dp) or from the message naming the cache folder; one load at 2 ranks
 # takes aliases and units end to end. A mistyped local path (models/lama, ./x, ../m) fails at once
 # as a missing folder, not as a Hub request; a tp that does not divide the attention heads says so
-# first. Needs SL_CLI, SL_FIXTURES and SL_MPIRUN.
+# first. A usage error of a job of several ranks is printed once. Needs SL_CLI, SL_FIXTURES and
+# SL_MPIRUN.
 set -u
 
 fails=0
@@ -197,6 +198,20 @@ expect_rc heads 1
 check "heads: vLLM's message first ($(cat "$TMP/heads.err"))" contains "$TMP/heads.err" \
   "Total number of attention heads (8) must be divisible by tensor parallel size (3)"
 check "heads: no complaint about the vocabulary" lacks "$TMP/heads.err" "vocabulary"
+
+# 8. usage errors of a job printed once: every rank parses the same argv (load at 4 ranks, reshard
+# at 3), rank 0 says it, every rank exits 2
+timeout 120 "$SL_MPIRUN" -np 4 "$SL_CLI" load "$M" --tp 4 --stagin-bytes 1M >"$TMP/once.out" 2>"$TMP/once.err"
+rc=$?
+expect_rc once 2
+check "load at 4 ranks: one 'did you mean' ($(cat "$TMP/once.err"))" \
+  [ "$(grep -c "did you mean --staging-bytes" "$TMP/once.err")" = 1 ]
+timeout 120 "$SL_MPIRUN" -np 3 "$SL_CLI" reshard "$M" --from-tp 1 --tp 2 --bogus-flag 1 >"$TMP/rsonce.out" \
+  2>"$TMP/rsonce.err"
+rc=$?
+expect_rc rsonce 2
+check "reshard at 3 ranks: the unknown option once ($(cat "$TMP/rsonce.err"))" \
+  [ "$(grep -c "unknown option '--bogus-flag'" "$TMP/rsonce.err")" = 1 ]
 
 if [ "$fails" -ne 0 ]; then
   echo "test_cli_args: $fails of $checks checks failed" >&2

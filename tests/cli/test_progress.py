@@ -8,13 +8,18 @@ A Llama-shaped model (scripts/make-fixture bench) in a temporary folder is loade
   - default (auto): progress lines whenever the load lasted longer than a few intervals (a
     shorter load may leave the log alone; the test reads the report's time instead of assuming
     a speed);
-  - `--progress never` and `--quiet`: no progress line.
+  - `--progress never` and `--quiet`: no progress line; `--quiet` prints no summary either;
+  - mpirun itself on a terminal (util-linux `script` gives it one; skipped without it): rank 0's
+    stderr is a pipe to mpirun, yet the bar is drawn (carriage-return redraws of
+    "[shardload 0] ..."), and no log line is printed.
 SHARDLOAD_PROGRESS_INTERVAL shortens the interval between lines. Needs SL_CLI, SL_MPIRUN,
 SL_SOURCE_DIR.
 """
 import json
 import os
 import re
+import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -45,6 +50,17 @@ def load(tmp, model, name, extra):
             [l for l in lines if "progress" in l and l.startswith("[shardload")], seconds)
 
 
+def load_on_terminal(tmp, model):
+    """The load with mpirun's stdout and stderr on a pseudo-terminal: the raw bytes it wrote there."""
+    typescript = os.path.join(tmp, "terminal.typescript")
+    cmd = " ".join(shlex.quote(a) for a in [MPIRUN, "-np", "2", CLI, "load", model, "--dp", "2"])
+    env = dict(os.environ, SHARDLOAD_PROGRESS_INTERVAL=str(INTERVAL))
+    rc = subprocess.run(["script", "-qec", cmd, typescript], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                        stderr=subprocess.STDOUT, env=env, timeout=600).returncode
+    with open(typescript, "rb") as f:
+        return rc, f.read().decode("utf-8", "replace")
+
+
 def main():
     fails = []
     with tempfile.TemporaryDirectory(prefix="sl-progress-") as tmp:
@@ -66,6 +82,18 @@ def main():
             _, _, any_lines, _ = load(tmp, model, name, extra)
             if any_lines:
                 fails.append("%s: progress printed: %s" % (name, any_lines[:2]))
+        with open(os.path.join(tmp, "quiet.log")) as f:
+            quiet = f.read()
+        if "shardload: loaded" in quiet:
+            fails.append("--quiet: the summary was printed: %s" % quiet[-600:])
+        if shutil.which("script") is None:
+            print("no `script` program: the bar on a terminal under mpirun is not checked")
+        else:
+            rc, raw = load_on_terminal(tmp, model)
+            if rc != 0:
+                fails.append("on a terminal: exit %d: %s" % (rc, raw[-2000:]))
+            elif "\r[shardload 0] " not in raw or "[shardload 0] progress " in raw:
+                fails.append("on a terminal under mpirun: no bar (or log lines): %r" % raw[-1500:])
     for f in fails:
         print("FAIL: " + f, file=sys.stderr)
     print("%d failure(s)" % len(fails))

@@ -38,9 +38,14 @@ bool sl_ref_stage_layers(uint32_t layers, uint32_t stages, uint32_t stage, uint3
 /* The tied head (docs/spec/LAYOUTS.md §2.3): an alias entry with the embedding's shape and content. */
 static void add_tied_head(ctx *c) {
   sl_ref_table *tab = c->tab;
+  const sl_ref_model *m = c->m;
+  /* the embedding's entry (checkpoint layout: its tensor's name), the head's name, the tensor */
+  const char *ename = m->embed_v[0] == '\0' ? "model.embed_tokens.weight" : c->ckpt ? m->embed_s : m->embed_v;
+  const char *hname = m->head_v[0] == '\0' ? "lm_head.weight" : m->head_v;
+  const char *tname = m->embed_s[0] == '\0' ? "model.embed_tokens.weight" : m->embed_s;
   size_t embed = tab->count;
   for (size_t i = 0; i < tab->count; i++) {
-    if (strcmp(tab->params[i].name, "model.embed_tokens.weight") == 0)
+    if (strcmp(tab->params[i].name, ename) == 0)
       embed = i;
   }
   if (embed == tab->count) {
@@ -48,13 +53,13 @@ static void add_tied_head(ctx *c) {
     return;
   }
   sl_ref_param e = tab->params[embed];
-  const rtensor *t = ref_tens(c, ref_find_tensor(c->m, "model.embed_tokens.weight"));
-  sl_ref_param *p = ref_entry_new(c, "lm_head.weight", t, e.ndim, e.global_shape, e.local_shape);
+  const rtensor *t = ref_tens(c, ref_find_tensor(c->m, tname));
+  sl_ref_param *p = ref_entry_new(c, hname, t, e.ndim, e.global_shape, e.local_shape);
   if (p == NULL)
     return;
   /* ref_entry_new may have moved the array: take the embedding again. */
   const sl_ref_param *src = &tab->params[embed];
-  p->alias_of = "model.embed_tokens.weight";
+  p->alias_of = ename;
   p->segs = malloc((src->n_segs + 1) * sizeof *p->segs);
   if (p->segs == NULL) {
     ref_ctx_fail(c, SL_STATUS_NOMEM, "out of memory");
@@ -85,15 +90,22 @@ static void place_experts(ctx *c, const sl_ref_layout *lay, uint64_t D, uint64_t
 }
 
 /* Every definition checked, then those the rank's stage holds built (embedding on the first stage,
- * and on the last when the head is tied; final norm and head on the last). */
+ * and on the last when the head is tied; final norm and head on the last; AT_ALL on every stage). */
 static void build_stage(ctx *c, bool first, bool last) {
   const sl_ref_model *m = c->m;
   const sl_ref_table *tab = c->tab;
-  if (m->fam == FAM_DEEPSEEK && m->nh % c->T != 0)
+  if ((m->fam == FAM_DEEPSEEK || m->fam == FAM_DSA || m->fam == FAM_DSA_MTP || m->fam == FAM_DSV4 ||
+       ref_is_qwen_next(m->fam)) &&
+      m->nh % c->T != 0)
     ref_ctx_fail(c, SL_STATUS_DIVISIBILITY, "num_attention_heads %llu not divisible by tp %llu",
                  (unsigned long long)m->nh, (unsigned long long)c->T);
+  if (c->st == SL_STATUS_OK && m->ng != 0 && m->ng % c->T != 0) /* DeepSeek-V4's wo_a / wo_b */
+    ref_ctx_fail(c, SL_STATUS_DIVISIBILITY, "o_groups %llu not divisible by tp %llu",
+                 (unsigned long long)m->ng, (unsigned long long)c->T);
   for (size_t i = 0; i < m->n_defs && c->st == SL_STATUS_OK; i++) {
-    if (m->defs[i].int4)
+    if (m->defs[i].packed)
+      ref_packed_def(c, &m->defs[i], false);
+    else if (m->defs[i].int4)
       ref_int4_def(c, &m->defs[i], false);
     else
       ref_check_def(c, &m->defs[i]);
@@ -105,6 +117,8 @@ static void build_stage(ctx *c, bool first, bool last) {
       here = first || (m->tie && last);
     else if (d->at == AT_LAYER)
       here = d->layer >= tab->layer_start && d->layer < tab->layer_end;
+    else if (d->at == AT_ALL)
+      here = true;
     else
       here = last;
     if (here)
@@ -176,15 +190,23 @@ const sl_ref_param *sl_ref_table_find(const sl_ref_table *t, const char *name) {
 }
 
 void sl_ref_param_fill(const sl_ref_model *m, const sl_ref_param *p, uint8_t *out) {
+  if (p->src_dtype != NULL) {
+    ref_fill_held(m, p, out);
+    return;
+  }
   memset(out, 0, p->nbytes);
   for (size_t i = 0; i < p->n_segs; i++) {
     const sl_ref_seg *s = &p->segs[i];
-    if (s->tensor >= 0 && s->dst + s->len <= p->nbytes)
+    if (s->tensor >= 0 && s->dst + s->len <= p->nbytes && m->tensors[s->tensor].literal)
+      memcpy(out + s->dst, m->tensors[s->tensor].lit + s->src, s->len);
+    else if (s->tensor >= 0 && s->dst + s->len <= p->nbytes)
       sl_value_fill(m->tensors[s->tensor].file_name, s->src, out + s->dst, s->len);
   }
 }
 
 void sl_ref_describe(const sl_ref_model *m, const sl_ref_param *p, uint64_t offset, char *buf, size_t cap) {
+  if (p->src_dtype != NULL) /* held converted: the source byte of the element */
+    offset = offset / (p->dtype_bits / 8) * (p->src_bits / 8);
   for (size_t i = 0; i < p->n_segs; i++) {
     const sl_ref_seg *s = &p->segs[i];
     if (offset >= s->dst && offset < s->dst + s->len) {

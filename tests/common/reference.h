@@ -56,6 +56,11 @@ typedef struct sl_ref_param {
   const char *alias_of; /* name of the entry whose memory it shares, or NULL */
   size_t n_segs;
   sl_ref_seg *segs; /* cover [0, nbytes) in order, without gaps */
+  /* Held in another dtype than its sources' (docs/SPECS.md "dtype"): the sources' dtype and bits;
+   * segs then address the sources' bytes ([0, nbytes * src_bits / dtype_bits)) and the expected
+   * bytes are those converted. NULL: no conversion. */
+  const char *src_dtype;
+  uint32_t src_bits;
 } sl_ref_param;
 
 typedef struct sl_ref_table {

@@ -54,6 +54,8 @@ bool ref_int4_find(const void *arg, const char *name, sl_ref_int4_tensor *out) {
 void ref_def_src(sl_ref_model *m, rdef *d, const char *tensor, bool permute) {
   if (d == NULL || m->st != SL_STATUS_OK)
     return;
+  if (m->pk.kind != 0 && ref_packed_src(m, d, tensor))
+    return;
   int t = ref_find_tensor(m, tensor);
   if (t < 0 && m->int4.method != SL_REF_INT4_NONE && d->n_src < MAX_SRC &&
       sl_ref_int4_quantized(tensor, ref_int4_find, m)) {
@@ -77,6 +79,8 @@ void ref_def_src(sl_ref_model *m, rdef *d, const char *tensor, bool permute) {
 
 void ref_def_expert_src(sl_ref_model *m, rdef *d, const char *prefix, const char *suffix) {
   if (d == NULL || m->st != SL_STATUS_OK)
+    return;
+  if (m->pk.kind != 0 && ref_packed_expert_src(m, d, prefix, suffix))
     return;
   int *ids = calloc(m->E + 1, sizeof *ids);
   if (ids == NULL) {
@@ -226,6 +230,15 @@ static void family_layer(sl_ref_model *m, const cJSON *cfg, uint32_t layer) {
   case FAM_DEEPSEEK:
     ref_mla_layer(m, cfg, layer);
     break;
+  case FAM_DSA:
+    ref_dsa_layer(m, cfg, layer);
+    break;
+  case FAM_DSA_MTP:
+  case FAM_DSV4:
+    break;
+  case FAM_MINIMAX:
+    ref_minimax_layer(m, cfg, layer);
+    break;
   case FAM_MIXTRAL:
   case FAM_QWEN2_MOE:
   case FAM_QWEN3_MOE:
@@ -234,6 +247,8 @@ static void family_layer(sl_ref_model *m, const cJSON *cfg, uint32_t layer) {
   case FAM_GPT_OSS:
   case FAM_LLAMA4:
     ref_moe_layer(m, cfg, layer);
+    break;
+  default: /* Qwen3-Next / Qwen3.5: ref_qwen_next_defs */
     break;
   }
 }
@@ -247,6 +262,22 @@ static void vocab_def(sl_ref_model *m, place at, const char *name, const char *s
 }
 
 void ref_build_defs(sl_ref_model *m, const cJSON *cfg) {
+  if (m->fam == FAM_DSV4) {
+    ref_dsv4_defs(m, cfg);
+    if (m->fp8)
+      ref_add_scales(m);
+    return;
+  }
+  if (m->fam == FAM_DSA_MTP) {
+    ref_dsa_mtp_defs(m, cfg);
+    if (m->fp8)
+      ref_add_scales(m);
+    return;
+  }
+  if (ref_is_qwen_next(m->fam)) {
+    ref_qwen_next_defs(m, cfg);
+    return;
+  }
   char embed[96];
   char norm[96];
   char head[96];

@@ -11,13 +11,18 @@
  *   reference_dense.c    the dense families (Llama / Mistral, Qwen2, Qwen3, Phi-3, Gemma-3)
  *   reference_moe.c      the expert families (Mixtral, Qwen-MoE, fused3d, GLM-4-MoE, GPT-OSS, Llama-4)
  *   reference_mla.c      DeepSeek V2 / V3 (latent attention, routed and shared experts)
+ *   reference_dsa.c      DeepSeek-V3.2 / GLM-5 (the sparse-attention indexer) and their MTP draft
+ *   reference_minimax.c  MiniMax-M2 (q/k norms over every head, kv_heads rows, block_sparse_moe)
  *   reference_scales.c   fp8 scale companions (block fp8, compressed-tensors)
  *   reference_check.c    the divisibility rules of docs/spec/LAYOUTS.md §3, per definition
  *   reference_slice.c    table entries and segments; the dense slicing styles; one definition's entries
  *   reference_experts.c  expert placement (docs/spec/EXPERTS.md §2) and the expert slicing styles
  *   reference_int4.c     GPTQ / AWQ int4 linears
+ *   reference_qwen_next.c Qwen3-Next and Qwen3.5 (gated DeltaNet and gated attention layers) and the
+ *                        gdn style
  *   reference.c          a rank's table (docs/spec/LAYOUTS.md §1–§2) and its queries
  *   reference_cluster.c  cluster figures from the tables of every rank
+ *   reference_held.c     parameters held in another dtype than their sources (F32 norms)
  *
  * Sizes are small (fixtures under 1 MB), so clarity wins over speed: segments are emitted row by
  * row and merged when contiguous.
@@ -55,10 +60,15 @@ typedef enum style {
   ST_MOE_W2BIAS,   /* [E, H]: MoE tensor-parallel rank 0 only */
   ST_GATE_UP_T,    /* Llama-4 [E, H, 2*Im]: gate and up column ranges; vllm: w13 [El, 2*Ip, H] */
   ST_DOWN_T,       /* Llama-4 [E, Im, H]: a row range per expert; vllm: w2 [El, H, Ip] */
-  ST_PARTS         /* docs/spec/LAYOUTS.md §3.11: one per-tensor scale per part, [n parts] */
+  ST_PARTS,        /* docs/spec/LAYOUTS.md §3.11: one per-tensor scale per part, [n parts] */
+  ST_KV_HEADS,     /* docs/spec/LAYOUTS.md §3.15: rows of each key/value head, replicated as qkv's k */
+  ST_GDN           /* docs/spec/LAYOUTS.md §3.13: gated DeltaNet row sections (reference_qwen_next.c) */
 } style;
 
-typedef enum place { AT_EMBED, AT_LAYER, AT_FINAL, AT_HEAD } place;
+/* The parts of a gated DeltaNet source (docs/spec/LAYOUTS.md §3.13). */
+enum { GDN_QKVZ, GDN_BA, GDN_QKV, GDN_Z, GDN_B, GDN_A, GDN_V_HEADS };
+
+typedef enum place { AT_EMBED, AT_LAYER, AT_FINAL, AT_HEAD, AT_ALL /* every stage */ } place;
 
 typedef enum family {
   FAM_LLAMA,
@@ -73,7 +83,16 @@ typedef enum family {
   FAM_GEMMA3,
   FAM_GLM4_MOE,
   FAM_GPT_OSS,
-  FAM_LLAMA4
+  FAM_LLAMA4,
+  FAM_DSA,     /* DeepSeek-V3.2, GLM-5 (reference_dsa.c) */
+  FAM_DSA_MTP, /* their multi-token-prediction draft (arch_family "deepseek_mtp") */
+  FAM_MINIMAX, /* MiniMax-M2 (reference_minimax.c) */
+  FAM_DSV4,    /* DeepSeek-V4 (reference_dsv4.c) */
+  FAM_QWEN3_NEXT,
+  FAM_QWEN3_5, /* the ConditionalGeneration wrappers (text_config, model.language_model.) */
+  FAM_QWEN3_5_MOE,
+  FAM_QWEN3_5_TEXT, /* Qwen3_5(Moe)ForCausalLM: text-only names and config */
+  FAM_QWEN3_5_MOE_TEXT
 } family;
 
 #define MAX_SRC 3
@@ -86,6 +105,9 @@ typedef struct rtensor {
   uint32_t ndim;
   uint64_t shape[SL_MAX_DIMS];
   uint64_t nbytes;
+  uint32_t file; /* its file's index (natural order) */
+  bool literal;  /* its bytes are lit[], not the value function's (a weight_shape tensor) */
+  uint8_t lit[16];
 } rtensor;
 
 typedef struct rdef {
@@ -105,6 +127,12 @@ typedef struct rdef {
   uint64_t bn, bk;
   bool int4; /* GPTQ / AWQ linear (reference_int4.c): parts by weight name */
   char *int4_part[MAX_SRC];
+  const char *held; /* held in this dtype (docs/SPECS.md "dtype"; reference_held.c), NULL: the sources' */
+  int gdn[MAX_SRC]; /* gdn: the part (GDN_*) of each source; hq, hkv, d, dv: nk, nv, dk, dv */
+  uint64_t dv;
+  bool packed;                 /* pack-quantized / NVFP4 linear or experts (reference_packed.c) */
+  char *pk_stem[MAX_SRC];      /* a linear's parts: their names less ".weight" */
+  char *pk_pre[2], *pk_suf[2]; /* experts: part k of expert X is pk_pre[k] X pk_suf[k] */
 } rdef;
 
 struct sl_ref_model {
@@ -122,10 +150,18 @@ struct sl_ref_model {
   bool fp8;
   bool ct;          /* compressed-tensors fp8 (docs/spec/ARCHITECTURES.md §15) */
   sl_ref_int4 int4; /* GPTQ / AWQ (docs/spec/ARCHITECTURES.md §16) */
+  struct {          /* pack-quantized / NVFP4 (docs/spec/ARCHITECTURES.md §18, §19; reference_packed.c) */
+    int kind;       /* 0 none, 1 W4A16 / W8A16, 2 NVFP4 */
+    bool modelopt, symmetric, input_scales;
+    uint64_t pack, group; /* values per int32; group_size (0: per channel), NVFP4 16 */
+  } pk;
   uint64_t bn, bk;
   uint64_t nh;     /* DeepSeek: heads that TP must divide */
+  uint64_t ng;     /* DeepSeek-V4: output groups (o_groups) that TP must divide; 0 otherwise */
   const char *pre; /* prefix of every text-model name: "" or Llama-4's "language_model." */
-  sl_status st;    /* first error while building */
+  /* a tied head's names when not model.embed_tokens.weight / lm_head.weight (empty: those) */
+  char embed_v[96], embed_s[96], head_v[96];
+  sl_status st; /* first error while building */
   char msg[512];
 };
 
@@ -204,11 +240,41 @@ void ref_build_defs(sl_ref_model *m, const cJSON *cfg);
 void ref_dense_layer(sl_ref_model *m, const cJSON *cfg, uint32_t layer);
 void ref_moe_layer(sl_ref_model *m, const cJSON *cfg, uint32_t layer);
 void ref_mla_layer(sl_ref_model *m, const cJSON *cfg, uint32_t layer);
+void ref_dsa_layer(sl_ref_model *m, const cJSON *cfg, uint32_t layer);
+/* Every definition of the DeepSeek MTP draft (no embedding, final norm or head of the target). */
+void ref_dsa_mtp_defs(sl_ref_model *m, const cJSON *cfg);
+void ref_minimax_layer(sl_ref_model *m, const cJSON *cfg, uint32_t layer);
+/* Every definition of DeepSeek-V4 (reference_dsv4.c): its own names, no shared embedding code. */
+void ref_dsv4_defs(sl_ref_model *m, const cJSON *cfg);
+/* docs/spec/LAYOUTS.md §3.15 (reference_minimax.c). */
+void ref_build_kv_heads(ctx *c, const rdef *d);
+
+/* ---- reference_qwen_next.c ---------------------------------------------------------------- */
+
+bool ref_is_qwen_next(family f);
+/* Every definition of a Qwen3-Next / Qwen3.5 model (cfg: the text model's config). */
+void ref_qwen_next_defs(sl_ref_model *m, const cJSON *cfg);
+void ref_check_gdn(ctx *c, const rdef *d);
+void ref_build_gdn(ctx *c, const rdef *d);
 
 /* ---- reference_scales.c -------------------------------------------------------------------- */
 
 void ref_add_scales(sl_ref_model *m);
 void ref_add_ct_scales(sl_ref_model *m);
+
+/* ---- reference_packed.c -------------------------------------------------------------------- */
+
+/* quantization_config q (NULL: none in config.json, then the folder's hf_quant_config.json) when
+ * it is pack-quantized or NVFP4: true when it was (m->pk set, or a failure recorded). */
+bool ref_packed_config(sl_ref_model *m, const cJSON *q);
+/* After the tensors are read: weight_shape tensors hold their linear's [out, in]. */
+void ref_packed_literals(sl_ref_model *m);
+/* Source `tensor` of d (a weight "X.weight") stored quantized: recorded in d, true. */
+bool ref_packed_src(sl_ref_model *m, rdef *d, const char *tensor);
+/* Per-expert source prefix X suffix stored quantized: recorded in d, true. */
+bool ref_packed_expert_src(sl_ref_model *m, rdef *d, const char *prefix, const char *suffix);
+/* A quantized definition: checked only (build false) or built into the table. */
+void ref_packed_def(ctx *c, const rdef *d, bool build);
 
 /* ---- reference_check.c --------------------------------------------------------------------- */
 
@@ -242,6 +308,13 @@ void ref_rows_entry(ctx *c, const char *name, int t, uint64_t row0, uint64_t n, 
 void ref_build_def(ctx *c, const rdef *d);
 /* A GPTQ / AWQ linear (reference_int4.c): checked only (build false) or built into the table. */
 void ref_int4_def(ctx *c, const rdef *d, bool build);
+
+/* ---- reference_held.c ---------------------------------------------------------------------- */
+
+/* Entries [first, table count) of definition d held in d->held: dtype, size, and the fill converts. */
+void ref_apply_held(ctx *c, const rdef *d, size_t first);
+/* The expected bytes of an entry held in another dtype (its segments in source bytes). */
+void ref_fill_held(const sl_ref_model *m, const sl_ref_param *p, uint8_t *out);
 
 /* ---- reference_experts.c ------------------------------------------------------------------- */
 

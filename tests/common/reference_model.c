@@ -102,6 +102,7 @@ static sl_status read_tensor(const sl_ref_model *m, sl_model *sm, size_t i, rten
     numel *= info.shape[k];
   }
   t->nbytes = info.nbytes;
+  t->file = (uint32_t)info.file;
   t->bits = numel > 0 ? (uint32_t)(info.nbytes * 8 / numel) : 8;
   return SL_STATUS_OK;
 }
@@ -155,9 +156,22 @@ static bool pick_family(sl_ref_model *m, const char *arch, const char *override)
                {"Gemma3ForCausalLM", FAM_GEMMA3},
                {"Glm4MoeForCausalLM", FAM_GLM4_MOE},
                {"GptOssForCausalLM", FAM_GPT_OSS},
-               {"Llama4ForConditionalGeneration", FAM_LLAMA4}};
+               {"Llama4ForConditionalGeneration", FAM_LLAMA4},
+               {"DeepseekV32ForCausalLM", FAM_DSA},
+               {"GlmMoeDsaForCausalLM", FAM_DSA},
+               {"MiniMaxM2ForCausalLM", FAM_MINIMAX},
+               {"DeepseekV4ForCausalLM", FAM_DSV4},
+               {"Qwen3NextForCausalLM", FAM_QWEN3_NEXT},
+               {"Qwen3_5ForConditionalGeneration", FAM_QWEN3_5},
+               {"Qwen3_5MoeForConditionalGeneration", FAM_QWEN3_5_MOE},
+               {"Qwen3_5ForCausalLM", FAM_QWEN3_5_TEXT},
+               {"Qwen3_5MoeForCausalLM", FAM_QWEN3_5_MOE_TEXT}};
   if (override != NULL && strcmp(override, "fused3d") == 0) {
     m->fam = FAM_FUSED3D;
+    return true;
+  }
+  if (override != NULL && strcmp(override, "deepseek_mtp") == 0) {
+    m->fam = FAM_DSA_MTP;
     return true;
   }
   for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
@@ -169,10 +183,12 @@ static bool pick_family(sl_ref_model *m, const char *arch, const char *override)
   return false;
 }
 
-/* The object holding the text model's sizes: Llama-4 nests them under text_config. */
+/* The object holding the text model's sizes: Llama-4 and the Qwen3.5 wrappers nest them under
+ * text_config. */
 static const cJSON *text_cfg(const sl_ref_model *m, const cJSON *cfg) {
   const cJSON *tc = cJSON_GetObjectItemCaseSensitive(cfg, "text_config");
-  return m->fam == FAM_LLAMA4 && cJSON_IsObject(tc) ? tc : cfg;
+  bool nested = m->fam == FAM_LLAMA4 || m->fam == FAM_QWEN3_5 || m->fam == FAM_QWEN3_5_MOE;
+  return nested && cJSON_IsObject(tc) ? tc : cfg;
 }
 
 /* compressed-tensors: only fp8 weights are modelled (docs/spec/ARCHITECTURES.md §15). */
@@ -236,6 +252,8 @@ static bool read_config(sl_ref_model *m, const cJSON *top, const char *override)
     ref_model_fail(m, SL_STATUS_MODEL_CONFIG, "reference: %s/config.json lacks a required size", m->folder);
     return false;
   }
+  if (m->fam == FAM_DSA_MTP) /* the draft's layers follow the target's */
+    m->L += ref_cfg_num_or(cfg, "num_nextn_predict_layers", 0);
   m->Hkv = ref_cfg_num_or(cfg, "num_key_value_heads", m->Hq);
   m->d = ref_cfg_num_or(cfg, "head_dim", m->H / m->Hq);
   m->nh = m->Hq;
@@ -250,6 +268,8 @@ static bool read_config(sl_ref_model *m, const cJSON *top, const char *override)
   /* Gemma-3 ties unless told otherwise (docs/spec/ARCHITECTURES.md §10). */
   m->tie = ref_cfg_bool_or(top, "tie_word_embeddings", m->fam == FAM_GEMMA3);
   const cJSON *q = cJSON_GetObjectItemCaseSensitive(cfg, "quantization_config");
+  if (ref_packed_config(m, cJSON_IsObject(q) ? q : NULL))
+    return m->st == SL_STATUS_OK;
   return cJSON_IsObject(q) ? read_quant(m, q) : true;
 }
 
@@ -286,8 +306,10 @@ sl_status sl_ref_model_open(const char *folder, const char *arch_family, sl_ref_
   m->folder = ref_strdup(folder);
   m->mistral = has_consolidated(folder);
   cJSON *cfg = read_config_json(m, folder);
-  if (cfg != NULL && read_config(m, cfg, arch_family) && load_tensors(m))
+  if (cfg != NULL && read_config(m, cfg, arch_family) && load_tensors(m)) {
+    ref_packed_literals(m);
     ref_build_defs(m, text_cfg(m, cfg));
+  }
   cJSON_Delete(cfg);
   if (m->st != SL_STATUS_OK) {
     sl_status st = m->st;
@@ -311,8 +333,14 @@ void sl_ref_model_close(sl_ref_model *m) {
     /* esrc is owned by its definition; a scale's ewsrc borrows its weight's esrc. */
     for (int k = 0; k < 2; k++)
       free(m->defs[i].esrc[k]);
-    for (int k = 0; k < MAX_SRC; k++)
+    for (int k = 0; k < MAX_SRC; k++) {
       free(m->defs[i].int4_part[k]);
+      free(m->defs[i].pk_stem[k]);
+    }
+    for (int k = 0; k < 2; k++) {
+      free(m->defs[i].pk_pre[k]);
+      free(m->defs[i].pk_suf[k]);
+    }
   }
   free(m->defs);
   free(m->tensors);

@@ -162,18 +162,23 @@ static void qkv_ranges(const ctx *c, const rdef *d, uint64_t start[3], uint64_t 
   rows[2] = kvrows;
 }
 
-/* docs/spec/LAYOUTS.md §3.3: q rows, then k and v with GQA replication; checkpoint layout: three entries. */
+/* docs/spec/LAYOUTS.md §3.3: q rows, then k and v with GQA replication; checkpoint layout: three entries.
+ * An fp8 scale companion takes the same rows in blocks of its weight (docs/spec/LAYOUTS.md §3.7). */
 static void build_qkv(ctx *c, const rdef *d) {
   uint64_t start[3];
   uint64_t rows[3];
   qkv_ranges(c, d, start, rows);
   uint64_t want[3] = {d->hq * d->d, d->hkv * d->d, d->hkv * d->d};
+  uint64_t total = 0;
   for (int k = 0; k < 3; k++) {
-    if (ref_tens(c, d->src[k])->shape[0] != want[k]) {
-      ref_ctx_fail(c, SL_STATUS_SHAPE, "%s: %llu rows, expected %llu", ref_tens(c, d->src[k])->name,
-                   (unsigned long long)ref_tens(c, d->src[k])->shape[0], (unsigned long long)want[k]);
+    if (ref_tens(c, d->wsrc[k])->shape[0] != want[k]) {
+      ref_ctx_fail(c, SL_STATUS_SHAPE, "%s: %llu rows, expected %llu", ref_tens(c, d->wsrc[k])->name,
+                   (unsigned long long)ref_tens(c, d->wsrc[k])->shape[0], (unsigned long long)want[k]);
       return;
     }
+    start[k] = ref_cv(d, start[k], false);
+    rows[k] = ref_cv(d, rows[k], false);
+    total += ref_tens(c, d->src[k])->shape[0];
   }
   if (c->ckpt) {
     for (int k = 0; k < 3; k++)
@@ -185,7 +190,7 @@ static void build_qkv(ctx *c, const rdef *d) {
   uint64_t shape[SL_MAX_DIMS];
   uint64_t global[SL_MAX_DIMS];
   ref_shape_rows(q, rows[0] + 2 * rows[1], shape);
-  ref_shape_rows(q, (d->hq + 2 * d->hkv) * d->d, global);
+  ref_shape_rows(q, total, global);
   sl_ref_param *p = ref_entry_new(c, d->name, q, q->ndim, global, shape);
   size_t cap = 0;
   uint64_t at = 0;
@@ -373,10 +378,15 @@ void ref_int4_def(ctx *c, const rdef *d, bool build) {
 }
 
 void ref_build_def(ctx *c, const rdef *d) {
+  if (d->packed) {
+    ref_packed_def(c, d, true);
+    return;
+  }
   if (d->int4) {
     ref_int4_def(c, d, true);
     return;
   }
+  size_t first = c->tab->count;
   switch (d->st) {
   case ST_REPLICATED:
     whole(c, ref_entry_name(c, d), d->src[0]);
@@ -427,5 +437,13 @@ void ref_build_def(ctx *c, const rdef *d) {
   case ST_PARTS:
     build_parts(c, d);
     break;
+  case ST_KV_HEADS:
+    ref_build_kv_heads(c, d);
+    break;
+  case ST_GDN:
+    ref_build_gdn(c, d);
+    break;
   }
+  if (d->held != NULL)
+    ref_apply_held(c, d, first);
 }

@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
-# cli_mock_load.sh — the command-line tool built against the CPU stand-in of CUDA and NCCL
-# (shardload_mock, tests/gpu/gpumock.cmake) at 2 ranks:
+# cli_mock_load.sh — the command-line tool (SL_CLI_MOCK: the real `shardload`, whose library opens
+# the CPU stand-in of CUDA and NCCL found on LD_LIBRARY_PATH, tests/gpu/cuda_mock.cmake) at 2 ranks:
 #  1. `load --device cuda --save-sharded` equals `--device cpu` byte for byte (every saved shard)
 #     at tensor-parallel, expert-parallel and pipeline layouts, and the report counts the NCCL
 #     communicators: every rank made one per broadcasting group it belongs to, none when nothing
 #     is broadcast.
 #  2. Each rank's GPU is current when MPI starts (a CUDA-aware MPI makes its context there, on
-#     GPU 0 otherwise): mpi_init_probe.c prints the context current at MPI_Init.
+#     GPU 0 otherwise): mpi_init_probe.c (SL_MPI_INIT_PROBE, preloaded into each rank) prints the
+#     context current at MPI_Init.
 #  3. A broadcast whose root is slow to read its bucket (every read delayed, one reader thread)
 #     while the load watchdog's timeout is 1 s: the receivers' wait is extended because the root
 #     makes progress, and the load succeeds (a fixed NCCL deadline failed it).
-# Environment (set by ctest): SL_CLI_MOCK, SL_MPIRUN, SL_FIXTURES; python3 reads the reports.
+# Environment (set by ctest): SL_CLI_MOCK, SL_MPI_INIT_PROBE, LD_LIBRARY_PATH, SL_MPIRUN, SL_FIXTURES;
+# python3 reads the reports.
 set -u
 : "${SL_CLI_MOCK:?SL_CLI_MOCK is not set}" "${SL_MPIRUN:?SL_MPIRUN is not set}" "${SL_FIXTURES:?SL_FIXTURES is not set}"
 py=${PYTHON:-python3}
@@ -21,7 +23,8 @@ fail=0
 load() { # name model device [options...]: one load at 2 ranks, its report and shards under $out/name
   local name=$1 model=$2 device=$3
   shift 3
-  if ! timeout 240 "$SL_MPIRUN" -np 2 "$SL_CLI_MOCK" load "$SL_FIXTURES/$model" --device "$device" --quiet \
+  # shellcheck disable=SC2086
+  if ! timeout 240 "$SL_MPIRUN" -np 2 ${RANK_WRAP:-} "$SL_CLI_MOCK" load "$SL_FIXTURES/$model" --device "$device" --quiet \
       --save-sharded "$out/$name" --report "$out/$name.json" "$@" >"$out/$name.log" 2>&1; then
     echo "FAIL: $name: shardload load $model --device $device $* failed:" >&2
     tail -20 "$out/$name.log" >&2
@@ -66,7 +69,7 @@ for case in "tp2|llama|--tp 2" "ep2|mixtral|--tp 2 --enable-expert-parallel" "pp
 done
 
 # The device before MPI_Init: rank r (node-local rank r) on device r.
-if MOCK_MPI_INIT_PROBE=1 load probe llama cuda --tp 2; then
+if MOCK_MPI_INIT_PROBE=1 RANK_WRAP="env LD_PRELOAD=$SL_MPI_INIT_PROBE" load probe llama cuda --tp 2; then
   for r in 0 1; do
     if ! grep -q "mock: MPI_Init with the CUDA context of device $r\$" "$out/probe.log"; then
       echo "FAIL: probe: no rank started MPI with device $r current:" >&2

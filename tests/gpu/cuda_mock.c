@@ -1,8 +1,11 @@
 /*
  * cuda_mock.c — a stand-in for the CUDA runtime and NCCL on the CPU, so that the CUDA backend, and
  * the whole loader over it, run where no GPU exists. Linked instead of libcudart and libnccl (the
- * real headers give the signatures, so a mismatch does not compile) into test_cuda_mock (the
- * backend's checks, test_cuda_backend.c) and libshardload's gpumock build (test_gpu_load).
+ * real headers give the signatures, so a mismatch does not compile) as shared libraries named as the
+ * real ones (tests/gpu/gpumock.cmake): libcudart.so.13 (symbols versioned libcudart.so.13, as
+ * NVIDIA's), a CUDA 12.4 libcudart.so.12 (MOCK_CUDART_MAJOR=12: no cudaGetDriverEntryPointByVersion,
+ * as before 12.5) and libnccl.so.2. The library finds them at run time as it finds the real ones
+ * (LD_LIBRARY_PATH, or already loaded by a test program linked with them).
  *
  * It behaves like a device where the backend could get it wrong unnoticed (cuda_mock.h):
  *   - device memory is not host memory: cudaMalloc hands out a mapping with no access (a host read
@@ -19,7 +22,9 @@
  *     would;
  *     cudaStreamWaitEvent waits for the event's last record; synchronous cudaMemcpy/cudaMemset run
  *     on the legacy stream and wait for it; cudaFree and cudaFreeHost first wait for all work;
- *   - failures: MOCK_CUDA_DEVICES (count, default 8, or "nodriver": cudaErrorInsufficientDriver);
+ *   - failures: MOCK_CUDA_DEVICES (count, default 8); MOCK_CUDA_DRIVER_VERSION (the driver's CUDA
+ *     version, default 13000, 0: none): a driver of an older major than the runtime answers
+ *     cudaErrorInsufficientDriver, as the real runtime does;
  *     MOCK_CUDA_MALLOC_LIMIT (bytes of device memory per process before cudaErrorMemoryAllocation);
  *     MOCK_CUDA_FAULT_AFTER (a sticky cudaErrorIllegalAddress after that many executed operations:
  *     every later call returns it); MOCK_CUDA_MAX_PITCH caps 2-D pitches (default 2^31-1);
@@ -31,6 +36,10 @@
  *     (default 50).
  */
 #include "cuda_mock.h"
+
+#ifndef MOCK_CUDART_MAJOR
+#define MOCK_CUDART_MAJOR 13
+#endif
 
 #include <errno.h>
 #include <stddef.h>
@@ -109,13 +118,20 @@ static CUresult mock_ctx_set(CUcontext ctx) {
   return CUDA_SUCCESS;
 }
 
-cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void **fn, unsigned int version,
-                                             unsigned long long flags, enum cudaDriverEntryPointQueryResult *q) {
-  (void)version;
-  (void)flags;
-  const char *v = getenv("MOCK_CUDA_DEVICES");
-  if (v != NULL && strcmp(v, "nodriver") == 0)
-    return cudaErrorInsufficientDriver;
+/* The driver's CUDA version (MOCK_CUDA_DRIVER_VERSION, default 13000; 0: no driver), and whether it
+ * can run this runtime: a driver runs runtimes of its own major and older. */
+static int driver_version(void) {
+  return mock_env_int("MOCK_CUDA_DRIVER_VERSION", 13000);
+}
+
+static cudaError_t driver_check(void) {
+  return driver_version() / 1000 >= MOCK_CUDART_MAJOR ? cudaSuccess : cudaErrorInsufficientDriver;
+}
+
+static cudaError_t entry_point(const char *symbol, void **fn, enum cudaDriverEntryPointQueryResult *q) {
+  cudaError_t e = driver_check();
+  if (e != cudaSuccess)
+    return e;
   CUresult (*get)(CUcontext *) = mock_ctx_get;
   CUresult (*set)(CUcontext) = mock_ctx_set;
   *fn = NULL;
@@ -127,6 +143,26 @@ cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void **fn, unsi
     *q = *fn != NULL ? cudaDriverEntryPointSuccess : cudaDriverEntryPointSymbolNotFound;
   return cudaSuccess;
 }
+
+/* cudaGetDriverEntryPointByVersion exists from CUDA 12.5 on: the CUDA 12 stand-in (12.4) lacks it. */
+#if MOCK_CUDART_MAJOR >= 13
+cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void **fn, unsigned int version,
+                                             unsigned long long flags,
+                                             enum cudaDriverEntryPointQueryResult *q) {
+  (void)version;
+  (void)flags;
+  return entry_point(symbol, fn, q);
+}
+#endif
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+cudaError_t cudaGetDriverEntryPoint(const char *symbol, void **fn, unsigned long long flags,
+                                    enum cudaDriverEntryPointQueryResult *q) {
+  (void)flags;
+  return entry_point(symbol, fn, q);
+}
+#pragma GCC diagnostic pop
 
 /* ---- errors ---- */
 
@@ -198,11 +234,10 @@ cudaError_t cudaGetLastError(void) {
 /* ---- devices ---- */
 
 cudaError_t cudaGetDeviceCount(int *count) {
-  const char *v = getenv("MOCK_CUDA_DEVICES");
-  if (v != NULL && strcmp(v, "nodriver") == 0) {
-    *count = 0;
-    return cudaErrorInsufficientDriver;
-  }
+  *count = 0;
+  cudaError_t e = driver_check();
+  if (e != cudaSuccess)
+    return e;
   *count = mock_env_int("MOCK_CUDA_DEVICES", 8);
   return *count > 0 ? cudaSuccess : cudaErrorNoDevice;
 }
@@ -234,15 +269,14 @@ cudaError_t cudaDeviceGetPCIBusId(char *bus, int len, int device) {
   return cudaSuccess;
 }
 
-/* MOCK_CUDA_DRIVER_VERSION: the driver's CUDA version (default 13000; "nodriver" implies 12040). */
 cudaError_t cudaDriverGetVersion(int *v) {
-  const char *d = getenv("MOCK_CUDA_DEVICES");
-  *v = mock_env_int("MOCK_CUDA_DRIVER_VERSION", d != NULL && strcmp(d, "nodriver") == 0 ? 12040 : 13000);
+  *v = driver_version();
   return cudaSuccess;
 }
 
+/* The CUDA 13 stand-in is the headers' runtime; the CUDA 12 one is a 12.4. */
 cudaError_t cudaRuntimeGetVersion(int *v) {
-  *v = CUDART_VERSION;
+  *v = MOCK_CUDART_MAJOR >= 13 ? CUDART_VERSION : MOCK_CUDART_MAJOR * 1000 + 40;
   return cudaSuccess;
 }
 
@@ -276,6 +310,15 @@ void *mock_shadow(const void *p, size_t len, bool *is_device) {
   if (len > r->n - off)
     return NULL;
   return r->shadow + off;
+}
+
+void mock_device_reserve(long long delta) {
+  pthread_mutex_lock(&mock_mu);
+  if (delta < 0 && (size_t)-delta > allocated)
+    allocated = 0;
+  else
+    allocated = (size_t)((long long)allocated + delta);
+  pthread_mutex_unlock(&mock_mu);
 }
 
 cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total) {
@@ -365,6 +408,9 @@ cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *attr, const v
     attr->type = cudaMemoryTypeDevice;
     attr->device = r->device;
     attr->devicePointer = (void *)p;
+  } else if (mock_pinned_base(p) != NULL) {
+    attr->type = cudaMemoryTypeHost;
+    attr->hostPointer = (void *)p;
   }
   pthread_mutex_unlock(&mock_mu);
   return cudaSuccess;
@@ -377,7 +423,8 @@ typedef struct pinned_rec {
   struct pinned_rec *next;
 } pinned_rec;
 
-static pinned_rec *pinned; /* under mock_mu */
+static pinned_rec *pinned;  /* under mock_mu */
+static size_t pinned_bytes; /* held by pinned allocations, against MOCK_CUDA_PINNED_LIMIT */
 
 const void *mock_pinned_base(const void *p) {
   for (const pinned_rec *r = pinned; r != NULL; r = r->next)
@@ -400,6 +447,17 @@ cudaError_t cudaHostAlloc(void **p, size_t n, unsigned int flags) {
     return cudaErrorMemoryAllocation;
   }
   pthread_mutex_lock(&mock_mu);
+  /* MOCK_CUDA_PINNED_LIMIT: bytes of pinned memory the process may hold (a container's locked-memory
+   * limit, or the driver's), beyond which cudaHostAlloc fails as CUDA's does. */
+  int limit = mock_env_int("MOCK_CUDA_PINNED_LIMIT", 0);
+  if (limit > 0 && pinned_bytes + n > (size_t)limit) {
+    pthread_mutex_unlock(&mock_mu);
+    free(r);
+    free(*p);
+    *p = NULL;
+    return cudaErrorMemoryAllocation;
+  }
+  pinned_bytes += n;
   *r = (pinned_rec){.p = *p, .n = n, .next = pinned};
   pinned = r;
   mock_stats_note_pinned();
@@ -413,6 +471,7 @@ cudaError_t cudaFreeHost(void *p) {
   for (pinned_rec **pp = &pinned; *pp != NULL; pp = &(*pp)->next) {
     if ((*pp)->p == p) {
       pinned_rec *r = *pp;
+      pinned_bytes -= r->n;
       *pp = r->next;
       free(r);
       break;

@@ -51,11 +51,16 @@ typedef struct mock_bcast {
   void *recv;
   size_t count;
   int root;
-  int phase; /* 0 not started, 1 connected/posted, 2 done */
+  int phase;    /* 0 not started, 1 connected/posted, 2 done */
+  double since; /* when it last made progress (the mock's watchdog) */
 } mock_bcast;
 
-/* Moves a broadcast on (device thread, mock_mu held); true when complete. */
-bool mock_nccl_progress(mock_bcast *b);
+/* Broadcasts of communicator c still queued on some stream (mock_mu held). */
+int mock_comm_queued(const struct ncclComm *c);
+
+/* Moves a broadcast on (device thread, mock_mu held); true when complete. Set by the NCCL part when
+ * it is loaded (libnccl.so.2 depends on libcudart.so, not the other way round). */
+extern bool (*mock_bcast_progress)(mock_bcast *b);
 
 /* Enqueues a broadcast on stream s (NULL: the legacy stream). */
 cudaError_t mock_enqueue_bcast(cudaStream_t s, const mock_bcast *b);
@@ -65,13 +70,24 @@ void mock_drop_comm(struct ncclComm *c);
 
 /* What the mock's NCCL has seen in this process, for tests: communicators made, those not yet
  * destroyed or aborted, and those released without ever carrying a broadcast of more than one
- * byte (a loader's one-byte warm-up does not count as use). */
+ * byte or being split from (a loader's one-byte warm-up does not count as use). */
 typedef struct mock_nccl_counts {
   int made;
   int live;
   int unused;
+  int shared;   /* made by a split with splitShare=1 (no device memory of their own) */
+  int parents;  /* communicators split from (their use: not counted unused) */
+  int max_ctas; /* the largest maxCTAs a config set (0: none set) */
 } mock_nccl_counts;
+
+/* The NCCL part's device memory (communicators' buffers), counted against MOCK_CUDA_MALLOC_LIMIT
+ * and in cudaMemGetInfo as cudaMalloc's is (delta in bytes, negative to release). */
+void mock_device_reserve(long long delta);
 mock_nccl_counts mock_nccl_count(void);
+
+/* For tests: every operation queued on stream s from now on starts at least ms milliseconds after it
+ * was queued (a caller's slow kernels on its own stream). */
+void mock_stream_delay_ms(cudaStream_t s, int ms);
 
 /* Waits until no stream has work queued (the implicit synchronisation of cudaFree). */
 void mock_drain_all(void);
@@ -84,14 +100,17 @@ const void *mock_pinned_base(const void *p);
  * carried host-to-device copies and nothing else that moves bytes (no device copy, fill or
  * broadcast): a reader thread's stream. */
 typedef struct mock_stats {
-  int upload_streams;                 /* upload streams seen */
-  unsigned long long upload_waits_max; /* most host waits (cudaStreamQuery answering cudaSuccess,
-                                          cudaStreamSynchronize) on one upload stream */
-  int pinned_in_flight_max;           /* most distinct pinned allocations with copies out of them
-                                         queued on one stream at once */
-  unsigned long long broadcasts;      /* ncclBroadcast calls */
-  int pinned_allocs;                  /* cudaHostAlloc calls */
-  cpu_set_t pinned_cpus;              /* union of the CPU affinities of the threads that made them */
+  int upload_streams;                      /* upload streams seen */
+  unsigned long long upload_waits_max;     /* most host waits (cudaStreamQuery answering cudaSuccess,
+                                              cudaStreamSynchronize) on one upload stream */
+  int pinned_in_flight_max;                /* most distinct pinned allocations with copies out of them
+                                              queued on one stream at once */
+  unsigned long long broadcasts;           /* ncclBroadcast calls */
+  int pinned_allocs;                       /* cudaHostAlloc calls */
+  unsigned long long narrow_2d;            /* host-to-device 2-D copies of rows under 512 bytes */
+  unsigned long long event_syncs_blocking; /* cudaEventSynchronize on blocking-sync events */
+  unsigned long long event_syncs_spinning; /* ... on other events (the waiter spins in the driver) */
+  cpu_set_t pinned_cpus;                   /* union of the CPU affinities of the threads that made them */
 } mock_stats;
 
 void mock_stats_reset(void);

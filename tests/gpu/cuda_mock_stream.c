@@ -48,6 +48,7 @@ typedef struct stream_stats {
 
 struct CUstream_st {
   bool nonblocking;
+  int delay_ms; /* mock_stream_delay_ms */
   bool destroyed;
   op *head, *tail;
   stream_stats stats;
@@ -58,7 +59,10 @@ struct CUevent_st {
   unsigned long long recorded; /* records queued */
   unsigned long long done;     /* records completed */
   int refs;                    /* the handle, and every queued operation naming it */
+  unsigned flags;              /* cudaEventCreateWithFlags's */
 };
+
+bool (*mock_bcast_progress)(mock_bcast *b);
 
 static struct CUstream_st legacy; /* the NULL stream */
 static struct CUstream_st *streams = &legacy;
@@ -139,7 +143,7 @@ static bool run(op *o) {
   case OP_WAIT:
     return o->ev->done >= o->gen;
   default:
-    return mock_nccl_progress(&o->bcast);
+    return mock_bcast_progress != NULL && mock_bcast_progress(&o->bcast);
   }
 }
 
@@ -189,6 +193,8 @@ static void note_queued(struct CUstream_st *s, op *o) {
     return;
   }
   s->stats.h2d++;
+  if (o->kind == OP_COPY2D && o->height > 1 && o->width < 512)
+    totals.narrow_2d++;
   o->pinned = mock_pinned_base(o->src);
   if (o->pinned == NULL)
     return;
@@ -303,6 +309,7 @@ static cudaError_t enqueue(struct CUstream_st *s, op *o) {
   double us = mock_env_int("MOCK_CUDA_OP_US", 20) * jitter();
   if (s == &legacy && !sync_call) /* a caller's own asynchronous work: as slow as asked */
     us += 1000.0 * mock_env_int("MOCK_CUDA_LEGACY_MS", 0);
+  us += 1000.0 * s->delay_ms;
   o->due = mock_now() + us * 1e-6;
   if (s->tail != NULL)
     s->tail->next = o;
@@ -358,6 +365,12 @@ void mock_drain_all(void) {
 }
 
 /* ---- streams ---- */
+
+void mock_stream_delay_ms(cudaStream_t s, int ms) {
+  pthread_mutex_lock(&mock_mu);
+  stream_of(s)->delay_ms = ms;
+  pthread_mutex_unlock(&mock_mu);
+}
 
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int flags) {
   *s = calloc(1, sizeof **s);
@@ -417,11 +430,11 @@ cudaError_t cudaDeviceSynchronize(void) {
 /* ---- events ---- */
 
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *ev, unsigned int flags) {
-  (void)flags;
   *ev = calloc(1, sizeof **ev);
   if (*ev == NULL)
     return cudaErrorMemoryAllocation;
   (*ev)->refs = 1;
+  (*ev)->flags = flags;
   return cudaSuccess;
 }
 
@@ -458,7 +471,15 @@ cudaError_t cudaEventQuery(cudaEvent_t ev) {
   return e;
 }
 
+/* Counted by the event's kind: a blocking-sync event's waiter sleeps until it is signalled (the mock
+ * polls for it all the same). */
 cudaError_t cudaEventSynchronize(cudaEvent_t ev) {
+  pthread_mutex_lock(&mock_mu);
+  if (ev->flags & cudaEventBlockingSync)
+    totals.event_syncs_blocking++;
+  else
+    totals.event_syncs_spinning++;
+  pthread_mutex_unlock(&mock_mu);
   cudaError_t e;
   while ((e = cudaEventQuery(ev)) == cudaErrorNotReady)
     mock_nap_us(50);
@@ -555,8 +576,9 @@ cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t 
   o->height = height;
   pthread_mutex_lock(&mock_mu);
   /* the first and the last row must lie in their allocations (and agree with the kind) */
-  bool ok = copy_valid(dst, src, width, kind) &&
-            copy_valid((char *)dst + (height - 1) * dpitch, (const char *)src + (height - 1) * spitch, width, kind);
+  bool ok =
+      copy_valid(dst, src, width, kind) &&
+      copy_valid((char *)dst + (height - 1) * dpitch, (const char *)src + (height - 1) * spitch, width, kind);
   cudaError_t e = ok ? enqueue(stream_of(s), o) : cudaErrorInvalidValue;
   if (!ok)
     free(o);
@@ -564,8 +586,8 @@ cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t 
   return e;
 }
 
-cudaError_t cudaMemcpy2D(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height,
-                         enum cudaMemcpyKind kind) {
+cudaError_t cudaMemcpy2D(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                         size_t height, enum cudaMemcpyKind kind) {
   sync_call = true;
   cudaError_t e = cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, height, kind, NULL);
   sync_call = false;
@@ -609,6 +631,14 @@ cudaError_t mock_enqueue_bcast(cudaStream_t s, const mock_bcast *b) {
   cudaError_t e = enqueue(stream_of(s), o);
   pthread_mutex_unlock(&mock_mu);
   return e;
+}
+
+int mock_comm_queued(const struct ncclComm *c) {
+  int n = 0;
+  for (const struct CUstream_st *s = streams; s != NULL; s = s->next)
+    for (const op *o = s->head; o != NULL; o = o->next)
+      n += o->kind == OP_BCAST && o->bcast.comm == c;
+  return n;
 }
 
 void mock_drop_comm(struct ncclComm *c) {

@@ -19,7 +19,10 @@ function(sl_gpu_exe name)
   target_compile_options(${name} PRIVATE ${SL_WARNINGS})
   target_compile_definitions(${name} PRIVATE _GNU_SOURCE)
   if(SL_HAVE_CUDA)
+    # The tests call the runtime themselves (copies back for comparison): linked with the real one,
+    # which the library then finds loaded.
     target_compile_definitions(${name} PRIVATE SL_TEST_HAVE_CUDA=1)
+    target_link_libraries(${name} PRIVATE CUDA::cudart)
   endif()
 endfunction()
 
@@ -36,6 +39,14 @@ endfunction()
 sl_gpu_mpi_test(test_cuda_nodevice mpi 1 2 3)
 sl_script_test(cli_cuda_no_gpu mpi ${_sl_gpu_dir}/cli_no_gpu.sh)
 set_tests_properties(cli_cuda_no_gpu PROPERTIES PROCESSORS 2 TIMEOUT 180)
+# No load-time dependency on CUDA (readelf -d), and with CUDA's folders hidden (a private mount
+# namespace, where permitted): a host load, import shardload, --device cuda failing at once.
+sl_script_test(cli_no_cuda mpi ${_sl_gpu_dir}/cli_no_cuda.sh)
+set_tests_properties(cli_no_cuda PROPERTIES TIMEOUT 180)
+# shardload.torch gives the loader the GPU of the module's parameters (cuda_device).
+add_test(NAME python_torch_device COMMAND /usr/bin/python3 ${_sl_gpu_dir}/test_torch_device.py)
+set_tests_properties(python_torch_device PROPERTIES LABELS "python;unit" TIMEOUT 60 SKIP_RETURN_CODE 77
+  ENVIRONMENT "${SL_TEST_ENV};PYTHONPATH=${PROJECT_SOURCE_DIR}/python;SHARDLOAD_LIBRARY=$<TARGET_FILE:shardload>")
 
 if(SL_HAVE_CUDA)
   sl_gpu_exe(test_cuda_logic)
@@ -44,13 +55,14 @@ if(SL_HAVE_CUDA)
 
   sl_gpu_mpi_test(test_cuda_backend gpu 1 2 4)
   target_include_directories(test_cuda_backend SYSTEM PRIVATE ${NCCL_INCLUDE_DIR})
-  target_link_libraries(test_cuda_backend PRIVATE ${NCCL_LIBRARY})
+  if(NCCL_LIBRARY)
+    target_link_libraries(test_cuda_backend PRIVATE ${NCCL_LIBRARY})
+  endif()
 
-  # The same checks against the CPU stand-in: built from the backend's sources directly, linked
-  # with cuda_mock.c instead of libcudart and libnccl (only their headers are used).
+  # The same checks against the CPU stand-in: the backend's sources with the stand-in's libcudart and
+  # libnccl (tests/gpu/cuda_mock.cmake) linked, which the backend then finds loaded.
   file(GLOB _sl_cuda_backend_sources CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/backend/cuda/*.c)
-  add_executable(test_cuda_mock ${_sl_gpu_dir}/test_cuda_backend.c ${_sl_gpu_dir}/cuda_mock.c
-    ${_sl_gpu_dir}/cuda_mock_stream.c ${_sl_gpu_dir}/cuda_mock_nccl.c ${_sl_cuda_backend_sources}
+  add_executable(test_cuda_mock ${_sl_gpu_dir}/test_cuda_backend.c ${_sl_cuda_backend_sources}
     ${PROJECT_SOURCE_DIR}/src/comm/comm.c ${PROJECT_SOURCE_DIR}/src/comm/mpi.c
     ${PROJECT_SOURCE_DIR}/src/comm/mpi_watchdog.c
     ${PROJECT_SOURCE_DIR}/src/base/err.c ${PROJECT_SOURCE_DIR}/src/base/util.c
@@ -59,11 +71,12 @@ if(SL_HAVE_CUDA)
     ${PROJECT_SOURCE_DIR}/src/engine/staging.c ${PROJECT_SOURCE_DIR}/src/api/status.c
     ${PROJECT_SOURCE_DIR}/tests/common/check.c ${PROJECT_SOURCE_DIR}/tests/common/values.c)
   target_include_directories(test_cuda_mock PRIVATE ${SL_PUBLIC_INCLUDE_DIRS} ${PROJECT_SOURCE_DIR}/src
-    ${PROJECT_SOURCE_DIR}/tests/common)
+    ${PROJECT_SOURCE_DIR}/tests/common ${_sl_gpu_dir})
   target_include_directories(test_cuda_mock SYSTEM PRIVATE ${CUDAToolkit_INCLUDE_DIRS} ${NCCL_INCLUDE_DIR})
   target_compile_options(test_cuda_mock PRIVATE ${SL_WARNINGS})
   target_compile_definitions(test_cuda_mock PRIVATE _GNU_SOURCE SL_TEST_CUDA_MOCK=1)
-  target_link_libraries(test_cuda_mock PRIVATE MPI::MPI_C Threads::Threads m)
+  target_link_libraries(test_cuda_mock PRIVATE MPI::MPI_C Threads::Threads m ${CMAKE_DL_LIBS}
+    ${SL_CUDA_MOCK_RUNTIME} ${SL_CUDA_MOCK_NCCL})
   set(_sl_mock_env ${SL_TEST_ENV} "SL_TEST_BCAST_BYTES=1048576" "MOCK_CUDA_MAX_PITCH=2048")
   foreach(np 1 2 3 4)
     add_test(NAME test_cuda_mock_np${np} COMMAND ${SL_MPIRUN} -np ${np} $<TARGET_FILE:test_cuda_mock>)

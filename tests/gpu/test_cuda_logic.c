@@ -1,7 +1,7 @@
 /*
  * test_cuda_logic.c — the GPU-free decisions of the CUDA backend (backend/cuda/cuda_backend.h), checked on
  * any machine: SHARDLOAD_NCCL_TIMEOUT_S parsing, device choice, group positions (= NCCL ranks), detection of
- * two group members on one GPU, and how 2-D copies are issued.
+ * two group members on one GPU, how 2-D copies are issued, which CUDA runtime a driver can run.
  */
 #include "backend/cuda/cuda_backend.h"
 #include "check.h"
@@ -189,8 +189,106 @@ static void test_copy_kind(void) {
   CHECK_CONTAINS(err.msg, "overflows");
 }
 
+/* Which runtime a driver can run: majors compared (minor-version compatibility within a major). */
+static void test_pick_runtime(void) {
+  struct {
+    int versions[2]; /* libcudart.so.13, libcudart.so.12 (0: not found) */
+    int driver;
+    int pick;
+  } cases[] = {
+      {{13000, 12040}, 13000, 0}, /* a CUDA 13 driver runs the newest */
+      {{13000, 12040}, 12080, 1}, /* R570 (CUDA 12.8) cannot run 13.x: the 12 runtime */
+      {{13000, 12080}, 12040, 1}, /* 12.8 on a 12.4 driver: same major, minor compatibility */
+      {{13000, 0}, 12040, 0},     /* no 12 runtime: the 13 one, which then says the driver is too old */
+      {{0, 12040}, 13000, 1},     /* only a 12 runtime: it, a 13 driver runs it */
+      {{13000, 12040}, 0, 0},     /* no driver: the first found (it says there is no driver) */
+      {{0, 0}, 13000, -1},        /* nothing found */
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    int got = sl__cuda_pick_runtime(cases[i].versions, 2, cases[i].driver);
+    CHECKF(got == cases[i].pick, "runtimes %d, %d under driver %d: picked %d, expected %d",
+           cases[i].versions[0], cases[i].versions[1], cases[i].driver, got, cases[i].pick);
+  }
+  char text[32];
+  sl__cuda_version_text(12040, text, sizeof text);
+  CHECK_STR(text, "12.4");
+  sl__cuda_version_text(0, text, sizeof text);
+  CHECK_STR(text, "unknown");
+  sl__nccl_version_text(22803, text, sizeof text);
+  CHECK_STR(text, "2.28.3");
+  sl__nccl_version_text(2804, text, sizeof text);
+  CHECK_STR(text, "2.8.4");
+}
+
+/* Split layers: no rank in two groups of one layer, every listed group in a layer. */
+static void check_layers(const char *what, const uint32_t *rg, int size, int k, size_t n_groups, int expect) {
+  uint32_t layer_of[64];
+  int n = sl__cuda_split_layers(rg, size, k, n_groups, layer_of);
+  CHECKF(expect < 0 || n == expect, "%s: %d layers, expected %d", what, n, expect);
+  for (int r = 0; r < size && n > 0; r++)
+    for (int a = 0; a < k; a++)
+      for (int b = a + 1; b < k; b++) {
+        uint32_t ga = rg[r * k + a], gb = rg[r * k + b];
+        if (ga == SL_CUDA_NO_GROUP || gb == SL_CUDA_NO_GROUP || ga == gb)
+          continue;
+        CHECKF(layer_of[ga] != layer_of[gb], "%s: rank %d is in groups %u and %u of layer %u", what, r, ga,
+               gb, layer_of[ga]);
+      }
+  for (int i = 0; i < size * k && n > 0; i++)
+    if (rg[i] != SL_CUDA_NO_GROUP)
+      CHECKF(layer_of[rg[i]] < (uint32_t)n, "%s: group %u has no layer", what, rg[i]);
+}
+
+static void test_split_layers(void) {
+  const uint32_t X = SL_CUDA_NO_GROUP;
+  /* tp 2 x dp 2: tp groups 0 {0,1}, 1 {2,3}; dp groups 2 {0,2}, 3 {1,3}: two layers. */
+  uint32_t tpdp[] = {0, 2, 0, 3, 1, 2, 1, 3};
+  check_layers("tp2 dp2", tpdp, 4, 2, 4, 2);
+  uint32_t layer_of[8];
+  CHECK(sl__cuda_split_layers(tpdp, 4, 2, 4, layer_of) == 2);
+  CHECK(layer_of[0] == 0 && layer_of[1] == 0 && layer_of[2] == 1 && layer_of[3] == 1);
+  /* one group of everyone and pairs inside it; a rank in no group; a group no rank lists (2). */
+  uint32_t mixed[] = {0, 1, 0, 1, 0, 3, 0, 3, X, X};
+  check_layers("world and pairs", mixed, 5, 2, 4, 2);
+  CHECK(sl__cuda_split_layers(mixed, 5, 2, 4, layer_of) == 2 && layer_of[2] == X);
+  /* 8 ranks in a ring of 8 pairs (r, r+1 mod 8): an even cycle, two layers. */
+  uint32_t ring[16];
+  for (int r = 0; r < 8; r++) {
+    ring[r * 2] = (uint32_t)r;                 /* group r: ranks r, r+1 */
+    ring[r * 2 + 1] = (uint32_t)((r + 7) % 8); /* group r-1: ranks r-1, r */
+  }
+  check_layers("ring of 8", ring, 8, 2, 8, 2);
+  uint32_t odd[6] = {0, 2, 0, 1, 1, 2}; /* 3 ranks, 3 pairs: every pair clashes with the others */
+  check_layers("triangle", odd, 3, 2, 3, 3);
+  /* pseudo-random memberships (a fixed generator): the invariants only */
+  uint32_t rnd[32 * 4];
+  unsigned long long x = 12345;
+  for (int i = 0; i < 32 * 4; i++) {
+    x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+    rnd[i] = (x >> 33) % 5 == 0 ? X : (uint32_t)((x >> 40) % 40);
+  }
+  check_layers("random", rnd, 32, 4, 40, -1);
+  uint32_t bad[] = {0, 7};
+  CHECK(sl__cuda_split_layers(bad, 1, 2, 4, layer_of) == -1);
+  CHECK(sl__cuda_split_layers(NULL, 0, 0, 4, layer_of) == 0);
+}
+
+static void test_bucket_slots(void) {
+  const uint64_t MiB = 1 << 20;
+  CHECK(sl__cuda_bucket_slots(60000 * MiB, 64 * MiB) == 8); /* an idle 80 GB GPU */
+  CHECK(sl__cuda_bucket_slots(80 * 16 * 64 * MiB / 10, 64 * MiB) == 8);
+  CHECK(sl__cuda_bucket_slots(16 * 5 * 64 * MiB, 64 * MiB) == 5); /* room for 5 in a sixteenth */
+  CHECK(sl__cuda_bucket_slots(16 * 4 * 64 * MiB, 64 * MiB) == 4);
+  CHECK(sl__cuda_bucket_slots(16 * 4 * 64 * MiB - 1, 64 * MiB) == 2); /* the KV cache took the rest */
+  CHECK(sl__cuda_bucket_slots(0, 64 * MiB) == 2);                     /* free memory unknown */
+  CHECK(sl__cuda_bucket_slots(60000 * MiB, 0) == 2);
+}
+
 int main(void) {
   test_timeout();
+  test_bucket_slots();
+  test_split_layers();
+  test_pick_runtime();
   test_pick_device();
   test_group_pos();
   test_places();

@@ -1,8 +1,8 @@
 /*
  * test_gpu_peers.c — sl_loader_load_from_peers with device=cuda on every rank
  * (docs/spec/DESIGN.md §11): the first ranks load a fixture on their GPUs in the source layout, the
- * others receive theirs, in the target layout, GPU to GPU. Each receiver's parameters (device memory, copied back)
- * must equal byte for byte a device=cpu storage load of the target layout by the receivers; the
+ * others receive theirs, in the target layout, GPU to GPU. Each receiver's parameters (device memory, copied
+ * back) must equal byte for byte a device=cpu storage load of the target layout by the receivers; the
  * receivers' report must say they read nothing and received bytes; every donor parameter must be
  * unchanged (a checksum of its device memory before and after, at the same pointer); every rank
  * returns the same status and the caller's current device is what it was. Pairs: tp 2→4, 4→2,

@@ -7,6 +7,8 @@
  * CUDA context is what it was; and the same into the caller's device buffers (sl_loader_bind). On
  * the CPU stand-in (tests/gpu/cuda_mock.c) also: every reload made its broadcast groups' NCCL
  * communicators again, as many as the load (the load released them), and released them all.
+ * On the stand-in, work the caller queues between two reloads (slow fills on its own stream, then on
+ * the legacy stream) lands before the reloaded bytes (queued_between).
  * Built twice: against the CUDA runtime and NCCL (labels reshard, gpu; skipped, 77, without a GPU
  * per rank) and against the stand-in (labels reshard, gpumock).
  */
@@ -26,6 +28,7 @@
 
 static int rank;
 static int size;
+static const char *threads = "2"; /* reader threads of the loads */
 
 typedef struct layout {
   int tp, pp, dp;
@@ -74,8 +77,8 @@ static sl_loader *create(const char *dir, const layout *lay, const char *device)
   snprintf(pp, sizeof pp, "%d", lay->pp);
   snprintf(dp, sizeof dp, "%d", lay->dp);
   const char *kv[][2] = {
-      {"model", dir}, {"device", device}, {"tp", tp},       {"pp", pp},
-      {"dp", dp},     {"quiet", "true"},  {"threads", "2"}, {"enable_expert_parallel", "false"}};
+      {"model", dir}, {"device", device}, {"tp", tp},           {"pp", pp},
+      {"dp", dp},     {"quiet", "true"},  {"threads", threads}, {"enable_expert_parallel", "false"}};
   if (lay->ep)
     kv[7][1] = "true";
   for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++)
@@ -150,10 +153,82 @@ static void reload(const char *what, sl_loader *gpu, const char *to, sl_loader *
     compare(what, cpu, gpu, at);
 }
 
+#ifdef SL_TEST_CUDA_MOCK
+/* The caller's slow rewrite of every parameter of l with the bytes it holds now (the checkpoint loaded
+ * last: the padding stays zero), queued on stream s (NULL: the legacy one) from copies made here.
+ * Landing after the next reload, it would leave the old bytes there. The copies are returned to be
+ * freed once that reload is compared (cudaFree waits for every stream). */
+static void **rewrite(sl_loader *l, cudaStream_t s) {
+  size_t n = sl_loader_param_count(l);
+  void **copies = calloc(n + 1, sizeof *copies);
+  for (size_t i = 0; copies != NULL && i < n; i++) {
+    const sl_param *p = sl_loader_param(l, i);
+    if (p->alias_of != NULL || p->nbytes == 0)
+      continue;
+    CHECK(cudaMalloc(&copies[i], (size_t)p->nbytes) == cudaSuccess);
+    CHECK(cudaMemcpy(copies[i], p->data, (size_t)p->nbytes, cudaMemcpyDeviceToDevice) == cudaSuccess);
+  }
+  for (size_t i = 0; copies != NULL && i < n; i++) /* all queued after every copy was made */
+    if (copies[i] != NULL)
+      CHECK(cudaMemcpyAsync(sl_loader_param(l, i)->data, copies[i], (size_t)sl_loader_param(l, i)->nbytes,
+                            cudaMemcpyDeviceToDevice, s) == cudaSuccess);
+  return copies;
+}
+
+static void free_copies(sl_loader *l, void **copies) {
+  for (size_t i = 0; copies != NULL && i < sl_loader_param_count(l); i++)
+    if (copies[i] != NULL)
+      cudaFree(copies[i]);
+  free(copies);
+}
+
+/* Work the caller queues between two reloads must land before the reload's bytes (as inference
+ * kernels still reading the old weights must finish before they are overwritten): slow rewrites of
+ * every parameter (with the bytes it holds) on the caller's own stream (passed to the loader), then
+ * on the legacy stream.
+ * Before, the loader's streams waited for the legacy stream only before the first transfer and
+ * never for the caller's stream: the fills landed after the reloaded bytes. One reader thread: an
+ * idle reader frees its pinned staging at once, and cudaFreeHost waits for the whole device, which
+ * orders the uploads by accident. */
+static void queued_between(const char *what, const layout *lay, const char *orig, const char *inverted,
+                           sl_loader *cpu_a, sl_loader *cpu_b) {
+  threads = "1";
+  cudaStream_t s = NULL;
+  CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess);
+  sl_loader *gpu = create(orig, lay, "cuda");
+  if (gpu != NULL && sl_loader_set_cuda(gpu, -1, s, NULL) == SL_STATUS_OK &&
+      sl_loader_load(gpu) == SL_STATUS_OK) {
+    void *const *at = pointers(gpu);
+    char w[320];
+    mock_stream_delay_ms(s, 100);
+    void **copies = rewrite(gpu, s);
+    snprintf(w, sizeof w, "%s, reload after the caller's stream", what);
+    reload(w, gpu, inverted, cpu_b, at);
+    free_copies(gpu, copies);
+    mock_stream_delay_ms(s, 0);
+    setenv("MOCK_CUDA_LEGACY_MS", "100", 1);
+    copies = rewrite(gpu, NULL);
+    unsetenv("MOCK_CUDA_LEGACY_MS");
+    snprintf(w, sizeof w, "%s, reload after the legacy stream", what);
+    reload(w, gpu, orig, cpu_a, at);
+    free_copies(gpu, copies);
+    free((void *)at);
+  } else {
+    CHECKF(false, "%s: the load with the caller's stream failed: %s", what,
+           gpu != NULL ? sl_loader_error(gpu) : "");
+  }
+  sl_loader_destroy(gpu);
+  cudaStreamDestroy(s);
+  threads = "2";
+}
+#endif
+
 static void run(const layout *lay, const char *orig, const char *inverted) {
   char what[256];
   snprintf(what, sizeof what, "%s tp %d pp %d dp %d%s", lay->model, lay->tp, lay->pp, lay->dp,
            lay->ep ? " ep" : "");
+  char layout_name[256];
+  snprintf(layout_name, sizeof layout_name, "%s", what); /* what gets ", bound" below */
   sl_loader *cpu_a = load(orig, lay, "cpu");
   sl_loader *cpu_b = load(inverted, lay, "cpu");
   sl_loader *gpu = load(orig, lay, "cuda");
@@ -199,6 +274,10 @@ static void run(const layout *lay, const char *orig, const char *inverted) {
     if (buf[i] != NULL)
       cudaFree(buf[i]);
   free(buf);
+#ifdef SL_TEST_CUDA_MOCK
+  if (cpu_a != NULL && cpu_b != NULL)
+    queued_between(layout_name, lay, orig, inverted, cpu_a, cpu_b);
+#endif
   sl_loader_destroy(cpu_a);
   sl_loader_destroy(cpu_b);
 }

@@ -62,7 +62,8 @@ int main(int argc, char **argv) {
            "the message does not say that no driver was found: %s", msg);
   } else if (strcmp(mode, "driver") == 0) {
     CHECKF(st == SL_STATUS_NO_DEVICE, "status %s, expected NO_DEVICE: %s", sl_status_name(st), msg);
-    CHECKF(strstr(msg, "driver is too old") != NULL, "the message does not say the driver is too old: %s", msg);
+    CHECKF(strstr(msg, "driver is too old") != NULL, "the message does not say the driver is too old: %s",
+           msg);
     CHECKF(strstr(msg, "CUDA 12.4") != NULL && strstr(msg, "runtime 13.") != NULL,
            "the message does not name the driver's and the runtime's versions: %s", msg);
   } else {

@@ -1156,6 +1156,39 @@ def t_cli(ctx):
     sc.cleanup()
 
 
+def t_mistyped_name(ctx):
+    """A load of a name that is neither a folder nor a file here (`lama3`, or `models/lama3` from a
+    folder without `models`): the message says first that there is no such folder, then what the Hub
+    said; one request, no retry. A Hub whose name does not resolve: failed at the first attempt (no
+    "retrying" in the debug log), the message saying why it was not retried."""
+    if not check(ctx.cli and os.access(ctx.cli, os.X_OK), "mistyped: no executable shardload (pass --cli)"):
+        return
+    sc = Scenario(ctx, "mistyped")
+    sc.serve()
+    cwd = os.path.join(sc.dir, "elsewhere")
+    os.makedirs(cwd)
+    mpirun = os.environ.get("SL_MPIRUN")
+
+    def load(name, **env):
+        argv = ([mpirun, "-np", "1"] if mpirun else []) + [ctx.cli, "load", name, "--hub-backoff-base-ms", "10"]
+        p = subprocess.run(argv, env=sc.env(SHARDLOAD_LOG="debug", **env), cwd=cwd, capture_output=True, text=True,
+                           timeout=90)
+        return p.returncode, p.stderr
+
+    for name in ("lama3", "models/lama3"):
+        ctx.server.clear()
+        rc, err = load(name)
+        first = "rank 0: HUB_REPO_NOT_FOUND: no folder '%s' here (%s), and as a Hub repository id:" % (name, cwd)
+        check(rc == 1 and first in err and "epository not found" in err,
+              "mistyped %s: no folder first, then the Hub's answer (rc %d): %s" % (name, rc, err[-1500:]))
+        check(len(ctx.server.log()) == 1, "mistyped %s: one request: %s" % (name, ctx.server.log()))
+    rc, err = load("lama3", HF_ENDPOINT="http://no-such-host.invalid")
+    check(rc == 1 and "HUB_NETWORK: no folder 'lama3' here (%s)" % cwd in err and "resolve" in err and
+          "not retried" in err, "unresolvable Hub: no folder first, then why (rc %d): %s" % (rc, err[-1500:]))
+    check("retrying" not in err, "unresolvable Hub: the name was tried once: %s" % err[-1500:])
+    sc.cleanup()
+
+
 TOP_LEVEL_EXTRAS = ["tokenizer.json", "README.md", "generation_config.json", ".gitattributes"]
 
 
@@ -1379,7 +1412,7 @@ GROUPS = {
     "parallel": [t_parallel],
     "errors": [t_api_errors, t_head_errors, t_fallback, t_validation],
     "locks": [t_two_processes, t_locks],
-    "cli": [t_cli, t_download_sets],
+    "cli": [t_cli, t_download_sets, t_mistyped_name],
     "signals": [t_kill9, t_signals],
     "nospace": [t_no_space],
 }

@@ -5,9 +5,11 @@
 # build-tree path is compiled into the library or the CLI; the moved CLI runs (relative RPATH) and
 # finds the bundled specs (relative to the library); examples/ builds against the moved prefix
 # with CMake (find_package) and with pkg-config, and runs under mpirun at 2 ranks on a fixture,
-# both builds giving the same result; used as a subproject (add_subdirectory), shardload brings
-# no tests or fuzzer and offers shardload::shardload. Needs SL_SOURCE_DIR, SL_BUILD_DIR,
-# SL_FIXTURES, SL_MPIRUN.
+# both builds giving the same result; `pkg-config --static --libs` links the static archive alone
+# (every library it needs listed) into a program that loads the same bytes; a program built
+# without an rpath runs once LD_LIBRARY_PATH names the prefix's libdir; used as a subproject
+# (add_subdirectory), shardload brings no tests or fuzzer and offers shardload::shardload. Needs
+# SL_SOURCE_DIR, SL_BUILD_DIR, SL_FIXTURES, SL_MPIRUN.
 set -u
 
 fails=0
@@ -76,10 +78,12 @@ for f in "$lib" "$P/bin/shardload"; do
 done
 readelf -d "$P/bin/shardload" >"$TMP/dynamic"
 check "CLI: relative RUNPATH" contains "$TMP/dynamic" '$ORIGIN/'
-if readelf -d "$lib" | grep -q 'libnccl'; then # the CUDA backend is built
-  readelf -d "$lib" >"$TMP/lib-dynamic"
-  nccl_dir=$(sed -n 's/^NCCL_LIBRARY:FILEPATH=//p' "$SL_BUILD_DIR/CMakeCache.txt" | xargs dirname)
-  check "library: RUNPATH has the NCCL it was built with ($nccl_dir)" contains "$TMP/lib-dynamic" "$nccl_dir"
+readelf -d "$lib" >"$TMP/lib-dynamic"
+# The CUDA backend opens libcudart and libnccl at run time (docs/GPU.md): never a load-time dependency.
+check "library: no CUDA or NCCL library among its NEEDED" sh -c "! grep -E 'NEEDED.*(libcudart|libnccl|libcuda[.])' '$TMP/lib-dynamic'"
+nccl_dir=$(sed -n 's/^NCCL_LIBRARY:FILEPATH=//p' "$SL_BUILD_DIR/CMakeCache.txt" | grep -v NOTFOUND | xargs -r dirname)
+if [ -n "$nccl_dir" ] && ! grep -q '^SL_CUDA:STRING=OFF' "$SL_BUILD_DIR/CMakeCache.txt"; then
+  check "library: RUNPATH has the NCCL it was built with ($nccl_dir), where dlopen looks" contains "$TMP/lib-dynamic" "$nccl_dir"
 fi
 
 # 3b. a program that is not an MPI job: shardload/core.h alone, no MPI include path
@@ -138,6 +142,44 @@ for ex in "$TMP/ex-cmake/load_params" "$TMP/ex-pc"; do
   sort "$TMP/$name.out" >"$TMP/$name.sorted"
 done
 check "the CMake and pkg-config builds load the same bytes" cmp -s "$TMP/load_params.sorted" "$TMP/ex-pc.sorted"
+
+# 7b. the static archive through `pkg-config --static --libs`: in a copy of the prefix without the
+# shared library, -lshardload can only be libshardload.a, so every library it needs must be listed
+# (Libs.private); the program holds no libshardload dependency and loads the same bytes (its specs
+# from SHARDLOAD_SPECS: a statically linked program looks beside itself, docs/INSTALL.md)
+cp -a "$P" "$TMP/static"
+slibdir="$TMP/static/${libdir#"$P"/}"
+rm -f "$slibdir"/libshardload.so*
+# shellcheck disable=SC2046 # word splitting of the flags is intended
+if cc -std=c11 -O1 -o "$TMP/ex-static" "$SL_SOURCE_DIR/examples/load_params.c" \
+  $(PKG_CONFIG_PATH="$slibdir/pkgconfig" pkg-config --cflags --static --libs shardload) >"$TMP/ex-static.log" 2>&1; then
+  readelf -d "$TMP/ex-static" >"$TMP/static-dynamic"
+  check "pkg-config --static: the program needs no libshardload.so" lacks "$TMP/static-dynamic" "libshardload"
+  SHARDLOAD_SPECS="$TMP/static/share/shardload/specs" "$SL_MPIRUN" -np 2 "$TMP/ex-static" "$MODEL" staging_bytes=4M \
+    >"$TMP/ex-static.out" 2>"$TMP/ex-static.err"
+  rc=$?
+  check "pkg-config --static: runs at 2 ranks ($(head -c 600 "$TMP/ex-static.err"))" [ "$rc" -eq 0 ]
+  sort "$TMP/ex-static.out" >"$TMP/ex-static.sorted"
+  check "pkg-config --static: the same bytes as the shared build" cmp -s "$TMP/load_params.sorted" \
+    "$TMP/ex-static.sorted"
+else
+  cat "$TMP/ex-static.log" >&2
+  fail "cc load_params.c \$(pkg-config --cflags --static --libs shardload) fails against the static archive"
+fi
+
+# 7c. a prefix outside the loader's path, built without an rpath (docs/INSTALL.md): the program
+# does not start until LD_LIBRARY_PATH names the prefix's libdir, then it does
+# shellcheck disable=SC2046 # word splitting of the flags is intended
+cc -std=c11 -O1 -o "$TMP/ex-norpath" "$SL_SOURCE_DIR/examples/load_params.c" $(pkg-config --cflags --libs shardload) \
+  >"$TMP/ex-norpath.log" 2>&1 || fail "cc load_params.c without an rpath fails: $(cat "$TMP/ex-norpath.log")"
+"$TMP/ex-norpath" "$MODEL" >/dev/null 2>"$TMP/norpath.err"
+check "no rpath: the loader does not find libshardload ($(head -c 300 "$TMP/norpath.err"))" \
+  contains "$TMP/norpath.err" "libshardload.so"
+LD_LIBRARY_PATH="$(pkg-config --variable=libdir shardload)" "$SL_MPIRUN" -np 1 "$TMP/ex-norpath" "$MODEL" \
+  staging_bytes=4M >"$TMP/norpath.out" 2>"$TMP/norpath2.err"
+rc=$?
+check "no rpath: runs with LD_LIBRARY_PATH=\$(pkg-config --variable=libdir shardload) ($(head -c 400 \
+  "$TMP/norpath2.err"))" [ "$rc" -eq 0 ]
 
 # 8. as a subproject: no tests, no fuzzer, the alias target
 mkdir -p "$TMP/parent"

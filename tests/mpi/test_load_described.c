@@ -16,7 +16,9 @@
  *     sees none);
  *   - the ranks' skips left out: UNEXPECTED_WEIGHTS on every rank naming the tensor; with
  *     strict false the load goes on and the report lists it;
- *   - a load from peers refuses a loader with a plan, on every rank.
+ *   - a load from peers refuses a loader with a plan, on every rank; a rank that could not make its
+ *     plan (sl_loader_set_plan(NULL)) fails every rank's load;
+ *   - a reload of a described load agrees on the plans again and writes the same bytes.
  */
 #include "check.h"
 #include "described_ref.h"
@@ -127,6 +129,10 @@ static void one(const char *fixture, const char *folder, int tp, int pp, int dp,
     CHECKF(sl_loader_load(l) == SL_STATUS_OK, "%s: %s", label, sl_loader_error(l));
     check_against(label, m, l, ref);
     check_report(label, l);
+    if (fallback) { /* a reload agrees on the plans again and writes the same memory */
+      CHECKF(sl_loader_reload(l, NULL, NULL) == SL_STATUS_OK, "%s: reload: %s", label, sl_loader_error(l));
+      check_against(label, m, l, ref);
+    }
     const sl_param *p = fallback ? sl_loader_find(l, inv) : NULL;
     for (size_t i = 0; p != NULL && i < sl_loader_param_count(l); i++)
       if (sl_loader_param(l, i) == p)
@@ -250,6 +256,15 @@ int main(int argc, char **argv) {
         sl_loader_error_cause(peer, NULL) == SL_STATUS_UNSUPPORTED);
   CHECK(peer != NULL && strstr(sl_loader_error(peer), "described plan") != NULL);
   sl_loader_destroy(peer);
+  /* the last rank could not make its plan: nobody loads without it */
+  sl_loader *none = create(path, 1, 1, w, false, true);
+  sl_status st = sl_loader_set_plan(none, lc_rank() == w - 1 ? NULL : empty);
+  CHECK(st == (lc_rank() == w - 1 ? SL_STATUS_INVALID_ARGUMENT : SL_STATUS_OK));
+  CHECK(sl_loader_load(none) != SL_STATUS_OK && sl_loader_error_cause(none, NULL) == SL_STATUS_PLAN);
+  char who[64];
+  snprintf(who, sizeof who, "rank %d could not set its plan", w - 1);
+  CHECK(strstr(sl_loader_error(none), who) != NULL);
+  sl_loader_destroy(none);
   sl_plan_destroy(empty);
   refused("absent tensor", absent_tensor, true, SL_STATUS_PLAN, "model.layers.7.nope.weight", true);
   refused("overlap", overlap, true, SL_STATUS_PLAN, "writes element [56]", true);

@@ -10,8 +10,9 @@
  *     next tensor would exceed the limit; a tensor larger than the limit gets a part of its own);
  *     no empty part; a rank with nothing left writes no file;
  *   - each part parsed with an independent minimal reader (LE64 length, JSON header with cJSON):
- *     metadata {"format":"pt"}, exactly the expected tensors with the loaded dtype and local shape,
- *     contiguous offsets covering the data section, and bytes equal to the loaded parameter;
+ *     metadata {"format":"pt"} and the saved layout (shardload_tp, _pp, _dp: the case's), exactly the
+ * expected tensors with the loaded dtype and local shape, contiguous offsets covering the data section, and
+ * bytes equal to the loaded parameter;
  *   - rank 0 copied config.json, generation_config.json and tokenizer_config.json byte for byte, and
  *     neither the weights nor the index.
  * Cases: llama at tp = world (dp 3 at 3 ranks) with parts of at most 6000 bytes; tied qwen3 (with
@@ -83,7 +84,7 @@ static size_t expected_parts(const sl_loader *l, uint64_t limit, expected_part *
 }
 
 /* One part file against its expected tensors. */
-static void check_part(const char *what, const char *path, const expected_part *e) {
+static void check_part(const char *what, const char *path, const expected_part *e, const int sizes[3]) {
   size_t len = 0;
   uint8_t *buf = slurp(path, &len);
   CHECKF(buf != NULL, "%s: cannot read %s", what, path);
@@ -108,8 +109,16 @@ static void check_part(const char *what, const char *path, const expected_part *
   uint64_t data_len = len - 8 - n;
   const cJSON *meta = cJSON_GetObjectItemCaseSensitive(hdr, "__metadata__");
   const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(meta, "format");
-  CHECKF(cJSON_GetArraySize(meta) == 1 && cJSON_IsString(fmt) && strcmp(fmt->valuestring, "pt") == 0,
-         "%s: %s: metadata is not {\"format\":\"pt\"}", what, path);
+  CHECKF(cJSON_GetArraySize(meta) == 4 && cJSON_IsString(fmt) && strcmp(fmt->valuestring, "pt") == 0,
+         "%s: %s: metadata is not {\"format\":\"pt\", and the three sizes}", what, path);
+  static const char *const size_keys[3] = {"shardload_tp", "shardload_pp", "shardload_dp"};
+  for (int k = 0; k < 3; k++) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(meta, size_keys[k]);
+    char want[16];
+    snprintf(want, sizeof want, "%d", sizes[k]);
+    CHECKF(cJSON_IsString(v) && strcmp(v->valuestring, want) == 0, "%s: %s: metadata %s is not \"%s\"", what,
+           path, size_keys[k], want);
+  }
   int tensors = cJSON_GetArraySize(hdr) - (meta != NULL ? 1 : 0);
   CHECKF(tensors == (int)e->n, "%s: %s holds %d tensors, expected %zu", what, path, tensors, e->n);
   uint64_t covered = 0;
@@ -145,7 +154,7 @@ static void check_part(const char *what, const char *path, const expected_part *
 
 /* Every rank: its part files against its table. */
 static void check_rank_files(const char *what, const sl_loader *l, const char *dir, uint64_t limit,
-                             bool want_big) {
+                             bool want_big, const int sizes[3]) {
   int g = lc_rank();
   expected_part *parts = calloc(64, sizeof *parts);
   if (parts == NULL)
@@ -157,7 +166,7 @@ static void check_rank_files(const char *what, const sl_loader *l, const char *d
     snprintf(path, sizeof path, "%s/model-rank-%d-part-%zu.safetensors", dir, g, i);
     CHECKF(parts[i].n > 0, "%s: expected part %zu is empty", what, i);
     CHECKF(file_exists(path), "%s: %s missing", what, path);
-    check_part(what, path, &parts[i]);
+    check_part(what, path, &parts[i], sizes);
     if (parts[i].n == 1 && parts[i].params[0]->nbytes > limit)
       big_alone = true;
   }
@@ -244,7 +253,7 @@ static void save_case(const char *fixture, const char *model_dir, int tp, int pp
              sl_loader_error(res.loader));
     }
     MPI_Barrier(MPI_COMM_WORLD);
-    check_rank_files(what, res.loader, out, limit, want_big);
+    check_rank_files(what, res.loader, out, limit, want_big, (const int[3]){tp, pp, dp});
     check_copies(what, model_dir, out);
   }
   lc_result_free(&res);
@@ -265,7 +274,7 @@ static void tied_case(int tp, int pp, int dp) {
   lc_run(&c, &res);
   if (res.status == SL_STATUS_OK) {
     MPI_Barrier(MPI_COMM_WORLD);
-    check_rank_files("qwen3 tied", res.loader, out, 5368709120ULL, false);
+    check_rank_files("qwen3 tied", res.loader, out, 5368709120ULL, false, (const int[3]){tp, pp, dp});
     check_copies("qwen3 tied", model, out);
     int g = lc_rank();
     bool last = (g / tp) % pp == pp - 1;

@@ -4,12 +4,16 @@
  *
  * Each case loads a fixture in one layout (checked byte for byte against the independent
  * reference by the shared driver), saves it with sl_loader_save_sharded, then loads the saved
- * folder with load_format sharded_state and no layout flags. On every rank the second table must
- * hold exactly the saved entries (the first table less zero-size entries and aliases) with the same
- * dtype, local shape and bytes; no rank may read a byte another rank saved (nothing is broadcast:
- * amplification 1.00, and the bytes read equal the bytes held). Then the world-size errors: a
- * folder that gains a model-rank-{world} file is refused on every rank with a message naming both
- * sizes, and with more than one rank a load on MPI_COMM_SELF (world 1) of the saved folder too.
+ * folder three ways: with load format auto and no layout flags (auto recognises the folder, the
+ * saved layout is taken: the report says the case's tp/pp/dp), with sharded_state and no flags, and
+ * with sharded_state and the saved tp/pp/dp given. On every rank each table must hold exactly the
+ * saved entries (the first table less zero-size entries and aliases) with the same dtype, local
+ * shape and bytes; no rank may read a byte another rank saved (nothing is broadcast: amplification
+ * 1.00, and the bytes read equal the bytes held). Then the errors, each on every rank: another
+ * layout of the same world size (auto, flags given) names the saved tp/pp/dp; a load on
+ * MPI_COMM_SELF (world 1, with more than one rank) names both world sizes and the saved layout; a
+ * folder that gains a model-rank-{world} file (a copy of rank 0's, which says the save's layout)
+ * is refused naming the layout and the stray rank.
  */
 #include "check.h"
 #include "load_check.h"
@@ -23,12 +27,20 @@
 #include <stdlib.h>
 #include <string.h>
 
-static sl_config *sharded_config(const char *dir) {
+/* format NULL: the default (auto); sizes[3] NULL: no --tp/--pp/--dp. */
+static sl_config *sharded_config(const char *dir, const char *format, const int *sizes) {
   sl_config *cfg = NULL;
   if (sl_config_create(&cfg) != SL_STATUS_OK)
     return NULL;
   CHECK(sl_config_set(cfg, "model", dir) == SL_STATUS_OK);
-  CHECK(sl_config_set(cfg, "load_format", "sharded_state") == SL_STATUS_OK);
+  if (format != NULL)
+    CHECK(sl_config_set(cfg, "load_format", format) == SL_STATUS_OK);
+  static const char *const keys[3] = {"tp", "pp", "dp"};
+  for (int k = 0; sizes != NULL && k < 3; k++) {
+    char v[16];
+    snprintf(v, sizeof v, "%d", sizes[k]);
+    CHECK(sl_config_set(cfg, keys[k], v) == SL_STATUS_OK);
+  }
   CHECK(sl_config_set(cfg, "quiet", "true") == SL_STATUS_OK);
   CHECK(sl_config_set(cfg, "threads", "2") == SL_STATUS_OK);
   return cfg;
@@ -71,8 +83,9 @@ static void compare_tables(const char *label, const sl_loader *a, const sl_loade
          sl_loader_param_count(b), expected);
 }
 
-/* Amplification 1.00 and no broadcast: the cluster read exactly the bytes it holds. */
-static void check_no_sharing(const char *label, sl_loader *b) {
+/* Amplification 1.00 and no broadcast: the cluster read exactly the bytes it holds; the layout the
+ * report states is the saved one. */
+static void check_report(const char *label, sl_loader *b, const lc_case *c) {
   const char *json = sl_loader_report_json(b);
   if (lc_rank() != 0 || json == NULL)
     return;
@@ -83,25 +96,52 @@ static void check_no_sharing(const char *label, sl_loader *b) {
          cJSON_IsNumber(amp) ? amp->valuedouble : -1.0);
   const cJSON *bc = cJSON_GetObjectItemCaseSensitive(r, "bytes_broadcast");
   CHECKF(cJSON_IsNumber(bc) && bc->valuedouble == 0, "%s: sharded_state broadcast bytes", label);
+  static const char *const keys[3] = {"tp", "pp", "dp"};
+  const int want[3] = {c->tp, c->pp, c->dp};
+  for (int k = 0; k < 3; k++) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(r, keys[k]);
+    CHECKF(cJSON_IsNumber(v) && v->valueint == want[k], "%s: the report's %s is %d, the saved layout's %d",
+           label, keys[k], cJSON_IsNumber(v) ? v->valueint : -1, want[k]);
+  }
   cJSON_Delete(r);
 }
 
-/* COLLECTIVE. A load of dir on comm must fail with SL_STATUS_LAYOUT naming both world sizes. */
-static void expect_world_error(const char *label, const char *dir, MPI_Comm comm, int saved_world,
-                               int world) {
-  sl_config *cfg = sharded_config(dir);
+/* COLLECTIVE. Loads dir on MPI_COMM_WORLD (format, sizes as sharded_config takes them) and compares
+ * its table with the saved loader's. */
+static void load_back(const char *label, const char *dir, const char *format, const int *sizes,
+                      const lc_case *c, const sl_loader *a) {
+  char what[320];
+  snprintf(what, sizeof what, "%s, load format %s%s", label, format != NULL ? format : "auto (default)",
+           sizes != NULL ? ", sizes given" : "");
+  sl_config *cfg = sharded_config(dir, format, sizes);
+  sl_loader *b = NULL;
+  sl_status st = cfg != NULL ? sl_loader_create(cfg, MPI_COMM_WORLD, &b) : SL_STATUS_NOMEM;
+  if (st == SL_STATUS_OK)
+    st = sl_loader_load(b);
+  CHECKF(st == SL_STATUS_OK, "%s: %s: %s", what, sl_status_name(st),
+         b != NULL ? sl_loader_error(b) : sl_config_error(cfg));
+  if (st == SL_STATUS_OK) {
+    compare_tables(what, a, b);
+    check_report(what, b, c);
+  }
+  sl_loader_destroy(b);
+  sl_config_destroy(cfg);
+}
+
+/* COLLECTIVE. A load of dir on comm (format, sizes as sharded_config takes them) must fail on every
+ * rank with SL_STATUS_LAYOUT, its message holding each of want (NULL-terminated). */
+static void expect_layout_error(const char *label, const char *dir, MPI_Comm comm, const char *format,
+                                const int *sizes, const char *const *want) {
+  sl_config *cfg = sharded_config(dir, format, sizes);
   sl_loader *l = NULL;
   sl_status st = cfg != NULL ? sl_loader_create(cfg, comm, &l) : SL_STATUS_NOMEM;
   if (st == SL_STATUS_OK)
     st = sl_loader_load(l);
   char msg[1024];
   snprintf(msg, sizeof msg, "%s", l != NULL ? sl_loader_error(l) : sl_config_error(cfg));
-  CHECKF(st == SL_STATUS_LAYOUT, "%s: wrong world size gave %s: %s", label, sl_status_name(st), msg);
-  char want[128];
-  snprintf(want, sizeof want, "saved by %d ranks", saved_world);
-  CHECK_CONTAINS(msg, want);
-  snprintf(want, sizeof want, "this job has %d ranks", world);
-  CHECK_CONTAINS(msg, want);
+  CHECKF(st == SL_STATUS_LAYOUT, "%s: gave %s, expected LAYOUT: %s", label, sl_status_name(st), msg);
+  for (size_t i = 0; want[i] != NULL; i++)
+    CHECK_CONTAINS(msg, want[i]);
   sl_loader_destroy(l);
   sl_config_destroy(cfg);
 }
@@ -114,6 +154,51 @@ static void copy_file(const char *from, const char *to) {
   if (f != NULL)
     fclose(f);
   free(buf);
+}
+
+/* Another layout of the same world size than the case's, or false when the world has one only. */
+static bool other_layout(const lc_case *c, int sizes[3]) {
+  int world = c->tp * c->pp * c->dp;
+  if (world == 1)
+    return false;
+  sizes[0] = c->tp == world ? 1 : world;
+  sizes[1] = 1;
+  sizes[2] = c->tp == world ? world : 1;
+  return true;
+}
+
+/* COLLECTIVE. The errors of a saved folder: another layout, another world, a stray rank's file. */
+static void layout_errors(const char *label, const lc_case *c, const char *dir) {
+  int world = lc_world();
+  char saved_at[96];
+  snprintf(saved_at, sizeof saved_at, "saved at tp=%d pp=%d dp=%d", c->tp, c->pp, c->dp);
+  int other[3];
+  if (other_layout(c, other)) {
+    char asks[96];
+    snprintf(asks, sizeof asks, "asks for tp=%d pp=%d dp=%d", other[0], other[1], other[2]);
+    const char *want[] = {saved_at, asks, NULL};
+    expect_layout_error(label, dir, MPI_COMM_WORLD, NULL, other, want);
+  }
+  char by[64];
+  char has[64];
+  if (world > 1) {
+    snprintf(by, sizeof by, "saved by %d ranks", world);
+    snprintf(has, sizeof has, "this job has %d ranks", 1);
+    const char *want[] = {by, has, saved_at + strlen("saved "), NULL};
+    expect_layout_error(label, dir, MPI_COMM_SELF, "sharded_state", NULL, want);
+  }
+  MPI_Barrier(MPI_COMM_WORLD); /* every rank is done with the folder before it gains a file */
+  if (lc_rank() == 0) {
+    char from[1200];
+    char to[1200];
+    snprintf(from, sizeof from, "%s/model-rank-0-part-0.safetensors", dir);
+    snprintf(to, sizeof to, "%s/model-rank-%d-part-0.safetensors", dir, world);
+    copy_file(from, to);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  snprintf(by, sizeof by, "(%d ranks), but it holds files of rank %d", world, world);
+  const char *want[] = {saved_at + strlen("saved "), by, NULL};
+  expect_layout_error(label, dir, MPI_COMM_WORLD, NULL, NULL, want);
 }
 
 static void round_trip(const lc_case *c) {
@@ -129,33 +214,15 @@ static void round_trip(const lc_case *c) {
   }
   sl_status st = sl_loader_save_sharded(a.loader, dir);
   CHECKF(st == SL_STATUS_OK, "%s: save: %s", label, sl_loader_error(a.loader));
-  sl_config *cfg = sharded_config(dir);
-  sl_loader *b = NULL;
-  st = cfg != NULL ? sl_loader_create(cfg, MPI_COMM_WORLD, &b) : SL_STATUS_NOMEM;
-  if (st == SL_STATUS_OK)
-    st = sl_loader_load(b);
-  CHECKF(st == SL_STATUS_OK, "%s: sharded_state load: %s: %s", label, sl_status_name(st),
-         b != NULL ? sl_loader_error(b) : sl_config_error(cfg));
+  const int saved[3] = {c->tp, c->pp, c->dp};
   if (st == SL_STATUS_OK) {
-    compare_tables(label, a.loader, b);
-    check_no_sharing(label, b);
+    load_back(label, dir, NULL, NULL, c, a.loader);
+    load_back(label, dir, "sharded_state", NULL, c, a.loader);
+    load_back(label, dir, "sharded_state", saved, c, a.loader);
   }
-  sl_loader_destroy(b);
-  sl_config_destroy(cfg);
   lc_result_free(&a);
-  int world = lc_world();
-  if (world > 1)
-    expect_world_error(label, dir, MPI_COMM_SELF, world, 1);
-  MPI_Barrier(MPI_COMM_WORLD); /* every rank is done with the folder before it gains a file */
-  if (lc_rank() == 0) {
-    char from[1200];
-    char to[1200];
-    snprintf(from, sizeof from, "%s/model-rank-0-part-0.safetensors", dir);
-    snprintf(to, sizeof to, "%s/model-rank-%d-part-0.safetensors", dir, world);
-    copy_file(from, to);
-  }
-  MPI_Barrier(MPI_COMM_WORLD);
-  expect_world_error(label, dir, MPI_COMM_WORLD, world + 1, world);
+  if (st == SL_STATUS_OK)
+    layout_errors(label, c, dir);
   lc_tmpdir_remove(dir);
 }
 

@@ -3,14 +3,17 @@
  * by tests/mpi/test_visibility.sh under tests/mpi/hide_files.sh, which hides the copy ROOT from some
  * ranks (or puts another file at one of its paths):
  *
- *   test_visibility ROOT UNSEEN [shared]
+ *   test_visibility ROOT UNSEEN [shared|caught]
  *
  * ROOT holds copies of the llama, mixtral and deepseek_v3 fixtures; UNSEEN lists the ranks that see
  * none of ROOT ("-": none). Every (tp, pp, dp) of the world size, MoE with expert parallelism, with
  * storage auto: every rank's bytes equal the reference's (which reads the fixtures themselves); the
  * report's cluster figures as in a load with shared storage (read amplification 1.00); a rank of
  * UNSEEN reads 0 bytes from storage and receives every byte it needs. With `shared`: storage shared
- * fails on every rank with an error naming the file a rank could not open.
+ * fails on every rank with an error naming the file a rank could not open. With `caught`: rank 1,
+ * on rank 0's node, holds another file at the path of llama's second shard; a load of llama at
+ * tp = world (pp = 3 at 3 ranks) with storage auto fails on every rank, rank 1 with the identity
+ * check's error naming the file (IO), the others PEER_FAILED.
  */
 #include "check.h"
 #include "load_check.h"
@@ -118,6 +121,37 @@ static void shared_fails(const char *root) {
   sl_config_destroy(cfg);
 }
 
+/* storage auto, rank 1's copy of a shard not its node's: caught when rank 1 opens it for reading,
+ * the same error on rank 1 (IO) as in a file changed under a load, carried to the others. */
+static void copy_caught(const char *root) {
+  char dir[2048];
+  snprintf(dir, sizeof dir, "%s/llama", root);
+  /* Rank 1 reads from that shard: its slices of layers 0 and 1 at tp = world, or layer 1's MLP as
+   * the second of 3 pipeline stages (llama's 8 heads do not split 3 ways). */
+  char n[16];
+  snprintf(n, sizeof n, "%d", lc_world());
+  sl_config *cfg = NULL;
+  CHECK(sl_config_create(&cfg) == SL_STATUS_OK);
+  CHECK(sl_config_set(cfg, "model", dir) == SL_STATUS_OK);
+  CHECK(sl_config_set(cfg, lc_world() % 2 == 0 ? "tp" : "pp", n) == SL_STATUS_OK);
+  CHECK(sl_config_set(cfg, "storage", "auto") == SL_STATUS_OK);
+  sl_loader *l = NULL;
+  sl_status st = sl_loader_create(cfg, MPI_COMM_WORLD, &l);
+  CHECKF(st == SL_STATUS_OK, "sl_loader_create: %s", sl_config_error(cfg));
+  if (st == SL_STATUS_OK)
+    st = sl_loader_load(l);
+  sl_status want = lc_rank() == 1 ? SL_STATUS_IO : SL_STATUS_PEER_FAILED;
+  CHECKF(st == want, "rank %d: load returned %s, expected %s: %s", lc_rank(), sl_status_name(st),
+         sl_status_name(want), l != NULL ? sl_loader_error(l) : "");
+  if (l != NULL) {
+    CHECK_CONTAINS(sl_loader_error(l),
+                   "/llama/model-00002-of-00003.safetensors changed since its header was read");
+    CHECKF(sl_loader_report_json(l) == NULL, "rank %d: a report exists after a failed load", lc_rank());
+  }
+  sl_loader_destroy(l);
+  sl_config_destroy(cfg);
+}
+
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
   lc_quiet_logs();
@@ -128,6 +162,8 @@ int main(int argc, char **argv) {
   }
   if (argc > 3 && strcmp(argv[3], "shared") == 0)
     shared_fails(argv[1]);
+  else if (argc > 3 && strcmp(argv[3], "caught") == 0)
+    copy_caught(argv[1]);
   else
     load_all(argv[1], strcmp(argv[2], "-") == 0 ? "" : argv[2]);
   lc_models_close();

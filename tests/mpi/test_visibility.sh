@@ -6,7 +6,17 @@
 #   2. (3 ranks or more) on the even ranks only;
 #   3. rank 1 holds another file at one path (same size, another header: it must not read it), and
 #      the last rank an identical copy of another (its own inode and times: it may read it);
-#   4. storage shared with the files on rank 0 only: a clear error on every rank.
+#   4. storage shared with the files on rank 0 only: a clear error on every rank;
+#   5. rank 1 on rank 0's node (hide_files.sh --same-node) with another file at one path, a copy
+#      mounted for that rank only: its node's first rank (rank 0) saw the catalog's file, so rank 1
+#      reads it and the identity check catches it at open, before any byte is used (rank 1 reads from
+#      that file: tp = world, pp = 3 at 3 ranks): IO on rank 1 naming the file, "changed since its
+#      header was read", PEER_FAILED on the others.
+#   6. the upper half of the ranks one node (hide_files.sh --node) whose ranks all hold an identical
+#      copy of the first shard (its own inode and times): its first rank accepts it by its header in
+#      the probe, the others when they open it; every rank's bytes against the reference.
+# An affected rank poses as a node of its own (hide_files.sh: SHARDLOAD_INJECT_HOST), except in 5
+# and 6: the first rank of each node looks at the files for its node (docs/spec/STORAGE.md §2).
 # BINARY is tests/mpi/test_visibility.c's; it checks every rank's bytes against the reference.
 # Skips (77) where mount namespaces cannot be made.
 set -eu
@@ -52,3 +62,15 @@ done
 
 echo "== 4. storage shared with the files on rank 0 only: refused"
 "$mpirun" -np "$np" "$hide" "$others" "$root" -- "$bin" "$root" "$others" shared
+
+echo "== 5. another file at a path on rank 1, on rank 0's node: caught when it is opened"
+"$mpirun" -np "$np" "$hide" --same-node 1 "$root/llama/model-00002-of-00003.safetensors=$root/llama.other" -- \
+  "$bin" "$root" "-" caught
+
+upper=$(seq -s, $((np / 2)) $((np - 1)))
+echo "== 6. ranks $upper one node holding an identical copy of the first shard"
+set -- "$bin" "$root" "-"
+for fx in llama mixtral deepseek_v3; do
+  set -- "$hide" --node copy-node "$upper" "$root/$fx/model-00001-of-00003.safetensors=$root/$fx.copy" -- "$@"
+done
+"$mpirun" -np "$np" "$@"

@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """installed_check.py -- what test_install.sh runs with the installed package, as a user would:
-`mpirun -np 2 VENV/bin/python -m mpi4py installed_check.py MODE MODEL` from a folder outside the
-repository, with no PYTHONPATH, SHARDLOAD_LIBRARY or SHARDLOAD_SPECS. It sits beside a copy of
-common.py (the independent safetensors reader and reference), away from the repository.
+`mpirun -np 2 VENV/bin/python -m mpi4py installed_check.py MODE MODEL` (or, for MODE group,
+`VENV/bin/python -m torch.distributed.run ... installed_check.py group MODEL`: the run lines of
+python/README.md) from a folder outside the repository, with no PYTHONPATH, SHARDLOAD_LIBRARY or
+SHARDLOAD_SPECS. It sits beside a copy of common.py (the independent safetensors reader and
+reference), away from the repository.
 
 MODE load:  the package imported is the installed one (library and specs bundled in it); a load
             at tp = the world size (spelled tensor_parallel_size, as vLLM does) gives every rank
@@ -10,6 +12,9 @@ MODE load:  the package imported is the installed one (library and specs bundled
 MODE raise: the last rank raises an ordinary Python exception after planning, while the others
             enter the collective load(): mpi4py's -m runner aborts the job on the uncaught
             exception, so mpirun ends (test_install.sh checks that it ends within its deadline).
+MODE group: no MPI: torch.distributed's workers (gloo, initialised from the launcher's
+            environment) load at tp = the world size over their group; every rank gets exactly the
+            reference's bytes.
 """
 
 import os
@@ -18,13 +23,27 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402  (numpy only)
 
-from mpi4py import MPI  # noqa: E402
-
 import shardload  # noqa: E402
 
 mode, model = sys.argv[1], sys.argv[2]
-comm = MPI.COMM_WORLD
-rank, world = comm.Get_rank(), comm.Get_size()
+if mode == "group":  # torch.distributed's workers, no MPI at all
+    import torch
+    import torch.distributed as dist
+    dist.init_process_group("gloo")
+    comm, group = None, dist.group.WORLD
+    rank, world = dist.get_rank(), dist.get_world_size()
+
+    def allsum(n):
+        t = torch.tensor([n], dtype=torch.int64)
+        dist.all_reduce(t)
+        return int(t.item())
+else:
+    from mpi4py import MPI
+    comm, group = MPI.COMM_WORLD, None
+    rank, world = comm.Get_rank(), comm.Get_size()
+
+    def allsum(n):
+        return comm.allreduce(n)
 fails = []
 
 
@@ -54,7 +73,7 @@ if mode == "raise":
 
 ckpt = common.Checkpoint(model)
 ref = common.reference(ckpt, common.Layout(world, rank, world))
-with shardload.Loader(model, comm, tensor_parallel_size=world) as loader:
+with shardload.Loader(model, comm, group=group, tensor_parallel_size=world) as loader:
     loader.load()
     got = loader.params("numpy")
 check(set(got) == set(ref), "parameter names differ: %s" % sorted(set(got) ^ set(ref)))
@@ -63,8 +82,9 @@ for name in sorted(set(got) & set(ref)):
     want = common.raw(ref[name])
     check(common.raw(got[name]) == want, "%s differs from the checkpoint" % name)
     nbytes += len(want)
-bad = comm.allreduce(len(fails))
-total = comm.allreduce(nbytes)
+bad = allsum(len(fails))
+total = allsum(nbytes)
 if rank == 0:
-    print("installed_check: %d ranks, %d bytes compared, %d failures (package %s)" % (world, total, bad, pkg))
+    print("installed_check: %d ranks%s, %d bytes compared, %d failures (package %s)"
+          % (world, " (torch.distributed)" if group is not None else "", total, bad, pkg))
 sys.exit(1 if bad else 0)

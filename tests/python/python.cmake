@@ -69,6 +69,12 @@ endforeach()
 # receivers another layout; the receivers equal the reference and read nothing, the donors unchanged.
 sl_python_test(python_load_from_peers test_load_from_peers.py 4)
 set_tests_properties(python_load_from_peers_np4 PROPERTIES LABELS "reshard;python")
+# Pack-quantized and NVFP4 fixtures through shardload.Loader against vLLM's rules in numpy (compressed-
+# tensors NVFP4 dense linears, W4A16 experts in the Marlin layout).
+sl_python_test(python_load_packed test_load_packed.py 1 2 4)
+foreach(np 1 2 4)
+  set_tests_properties(python_load_packed_np${np} PROPERTIES LABELS "python;frontier")
+endforeach()
 
 # Caller-described plans from Python (labels python, recorded): shardload.Plan, Loader(plan=),
 # load_into(plan=), the JSON form, shardload.dryrun(plans=), a refusal on every rank.

@@ -10,7 +10,14 @@
 #      fixture at tp 2 and every byte of every parameter equals the checkpoint's;
 #   3. the same with one rank raising an ordinary Python exception mid-script while the other
 #      waits in load(): mpi4py's -m runner aborts the job, which ends well within the deadline
-#      (the load watchdog's 600 s default plays no part), failing, with the exception in its output.
+#      (the load watchdog's 600 s default plays no part), failing, with the exception in its output;
+#   4. the run lines of python/README.md, read from it and run as written with the venv's python
+#      (venv/ → the test's venv, load.py → installed_check.py, 2 ranks): `mpirun ... venv/bin/python
+#      -m mpi4py load.py` and `venv/bin/python -m torch.distributed.run ... load.py` (torch's
+#      workers over gloo, no MPI), each loading llama byte-exact.
+# Before that, a copy of ./python with no library to bundle (no SL_BUILD_DIR, SHARDLOAD_LIBRARY, nor
+# a build beside it) must fail to install, saying why, unless the system has one; with
+# SHARDLOAD_NO_LIBRARY=1 it installs alone.
 # Uses Debian's /usr/bin/python3 (python3-venv, python3-pip). Needs SL_SOURCE_DIR, SL_BUILD_DIR,
 # SL_FIXTURES and SL_MPIRUN.
 set -euo pipefail
@@ -23,6 +30,32 @@ py=/usr/bin/python3
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/sl-py-install.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 "$py" -m venv --system-site-packages "$tmp/venv"
+
+# 0. no library to bundle: the install fails with the reason, not at the first import
+cp -r "$src/python" "$tmp/alone"
+rm -rf "$tmp/alone/build" "$tmp/alone"/*.egg-info "$tmp/alone/shardload"/libshardload.so* "$tmp/alone/shardload/specs"
+if "$py" -c "import ctypes.util, sys; sys.exit(ctypes.util.find_library('shardload') is None)"; then
+  echo "test_install: a libshardload is installed on this system: the install without one is not checked"
+else
+  rc=0
+  env -u SHARDLOAD_LIBRARY -u SL_BUILD_DIR PIP_NO_INDEX=1 "$tmp/venv/bin/python" -m pip install --no-build-isolation \
+    --no-index "$tmp/alone" >"$tmp/alone.out" 2>&1 || rc=$?
+  if [ "$rc" -eq 0 ] || ! grep -q "no libshardload.so to bundle" "$tmp/alone.out" ||
+    "$tmp/venv/bin/python" -c "import shardload" 2>/dev/null; then
+    cat "$tmp/alone.out"
+    echo "FAIL: installing without a library did not fail with the reason (exit $rc)"
+    exit 1
+  fi
+  echo "test_install: without a library to bundle, the install failed saying why"
+  env -u SHARDLOAD_LIBRARY -u SL_BUILD_DIR SHARDLOAD_NO_LIBRARY=1 PIP_NO_INDEX=1 "$tmp/venv/bin/python" -m pip \
+    install -q --no-build-isolation --no-index "$tmp/alone" >"$tmp/alone2.out" 2>&1 || {
+    cat "$tmp/alone2.out"
+    echo "FAIL: SHARDLOAD_NO_LIBRARY=1 did not install the package alone"
+    exit 1
+  }
+  "$tmp/venv/bin/python" -m pip uninstall -q -y shardload
+fi
+rm -rf "$tmp/alone"
 # pip builds in a copy of ./python: setup.py finds the library through SL_BUILD_DIR, and the specs
 # beside it (<build>/share/shardload/specs).
 cp -r "$src/python" "$tmp/pkg"
@@ -97,3 +130,32 @@ if ! grep -q "RuntimeError: an ordinary exception on rank 1, mid-script" "$tmp/r
   exit 1
 fi
 echo "test_install: an uncaught exception on rank 1 ended the job in ${took} s (exit $rc)"
+
+# 4. the run lines of python/README.md, as written, from the venv
+readme_line() { # the command of the README's comment line holding $1, up to its two-space remark
+  grep -F -- "$1" "$src"/python/README.md | head -1 | sed 's/^# *//; s/  .*//'
+}
+mpi_line=$(readme_line "-m mpi4py load.py")
+dist_line=$(readme_line "-m torch.distributed.run")
+if [ -z "$mpi_line" ] || [ -z "$dist_line" ]; then
+  echo "FAIL: python/README.md has no run line for mpi4py or torch.distributed.run"
+  exit 1
+fi
+as_run() { # the README's line for this test: its venv, its launcher, 2 ranks, the check script
+  echo "$1" | sed -e "s|^mpirun |$SL_MPIRUN |" -e "s|venv/bin/|$tmp/venv/bin/|g" -e 's/-np [0-9]*/-np 2/' \
+    -e 's/--nproc_per_node [0-9]*/--nproc_per_node 2/' -e "s|load\.py|check/installed_check.py $2 llama|"
+}
+for line in "$mpi_line" "$dist_line"; do
+  case "$line" in *torch.distributed.run*) mode=group ;; *) mode=load ;; esac
+  cmd=$(as_run "$line" "$mode")
+  rc=0
+  # shellcheck disable=SC2086 # the README's line, split as a shell would
+  "${clean[@]}" timeout 240 $cmd >"$tmp/readme.out" 2>&1 || rc=$?
+  # (torch.distributed.run's --tee prefixes each worker's lines with its name)
+  if [ "$rc" -ne 0 ] || ! grep -q "installed_check: 2 ranks.*, [1-9][0-9]* bytes compared, 0 failures" "$tmp/readme.out"; then
+    cat "$tmp/readme.out"
+    echo "FAIL: python/README.md's line '$line' did not work from the venv (ran: $cmd; exit $rc)"
+    exit 1
+  fi
+  echo "test_install: python/README.md's '$line' works from the venv"
+done

@@ -15,7 +15,9 @@ stored). Checks, on every rank:
     and the summary's line;
   - load_into a module built from the plan: nothing missing or unexpected, the same bytes;
   - the JSON form round trip; the dry run of the plans gives the spec's dry run's reads per rank;
-  - a plan naming a tensor the checkpoint lacks: PlanError on every rank before any byte is read.
+  - a plan naming a tensor the checkpoint lacks: PlanError on every rank before any byte is read;
+  - a plan the library refuses as it is handed over on one rank: that rank raises its own error,
+    the others that it could not set its plan (nobody loads without a plan).
 """
 
 import os
@@ -160,6 +162,19 @@ def main():
         check(False, "a plan naming an absent tensor loaded")
     except shardload.PlanError as e:
         check("model.layers.9.mlp.down_proj.weight" in str(e) and "no such tensor" in str(e), "message: %s" % e)
+    # a plan the library refuses as it is handed over (9 dimensions) on the last rank: that rank
+    # raises its own error, the others the agreement's, nobody waits
+    bad = describe(ckpt, lay)
+    if rank == world - 1:
+        bad.param("too.many.dims", "BF16", [1] * 9)
+    try:
+        with shardload.Loader(folder, comm, plan=bad, tp=world, quiet=True) as loader:
+            loader.load()
+        check(False, "a plan of 9 dimensions loaded")
+    except shardload.Error as e:
+        own = rank == world - 1
+        check(("9 dimensions" in str(e)) if own else ("rank %d could not set its plan" % (world - 1) in str(e)),
+              "rank %d: %s" % (rank, e))
     common.finish_mpi(comm, "test_plan", fails)
 
 

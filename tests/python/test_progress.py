@@ -66,7 +66,7 @@ bars = []
 
 class FakeTqdm:
     def __init__(self, total, **kw):
-        self.total, self.n, self.closed = total, 0, False
+        self.total, self.n, self.closed, self.kw = total, 0, False, kw
         bars.append(self)
 
     def update(self, k):
@@ -81,6 +81,9 @@ load(True, quiet=True)
 if rank == 0:
     check(len(bars) == 1 and bars[0].closed and bars[0].n == bars[0].total > 0,
           "tqdm bar: %s" % [(b.n, b.total, b.closed) for b in bars])
+    # binary units, as the CLI's sizes (tqdm shows "MiB" with unit "iB" and divisor 1024)
+    check(bars and bars[0].kw.get("unit") == "iB" and bars[0].kw.get("unit_divisor") == 1024,
+          "tqdm bar units: %s" % (bars[0].kw if bars else None))
 else:
     check(not bars, "a tqdm bar on rank %d" % rank)
 
@@ -93,7 +96,13 @@ if rank == 0:
     reporter.stream = err
     reporter(5, 10)
     reporter(10, 10)
-    check("10.0 MB" not in err.getvalue() and "(100.0 %)" in err.getvalue(), "line: %r" % err.getvalue())
+    check("10 B / 10 B (100.0 %)" in err.getvalue(), "line: %r" % err.getvalue())
+    # sizes as the CLI writes them (src/base/bytes_fmt.c: KiB, MiB, GiB with two decimals)
+    mib = io.StringIO()
+    reporter.stream = mib
+    reporter(1040187392, 1040187392)
+    check("shardload: 992.00 MiB / 992.00 MiB (100.0 %), " in mib.getvalue() and " MB/s" in mib.getvalue(),
+          "sizes in MiB as the CLI's: %r" % mib.getvalue())
 else:
     check(reporter is None, "a reporter on rank %d" % rank)
 load(True, quiet=True)

@@ -13,8 +13,8 @@
 #include "api/options.h"
 #include "check.h"
 
-#include <stdio.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -440,7 +440,7 @@ static void test_keys_listing(void) {
   const char *text = sl_config_keys();
   CHECK(text != NULL && text[0] != '\0');
   CHECK(sl_config_keys() == text); /* built once */
-  /* One line per key: "  NAME<spaces>HELP[ (default D)]\n". */
+  /* One line per key: "  NAME<spaces>HELP[; one of A, B][ (default D)]\n". */
   size_t lines = 0;
   size_t seen[N_KEYS] = {0};
   for (const char *p = text; p != NULL && *p != '\0';) {
@@ -467,6 +467,14 @@ static void test_keys_listing(void) {
         snprintf(tail, sizeof tail, " (default %s)", k_keys[i].dflt);
         CHECKF(len >= strlen(tail) && strcmp(line + len - strlen(tail), tail) == 0,
                "line of %s does not end with \"%s\": \"%s\"", name, tail, line);
+      }
+      if (k_keys[i].type == ENUM) { /* the accepted values, as --help shows them */
+        char values[160] = "; one of ";
+        for (size_t v = 0; v < 6 && k_keys[i].choices[v] != NULL; v++)
+          snprintf(values + strlen(values), sizeof values - strlen(values), "%s%s", v > 0 ? ", " : "",
+                   k_keys[i].choices[v]);
+        CHECKF(strstr(line, values) != NULL, "line of %s does not list its values \"%s\": \"%s\"", name,
+               values, line);
       }
       /* Some help text after the name. */
       CHECKF(strlen(line) > 2 + strlen(name) + 2, "line of %s has no help: \"%s\"", name, line);

@@ -314,6 +314,11 @@ static void b_transposed_1d(sl_plan *p) {
   sl_plan_add_param(p, "n", SL_DTYPE_F32, 1, (uint64_t[]){8}, 1, SL_FILL_RECORDED, &i);
   sl_plan_add_region(p, i, "t1", 1, (uint64_t[]){0}, (uint64_t[]){8}, 1, (uint64_t[]){0}, (uint64_t[]){8});
 }
+static void b_transposed_f4(sl_plan *p) {
+  uint32_t i = 0;
+  sl_plan_add_param(p, "n", SL_DTYPE_F4, 2, BOX(4, 8), 1, SL_FILL_RECORDED, &i);
+  sl_plan_add_region(p, i, "t0", 2, Z2, BOX(4, 8), 2, Z2, BOX(8, 4));
+}
 static void b_no_region(sl_plan *p) {
   uint32_t w = param2(p, "w", 4, 8);
   sl_plan_add_zeros(p, w, 2, Z2, BOX(4, 8));
@@ -341,6 +346,7 @@ static void validation(void) {
   expect_refused("mixed", b_mixed,
                  (const char *const[]){"parameter n", "tensor t0", "share one dtype", NULL});
   expect_refused("transposed 1-D", b_transposed_1d, (const char *const[]){"parameter n", "2 or more", NULL});
+  expect_refused("transposed F4", b_transposed_f4, (const char *const[]){"parameter n", "whole-byte", NULL});
   expect_refused("no region", b_no_region, (const char *const[]){"parameter w", "no region reads", NULL});
   expect_refused("fallback", b_fallback,
                  (const char *const[]){"parameter w", "whole checkpoint tensor", NULL});
@@ -365,6 +371,19 @@ static void validation(void) {
   tx[1] = 0;
   CHECK(sl_plan_add_regions(p, 2, ix, tx, names, 1, nd, nd, num, 16) == SL_STATUS_OK);
   CHECK_EQ_U64(sl_plan_region_count(p), 2);
+  const char *pn[3] = {"a", "b", "a"};
+  sl_dtype dts[3] = {SL_DTYPE_BF16, SL_DTYPE_F32, SL_DTYPE_BF16};
+  uint32_t pd[3] = {1, 2, 1};
+  uint64_t sh[4] = {2, 3, 4, 5};
+  size_t before = sl_plan_param_count(p);
+  CHECK(sl_plan_add_params(p, 3, pn, dts, pd, sh, 4, NULL, NULL) == SL_STATUS_INVALID_ARGUMENT);
+  CHECK_CONTAINS(sl_plan_error(p), "described twice");
+  CHECK_EQ_U64(sl_plan_param_count(p), before); /* all or nothing */
+  pn[2] = "c";
+  CHECK(sl_plan_add_params(p, 3, pn, dts, pd, sh, 3, NULL, NULL) == SL_STATUS_INVALID_ARGUMENT);
+  CHECK_CONTAINS(sl_plan_error(p), "3 of 3 sizes used");
+  CHECK(sl_plan_add_params(p, 3, pn, dts, pd, sh, 4, NULL, NULL) == SL_STATUS_OK);
+  CHECK_EQ_U64(sl_plan_param_count(p), before + 3);
   sl_plan_destroy(p);
 }
 

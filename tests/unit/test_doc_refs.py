@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """test_doc_refs.py -- every document reference in the repository points at something that exists.
 
-Scans src/, tests/, docs/, README.md, scripts/, launch/, python/ (when present) for
+Scans the project's files (tests/unit/tree_files.py: in a git checkout what git tracks plus untracked
+files that are not ignored, never ignored build outputs such as python/shardload.egg-info/; without
+git, the tree less what its .gitignore files ignore) under src/, tests/, docs/, README.md, scripts/,
+launch/, python/, less the fuzzers' input corpora (data, not prose), for
   - names of Markdown files (a basename starting with an upper-case letter, ending in .md, with an
     optional folder part): the file must exist, taken relative to the repository root, to the
     citing file's folder, or, for a bare name, to docs/;
@@ -16,10 +19,14 @@ import os
 import re
 import sys
 
+sys.dont_write_bytecode = True
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import tree_files  # noqa: E402
+
 ROOT = os.environ.get("SL_SOURCE_DIR") or os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
 SCAN = ["src", "tests", "docs", "README.md", "scripts", "launch", "python"]
-SKIP_DIRS = {".git", "build", "__pycache__", "corpus", "node_modules"}
+SKIP_DIRS = {"corpus"}  # tests/fuzz/corpus/: fuzzer inputs, not prose
 TOKEN = re.compile(r"(?P<md>(?<![\w.-])(?:[\w.-]+/)*[A-Z][\w-]*\.md)(?![\w])"
                    r"|§ ?(?P<sec>\d+(?:\.\d+)*)")
 HEADING = re.compile(r"^#{1,6}\s+(\d+(?:\.\d+)*)\.?\s")
@@ -27,14 +34,9 @@ SELF = os.path.abspath(__file__)
 
 
 def files():
-    for top in SCAN:
-        p = os.path.join(ROOT, top)
-        if os.path.isfile(p):
+    for p in tree_files.files(ROOT, SCAN):
+        if not SKIP_DIRS.intersection(os.path.relpath(p, ROOT).split(os.sep)[:-1]):
             yield p
-        for d, dirs, names in os.walk(p):
-            dirs[:] = sorted(x for x in dirs if x not in SKIP_DIRS)
-            for n in sorted(names):
-                yield os.path.join(d, n)
 
 
 def resolve(name, citing):
@@ -107,7 +109,7 @@ def main():
         count += check_file(p, problems)
     for p in problems:
         print(p)
-    print("%d references checked, %d broken" % (count, len(problems)))
+    print("%d references checked, %d broken (files listed by %s)" % (count, len(problems), tree_files.mode(ROOT)))
     return 1 if problems else 0
 
 

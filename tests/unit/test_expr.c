@@ -2,9 +2,9 @@
  * test_expr.c — model/expr.c, the expression language of architecture specs (docs/SPECS.md
  * "Expressions", model/expr.h): literals, identifiers (dotted, missing, null), arithmetic and its
  * precedence and associativity, exact '/', floor '//', '%', overflow, comparisons, logic with
- * short-circuit, the functions default/contains/len/ceil_div/pad/min/max, the typed evaluators
- * (u64, bool), the field list of an expression, and every error with its message (syntax errors
- * at compile time with the offset; unknown field, null field, division by zero, wrong types at
+ * short-circuit, the functions default/contains/len/ceil_div/pad/min/max/char_is/at/has_tensor, the
+ * typed evaluators (u64, bool), the field list of an expression, and every error with its message
+ * (syntax errors at compile time with the offset; unknown field, null field, division by zero, wrong types at
  * evaluation, each naming the spec location, the expression and the field).
  * Expected values are worked out by hand in the comments.
  */
@@ -22,6 +22,7 @@
 
 static cJSON *g_list;    /* [1, 2, 3] */
 static cJSON *g_strlist; /* ["a", "b"] */
+static cJSON *g_mixed;   /* ["linear_attention", 4, true, null, 1.5, [1]] */
 
 static bool lookup(void *ctx, const char *name, sl__val *out, sl__err *err) {
   (void)ctx;
@@ -51,6 +52,17 @@ static bool lookup(void *ctx, const char *name, sl__val *out, sl__err *err) {
   if (strcmp(name, "list") == 0) {
     out->kind = SL_VAL_LIST;
     out->list = g_list;
+    return true;
+  }
+  if (strcmp(name, "mixed") == 0) {
+    out->kind = SL_VAL_LIST;
+    out->list = g_mixed;
+    return true;
+  }
+  /* has_tensor('x') asks for "#x": a checkpoint holding only "w.3.a" (and nothing for "#none...") */
+  if (name[0] == '#' && strncmp(name, "#none", 5) != 0) {
+    out->kind = SL_VAL_BOOL;
+    out->i = strcmp(name, "#w.3.a") == 0;
     return true;
   }
   if (strcmp(name, "strlist") == 0) {
@@ -397,9 +409,51 @@ static void test_functions(void) {
   INT("max(min(1, 2), 0) + 1", 2);
   EVAL_ERR("min(1)", "min: wrong number of arguments");
   EVAL_ERR("max(name, 1)", "'name' is not a number");
+  /* char_is: a per-layer pattern (DeepSeek-V3.2's index_topk_pattern) */
+  BOOL("char_is(name, 0, 'l')", true);
+  BOOL("char_is(name, 4, 'a')", true);
+  BOOL("char_is(name, 2, 'l')", false);
+  BOOL("char_is(name, 5, 'a')", false); /* past the end */
+  BOOL("char_is(name, -1, 'l')", false);
+  BOOL("!char_is(default(not_in_config, ''), 3, 'S')", true);
+  EVAL_ERR("char_is(name, 0)", "char_is: wrong number of arguments");
+  EVAL_ERR("char_is(hidden_size, 0, 'a')", "char_is: 'hidden_size' is not a string");
+  EVAL_ERR("char_is(name, 0, 'ab')", "char_is: the third argument must be a one-character string");
+  EVAL_ERR("char_is(name, nullf, 'a')", "config.json field 'nullf' is null");
   /* Unknown functions are syntax errors (at the end of the call). */
   SYNTAX("foo(1)", 6, "unknown function");
   SYNTAX("floor(7, 2)", 11, "unknown function");
+}
+
+/* at(list, i) and has_tensor('name') (docs/SPECS.md "Expressions"). */
+static void test_at_has_tensor(void) {
+  INT("at(list, 0)", 1);
+  INT("at(list, 2) * 10", 30);
+  BOOL("at(mixed, 0) == 'linear_attention'", true);
+  BOOL("at(strlist, 1) == 'b'", true);
+  INT("at(mixed, 1)", 4);
+  BOOL("at(mixed, 2)", true);
+  KIND("at(mixed, 3)", SL_VAL_NULL);
+  KIND("at(not_in_config, 5)", SL_VAL_MISSING); /* an absent list: absent entries */
+  BOOL("default(at(not_in_config, 1), 'interval') == 'interval'", true);
+  BOOL("default(at(strlist, 0), 'interval') == 'a'", true);
+  EVAL_ERR("at(list, 3)", "at: index 3 is outside 'list' (3 entries)");
+  EVAL_ERR("at(list, -1)", "at: index -1 is outside 'list' (3 entries)");
+  EVAL_ERR("at(hidden_size, 0)", "at: 'hidden_size' is not a list");
+  EVAL_ERR("at(mixed, 4)", "at: entry 4 of 'mixed' is not an integer, string, boolean or null");
+  EVAL_ERR("at(mixed, 5)", "at: entry 5 of 'mixed' is not an integer, string, boolean or null");
+  EVAL_ERR("at(list, name)", "'name' is not a number");
+  EVAL_ERR("at(list)", "at: wrong number of arguments");
+  /* a per-layer list such as DeepSeek-V4's compress_ratios: an absent one fails where it is used */
+  BOOL("at(list, 1) > 1 && at(list, 1) != 4", true);
+  EVAL_ERR("at(name, 0)", "at: 'name' is not a list");
+  EVAL_ERR("at(not_in_config, 0) > 1", "config.json has no field 'not_in_config'");
+  BOOL("has_tensor('w.3.a')", true);
+  BOOL("has_tensor('w.3.b')", false);
+  BOOL("!has_tensor('w.3.b') && has_tensor('w.3.a')", true);
+  EVAL_ERR("has_tensor(3)", "has_tensor: the argument must be a string (a tensor name)");
+  EVAL_ERR("has_tensor('a', 'b')", "has_tensor: wrong number of arguments");
+  EVAL_ERR("has_tensor('none.here')", "has_tensor: no checkpoint to look in");
 }
 
 static void test_syntax_errors(void) {
@@ -561,7 +615,8 @@ static void test_fields(void) {
 int main(void) {
   g_list = cJSON_Parse("[1, 2, 3]");
   g_strlist = cJSON_Parse("[\"a\", \"b\"]");
-  CHECK(g_list != NULL && g_strlist != NULL);
+  g_mixed = cJSON_Parse("[\"linear_attention\", 4, true, null, 1.5, [1]]");
+  CHECK(g_list != NULL && g_strlist != NULL && g_mixed != NULL);
   test_literals();
   test_identifiers();
   test_arithmetic();
@@ -570,6 +625,7 @@ int main(void) {
   test_comparisons();
   test_logic();
   test_functions();
+  test_at_has_tensor();
   test_syntax_errors();
   test_eval_errors();
   test_typed();
@@ -578,5 +634,6 @@ int main(void) {
   sl__expr_free(NULL);
   cJSON_Delete(g_list);
   cJSON_Delete(g_strlist);
+  cJSON_Delete(g_mixed);
   return sl_test_finish();
 }

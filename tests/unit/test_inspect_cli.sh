@@ -1,7 +1,8 @@
 #!/bin/sh
 # test_inspect_cli.sh — `shardload inspect` end to end: the human listing of a fixture (file names,
 # a known tensor line, totals), --json parsed back (when python3 is present), an invalid file
-# (exit 1, stderr names the file and the error kind), usage errors (exit 2), --help, a bogus pickle
+# (exit 1, stderr names the file and the error kind), a config.json said to be no safetensors file
+# (what it starts with, not its first 8 bytes as a length), usage errors (exit 2), --help, a bogus pickle
 # folder and an index warning. Needs SL_CLI (the tool) and SL_FIXTURES (scripts/make-fixture all).
 set -u
 
@@ -102,6 +103,12 @@ run brokendir "$TMP/broken"
 check "broken folder: exit 1 (got $rc)" [ "$rc" -eq 1 ]
 check "broken folder: stderr names the file and the kind" \
   contains "$TMP/brokendir.err" "$TMP/broken/model.safetensors: ST_INCOMPLETE: "
+# a file of another kind (config.json): said to be no safetensors file, with what it starts with,
+# not a header length of 7 * 10^18 as if it meant something
+run notst "$SL_FIXTURES/llama/config.json"
+check "config.json: exit 1 (got $rc)" [ "$rc" -eq 1 ]
+check "config.json: not a safetensors file ($(cat "$TMP/notst.err"))" \
+  contains "$TMP/notst.err" "$SL_FIXTURES/llama/config.json: ST_HEADER_TOO_LARGE: not a safetensors file: it starts with \"{"
 run missing "$TMP/nothing-here"
 check "missing: exit 1 (got $rc)" [ "$rc" -eq 1 ]
 check "missing: NOT_FOUND" contains "$TMP/missing.err" "$TMP/nothing-here: NOT_FOUND: "

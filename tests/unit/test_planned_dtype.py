@@ -6,8 +6,9 @@ tensors, docs/SPECS.md) through `shardload plan FIXTURE --arch SPEC`:
   norms (BF16, hidden size 64; 3 layers of 2 norms plus the final one, replicated) gives every rank
   2 bytes more per norm element it holds than the plain spec, bytes needed unchanged;
 - refused, exit 1, with a message naming the spec file and the parameter: a dtype that is not one
-  a parameter can be converted to ("I32", "F8_E4M3", a number), and "F32" on a parameter whose
-  checkpoint tensors cannot be converted (the compressed-tensors fp8 fixture's F8_E4M3 o_proj).
+  a parameter can be converted to ("I64", "F8_E4M3", a number), and "F32" on a parameter whose
+  checkpoint tensors cannot be converted (the compressed-tensors fp8 fixture's F8_E4M3 o_proj),
+  and "I32" on a BF16 norm (I32 is held only from I64 sources).
 Environment (set by ctest): SL_CLI, SL_FIXTURES, SL_SOURCE_DIR. Standard library only.
 """
 import json
@@ -78,11 +79,16 @@ def main():
                 check(h["ranks"][r]["bytes_needed"] == b["ranks"][r]["bytes_needed"],
                       f"world {world} rank {r}: bytes_needed unchanged")
 
-        for bad in ("I32", "F8_E4M3", 32, ""):
+        for bad in ("I64", "F8_E4M3", 32, ""):
             p = plan("llama", 1, 1, 1, spec_with(tmp, {"input_layernorm.weight": bad}))
             ok = p.returncode == 1 and "'dtype' must be one of F32, F16, BF16, F64" in p.stderr and \
                 "input_layernorm.weight" in p.stderr and "spec.json" in p.stderr
             check(ok, f"dtype {bad!r} refused: exit {p.returncode}: {p.stderr.strip()[:300]}")
+
+        p = plan("llama", 1, 1, 1, spec_with(tmp, {"input_layernorm.weight": "I32"}))
+        ok = p.returncode == 1 and "input_layernorm.weight" in p.stderr and "BF16" in p.stderr and \
+            "cannot be converted" in p.stderr and "spec.json" in p.stderr
+        check(ok, f"I32 on a BF16 norm refused: exit {p.returncode}: {p.stderr.strip()[:300]}")
 
         p = plan("ct_fp8_tensor", 1, 1, 1, spec_with(tmp, {"o_proj.weight": "F32"}))
         ok = p.returncode == 1 and "o_proj.weight" in p.stderr and "F8_E4M3" in p.stderr and \

@@ -589,14 +589,14 @@ static void test_stale_and_steps(void) {
   sl__save_plan plan;
   CHECK(sl__save_plan_build(e, 2, 64, &plan, &err) == SL_STATUS_OK);
   CHECK_EQ_U64(plan.n_parts, 2);
-  CHECK(sl__save_write_temp(dir, 7, e, &plan, &g_host, &err) == SL_STATUS_OK);
+  CHECK(sl__save_write_temp(dir, 7, e, &plan, NULL, &g_host, &err) == SL_STATUS_OK);
   char *t0 = path2(dir, ".model-rank-7-part-0.safetensors.partial");
   char *f0 = path2(dir, "model-rank-7-part-0.safetensors");
   char *f1 = path2(dir, "model-rank-7-part-1.safetensors");
   CHECK(exists(t0) && !exists(f0));
   sl__save_discard(dir, 7, plan.n_parts, false);
   CHECK(!exists(t0));
-  CHECK(sl__save_write_temp(dir, 7, e, &plan, &g_host, &err) == SL_STATUS_OK);
+  CHECK(sl__save_write_temp(dir, 7, e, &plan, NULL, &g_host, &err) == SL_STATUS_OK);
   CHECK(sl__save_commit(dir, 7, plan.n_parts, &err) == SL_STATUS_OK);
   CHECK(!exists(t0) && exists(f0) && exists(f1));
   check_part(f0, (const want_tensor[]){{"x", "U8", 1, {64}, g_mem[0], 64}}, 1);
@@ -605,7 +605,7 @@ static void test_stale_and_steps(void) {
   /* The injected failure: after the first part, nothing left, the message names the next part. */
   setenv("SHARDLOAD_INJECT_SAVE_ERROR", "7", 1);
   sl__err_clear(&err);
-  CHECK(sl__save_write_temp(dir, 7, e, &plan, &g_host, &err) == SL_STATUS_IO);
+  CHECK(sl__save_write_temp(dir, 7, e, &plan, NULL, &g_host, &err) == SL_STATUS_IO);
   unsetenv("SHARDLOAD_INJECT_SAVE_ERROR");
   CHECK_CONTAINS(err.msg, "model-rank-7-part-1.safetensors");
   CHECK_CONTAINS(err.msg, "No space left on device");

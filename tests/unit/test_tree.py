@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """test_tree -- the source tree keeps the shape docs/ARCHITECTURE.md describes.
 
-Checks, over src/ (standard library only; SL_SOURCE_DIR or the repository around this file):
+Checks, over src/ (standard library only; SL_SOURCE_DIR or the repository around this file; the
+project's files only, as tests/unit/tree_files.py lists them: never an ignored build output):
   1. no source file over MAX_FILE_LINES lines;
   2. no function over MAX_FUNC_LINES lines, unless most of it is one switch (a dispatcher);
   3. the communicator layer (src/comm/**) and the backends (src/backend/**) do not include
@@ -21,6 +22,9 @@ Exit 0 when every check holds; otherwise every violation is printed and the exit
 import os
 import re
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import tree_files  # noqa: E402
 
 MAX_FILE_LINES = 800
 MAX_FUNC_LINES = 120
@@ -55,8 +59,8 @@ def map_problems():
     problems = []
     for folder, row in sorted(table_rows().items()):
         top = os.path.join(SRC, folder)
-        files = sorted(os.path.relpath(os.path.join(d, n), top).replace(os.sep, "/")
-                       for d, _, ns in os.walk(top) for n in ns if n.endswith(".c"))
+        files = sorted(os.path.relpath(p, top).replace(os.sep, "/")
+                       for p in tree_files.files(ROOT, ["src/" + folder], (".c",)))
         named = set(re.findall(r"`([\w*./-]+\.c)`", row))
         for f in files:
             if not any(fnmatch.fnmatch(f, p) or fnmatch.fnmatch(os.path.basename(f), p) for p in named):
@@ -78,10 +82,7 @@ def layer_problems(r, folder, inc, order):
 
 
 def sources():
-    for dirpath, _, names in os.walk(SRC):
-        for name in sorted(names):
-            if name.endswith((".c", ".h")):
-                yield os.path.join(dirpath, name)
+    yield from tree_files.files(ROOT, ["src"], (".c", ".h"))
 
 
 def rel(path):

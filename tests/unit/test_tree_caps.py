@@ -19,19 +19,15 @@ import sys
 
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import tree_files  # noqa: E402
 from test_tree import MAX_FILE_LINES, MAX_FUNC_LINES, ROOT, functions  # noqa: E402
 
-FOLDERS = [os.path.join("tests", "common"), "scripts"]
+FOLDERS = ["tests/common", "scripts"]
 
 
 def files():
-    for folder in FOLDERS:
-        for dirpath, dirnames, names in os.walk(os.path.join(ROOT, folder)):
-            dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
-            for name in sorted(names):
-                path = os.path.join(dirpath, name)
-                if os.path.isfile(path) and not name.endswith(".pyc"):
-                    yield path
+    """The project's files there (tree_files.py: never an ignored build output or cache)."""
+    yield from tree_files.files(ROOT, FOLDERS)
 
 
 def is_python(path, text):

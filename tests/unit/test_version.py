@@ -19,6 +19,10 @@ import re
 import subprocess
 import sys
 
+sys.dont_write_bytecode = True
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import tree_files  # noqa: E402  (the project's files: never an ignored build output)
+
 ROOT = os.environ.get("SL_SOURCE_DIR") or os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUILD = os.environ.get("SL_BUILD_DIR") or os.path.join(ROOT, "build")
 
@@ -31,7 +35,7 @@ COPIES = {
 }
 # Text files scanned for a stray copy (tests/data holds generated fixtures).
 SCANNED = (".c", ".h", ".in", ".py", ".md", ".txt", ".toml", ".yaml", ".yml", ".sh", ".cmake", ".1", ".json")
-SKIPPED_DIRS = {".git", "tests/data", "__pycache__"}
+SKIPPED_DIRS = {"tests/data"}
 
 problems = []
 
@@ -109,24 +113,20 @@ def check_copies(version):
 
 def check_no_stray_copy(version):
     pattern = re.compile(r"(?<![\w.])%s(?![\w.]*\d)" % re.escape(version))
-    for dirpath, dirs, names in os.walk(ROOT):
-        rel_dir = os.path.relpath(dirpath, ROOT)
-        dirs[:] = [d for d in dirs if os.path.normpath(os.path.join(rel_dir, d)) not in SKIPPED_DIRS
-                   and not d.startswith("build") and not d.startswith(".")]
-        for name in names:
-            rel = os.path.normpath(os.path.join(rel_dir, name))
-            if not name.endswith(SCANNED) or rel in COPIES:
-                continue
-            try:
-                with open(os.path.join(dirpath, name), encoding="utf-8") as f:
-                    text = f.read()
-            except (UnicodeDecodeError, OSError):
-                continue
-            for n, line in enumerate(text.split("\n"), 1):
-                if pattern.search(line):
-                    problems.append("%s:%d: spells the version %s out: derive it from the project's "
-                                    "(CMakeLists.txt), or list the file in COPIES of %s"
-                                    % (rel, n, version, os.path.relpath(__file__, ROOT)))
+    for path in tree_files.files(ROOT, suffixes=SCANNED):
+        rel = os.path.relpath(path, ROOT).replace(os.sep, "/")
+        if rel in COPIES or any(rel.startswith(d + "/") for d in SKIPPED_DIRS):
+            continue
+        try:
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+        except (UnicodeDecodeError, OSError):
+            continue
+        for n, line in enumerate(text.split("\n"), 1):
+            if pattern.search(line):
+                problems.append("%s:%d: spells the version %s out: derive it from the project's "
+                                "(CMakeLists.txt), or list the file in COPIES of %s"
+                                % (rel, n, version, os.path.relpath(__file__, ROOT)))
 
 
 def main():

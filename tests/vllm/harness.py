@@ -65,7 +65,7 @@ class Case:
     draft: str = None            # a draft model folder: loaded as vLLM loads a speculative draft
     expect_error: str = None     # the plugin must fail on every worker with this in the message
     expect_loader: str = "shardload"
-    expect_handed: int = 0       # parameters handed to weight_loader (the fallback)
+    expect_handed: int = 0       # parameters handed to weight_loader (the fallback); None: per stage
     mutate: str = None           # a deliberate fault (see run_case)
     verify: str = None           # recorded_cases.verify's check after the comparison
 
@@ -74,12 +74,27 @@ class Case:
 
 
 def cases(world, group):
-    """The cases of a world size (group: "main", "dtype")."""
+    """The cases of a world size (group: "main", "dtype", "qwen", "packed", "dsa", "minimax", "dsv4",
+    "recorded")."""
     C = Case
     out = []
     if group == "recorded":   # plans recorded from the weight loaders (recorded_cases.py)
         import recorded_cases
         return recorded_cases.cases(world)
+    if group == "dsa":   # DeepSeek-V3.2, GLM-5 and their MTP draft (cases_dsa.py)
+        import cases_dsa
+        return cases_dsa.cases(world, C)
+    if group == "minimax":   # MiniMax-M2 (cases_minimax.py)
+        import cases_minimax
+        return cases_minimax.cases(world, C)
+    if group == "dsv4":   # DeepSeek-V4 (cases_dsv4.py)
+        import cases_dsv4
+        return cases_dsv4.cases(world, C)
+    if group == "qwen":
+        return qwen_cases(world)
+    if group == "packed":   # pack-quantized and NVFP4 checkpoints (packed_cases.py)
+        from packed_cases import packed_cases
+        return packed_cases(C, world)
     if group == "dtype":   # model dtype unlike the checkpoint's, on the host
         tp = 2 if world % 2 == 0 else 1
         return [C("llama bf16->f32", "llama", tp=tp, dp=world // tp, dtype="float32"),
@@ -147,6 +162,24 @@ def cases(world, group):
                 C("gpt_oss tp4", "gpt_oss", tp=4, expect_handed=10),
                 C("llama4 tp2 dp2 ep", "llama4_text", tp=2, dp=2, ep=True)]
     return out
+
+
+def qwen_cases(world):
+    """Qwen3-Next and Qwen3.5 (gated DeltaNet; the ConditionalGeneration wrappers with their vision
+    tower skipped): 1 and 2 workers."""
+    C = Case
+    vision = {"skip_vision": True}
+    if world == 1:
+        return [C("qwen3_next", "qwen3_next"), C("qwen3_5 tied, vision skipped", "qwen3_5", extra=vision),
+                C("qwen3_5_moe stacked experts", "qwen3_5_moe", extra=vision),
+                C("qwen3_5_moe_text", "qwen3_5_moe_text")]
+    if world == 2:
+        return [C("qwen3_next tp2", "qwen3_next", tp=2), C("qwen3_next tp2 ep", "qwen3_next", tp=2, ep=True),
+                C("qwen3_5 tp2", "qwen3_5", tp=2, extra=vision),
+                C("qwen3_5_moe tp2 ep", "qwen3_5_moe", tp=2, ep=True, extra=vision),
+                C("qwen3_5_moe pp2", "qwen3_5_moe", pp=2, extra=vision),
+                C("qwen3_5_moe_text dp2 ep", "qwen3_5_moe_text", dp=2, ep=True)]
+    return []
 
 
 # -------------------------------------------------------------------------------------------------
@@ -278,7 +311,7 @@ def run_case(case, rank):
                      % (case.name, last.get("loader"), case.expect_loader, last.get("reason")))
     if case.expect_loader == "shardload":
         handed = last.get("handed", [])
-        if len(handed) != case.expect_handed:
+        if case.expect_handed is not None and len(handed) != case.expect_handed:
             fails.append("%s: %d parameters handed to weight_loader, expected %d: %s"
                          % (case.name, len(handed), case.expect_handed, handed))
         opts = last.get("options", {})

@@ -1,8 +1,12 @@
 #!/usr/bin/env python3
 """make_fixtures.py OUTDIR -- the checkpoints of the vLLM plugin tests, from scripts/make-fixture:
 llama_f32, mixtral_f32, qwen3 (tied head, BF16), llama (BF16), gpt_oss (MXFP4 experts),
-llama4_text (transposed fused experts), deepseek_v3 and deepseek_v2_lite (MLA, experts), and
-variants:
+llama4_text (transposed fused experts), deepseek_v3 and deepseek_v2_lite (MLA, experts), qwen3_next,
+qwen3_5, qwen3_5_moe, qwen3_5_moe_text (gated DeltaNet layers; the Qwen3.5 wrappers with a vision
+tower), the pack-quantized and NVFP4 ones (ct_w4a16, ct_w4a16_g128, ct_w8a16, ct_nvfp4,
+modelopt_nvfp4, mixtral_w4a16, mixtral_modelopt), deepseek_v32 and glm5 (MLA + indexer + MoE, MTP
+layer), minimax_m2 (q/k norms over every head, router in float32), deepseek_v4 and deepseek_v4_fp8e
+(FP4 or FP8 experts, block fp8), and variants:
   mixtral_ng2  mixtral_f32 whose config.json declares n_group 2 (expert groups, as DeepSeek's
                does), so that round_robin expert placement is in effect in shardload and vLLM;
   llama_kv     llama_f32 with KV-cache scales under the checkpoint names FP8 checkpoints use
@@ -65,8 +69,11 @@ def recorded(out):
 
 def main(out):
     os.makedirs(out, exist_ok=True)
-    for name in ("llama_f32", "mixtral_f32", "qwen3", "llama", "gpt_oss", "llama4_text",
-                 "deepseek_v3", "deepseek_v2_lite"):
+    for name in ("llama_f32", "mixtral_f32", "qwen3", "llama", "gpt_oss", "llama4_text", "qwen3_next",
+                 "qwen3_5", "qwen3_5_moe", "qwen3_5_moe_text", "ct_w4a16", "ct_w4a16_g128", "ct_w8a16",
+                 "ct_nvfp4", "modelopt_nvfp4", "mixtral_w4a16", "mixtral_modelopt", "deepseek_v32",
+                 "glm5", "minimax_m2", "deepseek_v4", "deepseek_v4_fp8e", "deepseek_v3",
+                 "deepseek_v2_lite"):
         make(name, os.path.join(out, name))
     make("mixtral_f32", os.path.join(out, "mixtral_ng2"), "--set-config", "n_group=2")
     make("llama_f32", os.path.join(out, "llama_kv"), *sum((["--extra", n + ":F32:"] for n in KV), []))

@@ -63,7 +63,14 @@ def cases(world):
                 C("recorded = spec llama4_text tp2 ep", "llama4_text", tp=2, ep=True,
                   extra=RECORD, verify="spec"),
                 C("recording refuses a write outside its parameter tp2", "llama_stray", tp=2,
-                  expect_error="writes outside parameter model.norm.weight")]
+                  expect_error="writes outside parameter model.norm.weight"),
+                # the stand-in's DeepSeek model recorded with the V3.2 / GLM-5 indexer (wk and
+                # weights_proj stacked into wk_weights_proj; GLM-5 has a layer without one and
+                # its BF16 k_norm held in float32)
+                C("recorded deepseek_v32 tp2 ep (indexer)", "deepseek_v32", tp=2, ep=True,
+                  extra=RECORD, verify="amplification"),
+                C("recorded glm5 pp2 (a layer without an indexer)", "glm5", pp=2, extra=RECORD,
+                  verify="amplification")]
     if world == 4:
         out += [C("internlm2 tp4", "internlm2", tp=4, verify="amplification"),
                 C("internlm2 tp2 pp2", "internlm2", tp=2, pp=2, verify="amplification"),

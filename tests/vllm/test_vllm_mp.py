@@ -3,8 +3,8 @@
 starts them (`vllm serve`: torch.multiprocessing spawn, one process per worker, a gloo world over
 tcp://127.0.0.1), each building its model and loading it with
 get_model_loader(LoadConfig(load_format="shardload")).load_model(...), compared with the stand-in
-DefaultModelLoader's (vLLM's weight_loader rules over the whole checkpoint). GROUP: main (default)
-or dtype (a model dtype other than the checkpoint's, on the host). Cases: harness.cases(); the
+DefaultModelLoader's (vLLM's weight_loader rules over the whole checkpoint). GROUP: main (default),
+dtype (a model dtype other than the checkpoint's, on the host) or qwen (Qwen3-Next and Qwen3.5). Cases: harness.cases(); the
 environment variable SL_VLLM_CASE runs only the cases whose name contains it, SL_VLLM_EXTRA (JSON)
 adds shardload configuration keys to every case (a debugging aid)."""
 

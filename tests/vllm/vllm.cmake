@@ -29,6 +29,13 @@ foreach(n 1 2)
     SKIP_RETURN_CODE 77 FIXTURES_REQUIRED vllm_models ENVIRONMENT "${SL_VLLM_ENV}")
 endforeach()
 
+# Qwen3-Next and Qwen3.5 (gated DeltaNet, the ConditionalGeneration wrappers): 1 and 2 workers.
+foreach(n 1 2)
+  add_test(NAME vllm_qwen_w${n} COMMAND timeout 280 ${SL_PY} ${SL_VLLM_DIR}/test_vllm_mp.py ${n} qwen)
+  set_tests_properties(vllm_qwen_w${n} PROPERTIES LABELS "vllm;frontier" TIMEOUT 300 PROCESSORS ${n}
+    SKIP_RETURN_CODE 77 FIXTURES_REQUIRED vllm_models ENVIRONMENT "${SL_VLLM_ENV}")
+endforeach()
+
 # external_launcher under mpirun.
 foreach(np 1 2 4)
   add_test(NAME vllm_mpirun_np${np} COMMAND timeout 280 ${SL_MPIRUN} -np ${np}
@@ -45,4 +52,18 @@ foreach(np 1 2)
   set_tests_properties(vllm_load_into_np${np} PROPERTIES LABELS vllm TIMEOUT 220 PROCESSORS ${np}
     SKIP_RETURN_CODE 77 FIXTURES_REQUIRED vllm_models ENVIRONMENT "${SL_VLLM_ENV}")
 endforeach()
+
+# Pack-quantized (compressed-tensors W4A16 / W8A16) and NVFP4 (compressed-tensors, ModelOpt)
+# checkpoints: the stand-in's quantized linear and FusedMoE parameters (labels vllm;frontier).
+foreach(n 1 2)
+  add_test(NAME vllm_packed_w${n} COMMAND timeout 280 ${SL_PY} ${SL_VLLM_DIR}/test_vllm_mp.py ${n} packed)
+  set_tests_properties(vllm_packed_w${n} PROPERTIES LABELS "vllm;frontier" TIMEOUT 300 PROCESSORS ${n}
+    SKIP_RETURN_CODE 77 FIXTURES_REQUIRED vllm_models ENVIRONMENT "${SL_VLLM_ENV}")
+endforeach()
+
+# The 2026 families (labels vllm;frontier): DeepSeek-V3.2, GLM-5 and their MTP draft; MiniMax-M2;
+# DeepSeek-V4.
+include(${CMAKE_CURRENT_LIST_DIR}/frontier_dsa.cmake)
+include(${CMAKE_CURRENT_LIST_DIR}/frontier_minimax.cmake)
+include(${CMAKE_CURRENT_LIST_DIR}/frontier_dsv4.cmake)
 include(${SL_VLLM_DIR}/recorded.cmake)  # plans recorded from the weight loaders (label recorded)

@@ -8,6 +8,8 @@ load lasts long enough to be interrupted, and timeout_s 10. Rank 2 is the victim
 whose process hosts the store). FAULT:
   kill        rank 2 SIGKILLs itself from its progress callback once some, not all, of its bytes
               are loaded (mid-transfer);
+  kill_exit   the same, and every survivor's process ends as soon as its load() raised (rank 0's
+              hosts the store: the others must have learned who was lost before it is gone);
   stop        rank 2's progress callback tells the parent it is mid-transfer, the parent SIGSTOPs
               it (it stays stopped: its connections stay open, it answers nothing);
   raise_exit  rank 2 raises an ordinary Python exception after plan() and before load(), while the
@@ -15,9 +17,11 @@ whose process hosts the store). FAULT:
   raise_stay  the same, but its process stays alive without loading (its exception was handled
               elsewhere): only the deadline can tell.
 Each survivor checks that load() raised shardload.CommError (it did not return, nor raise anything
-else) whose message names rank 2 and, where it lists ranks not heard from, names no survivor; it
-reports the time it raised, then leaves with os._exit once every survivor has reported (rank
-0's process hosts the store through which the others learn why the load failed). The parent
+else) whose message names rank 2 and, where it lists ranks not heard from, names no survivor,
+whose peer_rank is 2 (the lost worker, not the survivor that noticed first, nor rank 0) and whose
+lost_ranks is [2]; it reports the time it raised, then leaves with os._exit once every survivor has
+reported (rank 0's process hosts the store through which the others learn why the load failed),
+or at once (kill_exit). The parent
 checks that each raised within RAISE_BOUND_S of the fault (a bound: timeout_s + the grace of the
 liveness check, with room for a loaded machine), and kills every worker's process group in a
 finally (SIGCONT first).
@@ -45,7 +49,7 @@ READ_DELAY_MS = 300
 # whose deadline falls while another survivor is checking who is alive must not take that one,
 # which stops its heartbeat once it has failed, for a lost rank.
 STAGGER_S = 0.7
-FAULTS = ("kill", "stop", "raise_exit", "raise_stay")
+FAULTS = ("kill", "kill_exit", "stop", "raise_exit", "raise_stay")
 
 
 def check_message(w, text):
@@ -68,7 +72,7 @@ def body(w, fault, model, stamp):
         if w.rank != VICTIM or not 0 < done < total or state["told"]:
             return
         state["told"] = True
-        if fault == "kill":
+        if fault.startswith("kill"):
             with open(stamp, "w") as f:  # the parent's reference time for the bound
                 f.write(repr(time.time()))
             os.kill(os.getpid(), signal.SIGKILL)
@@ -98,13 +102,17 @@ def body(w, fault, model, stamp):
         w.info.update(raised=time.time(), kind=type(e).__name__, message=str(e))
         print("worker %d: %s: %s" % (w.rank, type(e).__name__, e), flush=True)
         check_message(w, str(e))
-        # A peer lost is the communicator's failure, whichever rank saw it first.
+        # A peer lost is the communicator's failure, whichever rank saw it first, and the lost
+        # peer is the one every survivor names.
         w.check(isinstance(e, shardload.CommError), "load() raised %s, not CommError: %s"
                 % (type(e).__name__, e))
+        w.check(e.peer_rank == VICTIM and getattr(e, "lost_ranks", None) == [VICTIM],
+                "peer_rank %r, lost_ranks %r: expected %d and [%d]: %s"
+                % (e.peer_rank, getattr(e, "lost_ranks", None), VICTIM, VICTIM, e))
     except Exception as e:  # noqa: BLE001 -- the wrong kind of failure
         w.fail("load() raised %s, not a shardload error: %s" % (type(e).__name__, e))
         return
-    if w.rank != VICTIM and fault == "kill":
+    if w.rank != VICTIM and fault.startswith("kill"):
         w.check(os.path.exists(stamp), "the victim did not kill itself mid-load")
     loader.close()
 
@@ -132,8 +140,8 @@ def main():
     survivors = [r for r in range(WORLD) if r != VICTIM]
     try:
         result = harness.run(body, WORLD, (fault, model, stamp), timeout_s=120, store="tcp",
-                             expect=survivors, on_event=on_event, barrier=False, linger=True)
-        if fault == "kill" and os.path.exists(stamp):
+                             expect=survivors, on_event=on_event, barrier=False, linger=fault != "kill_exit")
+        if fault.startswith("kill") and os.path.exists(stamp):
             times["fault"] = float(open(stamp).read())
     finally:
         shutil.rmtree(work, ignore_errors=True)

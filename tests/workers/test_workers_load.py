@@ -122,11 +122,15 @@ def run_case(w, case, stats):
     tensors = loader.params()
     report = loader.report()
     loader.close()  # handed-out memory must survive this
-    # every rank holds the cluster-wide report, not only the first
+    # every rank holds the job's figures, not only the first; the first every rank's row, the others
+    # their own (docs/REPORT.md §5)
     w.check((report.get("tp"), report.get("pp"), report.get("dp")) == (tp, pp, lay.dp),
             "%s: rank %d's report sizes %s" % (tag, w.rank, [report.get(k) for k in ("tp", "pp", "dp")]))
-    w.check(len(report.get("ranks", [])) == w.world,
-            "%s: rank %d's report lists %d ranks" % (tag, w.rank, len(report.get("ranks", []))))
+    rows = [r.get("rank") for r in report.get("ranks", [])]
+    w.check(rows == (list(range(w.world)) if w.rank == 0 else [w.rank]),
+            "%s: rank %d's report lists ranks %s" % (tag, w.rank, rows))
+    w.check(report.get("report_scope") == ("job" if w.rank == 0 else "rank"),
+            "%s: rank %d's report_scope %s" % (tag, w.rank, report.get("report_scope")))
     w.check(set(tensors) == set(ref), "%s: params() names differ" % tag)
     for name, t in tensors.items():
         w.check(isinstance(t, torch.Tensor) and t.device.type == "cpu", "%s: %s type %s"

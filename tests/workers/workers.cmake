@@ -31,8 +31,9 @@ endforeach()
 foreach(np 2 4)
   sl_workers_test(workers_forward_np${np} test_workers_forward.py 360 ${np} ${np})
 endforeach()
-# A worker killed, stopped, or raising before load(): the others raise in time, naming it.
-foreach(fault kill stop raise_exit raise_stay)
+# A worker killed, stopped, or raising before load(): the others raise in time, naming it (peer_rank);
+# kill_exit: the survivors' processes end as soon as they raised (rank 0's hosts the store).
+foreach(fault kill kill_exit stop raise_exit raise_stay)
   sl_workers_test(workers_fault_${fault} test_workers_fault.py 240 3 ${fault})
 endforeach()
 # Reload in place over the group (labels reshard and workers): tests/python/reload_check.py.

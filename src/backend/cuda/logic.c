@@ -9,6 +9,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -123,4 +124,138 @@ sl_status sl__cuda_copy_kind_of(uint64_t dst_stride, uint64_t src_stride, uint64
                        (unsigned long long)(dst_stride > src_stride ? dst_stride : src_stride));
   *out = dst_stride > max_pitch || src_stride > max_pitch ? SL_CUDA_COPY_ROWS : SL_CUDA_COPY_2D;
   return SL_STATUS_OK;
+}
+
+int sl__cuda_pick_runtime(const int *versions, int n, int driver) {
+  int first = -1;
+  for (int i = 0; i < n; i++) {
+    if (versions[i] <= 0)
+      continue;
+    if (first < 0)
+      first = i;
+    if (driver > 0 && versions[i] / 1000 <= driver / 1000)
+      return i;
+  }
+  return first;
+}
+
+void sl__cuda_version_text(int v, char *out, size_t cap) {
+  if (v <= 0)
+    snprintf(out, cap, "unknown");
+  else
+    snprintf(out, cap, "%d.%d", v / 1000, (v % 1000) / 10);
+}
+
+void sl__nccl_version_text(int v, char *out, size_t cap) {
+  if (v <= 0)
+    snprintf(out, cap, "unknown");
+  else if (v >= 20900)
+    snprintf(out, cap, "%d.%d.%d", v / 10000, (v % 10000) / 100, v % 100);
+  else
+    snprintf(out, cap, "%d.%d.%d", v / 1000, (v % 1000) / 100, v % 100);
+}
+
+int sl__cuda_split_layers(const uint32_t *rank_groups, int size, int k, size_t n_groups, uint32_t *layer_of) {
+  for (size_t g = 0; g < n_groups; g++)
+    layer_of[g] = SL_CUDA_NO_GROUP;
+  /* The ranks of each group, from the per-rank lists (counting sort by group). */
+  size_t total = (size_t)size * (size_t)(k > 0 ? k : 0);
+  size_t *start = calloc(n_groups + 1, sizeof *start);
+  uint32_t *members = malloc((total + 1) * sizeof *members);
+  /* The layers each rank is in already: at most k (one per group of its own). */
+  uint32_t *used = malloc(((size_t)size * (size_t)(k > 0 ? k : 1) + 1) * sizeof *used);
+  int *n_used = calloc((size_t)size + 1, sizeof *n_used);
+  int layers = 0;
+  if (start == NULL || members == NULL || used == NULL || n_used == NULL)
+    layers = -1;
+  for (size_t i = 0; i < total && layers >= 0; i++) {
+    uint32_t g = rank_groups[i];
+    if (g == SL_CUDA_NO_GROUP)
+      continue;
+    if (g >= n_groups)
+      layers = -1;
+    else
+      start[g + 1]++;
+  }
+  for (size_t g = 0; g < n_groups && layers >= 0; g++)
+    start[g + 1] += start[g];
+  size_t *fill = layers >= 0 ? calloc(n_groups + 1, sizeof *fill) : NULL;
+  if (layers >= 0 && fill == NULL)
+    layers = -1;
+  for (size_t i = 0; i < total && layers >= 0; i++) {
+    uint32_t g = rank_groups[i];
+    if (g != SL_CUDA_NO_GROUP)
+      members[start[g] + fill[g]++] = (uint32_t)(i / (size_t)k);
+  }
+  for (size_t g = 0; g < n_groups && layers >= 0; g++) {
+    if (start[g] == start[g + 1])
+      continue;
+    uint32_t layer = 0;
+    for (bool clash = true; clash; layer += clash) {
+      clash = false;
+      for (size_t m = start[g]; m < start[g + 1] && !clash; m++)
+        for (int j = 0; j < n_used[members[m]] && !clash; j++)
+          clash = used[(size_t)members[m] * (size_t)k + (size_t)j] == layer;
+    }
+    layer_of[g] = layer;
+    for (size_t m = start[g]; m < start[g + 1]; m++) {
+      uint32_t r = members[m];
+      if (n_used[r] < k) /* a rank listing a group twice is in one layer once */
+        used[(size_t)r * (size_t)k + (size_t)n_used[r]++] = layer;
+    }
+    if ((int)layer + 1 > layers)
+      layers = (int)layer + 1;
+  }
+  free(fill);
+  free(start);
+  free(members);
+  free(used);
+  free(n_used);
+  return layers;
+}
+
+sl_status sl__cuda_parse_env_int(const char *name, const char *text, int lo, int hi, int dflt, int *out,
+                                 sl__err *err) {
+  *out = dflt;
+  if (text == NULL || *text == '\0')
+    return SL_STATUS_OK;
+  uint64_t v = 0;
+  if (!sl__parse_u64(text, &v) || v < (uint64_t)lo || v > (uint64_t)hi)
+    return sl__err_set(err, SL_STATUS_CONFIG, "%s='%s': expected a whole number from %d to %d", name, text,
+                       lo, hi);
+  *out = (int)v;
+  return SL_STATUS_OK;
+}
+
+static int place_cmp(const void *a, const void *b) {
+  const sl__cuda_place *x = *(const sl__cuda_place *const *)a;
+  const sl__cuda_place *y = *(const sl__cuda_place *const *)b;
+  int c = strncmp(x->host, y->host, sizeof x->host);
+  return c != 0 ? c : strncmp(x->bus_id, y->bus_id, sizeof x->bus_id);
+}
+
+/* Sorted, neighbours compared: thousands of ranks in n log n. Without memory, the answer that is
+ * always safe (true: no shared parent). */
+bool sl__cuda_any_shared_gpu(const sl__cuda_place *places, int n) {
+  if (n < 2)
+    return false;
+  const sl__cuda_place **order = malloc((size_t)n * sizeof *order);
+  if (order == NULL)
+    return true;
+  for (int i = 0; i < n; i++)
+    order[i] = &places[i];
+  qsort(order, (size_t)n, sizeof *order, place_cmp);
+  bool shared = false;
+  for (int i = 1; i < n && !shared; i++)
+    shared = same_gpu(order[i - 1], order[i]);
+  free(order);
+  return shared;
+}
+
+uint32_t sl__cuda_bucket_slots(uint64_t free_bytes, uint64_t slot_bytes) {
+  uint64_t room = free_bytes / 16;
+  for (uint32_t n = 8; n >= 4; n--)
+    if (slot_bytes > 0 && slot_bytes <= room / n)
+      return n;
+  return 2;
 }

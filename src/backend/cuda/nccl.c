@@ -20,53 +20,19 @@
 #include <string.h>
 #include <unistd.h>
 
-/* Brackets a call that cannot poll for the watchdog's backstop. A backend kept alive by
- * parameters still referenced after its loader is gone has no communicator (comm NULL). */
-static void watch(sl__backend *b, const char *what) {
-  if (b->comm != NULL)
-    sl__comm_block_begin(b->comm, what);
-}
-
-static void unwatch(sl__backend *b) {
-  if (b->comm != NULL)
-    sl__comm_block_end(b->comm);
-}
-
 static void abort_group(sl__backend *b, size_t g) {
   cuda_state *st = state_of(b);
   if (g >= st->n_groups || st->nccl[g] == NULL)
     return;
   /* An abort waits for NCCL's own threads and may hang on a broken device: the backstop bounds it. */
-  watch(b, "ncclCommAbort");
-  ncclResult_t r = ncclCommAbort(st->nccl[g]);
-  unwatch(b);
+  sl__cuda_watch(b, "ncclCommAbort");
+  ncclResult_t r = sl__nc.ncclCommAbort(st->nccl[g]);
+  sl__cuda_unwatch(b);
   if (r != ncclSuccess)
-    SL_WARN("ncclCommAbort of broadcast group %zu: %s", g, ncclGetErrorString(r));
+    SL_WARN("ncclCommAbort of broadcast group %zu: %s", g, sl__nc.ncclGetErrorString(r));
   st->nccl[g] = NULL;
   st->nccl_aborted[g] = true;
   st->failed = true;
-}
-
-/* Polls until a non-blocking communicator has finished its pending NCCL call (creation,
- * finalization): ncclSuccess, an error, or the deadline. */
-static ncclResult_t wait_comm_idle(sl__backend *b, ncclComm_t c, double deadline, bool *timed_out) {
-  *timed_out = false;
-  for (int spins = 0;; spins++) {
-    ncclResult_t state = ncclSuccess;
-    ncclResult_t r = ncclCommGetAsyncError(c, &state);
-    if (r != ncclSuccess)
-      return r;
-    if (state != ncclInProgress)
-      return state;
-    if (sl__now() > deadline) {
-      *timed_out = true;
-      return ncclInProgress;
-    }
-    if (b->comm != NULL)
-      sl__comm_poll(b->comm); /* other ranks' alive queries: this rank is waiting, not gone */
-    if (spins >= SL_CUDA_SPINS_BEFORE_NAP)
-      sl__cuda_nap(b);
-  }
 }
 
 /* A broadcast waits for its root, which may still be reading the bucket from slow storage. Past
@@ -94,16 +60,17 @@ sl_status sl__cuda_bcast(sl__backend *b, uint32_t g, void *buf, uint64_t nbytes,
   cuda_state *st = state_of(b);
   *aborted = false;
   if (g >= st->n_groups || st->nccl[g] == NULL)
-    return sl__err_set(err, SL_STATUS_INTERNAL,
-                       g >= st->n_groups || !st->nccl_made[g] ? "broadcast in group %u that this rank has no NCCL "
-                                                                "communicator for (not a member, or a group "
-                                                                "without broadcasts)"
-                       : st->nccl_aborted[g] ? "broadcast in group %u, whose NCCL communicator was aborted earlier"
-                                             : "broadcast in group %u after its NCCL communicator was released",
-                       g);
+    return sl__err_set(
+        err, SL_STATUS_INTERNAL,
+        g >= st->n_groups || !st->nccl_made[g] ? "broadcast in group %u that this rank has no NCCL "
+                                                 "communicator for (not a member, or a group "
+                                                 "without broadcasts)"
+        : st->nccl_aborted[g] ? "broadcast in group %u, whose NCCL communicator was aborted earlier"
+                              : "broadcast in group %u after its NCCL communicator was released",
+        g);
   if (nbytes == 0)
     return SL_STATUS_OK;
-  CUDA_CHECK(err, st->device, cudaSetDevice(st->device));
+  CUDA_CHECK(err, st->device, sl__cu.cudaSetDevice(st->device));
   sl_status ordered = sl__cuda_after_caller(st, st->workers, err);
   if (ordered != SL_STATUS_OK)
     return ordered;
@@ -111,11 +78,34 @@ sl_status sl__cuda_bcast(sl__backend *b, uint32_t g, void *buf, uint64_t nbytes,
 }
 
 /* The broadcast itself, on the main stream, waited for (sl__cuda_bcast has checked g). */
+/* ncclCommGetAsyncError with an error state as the result (ncclInProgress in *state is no error). */
+static ncclResult_t async_error(ncclComm_t c, ncclResult_t *state) {
+  *state = ncclSuccess;
+  ncclResult_t r = sl__nc.ncclCommGetAsyncError(c, state);
+  if (r == ncclSuccess && *state != ncclSuccess && *state != ncclInProgress)
+    r = *state;
+  return r;
+}
+
+/* A broadcast NCCL failed: its message, and the group's communicator aborted. */
+static sl_status bcast_failed(sl__backend *b, uint32_t g, uint64_t nbytes, int root, ncclResult_t r,
+                              sl__err *err) {
+  const char *last = sl__nc.ncclGetLastError(state_of(b)->nccl[g]);
+  sl_status res =
+      sl__err_set(err, SL_STATUS_NCCL,
+                  "ncclBroadcast of %llu bytes in broadcast group %u (root %d) failed: %s%s%s; the "
+                  "group's NCCL communicator was aborted",
+                  (unsigned long long)nbytes, g, root, sl__nc.ncclGetErrorString(r),
+                  last != NULL && *last != '\0' ? "; NCCL says: " : "", last != NULL ? last : "");
+  abort_group(b, g);
+  return res;
+}
+
 static sl_status bcast_wait(sl__backend *b, uint32_t g, void *buf, uint64_t nbytes, int root, bool *aborted,
                             sl__err *err) {
   cuda_state *st = state_of(b);
   ncclComm_t c = st->nccl[g];
-  ncclResult_t r = ncclBroadcast(buf, buf, (size_t)nbytes, ncclUint8, root, c, st->main);
+  ncclResult_t r = sl__nc.ncclBroadcast(buf, buf, (size_t)nbytes, ncclUint8, root, c, st->main);
   if (r != ncclSuccess && r != ncclInProgress) {
     char ctx[128];
     snprintf(ctx, sizeof ctx, "broadcast of %llu bytes in group %u from root %d", (unsigned long long)nbytes,
@@ -130,24 +120,17 @@ static sl_status bcast_wait(sl__backend *b, uint32_t g, void *buf, uint64_t nbyt
   double deadline = start + st->timeout_s;
   for (int spins = 0;; spins++) {
     ncclResult_t state = ncclSuccess;
-    r = ncclCommGetAsyncError(c, &state);
-    if (r == ncclSuccess && state != ncclSuccess && state != ncclInProgress)
-      r = state;
-    if (r != ncclSuccess) {
-      const char *last = ncclGetLastError(NULL);
-      sl_status res =
-          sl__err_set(err, SL_STATUS_NCCL,
-                      "ncclBroadcast of %llu bytes in broadcast group %u (root %d) failed: %s%s%s; the "
-                      "group's NCCL communicator was aborted",
-                      (unsigned long long)nbytes, g, root, ncclGetErrorString(r),
-                      last != NULL && *last != '\0' ? "; NCCL says: " : "", last != NULL ? last : "");
-      abort_group(b, g);
-      return res;
-    }
+    r = async_error(c, &state);
+    if (r != ncclSuccess)
+      return bcast_failed(b, g, nbytes, root, r, err);
     if (state == ncclSuccess) {
-      cudaError_t e = cudaStreamQuery(st->main);
-      if (e == cudaSuccess)
-        return SL_STATUS_OK;
+      cudaError_t e = sl__cu.cudaStreamQuery(st->main);
+      if (e == cudaSuccess) {
+        /* The stream ran it, but NCCL may have raised an error while it did (a failed connection
+         * ends the operation with the error on the communicator): asked once more, now. */
+        r = async_error(c, &state);
+        return r == ncclSuccess ? SL_STATUS_OK : bcast_failed(b, g, nbytes, root, r, err);
+      }
       if (e != cudaErrorNotReady) {
         abort_group(b, g);
         return sl__cuda_fail(err, e, st->device, "cudaStreamQuery (after ncclBroadcast)", __FILE__, __LINE__);
@@ -175,6 +158,7 @@ static sl_status bcast_wait(sl__backend *b, uint32_t g, void *buf, uint64_t nbyt
       sl__cuda_nap(b);
   }
 }
+
 /* Longest wait for communicators to finalize: a rank that never comes costs this. */
 #define FINALIZE_MAX_S 60.0
 
@@ -189,7 +173,7 @@ void sl__cuda_release_comms(sl__backend *b) {
     if (st->nccl[g] == NULL || abort_all)
       continue;
     /* Non-blocking: start every finalization first, then wait, so their order does not matter. */
-    ncclResult_t r = ncclCommFinalize(st->nccl[g]);
+    ncclResult_t r = sl__nc.ncclCommFinalize(st->nccl[g]);
     if (r == ncclSuccess || r == ncclInProgress)
       finalizing[g] = true;
   }
@@ -200,15 +184,15 @@ void sl__cuda_release_comms(sl__backend *b) {
       continue;
     bool timed_out = false;
     ncclResult_t r = finalizing != NULL && finalizing[g]
-                         ? wait_comm_idle(b, st->nccl[g], deadline, &timed_out)
+                         ? sl__cuda_wait_comm(b, st->nccl[g], deadline, &timed_out, NULL)
                          : ncclInternalError;
     if (r == ncclSuccess) {
       /* Destroy frees NCCL's device buffers (a device synchronisation): watched like an abort. */
-      watch(b, "ncclCommDestroy");
-      r = ncclCommDestroy(st->nccl[g]);
-      unwatch(b);
+      sl__cuda_watch(b, "ncclCommDestroy");
+      r = sl__nc.ncclCommDestroy(st->nccl[g]);
+      sl__cuda_unwatch(b);
       if (r != ncclSuccess)
-        SL_WARN("ncclCommDestroy of broadcast group %zu: %s", g, ncclGetErrorString(r));
+        SL_WARN("ncclCommDestroy of broadcast group %zu: %s", g, sl__nc.ncclGetErrorString(r));
       st->nccl[g] = NULL;
       continue;
     }
@@ -217,17 +201,19 @@ void sl__cuda_release_comms(sl__backend *b) {
               wait_s);
     else if (!abort_all)
       SL_WARN("finalizing the NCCL communicator of broadcast group %zu: %s: aborting it", g,
-              ncclGetErrorString(r));
+              sl__nc.ncclGetErrorString(r));
     abort_group(b, g);
   }
   free(finalizing);
+  /* Its children are gone: the parent they shared resources with goes last. */
+  sl__cuda_release_shared_parent(b, abort_all || st->failed, deadline);
 }
 
 sl_status sl__cuda_end_transfer(sl__backend *b, sl__err *err) {
   cuda_state *st = state_of(b);
   if (st->nccl == NULL)
     return SL_STATUS_OK;
-  CUDA_CHECK(err, st->device, cudaSetDevice(st->device));
+  CUDA_CHECK(err, st->device, sl__cu.cudaSetDevice(st->device));
   sl__cuda_release_comms(b);
   return SL_STATUS_OK;
 }
@@ -252,7 +238,7 @@ sl_status sl__cuda_check_placement(sl__backend *b, const sl__comm_groups *groups
   if (gethostname(mine.place.host, sizeof mine.place.host - 1) != 0)
     snprintf(mine.place.host, sizeof mine.place.host, "?");
   CUDA_CHECK(err, st->device,
-             cudaDeviceGetPCIBusId(mine.place.bus_id, (int)sizeof mine.place.bus_id, st->device));
+             sl__cu.cudaDeviceGetPCIBusId(mine.place.bus_id, (int)sizeof mine.place.bus_id, st->device));
   placement *all = calloc((size_t)c->size, sizeof *all);
   sl__cuda_place *places = calloc((size_t)c->size, sizeof *places);
   sl_status res = SL_STATUS_OK;
@@ -274,14 +260,15 @@ sl_status sl__cuda_check_placement(sl__backend *b, const sl__comm_groups *groups
         with_parent, c->size);
   if (res == SL_STATUS_OK)
     res = sl__cuda_check_places(groups, c->rank, places, err);
+  /* NCCL makes no communicator with two ranks on one GPU: one that spans every group's ranks is
+   * possible only where no two ranks of the job share one (the same answer on every rank). */
+  if (res == SL_STATUS_OK && st->share && sl__cuda_any_shared_gpu(places, c->size)) {
+    st->share = false;
+    SL_DEBUG("cuda backend: ranks of this job share GPUs: one NCCL communicator per broadcast group");
+  }
   free(all);
   free(places);
   return res;
-}
-
-static const char *group_ctx(char *buf, size_t cap, const sl__comm_groups *groups, size_t g) {
-  snprintf(buf, cap, "broadcast group %zu (%u ranks)", g, groups->group[g].n);
-  return buf;
 }
 
 /* Our NCCL communicators, from NCCL ids that each group's first member makes and broadcasts within
@@ -294,7 +281,7 @@ typedef struct id_msg {
 
 #define INIT_BATCH 256 /* communicator inits per ncclGroupStart/End (NCCL allows 2048 operations) */
 
-static sl_status create_comms_by_id(sl__backend *b, const sl__comm_groups *groups, sl__err *err) {
+sl_status sl__cuda_create_comms_by_id(sl__backend *b, const sl__comm_groups *groups, sl__err *err) {
   cuda_state *st = state_of(b);
   sl__comm *c = b->comm;
   id_msg *msgs = calloc(groups->n + 1, sizeof *msgs);
@@ -308,13 +295,15 @@ static sl_status create_comms_by_id(sl__backend *b, const sl__comm_groups *group
       continue;
     if (pos == 0) {
       /* A root that cannot make an id still broadcasts (ok = 0), so that no member waits. */
-      ncclResult_t r = ncclGetUniqueId(&msgs[g].id);
+      ncclResult_t r = sl__nc.ncclGetUniqueId(&msgs[g].id);
       msgs[g].ok = r == ncclSuccess;
       if (r != ncclSuccess)
         res = sl__nccl_fail(err, r, NULL, "ncclGetUniqueId", __FILE__, __LINE__);
     }
-    bool aborted = false; /* no transfer yet: nothing can stop this broadcast but a failure */
+    bool aborted = false; /* another rank's failure (the abort channel is armed while creating) */
     sl_status bst = sl__comm_group_bcast(c, (uint32_t)g, &msgs[g], sizeof msgs[g], 0, &aborted, err);
+    if (bst == SL_STATUS_OK && aborted)
+      bst = sl__cuda_peer_failed(b, err, "exchanging NCCL ids");
     if (bst != SL_STATUS_OK) {
       res = bst;
       break;
@@ -328,12 +317,11 @@ static sl_status create_comms_by_id(sl__backend *b, const sl__comm_groups *group
     free(msgs);
     return res;
   }
-  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-  config.blocking = 0;
+  ncclConfig_t config = sl__cuda_nccl_config(st, false);
   char ctx[96];
   size_t g = 0;
   while (g < groups->n && res == SL_STATUS_OK) {
-    ncclResult_t r = ncclGroupStart();
+    ncclResult_t r = sl__nc.ncclGroupStart();
     if (r != ncclSuccess) {
       res = sl__nccl_fail(err, r, NULL, "ncclGroupStart", __FILE__, __LINE__);
       break;
@@ -343,12 +331,12 @@ static sl_status create_comms_by_id(sl__backend *b, const sl__comm_groups *group
       if (pos < 0)
         continue;
       batch++;
-      r = ncclCommInitRankConfig(&st->nccl[g], (int)groups->group[g].n, msgs[g].id, pos, &config);
+      r = sl__nc.ncclCommInitRankConfig(&st->nccl[g], (int)groups->group[g].n, msgs[g].id, pos, &config);
       if (r != ncclSuccess && r != ncclInProgress && res == SL_STATUS_OK)
-        res = sl__nccl_fail(err, r, group_ctx(ctx, sizeof ctx, groups, g), "ncclCommInitRankConfig", __FILE__,
-                            __LINE__);
+        res = sl__nccl_fail(err, r, sl__cuda_group_ctx(ctx, sizeof ctx, groups, g), "ncclCommInitRankConfig",
+                            __FILE__, __LINE__);
     }
-    r = ncclGroupEnd(); /* with non-blocking communicators: returns at once (ncclInProgress) */
+    r = sl__nc.ncclGroupEnd(); /* with non-blocking communicators: returns at once (ncclInProgress) */
     if (r != ncclSuccess && r != ncclInProgress && res == SL_STATUS_OK)
       res = sl__nccl_fail(err, r, "creating NCCL communicators", "ncclGroupEnd", __FILE__, __LINE__);
   }
@@ -358,16 +346,19 @@ static sl_status create_comms_by_id(sl__backend *b, const sl__comm_groups *group
     if (st->nccl[k] == NULL)
       continue;
     bool timed_out = false;
-    ncclResult_t r = wait_comm_idle(b, st->nccl[k], deadline, &timed_out);
-    if (timed_out)
+    bool aborted = false;
+    ncclResult_t r = sl__cuda_wait_comm(b, st->nccl[k], deadline, &timed_out, &aborted);
+    if (aborted)
+      res = sl__cuda_peer_failed(b, err, "creating NCCL communicators");
+    else if (timed_out)
       res = sl__err_set(
           err, SL_STATUS_NCCL,
           "the NCCL communicator of broadcast group %zu (%u ranks) was not ready within %.1f s (raise %s "
           "to wait longer)",
           k, groups->group[k].n, st->timeout_s, SL_CUDA_TIMEOUT_ENV);
     else if (r != ncclSuccess)
-      res = sl__nccl_fail(err, r, group_ctx(ctx, sizeof ctx, groups, k), "ncclCommInitRankConfig", __FILE__,
-                          __LINE__);
+      res = sl__nccl_fail(err, r, sl__cuda_group_ctx(ctx, sizeof ctx, groups, k), "ncclCommInitRankConfig",
+                          __FILE__, __LINE__);
   }
   return res;
 }
@@ -380,8 +371,9 @@ static sl_status create_comms_by_id(sl__backend *b, const sl__comm_groups *group
 static sl_status create_comms_by_split(sl__backend *b, const sl__comm_groups *groups, sl__err *err) {
   cuda_state *st = state_of(b);
   sl__comm *c = b->comm;
-  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-  config.blocking = 0;
+  ncclConfig_t config = sl__cuda_nccl_config(st, false); /* a caller's communicator is its own: shared
+                                                             resources would serialise our broadcasts
+                                                             with its collectives */
   char ctx[96];
   double deadline = sl__now() + st->timeout_s;
   sl_status res = SL_STATUS_OK;
@@ -392,18 +384,19 @@ static sl_status create_comms_by_split(sl__backend *b, const sl__comm_groups *gr
     /* NCCL writes the new communicator when the split completes, possibly from its own thread:
      * straight into the state, which outlives any wait here. */
     st->nccl[g] = NULL;
-    watch(b, "ncclCommSplit");
-    ncclResult_t r = ncclCommSplit(st->parent, pos >= 0 ? 0 : NCCL_SPLIT_NOCOLOR, pos >= 0 ? pos : 0, &st->nccl[g],
-                                   &config);
-    unwatch(b);
+    sl__cuda_watch(b, "ncclCommSplit");
+    ncclResult_t r = sl__nc.ncclCommSplit(st->parent, pos >= 0 ? 0 : NCCL_SPLIT_NOCOLOR, pos >= 0 ? pos : 0,
+                                          &st->nccl[g], &config);
+    sl__cuda_unwatch(b);
     if (r != ncclSuccess && r != ncclInProgress) {
       if (res == SL_STATUS_OK)
-        res = sl__nccl_fail(err, r, group_ctx(ctx, sizeof ctx, groups, g), "ncclCommSplit", __FILE__, __LINE__);
+        res = sl__nccl_fail(err, r, sl__cuda_group_ctx(ctx, sizeof ctx, groups, g), "ncclCommSplit", __FILE__,
+                            __LINE__);
       continue;
     }
     /* With a non-blocking parent the split completes in the background: the parent reports it. */
     bool timed_out = false;
-    r = wait_comm_idle(b, st->parent, deadline, &timed_out);
+    r = sl__cuda_wait_comm(b, st->parent, deadline, &timed_out, NULL);
     if (res != SL_STATUS_OK)
       continue;
     if (timed_out)
@@ -412,16 +405,22 @@ static sl_status create_comms_by_split(sl__backend *b, const sl__comm_groups *gr
                         "finish within %.1f s (raise %s to wait longer)",
                         g, st->timeout_s, SL_CUDA_TIMEOUT_ENV);
     else if (r != ncclSuccess)
-      res = sl__nccl_fail(err, r, group_ctx(ctx, sizeof ctx, groups, g), "ncclCommSplit", __FILE__, __LINE__);
+      res = sl__nccl_fail(err, r, sl__cuda_group_ctx(ctx, sizeof ctx, groups, g), "ncclCommSplit", __FILE__,
+                          __LINE__);
     else if ((pos >= 0) != (st->nccl[g] != NULL))
       res = sl__err_set(err, SL_STATUS_NCCL, "ncclCommSplit %s a communicator for broadcast group %zu",
                         pos >= 0 ? "gave no" : "unexpectedly gave", g);
     else if (st->nccl[g] != NULL) {
-      r = wait_comm_idle(b, st->nccl[g], deadline, &timed_out);
-      if (timed_out || r != ncclSuccess)
-        res = sl__err_set(err, SL_STATUS_NCCL,
-                          "the NCCL communicator split for broadcast group %zu is not usable: %s", g,
-                          timed_out ? "not ready in time" : ncclGetErrorString(r));
+      r = sl__cuda_wait_comm(b, st->nccl[g], deadline, &timed_out, NULL);
+      if (timed_out)
+        res =
+            sl__err_set(err, SL_STATUS_NCCL,
+                        "the NCCL communicator that ncclCommSplit made for broadcast group %zu was not ready "
+                        "within %.1f s (raise %s to wait longer)",
+                        g, st->timeout_s, SL_CUDA_TIMEOUT_ENV);
+      else if (r != ncclSuccess) /* a non-blocking split fails on the child, in the background */
+        res = sl__nccl_fail(err, r, sl__cuda_group_ctx(ctx, sizeof ctx, groups, g), "ncclCommSplit", __FILE__,
+                            __LINE__);
     }
   }
   return res;
@@ -432,33 +431,34 @@ static sl_status create_comms_by_split(sl__backend *b, const sl__comm_groups *gr
  * its deadline and reported as such, instead of inside the first bucket of the load. */
 sl_status sl__cuda_warm_up(sl__backend *b, sl__err *err) {
   cuda_state *st = state_of(b);
-  void *one = NULL;
-  CUDA_CHECK(err, st->device, cudaMalloc(&one, 1));
+  void *one = st->warm_byte;
   sl_status res = SL_STATUS_OK;
-  /* After a failure the walk goes on (that communicator is aborted): the other members of later
-   * groups wait for this rank's part in their warm-up. */
-  for (size_t g = 0; g < st->n_groups; g++) {
+  /* A failure ends the walk: connect_groups raises the abort at once, and the other members, waiting
+   * in this warm-up or a later one, see it (NCCL tells them nothing). */
+  for (size_t g = 0; g < st->n_groups && res == SL_STATUS_OK; g++) {
     if (st->nccl[g] == NULL)
       continue;
-    bool aborted = false; /* the abort channel is not armed yet: only a failure stops it */
+    bool aborted = false; /* another rank's failure: the abort channel is armed while connecting */
     sl__err gerr;
     sl__err_clear(&gerr);
     sl_status gst = bcast_wait(b, (uint32_t)g, one, 1, 0, &aborted, &gerr);
-    if (gst != SL_STATUS_OK && res == SL_STATUS_OK) {
+    if (gst == SL_STATUS_OK && aborted) {
+      res = sl__cuda_peer_failed(b, err, "connecting NCCL communicators");
+    } else if (gst != SL_STATUS_OK) {
       sl__err_copy(err, &gerr);
-      sl__err_prefix(err, "connecting the NCCL communicator of broadcast group %zu (its warm-up broadcast)", g);
+      sl__err_prefix(err, "connecting the NCCL communicator of broadcast group %zu (its warm-up broadcast)",
+                     g);
       res = gst;
     }
   }
-  cudaError_t e = cudaFree(one);
-  if (e != cudaSuccess && res == SL_STATUS_OK)
-    res = sl__cuda_fail(err, e, st->device, "cudaFree", __FILE__, __LINE__);
   return res;
 }
 
 sl_status sl__cuda_create_comms(sl__backend *b, const sl__comm_groups *groups, sl__err *err) {
   cuda_state *st = state_of(b);
-  sl_status res = st->parent != NULL ? create_comms_by_split(b, groups, err) : create_comms_by_id(b, groups, err);
+  sl_status res = st->parent != NULL ? create_comms_by_split(b, groups, err)
+                  : st->share        ? sl__cuda_create_comms_shared(b, groups, err)
+                                     : sl__cuda_create_comms_by_id(b, groups, err);
   b->nccl_comms = 0;
   for (size_t g = 0; g < st->n_groups; g++) {
     st->nccl_made[g] = st->nccl[g] != NULL;

@@ -15,6 +15,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 sl_status sl__cuda_numa_setup(sl__backend *b, sl__err *err) {
   cuda_state *st = state_of(b);
@@ -27,11 +28,11 @@ sl_status sl__cuda_numa_setup(sl__backend *b, sl__err *err) {
     return res;
   }
   char bus[64];
-  cudaError_t e = cudaDeviceGetPCIBusId(bus, (int)sizeof bus, st->device);
+  cudaError_t e = sl__cu.cudaDeviceGetPCIBusId(bus, (int)sizeof bus, st->device);
   if (e != cudaSuccess) {
-    (void)cudaGetLastError();
+    (void)sl__cu.cudaGetLastError();
     SL_INFO("reader threads: left unbound (the PCI bus id of CUDA device %d is unknown: %s)", st->device,
-            cudaGetErrorString(e));
+            sl__cu.cudaGetErrorString(e));
     return SL_STATUS_OK;
   }
   /* A node that cannot be read leaves the threads as they are: binding is an optimisation. */
@@ -56,11 +57,38 @@ sl_status sl__cuda_numa_setup(sl__backend *b, sl__err *err) {
   char cpus[160];
   sl__cpus_format(v == SL_NUMA_BIND ? &st->near_cpus : &allowed, cpus, sizeof cpus);
   if (v == SL_NUMA_BIND)
-    SL_INFO("reader threads: bound to CPUs %s (NUMA node %d of GPU %d at PCI %s)", cpus, node, st->device, bus);
+    SL_INFO("reader threads: bound to CPUs %s (NUMA node %d of GPU %d at PCI %s)", cpus, node, st->device,
+            bus);
   else
-    SL_INFO("reader threads: left on CPUs %s (GPU %d at PCI %s, NUMA node %d: %s)", cpus, st->device, bus, node,
-            sl__numa_verdict_text(v));
+    SL_INFO("reader threads: left on CPUs %s (GPU %d at PCI %s, NUMA node %d: %s)", cpus, st->device, bus,
+            node, sl__numa_verdict_text(v));
   return SL_STATUS_OK;
+}
+
+void sl__cuda_cpus_check(sl__backend *b) {
+  cuda_state *st = state_of(b);
+  sl__cpus cpus;
+  if (st->bind_readers)
+    cpus = st->near_cpus;
+  else if (!sl__cpus_of_thread(&cpus))
+    return;
+  uint32_t n = sl__cpus_count(&cpus);
+  long online = sysconf(_SC_NPROCESSORS_ONLN);
+  /* Bound: by a launcher, or by us to the GPU's node. A machine with fewer cores than threads and
+   * no binding is not this case: the threads share what there is. */
+  bool bound = st->bind_readers || (online > 0 && n < (uint32_t)online);
+  if (n == 0 || n >= (uint32_t)st->workers || !bound)
+    return;
+  char list[160];
+  sl__cpus_format(&cpus, list, sizeof list);
+  /* Open MPI binds each rank to one core by default (--bind-to core): the readers then take turns. */
+  SL_WARN(
+      "reader threads: %d of them on %u CPU%s (%s%s): reads and uploads wait for one another; give each rank "
+      "as many CPUs (Open MPI: --bind-to none, or --map-by slot:PE=%d; Slurm: --cpus-per-task) or lower "
+      "threads",
+      st->workers, n, n == 1 ? "" : "s", list,
+      st->bind_readers ? ", the GPU's NUMA node within this rank's affinity" : ", this rank's affinity",
+      st->workers);
 }
 
 void sl__cuda_reader_start(sl__backend *b, int worker) {

@@ -23,7 +23,8 @@ def _namespace(d):
 class ModelConfig:
     """model: folder of the checkpoint; dtype: "auto" (config.json's torch_dtype) or a torch
     dtype or its name; hf_config: config.json as attributes (the text config for multimodal
-    models is hf_config.text_config, as transformers gives it)."""
+    models is hf_config.text_config, as transformers gives it); quant_config_dict: its
+    quantization_config (or hf_quant_config.json's), quantization: its method."""
     model: str = ""
     revision: Optional[str] = None
     dtype: Any = "auto"
@@ -35,8 +36,17 @@ class ModelConfig:
         self.hf_config = _namespace(raw)
         self.hf_text_config = getattr(self.hf_config, "text_config", self.hf_config)
         self.architectures = list(raw.get("architectures", []))
-        if self.quantization is None and "quantization_config" in raw:
-            self.quantization = raw["quantization_config"].get("quant_method")
+        # ModelOpt's older releases keep the quantization config in hf_quant_config.json (vLLM's
+        # get_config reads it when config.json has none); its producer names the method.
+        quant = raw.get("quantization_config")
+        side = os.path.join(self.model, "hf_quant_config.json")
+        if quant is None and os.path.isfile(side):
+            with open(side) as f:
+                quant = json.load(f)
+        self.quant_config_dict = quant
+        if self.quantization is None and quant is not None:
+            self.quantization = quant.get("quant_method") or \
+                ("modelopt" if quant.get("producer", {}).get("name") == "modelopt" else None)
         if self.dtype == "auto":
             name = raw.get("torch_dtype") or getattr(self.hf_text_config, "torch_dtype", "float32")
             self.dtype = name
@@ -93,7 +103,17 @@ class CacheConfig:
 
 @dataclasses.dataclass
 class SpeculativeConfig:
+    """draft_model_config: the draft's ModelConfig. As vLLM's hf_config_override, a draft of model
+    type deepseek_v3, deepseek_v32 or glm_moe_dsa is the checkpoint's multi-token-prediction
+    layers: its architectures become ["DeepSeekMTPModel"]."""
     draft_model_config: Optional[ModelConfig] = None
+
+    def __post_init__(self):
+        m = self.draft_model_config
+        if m is not None and getattr(m.hf_config, "model_type", None) in (
+                "deepseek_v3", "deepseek_v32", "glm_moe_dsa"):
+            m.architectures = ["DeepSeekMTPModel"]
+            m.hf_config.architectures = ["DeepSeekMTPModel"]
 
 
 @dataclasses.dataclass

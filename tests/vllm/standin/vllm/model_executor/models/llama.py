@@ -7,7 +7,9 @@ on the last stage; with tie_word_embeddings lm_head.weight IS model.embed_tokens
 Parameter). load_weights(weights) gives each checkpoint tensor to its parameter's weight_loader:
 q/k/v_proj -> qkv_proj (shard q, k, v), gate/up_proj -> gate_up_proj (shard 0, 1); skips
 rotary_emb.inv_freq, lm_head.* when tied, and tensors of other pipeline stages; maps KV-cache
-scales to self_attn.attn.*; returns the set of loaded parameter names."""
+scales to self_attn.attn.*; returns the set of loaded parameter names. A quantized checkpoint
+(layers/quantization) gives the linears their quantized parameters (q/k/v_proj.weight_packed ->
+qkv_proj.weight_packed, shard q, ...): the same stacked mapping, by substring."""
 
 import torch
 
@@ -15,6 +17,7 @@ from vllm.attention import Attention
 from vllm.attention.layer import maybe_remap_kv_scale_name
 from vllm.distributed import get_pp_group
 from vllm.model_executor.layers.layernorm import RMSNorm
+from vllm.model_executor.layers.quantization import get_quant_config
 from vllm.model_executor.layers.linear import (MergedColumnParallelLinear, QKVParallelLinear,
                                                RowParallelLinear)
 from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead, VocabParallelEmbedding
@@ -31,8 +34,8 @@ class LlamaMLP(torch.nn.Module):
     def __init__(self, hidden_size, intermediate_size, bias=False, quant_config=None, prefix=""):
         super().__init__()
         self.gate_up_proj = MergedColumnParallelLinear(hidden_size, [intermediate_size] * 2, bias=bias,
-                                                       prefix=prefix + ".gate_up_proj")
-        self.down_proj = RowParallelLinear(intermediate_size, hidden_size, bias=bias,
+                                                       quant_config=quant_config, prefix=prefix + ".gate_up_proj")
+        self.down_proj = RowParallelLinear(intermediate_size, hidden_size, bias=bias, quant_config=quant_config,
                                            prefix=prefix + ".down_proj")
 
 
@@ -43,8 +46,9 @@ class LlamaAttention(torch.nn.Module):
         heads, kv = config.num_attention_heads, _get(config, "num_key_value_heads", config.num_attention_heads)
         d = _get(config, "head_dim", H // heads)
         bias = bool(_get(config, "attention_bias", False))
-        self.qkv_proj = QKVParallelLinear(H, d, heads, kv, bias=bias, prefix=prefix + ".qkv_proj")
-        self.o_proj = RowParallelLinear(heads * d, H, bias=bias, prefix=prefix + ".o_proj")
+        self.qkv_proj = QKVParallelLinear(H, d, heads, kv, bias=bias, quant_config=quant_config,
+                                          prefix=prefix + ".qkv_proj")
+        self.o_proj = RowParallelLinear(heads * d, H, bias=bias, quant_config=quant_config, prefix=prefix + ".o_proj")
         if qk_norm:
             eps = _get(config, "rms_norm_eps", 1e-6)
             self.q_norm = RMSNorm(d, eps)
@@ -92,6 +96,7 @@ class LlamaModel(torch.nn.Module):
 
 class LlamaForCausalLM(torch.nn.Module):
     layer_type = LlamaDecoderLayer
+    packed_modules_mapping = {"qkv_proj": ["q_proj", "k_proj", "v_proj"], "gate_up_proj": ["gate_proj", "up_proj"]}
     stacked_params_mapping = [(".qkv_proj", ".q_proj", "q"), (".qkv_proj", ".k_proj", "k"),
                               (".qkv_proj", ".v_proj", "v"), (".gate_up_proj", ".gate_proj", 0),
                               (".gate_up_proj", ".up_proj", 1)]
@@ -100,7 +105,7 @@ class LlamaForCausalLM(torch.nn.Module):
         super().__init__()
         config = vllm_config.model_config.hf_text_config
         self.config = config
-        quant = vllm_config.model_config.quantization
+        quant = get_quant_config(vllm_config.model_config, self.packed_modules_mapping)
         self.model = LlamaModel(config, quant, self.layer_type)
         self.tied = bool(_get(config, "tie_word_embeddings", False))
         if get_pp_group().is_last_rank:

@@ -21,7 +21,7 @@ class MixtralMoE(torch.nn.Module):
         E = config.num_local_experts
         self.gate = ReplicatedLinear(config.hidden_size, E, bias=False, prefix=prefix + ".gate")
         self.experts = FusedMoE(E, config.num_experts_per_tok, config.hidden_size,
-                                config.intermediate_size, prefix=prefix + ".experts",
+                                config.intermediate_size, quant_config=quant_config, prefix=prefix + ".experts",
                                 num_expert_group=_get(config, "n_group"),
                                 enable_eplb=parallel.enable_eplb,
                                 num_redundant_experts=parallel.eplb_config.num_redundant_experts)
