@@ -166,7 +166,7 @@ def _cuda_device_of(tensors):
 
 
 def load_into(module, model, comm=None, group=None, strict=None, fallback=None, check=None, kept=None,
-              plan=None, **config):
+              plan=None, after=None, filled=(), **config):
     """COLLECTIVE. Loads `model` (folder or Hub id) into `module` on every rank of the load.
     comm: an mpi4py communicator (default: MPI's world); group: a torch.distributed ProcessGroup
     (gloo) of every rank of the load, used instead of MPI. config: the C library's keys (tp, pp,
@@ -176,8 +176,12 @@ def load_into(module, model, comm=None, group=None, strict=None, fallback=None, 
     shardload.Parameter); a returned message fails the load on every rank. kept(name): module
     tensors that may keep their initial value (see the module's docstring). plan: this rank's
     shardload.Plan (a caller-described plan, docs/spec/DESIGN.md §12) instead of the architecture
-    spec. Returns (missing, unexpected)."""
+    spec. after(loader): called on every rank once the load is done (and the fallback ran), before
+    the loader closes (its report(), ...). filled: module tensor names the caller fills itself
+    (never reported missing). A module tensor that is the same tensor as a filled one (a tied head:
+    one Parameter under two names) is filled too. Returns (missing, unexpected)."""
     strict = _strict_value(strict, config)
+    filled_by_caller = set(filled)
     tensors = module_tensors(module)
     if "device" not in config:
         on_gpu = any(t.is_cuda for t in tensors.values())
@@ -229,6 +233,7 @@ def load_into(module, model, comm=None, group=None, strict=None, fallback=None, 
                 if how == "view":
                     views[p.name] = _raw_view(p, t)
         unexpected.sort()
+        filled.update(n for n in filled_by_caller if n in tensors)
         _fill_duplicates(tensors, filled)
         missing = sorted(n for n in tensors if n not in filled and not kept_default(n) and
                          not (kept is not None and kept(n)))
@@ -281,6 +286,12 @@ def load_into(module, model, comm=None, group=None, strict=None, fallback=None, 
                                                    % (name, type(e).__name__, e))
                     failure.__cause__ = e
         loaded = None   # the loader's memory of copied parameters is freed with the tensors
+        if after is not None and failure is None:
+            try:
+                after(loader)
+            except Exception as e:
+                failure = InvalidArgumentError("load_into: after: %s: %s" % (type(e).__name__, e))
+                failure.__cause__ = e
         try:
             loader.agree(failure)  # every rank raises when a fallback failed on any rank
         except Error as e:
