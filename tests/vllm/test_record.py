@@ -302,10 +302,15 @@ def dry_run_cases():
                                                                       got.get("read_amplification")))
             if spec:
                 want = _dry_run(folder, world, layout)
-                figures = [(r["bytes_read"], r["bytes_needed"], r["bytes_received"]) for r in got["ranks"]]
-                expect = [(r["bytes_read"], r["bytes_needed"], r["bytes_received"]) for r in want["ranks"]]
+                # Read bytes without the covering gaps: whether two near reads are merged over the
+                # bytes between them depends on how the copies are cut (Llama-4's q/k rows permuted
+                # for vLLM's rotary are cut row by row by the spec), not on which bytes a rank needs.
+                def figures_of(plan):
+                    return [(r["bytes_read"] - r.get("bytes_covering", 0), r["bytes_needed"],
+                             r["bytes_received"]) for r in plan["ranks"]]
+                figures, expect = figures_of(got), figures_of(want)
                 if figures != expect:
-                    fail("%s %s: recorded plans read/need/receive %s per rank, the spec's %s"
+                    fail("%s %s: recorded plans read (without covering gaps)/need/receive %s per rank, the spec's %s"
                          % (fixture, layout, figures, expect))
             print("ok dry run of the recorded plans %s %s%s" % (fixture, layout,
                                                                 ": as the spec's" if spec else ""))
