@@ -3,7 +3,7 @@
 Every step of a reinforcement-learning loop, the trainer ranks publish the blocks of checkpoint
 tensors they hold and the rollout ranks' loaded loaders receive them in place, over one group (a
 torch.distributed process group, or an mpi4py communicator) that holds both
-(docs/spec/DESIGN.md §12):
+(docs/spec/DESIGN.md §13):
 
     # trainers (FSDP: each rank holds a block of rows of every parameter)
     shardload.publish({name: (local_tensor, offsets)}, group=sync_group, version=step)
@@ -136,7 +136,7 @@ def _run(call_ops, call_mpi, comm, group, store, timeout_s, message):
 class Publisher:
     """One trainer rank's side of weight sync: its blocks and the plan of its last refit, kept for
     the next. Publisher(timeout_s=..., bucket_bytes=..., network_gbps=...): the C library's keys a
-    publisher reads (shardload/core.h section 12); device and cuda_device follow the tensors."""
+    publisher reads (shardload/core.h section 13); device and cuda_device follow the tensors."""
 
     def __init__(self, **config):
         self._config = dict(config)

@@ -2,7 +2,7 @@
 to other torch.distributed worlds (trainer ranks and the workers of an inference engine).
 
 torch.distributed has one default world per process: a trainer's is its training job, a vLLM
-worker's is vLLM's. A refit needs one group that holds both sides (docs/spec/DESIGN.md §12), so
+worker's is vLLM's. A refit needs one group that holds both sides (docs/spec/DESIGN.md §13), so
 `shardload.sync_group(host, port, rank, world_size)` makes a gloo group outside either world, over
 a TCPStore that rank 0 serves at host:port (as vLLM's StatelessProcessGroup does for its NCCL
 weight transfer), and the refit calls take it as group=:

@@ -46,7 +46,7 @@ names it fills from that parameter (possibly empty), or None to refuse the name 
 reported as usual); without `targets` it takes every parameter load_into cannot bind and fills
 the module tensor of the same name.
 
-Weight sync (docs/spec/DESIGN.md §12): load_into(..., refit=True) keeps the loader open on the
+Weight sync (docs/spec/DESIGN.md §13): load_into(..., refit=True) keeps the loader open on the
 module, and refit_into(module, version, group=...) then receives the weights trainer ranks publish
 with shardload.publish: bound tensors are written in place, copied ones (and the fallback's) are
 copied in again after a refit that moved bytes (staged ones too), as load_into copied them. refit_loader(module) is
@@ -118,11 +118,12 @@ def _fill_duplicates(tensors, filled):
         filled.update(names[id(tensors[n])])
 
 
-def open_loader(model, comm=None, group=None, **config):
-    """Loader over an MPI communicator (comm) or a torch.distributed group (group)."""
+def open_loader(model, comm=None, group=None, plan=None, **config):
+    """Loader over an MPI communicator (comm) or a torch.distributed group (group); plan: this
+    rank's shardload.Plan instead of the architecture spec, or None."""
     if group is not None:
-        return Loader(model, comm, group=group, **config)
-    return Loader(model, comm, **config)
+        return Loader(model, comm, group=group, plan=plan, **config)
+    return Loader(model, comm, plan=plan, **config)
 
 
 def _raw_view(p, t):
@@ -173,8 +174,7 @@ def _cuda_device_of(tensors):
 
 
 def load_into(module, model, comm=None, group=None, strict=None, fallback=None, check=None, kept=None,
-              refit=False,
-              **config):
+              plan=None, after=None, filled=(), refit=False, **config):
     """COLLECTIVE. Loads `model` (folder or Hub id) into `module` on every rank of the load.
     comm: an mpi4py communicator (default: MPI's world); group: a torch.distributed ProcessGroup
     (gloo) of every rank of the load, used instead of MPI. config: the C library's keys (tp, pp,
@@ -182,11 +182,17 @@ def load_into(module, model, comm=None, group=None, strict=None, fallback=None, 
     parameters are on a GPU), and cuda_device to the GPU they are on. fallback: see the module's
     docstring. check(plan): called before any byte is read with this rank's plan (a list of
     shardload.Parameter); a returned message fails the load on every rank. kept(name): module
-    tensors that may keep their initial value (see the module's docstring). refit: keep the loader
-    open afterwards, so that refit_into can receive the weights trainers publish into the module
-    (weight sync, shardload.refit); its memory of copied and staged parameters stays allocated
-    meanwhile. Returns (missing, unexpected)."""
+    tensors that may keep their initial value (see the module's docstring). plan: this rank's
+    shardload.Plan (a caller-described plan, docs/spec/DESIGN.md §12) instead of the architecture
+    spec. after(loader): called on every rank once the load is done (and the fallback ran), before
+    the loader closes (its report(), ...). filled: module tensor names the caller fills itself
+    (never reported missing). A module tensor that is the same tensor as a filled one (a tied head:
+    one Parameter under two names) is filled too. refit: keep the loader open afterwards, so that
+    refit_into can receive the weights trainers publish into the module (weight sync,
+    shardload.refit); its memory of copied and staged parameters stays allocated meanwhile.
+    Returns (missing, unexpected)."""
     strict = _strict_value(strict, config)
+    filled_by_caller = set(filled)
     tensors = module_tensors(module)
     if "device" not in config:
         on_gpu = any(t.is_cuda for t in tensors.values())
@@ -207,7 +213,8 @@ def load_into(module, model, comm=None, group=None, strict=None, fallback=None, 
         return None if out is None else list(out)
 
     with contextlib.ExitStack() as scope:  # closes the loader, unless refit keeps it (pop_all)
-        loader = scope.enter_context(open_loader(model, comm, group, strict=strict, **config))
+        loader = scope.enter_context(open_loader(model, comm, group, plan=plan, strict=strict,
+                                                 **config))
         plan = loader.plan()
         binds, copies, aliases, handed, views, staged = [], [], [], [], {}, {}
         filled, unexpected = set(), []
@@ -239,6 +246,7 @@ def load_into(module, model, comm=None, group=None, strict=None, fallback=None, 
                 if how == "view":
                     views[p.name] = _raw_view(p, t)
         unexpected.sort()
+        filled.update(n for n in filled_by_caller if n in tensors)
         _fill_duplicates(tensors, filled)
         missing = sorted(n for n in tensors if n not in filled and not kept_default(n) and
                          not (kept is not None and kept(n)))
@@ -268,18 +276,19 @@ def load_into(module, model, comm=None, group=None, strict=None, fallback=None, 
         work = [("stage", n, None) for n in list(staged)] + [("copy", n, None) for n in copies] + \
             [("alias", n, t) for n, t in aliases] + \
             [("fallback", n, None) for n in handed]
-        _after_load(loader, tensors, work, fallback, staged, keep=refit)
+        _after_load(loader, tensors, work, fallback, staged, keep=refit, after=after)
         if refit:
             module._shardload_refit = _Refit(loader, tensors, work, fallback, staged)
             scope.pop_all()  # kept open for refit_into
     return missing, unexpected
 
 
-def _after_load(loader, tensors, work, fallback, staged, keep=False):
+def _after_load(loader, tensors, work, fallback, staged, keep=False, after=None):
     """COLLECTIVE. What load_into does once the loader holds the bytes: staged and copied parameters
     into the module's tensors (converted on their device by copy_), planned aliases, the fallback's
-    parameters; any rank's failure raises on every rank. keep: the staged buffers stay (the loader
-    writes them again at each refit), else each is dropped once copied."""
+    parameters, then after(loader) when given and all went well; any rank's failure raises on every
+    rank. keep: the staged buffers stay (the loader writes them again at each refit), else each is
+    dropped once copied."""
     failure = None
     loaded = loader.params() if any(kind != "stage" for kind, _, _ in work) else {}
 
@@ -302,6 +311,12 @@ def _after_load(loader, tensors, work, fallback, staged, keep=False):
                 failure = InvalidArgumentError("load_into: %s: %s: %s" % (name, type(e).__name__, e))
                 failure.__cause__ = e
     loaded = None   # the loader's memory of copied parameters is freed with the tensors (unless kept)
+    if after is not None and failure is None:
+        try:
+            after(loader)
+        except Exception as e:
+            failure = InvalidArgumentError("load_into: after: %s: %s" % (type(e).__name__, e))
+            failure.__cause__ = e
     try:
         loader.agree(failure)  # every rank raises when a fallback failed on any rank
     except Error as e:
@@ -331,7 +346,7 @@ def refit_into(module, version, comm=None, group=None, store=None):
     """COLLECTIVE over the job of a refit (group: a torch.distributed process group; comm: an
     mpi4py communicator), with the trainers calling shardload.publish(..., version=version): the
     weights they publish land in the module loaded by load_into(..., refit=True) — bound tensors in
-    place, the others copied in after, as load_into did (docs/spec/DESIGN.md §12). Returns the
+    place, the others copied in after, as load_into did (docs/spec/DESIGN.md §13). Returns the
     refit's report (dict; bytes_transferred 0 when the module held the version)."""
     r = getattr(module, "_shardload_refit", None)
     if r is None:

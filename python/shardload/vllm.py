@@ -25,7 +25,10 @@ Configuration forwarded (captured in load_model, while vLLM hands over its VllmC
 vLLM 0.10.2-0.13 leave get_current_vllm_config() unset during load_weights): tp, pp, dp;
 enable_expert_parallel, expert_placement_strategy (linear|round_robin), enable_eplb,
 num_redundant_experts; the load config's download_dir (shardload's cache_dir) and the model
-revision. model_loader_extra_config: vLLM's own keys (enable_multithread_load, num_threads,
+revision; skip_vision when vLLM built a multimodal model without its vision tower
+(--language-model-only, or --limit-mm-per-prompt 0 for every modality: vision_left_out); a
+data-parallel tower (--mm-encoder-tp-mode data) is refused before any byte is read.
+model_loader_extra_config: vLLM's own keys (enable_multithread_load, num_threads,
 enable_weights_track) go to shardload's `extra_config` key, validated as vLLM validates them;
 every other key is a shardload configuration key ({"load_strategy": "mmap", "threads": 16},
 "strict": false, "arch": "spec.json"), validated by the C library when the loader is created.
@@ -52,14 +55,16 @@ What a worker gets (shardload.torch.load_into on the model vLLM built):
   redundant slots holding logical expert slot % experts) before any byte is read;
 - then vLLM's process_weights_after_loading, as for any loader.
 
-A draft (speculative) model goes through shardload when shardload knows its architecture (vLLM's
-name of it: DeepSeekMTPModel for DeepSeek's and GLM-5's MTP layers) and its plan fits the module
-vLLM built; otherwise (an architecture shardload has no spec for, or a
-module vLLM names its own way, such as EAGLE heads) it is handed to vLLM's DefaultModelLoader,
-with a log line naming it. The target model is never handed over: an unknown architecture is an
-error naming it.
+Plans: with a spec for the architecture, shardload's spec plan; without one, a plan recorded from
+the model's own weight loaders (shardload.record, python/shardload/vllm_recorded.py): the target
+model is never refused for lack of a spec. model_loader_extra_config "plan": auto (default),
+spec, record. A draft (speculative) model uses the spec when shardload knows its architecture
+(vLLM's name of it: DeepSeekMTPModel for DeepSeek's and GLM-5's MTP layers) and its plan fits the
+module vLLM built; otherwise (no spec, or a module vLLM names its own way, such as EAGLE heads)
+its plan is recorded too. `last` says per parameter how it was filled (spec, recorded, fallback)
+and the bytes each way; rank 0 logs one line.
 
-Weight sync (RL rollouts; docs/INTEGRATION.md, docs/spec/DESIGN.md §12). With
+Weight sync (RL rollouts; docs/INTEGRATION.md, docs/spec/DESIGN.md §13). With
 model_loader_extra_config {"refit": true} the loader stays open on the model after the load, and
 worker_extension_cls="shardload.vllm.RefitWorkerExtension" gives every worker the methods a
 trainer's driver calls through collective_rpc while the trainer ranks call shardload.publish:
@@ -85,6 +90,7 @@ logger = logging.getLogger("shardload.vllm")
 _registered = None
 _class = None
 _DRAFT_MISFIT = "the plan does not fit the draft model"
+PLAN_MODES = ("auto", "spec", "record")   # model_loader_extra_config "plan"
 
 
 def register():
@@ -135,6 +141,36 @@ def split_options(extra):
         track = vllm_keys.get("enable_weights_track")
         strict = track if isinstance(track, bool) else True
     return options, strict
+
+
+# The modules of the vision towers in vLLM's models (Qwen3-VL / Qwen3.5 visual, Gemma-3 and Kimi-K2.5
+# vision_tower, Llama-4 vision_model, their projectors): docs/spec/ARCHITECTURES.md §24.
+VISION_MODULES = ("visual.", "vision_tower.", "vision_model.", "multi_modal_projector.", "mm_projector.")
+
+
+def vision_left_out(model, model_config):
+    """True when vLLM built a multimodal model without its vision tower: --language-model-only
+    (multimodal_config.language_model_only), or --limit-mm-per-prompt with 0 items of every
+    modality, after which vLLM's wrappers build no tower (`self.visual = None`). shardload then
+    skips the checkpoint's tower (skip_vision) as vLLM's load_weights skips it."""
+    mm = getattr(model_config, "multimodal_config", None)
+    if mm is None:
+        return False
+    if getattr(mm, "language_model_only", False):
+        return True
+    return not any(name.startswith(VISION_MODULES) for name, _ in model.named_parameters())
+
+
+def vision_problem(model_config, options):
+    """A message when vLLM builds the vision tower in a layout shardload does not plan
+    (mm_encoder_tp_mode "data": every rank a whole tower), else None."""
+    mm = getattr(model_config, "multimodal_config", None)
+    if getattr(mm, "mm_encoder_tp_mode", None) != "data" or options.get("skip_vision") or \
+            options.get("language_model_only"):
+        return None
+    return ("shardload: mm_encoder_tp_mode 'data' (a whole vision tower on every rank) is not "
+            "supported; shardload loads the tower tensor-parallel, as vLLM's default 'weights' mode "
+            "builds it")
 
 
 def _redundant_experts(parallel):
@@ -416,6 +452,10 @@ def loader_class():
             super().__init__(load_config)
             self.options, self.strict = split_options(
                 getattr(load_config, "model_loader_extra_config", None))
+            self.plan_mode = self.options.pop("plan", "auto")
+            if self.plan_mode not in PLAN_MODES:
+                raise ValueError("model_loader_extra_config plan: expected one of %s, got %r"
+                                 % ("/".join(PLAN_MODES), self.plan_mode))
             from .config import Config
             self.refit = self.options.pop("refit", False)
             Config(**{k: v for k, v in self.options.items()})   # unknown keys and values fail here
@@ -450,10 +490,13 @@ def loader_class():
             revision = getattr(model_config, "revision", None)
             if revision:
                 options.setdefault("revision", revision)
+            if "skip_vision" not in options and "language_model_only" not in options and \
+                    vision_left_out(model, model_config):
+                options["skip_vision"] = True
             return options
 
         def load_weights(self, model, model_config):
-            from . import torch as sl_torch
+            from .errors import Error
             layout = parallel_layout(self._config())
             options = self._options(model, model_config, layout)
             draft = self.main_model_config is not None and model_config is not self.main_model_config
@@ -465,21 +508,76 @@ def loader_class():
                     getattr(getattr(model_config, "hf_config", None), "architectures", None)
                 if archs and "arch" not in self.options:
                     options["arch"] = archs[0]
-                reason = self._draft_misfit(model, model_config, layout, options)
-                if reason is not None:
-                    self._to_default_loader(model, model_config, reason)
-                    return
+            mode, why = self.plan_mode, "model_loader_extra_config plan: record"
+            if draft and mode != "record":
+                why = self._draft_misfit(model, model_config, layout, options)
+                if why is not None:
+                    mode = "record"
+            if mode == "record":
+                return self._load_recorded(model, model_config, layout, options, why)
+            try:
+                self._load_spec(model, model_config, layout, options)
+            except Error as e:
+                if mode == "auto" and "unknown architecture" in e.message:
+                    return self._load_recorded(model, model_config, layout, options,
+                                               "no spec for the architecture")
+                raise
+
+        def _load_spec(self, model, model_config, layout, options):
+            from . import torch as sl_torch
+            from .vllm_recorded import fills_of, summary_line
             fallback = WeightLoaderFallback(model)
+            seen = {}
 
             def check(plan):
-                return layout["problem"] or check_experts(plan, model)
+                seen["plan"] = plan
+                return layout["problem"] or vision_problem(model_config, options) or check_experts(plan, model)
 
             missing, unexpected = sl_torch.load_into(
                 model, model_config.model, group=layout["group"], strict=self.strict,
                 fallback=fallback, check=check, kept=kept_initialized(model_config), refit=self.refit,
-                **options)
-            self.last = {"loader": "shardload", "missing": missing, "unexpected": unexpected,
-                         "handed": list(fallback.handed), "options": options}
+                after=lambda loader: seen.update(report=loader.report()), **options)
+            fills, nbytes = fills_of(seen["plan"])
+            self.last = {"loader": "shardload", "plan": "spec", "missing": missing,
+                         "unexpected": unexpected, "handed": list(fallback.handed),
+                         "options": options, "fills": fills, "bytes": nbytes,
+                         "planned": seen["plan"], "report": seen.get("report")}
+            if layout["rank"] == 0:
+                logger.info(summary_line("spec", fills, nbytes, report=seen.get("report")))
+
+        def _load_recorded(self, model, model_config, layout, options, why):
+            from . import torch as sl_torch
+            from .vllm_recorded import (FALLBACK_PREFIX, RecordedFallback, fills_of, record_rank,
+                                        replay_consts, summary_line, to_plan)
+            recording, failed = record_rank(model, model_config, options, layout["group"])
+            if failed is not None:
+                return self._to_default_loader(model, model_config, failed)
+            replay_consts(model, recording)
+            handler = RecordedFallback(model, recording)
+            seen = {}
+
+            def check(plan):
+                seen["plan"] = plan
+                return layout["problem"] or check_experts(plan, model)
+
+            const_only = {name for name, _, _ in recording.consts}
+            missing, unexpected = sl_torch.load_into(
+                model, model_config.model, group=layout["group"], strict=self.strict,
+                fallback=handler, check=check, plan=to_plan(recording, options.get("device", "cpu")),
+                filled=const_only, kept=kept_initialized(model_config), refit=self.refit,
+                after=lambda loader: seen.update(report=loader.report()), **options)
+            fills, nbytes = fills_of(seen["plan"])
+            for name in [n for n in fills if n.startswith(FALLBACK_PREFIX)]:
+                del fills[name]   # a checkpoint tensor: the parameters it fills are named below
+            fills.update({n: "fallback" for n in recording.fallback_params})
+            self.last = {"loader": "shardload", "plan": "recorded", "why": why, "missing": missing,
+                         "unexpected": unexpected, "handed": list(handler.handed),
+                         "options": options, "fills": fills, "bytes": nbytes,
+                         "planned": seen["plan"], "recording": recording,
+                         "report": seen.get("report")}
+            if layout["rank"] == 0:
+                logger.info(summary_line("recorded (%s)" % why, fills, nbytes, recording,
+                                         seen.get("report")))
 
         def _draft_misfit(self, model, model_config, layout, options):
             """None when shardload can load the draft model, else the reason (collective)."""
@@ -511,18 +609,17 @@ def loader_class():
                 raise
 
         def _to_default_loader(self, model, model_config, reason):
+            """vLLM's own loader (every worker reads every file), when nothing could be recorded."""
             import copy
             from vllm.model_executor.model_loader import DefaultModelLoader
-            archs = getattr(model_config, "architectures", None) or \
-                getattr(getattr(model_config, "hf_config", None), "architectures", None)
-            logger.info("shardload: draft model %s (%s) loaded by vLLM's default loader: %s",
-                        model_config.model, archs, reason)
+            logger.warning("shardload: %s loaded by vLLM's default loader: %s",
+                           model_config.model, reason)
             config = copy.copy(self.load_config)
             config.load_format = "auto"
             extra = getattr(self.load_config, "model_loader_extra_config", None) or {}
             config.model_loader_extra_config = {k: v for k, v in extra.items() if k in VLLM_EXTRA_KEYS}
             DefaultModelLoader(config).load_weights(model, model_config)
-            self.last = {"loader": "default", "reason": reason}
+            self.last = {"loader": "default", "plan": None, "why": reason}
 
     _class = ShardloadModelLoader
     return _class
@@ -559,7 +656,7 @@ class RefitWorkerExtension:
 
     def shardload_refit_state(self):
         """{"version": (held, pending or None), "states": {parameter: "new" | "old" | "partial"}}
-        of this worker's loader (docs/spec/DESIGN.md §12, faults)."""
+        of this worker's loader (docs/spec/DESIGN.md §13, faults)."""
         from . import torch as sl_torch
         from .errors import InvalidArgumentError
         loader = sl_torch.refit_loader(self._shardload_model())

@@ -96,7 +96,8 @@ static const key_def keys[] = {
      "load watchdog: a wait longer than this names the ranks not heard from and ends the job (MPI_Abort)"},
     {"strict", T_BOOL, "true", NULL, "missing or unexpected weights are errors"},
     {"skip_vision", T_BOOL, "false", NULL,
-     "leave out a multimodal checkpoint's vision tower (else an error)"},
+     "load a multimodal checkpoint's language model alone: its vision tower's tensors are skipped (vLLM's "
+     "--language-model-only, or --limit-mm-per-prompt 0 for every modality)"},
     {"storage_gbps", T_DOUBLE, "2.0", NULL, "dry run: storage read GB/s per node"},
     {"network_gbps", T_DOUBLE, "25.0", NULL, "dry run: network GB/s per node"},
     {"ranks_per_node", T_POS, "8", NULL, "dry run: ranks per node"},
@@ -120,10 +121,8 @@ static const struct {
   const char *alias;
   const char *key;
 } key_aliases[] = {
-    {"tensor_parallel_size", "tp"},
-    {"pipeline_parallel_size", "pp"},
-    {"data_parallel_size", "dp"},
-    {"download_dir", "cache_dir"},
+    {"tensor_parallel_size", "tp"}, {"pipeline_parallel_size", "pp"},       {"data_parallel_size", "dp"},
+    {"download_dir", "cache_dir"},  {"language_model_only", "skip_vision"},
 };
 
 #define N_ALIASES (sizeof key_aliases / sizeof key_aliases[0])

@@ -1,5 +1,5 @@
 /*
- * api/dryrun_refit.c — the dry run of a refit (docs/spec/DESIGN.md §12; `shardload plan
+ * api/dryrun_refit.c — the dry run of a refit (docs/spec/DESIGN.md §13; `shardload plan
  * --from-publishers`): the receivers' plans of the target layout from the headers, the trainers'
  * blocks as described (plan/refit_describe.c), checked as a refit checks them, the plan of
  * plan/peers.h between them and its time model (plan/peer_model.c, the one a refit's report

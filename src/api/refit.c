@@ -1,6 +1,6 @@
 /*
  * api/refit.c — one refit call on one rank, trainer or receiver (see api/refit_job.h for the
- * phases; docs/spec/DESIGN.md §12). The plan is the load from peers' (plan/peers.h) over the
+ * phases; docs/spec/DESIGN.md §13). The plan is the load from peers' (plan/peers.h) over the
  * trainers' blocks as donors (plan/refit.h), kept in the caller's session and reused while every
  * rank's layout, the job's nodes and the message size stay the same; each call moves only the
  * parts its receivers still need (engine/refit_transfer.h).

@@ -1,5 +1,5 @@
 /*
- * api/refit_job.h — one refit call on one rank (docs/spec/DESIGN.md §12), shared by the trainers'
+ * api/refit_job.h — one refit call on one rank (docs/spec/DESIGN.md §13), shared by the trainers'
  * side (api/refit_publisher.c: sl_publish) and the receivers' (api/refit_receiver.c:
  * sl_loader_refit); api/refit.c runs it, api/refit_report.c describes it.
  *

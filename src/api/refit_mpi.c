@@ -1,6 +1,6 @@
 /*
  * api/refit_mpi.c — the MPI entry points of weight sync (shardload/shardload.h: sl_publish,
- * sl_loader_refit; docs/spec/DESIGN.md §12): the trainers' and the receivers' sides over a
+ * sl_loader_refit; docs/spec/DESIGN.md §13): the trainers' and the receivers' sides over a
  * duplicate of the caller's MPI communicator. The only refit file that sees MPI.
  */
 #include "shardload/shardload.h"

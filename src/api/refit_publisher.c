@@ -1,7 +1,7 @@
 /*
  * api/refit_publisher.c — sl_publisher and sl_publish: a trainer rank describes the blocks of
  * checkpoint tensors it holds, in the checkpoint's global coordinates, and pushes them into the
- * receivers' parameters (docs/spec/DESIGN.md §12). The publisher keeps the plan of its last pair
+ * receivers' parameters (docs/spec/DESIGN.md §13). The publisher keeps the plan of its last pair
  * of layouts (api/refit_job.h, sl__refit_session): a publish whose blocks describe the same layout
  * as the last one's reuses it, whatever their memory.
  */

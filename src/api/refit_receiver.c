@@ -1,6 +1,6 @@
 /*
  * api/refit_receiver.c — sl_loader_refit: a loaded loader receives the weights trainers publish
- * into the memory it already holds (docs/spec/DESIGN.md §12). What a loader keeps between refits
+ * into the memory it already holds (docs/spec/DESIGN.md §13). What a loader keeps between refits
  * (api/refit_job.h, sl__refit_state): the plan of its pair of layouts, the version every parameter
  * holds, and after a refit that failed part-way the version it was refitting with each copy's
  * progress, so that the next refit of that version moves only what is missing and

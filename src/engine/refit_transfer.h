@@ -1,6 +1,6 @@
 /*
  * engine/refit_transfer.h — runs this rank's part of a refit (plan/refit.h;
- * docs/spec/DESIGN.md §12): as a trainer, each of its messages packed out of its published blocks (converted
+ * docs/spec/DESIGN.md §13): as a trainer, each of its messages packed out of its published blocks (converted
  * into the receivers' catalog dtype when it publishes another) and sent; as a receiver, each received and
  * scattered into its parameters (converted into a parameter held in another dtype, put at its
  * transposed place for one held transposed), or, as a relay, packed out of its own parameters and

@@ -32,6 +32,11 @@ static sl__dtype dtype_from_torch(const cJSON *config) {
 
 static sl_status read_quantization(sl__model_builder *b) {
   const cJSON *q = cJSON_GetObjectItemCaseSensitive(b->e.config, "quantization_config");
+  /* vLLM's ModelConfig: "Check the text config as well for multi-modal models" (Kimi-K2.5 keeps it
+   * under text_config; docs/spec/ARCHITECTURES.md §24) */
+  if (q == NULL || cJSON_IsNull(q))
+    q = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(b->e.config, "text_config"),
+                                         "quantization_config");
   if (q == NULL || cJSON_IsNull(q))
     return SL_STATUS_OK;
   const cJSON *method = cJSON_GetObjectItemCaseSensitive(q, "quant_method");
@@ -87,6 +92,7 @@ sl_status sl__model_build(const sl__spec *spec, const sl__catalog *cat, sl__layo
   b.e.lvars = calloc(spec->n_layer_vars + 1, sizeof *b.e.lvars);
   b.e.lvar_state = calloc(spec->n_layer_vars + 1, 1);
   b.cat = cat;
+  b.top = spec;
   b.m = m;
   b.err = err;
   b.default_dtype = dtype_from_torch(config);
@@ -132,6 +138,8 @@ sl_status sl__model_build(const sl__spec *spec, const sl__catalog *cat, sl__layo
       }
     }
   }
+  if (st == SL_STATUS_OK)
+    st = sl__model_build_vision(&b);
   if (st == SL_STATUS_OK && layout == SL_LAYOUT_CHECKPOINT)
     st = sl__model_to_checkpoint_layout(&b);
   if (st == SL_STATUS_OK)

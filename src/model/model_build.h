@@ -2,9 +2,12 @@
  * model/model_build.h — internals of the model builder shared by its files (the interface is
  * model/model.h), from the top down:
  *   model/model.c         the entry point: model-wide values, then the steps below in order;
+ *   model/model_vision.c  a multimodal wrapper's vision tower: its spec's parameters, held by
+ *                         every stage; and the vision-tower policy (skip_vision);
  *   model/model_param.c   the parameters: each spec parameter instantiated in the vllm layout
  *                         (sources resolved in the catalog and shape-checked), fp8 scale
  *                         companions, tied aliases, and the derivation of the checkpoint layout;
+ *   model/model_names.c   sources found under vLLM's hf_to_vllm_mapper prefixes;
  *   model/model_quant.c   the companions of compressed-tensors fp8 and GPTQ/AWQ int4 weights;
  *   model/model_expect.c  the expected set of checkpoint tensors and the fate of every catalog
  *                         tensor that no parameter consumes;
@@ -40,6 +43,7 @@ typedef struct sl__model_env {
 /* One sl__model_build call. */
 typedef struct sl__model_builder {
   sl__model_env e;
+  const sl__spec *top; /* the spec being built (e.spec is its vision spec while the tower is built) */
   const sl__catalog *cat;
   sl__model *m;
   sl__vec params; /* sl__mparam */
@@ -72,6 +76,18 @@ sl_status sl__model_to_checkpoint_layout(sl__model_builder *b);
  * alias its target's. A dtype its sources cannot be converted to is an error naming the parameter
  * and the spec. */
 sl_status sl__model_held_dtypes(sl__model_builder *b);
+
+/* ---- the vision tower (model/model_vision.c) ---- */
+
+/* The parameters of the spec's vision tower (none without one): each vision spec parameter once
+ * ("all") or once per vision block ("layer"), held by every pipeline stage (SL_PLACE_ALL). */
+sl_status sl__model_build_vision(sl__model_builder *b);
+
+/* ---- names (model/model_names.c) ---- */
+
+/* A source missing under its name: looked up under vLLM's hf_to_vllm_mapper prefixes (the spec's
+ * hf_to_vllm_prefixes); when found there, out->name and out->tensor become that tensor's. */
+sl_status sl__model_find_mapped(sl__model_builder *b, sl__msrc *out);
 
 /* ---- the parameter table (model/model_table.c) ---- */
 

@@ -79,6 +79,8 @@ sl_status sl__model_build_fates(sl__model_builder *b) {
         m->tensor_fate[m->params[i].src[j].tensor] = SL_FATE_CONSUMED;
   uint64_t mtp_from = 0;
   uint64_t mtp_count = 0;
+  const char *mtp_prefix =
+      b->e.spec->skip_layers_prefix != NULL ? b->e.spec->skip_layers_prefix : "model.layers.";
   sl__model_env_enter_layer(&b->e, -1);
   if (b->e.spec->skip_layers_from != NULL) {
     sl_status st = sl__expr_eval_u64(b->e.spec->skip_layers_from, sl__model_lookup, &b->e, &mtp_from, b->err);
@@ -109,9 +111,9 @@ sl_status sl__model_build_fates(sl__model_builder *b) {
      * (model/model_packed.c); the other parts' are read by vLLM and overwritten. */
     if (m->packed && m->layout == SL_LAYOUT_VLLM && sl__str_ends_with(name, ".weight_shape"))
       skip = true;
-    if (mtp_count > 0 && sl__str_starts_with(name, "model.layers.")) {
+    if (mtp_count > 0 && sl__str_starts_with(name, mtp_prefix)) {
       uint64_t k = 0;
-      const char *d = name + strlen("model.layers.");
+      const char *d = name + strlen(mtp_prefix);
       const char *e = d;
       while (*e >= '0' && *e <= '9') {
         k = k * 10 + (uint64_t)(*e - '0');

@@ -94,6 +94,7 @@ static sl_status global_shape(sl__model_builder *b, sl__mparam *p) {
     return SL_STATUS_OK;
   case SL_STYLE_MOE3D_W13_TRANSPOSED: /* [E, H, 2*Im] and [E, Im, H]: the checkpoint's orientation, */
   case SL_STYLE_MOE3D_W2_TRANSPOSED:  /* or vLLM's [E, 2*Im, H] and [E, H, Im] when transposed */
+  case SL_STYLE_MOE3D_W13_IL_T:
     if (s0->ndim != 3)
       return sl__err_set(b->err, SL_STATUS_ARCH,
                          "spec %s: fused expert tensor %s must be 3-D, has %u dimensions", b->e.spec->path,
@@ -168,14 +169,23 @@ static sl_status add_source(sl__model_builder *b, sl__mparam *p, const sl__spec_
       return st;
     }
   }
-  if (ss->rotary_heads != NULL && b->m->mistral_format) {
-    sl_status st = sl__expr_eval_u64(ss->rotary_heads, sl__model_lookup, &b->e, &out->rotary_heads, b->err);
+  /* Mistral's consolidated rows are undone in both layouts (they become the Hugging Face order);
+   * vLLM's own permutation (Llama-4) only in the vllm layout: the checkpoint layout keeps the
+   * stored order (docs/spec/ARCHITECTURES.md §3, §13). */
+  const sl__expr *rot = ss->rotary_heads != NULL && b->m->mistral_format ? ss->rotary_heads
+                        : b->m->layout == SL_LAYOUT_VLLM                 ? ss->vllm_rotary_heads
+                                                                         : NULL;
+  if (rot != NULL) {
+    sl_status st = sl__expr_eval_u64(rot, sl__model_lookup, &b->e, &out->rotary_heads, b->err);
     if (st != SL_STATUS_OK)
       return st;
   }
   out->tensor = sl__catalog_find(b->cat, out->name);
-  if (out->tensor == SL_NONE)
-    return SL_STATUS_OK;
+  if (out->tensor == SL_NONE) {
+    sl_status st = sl__model_find_mapped(b, out);
+    if (st != SL_STATUS_OK || out->tensor == SL_NONE)
+      return st;
+  }
   const sl__cat_tensor *t = &b->cat->tensors[out->tensor];
   bool same = t->ndim == out->ndim && memcmp(t->shape, out->shape, sizeof(uint64_t) * t->ndim) == 0;
   if (!same && b->packed != NULL) /* an NVFP4 weight: two 4-bit values per byte (model/model_packed.c) */

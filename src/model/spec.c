@@ -21,7 +21,7 @@ static const char *const style_names[SL_STYLE_COUNT] = {
     "moe3d_w2",
     /* family styles (plan/slicing_families.c) */
     "qkv_fused", "merged_fused", "moe3d_w13_interleaved", "moe3d_w2_blocked", "moe_w2_bias",
-    "moe3d_w13_transposed", "moe3d_w2_transposed",
+    "moe3d_w13_transposed", "moe3d_w2_transposed", "moe3d_w13_interleaved_transposed",
     /* quantization companions (plan/slicing_quant.c) */
     "quant_parts", "int4",
     /* per key/value head (plan/slicing_heads.c) */
@@ -169,7 +169,7 @@ static sl_status named_exprs(ctx *c, const cJSON *obj, const char *where, sl__na
 }
 
 static sl_status parse_source(ctx *c, const cJSON *obj, const char *where, sl__spec_source *s) {
-  static const char *const keys[] = {"tensor", "part", "shape", "rotary_heads", NULL};
+  static const char *const keys[] = {"tensor", "part", "shape", "rotary_heads", "vllm_rotary_heads", NULL};
   if (!cJSON_IsObject(obj))
     return spec_error(c, where, "a source must be an object");
   sl_status st = check_keys(c, obj, where, keys);
@@ -197,7 +197,8 @@ static sl_status parse_source(ctx *c, const cJSON *obj, const char *where, sl__s
     if (st != SL_STATUS_OK)
       return st;
   }
-  return opt_expr(c, obj, "rotary_heads", where, NULL, &s->rotary_heads);
+  st = opt_expr(c, obj, "rotary_heads", where, NULL, &s->rotary_heads);
+  return st == SL_STATUS_OK ? opt_expr(c, obj, "vllm_rotary_heads", where, NULL, &s->vllm_rotary_heads) : st;
 }
 
 static bool style_parse(const char *s, sl__style *out) {
@@ -227,6 +228,7 @@ static sl_status check_parts(ctx *c, const sl__spec_param *p, const char *where)
   case SL_STYLE_MOE_W2_BIAS:
   case SL_STYLE_MOE3D_W13_TRANSPOSED:
   case SL_STYLE_MOE3D_W2_TRANSPOSED:
+  case SL_STYLE_MOE3D_W13_IL_T:
     if (n != 1)
       err = "this style takes exactly one source";
     break;
@@ -307,10 +309,12 @@ static sl_status parse_transpose(ctx *c, const cJSON *obj, const char *where, sl
   if (!cJSON_IsBool(t))
     return spec_error(c, where, "'transpose' must be true or false");
   p->transpose = cJSON_IsTrue(t);
-  if (p->transpose && p->style != SL_STYLE_MOE3D_W13_TRANSPOSED && p->style != SL_STYLE_MOE3D_W2_TRANSPOSED) {
+  if (p->transpose && p->style != SL_STYLE_MOE3D_W13_TRANSPOSED && p->style != SL_STYLE_MOE3D_W2_TRANSPOSED &&
+      p->style != SL_STYLE_MOE3D_W13_IL_T) {
     char msg[256];
     snprintf(msg, sizeof msg,
-             "'transpose' is only supported with styles moe3d_w13_transposed and moe3d_w2_transposed, not %s",
+             "'transpose' is only supported with styles moe3d_w13_transposed, moe3d_w2_transposed and "
+             "moe3d_w13_interleaved_transposed, not %s",
              sl__style_name(p->style));
     return spec_error(c, where, msg);
   }
@@ -449,18 +453,21 @@ static sl_status parse_exprs(ctx *c, const cJSON *root, sl__spec *s) {
   return st;
 }
 
-/* skip_layers {"from", "count"} and skip_contains. */
+/* skip_layers {"from", "count", "prefix"} and skip_contains. */
 static sl_status parse_skips(ctx *c, const cJSON *root, sl__spec *s) {
   sl_status st = SL_STATUS_OK;
   const cJSON *skl = cJSON_GetObjectItemCaseSensitive(root, "skip_layers");
   if (skl != NULL) {
-    static const char *const skeys[] = {"from", "count", NULL};
+    static const char *const skeys[] = {"from", "count", "prefix", NULL};
     st = cJSON_IsObject(skl) ? check_keys(c, skl, "skip_layers", skeys)
                              : spec_error(c, "skip_layers", "expected {\"from\": EXPR, \"count\": EXPR}");
     if (st == SL_STATUS_OK)
       st = opt_expr(c, skl, "from", "skip_layers", "num_hidden_layers", &s->skip_layers_from);
     if (st == SL_STATUS_OK)
       st = opt_expr(c, skl, "count", "skip_layers", "0", &s->skip_layers_count);
+    const cJSON *pre = cJSON_GetObjectItemCaseSensitive(skl, "prefix");
+    if (st == SL_STATUS_OK && pre != NULL)
+      st = string_dup(c, pre, "skip_layers.prefix", &s->skip_layers_prefix);
   }
   const cJSON *sc = cJSON_GetObjectItemCaseSensitive(root, "skip_contains");
   if (st == SL_STATUS_OK && sc != NULL)
@@ -549,6 +556,21 @@ static sl_status parse_params(ctx *c, const cJSON *root, sl__spec *s) {
   return st;
 }
 
+/* The keys of a multimodal wrapper (model/spec_vision.c reads and checks them): the vision spec, a
+ * spec of its own, parsed here. */
+static sl_status parse_wrapper(ctx *c, const cJSON *root, sl__spec *s) {
+  char *text = NULL;
+  char *vpath = NULL;
+  sl_status st = sl__spec_wrapper_keys(root, s, &text, &vpath, c->err);
+  if (st == SL_STATUS_OK && text != NULL)
+    st = sl__spec_parse(text, strlen(text), vpath, &s->vision, c->err);
+  if (st == SL_STATUS_OK && s->vision != NULL)
+    st = sl__spec_vision_accept(s, c->err);
+  free(text);
+  free(vpath);
+  return st;
+}
+
 sl_status sl__spec_parse(const char *json, size_t len, const char *path, sl__spec **out, sl__err *err) {
   *out = NULL;
   ctx c = {.path = path, .err = err};
@@ -581,6 +603,8 @@ sl_status sl__spec_parse(const char *json, size_t len, const char *path, sl__spe
                                      "fp8_scale_name",
                                      "rename",
                                      "params",
+                                     "vision",
+                                     "hf_to_vllm_prefixes",
                                      NULL};
   s->path = sl__strdup(path);
   if (s->path == NULL)
@@ -603,6 +627,8 @@ sl_status sl__spec_parse(const char *json, size_t len, const char *path, sl__spe
     st = parse_rename(&c, root, s);
   if (st == SL_STATUS_OK)
     st = parse_params(&c, root, s);
+  if (st == SL_STATUS_OK)
+    st = parse_wrapper(&c, root, s);
   cJSON_Delete(root);
   if (st != SL_STATUS_OK) {
     sl__spec_free(s);
@@ -658,6 +684,7 @@ void sl__spec_free(sl__spec *s) {
   sl__expr_free(s->tie_word_embeddings);
   sl__expr_free(s->skip_layers_from);
   sl__expr_free(s->skip_layers_count);
+  free(s->skip_layers_prefix);
   free_list(s->skip_contains);
   free(s->fp8_scale_name);
   free_list(s->vision_prefixes);
@@ -681,9 +708,21 @@ void sl__spec_free(sl__spec *s) {
       for (size_t k = 0; k < p->sources[j].ndim; k++)
         sl__expr_free(p->sources[j].shape[k]);
       sl__expr_free(p->sources[j].rotary_heads);
+      sl__expr_free(p->sources[j].vllm_rotary_heads);
     }
     free(p->sources);
   }
   free(s->params);
+  sl__spec_drop_vision(s);
+  free(s->vision_text);
+  free_list(s->prefix_from);
+  free_list(s->prefix_to);
   free(s);
+}
+
+void sl__spec_drop_vision(sl__spec *s) {
+  sl__spec_free(s->vision);
+  s->vision = NULL;
+  sl__expr_free(s->vision_when);
+  s->vision_when = NULL;
 }

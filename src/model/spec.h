@@ -7,12 +7,14 @@
  * The format is documented in docs/SPECS.md. In short:
  *   { "family", "architectures": [...], "fall_back_to_pt", "vars": {NAME: EXPR},
  *     "layer_vars": {NAME: EXPR (may use `layer`)}, "num_layers", "experts", "n_group",
- *     "tie_word_embeddings", "skip_layers": {"from", "count"}, "skip_contains": [...],
+ *     "tie_word_embeddings", "skip_layers": {"from", "count", "prefix"}, "skip_contains": [...],
  *     "vision_prefixes": [...], "skip_tensors": [{"prefix", "when"}], "fp8_scale_name": TEMPLATE,
  *     "rename": {"format": "mistral", "map": [[FROM, TO], ...]},
  *     "params": [ { "name": TEMPLATE, "place": embed|layer|final|head|all, "when": EXPR,
- *                   "style": ..., style arguments, "transpose": BOOL, "dtype": DTYPE, "sources": [ {"tensor":
- * TEMPLATE, "part": ..., "shape": [EXPR, ...], "rotary_heads": EXPR} ] } ] }
+ *                   "style": ..., style arguments, "transpose": BOOL, "dtype": DTYPE,
+ *                   "sources": [ {"tensor": TEMPLATE, "part": ..., "shape": [EXPR, ...],
+ *                   "rotary_heads": EXPR, "vllm_rotary_heads": EXPR} ] } ],
+ *     "vision": NAME or {...}, "hf_to_vllm_prefixes": [[FROM, TO], ...] }
  */
 #ifndef SL_SPEC_H
 #define SL_SPEC_H
@@ -57,6 +59,7 @@ typedef enum sl__style {
   SL_STYLE_MOE_W2_BIAS,           /* [E, H] down bias: MoE tensor-parallel rank 0 only */
   SL_STYLE_MOE3D_W13_TRANSPOSED,  /* [E, H, 2*Im] → [El, H, 2*Ip] (orientation kept) */
   SL_STYLE_MOE3D_W2_TRANSPOSED,   /* [E, Im, H] → [El, Ip, H] (orientation kept) */
+  SL_STYLE_MOE3D_W13_IL_T,        /* [E, H, 2*Im], gate/up columns alternating (GPT-OSS BF16) */
   SL_STYLE_QUANT_PARTS,           /* per-tensor scales of the parts of a fused weight: [n parts] */
   SL_STYLE_INT4,                  /* GPTQ / AWQ packed tensors of a linear (derived, never in a spec) */
   SL_STYLE_KV_HEADS,              /* per-key/value-head rows, replicated as qkv's k (plan/slicing_heads.c) */
@@ -67,7 +70,8 @@ typedef enum sl__style {
   SL_STYLE_COUNT
 } sl__style;
 
-/* SL_PLACE_ALL: a model-level parameter every pipeline stage holds (DeepSeek-V4's hc_head). */
+/* SL_PLACE_ALL: held by every pipeline stage (a vision tower: vLLM builds it on each;
+ * DeepSeek-V4's hc_head). */
 typedef enum sl__place {
   SL_PLACE_EMBED = 0,
   SL_PLACE_LAYER,
@@ -88,7 +92,8 @@ typedef struct sl__spec_source {
   char *part;   /* "q", "k", "v", "w1", "w3", "w13" or NULL (merged/concat: order) */
   size_t ndim;
   sl__expr *shape[SL_SPEC_MAX_DIMS];
-  sl__expr *rotary_heads; /* Mistral format: heads whose rows are permuted, or NULL */
+  sl__expr *rotary_heads;      /* Mistral format: heads whose rows are permuted, or NULL */
+  sl__expr *vllm_rotary_heads; /* layout vllm: heads whose rows vLLM's loader permutes (Llama-4) */
 } sl__spec_source;
 
 typedef struct sl__spec_param {
@@ -132,6 +137,7 @@ typedef struct sl__spec {
   sl__expr *tie_word_embeddings;
   sl__expr *skip_layers_from; /* NULL when absent */
   sl__expr *skip_layers_count;
+  char *skip_layers_prefix; /* names of the skipped layers: PREFIX{L}. (NULL: "model.layers.") */
   size_t n_skip_contains;
   char **skip_contains;
   size_t n_vision_prefixes; /* name prefixes of a vision tower: skipped only with skip_vision */
@@ -147,8 +153,34 @@ typedef struct sl__spec {
   char **rename_to;
   size_t n_params;
   sl__spec_param *params;
+  /* Multimodal wrappers (model/spec_vision.c, docs/SPECS.md): the vision tower's own spec ("vision":
+   * a name of specs/vision/NAME.json, or the object itself), its text when it came from a file
+   * (inlined into the text every rank parses), and vLLM's hf_to_vllm_mapper prefixes: a source
+   * missing under its name is looked up with prefix_from[i] replaced by prefix_to[i]. */
+  struct sl__spec *vision;
+  sl__expr *vision_when;   /* the vision spec's "when": whether config.json describes a tower */
+  bool vision_unquantized; /* its "quantized": false: vLLM builds the tower without a quant_config */
+  char *vision_text;
+  size_t n_prefix_map;
+  char **prefix_from;
+  char **prefix_to;
 } sl__spec;
 
+/* model/spec_vision.c: the "hf_to_vllm_prefixes" of root into s, and its "vision" read and checked:
+ * *text is the vision spec for sl__spec_parse to read, *vpath its name (both NULL without one;
+ * caller frees); its "when" compiled into s->vision_when. */
+struct cJSON;
+sl_status sl__spec_wrapper_keys(const struct cJSON *root, sl__spec *s, char **text, char **vpath,
+                                sl__err *err);
+/* s->vision parsed: its parameters placed "layer" or "all", its vision_prefixes added to s's. */
+sl_status sl__spec_vision_accept(sl__spec *s, sl__err *err);
+/* The spec's text with its vision spec inlined as an object (what other ranks parse without the
+ * spec folders): *out is NULL when there is nothing to inline (caller frees *out). */
+sl_status sl__spec_inline_vision(const char *json, size_t len, const sl__spec *s, char **out, size_t *out_len,
+                                 sl__err *err);
+/* Drops the vision tower's parameters (skip_vision); its prefixes stay, so that its tensors are
+ * skipped (model/spec.c). */
+void sl__spec_drop_vision(sl__spec *s);
 /* "skip_tensors" of root into s (model/spec_skip.c); sl__spec_skip_free frees them. */
 sl_status sl__spec_parse_skip_tensors(const struct cJSON *root, const char *path, sl__spec *s, sl__err *err);
 void sl__spec_skip_free(sl__spec *s);
@@ -165,5 +197,7 @@ void sl__spec_free(sl__spec *s);
  * the folders searched.
  * Unknown architecture → SL_STATUS_ARCH naming the known ones and how to pass a spec file. */
 sl_status sl__spec_find(const char *architecture, sl__spec **out, sl__err *err);
+/* The spec folders, colon-separated, in search order (model/spec_dirs.c). Caller frees. */
+char *sl__spec_search_path(void);
 
 #endif

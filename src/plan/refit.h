@@ -1,5 +1,5 @@
 /*
- * plan/refit.h — weight sync (refit, docs/spec/DESIGN.md §12): what trainers publish, and the part
+ * plan/refit.h — weight sync (refit, docs/spec/DESIGN.md §13): what trainers publish, and the part
  * of a plan one refit moves. Pure.
  *
  * A trainer publishes, per checkpoint tensor it holds, one block of the full tensor: its offsets

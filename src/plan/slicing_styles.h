@@ -35,6 +35,9 @@ sl_status sl__slice_moe3d_w2_blocked(sl__slicer *s, sl__local_shape *ls, char *d
 sl_status sl__slice_moe_w2_bias(sl__slicer *s, sl__local_shape *ls, char *desc, size_t dcap);
 sl_status sl__slice_moe3d_w13_transposed(sl__slicer *s, sl__local_shape *ls, char *desc, size_t dcap);
 sl_status sl__slice_moe3d_w2_transposed(sl__slicer *s, sl__local_shape *ls, char *desc, size_t dcap);
+/* plan/slicing_gpt_oss.c (docs/spec/LAYOUTS.md §3.16): GPT-OSS's unquantized experts. */
+sl_status sl__slice_moe3d_w13_interleaved_transposed(sl__slicer *s, sl__local_shape *ls, char *desc,
+                                                     size_t dcap);
 
 /* Styles of plan/slicing_quant.c (docs/spec/LAYOUTS.md §3.11–§3.12). */
 sl_status sl__slice_quant_parts(sl__slicer *s, sl__local_shape *ls, char *desc, size_t dcap);

@@ -39,10 +39,16 @@ bool sl_ref_stage_layers(uint32_t layers, uint32_t stages, uint32_t stage, uint3
 static void add_tied_head(ctx *c) {
   sl_ref_table *tab = c->tab;
   const sl_ref_model *m = c->m;
-  /* the embedding's entry (checkpoint layout: its tensor's name), the head's name, the tensor */
-  const char *ename = m->embed_v[0] == '\0' ? "model.embed_tokens.weight" : c->ckpt ? m->embed_s : m->embed_v;
-  const char *hname = m->head_v[0] == '\0' ? "lm_head.weight" : m->head_v;
-  const char *tname = m->embed_s[0] == '\0' ? "model.embed_tokens.weight" : m->embed_s;
+  /* the embedding's entry (checkpoint layout: its tensor's name), the head's name, the tensor:
+   * under the text model's roots, unless the family names them (Qwen3.5) */
+  char vembed[128];
+  char sembed[128];
+  snprintf(vembed, sizeof vembed, "%sembed_tokens.weight", m->embed_v[0] != '\0' ? "" : m->vroot);
+  snprintf(sembed, sizeof sembed, "%sembed_tokens.weight", m->embed_s[0] != '\0' ? "" : m->sroot);
+  const char *ev = m->embed_v[0] != '\0' ? m->embed_v : vembed;
+  const char *tname = m->embed_s[0] != '\0' ? m->embed_s : sembed;
+  const char *ename = c->ckpt ? tname : ev;
+  const char *hname = m->head_v[0] != '\0' ? m->head_v : m->vhead;
   size_t embed = tab->count;
   for (size_t i = 0; i < tab->count; i++) {
     if (strcmp(tab->params[i].name, ename) == 0)
@@ -59,7 +65,7 @@ static void add_tied_head(ctx *c) {
     return;
   /* ref_entry_new may have moved the array: take the embedding again. */
   const sl_ref_param *src = &tab->params[embed];
-  p->alias_of = ename;
+  p->alias_of = tab->params[embed].name;
   p->segs = malloc((src->n_segs + 1) * sizeof *p->segs);
   if (p->segs == NULL) {
     ref_ctx_fail(c, SL_STATUS_NOMEM, "out of memory");
@@ -103,6 +109,8 @@ static void build_stage(ctx *c, bool first, bool last) {
     ref_ctx_fail(c, SL_STATUS_DIVISIBILITY, "o_groups %llu not divisible by tp %llu",
                  (unsigned long long)m->ng, (unsigned long long)c->T);
   for (size_t i = 0; i < m->n_defs && c->st == SL_STATUS_OK; i++) {
+    if (m->defs[i].vision && c->skip_vision)
+      continue;
     if (m->defs[i].packed)
       ref_packed_def(c, &m->defs[i], false);
     else if (m->defs[i].int4)
@@ -113,18 +121,20 @@ static void build_stage(ctx *c, bool first, bool last) {
   for (size_t i = 0; i < m->n_defs && c->st == SL_STATUS_OK; i++) {
     const rdef *d = &m->defs[i];
     bool here = false;
-    if (d->at == AT_EMBED)
+    if (d->vision && c->skip_vision)
+      here = false;
+    else if (d->at == AT_EMBED)
       here = first || (m->tie && last);
     else if (d->at == AT_LAYER)
       here = d->layer >= tab->layer_start && d->layer < tab->layer_end;
     else if (d->at == AT_ALL)
-      here = true;
+      here = true; /* docs/spec/ARCHITECTURES.md §23, §24: every stage */
     else
       here = last;
     if (here)
       ref_build_def(c, d);
   }
-  if (c->st == SL_STATUS_OK && m->tie && last)
+  if (c->st == SL_STATUS_OK && m->tie && last && !m->embed_everywhere)
     add_tied_head(c);
 }
 
@@ -156,7 +166,14 @@ sl_status sl_ref_table_build(const sl_ref_model *m, const sl_ref_layout *lay, sl
   tab->stage = (uint32_t)p;
   tab->layer_start = start;
   tab->layer_end = start + count;
-  ctx c = {.m = m, .T = T, .r = r, .ckpt = lay->checkpoint_layout, .tab = tab, .msg = msg, .cap = cap};
+  ctx c = {.m = m,
+           .T = T,
+           .r = r,
+           .ckpt = lay->checkpoint_layout,
+           .skip_vision = lay->skip_vision,
+           .tab = tab,
+           .msg = msg,
+           .cap = cap};
   bool ep = lay->expert_parallel && D * T > 1 && m->E > 0;
   place_experts(&c, lay, D, q, ep);
   build_stage(&c, p == 0, p == P - 1);

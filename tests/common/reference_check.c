@@ -123,6 +123,9 @@ void ref_check_def(ctx *c, const rdef *d) {
   case ST_DOWN_T:
     check_dim(c, d, 1, "Im rows", c->Mt, false);
     break;
+  case ST_GATE_UP_IL_T:
+    check_dim(c, d, 2, "2*Im interleaved gate/up columns", c->Mt, true);
+    break;
   case ST_KV_HEADS:
     if ((T >= d->hkv && T % d->hkv != 0) || (T < d->hkv && d->hkv % T != 0))
       ref_ctx_fail(c, SL_STATUS_DIVISIBILITY, "%s: %llu kv heads and tp %llu", d->name,

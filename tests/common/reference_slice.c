@@ -87,7 +87,8 @@ bool ref_put(ctx *c, sl_ref_param *p, size_t *cap, uint64_t dst, uint64_t len, i
 }
 
 /* Rows [row0, row0 + n) of tensor t (rows of rb bytes from byte base), placed at dst.
- * perm_d > 0: Mistral rotary permutation within heads of perm_d rows (docs/spec/ARCHITECTURES.md §3). */
+ * perm_d > 0: rotary permutation within heads of perm_d rows, new row j*d/2 + i <- old row 2i + j
+ * (docs/spec/ARCHITECTURES.md §3, §13). */
 void ref_copy_rows(ctx *c, sl_ref_param *p, size_t *cap, int t, uint64_t base, uint64_t rb, uint64_t row0,
                    uint64_t n, uint64_t dst, uint64_t perm_d) {
   if (p == NULL)
@@ -182,7 +183,8 @@ static void build_qkv(ctx *c, const rdef *d) {
   }
   if (c->ckpt) {
     for (int k = 0; k < 3; k++)
-      ref_rows_entry(c, ref_tens(c, d->src[k])->name, d->src[k], start[k], rows[k], d->perm[k] ? d->d : 0);
+      ref_rows_entry(c, ref_tens(c, d->src[k])->name, d->src[k], start[k], rows[k],
+                     d->perm[k] && !d->perm_vllm_only ? d->d : 0);
     return;
   }
   const rtensor *q = ref_tens(c, d->src[0]);
@@ -433,6 +435,9 @@ void ref_build_def(ctx *c, const rdef *d) {
   case ST_GATE_UP_T:
   case ST_DOWN_T:
     ref_build_llama4_experts(c, d);
+    break;
+  case ST_GATE_UP_IL_T:
+    ref_build_gpt_oss_bf16_w13(c, d);
     break;
   case ST_PARTS:
     build_parts(c, d);

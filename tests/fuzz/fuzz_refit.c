@@ -1,5 +1,5 @@
 /*
- * fuzz_refit.c — libFuzzer target for weight sync's two parsers (docs/spec/DESIGN.md §12): the
+ * fuzz_refit.c — libFuzzer target for weight sync's two parsers (docs/spec/DESIGN.md §13): the
  * first byte picks one, the rest is its input.
  *   0  the blocks a trainer publishes, as they travel between ranks (sl__refit_blocks_parse): any
  *      bytes parse or fail with a message; parsed blocks serialize back to the same bytes

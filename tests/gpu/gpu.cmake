@@ -97,7 +97,7 @@ if(SL_HAVE_CUDA)
     # Load from peers GPU to GPU (docs/spec/DESIGN.md §11): one GPU per rank, or skipped (77).
     sl_gpu_mpi_test(test_gpu_peers gpu 2 4)
     set_tests_properties(test_gpu_peers_np2 test_gpu_peers_np4 PROPERTIES LABELS "reshard;gpu")
-    # Weight sync GPU to GPU (docs/spec/DESIGN.md §12): one GPU per rank, or skipped (77).
+    # Weight sync GPU to GPU (docs/spec/DESIGN.md §13): one GPU per rank, or skipped (77).
     sl_gpu_mpi_test(test_gpu_refit gpu 3 4)
     target_sources(test_gpu_refit PRIVATE ${PROJECT_SOURCE_DIR}/tests/mpi/refit_common.c
       ${PROJECT_SOURCE_DIR}/tests/mpi/reshard_common.c ${PROJECT_SOURCE_DIR}/tests/common/reference.c

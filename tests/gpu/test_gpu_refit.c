@@ -1,5 +1,5 @@
 /*
- * test_gpu_refit.c — weight sync with device=cuda on every rank (docs/spec/DESIGN.md §12): the
+ * test_gpu_refit.c — weight sync with device=cuda on every rank (docs/spec/DESIGN.md §13): the
  * first ranks publish blocks held in their GPU's memory (tests/mpi/refit_common.h: the fixtures'
  * values under a version's transformation, copied to the device), the others are loaders loaded on
  * their GPUs that refit, GPU to GPU over NCCL. Every receiver parameter, copied back, must equal

@@ -1,4 +1,4 @@
-# Weight sync (sl_publish / sl_loader_refit, docs/spec/DESIGN.md §12) under mpirun, labels refit and
+# Weight sync (sl_publish / sl_loader_refit, docs/spec/DESIGN.md §13) under mpirun, labels refit and
 # mpi: trainers publish blocks filled from the value function with a version's transformation,
 # receivers refit, every byte against the independent reference (tests/mpi/refit_common.h).
 set(_sl_refit_common ${CMAKE_CURRENT_SOURCE_DIR}/mpi/refit_common.c ${CMAKE_CURRENT_SOURCE_DIR}/mpi/reshard_common.c

@@ -1,6 +1,6 @@
 /*
  * refit_common.h — what the refit tests share (test_refit.c, test_refit_faults.c;
- * docs/spec/DESIGN.md §12): the trainers' side written from the fixtures' value function alone (each
+ * docs/spec/DESIGN.md §13): the trainers' side written from the fixtures' value function alone (each
  * trainer's blocks of every checkpoint tensor, filled element by element from tests/common/
  * values.h with a version's transformation), and the receivers' expected bytes from the
  * independent reference (tests/common/reference.h) under the same transformation.

@@ -1,5 +1,5 @@
 /*
- * test_refit.c — weight sync (sl_publish / sl_loader_refit, docs/spec/DESIGN.md §12) under mpirun at
+ * test_refit.c — weight sync (sl_publish / sl_loader_refit, docs/spec/DESIGN.md §13) under mpirun at
  * 2 to 6 ranks: the first ranks are trainers that publish blocks of every checkpoint tensor, filled
  * from the fixtures' value function with a version's transformation (tests/mpi/refit_common.h), the
  * others receivers (loaded from storage in their layout) that refit. Every receiver's parameters

@@ -1,5 +1,5 @@
 /*
- * test_refit_faults.c — what goes wrong in a weight sync (docs/spec/DESIGN.md §12) under mpirun at
+ * test_refit_faults.c — what goes wrong in a weight sync (docs/spec/DESIGN.md §13) under mpirun at
  * 2 to 4 ranks on the llama fixture: rank 0 (and at 3 ranks or more rank 1) publish, the others
  * receive at dp = their count.
  *

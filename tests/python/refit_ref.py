@@ -1,5 +1,5 @@
 """refit_ref.py -- what the weight-sync tests share (tests/python/test_refit.py,
-tests/workers/test_workers_refit.py; docs/spec/DESIGN.md §12): a trainer's "master weights" of a
+tests/workers/test_workers_refit.py; docs/spec/DESIGN.md §13): a trainer's "master weights" of a
 version and the receivers' expected tensors, computed with numpy and torch alone.
 
 Version v's master weights (F32) of a checkpoint tensor: its values as F32 (BF16 widened; NaN and

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """test_refit.py -- run under mpirun at 4 ranks: weight sync from Python over MPI (shardload.publish,
-Loader.refit; docs/spec/DESIGN.md §12). Ranks 0-1 are trainers holding FSDP's row blocks of every
+Loader.refit; docs/spec/DESIGN.md §13). Ranks 0-1 are trainers holding FSDP's row blocks of every
 tensor's F32 master weights (tests/python/refit_ref.py), ranks 2-3 receivers loaded from storage.
 
   llama, receivers at tp 2: version 1 published as F32 (the library rounds into BF16), version 2

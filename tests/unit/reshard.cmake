@@ -6,7 +6,7 @@ set_tests_properties(test_plan_match PROPERTIES LABELS "reshard;unit" TIMEOUT 60
 # The plan of a load from peers (docs/spec/DESIGN.md §11, src/plan/peers.c) against a byte-by-byte simulation.
 sl_unit_test(test_peer_plan)
 set_tests_properties(test_peer_plan PROPERTIES LABELS "reshard;unit" TIMEOUT 60)
-# Weight sync's pure part (docs/spec/DESIGN.md §12, src/plan/refit_blocks.c, refit_describe.c,
+# Weight sync's pure part (docs/spec/DESIGN.md §13, src/plan/refit_blocks.c, refit_describe.c,
 # peer_subset.c): published blocks as copies, their checks, the wire form, the plan simulated byte by
 # byte, subsets of a plan, the dry run's descriptions. Labels refit and unit.
 sl_unit_test(test_refit_plan)

@@ -172,8 +172,8 @@ static void test_spec_errors(void) {
            "%s\"params\":[{\"name\":\"a.{layer}\",\"place\":\"layer\",\"style\":\"moe3d_w2\","
            "\"transpose\":true,\"sources\":[{\"tensor\":\"a.{layer}\",\"shape\":[1,1,1]}]}]}",
            head);
-  check_spec_error(buf, "'transpose' is only supported with styles moe3d_w13_transposed and "
-                        "moe3d_w2_transposed, not moe3d_w2");
+  check_spec_error(buf, "'transpose' is only supported with styles moe3d_w13_transposed, moe3d_w2_transposed "
+                        "and moe3d_w13_interleaved_transposed, not moe3d_w2");
   /* gdn (docs/spec/LAYOUTS.md §3.13): every source names its part, and the heads are given */
   snprintf(buf, sizeof buf,
            "%s\"params\":[{\"name\":\"a.{layer}\",\"place\":\"layer\",\"style\":\"gdn\","

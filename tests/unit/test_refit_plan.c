@@ -1,6 +1,6 @@
 /*
  * test_refit_plan.c — the pure part of weight sync (src/plan/refit_blocks.c, refit_describe.c,
- * peer_subset.c; docs/spec/DESIGN.md §12) against independent computations:
+ * peer_subset.c; docs/spec/DESIGN.md §13) against independent computations:
  *
  *   copies     400 random blocks of random tensors (1-4 dimensions, elements of 1, 2 or 4 bytes):
  *              sl__refit_copies applied byte by byte must put each byte of the block's memory

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """test_vllm_refit.py CASE -- weight sync into a running vLLM engine through its worker extension
-(shardload.vllm.RefitWorkerExtension; docs/INTEGRATION.md, docs/spec/DESIGN.md §12), on the
+(shardload.vllm.RefitWorkerExtension; docs/INTEGRATION.md, docs/spec/DESIGN.md §13), on the
 stand-in: an engine of 2 workers started as vLLM's mp executor starts them (spawn, a gloo world of
 their own), loaded with load_format "shardload" and {"refit": true}, and 2 trainer processes of
 another job; the driver calls collective_rpc as an RL loop's would, while the trainers call

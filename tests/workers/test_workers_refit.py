@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """test_workers_refit.py CASE -- weight sync over a torch.distributed gloo group of 4 workers (no
-mpirun, no MPI; docs/spec/DESIGN.md §12): workers 0-1 are trainers holding FSDP's row blocks of
+mpirun, no MPI; docs/spec/DESIGN.md §13): workers 0-1 are trainers holding FSDP's row blocks of
 every tensor's F32 master weights of a version (tests/python/refit_ref.py), workers 2-3 receivers
 that loaded the llama fixture at tp 2 over their own group; the refits go over the whole group.
 Messages of 4 KiB, so that a refit has many. CASE:
