@@ -1,9 +1,8 @@
 /*
- * shardload/core.h — the public API of libshardload without MPI: it loads a Hugging Face
- * safetensors checkpoint into every rank of a distributed job, each rank holding exactly its
- * tensor-parallel slices and experts, every checkpoint byte read from storage once, cluster-wide.
- * shardload/shardload.h includes it and adds the MPI entry points. Longer explanations, by the
- * section numbers below: docs/API.md.
+ * shardload/core.h — the public API of libshardload without MPI (shardload/shardload.h adds the MPI
+ * entry points): it loads a Hugging Face safetensors checkpoint into every rank of a distributed
+ * job, each rank holding exactly its tensor-parallel slices and experts, every checkpoint byte read
+ * from storage once, cluster-wide. Longer explanations, by section number: docs/API.md.
  *
  * Contents:
  *   0. the version and the ABI (structs the caller allocates)   6. model inspection (no MPI)
@@ -12,6 +11,7 @@
  *   3. configuration (key/value, validated up front)             9. progress
  *   4. the loader (create, plan, bind, load, table, report)     10. reload in place
  *   5. dry-run planning for any world size (no MPI)             11. load from peers
+ *                                                               12. caller-described plans
  */
 
 /*
@@ -35,9 +35,9 @@
  *   - Threads: distinct handles from distinct threads (MPI loaders at once: MPI_THREAD_MULTIPLE);
  *     logging settings are process-wide.
  *   - Memory: the caller frees what it creates (destroy/close); what the library returns is the
- *     library's, valid as documented (at the latest until destroy), except sl_model_open's error
- *     and sl_hub_download's folder (free()). Bound buffers stay the caller's; strings passed in
- *     are copied or only read during the call.
+ *     library's, valid as documented (at the latest until destroy), except what a function says
+ *     the caller frees with free(). Bound buffers stay the caller's; strings passed in are copied
+ *     or only read during the call.
  */
 #ifndef SHARDLOAD_CORE_H
 #define SHARDLOAD_CORE_H
@@ -152,7 +152,8 @@ uint64_t sl_abi(const char *name);
   X(HUB_METADATA, "unexpected reply from the Hub")                                                           \
   X(HUB_INVALID_NAME, "invalid repository id, revision or path")                                             \
   X(HUB_CACHE, "Hub cache error")                                                                            \
-  X(COMM, "communication between ranks failed")
+  X(COMM, "communication between ranks failed")                                                              \
+  X(PLAN, "invalid caller-described plan")
 
 typedef enum sl_status {
 #define SL__STATUS_ENUM(name, msg) SL_STATUS_##name,
@@ -615,6 +616,112 @@ void sl_dryrun_peers_destroy(sl_dryrun_peers *dryrun);
 /* JSON (docs/report.schema.json's peers_dryrun) and a human table; owned by the handle. */
 const char *sl_dryrun_peers_json(sl_dryrun_peers *dryrun);
 const char *sl_dryrun_peers_summary(sl_dryrun_peers *dryrun);
+
+/* ---------------------------------------------------------------------------------------------
+ * 12. Caller-described plans: instead of an architecture spec, each rank describes its own
+ * parameters and where their bytes come from (the vLLM plugin records it from vLLM's own weight
+ * loaders); everything else is as for a spec's plan. A region pairs the elements of a box of a
+ * checkpoint tensor with those of a box of a parameter in row-major order (a view or reshape is
+ * one region); a transposed parameter's boxes address it with its last two dimensions exchanged;
+ * a parameter's regions write each of its bytes exactly once, except those declared zero. Checked
+ * on every rank before any byte is read (SL_STATUS_PLAN, naming the rank, parameter, region,
+ * tensor and rule); the builder refuses a duplicate name, too many dimensions or counts at once
+ * (SL_STATUS_INVALID_ARGUMENT, sl_plan_error). The rules: docs/API.md §12, docs/spec/DESIGN.md §12.
+ * ------------------------------------------------------------------------------------------- */
+
+/* How a parameter of the table is filled (sl_loader_param_fill). */
+typedef enum sl_fill {
+  SL_FILL_SPEC = 0,     /* by an architecture spec's plan */
+  SL_FILL_RECORDED = 1, /* by a caller-described plan, as described */
+  SL_FILL_FALLBACK = 2  /* by a caller-described plan: one whole checkpoint tensor, as stored, which
+                           the caller hands to its own loader (the vLLM plugin: the model's
+                           weight_loader) after the load */
+} sl_fill;
+
+typedef struct sl_plan sl_plan;
+
+/* A region whose tensor is this index (sl_plan_add_regions): zeros (see sl_plan_add_zeros). */
+#define SL_PLAN_ZEROS UINT32_MAX
+
+sl_status sl_plan_create(sl_plan **out);
+void sl_plan_destroy(sl_plan *plan);
+/* The message of the plan's last failed call ("" when none). Valid until the next call on it. */
+const char *sl_plan_error(const sl_plan *plan);
+/* A parameter of this rank: name (unique on this rank, copied), the dtype it is held in, its shape
+ * (ndim <= SL_MAX_DIMS; 0: a scalar), transposed (nonzero: see above), fill (SL_FILL_RECORDED, or
+ * SL_FILL_FALLBACK: one region reading one whole checkpoint tensor into the whole parameter, of the
+ * tensor's shape and dtype, not transposed). *index (may be NULL) receives its index: 0, 1, ... in
+ * the order added. */
+sl_status sl_plan_add_param(sl_plan *plan, const char *name, sl_dtype dtype, uint32_t ndim,
+                            const uint64_t *shape, int transposed, int fill, uint32_t *index);
+/* n parameters at once (what sl_plan_add_param does, one call): parameter i is names[i], dtypes[i],
+ * ndims[i] dimensions whose sizes follow those of the parameters before it in `shapes` (n_shapes in
+ * all), transposed[i] and fills[i] (transposed and fills may be NULL: none transposed, every one
+ * SL_FILL_RECORDED). Their indexes follow the plan's parameters so far. Each is checked as by
+ * sl_plan_add_param before any is added: on a refusal nothing is added (out of memory may leave the
+ * first ones added). */
+sl_status sl_plan_add_params(sl_plan *plan, size_t n, const char *const *names, const sl_dtype *dtypes,
+                             const uint32_t *ndims, const uint64_t *shapes, size_t n_shapes,
+                             const uint8_t *transposed, const uint8_t *fills);
+/* A region (see above): box start/count (ndim = the tensor's dimensions) of checkpoint tensor
+ * `tensor` (copied) fills box dst_start/dst_count (dst_ndim = the parameter's dimensions) of
+ * parameter `param`. The tensor's dtype must be the parameter's, or convertible to it (the
+ * parameter is then held converted: the spec key "dtype" of docs/SPECS.md). */
+sl_status sl_plan_add_region(sl_plan *plan, uint32_t param, const char *tensor, uint32_t ndim,
+                             const uint64_t *start, const uint64_t *count, uint32_t dst_ndim,
+                             const uint64_t *dst_start, const uint64_t *dst_count);
+/* Box dst_start/dst_count of parameter `param` is zero on purpose (no checkpoint byte lands there:
+ * vLLM's padded vocabulary rows). */
+sl_status sl_plan_add_zeros(sl_plan *plan, uint32_t param, uint32_t dst_ndim, const uint64_t *dst_start,
+                            const uint64_t *dst_count);
+/* n regions at once (what sl_plan_add_region and sl_plan_add_zeros do, one call; the Python package
+ * hands a DeepSeek-V3-sized plan over in one): region i fills parameter params[i] from tensor
+ * names[tensors[i]] (tensors[i] < n_names; SL_PLAN_ZEROS: zeros, ndims[i] 0); its numbers follow those
+ * of the regions before it in `numbers`: start[ndims[i]], count[ndims[i]], dst_start[dst_ndims[i]],
+ * dst_count[dst_ndims[i]]; n_numbers is their total. Checked as the single calls; on failure nothing
+ * is added. */
+sl_status sl_plan_add_regions(sl_plan *plan, size_t n, const uint32_t *params, const uint32_t *tensors,
+                              const char *const *names, size_t n_names, const uint32_t *ndims,
+                              const uint32_t *dst_ndims, const uint64_t *numbers, size_t n_numbers);
+/* A checkpoint tensor this rank's engine skips on purpose (rotary buffers, a tied head, another
+ * pipeline stage's layers): when no rank reads it, it is skipped, not unexpected. */
+sl_status sl_plan_skip(sl_plan *plan, const char *tensor);
+/* What the plan holds so far. */
+size_t sl_plan_param_count(const sl_plan *plan);
+uint64_t sl_plan_region_count(const sl_plan *plan);
+
+/* The JSON form (files, dry runs, tests; its keys: docs/API.md §12, docs/spec/DESIGN.md §12).
+ * sl_plan_from_json: every key checked (an unknown one is an error naming it), every number a
+ * non-negative integer, the counts bounded; on failure *out is NULL and *error (if not NULL) a
+ * message the caller frees with free(). sl_plan_to_json: the plan in that form, regions under their
+ * parameter (NULL when out of memory); the caller frees it with free(). */
+sl_status sl_plan_from_json(const char *text, size_t len, sl_plan **out, char **error);
+char *sl_plan_to_json(const sl_plan *plan);
+/* Every rank's plans from one JSON document ({"ranks": [PLAN, ...]}, one per rank, or
+ * {"classes": [{"ranks": [R, ...], "plan": PLAN}, ...]}, every rank in exactly one class) into
+ * plans[0 .. world_size) (the caller's array); the ranks of a class share one plan. Free them with
+ * sl_plans_destroy. Errors as sl_plan_from_json's. */
+sl_status sl_plans_from_json(const char *text, size_t len, int world_size, sl_plan **plans, char **error);
+/* Destroys every distinct plan of plans[0 .. world_size) once and sets the entries to NULL. */
+void sl_plans_destroy(sl_plan **plans, int world_size);
+
+/* Not collective; before sl_loader_download, sl_loader_plan and sl_loader_load, on every rank (the
+ * job agrees in sl_loader_download whether it loads from described plans; a rank that sets none
+ * fails it on every rank). This rank's plan (copied) replaces the architecture spec, so an
+ * architecture without one loads; tp, pp and dp only number the ranks in reports (none: every rank
+ * a data-parallel replica). Not with load_format sharded_state nor a load from peers. plan NULL:
+ * this rank's plan could not be made; the download then fails on every rank (SL_STATUS_PLAN
+ * naming this rank). docs/API.md §12. */
+sl_status sl_loader_set_plan(sl_loader *loader, const sl_plan *plan);
+/* After sl_loader_plan: how local parameter index is filled (SL_FILL_SPEC for an architecture
+ * spec's plan); SL_FILL_SPEC also for an index out of the table. */
+sl_fill sl_loader_param_fill(const sl_loader *loader, size_t index);
+
+/* The dry run of described plans (section 5): world_size ranks, plans[r] rank r's (the same
+ * pointer, or equal plans, for ranks that describe the same: data-parallel replicas). The
+ * configuration's model, and its tp, pp and dp as for sl_loader_set_plan. */
+sl_status sl_dryrun_create_described(sl_config *config, int world_size, const sl_plan *const *plans,
+                                     sl_dryrun **out);
 
 #pragma GCC visibility pop
 

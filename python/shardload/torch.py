@@ -110,11 +110,12 @@ def _fill_duplicates(tensors, filled):
         filled.update(names[id(tensors[n])])
 
 
-def open_loader(model, comm=None, group=None, **config):
-    """Loader over an MPI communicator (comm) or a torch.distributed group (group)."""
+def open_loader(model, comm=None, group=None, plan=None, **config):
+    """Loader over an MPI communicator (comm) or a torch.distributed group (group); plan: this
+    rank's shardload.Plan instead of the architecture spec, or None."""
     if group is not None:
-        return Loader(model, comm, group=group, **config)
-    return Loader(model, comm, **config)
+        return Loader(model, comm, group=group, plan=plan, **config)
+    return Loader(model, comm, plan=plan, **config)
 
 
 def _raw_view(p, t):
@@ -165,7 +166,7 @@ def _cuda_device_of(tensors):
 
 
 def load_into(module, model, comm=None, group=None, strict=None, fallback=None, check=None, kept=None,
-              **config):
+              plan=None, after=None, filled=(), **config):
     """COLLECTIVE. Loads `model` (folder or Hub id) into `module` on every rank of the load.
     comm: an mpi4py communicator (default: MPI's world); group: a torch.distributed ProcessGroup
     (gloo) of every rank of the load, used instead of MPI. config: the C library's keys (tp, pp,
@@ -173,9 +174,14 @@ def load_into(module, model, comm=None, group=None, strict=None, fallback=None, 
     parameters are on a GPU), and cuda_device to the GPU they are on. fallback: see the module's
     docstring. check(plan): called before any byte is read with this rank's plan (a list of
     shardload.Parameter); a returned message fails the load on every rank. kept(name): module
-    tensors that may keep their initial value (see the module's docstring). Returns (missing,
-    unexpected)."""
+    tensors that may keep their initial value (see the module's docstring). plan: this rank's
+    shardload.Plan (a caller-described plan, docs/spec/DESIGN.md §12) instead of the architecture
+    spec. after(loader): called on every rank once the load is done (and the fallback ran), before
+    the loader closes (its report(), ...). filled: module tensor names the caller fills itself
+    (never reported missing). A module tensor that is the same tensor as a filled one (a tied head:
+    one Parameter under two names) is filled too. Returns (missing, unexpected)."""
     strict = _strict_value(strict, config)
+    filled_by_caller = set(filled)
     tensors = module_tensors(module)
     if "device" not in config:
         on_gpu = any(t.is_cuda for t in tensors.values())
@@ -195,7 +201,7 @@ def load_into(module, model, comm=None, group=None, strict=None, fallback=None, 
         out = targets(name)
         return None if out is None else list(out)
 
-    with open_loader(model, comm, group, strict=strict, **config) as loader:
+    with open_loader(model, comm, group, plan=plan, strict=strict, **config) as loader:
         plan = loader.plan()
         binds, copies, aliases, handed, views, staged = [], [], [], [], {}, {}
         filled, unexpected = set(), []
@@ -227,6 +233,7 @@ def load_into(module, model, comm=None, group=None, strict=None, fallback=None, 
                 if how == "view":
                     views[p.name] = _raw_view(p, t)
         unexpected.sort()
+        filled.update(n for n in filled_by_caller if n in tensors)
         _fill_duplicates(tensors, filled)
         missing = sorted(n for n in tensors if n not in filled and not kept_default(n) and
                          not (kept is not None and kept(n)))
@@ -279,6 +286,12 @@ def load_into(module, model, comm=None, group=None, strict=None, fallback=None, 
                                                    % (name, type(e).__name__, e))
                     failure.__cause__ = e
         loaded = None   # the loader's memory of copied parameters is freed with the tensors
+        if after is not None and failure is None:
+            try:
+                after(loader)
+            except Exception as e:
+                failure = InvalidArgumentError("load_into: after: %s: %s" % (type(e).__name__, e))
+                failure.__cause__ = e
         try:
             loader.agree(failure)  # every rank raises when a fallback failed on any rank
         except Error as e:

@@ -55,12 +55,14 @@ What a worker gets (shardload.torch.load_into on the model vLLM built):
   redundant slots holding logical expert slot % experts) before any byte is read;
 - then vLLM's process_weights_after_loading, as for any loader.
 
-A draft (speculative) model goes through shardload when shardload knows its architecture (vLLM's
-name of it: DeepSeekMTPModel for DeepSeek's and GLM-5's MTP layers) and its plan fits the module
-vLLM built; otherwise (an architecture shardload has no spec for, or a
-module vLLM names its own way, such as EAGLE heads) it is handed to vLLM's DefaultModelLoader,
-with a log line naming it. The target model is never handed over: an unknown architecture is an
-error naming it.
+Plans: with a spec for the architecture, shardload's spec plan; without one, a plan recorded from
+the model's own weight loaders (shardload.record, python/shardload/vllm_recorded.py): the target
+model is never refused for lack of a spec. model_loader_extra_config "plan": auto (default),
+spec, record. A draft (speculative) model uses the spec when shardload knows its architecture
+(vLLM's name of it: DeepSeekMTPModel for DeepSeek's and GLM-5's MTP layers) and its plan fits the
+module vLLM built; otherwise (no spec, or a module vLLM names its own way, such as EAGLE heads)
+its plan is recorded too. `last` says per parameter how it was filled (spec, recorded, fallback)
+and the bytes each way; rank 0 logs one line.
 
 vllm is imported only inside register() and the loader class, never by `import shardload.vllm`.
 """
@@ -76,6 +78,7 @@ logger = logging.getLogger("shardload.vllm")
 _registered = None
 _class = None
 _DRAFT_MISFIT = "the plan does not fit the draft model"
+PLAN_MODES = ("auto", "spec", "record")   # model_loader_extra_config "plan"
 
 
 def register():
@@ -431,6 +434,10 @@ def loader_class():
             super().__init__(load_config)
             self.options, self.strict = split_options(
                 getattr(load_config, "model_loader_extra_config", None))
+            self.plan_mode = self.options.pop("plan", "auto")
+            if self.plan_mode not in PLAN_MODES:
+                raise ValueError("model_loader_extra_config plan: expected one of %s, got %r"
+                                 % ("/".join(PLAN_MODES), self.plan_mode))
             from .config import Config
             Config(**{k: v for k, v in self.options.items()})   # unknown keys and values fail here
             self.vllm_config = None
@@ -470,7 +477,7 @@ def loader_class():
             return options
 
         def load_weights(self, model, model_config):
-            from . import torch as sl_torch
+            from .errors import Error
             layout = parallel_layout(self._config())
             options = self._options(model, model_config, layout)
             draft = self.main_model_config is not None and model_config is not self.main_model_config
@@ -482,20 +489,76 @@ def loader_class():
                     getattr(getattr(model_config, "hf_config", None), "architectures", None)
                 if archs and "arch" not in self.options:
                     options["arch"] = archs[0]
-                reason = self._draft_misfit(model, model_config, layout, options)
-                if reason is not None:
-                    self._to_default_loader(model, model_config, reason)
-                    return
+            mode, why = self.plan_mode, "model_loader_extra_config plan: record"
+            if draft and mode != "record":
+                why = self._draft_misfit(model, model_config, layout, options)
+                if why is not None:
+                    mode = "record"
+            if mode == "record":
+                return self._load_recorded(model, model_config, layout, options, why)
+            try:
+                self._load_spec(model, model_config, layout, options)
+            except Error as e:
+                if mode == "auto" and "unknown architecture" in e.message:
+                    return self._load_recorded(model, model_config, layout, options,
+                                               "no spec for the architecture")
+                raise
+
+        def _load_spec(self, model, model_config, layout, options):
+            from . import torch as sl_torch
+            from .vllm_recorded import fills_of, summary_line
             fallback = WeightLoaderFallback(model)
+            seen = {}
 
             def check(plan):
+                seen["plan"] = plan
                 return layout["problem"] or vision_problem(model_config, options) or check_experts(plan, model)
 
             missing, unexpected = sl_torch.load_into(
                 model, model_config.model, group=layout["group"], strict=self.strict,
-                fallback=fallback, check=check, kept=kept_initialized(model_config), **options)
-            self.last = {"loader": "shardload", "missing": missing, "unexpected": unexpected,
-                         "handed": list(fallback.handed), "options": options}
+                fallback=fallback, check=check, kept=kept_initialized(model_config),
+                after=lambda loader: seen.update(report=loader.report()), **options)
+            fills, nbytes = fills_of(seen["plan"])
+            self.last = {"loader": "shardload", "plan": "spec", "missing": missing,
+                         "unexpected": unexpected, "handed": list(fallback.handed),
+                         "options": options, "fills": fills, "bytes": nbytes,
+                         "planned": seen["plan"], "report": seen.get("report")}
+            if layout["rank"] == 0:
+                logger.info(summary_line("spec", fills, nbytes, report=seen.get("report")))
+
+        def _load_recorded(self, model, model_config, layout, options, why):
+            from . import torch as sl_torch
+            from .vllm_recorded import (FALLBACK_PREFIX, RecordedFallback, fills_of, record_rank,
+                                        replay_consts, summary_line, to_plan)
+            recording, failed = record_rank(model, model_config, options, layout["group"])
+            if failed is not None:
+                return self._to_default_loader(model, model_config, failed)
+            replay_consts(model, recording)
+            handler = RecordedFallback(model, recording)
+            seen = {}
+
+            def check(plan):
+                seen["plan"] = plan
+                return layout["problem"] or check_experts(plan, model)
+
+            const_only = {name for name, _, _ in recording.consts}
+            missing, unexpected = sl_torch.load_into(
+                model, model_config.model, group=layout["group"], strict=self.strict,
+                fallback=handler, check=check, plan=to_plan(recording, options.get("device", "cpu")),
+                filled=const_only, kept=kept_initialized(model_config),
+                after=lambda loader: seen.update(report=loader.report()), **options)
+            fills, nbytes = fills_of(seen["plan"])
+            for name in [n for n in fills if n.startswith(FALLBACK_PREFIX)]:
+                del fills[name]   # a checkpoint tensor: the parameters it fills are named below
+            fills.update({n: "fallback" for n in recording.fallback_params})
+            self.last = {"loader": "shardload", "plan": "recorded", "why": why, "missing": missing,
+                         "unexpected": unexpected, "handed": list(handler.handed),
+                         "options": options, "fills": fills, "bytes": nbytes,
+                         "planned": seen["plan"], "recording": recording,
+                         "report": seen.get("report")}
+            if layout["rank"] == 0:
+                logger.info(summary_line("recorded (%s)" % why, fills, nbytes, recording,
+                                         seen.get("report")))
 
         def _draft_misfit(self, model, model_config, layout, options):
             """None when shardload can load the draft model, else the reason (collective)."""
@@ -527,18 +590,17 @@ def loader_class():
                 raise
 
         def _to_default_loader(self, model, model_config, reason):
+            """vLLM's own loader (every worker reads every file), when nothing could be recorded."""
             import copy
             from vllm.model_executor.model_loader import DefaultModelLoader
-            archs = getattr(model_config, "architectures", None) or \
-                getattr(getattr(model_config, "hf_config", None), "architectures", None)
-            logger.info("shardload: draft model %s (%s) loaded by vLLM's default loader: %s",
-                        model_config.model, archs, reason)
+            logger.warning("shardload: %s loaded by vLLM's default loader: %s",
+                           model_config.model, reason)
             config = copy.copy(self.load_config)
             config.load_format = "auto"
             extra = getattr(self.load_config, "model_loader_extra_config", None) or {}
             config.model_loader_extra_config = {k: v for k, v in extra.items() if k in VLLM_EXTRA_KEYS}
             DefaultModelLoader(config).load_weights(model, model_config)
-            self.last = {"loader": "default", "reason": reason}
+            self.last = {"loader": "default", "plan": None, "why": reason}
 
     _class = ShardloadModelLoader
     return _class

@@ -151,6 +151,7 @@ void sl_loader_destroy(sl_loader *l) {
   free(l->store.table);
   free(l->store.table_strings);
   free(l->records);
+  free(l->plan_blob);
   sl__job_nodes_free(&l->nodes);
   sl__track_free(&l->track);
   sl__prepare_groups_free(&l->groups);
@@ -313,7 +314,11 @@ sl_status sl_loader_download(sl_loader *l) {
   sl_status st = sl__loader_begin(l);
   if (st != SL_STATUS_OK || l->state >= STATE_CATALOG)
     return st;
-  st = advance(l, SL_PREP_MODEL);
+  /* Whether the ranks describe their plans (api/describe.c): known before rank 0 looks for a spec. */
+  if (l->pl.done == SL_PREP_OPTIONS)
+    st = sl__loader_share_plans(l, &l->pl);
+  if (st == SL_STATUS_OK)
+    st = advance(l, SL_PREP_MODEL);
   if (st != SL_STATUS_OK)
     return sl__loader_fail(l, st);
   l->state = STATE_CATALOG;

@@ -71,6 +71,7 @@ typedef struct sl__mparam {
   bool in_whole;          /* the input dim never split (act-order or channelwise scales and qzeros) */
   const char *quant_rule; /* packed: the rule in_group stands for, for messages (static text) */
   bool shape_values;      /* weight_shape tensors: each holds its source's wshape, checked after a load */
+  uint8_t fill;           /* sl_fill: SL_FILL_SPEC, or a described plan's RECORDED / FALLBACK */
   uint32_t alias_of;      /* tied lm_head: index of the embedding parameter, else SL_NONE */
   bool owned;             /* sharded_state: held by rank `owner` alone, whatever the layout */
   uint32_t owner;
@@ -103,6 +104,9 @@ typedef struct sl__model {
   char **units;         /* expected set X, sorted bytewise */
   uint32_t *unit_param; /* parameter each unit feeds */
   uint8_t *tensor_fate; /* per catalog tensor: SL_FATE_* */
+  /* A load from caller-described plans (model/described.h, owned): every rank's plan, which the
+   * planner slices instead of the parameters' styles; NULL for a spec's model. */
+  struct sl__described *described;
 } sl__model;
 
 enum {

@@ -5,6 +5,7 @@
  * of the builder (model/model_build.h) and by the model of pre-sharded checkpoints
  * (model/sharded.c).
  */
+#include "model/described.h"
 #include "model/model_build.h"
 
 #include <stdlib.h>
@@ -54,5 +55,7 @@ void sl__model_free(sl__model *m) {
   free(m->units);
   free(m->unit_param);
   free(m->tensor_fate);
+  sl__described_free(m->described);
+  free(m->described);
   memset(m, 0, sizeof *m);
 }

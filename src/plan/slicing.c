@@ -167,6 +167,8 @@ static sl_status transpose_shape(const sl__mparam *p, local_shape *ls, char *des
 
 sl_status sl__plan_rank(const sl__model *m, const sl__catalog *cat, const sl__plan_opts *o, uint32_t rank,
                         bool with_table, sl__rank_plan *out, sl__err *err) {
+  if (m->described != NULL) /* the rank's own description instead of the styles */
+    return sl__plan_rank_described(m, cat, o, rank, with_table, out, err);
   memset(out, 0, sizeof *out);
   sl_status st = sl__rank_ctx_init(m, o, rank, &out->ctx, err);
   if (st != SL_STATUS_OK)

@@ -8,6 +8,9 @@
  *   - bound with sl_loader_bind_as at the checkpoint's dtype (BF16: no conversion), the load runs and
  *     every norm holds the checkpoint's bytes: the upper halves of the F32 values a cpu load of the
  *     same spec holds; every other parameter equals the cpu load's, byte for byte.
+ * And a caller-described plan (docs/spec/DESIGN.md §12: every checkpoint tensor of the fixture a
+ * parameter of its own, dp = the world) loaded with device=cuda equals the same plan loaded on the
+ * host, byte for byte, every entry's fill "recorded".
  * Usage: mpirun -np N test_gpu_planned_dtype. Built against the CPU stand-in of CUDA (label gpumock).
  */
 #include "check.h"
@@ -128,6 +131,70 @@ static void bound(int tp) {
   free(buf);
 }
 
+/* Every tensor of the llama fixture as a parameter of its own. */
+static sl_plan *whole_tensors(const char *model) {
+  sl_model *sm = NULL;
+  CHECK(sl_model_open(model, NULL, &sm, NULL) == SL_STATUS_OK);
+  sl_plan *plan = NULL;
+  sl_plan_create(&plan);
+  for (size_t t = 0; sm != NULL && t < sl_model_tensor_count(sm); t++) {
+    sl_tensor_info ti = SL_TENSOR_INFO_INIT;
+    sl_model_tensor(sm, t, &ti);
+    sl_dtype dt = SL_DTYPE_COUNT;
+    for (int d = 0; d < SL_DTYPE_COUNT; d++)
+      dt = strcmp(sl_dtype_name((sl_dtype)d), ti.dtype) == 0 ? (sl_dtype)d : dt;
+    uint64_t zero[SL_MAX_DIMS] = {0};
+    uint32_t i = 0;
+    CHECK(sl_plan_add_param(plan, ti.name, dt, ti.ndim, ti.shape, 0, SL_FILL_RECORDED, &i) == SL_STATUS_OK);
+    CHECK(sl_plan_add_region(plan, i, ti.name, ti.ndim, zero, ti.shape, ti.ndim, zero, ti.shape) ==
+          SL_STATUS_OK);
+  }
+  sl_model_close(sm);
+  return plan;
+}
+
+static sl_loader *described_loader(const char *device, int size, const sl_plan *plan) {
+  char model[1024], num[16];
+  snprintf(model, sizeof model, "%s/llama", sl_test_env("SL_FIXTURES", "fixtures"));
+  snprintf(num, sizeof num, "%d", size);
+  sl_config *cfg = NULL;
+  sl_config_create(&cfg);
+  sl_config_set(cfg, "model", model);
+  sl_config_set(cfg, "device", device);
+  sl_config_set(cfg, "dp", num);
+  sl_config_set(cfg, "quiet", "true");
+  sl_loader *l = NULL;
+  CHECKF(sl_loader_create(cfg, MPI_COMM_WORLD, &l) == SL_STATUS_OK, "create: %s", sl_config_error(cfg));
+  sl_config_destroy(cfg);
+  CHECK(l != NULL && sl_loader_set_plan(l, plan) == SL_STATUS_OK);
+  CHECKF(l != NULL && sl_loader_load(l) == SL_STATUS_OK, "%s: %s", device,
+         l != NULL ? sl_loader_error(l) : "");
+  return l;
+}
+
+static void described(int size) {
+  char model[1024];
+  snprintf(model, sizeof model, "%s/llama", sl_test_env("SL_FIXTURES", "fixtures"));
+  sl_plan *plan = whole_tensors(model);
+  sl_loader *cpu = described_loader("cpu", size, plan);
+  sl_loader *gpu = described_loader("cuda", size, plan);
+  size_t n = gpu != NULL ? sl_loader_param_count(gpu) : 0;
+  CHECK(n > 0 && cpu != NULL && n == sl_loader_param_count(cpu));
+  for (size_t i = 0; cpu != NULL && i < n; i++) {
+    const sl_param *g = sl_loader_param(gpu, i);
+    const sl_param *c = sl_loader_find(cpu, g->name);
+    CHECK(sl_loader_param_fill(gpu, i) == SL_FILL_RECORDED && g->device >= 0);
+    uint8_t *host = malloc(g->nbytes + 1);
+    CHECK(cudaMemcpy(host, g->data, (size_t)g->nbytes, cudaMemcpyDeviceToHost) == cudaSuccess);
+    CHECKF(c != NULL && c->nbytes == g->nbytes && memcmp(host, c->data, (size_t)g->nbytes) == 0,
+           "described: %s differs on cuda", g->name);
+    free(host);
+  }
+  sl_loader_destroy(gpu);
+  sl_loader_destroy(cpu);
+  sl_plan_destroy(plan);
+}
+
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
   int rank = 0, size = 1;
@@ -139,6 +206,7 @@ int main(int argc, char **argv) {
   CHECK(cudaSetDevice(rank) == cudaSuccess); /* the loader's default: the node-local rank's GPU */
   refused(size, size);
   bound(size);
+  described(size);
   int rc = sl_test_finish_mpi(MPI_COMM_WORLD);
   MPI_Finalize();
   return rc;

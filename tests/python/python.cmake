@@ -75,3 +75,10 @@ sl_python_test(python_load_packed test_load_packed.py 1 2 4)
 foreach(np 1 2 4)
   set_tests_properties(python_load_packed_np${np} PROPERTIES LABELS "python;frontier")
 endforeach()
+
+# Caller-described plans from Python (labels python, recorded): shardload.Plan, Loader(plan=),
+# load_into(plan=), the JSON form, shardload.dryrun(plans=), a refusal on every rank.
+sl_python_test(python_plan test_plan.py 1 2)
+foreach(np 1 2)
+  set_tests_properties(python_plan_np${np} PROPERTIES LABELS "python;recorded")
+endforeach()

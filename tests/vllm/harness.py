@@ -69,6 +69,7 @@ class Case:
     mutate: str = None           # a deliberate fault (see run_case)
     mm: dict = None              # ModelConfig's multimodal keys: language_model_only, limit_mm_per_prompt
     expect_skip_vision: bool = None   # the plugin's skip_vision option must be this (None: not checked)
+    verify: str = None           # recorded_cases.verify's check after the comparison
 
     def world(self):
         return self.tp * self.pp * self.dp
@@ -76,9 +77,12 @@ class Case:
 
 def cases(world, group):
     """The cases of a world size (group: "main", "dtype", "qwen", "packed", "dsa", "minimax", "dsv4",
-    "mm")."""
+    "mm", "recorded")."""
     C = Case
     out = []
+    if group == "recorded":   # plans recorded from the weight loaders (recorded_cases.py)
+        import recorded_cases
+        return recorded_cases.cases(world)
     if group == "dsa":   # DeepSeek-V3.2, GLM-5 and their MTP draft (cases_dsa.py)
         import cases_dsa
         return cases_dsa.cases(world, C)
@@ -116,8 +120,7 @@ def cases(world, group):
                 C("gpt_oss mxfp4 padded", "gpt_oss", expect_handed=10),
                 C("llama4 experts in place", "llama4_text"),
                 C("draft known", "llama_f32", draft="llama_f32"),
-                C("draft unknown arch", "llama_f32", draft="eagle_draft",
-                  expect_loader="default"),
+                C("draft unknown arch", "llama_f32", draft="eagle_draft"),
                 C("extra config: num_threads four", "llama_f32", extra={"num_threads": "four"},
                   expect_error="num_threads"),
                 C("extra config: multithread with direct reads", "llama_f32",
@@ -351,6 +354,9 @@ def run_case(case, rank):
         for k, v in want_opts.items():
             if opts.get(k) != v:
                 fails.append("%s: option %s = %r, expected %r" % (case.name, k, opts.get(k), v))
+    if case.verify and not fails:
+        import recorded_cases
+        fails += recorded_cases.verify(case, model, ref, loader)
     print("rank %d: %s: %d tensors, %d bytes compared, loader %s%s"
           % (rank, case.name, len(got), nbytes, last.get("loader"),
              "" if not fails else " FAIL"), flush=True)

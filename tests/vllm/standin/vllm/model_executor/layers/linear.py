@@ -10,7 +10,8 @@ their weight_loader(param, loaded_weight[, shard_id]) applies to a whole checkpo
 - QKVParallelLinear: q heads split over tp; kv heads split when tp < total kv heads, else each kv
   head replicated on tp/total_kv ranks (rank r holds kv head r // replicas); shard ids q, k, v.
 - RowParallelLinear: weight [out, in/tp]; rank r takes columns [r*in/tp, +in/tp); bias whole.
-- disable_tp=True (column and merged layers): every rank holds the whole weight, as if tp were 1.
+- disable_tp=True (vLLM's LinearBase): the layer acts as tensor-parallel rank 0 of 1 (whole
+  weights on every rank; DeepSeek's fused_qkv_a_proj).
 - a block-fp8 quant_config (layers/quantization/fp8.py): the weight holds F8 bytes and a
   weight_scale_inv in blocks is loaded by the same rule counted in blocks.
 
@@ -19,6 +20,8 @@ NVFP4) gets its quantization method's parameters instead of `weight` (output_par
 rank's rows of each part), vLLM parameters (model_executor/parameter.py) loaded by each layer's
 weight_loader_v2 rules: column-parallel whole-layer loads, merged parts with their rank offset and
 size, qkv parts with the kv replicas, row-parallel loads; scalars reshaped to [1].
+Unquantized layers load through weight_loader (vLLM gives weight_loader_v2 only to the quant
+methods of its WEIGHT_LOADER_V2_SUPPORTED list).
 """
 
 import torch
@@ -179,8 +182,9 @@ class QKVParallelLinear(ColumnParallelLinear):
 
 class RowParallelLinear(LinearBase):
     def __init__(self, input_size, output_size, bias=True, input_is_parallel=True,
-                 params_dtype=None, reduce_results=True, quant_config=None, prefix=""):
-        super().__init__(input_size, output_size, params_dtype, quant_config, prefix)
+                 params_dtype=None, reduce_results=True, quant_config=None, prefix="",
+                 disable_tp=False):
+        super().__init__(input_size, output_size, params_dtype, quant_config, prefix, disable_tp)
         assert input_size % self.tp_size == 0
         cols = input_size // self.tp_size
         if not self._quantized([output_size], cols):
