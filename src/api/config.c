@@ -1,7 +1,7 @@
 /*
  * api/config.c — the configuration table. Every key the library accepts is one row below: its type,
  * its default and a short description. sl_config_set validates against the row (so the error
- * names the key and what it accepts); loaders read typed values back with the getters. README.md's
+ * names the key and what it accepts); loaders read typed values back with the getters. docs/CLI.md's
  * table of keys is written from this one (scripts/config-keys --write, through sl_config_keys), and
  * tests/unit/test_config_keys.py fails while it or another list of keys disagrees.
  */
@@ -483,7 +483,7 @@ static char keys_help[8192];
 static pthread_once_t keys_once = PTHREAD_ONCE_INIT;
 
 /* One key's line: "  NAME  MEANING[; one of A, B, C][ (default D)]" (an enum's accepted values
- * listed, so that `--help` and the README's table say what --layout or --load-format take). */
+ * listed, so that `--help` and docs/CLI.md's table say what --layout or --load-format take). */
 static int key_line(char *out, size_t cap, const key_def *k) {
   char choices[256] = "";
   if (k->type == T_ENUM && k->choices != NULL) {

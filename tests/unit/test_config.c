@@ -28,7 +28,7 @@ typedef struct key {
   const char *choices[6];
 } key;
 
-/* The table as documented (README "Configuration keys", config.c), written out by hand. */
+/* The table as documented (docs/CLI.md §7, config.c), written out by hand. */
 static const key k_keys[] = {
     {"model", STR, NULL, {0}},
     {"revision", STR, "main", {0}},
