@@ -119,6 +119,17 @@ sl_status sl_loader_create_ops(sl_config *config, const sl_comm_ops *ops, sl_loa
   return create_over(config, init_caller, ops, out);
 }
 
+/* A destroy that talks to no rank: the duplicated MPI communicators are left to MPI_Finalize
+ * (MPI_Comm_free is collective) and NCCL communicators still open are aborted, not finalized. */
+void sl_loader_release_local(sl_loader *l) {
+  if (l == NULL)
+    return;
+  l->comm.free_local = true;
+  if (l->store.backend != NULL)
+    l->store.backend->failed = true;
+  sl_loader_destroy(l);
+}
+
 static void free_buffers(sl_loader *l) {
   if (l->store.param_ptr != NULL && l->store.backend != NULL) {
     for (size_t i = 0; i < l->pl.plan.n_lparams; i++)
