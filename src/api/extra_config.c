@@ -225,18 +225,11 @@ sl_status sl__extra_config_parse(const char *json, const char *load_format_name,
   const char *text = json != NULL ? json : "{}";
   memset(out, 0, sizeof *out);
 
-  /* The limits of base/json.h before cJSON allocates anything (the text comes from the user). */
-  sl_status checked = sl__json_check(text, strlen(text), "extra config", SL_STATUS_CONFIG, err);
-  if (checked != SL_STATUS_OK)
-    return checked;
-  const char *end = NULL;
-  cJSON *root = cJSON_ParseWithOpts(text, &end, true);
-  if (root == NULL) {
-    size_t at = (end != NULL && end >= text) ? (size_t)(end - text) : 0;
-    return sl__err_set(err, SL_STATUS_CONFIG, "extra config must be a JSON object: invalid JSON at byte %zu",
-                       at);
-  }
-  sl_status st = SL_STATUS_OK;
+  /* base/json.h: its limits before cJSON allocates anything (the text comes from the user). */
+  cJSON *root = NULL;
+  sl_status st = sl__json_parse_whole(text, strlen(text), "extra config", SL_STATUS_CONFIG, &root, err);
+  if (st != SL_STATUS_OK)
+    return st;
   token_span *spans = NULL;
   size_t n = 0;
   if (!cJSON_IsObject(root)) {

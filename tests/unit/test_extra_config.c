@@ -110,11 +110,17 @@ static void test_object_and_keys(void) {
   EXPECT_ERR("null", "hf", not_object, NULL);
   EXPECT_ERR("\"{}\"", "hf", not_object, NULL);
   EXPECT_ERR("[{\"num_threads\": 8}]", "hf", not_object, NULL);
-  EXPECT_ERR("", "hf", NULL, not_object);
-  EXPECT_ERR("{", "hf", NULL, not_object);
-  EXPECT_ERR("{\"num_threads\": 8} x", "hf", NULL, not_object);
-  EXPECT_ERR("{num_threads: 8}", "hf", NULL, not_object);
-  EXPECT_ERR("{\"num_threads\": 8,}", "hf", NULL, not_object);
+  /* Not JSON: base/json.h's messages, naming the byte; its nesting limit. */
+  EXPECT_ERR("", "hf", "extra config: invalid JSON near byte 0", NULL);
+  EXPECT_ERR("{", "hf", NULL, "extra config: invalid JSON near byte");
+  EXPECT_ERR("{\"num_threads\": 8} x", "hf", "extra config: text after the JSON value at byte 19", NULL);
+  EXPECT_ERR("{num_threads: 8}", "hf", NULL, "extra config: invalid JSON near byte");
+  EXPECT_ERR("{\"num_threads\": 8,}", "hf", NULL, "extra config: invalid JSON near byte");
+  char deep[2 * 70 + 1];
+  memset(deep, '[', 70);
+  memset(deep + 70, ']', 70);
+  deep[140] = '\0';
+  EXPECT_ERR(deep, "hf", NULL, "extra config: nested deeper than 64 levels");
 
   /* Duplicate keys (step 1) come before unknown keys (step 2). */
   EXPECT_ERR("{\"num_threads\": 8, \"num_threads\": 8}", "hf", "duplicate key 'num_threads' in extra config",
