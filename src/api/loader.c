@@ -627,7 +627,7 @@ static sl_status save_after_report_failure(sl_loader *l, sl_status report_st) {
                      report_err.msg, save_msg);
 }
 
-/* Every wait below is bounded by the watchdog (timeout_s, engine/watchdog.c): past it a rank names
+/* Every wait below is bounded by the watchdog (timeout_s, comm/mpi_watchdog.c): past it a rank names
  * the phase and the ranks it has not heard from, then ends the job with MPI_Abort on the load's
  * communicator, the library's one exception to returning a status. */
 static sl_status load_phases(sl_loader *l) {
