@@ -57,7 +57,7 @@ sl_status sl_dryrun_create(sl_config *config, int world_size, sl_dryrun **out) {
   if (st == SL_STATUS_OK && d->cfg == NULL)
     st = sl__err_set(&err, SL_STATUS_NOMEM, "out of memory");
   /* The whole pipeline here, for no rank in particular: the schedule holds every rank's figures. */
-  sl__prep_driver drv = {.cfg = d->cfg, .world = d->world, .rank = SL_NONE, .builds_catalog = true};
+  sl__prep_driver drv = {.cfg = d->cfg, .world = d->world, .dry_run = true, .builds_catalog = true};
   if (st == SL_STATUS_OK)
     st = sl__pipeline_run(&d->pl, &drv, SL_PREP_PLAN, &err);
   if (st != SL_STATUS_OK) {

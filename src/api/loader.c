@@ -569,7 +569,7 @@ sl_status sl__loader_transfer(sl_loader *l, bool reload) {
                      .param_mapped = sl__filemaps_tried(&l->store.maps) && !reload ? l->store.mapped : NULL,
                      .param_cast = l->store.cast,
                      .workers = o->extra.num_threads,
-                     .chunk = l->pl.po.read_chunk,
+                     .chunk = sl__effective_chunk(&l->pl.opts),
                      .coalesce_gap = o->coalesce_gap,
                      .strategy = o->strategy,
                      .one_node = l->nodes.n_nodes == 1,
