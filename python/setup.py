@@ -9,8 +9,8 @@ an installed libshardload (ctypes.util.find_library: a prefix in ld.so.conf, the
 SHARDLOAD_NO_LIBRARY=1 says the library will be provided at run time (SHARDLOAD_LIBRARY, the system
 linker path): then the package installs alone and says so.
 
-The specs (specs/*.json of the repository: what tells the library how to slice each architecture)
-go to shardload/specs/, beside the bundled library, where the library looks for them (a `specs`
+The specs (specs/*.json and specs/vision/*.json of the repository: what tells the library how to
+slice each architecture) go to shardload/specs/, beside the bundled library, where the library looks for them (a `specs`
 folder next to its own file). They are taken from where the library found above reads its own
 (<libdir>/../share/shardload/specs: a build folder or an install prefix), else from the
 repository's specs/ folder (../specs).
@@ -96,8 +96,11 @@ class BuildPy(build_py):
         dst = os.path.join(self.build_lib, "shardload", "specs")
         shutil.rmtree(dst, ignore_errors=True)
         os.makedirs(dst)
-        names = sorted(os.path.basename(p) for p in glob.glob(os.path.join(specs, "*.json")))
+        # specs/*.json and the vision towers' specs/vision/*.json that wrappers include by name
+        names = sorted(os.path.relpath(p, specs) for p in glob.glob(os.path.join(specs, "*.json"))
+                       + glob.glob(os.path.join(specs, "vision", "*.json")))
         for name in names:
+            os.makedirs(os.path.dirname(os.path.join(dst, name)), exist_ok=True)
             shutil.copyfile(os.path.join(specs, name), os.path.join(dst, name))
         print("shardload: bundled %d architecture specs from %s" % (len(names), specs))
 

@@ -21,6 +21,9 @@
  *   8. parameters for other runtimes (dtype ids, sources, retained memory, DLPack, agreement)
  *   9. progress
  *  10. reload in place (another checkpoint of the same shapes into the loaded memory)
+ *  11. load from peers (loaded ranks give their parameters to ranks that need another layout)
+ *  12. caller-described plans (each rank says which box of which checkpoint tensor fills which
+ *      box of which of its parameters: no architecture spec is needed)
  *
  * Conventions: every function returns an sl_status; out-parameters come last; every create has a
  * destroy and destroy(NULL) is a no-op. Functions marked COLLECTIVE must be called by every rank
@@ -117,9 +120,15 @@ uint64_t sl_abi(const char *name);
 /* `T var = SL_SIZED_INIT(T);`: .size set to sizeof(T), every other field zero. (C++ compilers warn
  * of the fields a designated initializer leaves out: there it is a value-initialized copy.) */
 #ifdef __cplusplus
-#define SL_SIZED_INIT(type) ([] { type sized_{}; sized_.size = sizeof(type); return sized_; }())
+#define SL_SIZED_INIT(type)                                                                                  \
+  ([] {                                                                                                      \
+    type sized_{};                                                                                           \
+    sized_.size = sizeof(type);                                                                              \
+    return sized_;                                                                                           \
+  }())
 #else
-#define SL_SIZED_INIT(type) {.size = sizeof(type)}
+#define SL_SIZED_INIT(type)                                                                                  \
+  { .size = sizeof(type) }
 #endif
 
 /* ---------------------------------------------------------------------------------------------
@@ -180,7 +189,8 @@ uint64_t sl_abi(const char *name);
   X(HUB_METADATA, "unexpected reply from the Hub")                                                           \
   X(HUB_INVALID_NAME, "invalid repository id, revision or path")                                             \
   X(HUB_CACHE, "Hub cache error")                                                                            \
-  X(COMM, "communication between ranks failed")
+  X(COMM, "communication between ranks failed")                                                              \
+  X(PLAN, "invalid caller-described plan")
 
 typedef enum sl_status {
 #define SL__STATUS_ENUM(name, msg) SL_STATUS_##name,
@@ -309,11 +319,13 @@ typedef struct sl_comm_ops {
                    size_t msg_cap);
   /* Among members: send_counts[i] bytes at send + send_displs[i] go to members[i]; recv_counts[i]
    * bytes from members[i] land at recv + recv_displs[i] (counts may be 0). */
-  int (*alltoallv)(void *ctx, const int *members, int n_members, const void *send, const uint64_t *send_counts,
-                   const uint64_t *send_displs, void *recv, const uint64_t *recv_counts,
-                   const uint64_t *recv_displs, uint64_t stop_epoch, double timeout_s, char *msg, size_t msg_cap);
+  int (*alltoallv)(void *ctx, const int *members, int n_members, const void *send,
+                   const uint64_t *send_counts, const uint64_t *send_displs, void *recv,
+                   const uint64_t *recv_counts, const uint64_t *recv_displs, uint64_t stop_epoch,
+                   double timeout_s, char *msg, size_t msg_cap);
   /* Element-wise reduction (sl_comm_reduce_op) of count values over every rank, in place. */
-  int (*allreduce)(void *ctx, int64_t *values, int count, int op, double timeout_s, char *msg, size_t msg_cap);
+  int (*allreduce)(void *ctx, int64_t *values, int count, int op, double timeout_s, char *msg,
+                   size_t msg_cap);
   /* Not collective. stop_raise: every rank's calls with this stop_epoch return SL_COMM_STOPPED;
    * stop_check: 1 (and *from, the rank that raised, or -1) when some rank raised it, else 0. Cheap:
    * the library calls stop_check at most every few milliseconds while it waits. */
@@ -490,7 +502,6 @@ const char *sl_model_warnings(const sl_model *model);
  * ------------------------------------------------------------------------------------------- */
 sl_status sl_hub_download(sl_config *config, char **snapshot_dir);
 
-
 /* ---------------------------------------------------------------------------------------------
  * 8. Parameters for other runtimes (the Python package, DLPack consumers): element types as
  * numbers, where each local parameter's bytes come from, parameter memory that outlives the
@@ -533,7 +544,8 @@ uint32_t sl_dtype_bits(sl_dtype dtype);
 
 /* sl_loader_bind with a conversion: the caller's buffer (host memory) holds the parameter's local
  * shape in element type dtype, and nbytes must be its element count times dtype's size. Each
- * element is converted from the planned dtype as it is delivered, rounding as torch's
+ * element is converted from the planned dtype (its checkpoint tensors' dtype, the dtype of its
+ * sources: sl_param_source.dtype) as it is delivered, rounding as torch's
  * Tensor.to(dtype) does on the CPU (round to nearest even; values past the range become ±inf; NaN
  * stays NaN; F64 → F16/BF16 rounds through F32, as torch does). Conversions: among F32, F16, BF16
  * and F64, in every direction; dtype equal to the planned dtype is a plain sl_loader_bind.
@@ -546,7 +558,14 @@ uint32_t sl_dtype_bits(sl_dtype dtype);
  * the planned dtype's bytes. DLPack export and sl_loader_save_sharded give it in the buffer's
  * dtype. Such a parameter is never read into directly nor mapped (load_strategy mmap): its bytes
  * go through staging memory. Binding the same name again (sl_loader_bind or sl_loader_bind_as)
- * replaces the binding. Not collective. */
+ * replaces the binding. Not collective.
+ * A parameter the plan holds in another dtype than its checkpoint tensors' (the spec key "dtype",
+ * docs/SPECS.md; a caller-described parameter's dtype) has that dtype in its table entry from the
+ * start and is converted as delivered into the loader's memory, or into a buffer bound with
+ * sl_loader_bind at that dtype; sl_loader_bind_as converts once, from the checkpoint's dtype, never
+ * through the held one (binding it at the checkpoint's dtype converts nothing). With device=cuda
+ * such a parameter must be bound at the checkpoint's dtype: left to the loader, sl_loader_load
+ * fails with SL_STATUS_UNSUPPORTED naming it before any byte is read. */
 sl_status sl_loader_bind_as(sl_loader *loader, const char *name, void *data, uint64_t nbytes, sl_dtype dtype);
 
 /* One source of a local parameter: `rows` rows of `row_bytes` bytes, taken from the checkpoint
@@ -717,6 +736,142 @@ void sl_dryrun_peers_destroy(sl_dryrun_peers *dryrun);
 /* JSON (docs/report.schema.json's peers_dryrun) and a human table; owned by the handle. */
 const char *sl_dryrun_peers_json(sl_dryrun_peers *dryrun);
 const char *sl_dryrun_peers_summary(sl_dryrun_peers *dryrun);
+
+/* ---------------------------------------------------------------------------------------------
+ * 12. Caller-described plans: instead of an architecture spec (the files of specs/ instantiated against
+ * config.json), each rank describes its own parameters and where their bytes come from, as an
+ * engine that already knows its layout can (the vLLM plugin records it from vLLM's own weight
+ * loaders). Everything else is as for a spec's plan: the ranks agree on every rank's description,
+ * identical source slices needed by several ranks are read once and broadcast, each rank reads only
+ * its own ranges, missing and unexpected weights are tracked, the report and the dry run say the
+ * same things. docs/spec/DESIGN.md §12.
+ *
+ * A plan is a builder (one rank's description): parameters, and the regions that fill them. A
+ * region pairs the elements of a box of a checkpoint tensor (start[k], count[k] per dimension of
+ * the tensor) with those of a box of a parameter (dst_start[j], dst_count[j] per dimension of the
+ * parameter) in the row-major order of each box, so the two boxes hold the same number of elements
+ * and a box may be viewed with another shape (the reshapes and views of contiguous data). The
+ * elements of a parameter held transposed (`transposed`: its last two dimensions swapped, as
+ * vLLM's experts.w13_weight of Llama-4) are addressed in the other orientation: dst boxes address
+ * the shape with the last two dimensions exchanged. A parameter's regions together write each of
+ * its bytes exactly once, except bytes declared zero (sl_plan_add_zeros: vocabulary padding).
+ *
+ * Checked on every rank before any byte is read, each failure SL_STATUS_PLAN on every rank naming the
+ * rank, the parameter, the region and its tensor and the rule: a tensor the checkpoint does not
+ * have; a box outside its tensor or its parameter; boxes of different element counts; two regions
+ * writing the same bytes; bytes no region writes (how many, and the first one's index); a
+ * parameter's regions of different dtypes, or of a dtype that cannot be converted to the
+ * parameter's (conversions among F32, F16, BF16 and F64, as sl_loader_bind_as); a transposed
+ * parameter of fewer than 2 dimensions or of sub-byte elements; a region whose rows do not start
+ * and end on whole bytes (sub-byte dtypes: F4, F6_*); a parameter no region reads into; a fallback
+ * parameter that is not one whole tensor; on different ranks, one parameter name with different
+ * dtypes or fills. The builder refuses at once: a duplicate parameter name, a dimension count above
+ * SL_MAX_DIMS, counts above the limits (SL_STATUS_INVALID_ARGUMENT, message in sl_plan_error).
+ * ------------------------------------------------------------------------------------------- */
+
+/* How a parameter of the table is filled (sl_loader_param_fill). */
+typedef enum sl_fill {
+  SL_FILL_SPEC = 0,     /* by an architecture spec's plan */
+  SL_FILL_RECORDED = 1, /* by a caller-described plan, as described */
+  SL_FILL_FALLBACK = 2  /* by a caller-described plan: one whole checkpoint tensor, as stored, which
+                           the caller hands to its own loader (the vLLM plugin: the model's
+                           weight_loader) after the load */
+} sl_fill;
+
+typedef struct sl_plan sl_plan;
+
+/* A region whose tensor is this index (sl_plan_add_regions): zeros (see sl_plan_add_zeros). */
+#define SL_PLAN_ZEROS UINT32_MAX
+
+sl_status sl_plan_create(sl_plan **out);
+void sl_plan_destroy(sl_plan *plan);
+/* The message of the plan's last failed call ("" when none). Valid until the next call on it. */
+const char *sl_plan_error(const sl_plan *plan);
+/* A parameter of this rank: name (unique on this rank, copied), the dtype it is held in, its shape
+ * (ndim <= SL_MAX_DIMS; 0: a scalar), transposed (nonzero: see above), fill (SL_FILL_RECORDED, or
+ * SL_FILL_FALLBACK: one region reading one whole checkpoint tensor into the whole parameter, of the
+ * tensor's shape and dtype, not transposed). *index (may be NULL) receives its index: 0, 1, ... in
+ * the order added. */
+sl_status sl_plan_add_param(sl_plan *plan, const char *name, sl_dtype dtype, uint32_t ndim,
+                            const uint64_t *shape, int transposed, int fill, uint32_t *index);
+/* n parameters at once (what sl_plan_add_param does, one call): parameter i is names[i], dtypes[i],
+ * ndims[i] dimensions whose sizes follow those of the parameters before it in `shapes` (n_shapes in
+ * all), transposed[i] and fills[i] (transposed and fills may be NULL: none transposed, every one
+ * SL_FILL_RECORDED). Their indexes follow the plan's parameters so far. Each is checked as by
+ * sl_plan_add_param before any is added: on a refusal nothing is added (out of memory may leave the
+ * first ones added). */
+sl_status sl_plan_add_params(sl_plan *plan, size_t n, const char *const *names, const sl_dtype *dtypes,
+                             const uint32_t *ndims, const uint64_t *shapes, size_t n_shapes,
+                             const uint8_t *transposed, const uint8_t *fills);
+/* A region (see above): box start/count (ndim = the tensor's dimensions) of checkpoint tensor
+ * `tensor` (copied) fills box dst_start/dst_count (dst_ndim = the parameter's dimensions) of
+ * parameter `param`. The tensor's dtype must be the parameter's, or convertible to it (the
+ * parameter is then held converted: the spec key "dtype" of docs/SPECS.md). */
+sl_status sl_plan_add_region(sl_plan *plan, uint32_t param, const char *tensor, uint32_t ndim,
+                             const uint64_t *start, const uint64_t *count, uint32_t dst_ndim,
+                             const uint64_t *dst_start, const uint64_t *dst_count);
+/* Box dst_start/dst_count of parameter `param` is zero on purpose (no checkpoint byte lands there:
+ * vLLM's padded vocabulary rows). */
+sl_status sl_plan_add_zeros(sl_plan *plan, uint32_t param, uint32_t dst_ndim, const uint64_t *dst_start,
+                            const uint64_t *dst_count);
+/* n regions at once (what sl_plan_add_region and sl_plan_add_zeros do, one call; the Python package
+ * hands a DeepSeek-V3-sized plan over in one): region i fills parameter params[i] from tensor
+ * names[tensors[i]] (tensors[i] < n_names; SL_PLAN_ZEROS: zeros, ndims[i] 0); its numbers follow those
+ * of the regions before it in `numbers`: start[ndims[i]], count[ndims[i]], dst_start[dst_ndims[i]],
+ * dst_count[dst_ndims[i]]; n_numbers is their total. Checked as the single calls; on failure nothing
+ * is added. */
+sl_status sl_plan_add_regions(sl_plan *plan, size_t n, const uint32_t *params, const uint32_t *tensors,
+                              const char *const *names, size_t n_names, const uint32_t *ndims,
+                              const uint32_t *dst_ndims, const uint64_t *numbers, size_t n_numbers);
+/* A checkpoint tensor this rank's engine skips on purpose (rotary buffers, a tied head, another
+ * pipeline stage's layers): when no rank reads it, it is skipped, not unexpected. */
+sl_status sl_plan_skip(sl_plan *plan, const char *tensor);
+/* What the plan holds so far. */
+size_t sl_plan_param_count(const sl_plan *plan);
+uint64_t sl_plan_region_count(const sl_plan *plan);
+
+/* The JSON form (files, dry runs, tests; docs/spec/DESIGN.md §12):
+ *   {"params": [{"name": N, "dtype": "BF16", "shape": [..], "transposed": false, "fill": "recorded",
+ *                "regions": [{"tensor": T, "start": [..], "count": [..], "dst_start": [..],
+ *                             "dst_count": [..]}, {"zeros": true, "dst_start": [..], "dst_count": [..]}]}],
+ *    "skip": [T, ...]}
+ * transposed (default false) and fill ("recorded" or "fallback"; default "recorded") may be left out.
+ * sl_plan_from_json: every key checked (an unknown one is an error naming it), every number a
+ * non-negative integer, the counts bounded; on failure *out is NULL and *error (if not NULL) a
+ * message the caller frees with free(). sl_plan_to_json: the plan in that form, regions under their
+ * parameter (NULL when out of memory); the caller frees it with free(). */
+sl_status sl_plan_from_json(const char *text, size_t len, sl_plan **out, char **error);
+char *sl_plan_to_json(const sl_plan *plan);
+/* Every rank's plans from one JSON document ({"ranks": [PLAN, ...]}, one per rank, or
+ * {"classes": [{"ranks": [R, ...], "plan": PLAN}, ...]}, every rank in exactly one class) into
+ * plans[0 .. world_size) (the caller's array); the ranks of a class share one plan. Free them with
+ * sl_plans_destroy. Errors as sl_plan_from_json's. */
+sl_status sl_plans_from_json(const char *text, size_t len, int world_size, sl_plan **plans, char **error);
+/* Destroys every distinct plan of plans[0 .. world_size) once and sets the entries to NULL. */
+void sl_plans_destroy(sl_plan **plans, int world_size);
+
+/* Not collective; before sl_loader_download, sl_loader_plan and sl_loader_load (and before the
+ * first of them on every rank: the job agrees in sl_loader_download whether it loads from
+ * described plans). This rank's plan replaces the architecture spec: none is looked up, so an
+ * architecture without a spec loads; the configuration's tp, pp and dp only say how ranks are
+ * numbered in reports (without them every rank is a data-parallel replica). The plan is copied:
+ * the caller may destroy it at once. Every rank of the loader must set one (a rank that sets none
+ * fails the download on every rank). Ranks whose plans are equal cost one description: the ranks
+ * agree by hashes of their canonical form, and only the lowest rank of each set of equal plans
+ * sends its plan to the others. Not with load_format sharded_state nor a load from peers.
+ * plan NULL: this rank's plan could not be made (a caller's own failure); then, as when this call
+ * fails, the download fails on every rank (SL_STATUS_PLAN naming this rank) instead of any rank
+ * loading without its plan. */
+sl_status sl_loader_set_plan(sl_loader *loader, const sl_plan *plan);
+/* After sl_loader_plan: how local parameter index is filled (SL_FILL_SPEC for an architecture
+ * spec's plan); SL_FILL_SPEC also for an index out of the table. */
+sl_fill sl_loader_param_fill(const sl_loader *loader, size_t index);
+
+/* The dry run of described plans (section 5): world_size ranks, plans[r] rank r's (the same
+ * pointer, or equal plans, for ranks that describe the same: data-parallel replicas). The
+ * configuration's model, and its tp, pp and dp as for sl_loader_set_plan. */
+sl_status sl_dryrun_create_described(sl_config *config, int world_size, const sl_plan *const *plans,
+                                     sl_dryrun **out);
 
 #pragma GCC visibility pop
 

@@ -11,7 +11,9 @@ MPI job (comm=, under mpirun) or a torch.distributed process group (group=, no M
         weights = loader.params()                         # name -> torch.Tensor (this rank's)
 
 Submodules: shardload.torch (load_into for an nn.Module), shardload.vllm (vLLM's load format
-"shardload"; imports vllm lazily). See python/README.md.
+"shardload"; imports vllm lazily). shardload.Plan describes this rank's parameters and the boxes of
+checkpoint tensors that fill them instead of an architecture spec (Loader(..., plan=plan));
+shardload.dryrun plans any world size from the headers alone. See python/README.md.
 
 The C library is opened on first use of a name that needs it (Loader, Config, the error classes,
 library_path), not by `import shardload`: vLLM imports the plugin module shardload.vllm in every
@@ -24,7 +26,8 @@ __version__ = "0.1.0"
 
 # name -> the submodule that defines it (imported on first access).
 _LAZY = {"Config": "config", "Loader": "loader", "Parameter": "loader", "comm_handle": "loader",
-         "Error": "errors", "error_for": "errors", "BY_STATUS": "errors"}
+         "Error": "errors", "error_for": "errors", "BY_STATUS": "errors", "Plan": "plan",
+         "dryrun": "plan", "DryRun": "plan"}
 
 
 def _errors():

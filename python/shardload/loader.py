@@ -48,6 +48,8 @@ from .errors import (Error, InvalidArgumentError, NotFoundError, ShapeError, che
 
 from . import errors as _errors
 
+FILL_NAMES = {0: "spec", 1: "recorded", 2: "fallback"}  # sl_fill
+
 PEER_FAILED = next(c.status for c in _errors.BY_STATUS.values() if c.status_name == "PEER_FAILED")
 MPI_FAILED = next(c.status for c in _errors.BY_STATUS.values() if c.status_name == "MPI")
 
@@ -156,6 +158,13 @@ def _describe(tensor):
     raise InvalidArgumentError("bind takes a torch tensor or a numpy array, got %s" % type(tensor))
 
 
+def sources_dtype(p):
+    """The dtype of parameter p's checkpoint tensors when it is one and differs from the dtype the
+    plan holds p in (a planned conversion), else None."""
+    have = {s["tensor_dtype"] for s in p.slices}
+    return have.pop() if len(have) == 1 and p.dtype not in have else None
+
+
 def _dtype_ok(kind, have, want, raw_ok):
     if kind == "torch":
         expected = _torch_dtypes().get(want)
@@ -240,6 +249,8 @@ class Parameter:
         self.device = loader.device
         self.bound = False
         self.slices = self._slices(loader, index)
+        # how it is filled: "spec", or a described plan's "recorded" / "fallback"
+        self.fill = FILL_NAMES.get(lib.sl_loader_param_fill(loader._h, index), "spec")
 
     @staticmethod
     def _slices(loader, index):
@@ -284,7 +295,7 @@ class Parameter:
         return {"name": self.name, "dtype": self.dtype, "shape": list(self.shape),
                 "global_shape": list(self.global_shape), "nbytes": self.nbytes,
                 "shard": self.shard, "slices": self.slices, "device": self.device,
-                "alias_of": self.alias_of, "bound": self.bound}
+                "alias_of": self.alias_of, "bound": self.bound, "fill": self.fill}
 
     # DLPack ---------------------------------------------------------------------------------
 
@@ -352,6 +363,16 @@ class _Retained:
 # Loader
 
 
+def _world_size(comm, group):
+    """Ranks of the load: the group's, or the MPI communicator's."""
+    if group is not None:
+        return group.size()
+    handle, _ = comm_handle(comm)
+    n = ctypes.c_int(1)
+    lib.MPI_Comm_size(ctypes.c_void_p(handle), ctypes.byref(n))
+    return n.value
+
+
 class Loader:
     """Loader(model, comm=None, group=None, **config): COLLECTIVE over the ranks of the load.
 
@@ -363,9 +384,12 @@ class Loader:
     the default process group's). config: the C library's keys (shardload.Config.keys()), e.g.
     tp=2, enable_expert_parallel=True, strict=False. A Config object may be passed as config=.
     progress: a callable fn(bytes_done, bytes_total) or True (shardload/progress.py); a string
-    is the `progress` configuration key (auto, always, never: what rank 0 prints on stderr)."""
+    is the `progress` configuration key (auto, always, never: what rank 0 prints on stderr).
+    plan: this rank's shardload.Plan instead of the architecture spec (every rank passes one; with
+    none of tp, pp, dp given, every rank is a data-parallel replica in the report)."""
 
-    def __init__(self, model, comm=None, config=None, progress=None, group=None, store=None, **values):
+    def __init__(self, model, comm=None, config=None, progress=None, group=None, store=None, plan=None,
+                 **values):
         from .torchcomm import TorchComm, is_process_group
         self._h = None
         self._model = model
@@ -383,6 +407,8 @@ class Loader:
             raise InvalidArgumentError("pass comm (MPI) or group (torch.distributed), not both")
         handle = ctypes.c_void_p()
         self._transport = None
+        if plan is not None and not any(cfg.get(k) for k in ("tp", "pp", "dp")):
+            cfg.set("dp", _world_size(comm, group))  # a described load: every rank a replica by default
         if group is not None:
             timeout = cfg.get("timeout_s")
             self._transport = TorchComm(group, store, float(timeout) if timeout else 600.0)
@@ -394,6 +420,17 @@ class Loader:
         if st != 0:
             raise error_for(st, self._comm_failure() or cfg.error())
         self._h = handle
+        self._plan_error = None
+        if plan is not None:  # this rank's plan instead of the architecture spec (docs/spec/DESIGN.md §12)
+            try:
+                st = lib.sl_loader_set_plan(self._h, plan.handle())
+                if st != 0:
+                    raise error_for(st, self._message())
+            except Error as e:
+                # Raised by the next collective call, which then fails on every rank ("rank R could
+                # not set its plan"): raising here would leave the other ranks waiting in it.
+                self._plan_error = e
+                lib.sl_loader_set_plan(self._h, None)
         self.device = cfg.get("device") or "cpu"
         self._plan = None
         self._by_name = {}
@@ -435,6 +472,8 @@ class Loader:
         lists every lost one)."""
         if st == 0:
             return
+        if self._plan_error is not None:  # this rank's plan failed: its own error, not the agreement's
+            raise self._plan_error
         cause_rank = ctypes.c_int(-1)
         cause = lib.sl_loader_error_cause(self._h, ctypes.byref(cause_rank)) if self._h else st
         e = error_for(cause if st == PEER_FAILED and cause not in (0, PEER_FAILED) else st, self._message())
@@ -507,6 +546,12 @@ class Loader:
         cast = None
         if not _dtype_ok(kind, dtype, p.dtype, True):
             cast = _cast_dtype(kind, dtype, p.dtype) if dev == "cpu" else None
+            held_as = sources_dtype(p)
+            if cast is None and dev != "cpu" and held_as is not None and _dtype_ok(kind, dtype, held_as, False):
+                # A planned conversion (the checkpoint's BF16 held in F32, I64 in I32) is done in host
+                # memory only: a device buffer of the sources' dtype is written as they are, and the
+                # caller converts on the device (shardload.torch does).
+                cast = held_as
             if cast is None:
                 hint = ""
                 if dev != "cpu" and _cast_dtype(kind, dtype, p.dtype) is not None:

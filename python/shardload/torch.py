@@ -14,16 +14,27 @@ experts.w13_weight / w2_weight, padded vocabulary ...) is filled:
   dtype, converted by the C library while it writes (Loader.bind);
 - another float dtype on a GPU, another device, or not contiguous: loaded into the loader's
   memory, then copied with torch's copy_ (which casts on the device); that memory is freed after;
+- on a GPU, a parameter the plan converts (held in another dtype than its checkpoint tensors, as
+  DeepSeek-V3.2's indexer k_norm in F32 from BF16): the library converts in host memory only, so
+  the checkpoint's bytes land in a device tensor of their own dtype, then copy_ casts them into the
+  module's tensor on the device ("stage");
 - a planned alias (tied embeddings: lm_head.weight of model.embed_tokens.weight): nothing to do
   when the module's two names share storage (vLLM's tie, torch's `lm_head.weight = embed.weight`),
   else copied from its target after the load;
-- another shape (or a change between a float and a non-float dtype): handed to `fallback` when one is given, else bound
-  so that the load fails with the bind's ShapeError/InvalidArgumentError on every rank.
+- another non-float dtype of the same element size (the checkpoint's int8 FP4 bytes in vLLM's uint8
+  parameter, E8M0 scales in uint8): bound as a view of the module's memory in the planned dtype,
+  the bytes as they are (what torch's copy_ between them keeps);
+- another shape (or a change between a float and a non-float dtype): handed to `fallback` when one
+  is given, else bound so that the load fails with the bind's ShapeError/InvalidArgumentError on
+  every rank; another non-float dtype of another element size is bound, and fails so.
+- a module tensor registered under several names (one Parameter reachable through two module
+  paths, as vLLM's DeepSeek-V4 attention registers its layers again) is filled through any of them.
 
 Returns (missing, unexpected) as torch's load_state_dict does: module tensors the plan does not
 fill, planned parameters the module lacks (and no fallback takes). Module tensors whose last name
-component is in KEPT_DEFAULTS (attention scales: _k_scale, k_scale, ...) keep their initial value
-when the plan has none and are loaded when it has them; they are never reported. With strict (the
+component is in KEPT_DEFAULTS (attention scales: _k_scale, k_scale, ...), and those for which
+kept(name) is true when the caller gives `kept`, keep their initial value when the plan has none
+and are loaded when it has them; they are never reported. With strict (the
 default, as the C key `strict`) either list non-empty is an error raised on every rank before any
 byte is read; strict=False loads the rest.
 
@@ -39,7 +50,7 @@ the module tensor of the same name.
 import torch
 
 from .errors import Error, InvalidArgumentError, MissingWeightsError, UnexpectedWeightsError
-from .loader import Loader
+from .loader import Loader, _torch_dtypes, sources_dtype
 
 # Module tensors that keep their initial value when the checkpoint has none (vLLM's attention
 # scales: the buffers every attention layer registers, the parameters FP8 checkpoints add; the
@@ -90,25 +101,57 @@ def _same_memory(a, b):
         tuple(a.shape) == tuple(b.shape) and a.dtype == b.dtype
 
 
-def open_loader(model, comm=None, group=None, **config):
-    """Loader over an MPI communicator (comm) or a torch.distributed group (group)."""
+def _fill_duplicates(tensors, filled):
+    """Every name of a tensor one of whose names is filled (one Parameter under several paths)."""
+    names = {}
+    for n, t in tensors.items():
+        names.setdefault(id(t), []).append(n)
+    for n in [n for n in filled if n in tensors]:
+        filled.update(names[id(tensors[n])])
+
+
+def open_loader(model, comm=None, group=None, plan=None, **config):
+    """Loader over an MPI communicator (comm) or a torch.distributed group (group); plan: this
+    rank's shardload.Plan instead of the architecture spec, or None."""
     if group is not None:
-        return Loader(model, comm, group=group, **config)
-    return Loader(model, comm, **config)
+        return Loader(model, comm, group=group, plan=plan, **config)
+    return Loader(model, comm, plan=plan, **config)
+
+
+def _raw_view(p, t):
+    """The torch dtype to view module tensor t as for planned parameter p, when both are non-float
+    types of one element size that differ (int8 bytes into uint8, E8M0 into uint8), else None."""
+    want = _torch_dtypes().get(p.dtype)
+    if want is None or want == t.dtype or p.dtype in _FLOATS or t.dtype in _FLOATS.values():
+        return None
+    return want if torch.empty(0, dtype=want).element_size() == t.element_size() else None
+
+
+def _staged_dtype(p):
+    """The torch dtype of p's checkpoint tensors when the plan converts p (another dtype than its
+    sources') and torch has that dtype, else None."""
+    name = sources_dtype(p)
+    return None if name is None else _torch_dtypes().get(name)
 
 
 def _how(p, t, loader_device):
-    """How planned parameter p reaches module tensor t: "bind" (the loader writes t), "copy" (from
-    the loader's memory after the load) or "other" (a shape, or a change between a float and a
-    non-float type, that neither can do: the fallback's, else a bind that fails)."""
+    """How planned parameter p reaches module tensor t: "bind" (the loader writes t), "view" (it
+    writes t viewed in the planned non-float dtype of t's element size), "copy" (from the loader's
+    memory after the load) or "other" (a shape, or a change between a float and a non-float type,
+    that neither can do: the fallback's, else a bind that fails), or "stage" (on a GPU, a planned
+    conversion: loaded into a device tensor of the sources' dtype, cast into t after the load)."""
     if tuple(t.shape) != tuple(p.shape):
         return "other"
     want = _FLOATS.get(p.dtype)
     if (want is not None) != (t.dtype in _FLOATS.values()):  # float into non-float, or the reverse
         return "other"
+    if t.device.type == "cuda" and loader_device == "cuda" and _staged_dtype(p) is not None:
+        return "stage"
     direct = ((t.device.type == "cuda") == (loader_device == "cuda")) and t.is_contiguous()
     if not direct:
         return "copy"
+    if want is None and _raw_view(p, t) is not None:
+        return "view"
     if want is None or t.dtype == want or t.device.type == "cpu":
         return "bind"  # non-float types are checked by the bind; host floats converted in C
     return "copy"      # another float type on a GPU: torch casts on the device
@@ -122,17 +165,23 @@ def _cuda_device_of(tensors):
     return gpus[0] if gpus else None
 
 
-def load_into(module, model, comm=None, group=None, strict=None, fallback=None, check=None,
-              **config):
+def load_into(module, model, comm=None, group=None, strict=None, fallback=None, check=None, kept=None,
+              plan=None, after=None, filled=(), **config):
     """COLLECTIVE. Loads `model` (folder or Hub id) into `module` on every rank of the load.
     comm: an mpi4py communicator (default: MPI's world); group: a torch.distributed ProcessGroup
     (gloo) of every rank of the load, used instead of MPI. config: the C library's keys (tp, pp,
     dp, enable_expert_parallel, device, ...). The device defaults to the module's (cuda when its
     parameters are on a GPU), and cuda_device to the GPU they are on. fallback: see the module's
     docstring. check(plan): called before any byte is read with this rank's plan (a list of
-    shardload.Parameter); a returned message fails the load on every rank. Returns (missing,
-    unexpected)."""
+    shardload.Parameter); a returned message fails the load on every rank. kept(name): module
+    tensors that may keep their initial value (see the module's docstring). plan: this rank's
+    shardload.Plan (a caller-described plan, docs/spec/DESIGN.md §12) instead of the architecture
+    spec. after(loader): called on every rank once the load is done (and the fallback ran), before
+    the loader closes (its report(), ...). filled: module tensor names the caller fills itself
+    (never reported missing). A module tensor that is the same tensor as a filled one (a tied head:
+    one Parameter under two names) is filled too. Returns (missing, unexpected)."""
     strict = _strict_value(strict, config)
+    filled_by_caller = set(filled)
     tensors = module_tensors(module)
     if "device" not in config:
         on_gpu = any(t.is_cuda for t in tensors.values())
@@ -152,9 +201,9 @@ def load_into(module, model, comm=None, group=None, strict=None, fallback=None, 
         out = targets(name)
         return None if out is None else list(out)
 
-    with open_loader(model, comm, group, strict=strict, **config) as loader:
+    with open_loader(model, comm, group, plan=plan, strict=strict, **config) as loader:
         plan = loader.plan()
-        binds, copies, aliases, handed = [], [], [], []
+        binds, copies, aliases, handed, views, staged = [], [], [], [], {}, {}
         filled, unexpected = set(), []
         for p in plan:
             t = tensors.get(p.name)
@@ -175,11 +224,19 @@ def load_into(module, model, comm=None, group=None, strict=None, fallback=None, 
             elif how == "copy":
                 copies.append(p.name)
                 filled.add(p.name)
+            elif how == "stage":
+                staged[p.name] = torch.empty(p.shape, dtype=_staged_dtype(p), device=t.device)
+                filled.add(p.name)
             else:  # bind; a shape the bind refuses fails the load on every rank with its message
                 binds.append(p.name)
                 filled.add(p.name)
+                if how == "view":
+                    views[p.name] = _raw_view(p, t)
         unexpected.sort()
-        missing = sorted(n for n in tensors if n not in filled and not kept_default(n))
+        filled.update(n for n in filled_by_caller if n in tensors)
+        _fill_duplicates(tensors, filled)
+        missing = sorted(n for n in tensors if n not in filled and not kept_default(n) and
+                         not (kept is not None and kept(n)))
         problem = None
         if strict and (missing or unexpected):
             parts = []
@@ -198,21 +255,26 @@ def load_into(module, model, comm=None, group=None, strict=None, fallback=None, 
                 problem = InvalidArgumentError(message)
         loader.agree(problem)
         for name in binds:
-            loader.bind(name, tensors[name].data)
+            data = tensors[name].data
+            loader.bind(name, data.view(views[name]) if name in views else data)
+        for name, buffer in staged.items():
+            loader.bind(name, buffer)
         loader.load()
 
         failure = None
         loaded = loader.params() if (copies or aliases or handed) else {}
 
         def step(kind, name, target=None):
-            if kind == "copy":
+            if kind == "stage":
+                tensors[name].data.copy_(staged.pop(name))
+            elif kind == "copy":
                 tensors[name].data.copy_(loaded[name])
             elif kind == "alias":
                 tensors[name].data.copy_(tensors[target].data if target in tensors else loaded[name])
             else:
                 fallback(name, loaded[name])
 
-        work = [("copy", n, None) for n in copies] + [("alias", n, t) for n, t in aliases] + \
+        work = [("stage", n, None) for n in list(staged)] + [("copy", n, None) for n in copies] + [("alias", n, t) for n, t in aliases] + \
             [("fallback", n, None) for n in handed]
         for kind, name, target in work:
             try:
@@ -224,6 +286,12 @@ def load_into(module, model, comm=None, group=None, strict=None, fallback=None, 
                                                    % (name, type(e).__name__, e))
                     failure.__cause__ = e
         loaded = None   # the loader's memory of copied parameters is freed with the tensors
+        if after is not None and failure is None:
+            try:
+                after(loader)
+            except Exception as e:
+                failure = InvalidArgumentError("load_into: after: %s: %s" % (type(e).__name__, e))
+                failure.__cause__ = e
         try:
             loader.agree(failure)  # every rank raises when a fallback failed on any rank
         except Error as e:

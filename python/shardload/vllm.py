@@ -25,7 +25,10 @@ Configuration forwarded (captured in load_model, while vLLM hands over its VllmC
 vLLM 0.10.2-0.13 leave get_current_vllm_config() unset during load_weights): tp, pp, dp;
 enable_expert_parallel, expert_placement_strategy (linear|round_robin), enable_eplb,
 num_redundant_experts; the load config's download_dir (shardload's cache_dir) and the model
-revision. model_loader_extra_config: vLLM's own keys (enable_multithread_load, num_threads,
+revision; skip_vision when vLLM built a multimodal model without its vision tower
+(--language-model-only, or --limit-mm-per-prompt 0 for every modality: vision_left_out); a
+data-parallel tower (--mm-encoder-tp-mode data) is refused before any byte is read.
+model_loader_extra_config: vLLM's own keys (enable_multithread_load, num_threads,
 enable_weights_track) go to shardload's `extra_config` key, validated as vLLM validates them;
 every other key is a shardload configuration key ({"load_strategy": "mmap", "threads": 16},
 "strict": false, "arch": "spec.json"), validated by the C library when the loader is created.
@@ -52,11 +55,14 @@ What a worker gets (shardload.torch.load_into on the model vLLM built):
   redundant slots holding logical expert slot % experts) before any byte is read;
 - then vLLM's process_weights_after_loading, as for any loader.
 
-A draft (speculative) model goes through shardload when shardload knows its architecture and its
-plan fits the module vLLM built; otherwise (an architecture shardload has no spec for, or a
-module vLLM names its own way, such as EAGLE heads) it is handed to vLLM's DefaultModelLoader,
-with a log line naming it. The target model is never handed over: an unknown architecture is an
-error naming it.
+Plans: with a spec for the architecture, shardload's spec plan; without one, a plan recorded from
+the model's own weight loaders (shardload.record, python/shardload/vllm_recorded.py): the target
+model is never refused for lack of a spec. model_loader_extra_config "plan": auto (default),
+spec, record. A draft (speculative) model uses the spec when shardload knows its architecture
+(vLLM's name of it: DeepSeekMTPModel for DeepSeek's and GLM-5's MTP layers) and its plan fits the
+module vLLM built; otherwise (no spec, or a module vLLM names its own way, such as EAGLE heads)
+its plan is recorded too. `last` says per parameter how it was filled (spec, recorded, fallback)
+and the bytes each way; rank 0 logs one line.
 
 vllm is imported only inside register() and the loader class, never by `import shardload.vllm`.
 """
@@ -72,6 +78,7 @@ logger = logging.getLogger("shardload.vllm")
 _registered = None
 _class = None
 _DRAFT_MISFIT = "the plan does not fit the draft model"
+PLAN_MODES = ("auto", "spec", "record")   # model_loader_extra_config "plan"
 
 
 def register():
@@ -116,6 +123,36 @@ def split_options(extra):
         track = vllm_keys.get("enable_weights_track")
         strict = track if isinstance(track, bool) else True
     return options, strict
+
+
+# The modules of the vision towers in vLLM's models (Qwen3-VL / Qwen3.5 visual, Gemma-3 and Kimi-K2.5
+# vision_tower, Llama-4 vision_model, their projectors): docs/spec/ARCHITECTURES.md §24.
+VISION_MODULES = ("visual.", "vision_tower.", "vision_model.", "multi_modal_projector.", "mm_projector.")
+
+
+def vision_left_out(model, model_config):
+    """True when vLLM built a multimodal model without its vision tower: --language-model-only
+    (multimodal_config.language_model_only), or --limit-mm-per-prompt with 0 items of every
+    modality, after which vLLM's wrappers build no tower (`self.visual = None`). shardload then
+    skips the checkpoint's tower (skip_vision) as vLLM's load_weights skips it."""
+    mm = getattr(model_config, "multimodal_config", None)
+    if mm is None:
+        return False
+    if getattr(mm, "language_model_only", False):
+        return True
+    return not any(name.startswith(VISION_MODULES) for name, _ in model.named_parameters())
+
+
+def vision_problem(model_config, options):
+    """A message when vLLM builds the vision tower in a layout shardload does not plan
+    (mm_encoder_tp_mode "data": every rank a whole tower), else None."""
+    mm = getattr(model_config, "multimodal_config", None)
+    if getattr(mm, "mm_encoder_tp_mode", None) != "data" or options.get("skip_vision") or \
+            options.get("language_model_only"):
+        return None
+    return ("shardload: mm_encoder_tp_mode 'data' (a whole vision tower on every rank) is not "
+            "supported; shardload loads the tower tensor-parallel, as vLLM's default 'weights' mode "
+            "builds it")
 
 
 def _redundant_experts(parallel):
@@ -239,6 +276,60 @@ def check_experts(plan, model):
 
 
 _KV_SCALE = re.compile(r"^(.*)\.self_attn\.(?:[qkv]_proj\.|prob_proj\.)?((?:k|v|q|prob)_scale)$")
+# DeepSeek-V3.2's indexer in a block-fp8 checkpoint: shardload plans wk (F8, with its scale) and
+# weights_proj apart; vLLM fuses them into wk_weights_proj (BF16: wk dequantized while loading).
+_INDEXER_PART = re.compile(r"^(.*\.indexer)\.(wk\.weight|wk\.weight_scale_inv|weights_proj\.weight)$")
+_INDEXER_HOW = {"wk.weight": "wk", "wk.weight_scale_inv": "wk_scale", "weights_proj.weight": "weights_proj"}
+# DeepSeek-V4's attention sink: vLLM pads it to at least 64 heads (-inf beyond the rank's, FlashMLA's
+# minimum) and its load_weights copies the rank's heads into the leading slots.
+_PADDED_SINK = re.compile(r"\.attn\.attn_sink$")
+# Module tensors vLLM leaves at their initial values because its checkpoints have none, by
+# architecture: DeepSeek-V4's indexer builds a LayerNorm k_norm its releases do not store (the
+# module registered again under mla_attn.).
+_VLLM_INITIALIZED = {
+    "DeepseekV4ForCausalLM": re.compile(r"\.indexer\.k_norm\.(?:weight|bias)$"),
+}
+
+
+def kept_initialized(model_config):
+    """kept(name) for load_into: the module tensors vLLM leaves at their initial values for this
+    model's architecture (see _VLLM_INITIALIZED), or None."""
+    archs = getattr(model_config, "architectures", None) or \
+        getattr(getattr(model_config, "hf_config", None), "architectures", None) or []
+    patterns = [_VLLM_INITIALIZED[a] for a in archs if a in _VLLM_INITIALIZED]
+    if not patterns:
+        return None
+    return lambda name: any(p.search(name) for p in patterns)
+
+
+def _e4m3_values():
+    """The 256 values of a float8 e4m3fn byte (sign, 4 exponent bits of bias 7, 3 mantissa bits;
+    exponent 0 subnormal, 0x7f and 0xff NaN, no infinity) as float32."""
+    import torch
+    out = []
+    for b in range(256):
+        e, m = (b >> 3) & 15, b & 7
+        if e == 15 and m == 7:
+            v = float("nan")
+        elif e == 0:
+            v = m / 8.0 * 2.0 ** -6
+        else:
+            v = (1.0 + m / 8.0) * 2.0 ** (e - 7)
+        out.append(-v if b & 0x80 else v)
+    return torch.tensor(out, dtype=torch.float32)
+
+
+def dequantize_fp8_blocks(weight, scale, out_dtype):
+    """An F8 (e4m3) weight [N, K] times its block scales [N/bn, K/bk] (each scale over a bn x bk
+    block, the block sizes taken from the shapes as vLLM's _try_load_fp8_indexer_wk does), the
+    product in float32, then out_dtype: vLLM's scaled_dequantize. The weight may arrive as torch's
+    float8 type or as its bytes (uint8: a torch without float8 types)."""
+    import torch
+    raw = weight if weight.dtype == torch.uint8 else weight.view(torch.uint8)
+    values = _e4m3_values()[raw.long()]
+    rows, cols = weight.shape[0] // scale.shape[0], weight.shape[1] // scale.shape[1]
+    s = scale.float().repeat_interleave(rows, dim=0).repeat_interleave(cols, dim=1)
+    return (values * s).to(out_dtype)
 
 
 class WeightLoaderFallback:
@@ -249,6 +340,7 @@ class WeightLoaderFallback:
         self.params = dict(model.named_parameters())
         self.modules = dict(model.named_modules())
         self.handed = []   # (planned name, module parameter, how), for the report and the tests
+        self.pending = {}  # fused indexer parameter -> {"wk": tensor, "wk_scale": tensor}
 
     def _route(self, name):
         """(module parameter name, how) or None."""
@@ -257,8 +349,13 @@ class WeightLoaderFallback:
             target = "%s.self_attn.attn.%s" % (m.group(1), m.group(2))
             if target in self.params:
                 return target, "default"
+        m = _INDEXER_PART.match(name)
+        if m and name not in self.params and m.group(1) + ".wk_weights_proj.weight" in self.params:
+            return m.group(1) + ".wk_weights_proj.weight", _INDEXER_HOW[m.group(2)]
         if name not in self.params:
             return None
+        if _PADDED_SINK.search(name) and self.params[name].dim() == 1:
+            return name, "leading"
         if name.endswith("weight_shape"):   # pack-quantized: vLLM holds them in its own dtype
             return name, "convert"
         module = self.modules.get(name.rsplit(".", 1)[0])
@@ -278,7 +375,16 @@ class WeightLoaderFallback:
         target, how = self._route(name)
         param = self.params[target]
         with torch.no_grad():
-            if how == "convert":    # integers into vLLM's dtype, as its loaders' copy converts them
+            if how == "weights_proj":   # shard 1 of the fused indexer projection, as it is
+                param.weight_loader(param, tensor, 1)
+            elif how in ("wk", "wk_scale"):
+                self._indexer_wk(param, target, how, tensor)
+            elif how == "leading":   # the rank's heads into the leading slots of the padded sink
+                if tensor.dim() != 1 or tensor.shape[0] > param.shape[0]:
+                    raise ValueError("%s: %d planned heads do not fit vLLM's %s" % (
+                        name, tensor.shape[0], list(param.shape)))
+                param.data[:tensor.shape[0]].copy_(tensor)
+            elif how == "convert":    # integers into vLLM's dtype, as its loaders' copy converts them
                 param.data.copy_(tensor.reshape(param.shape))
             elif how == "moe_rank":   # vLLM's MXFP4 convention: the rank's tensor, every expert
                 t = tensor if param.dim() == tensor.dim() else \
@@ -288,6 +394,21 @@ class WeightLoaderFallback:
                 from vllm.model_executor.model_loader.weight_utils import default_weight_loader
                 default_weight_loader(param, tensor)
         self.handed.append((name, target, how))
+
+
+    def _indexer_wk(self, param, target, how, tensor):
+        """Shard 0 of the fused indexer projection: wk as it is, or an F8 wk dequantized with its
+        scale once both have arrived (the plan puts the scale right after its weight)."""
+        import torch
+        f8 = tensor.dtype == torch.uint8 or str(tensor.dtype).startswith("torch.float8")
+        if how == "wk" and not f8:
+            param.weight_loader(param, tensor, 0)
+            return
+        parts = self.pending.setdefault(target, {})
+        parts[how] = tensor.clone()   # the tensor is the loader's memory: valid during the call only
+        if "wk" in parts and "wk_scale" in parts:
+            del self.pending[target]
+            param.weight_loader(param, dequantize_fp8_blocks(parts["wk"], parts["wk_scale"], torch.bfloat16), 0)
 
 
 def _quant_name(quant_config):
@@ -313,6 +434,10 @@ def loader_class():
             super().__init__(load_config)
             self.options, self.strict = split_options(
                 getattr(load_config, "model_loader_extra_config", None))
+            self.plan_mode = self.options.pop("plan", "auto")
+            if self.plan_mode not in PLAN_MODES:
+                raise ValueError("model_loader_extra_config plan: expected one of %s, got %r"
+                                 % ("/".join(PLAN_MODES), self.plan_mode))
             from .config import Config
             Config(**{k: v for k, v in self.options.items()})   # unknown keys and values fail here
             self.vllm_config = None
@@ -346,28 +471,94 @@ def loader_class():
             revision = getattr(model_config, "revision", None)
             if revision:
                 options.setdefault("revision", revision)
+            if "skip_vision" not in options and "language_model_only" not in options and \
+                    vision_left_out(model, model_config):
+                options["skip_vision"] = True
             return options
 
         def load_weights(self, model, model_config):
-            from . import torch as sl_torch
+            from .errors import Error
             layout = parallel_layout(self._config())
             options = self._options(model, model_config, layout)
             draft = self.main_model_config is not None and model_config is not self.main_model_config
             if draft:
-                reason = self._draft_misfit(model, model_config, layout, options)
-                if reason is not None:
-                    self._to_default_loader(model, model_config, reason)
-                    return
+                # vLLM names a draft's architecture (DeepSeekMTPModel for the MTP layers of a
+                # DeepSeek-V3/V3.2 or GLM-5 checkpoint) unlike the checkpoint's config.json: the
+                # spec is looked up by vLLM's name.
+                archs = getattr(model_config, "architectures", None) or \
+                    getattr(getattr(model_config, "hf_config", None), "architectures", None)
+                if archs and "arch" not in self.options:
+                    options["arch"] = archs[0]
+            mode, why = self.plan_mode, "model_loader_extra_config plan: record"
+            if draft and mode != "record":
+                why = self._draft_misfit(model, model_config, layout, options)
+                if why is not None:
+                    mode = "record"
+            if mode == "record":
+                return self._load_recorded(model, model_config, layout, options, why)
+            try:
+                self._load_spec(model, model_config, layout, options)
+            except Error as e:
+                if mode == "auto" and "unknown architecture" in e.message:
+                    return self._load_recorded(model, model_config, layout, options,
+                                               "no spec for the architecture")
+                raise
+
+        def _load_spec(self, model, model_config, layout, options):
+            from . import torch as sl_torch
+            from .vllm_recorded import fills_of, summary_line
             fallback = WeightLoaderFallback(model)
+            seen = {}
 
             def check(plan):
-                return layout["problem"] or check_experts(plan, model)
+                seen["plan"] = plan
+                return layout["problem"] or vision_problem(model_config, options) or check_experts(plan, model)
 
             missing, unexpected = sl_torch.load_into(
                 model, model_config.model, group=layout["group"], strict=self.strict,
-                fallback=fallback, check=check, **options)
-            self.last = {"loader": "shardload", "missing": missing, "unexpected": unexpected,
-                         "handed": list(fallback.handed), "options": options}
+                fallback=fallback, check=check, kept=kept_initialized(model_config),
+                after=lambda loader: seen.update(report=loader.report()), **options)
+            fills, nbytes = fills_of(seen["plan"])
+            self.last = {"loader": "shardload", "plan": "spec", "missing": missing,
+                         "unexpected": unexpected, "handed": list(fallback.handed),
+                         "options": options, "fills": fills, "bytes": nbytes,
+                         "planned": seen["plan"], "report": seen.get("report")}
+            if layout["rank"] == 0:
+                logger.info(summary_line("spec", fills, nbytes, report=seen.get("report")))
+
+        def _load_recorded(self, model, model_config, layout, options, why):
+            from . import torch as sl_torch
+            from .vllm_recorded import (FALLBACK_PREFIX, RecordedFallback, fills_of, record_rank,
+                                        replay_consts, summary_line, to_plan)
+            recording, failed = record_rank(model, model_config, options, layout["group"])
+            if failed is not None:
+                return self._to_default_loader(model, model_config, failed)
+            replay_consts(model, recording)
+            handler = RecordedFallback(model, recording)
+            seen = {}
+
+            def check(plan):
+                seen["plan"] = plan
+                return layout["problem"] or check_experts(plan, model)
+
+            const_only = {name for name, _, _ in recording.consts}
+            missing, unexpected = sl_torch.load_into(
+                model, model_config.model, group=layout["group"], strict=self.strict,
+                fallback=handler, check=check, plan=to_plan(recording, options.get("device", "cpu")),
+                filled=const_only, kept=kept_initialized(model_config),
+                after=lambda loader: seen.update(report=loader.report()), **options)
+            fills, nbytes = fills_of(seen["plan"])
+            for name in [n for n in fills if n.startswith(FALLBACK_PREFIX)]:
+                del fills[name]   # a checkpoint tensor: the parameters it fills are named below
+            fills.update({n: "fallback" for n in recording.fallback_params})
+            self.last = {"loader": "shardload", "plan": "recorded", "why": why, "missing": missing,
+                         "unexpected": unexpected, "handed": list(handler.handed),
+                         "options": options, "fills": fills, "bytes": nbytes,
+                         "planned": seen["plan"], "recording": recording,
+                         "report": seen.get("report")}
+            if layout["rank"] == 0:
+                logger.info(summary_line("recorded (%s)" % why, fills, nbytes, recording,
+                                         seen.get("report")))
 
         def _draft_misfit(self, model, model_config, layout, options):
             """None when shardload can load the draft model, else the reason (collective)."""
@@ -399,18 +590,17 @@ def loader_class():
                 raise
 
         def _to_default_loader(self, model, model_config, reason):
+            """vLLM's own loader (every worker reads every file), when nothing could be recorded."""
             import copy
             from vllm.model_executor.model_loader import DefaultModelLoader
-            archs = getattr(model_config, "architectures", None) or \
-                getattr(getattr(model_config, "hf_config", None), "architectures", None)
-            logger.info("shardload: draft model %s (%s) loaded by vLLM's default loader: %s",
-                        model_config.model, archs, reason)
+            logger.warning("shardload: %s loaded by vLLM's default loader: %s",
+                           model_config.model, reason)
             config = copy.copy(self.load_config)
             config.load_format = "auto"
             extra = getattr(self.load_config, "model_loader_extra_config", None) or {}
             config.model_loader_extra_config = {k: v for k, v in extra.items() if k in VLLM_EXTRA_KEYS}
             DefaultModelLoader(config).load_weights(model, model_config)
-            self.last = {"loader": "default", "reason": reason}
+            self.last = {"loader": "default", "plan": None, "why": reason}
 
     _class = ShardloadModelLoader
     return _class

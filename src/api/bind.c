@@ -2,9 +2,12 @@
  * api/bind.c — the caller's buffers (see api/bind.h).
  *
  *   bind      find the parameter, refuse aliases, check the buffer's size against the plan (in the
- *             buffer's dtype for sl_loader_bind_as) and record it: param_ptr, bound, and for a
- *             conversion the per-parameter cast array (created on the first sl_loader_bind_as,
- *             handed to the transfer) and the table entry's dtype, dtype_bits and nbytes
+ *             buffer's dtype for sl_loader_bind_as, else in the held one) and record it: param_ptr,
+ *             bound, and for a conversion the per-parameter cast array (created with the table when
+ *             the plan holds a parameter in another dtype than its sources', sl__mparam.held_dtype,
+ *             else on the first sl_loader_bind_as; handed to the transfer) and the table entry's
+ *             dtype, dtype_bits and nbytes. A conversion is always one: from the sources' dtype to
+ *             the buffer's
  *   finish    at allocation: aliases follow their target's dtype; zero the bytes no copy writes
  *
  * Conversions are host memory only: with device=cuda a bind of another dtype is refused, the
@@ -29,6 +32,23 @@ static sl__dtype planned_dtype(const sl__loader_view *v, size_t i) {
   return dt;
 }
 
+/* The dtype local parameter i is held in when bound with sl_loader_bind (sl__mparam.held_dtype: its
+ * sources', or the planned conversion's); without a model (unit tests), the planned dtype. */
+static sl__dtype held_dtype(const sl__loader_view *v, size_t i) {
+  if (v->model == NULL)
+    return planned_dtype(v, i);
+  return v->model->params[v->plan->lparams[i].mparam].held_dtype;
+}
+
+/* The bytes parameter i's copies address: its size in its sources' dtype (the held size when it
+ * is held in theirs). */
+static uint64_t copied_bytes(const sl__loader_view *v, size_t i) {
+  uint64_t held = sl__dtype_bits(held_dtype(v, i)) / 8;
+  uint64_t from = sl__dtype_bits(planned_dtype(v, i)) / 8;
+  uint64_t nbytes = v->plan->lparams[i].nbytes;
+  return held == from || held == 0 ? nbytes : nbytes / held * from;
+}
+
 /* The cast array, every parameter at its planned dtype (no conversion). */
 static sl_status make_cast(const sl__loader_view *v) {
   size_t n = v->plan->n_lparams;
@@ -43,20 +63,21 @@ static sl_status make_cast(const sl__loader_view *v) {
   return SL_STATUS_OK;
 }
 
-/* The bytes a buffer of dtype `to` needs for parameter i (planned dtype `from`, planned_bytes). */
-static sl_status needed_bytes(const sl__loader_view *v, const char *fn, const char *name,
-                              uint64_t planned_bytes, sl__dtype from, sl__dtype to, uint64_t *out) {
-  uint64_t from_size = sl__dtype_bits(from) / 8;
-  uint64_t elements = from_size > 0 ? planned_bytes / from_size : 0;
-  if (from == to) {
-    *out = planned_bytes;
+/* The bytes a buffer of dtype `to` needs for parameter name, whose local size is held_bytes in
+ * dtype `held`. */
+static sl_status needed_bytes(const sl__loader_view *v, const char *fn, const char *name, uint64_t held_bytes,
+                              sl__dtype held, sl__dtype to, uint64_t *out) {
+  uint64_t held_size = sl__dtype_bits(held) / 8;
+  uint64_t elements = held_size > 0 ? held_bytes / held_size : 0;
+  if (held == to) {
+    *out = held_bytes;
     return SL_STATUS_OK;
   }
-  if (from_size == 0 || planned_bytes % from_size != 0 ||
+  if (held_size == 0 || held_bytes % held_size != 0 ||
       sl__mul_overflow(elements, sl__dtype_bits(to) / 8, out))
     return sl__err_set(v->err, SL_STATUS_INVALID_ARGUMENT,
                        "%s(%s): %llu bytes of %s are not a whole number of elements, or as %s overflow", fn,
-                       name, (unsigned long long)planned_bytes, sl__dtype_name(from), sl__dtype_name(to));
+                       name, (unsigned long long)held_bytes, sl__dtype_name(held), sl__dtype_name(to));
   return SL_STATUS_OK;
 }
 
@@ -68,14 +89,14 @@ static sl_status check_cast(const sl__loader_view *v, const char *fn, const char
   if (!sl__cast_supported(from, to))
     return sl__err_set(v->err, SL_STATUS_UNSUPPORTED,
                        "%s(%s): the plan holds %s, the buffer is %s: no conversion between them (conversions "
-                       "are among F32, F16, BF16 and F64)",
+                       "are among F32, F16, BF16 and F64, and from I64 to I32)",
                        fn, name, sl__dtype_name(from), sl__dtype_name(to));
   if (v->cuda)
     return sl__err_set(
         v->err, SL_STATUS_UNSUPPORTED,
-        "%s(%s): the plan holds %s, the buffer is %s: the loader converts in host memory only, "
-        "not in CUDA memory (device=cuda); bind a %s buffer and convert it on the GPU (the "
-        "Python package's torch layer does)",
+        "%s(%s): its checkpoint tensors are %s, the buffer is %s: the loader converts in host memory "
+        "only, not in CUDA memory (device=cuda); bind a %s buffer (sl_loader_bind_as) and convert it on "
+        "the GPU (the Python package's torch layer does)",
         fn, name, sl__dtype_name(from), sl__dtype_name(to), sl__dtype_name(from));
   return SL_STATUS_OK;
 }
@@ -95,12 +116,14 @@ sl_status sl__bind(const sl__loader_view *v, const char *fn, const char *name, v
                        "%s shares the memory of %s: bind that one instead", name, p->alias_of);
   if (as && (unsigned)dtype >= (unsigned)SL_DTYPE_COUNT)
     return sl__err_set(v->err, SL_STATUS_INVALID_ARGUMENT, "%s(%s): unknown dtype %d", fn, name, (int)dtype);
+  /* One conversion, from the sources' dtype to the buffer's, never through the held one. */
   sl__dtype from = planned_dtype(v, i);
-  sl__dtype to = as ? (sl__dtype)dtype : from;
+  sl__dtype held = held_dtype(v, i);
+  sl__dtype to = as ? (sl__dtype)dtype : held;
   uint64_t want = 0;
   sl_status st = check_cast(v, fn, name, from, to);
   if (st == SL_STATUS_OK)
-    st = needed_bytes(v, fn, name, lp->nbytes, from, to, &want);
+    st = needed_bytes(v, fn, name, lp->nbytes, held, to, &want);
   if (st != SL_STATUS_OK)
     return st;
   if (nbytes != want && !as)
@@ -109,7 +132,7 @@ sl_status sl__bind(const sl__loader_view *v, const char *fn, const char *name, v
   if (nbytes != want)
     return sl__err_set(v->err, SL_STATUS_INVALID_ARGUMENT,
                        "%s(%s): the plan holds %s; as %s it needs a buffer of %llu bytes, got %llu", fn, name,
-                       sl__dtype_name(from), sl__dtype_name(to), (unsigned long long)want,
+                       sl__dtype_name(held), sl__dtype_name(to), (unsigned long long)want,
                        (unsigned long long)nbytes);
   if (to != from && v->store->cast == NULL && (st = make_cast(v)) != SL_STATUS_OK)
     return st;
@@ -139,7 +162,7 @@ static sl_status zero_unwritten(const sl__loader_view *v) {
   bool zeroed = false;
   for (size_t i = 0; i < plan->n_lparams && st == SL_STATUS_OK; i++) {
     uint64_t nbytes = v->store->table[i].nbytes; /* the buffer's bytes */
-    if (!v->store->bound[i] || written[i] >= plan->lparams[i].nbytes || nbytes == 0)
+    if (!v->store->bound[i] || written[i] >= copied_bytes(v, i) || nbytes == 0)
       continue;
     st = backend->ops->zero(backend, v->store->param_ptr[i], nbytes, v->err);
     zeroed = true;

@@ -62,7 +62,8 @@ static const key_def keys[] = {
     {"expert_placement", T_ENUM, "linear", "linear,round_robin", "expert placement strategy"},
     {"enable_eplb", T_BOOL, "false", NULL, "expert-parallel load balancing (no expert filter)"},
     {"num_redundant_experts", T_U64, "0", NULL, "EPLB redundant expert slots"},
-    {"arch", T_STR, "auto", NULL, "architecture spec: auto (from config.json) or a spec JSON file"},
+    {"arch", T_STR, "auto", NULL,
+     "architecture spec: auto (from config.json), a spec JSON file, or an architecture name"},
     {"layout", T_ENUM, "vllm", "vllm,checkpoint", "names and fusion of the local parameters"},
     {"device", T_ENUM, "cpu", "cpu,cuda", "where the parameters land"},
     {"cuda_device", T_STR, NULL, NULL, "CUDA device ordinal (default: node-local rank)"},
@@ -97,7 +98,8 @@ static const key_def keys[] = {
      "load watchdog: a wait longer than this names the ranks not heard from and ends the job (MPI_Abort)"},
     {"strict", T_BOOL, "true", NULL, "missing or unexpected weights are errors"},
     {"skip_vision", T_BOOL, "false", NULL,
-     "leave out a multimodal checkpoint's vision tower (else an error)"},
+     "load a multimodal checkpoint's language model alone: its vision tower's tensors are skipped (vLLM's "
+     "--language-model-only, or --limit-mm-per-prompt 0 for every modality)"},
     {"storage_gbps", T_DOUBLE, "2.0", NULL, "dry run: storage read GB/s per node"},
     {"network_gbps", T_DOUBLE, "25.0", NULL, "dry run: network GB/s per node"},
     {"ranks_per_node", T_POS, "8", NULL, "dry run: ranks per node"},
@@ -123,8 +125,9 @@ static const struct {
   const char *alias;
   const char *key;
 } key_aliases[] = {
-    {"tensor_parallel_size", "tp"}, {"pipeline_parallel_size", "pp"}, {"data_parallel_size", "dp"},
-    {"download_dir", "cache_dir"},  {"num_threads", "threads"},       {"enable_weights_track", "strict"},
+    {"tensor_parallel_size", "tp"},     {"pipeline_parallel_size", "pp"},       {"data_parallel_size", "dp"},
+    {"download_dir", "cache_dir"},      {"language_model_only", "skip_vision"}, {"num_threads", "threads"},
+    {"enable_weights_track", "strict"},
 };
 
 #define N_ALIASES (sizeof key_aliases / sizeof key_aliases[0])

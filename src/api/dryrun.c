@@ -35,7 +35,8 @@ void sl_dryrun_destroy(sl_dryrun *d) {
   free(d);
 }
 
-sl_status sl_dryrun_create(sl_config *config, int world_size, sl_dryrun **out) {
+/* sl_dryrun_create and sl_dryrun_create_described (plans: one per rank, or NULL). */
+static sl_status create(sl_config *config, int world_size, const sl_plan *const *plans, sl_dryrun **out) {
   if (out == NULL || config == NULL)
     return SL_STATUS_INVALID_ARGUMENT;
   *out = NULL;
@@ -58,6 +59,8 @@ sl_status sl_dryrun_create(sl_config *config, int world_size, sl_dryrun **out) {
     st = sl__err_set(&err, SL_STATUS_NOMEM, "out of memory");
   /* The whole pipeline here, for no rank in particular: the schedule holds every rank's figures. */
   sl__prep_driver drv = {.cfg = d->cfg, .world = d->world, .dry_run = true, .builds_catalog = true};
+  if (st == SL_STATUS_OK && plans != NULL)
+    st = sl__described_from_plans(d->world, plans, &d->pl.described, &err);
   if (st == SL_STATUS_OK)
     st = sl__pipeline_run(&d->pl, &drv, SL_PREP_PLAN, &err);
   if (st != SL_STATUS_OK) {
@@ -79,6 +82,20 @@ sl_status sl_dryrun_create(sl_config *config, int world_size, sl_dryrun **out) {
   }
   *out = d;
   return SL_STATUS_OK;
+}
+
+sl_status sl_dryrun_create(sl_config *config, int world_size, sl_dryrun **out) {
+  return create(config, world_size, NULL, out);
+}
+
+sl_status sl_dryrun_create_described(sl_config *config, int world_size, const sl_plan *const *plans,
+                                     sl_dryrun **out) {
+  if (plans == NULL) {
+    if (out != NULL)
+      *out = NULL;
+    return SL_STATUS_INVALID_ARGUMENT;
+  }
+  return create(config, world_size, plans, out);
 }
 
 int sl_dryrun_world_size(const sl_dryrun *d) {

@@ -162,6 +162,7 @@ void sl_loader_destroy(sl_loader *l) {
   free(l->store.table);
   free(l->store.table_strings);
   free(l->records);
+  free(l->plan_blob);
   sl__job_nodes_free(&l->nodes);
   sl__track_free(&l->track);
   sl__prepare_groups_free(&l->groups);
@@ -324,7 +325,11 @@ sl_status sl_loader_download(sl_loader *l) {
   sl_status st = sl__loader_begin(l);
   if (st != SL_STATUS_OK || l->state >= STATE_CATALOG)
     return st;
-  st = advance(l, SL_PREP_MODEL);
+  /* Whether the ranks describe their plans (api/describe.c): known before rank 0 looks for a spec. */
+  if (l->pl.done == SL_PREP_OPTIONS)
+    st = sl__loader_share_plans(l, &l->pl);
+  if (st == SL_STATUS_OK)
+    st = advance(l, SL_PREP_MODEL);
   if (st != SL_STATUS_OK)
     return sl__loader_fail(l, st);
   l->state = STATE_CATALOG;
@@ -362,6 +367,27 @@ static sl_status table_strings(sl_loader *l) {
   return SL_STATUS_OK;
 }
 
+/* Parameters held in another dtype than their sources' (sl__mparam.held_dtype): the cast array the
+ * transfer converts with, made with the table (api/bind.c changes it for sl_loader_bind_as); none
+ * when every parameter is held as its sources are. */
+static sl_status planned_casts(sl_loader *l) {
+  size_t n = l->pl.plan.n_lparams;
+  const sl__mparam *mps = l->pl.prep.model.params;
+  bool any = false;
+  for (size_t i = 0; i < n; i++)
+    any = any || mps[l->pl.plan.lparams[i].mparam].held_dtype != mps[l->pl.plan.lparams[i].mparam].dtype;
+  if (!any)
+    return SL_STATUS_OK;
+  l->store.cast = calloc(n + 1, sizeof *l->store.cast);
+  if (l->store.cast == NULL)
+    return sl__err_set(&l->err, SL_STATUS_NOMEM, "out of memory building the parameter table");
+  for (size_t i = 0; i < n; i++) {
+    const sl__mparam *mp = &mps[l->pl.plan.lparams[i].mparam];
+    l->store.cast[i] = (sl__cast_pair){.from = mp->dtype, .to = mp->held_dtype};
+  }
+  return SL_STATUS_OK;
+}
+
 static sl_status build_table(sl_loader *l) {
   size_t n = l->pl.plan.n_lparams;
   l->store.table = calloc(n + 1, sizeof *l->store.table);
@@ -378,8 +404,8 @@ static sl_status build_table(sl_loader *l) {
     const sl__lparam *lp = &l->pl.plan.lparams[i];
     const sl__mparam *mp = &l->pl.prep.model.params[lp->mparam];
     sl_param *p = &l->store.table[i];
-    p->dtype = sl__dtype_name(mp->dtype);
-    p->dtype_bits = sl__dtype_bits(mp->dtype);
+    p->dtype = sl__dtype_name(mp->held_dtype);
+    p->dtype_bits = sl__dtype_bits(mp->held_dtype);
     memcpy(p->local_shape, lp->shape, sizeof p->local_shape);
     p->ndim = lp->ndim;
     if (mp->alias_of != SL_NONE) {
@@ -391,7 +417,8 @@ static sl_status build_table(sl_loader *l) {
     p->nbytes = lp->nbytes;
     p->device = -1;
   }
-  return table_strings(l);
+  sl_status st = planned_casts(l);
+  return st == SL_STATUS_OK ? table_strings(l) : st;
 }
 
 sl_status sl_loader_plan(sl_loader *l) {
@@ -463,14 +490,37 @@ sl_status sl_loader_bind_as(sl_loader *l, const char *name, void *data, uint64_t
   return bind(l, "sl_loader_bind_as", name, data, nbytes, true, dtype);
 }
 
+/* Parameters converted as delivered (a planned conversion, or sl_loader_bind_as) are never file
+ * mappings; nor are bound ones. skip: one flag per parameter, set for those. Converting needs host
+ * memory: with another backend an unbound planned conversion is refused here, before any byte is
+ * read (bound ones were refused by the bind). */
+static sl_status unmappable(sl_loader *l, bool *skip) {
+  for (size_t i = 0; i < l->pl.plan.n_lparams; i++) {
+    const sl__cast_pair *k = l->store.cast != NULL ? &l->store.cast[i] : NULL;
+    bool converts = k != NULL && k->from != k->to;
+    skip[i] = l->store.bound[i] || converts;
+    if (converts && !l->store.backend->host_addressable)
+      return sl__err_set(&l->err, SL_STATUS_UNSUPPORTED,
+                         "%s: the plan holds it in %s, its checkpoint tensors are %s: the loader converts in "
+                         "host memory only, not with device=%s; bind a %s buffer (sl_loader_bind_as) and "
+                         "convert it on the device",
+                         l->store.table[i].name, sl__dtype_name(k->to), sl__dtype_name(k->from),
+                         l->store.backend->ops->name, sl__dtype_name(k->from));
+  }
+  return SL_STATUS_OK;
+}
+
 static sl_status allocate(sl_loader *l) {
-  sl_status st = SL_STATUS_OK;
+  bool *skip = calloc(l->pl.plan.n_lparams + 1, sizeof *skip);
+  sl_status st = skip != NULL ? unmappable(l, skip) : sl__err_set(&l->err, SL_STATUS_NOMEM, "out of memory");
   /* Files still downloading (docs/spec/HUB.md §13) cannot be mapped yet, nor objects of a store
    * (docs/spec/S3.md): such a load copies. */
-  if (sl__strategy_maps(l->pl.opts.strategy, l->store.backend->host_addressable, l->pl.opts.prefault) &&
+  if (st == SL_STATUS_OK &&
+      sl__strategy_maps(l->pl.opts.strategy, l->store.backend->host_addressable, l->pl.opts.prefault) &&
       !l->pl.prep.cat.arriving && !sl__catalog_remote(&l->pl.prep.cat) && !l->peers)
-    st = sl__filemap_params(&l->pl.prep.cat, &l->pl.sched, &l->pl.plan, l->store.bound, l->pl.opts.strategy,
+    st = sl__filemap_params(&l->pl.prep.cat, &l->pl.sched, &l->pl.plan, skip, l->pl.opts.strategy,
                             l->pl.files, l->store.param_ptr, l->store.mapped, &l->store.maps, &l->err);
+  free(skip);
   /* One block for all of them where the backend offers it (device memory). */
   uint64_t total = 0;
   for (size_t i = 0; i < l->pl.plan.n_lparams && st == SL_STATUS_OK; i++)

@@ -54,6 +54,11 @@ struct sl_loader {
    * this loader its node in that model. NULL otherwise. */
   const sl__peer_model *peer_model;
   const uint32_t *peer_node_of;
+  /* This rank's caller-described plan (sl_loader_set_plan, api/describe.c): its canonical blob, or
+   * NULL (an architecture spec's plan). */
+  uint8_t *plan_blob;
+  size_t plan_len;
+  bool plan_failed; /* sl_loader_set_plan failed (or was given none): the download fails on every rank */
 };
 
 /* The view api/bind.c and api/params.c work on (a function of the struct: no call into loader.c). */
@@ -65,6 +70,7 @@ static inline void sl__loader_view_of(sl_loader *l, sl__loader_view *out) {
                            .loaded = l->state == STATE_LOADED,
                            .plan = &l->pl.plan,
                            .cat = &l->pl.prep.cat,
+                           .model = &l->pl.prep.model,
                            .cuda = l->pl.opts.device == SL_DEVICE_CUDA};
 }
 
@@ -99,6 +105,10 @@ sl_status sl__loader_find_storage(sl_loader *l, sl__pipeline *pl);
 /* COLLECTIVE, after the model stage of pipeline pl: per file, whether its row-parallel tensors are
  * read two-phase (api/twophase_agree.c), into pl->tp_choice and pl->per_row_files; agreed. */
 sl_status sl__loader_twophase_choose(sl_loader *l, sl__pipeline *pl);
+/* COLLECTIVE, before the catalog stage of pipeline pl: whether the ranks load from described plans
+ * (all or none of them set one) and, if so, every rank's plan into pl->described
+ * (api/describe.c); agreed. */
+sl_status sl__loader_share_plans(sl_loader *l, sl__pipeline *pl);
 /* Rank 0 writes the report file, when configured (COLLECTIVE). */
 sl_status sl__loader_report_file(sl_loader *l);
 /* Rank 0, at creation: the output paths made ready or refused (output/paths.h); not agreed. */

@@ -27,11 +27,13 @@ typedef struct sl__params_state sl__params_state;
 /* A loader's parameters, per local parameter of the rank plan. */
 typedef struct sl__param_store {
   sl_param *table;
-  char *table_strings;       /* the table's names, descriptions and aliases (api/loader.c) */
-  void **param_ptr;          /* the memory (aliases point at their target's) */
-  bool *bound;               /* the caller's buffer (api/bind.c) */
-  bool *mapped;              /* a mapping of its checkpoint bytes (load strategy mmap, or auto on host) */
-  sl__cast_pair *cast;       /* planned → bound dtype (sl_loader_bind_as); NULL: no conversion bound */
+  char *table_strings; /* the table's names, descriptions and aliases (api/loader.c) */
+  void **param_ptr;    /* the memory (aliases point at their target's) */
+  bool *bound;         /* the caller's buffer (api/bind.c) */
+  bool *mapped;        /* a mapping of its checkpoint bytes (load strategy mmap, or auto on host) */
+  /* sources' → held dtype (sl__mparam.held_dtype, made with the table), or → bound dtype
+   * (sl_loader_bind_as); NULL: no conversion */
+  sl__cast_pair *cast;
   sl__filemaps maps;         /* the file mappings behind mapped parameters */
   sl__backend *backend;      /* where the memory lives; the transfer borrows it */
   sl__params_state *sources; /* api/params.c: sources index and keeper (NULL until first needed) */
@@ -46,7 +48,8 @@ typedef struct sl__loader_view {
   bool loaded;  /* sl_loader_load succeeded */
   const sl__rank_plan *plan;
   const sl__catalog *cat;
-  bool cuda; /* device=cuda: parameters are device memory */
+  const sl__model *model; /* the plan's parameters (held dtypes); NULL: each held as planned */
+  bool cuda;              /* device=cuda: parameters are device memory */
 } sl__loader_view;
 
 /* api/params.c: called by sl_loader_destroy before it frees anything. When parameter memory is

@@ -58,6 +58,11 @@ typedef struct peers_run {
 /* This rank's own checks: a donor's memory is read as its copies say (as planned, in host or
  * device memory). */
 static sl_status own_checks(sl_loader *l, bool donor) {
+  if (l->plan_blob != NULL || l->pl.prep.model.described != NULL)
+    return sl__err_set(
+        &l->err, SL_STATUS_UNSUPPORTED,
+        "sl_loader_load_from_peers: a loader with a described plan (sl_loader_set_plan) neither "
+        "gives nor receives: the receivers plan their layout from the donors' architecture spec");
   if (!donor)
     return l->state == STATE_CREATED && l->pl.done == SL_PREP_OPTIONS
                ? SL_STATUS_OK
@@ -71,7 +76,9 @@ static sl_status own_checks(sl_loader *l, bool donor) {
           &l->err, SL_STATUS_UNSUPPORTED,
           "sl_loader_load_from_peers: %s is held %s on this giving rank: only parameters held as "
           "planned can be given",
-          l->store.table[i].name, cast ? "in another dtype (sl_loader_bind_as)" : "transposed");
+          l->store.table[i].name,
+          cast ? "in another dtype than its checkpoint tensors (a planned conversion, or sl_loader_bind_as)"
+               : "transposed");
   }
   return SL_STATUS_OK;
 }

@@ -13,6 +13,7 @@
 #include "engine/file_gate.h"
 #include "engine/file_table.h"
 #include "hub/hub.h"
+#include "model/described.h"
 #include "model/sharded.h"
 
 #include <cjson/cJSON.h>
@@ -147,8 +148,14 @@ static sl_status choose_spec(const sl__opts *o, const char *folder, const sl__s3
   const char *path = NULL;
   sl__spec *found = NULL;
   sl_status st = SL_STATUS_OK;
-  if (strcmp(o->arch, "auto") != 0) {
+  if (strcmp(o->arch, "auto") != 0 && (strchr(o->arch, '/') != NULL || sl__str_ends_with(o->arch, ".json"))) {
     path = o->arch;
+  } else if (strcmp(o->arch, "auto") != 0) {
+    /* an architecture name (vLLM's name of a draft: DeepSeekMTPModel): the spec that lists it */
+    st = sl__spec_find(o->arch, &found, err);
+    if (st != SL_STATUS_OK)
+      return st;
+    path = found->path;
   } else {
     char *cfg_path = given == NULL ? sl__path_join(folder, "config.json") : NULL;
     char *text =
@@ -197,6 +204,16 @@ static sl_status choose_spec(const sl__opts *o, const char *folder, const sl__s3
   }
   if (st == SL_STATUS_OK)
     st = found != NULL ? SL_STATUS_OK : sl__spec_parse(p->spec_text, p->spec_len, p->spec_path, &found, err);
+  /* A vision spec read from its own file travels inlined: no other rank reads a spec folder. */
+  char *inlined = NULL;
+  size_t inlined_len = 0;
+  if (st == SL_STATUS_OK)
+    st = sl__spec_inline_vision(p->spec_text, p->spec_len, found, &inlined, &inlined_len, err);
+  if (inlined != NULL) {
+    free(p->spec_text);
+    p->spec_text = inlined;
+    p->spec_len = inlined_len;
+  }
   if (st == SL_STATUS_OK)
     p->spec = found;
   else
@@ -220,8 +237,8 @@ static double hub_last_bytes(void *ctx) {
  * A spec that selects files its own way waits for the download instead (the listing's selection
  * used the default patterns). */
 static sl_status catalog_while_downloading(sl__prepared *p, const sl__catalog_opts *co, sl__err *err) {
-  const sl__spec *s = p->spec;
-  if (s->allow_patterns_override != NULL || !s->fall_back_to_pt) {
+  const sl__spec *s = p->spec; /* NULL: described plans, the default selection */
+  if (s != NULL && (s->allow_patterns_override != NULL || !s->fall_back_to_pt)) {
     sl__hub_result r;
     sl_status st = sl__hub_pending_finish(p->hub, false, &r, err);
     p->hub = NULL;
@@ -256,8 +273,14 @@ static sl_status catalog_while_downloading(sl__prepared *p, const sl__catalog_op
   return st;
 }
 
-/* The catalog options of a model whose spec is chosen: the spec's selection and renames. */
+/* The catalog options of a model whose spec is chosen: the spec's selection and renames (s NULL:
+ * described plans, which name the tensors as stored: the default selection, no renames). */
 static sl__catalog_opts catalog_opts(const sl__opts *o, const char *folder, const sl__spec *s) {
+  if (s == NULL)
+    return (sl__catalog_opts){.folder = folder,
+                              .what = o->model,
+                              .select = {.format = o->format, .fall_back_to_pt = true},
+                              .require_config = true};
   return (sl__catalog_opts){
       .folder = folder,
       .what = o->model,
@@ -274,13 +297,16 @@ static sl__catalog_opts catalog_opts(const sl__opts *o, const char *folder, cons
 
 /* An s3:// model (api/s3_model.h): listed, its spec chosen from its config.json, the catalog from
  * its headers; its weights stay in the store. Retries are bounded within the watchdog's timeout. */
-static sl_status prepare_s3(const sl__opts *o, sl__prepared *p, sl__err *err) {
+static sl_status prepare_s3(const sl__opts *o, bool described, sl__prepared *p, sl__err *err) {
   if (o->format == SL_FORMAT_SHARDED_STATE)
     return sl__err_set(err, SL_STATUS_UNSUPPORTED, "load_format sharded_state reads local folders, not %s",
                        o->model);
   sl__s3_model *m = NULL;
   sl_status st = sl__s3_model_open(o->model, o->timeout_s / 2, &m, err);
-  if (st == SL_STATUS_OK)
+  if (st == SL_STATUS_OK && described)
+    st = (p->spec_text = sl__strdup("")) != NULL ? SL_STATUS_OK
+                                                 : sl__err_set(err, SL_STATUS_NOMEM, "out of memory");
+  else if (st == SL_STATUS_OK)
     st = choose_spec(o, m->location, m, p, err);
   if (st == SL_STATUS_OK) {
     sl__catalog_opts co = catalog_opts(o, m->location, p->spec);
@@ -292,19 +318,22 @@ static sl_status prepare_s3(const sl__opts *o, sl__prepared *p, sl__err *err) {
   return st;
 }
 
-sl_status sl__prepare_catalog(const sl_config *cfg, const sl__opts *o, bool overlap, sl__prepared *p,
-                              sl__err *err) {
+sl_status sl__prepare_catalog(const sl_config *cfg, const sl__opts *o, bool overlap, bool described,
+                              sl__prepared *p, sl__err *err) {
   memset(p, 0, sizeof *p);
   if (sl__s3_is_url(o->model))
-    return prepare_s3(o, p, err);
+    return prepare_s3(o, described, p, err);
   char *folder = NULL;
   /* Load format auto reads a local folder of part files alone as what --save-sharded wrote. */
   bool sharded = sl__prepare_is_sharded(o);
   /* The overlap needs files opened during the transfer: not with mappings made before it. */
   overlap = overlap && !sharded && o->strategy != SL_STRATEGY_MMAP;
   sl_status st = resolve_folder(cfg, o, overlap, p, &folder, err);
-  /* A pre-sharded checkpoint needs no spec: its files already hold each rank's parameters. */
-  if (st == SL_STATUS_OK && sharded) {
+  /* A pre-sharded checkpoint needs no spec: its files already hold each rank's parameters; nor do
+   * described plans. */
+  if (st == SL_STATUS_OK && sharded && described)
+    st = sl__err_set(err, SL_STATUS_UNSUPPORTED, "described plans do not apply to load_format sharded_state");
+  if (st == SL_STATUS_OK && (sharded || described)) {
     /* No spec text: an empty one still travels (the broadcast needs a buffer). */
     p->spec_text = sl__strdup("");
     st = p->spec_text != NULL ? SL_STATUS_OK : sl__err_set(err, SL_STATUS_NOMEM, "out of memory");
@@ -314,7 +343,7 @@ sl_status sl__prepare_catalog(const sl_config *cfg, const sl__opts *o, bool over
                                                .what = o->model,
                                                .select = {.format = SL_FORMAT_SHARDED_STATE}},
                            &p->cat, err);
-  else if (st == SL_STATUS_OK)
+  else if (st == SL_STATUS_OK && !described)
     st = choose_spec(o, folder, NULL, p, err);
   if (st == SL_STATUS_OK && !sharded) {
     sl__catalog_opts co = catalog_opts(o, folder, p->spec);
@@ -396,6 +425,8 @@ sl_status sl__prepare_model(const sl__opts *o, const sl__layout *layout, sl__pre
   if (p->spec == NULL)
     st = sl__spec_parse(p->spec_text, p->spec_len, p->spec_path != NULL ? p->spec_path : "(broadcast)",
                         &p->spec, err);
+  if (st == SL_STATUS_OK && o->skip_vision)
+    sl__spec_drop_vision(p->spec); /* the tower's tensors are then skipped by their prefixes */
   if (st == SL_STATUS_OK)
     st = sl__model_build(p->spec, &p->cat, o->layout, &p->model, err);
   if (st == SL_STATUS_OK)
@@ -411,6 +442,29 @@ sl_status sl__prepare_model(const sl__opts *o, const sl__layout *layout, sl__pre
 /* ---------------------------------------------------------------------------------------------
  * The pipeline
  * ------------------------------------------------------------------------------------------- */
+
+/* The model of described plans: the pipeline's plans move into it. */
+static sl_status described_model(sl__pipeline *p, sl__err *err) {
+  if (p->prep.cat.format == SL_FORMAT_SHARDED_STATE)
+    return sl__err_set(err, SL_STATUS_UNSUPPORTED,
+                       "described plans do not apply to load_format sharded_state");
+  sl__described *d = p->described;
+  p->described = NULL;
+  sl_status st = sl__described_model_build(d, &p->prep.cat, p->opts.pp, &p->prep.model, err);
+  p->prep.have_model = st == SL_STATUS_OK;
+  return st;
+}
+
+/* The pipeline stages' first layers: the configuration's split, or for described plans (which do
+ * not use it) the automatic split of the model's layer count, at least pp. */
+static sl_status plan_stages(sl__pipeline *p, sl__err *err) {
+  if (p->prep.model.described == NULL)
+    return sl__pp_starts(&p->opts, p->prep.model.n_layers, &p->pp_starts, err);
+  p->pp_starts = calloc((size_t)p->opts.pp + 1, sizeof *p->pp_starts);
+  if (p->pp_starts == NULL)
+    return sl__err_set(err, SL_STATUS_NOMEM, "out of memory");
+  return sl__pp_split_auto(p->prep.model.n_layers, p->opts.pp, p->pp_starts, err);
+}
 
 /* The error of a job of several ranks given no sizes (tp = pp = dp = 1). */
 static sl_status unsized_job(uint32_t world, sl__err *err) {
@@ -459,14 +513,18 @@ static sl_status run_stage(sl__pipeline *p, const sl__prep_driver *d, sl__prep_s
      * that sees so (all of them, but where only some see the folder), before any Hub request. */
     if (p->layout_defaulted && d->world > 1 && !sl__prepare_is_sharded(&p->opts))
       return unsized_job(d->world, err);
-    return d->builds_catalog ? sl__prepare_catalog(d->cfg, &p->opts, !d->dry_run, &p->prep, err)
+    return d->builds_catalog ? sl__prepare_catalog(d->cfg, &p->opts, !d->dry_run, p->described != NULL, &p->prep,
+                                                   err)
                              : SL_STATUS_OK;
   case SL_PREP_MODEL: {
     sl_status st = saved_layout(p, d->world, err);
-    return st == SL_STATUS_OK ? sl__prepare_model(&p->opts, &p->layout, &p->prep, err) : st;
+    if (st != SL_STATUS_OK)
+      return st;
+    return p->described != NULL ? described_model(p, err)
+                                : sl__prepare_model(&p->opts, &p->layout, &p->prep, err);
   }
   case SL_PREP_PLAN: {
-    sl_status st = sl__pp_starts(&p->opts, p->prep.model.n_layers, &p->pp_starts, err);
+    sl_status st = plan_stages(p, err);
     if (st != SL_STATUS_OK)
       return st;
     if (d->dry_run) { /* nodes of ranks_per_node ranks; the files on the first */
@@ -523,6 +581,8 @@ void sl__pipeline_free(sl__pipeline *p) {
   free(p->per_row_files);
   free(p->pp_starts);
   sl__prepared_free(&p->prep);
+  sl__described_free(p->described);
+  free(p->described);
   memset(p, 0, sizeof *p);
 }
 

@@ -41,11 +41,12 @@ typedef struct sl__prepared {
   struct sl__file_gate *gate; /* which files are complete (engine/file_gate.h), or NULL */
 } sl__prepared;
 
-/* Rank 0's part: resolve, read config.json, pick and read the spec, build the catalog. overlap: a
+/* Rank 0's part: resolve, read config.json, pick and read the spec (none for described plans: the
+ * default file selection, no renames), build the catalog. overlap: a
  * Hub repository's weights may still be downloading when this returns (docs/spec/HUB.md §13):
  * the catalog comes from their headers, out->hub and out->gate are set. */
-sl_status sl__prepare_catalog(const sl_config *cfg, const sl__opts *o, bool overlap, sl__prepared *out,
-                              sl__err *err);
+sl_status sl__prepare_catalog(const sl_config *cfg, const sl__opts *o, bool overlap, bool described,
+                              sl__prepared *out, sl__err *err);
 /* The gate the transfer waits on (NULL: every file is there): rank 0's, fed by its downloads (a
  * failed download then raises the abort channel of c: its abort hook), or on the other ranks one
  * watching the snapshot paths when the catalog says files are arriving. */
@@ -95,6 +96,9 @@ typedef struct sl__pipeline {
    * row by row (the planner's per_row_files). */
   sl__twophase_choice *tp_choice;
   bool *per_row_files;
+  /* Every rank's caller-described plan (model/described.h), or NULL: an architecture spec's. Set
+   * before the catalog stage (no spec is looked up then); the model stage hands it to the model. */
+  struct sl__described *described;
 } sl__pipeline;
 
 /* Which ranks read which files, or NULL: every rank every file (what the transfer and the reports take). */
@@ -125,6 +129,12 @@ typedef struct sl__prep_driver {
  * it got). */
 sl_status sl__pipeline_run(sl__pipeline *p, const sl__prep_driver *d, sl__prep_stage until, sl__err *err);
 void sl__pipeline_free(sl__pipeline *p);
+
+/* The plans of a dry run of described plans (api/describe.c): plans[r] rank r's (NULL: an error);
+ * ranks of equal plans form one class, as a load's agreement makes them. *out: malloc'd, for
+ * sl__pipeline.described. */
+sl_status sl__described_from_plans(uint32_t world, const sl_plan *const *plans, struct sl__described **out,
+                                   sl__err *err);
 
 /* The broadcast groups of a schedule as the communication layer takes them (member lists that
  * point into the schedule); out->group is allocated: sl__prepare_groups_free. */

@@ -46,10 +46,12 @@ static sl_status after_stage(void *ctx, sl__prep_stage stage, sl_status st, doub
   sl_loader *l = r->l;
   switch (stage) {
   case SL_PREP_OPTIONS:
-    return sl__comm_agree(&l->comm, st, err, "checking the reload's configuration");
+    st = sl__comm_agree(&l->comm, st, err, "checking the reload's configuration");
+    /* the loader's described plans again, before rank 0 builds the catalog (no spec then) */
+    return st == SL_STATUS_OK ? sl__loader_share_plans(l, r->pl) : st;
   case SL_PREP_CATALOG:
     if (st == SL_STATUS_OK && l->comm.rank == 0)
-      st = sl__prepare_catalog(r->cfg, &r->pl->opts, false, &r->pl->prep, err);
+      st = sl__prepare_catalog(r->cfg, &r->pl->opts, false, r->pl->described != NULL, &r->pl->prep, err);
     st = sl__loader_share_catalog(l, r->pl, st, t0);
     return st == SL_STATUS_OK ? sl__loader_find_storage(l, r->pl) : st;
   case SL_PREP_MODEL:

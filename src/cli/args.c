@@ -40,6 +40,7 @@ static const flag flags[] = {
     {"--download-dir", "cache_dir", NULL},
     {"--overwrite", "overwrite", "true"},
     {"--skip-vision", "skip_vision", "true"},
+    {"--language-model-only", "skip_vision", "true"},
 };
 #define N_FLAGS (sizeof flags / sizeof flags[0])
 
@@ -139,9 +140,10 @@ static const char *const download_keys[] = {"revision",
                                             "hub_lock_timeout_s",
                                             NULL};
 
-const sl_cli_command sl_cli_cmd_load = {"load", load_keys, SL_CLI_LIST_PARAMS | SL_CLI_RELOAD};
+const sl_cli_command sl_cli_cmd_load = {"load", load_keys,
+                                        SL_CLI_LIST_PARAMS | SL_CLI_RELOAD | SL_CLI_PLAN_FILE};
 const sl_cli_command sl_cli_cmd_reshard = {"reshard", load_keys, 0};
-const sl_cli_command sl_cli_cmd_plan = {"plan", plan_keys, SL_CLI_JSON | SL_CLI_WORLD};
+const sl_cli_command sl_cli_cmd_plan = {"plan", plan_keys, SL_CLI_JSON | SL_CLI_WORLD | SL_CLI_PLAN_FILE};
 const sl_cli_command sl_cli_cmd_inspect = {"inspect", inspect_keys, SL_CLI_JSON};
 const sl_cli_command sl_cli_cmd_download = {"download", download_keys, 0};
 
@@ -255,6 +257,8 @@ static void unknown_option(const sl_cli_command *cmd, const char *typed) {
     consider(&s, typed, "--reload");
     consider(&s, typed, "--reload-revision");
   }
+  if (cmd->options & SL_CLI_PLAN_FILE)
+    consider(&s, typed, "--plan-file");
   consider(&s, typed, "--help");
   if (s.best[0] == '\0') { /* then any key: the command accepts every configuration key */
     key_line lines[MAX_KEYS];
@@ -272,6 +276,33 @@ static void unknown_option(const sl_cli_command *cmd, const char *typed) {
 }
 
 /* ---- the parser ---- */
+
+/* The tool's own options with a value (--reload, --reload-revision, --plan-file) at argv[*i]:
+ * 1 when taken (*i past its value), 0 when name is none of them, 2 after a usage error. */
+static int tool_value(int argc, char **argv, int *i, const char *name, const char *value, const sl_cli_command *cmd,
+                      sl_cli_args *args) {
+  bool is_reload = (cmd->options & SL_CLI_RELOAD) && strcmp(name, "--reload") == 0;
+  bool is_reload_rev = (cmd->options & SL_CLI_RELOAD) && strcmp(name, "--reload-revision") == 0;
+  bool is_plan_file = (cmd->options & SL_CLI_PLAN_FILE) && strcmp(name, "--plan-file") == 0;
+  if (!is_reload && !is_reload_rev && !is_plan_file)
+    return 0;
+  if (value == NULL && *i + 1 >= argc) {
+    fprintf(stderr, "shardload %s: %s needs a value\n", cmd->name, name);
+    return 2;
+  }
+  value = value != NULL ? value : argv[++*i];
+  if (is_plan_file) {
+    args->plan_file = value;
+  } else if (is_reload_rev) {
+    args->reload_revision = value;
+  } else if (args->n_reload < SL_CLI_RELOAD_MAX) {
+    args->reload[args->n_reload++] = value;
+  } else {
+    fprintf(stderr, "shardload %s: at most %d --reload options\n", cmd->name, SL_CLI_RELOAD_MAX);
+    return 2;
+  }
+  return 1;
+}
 
 int sl_cli_parse(int argc, char **argv, sl_config *config, sl_cli_args *args, const sl_cli_command *cmd) {
   memset(args, 0, sizeof *args);
@@ -316,24 +347,11 @@ int sl_cli_parse(int argc, char **argv, sl_config *config, sl_cli_args *args, co
       continue;
     }
     bool is_world = (cmd->options & SL_CLI_WORLD) && strcmp(name, "--world") == 0;
-    bool is_reload = (cmd->options & SL_CLI_RELOAD) && strcmp(name, "--reload") == 0;
-    bool is_reload_rev = (cmd->options & SL_CLI_RELOAD) && strcmp(name, "--reload-revision") == 0;
-    if (is_reload || is_reload_rev) {
-      if (value == NULL && i + 1 >= argc) {
-        fprintf(stderr, "shardload %s: %s needs a value\n", c, name);
-        return 2;
-      }
-      value = value != NULL ? value : argv[++i];
-      if (is_reload_rev) {
-        args->reload_revision = value;
-      } else if (args->n_reload < SL_CLI_RELOAD_MAX) {
-        args->reload[args->n_reload++] = value;
-      } else {
-        fprintf(stderr, "shardload %s: at most %d --reload options\n", c, SL_CLI_RELOAD_MAX);
-        return 2;
-      }
+    int taken = tool_value(argc, argv, &i, name, value, cmd, args);
+    if (taken == 2)
+      return 2;
+    if (taken == 1)
       continue;
-    }
     const flag *fl = NULL;
     for (size_t k = 0; k < N_FLAGS; k++)
       if (strcmp(flags[k].flag, name) == 0)
@@ -437,6 +455,10 @@ void sl_cli_print_options(FILE *out, const sl_cli_command *cmd) {
     fprintf(out, "  %-36s %s\n", "--reload-revision REV",
             "the Hub revision of every --reload (default main)");
   }
+  if (cmd->options & SL_CLI_PLAN_FILE)
+    fprintf(out, "  %-36s %s\n", "--plan-file FILE",
+            "every rank's described plan instead of an architecture spec: {\"ranks\": [PLAN, ...]} or "
+            "{\"classes\": [{\"ranks\": [..], \"plan\": PLAN}]}");
   if (cmd->options & SL_CLI_JSON)
     fprintf(out, "  %-36s %s\n", "--json", "print the result as JSON");
   fprintf(out, "  %-36s %s\n", "--help, -h", "this text");

@@ -18,7 +18,8 @@ enum {
   SL_CLI_JSON = 1u << 0,        /* --json */
   SL_CLI_WORLD = 1u << 1,       /* --world N */
   SL_CLI_LIST_PARAMS = 1u << 2, /* --list-params */
-  SL_CLI_RELOAD = 1u << 3       /* --reload MODEL (repeatable), --reload-revision REV */
+  SL_CLI_RELOAD = 1u << 3,      /* --reload MODEL (repeatable), --reload-revision REV */
+  SL_CLI_PLAN_FILE = 1u << 4    /* --plan-file FILE: every rank's described plan (plan_file.c) */
 };
 
 /* The most --reload options one command line takes. */
@@ -45,6 +46,7 @@ typedef struct sl_cli_args {
   const char *reload[SL_CLI_RELOAD_MAX]; /* --reload MODEL, in order (load) */
   int n_reload;
   const char *reload_revision; /* --reload-revision REV (load), or NULL */
+  const char *plan_file;       /* --plan-file FILE (load, plan), or NULL */
 } sl_cli_args;
 
 /* Parses argv[1..] into config and args; returns 0, or 2 after printing a usage error to stderr. */

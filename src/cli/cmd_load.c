@@ -7,6 +7,7 @@
  */
 #include "args.h"
 #include "cli.h"
+#include "plan_file.h"
 #include "usage_once.h"
 
 #include <mpi.h>
@@ -21,7 +22,9 @@ static void usage(FILE *out) {
   fprintf(out, "usage: mpirun -np N shardload load MODEL [options]\n"
                "MODEL is a folder with config.json and safetensors files, a Hub repository id, or\n"
                "s3://bucket/prefix (read in place; AWS_* variables and ~/.aws as AWS's tools use them).\n"
-               "tp * pp * dp must equal N; global rank = dp_rank*pp*tp + pp_rank*tp + tp_rank.\n");
+               "tp * pp * dp must equal N; global rank = dp_rank*pp*tp + pp_rank*tp + tp_rank.\n"
+               "--plan-file FILE: each rank loads its own described plan from FILE instead of the\n"
+               "architecture spec (docs/spec/DESIGN.md §12).\n");
   sl_cli_print_options(out, &sl_cli_cmd_load);
 }
 
@@ -75,6 +78,22 @@ static void print_table(MPI_Comm comm, sl_loader *l) {
     }
     MPI_Barrier(comm);
   }
+}
+
+/* This rank's plan of the file (every rank reads it), set on the loader; a failure on any rank
+ * fails every rank (sl_loader_agree). */
+static sl_status set_plan(sl_loader *l, const char *path) {
+  int rank = 0;
+  int size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  sl_plan **plans = sl_cli_read_plans("load", path, size);
+  bool read = plans != NULL;
+  sl_status st = read ? sl_loader_set_plan(l, plans[rank]) : SL_STATUS_PLAN;
+  sl_cli_free_plans(plans, size);
+  char msg[MSG_MAX];
+  snprintf(msg, sizeof msg, "%s", read ? sl_loader_error(l) : "cannot read the plan file (see above)");
+  return sl_loader_agree(l, st, msg);
 }
 
 int sl_cli_load(int argc, char **argv) {
@@ -135,7 +154,9 @@ int sl_cli_load(int argc, char **argv) {
   if (st != SL_STATUS_OK) {
     report_failure(MPI_COMM_WORLD, st, sl_config_error(cfg));
   } else {
-    st = args.list_params ? sl_loader_plan(l) : SL_STATUS_OK;
+    st = args.plan_file != NULL ? set_plan(l, args.plan_file) : SL_STATUS_OK;
+    if (st == SL_STATUS_OK && args.list_params)
+      st = sl_loader_plan(l);
     if (st == SL_STATUS_OK && args.list_params)
       print_table(MPI_COMM_WORLD, l);
     if (st == SL_STATUS_OK)

@@ -5,6 +5,7 @@
  */
 #include "args.h"
 #include "cli.h"
+#include "plan_file.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -84,7 +85,9 @@ static void usage(FILE *out) {
                "amplification and a predicted load time. tp * pp * dp must equal N.\n"
                "--from-tp A [--from-pp P] [--from-dp D] [--from-enable-expert-parallel]: the dry run of a\n"
                "load from peers instead: A*P*D ranks holding that layout give the N ranks theirs (bytes\n"
-               "sent and received per rank, messages, a predicted time; nothing read from storage).\n");
+               "sent and received per rank, messages, a predicted time; nothing read from storage).\n"
+               "--plan-file FILE: every rank's described plan (docs/spec/DESIGN.md §12) instead of the\n"
+               "architecture spec.\n");
   sl_cli_print_options(out, &sl_cli_cmd_plan);
 }
 
@@ -127,7 +130,15 @@ int sl_cli_plan(int argc, char **argv) {
     return rc;
   }
   sl_dryrun *d = NULL;
-  sl_status st = sl_dryrun_create(cfg, args.world, &d);
+  sl_plan **plans = args.plan_file != NULL ? sl_cli_read_plans("plan", args.plan_file, args.world) : NULL;
+  if (args.plan_file != NULL && plans == NULL) {
+    sl_config_destroy(cfg);
+    return 1;
+  }
+  sl_status st = plans != NULL
+                     ? sl_dryrun_create_described(cfg, args.world, (const sl_plan *const *)plans, &d)
+                     : sl_dryrun_create(cfg, args.world, &d);
+  sl_cli_free_plans(plans, args.world);
   if (st != SL_STATUS_OK) {
     fprintf(stderr, "shardload plan: %s\n", sl_config_error(cfg));
     sl_config_destroy(cfg);

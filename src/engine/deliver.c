@@ -3,8 +3,9 @@
  * (sl__engine_to_copies), whether they come from a reader's staging, a bucket or an exchange round
  * (engine/route.c decides where a read's bytes go). The one place where bytes land in parameters
  * through staging, buckets or exchange rounds, so the one place that rearranges them:
- *   - a parameter bound with another dtype (sl_loader_bind_as) is converted element by element
- *     (format/cast.h);
+ *   - a parameter held in another dtype than its sources' (a planned conversion,
+ *     sl__mparam.held_dtype, or a buffer bound with sl_loader_bind_as) is converted element by
+ *     element (format/cast.h);
  *   - a parameter held with its last two dimensions transposed (sl__lparam.transposed: Llama-4's
  *     experts in the vllm layout) receives each element (.., a, b) of its planned orientation at
  *     (.., b, a): blocks of whole elements through the backend's transpose operation, the bytes of

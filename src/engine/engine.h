@@ -105,7 +105,7 @@ typedef struct sl__engine {
   uint64_t inject_delay_us;  /* test hook: every read operation first sleeps this long */
   /* converted parameters: elements split between two deliveries, until complete */
   pthread_mutex_t cast_mu; /* guards cast_partial (deliveries of any reader thread) */
-  sl__vec cast_partial; /* sl__cast_partial */
+  sl__vec cast_partial;    /* sl__cast_partial */
 } sl__engine;
 
 /* The bytes of one element of a converted parameter that arrived so far. */
@@ -116,7 +116,8 @@ typedef struct sl__cast_partial {
   uint8_t have;     /* bit k: bytes[k] arrived */
 } sl__cast_partial;
 
-/* Whether local parameter lparam is converted on delivery (sl_loader_bind_as). */
+/* Whether local parameter lparam is converted on delivery (a planned conversion, or
+ * sl_loader_bind_as). */
 static inline bool sl__engine_casts(const sl__transfer *t, uint32_t lparam) {
   return t->param_cast != NULL && t->param_cast[lparam].from != t->param_cast[lparam].to;
 }

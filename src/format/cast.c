@@ -1,5 +1,6 @@
 /*
- * format/cast.c — element type conversion among F32, F16, BF16 and F64 (see format/cast.h): the
+ * format/cast.c — element type conversion among F32, F16, BF16 and F64, and I64 to I32 (see
+ * format/cast.h): the
  * four bit-level conversions of the 16-bit types first (integer arithmetic only, so the results do
  * not depend on the compiler's _Float16 support or the FPU's flush modes), then one loop per pair
  * of types, chosen once per call.
@@ -146,11 +147,36 @@ static const cast_loop loops[4][4] = {
     {f64_f32, f64_f16, f64_bf16, NULL},
 };
 
+/* The one integer conversion: I64 to I32 keeps the low 32 bits (two's complement), as torch's
+ * .to(torch.int32) does; vLLM holds DeepSeek-V4's I64 hash routing table (tid2eid) in int32. */
+static bool int_narrowing(sl__dtype from, sl__dtype to) {
+  return from == SL_DT_I64 && to == SL_DT_I32;
+}
+
+static void i64_i32(uint8_t *dst, const uint8_t *src, uint64_t n) {
+  for (uint64_t i = 0; i < n; i++) {
+    uint64_t x;
+    memcpy(&x, src + i * sizeof x, sizeof x);
+    uint32_t y = (uint32_t)(x & 0xffffffffu);
+    memcpy(dst + i * sizeof y, &y, sizeof y);
+  }
+}
+
 bool sl__cast_supported(sl__dtype from, sl__dtype to) {
+  if (int_narrowing(from, to) || (from == to && (from == SL_DT_I64 || from == SL_DT_I32)))
+    return true;
   return kind_of(from) >= 0 && kind_of(to) >= 0;
 }
 
 void sl__cast(sl__dtype to, void *dst, sl__dtype from, const void *src, uint64_t n) {
+  if (n != 0 && from == to && (from == SL_DT_I64 || from == SL_DT_I32)) {
+    memcpy(dst, src, (size_t)(n * (sl__dtype_bits(from) / 8)));
+    return;
+  }
+  if (n != 0 && int_narrowing(from, to)) {
+    i64_i32(dst, src, n);
+    return;
+  }
   int a = kind_of(from);
   int b = kind_of(to);
   if (a < 0 || b < 0 || n == 0)

@@ -1,7 +1,7 @@
 /*
  * format/cast.h — element type conversion among the floating-point types F32, F16, BF16 and F64,
- * the conversions of sl_loader_bind_as (a parameter delivered into memory of another dtype). Pure:
- * no allocation, no MPI, no threads.
+ * and from I64 to I32, the conversions of sl_loader_bind_as (a parameter delivered into memory of another
+ * dtype). Pure: no allocation, no MPI, no threads.
  *
  * Results are those of torch's Tensor.to(dtype) on the CPU (torch's c10 conversions and its
  * vectorized CPU kernels), bit for bit:
@@ -13,7 +13,8 @@
  *   - F16 ↔ BF16 go through F32 (F16 → F32 is exact);
  *   - NaN stays NaN: BF16 → F32 keeps the bits (a shift), F16 → F32 sets the quiet bit and keeps
  *     the payload; F32/F64 → BF16 give 0xFFFF and F16 → BF16 0x7FC0, → F16 gives sign | 0x7E00
- *     (the patterns torch's CPU kernels give; any NaN compares as a NaN).
+ *     (the patterns torch's CPU kernels give; any NaN compares as a NaN);
+ *   - I64 → I32 keeps the low 32 bits (two's complement wrap-around, as torch's .to(torch.int32)).
  * Elements are read and written with memcpy: neither side needs to be aligned.
  */
 #ifndef SL_CAST_H
@@ -31,7 +32,8 @@ typedef struct sl__cast_pair {
   sl__dtype to;
 } sl__cast_pair;
 
-/* Whether sl__cast converts from → to: both among F32, F16, BF16, F64 (from == to included). */
+/* Whether sl__cast converts from → to: both among F32, F16, BF16, F64, or I64 → I32 (from == to
+ * included, I64 and I32 too). */
 bool sl__cast_supported(sl__dtype from, sl__dtype to);
 
 /* n elements of type `from` at src → n elements of type `to` at dst. The pair must be supported;

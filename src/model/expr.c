@@ -234,8 +234,8 @@ static bool parse_call_args(parser *p, node *call) {
 /* name(args...) — the '(' is consumed; the name is checked once the call has been read, so a
  * message about an unknown function points past its arguments. */
 static node *parse_call(parser *p, const char *name, size_t len) {
-  static const char *const known[] = {"default", "contains", "len", "ceil_div",  "pad",
-                                      "min",     "max",      "at",  "has_tensor"};
+  static const char *const known[] = {"default", "contains", "len",     "ceil_div", "pad",
+                                      "min",     "max",      "char_is", "at",       "has_tensor"};
   node *call = named_node(p, N_CALL, name, len);
   if (call == NULL)
     return NULL;

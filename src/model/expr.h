@@ -10,7 +10,8 @@
  * inside default(...). Operators: || && ! == != < <= > >= + - * / (exact: error when not
  * divisible) // (floor) % (floor modulo, the sign of the divisor, as Python) unary -.
  * Functions: default(a, b, ...), contains(list, x), len(list), ceil_div(a, b), pad(x, m) (round x
- * up to a multiple of m), min(a, b), max(a, b), at(list, i) (element i; missing when the list is),
+ * up to a multiple of m), min(a, b), max(a, b), char_is(s, i, c) (character i of string s is c;
+ * false past its end), at(list, i) (element i; missing when the list is; an error past its end),
  * has_tensor('name') (asked of the lookup as the identifier "#name": a boolean, whether the
  * checkpoint holds that tensor).
  */

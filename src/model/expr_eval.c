@@ -75,6 +75,29 @@ static bool values_equal(const sl__val *a, const sl__val *b) {
   return a->i == b->i;
 }
 
+/* char_is(s, i, c): whether character i of string s is the one-character string c (false past the
+ * end of s): a per-layer pattern such as DeepSeek-V3.2's index_topk_pattern ("FSSF..."). */
+static bool eval_char_is(eval_ctx *c, const node *n, sl__val *out) {
+  sl__val s = {0};
+  sl__val i = {0};
+  sl__val ch = {0};
+  if (n->nargs != 3)
+    return bad(c, "char_is: wrong number of arguments");
+  if (!eval(c, n->args[0], &s) || !eval(c, n->args[1], &i) || !eval(c, n->args[2], &ch))
+    return false;
+  int64_t k = 0;
+  if (!need_int(c, &i, &k))
+    return false;
+  if (s.kind != SL_VAL_STR)
+    return bad(c, "char_is: '%s' is not a string", s.origin != NULL ? s.origin : "the first argument");
+  if (ch.kind != SL_VAL_STR || strlen(ch.s) != 1)
+    return bad(c, "char_is: the third argument must be a one-character string");
+  out->kind = SL_VAL_BOOL;
+  out->origin = NULL;
+  out->i = k >= 0 && (uint64_t)k < strlen(s.s) && s.s[k] == ch.s[0];
+  return true;
+}
+
 /* at(list, i): element i of a list (missing when the list is: default() can then supply one). */
 static bool eval_at(eval_ctx *c, const node *n, sl__val *out) {
   sl__val a = {0};
@@ -158,6 +181,8 @@ static bool eval_call(eval_ctx *c, const node *n, sl__val *out) {
     out->origin = a.origin;
     return true;
   }
+  if (strcmp(f, "char_is") == 0)
+    return eval_char_is(c, n, out);
   size_t want = (strcmp(f, "len") == 0) ? 1 : 2;
   if (n->nargs != want)
     return bad(c, "%s: wrong number of arguments", f);

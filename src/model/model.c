@@ -32,6 +32,11 @@ static sl__dtype dtype_from_torch(const cJSON *config) {
 
 static sl_status read_quantization(sl__model_builder *b) {
   const cJSON *q = cJSON_GetObjectItemCaseSensitive(b->e.config, "quantization_config");
+  /* vLLM's ModelConfig: "Check the text config as well for multi-modal models" (Kimi-K2.5 keeps it
+   * under text_config; docs/spec/ARCHITECTURES.md §24) */
+  if (q == NULL || cJSON_IsNull(q))
+    q = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(b->e.config, "text_config"),
+                                         "quantization_config");
   if (q == NULL || cJSON_IsNull(q))
     return SL_STATUS_OK;
   const cJSON *method = cJSON_GetObjectItemCaseSensitive(q, "quant_method");
@@ -87,6 +92,7 @@ sl_status sl__model_build(const sl__spec *spec, const sl__catalog *cat, sl__layo
   b.e.lvars = calloc(spec->n_layer_vars + 1, sizeof *b.e.lvars);
   b.e.lvar_state = calloc(spec->n_layer_vars + 1, 1);
   b.cat = cat;
+  b.top = spec;
   b.m = m;
   b.err = err;
   b.default_dtype = dtype_from_torch(config);
@@ -115,8 +121,9 @@ sl_status sl__model_build(const sl__spec *spec, const sl__catalog *cat, sl__layo
     st = sl__err_set(err, SL_STATUS_MODEL_CONFIG, "config.json: %llu layers is out of range (1 .. 1000000)",
                      (unsigned long long)layers);
   m->n_layers = (uint32_t)layers;
-  static const sl__place order[] = {SL_PLACE_EMBED, SL_PLACE_LAYER, SL_PLACE_FINAL, SL_PLACE_HEAD};
-  for (size_t o = 0; o < 4 && st == SL_STATUS_OK; o++) {
+  static const sl__place order[] = {SL_PLACE_EMBED, SL_PLACE_ALL, SL_PLACE_LAYER, SL_PLACE_FINAL,
+                                    SL_PLACE_HEAD};
+  for (size_t o = 0; o < sizeof order / sizeof order[0] && st == SL_STATUS_OK; o++) {
     uint32_t n_iter = order[o] == SL_PLACE_LAYER ? m->n_layers : 1;
     for (uint32_t layer = 0; layer < n_iter && st == SL_STATUS_OK; layer++) {
       sl__model_env_enter_layer(&b.e, order[o] == SL_PLACE_LAYER ? (int64_t)layer : -1);
@@ -131,8 +138,12 @@ sl_status sl__model_build(const sl__spec *spec, const sl__catalog *cat, sl__layo
       }
     }
   }
+  if (st == SL_STATUS_OK)
+    st = sl__model_build_vision(&b);
   if (st == SL_STATUS_OK && layout == SL_LAYOUT_CHECKPOINT)
     st = sl__model_to_checkpoint_layout(&b);
+  if (st == SL_STATUS_OK)
+    st = sl__model_held_dtypes(&b);
   m->params = b.params.data;
   m->n_params = b.params.len;
   if (st == SL_STATUS_OK)

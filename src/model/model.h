@@ -31,15 +31,19 @@ typedef struct sl__msrc {
   uint32_t ndim;
   uint64_t shape[SL_SPEC_MAX_DIMS]; /* expected shape of this tensor */
   uint64_t wshape[2];               /* scale sources: [rows, cols] of the weight they scale */
-  uint64_t rotary_heads;            /* > 0: Mistral-format rows to permute within heads */
+  uint64_t rotary_heads;            /* > 0: rows to permute within heads (Mistral, vLLM Llama-4) */
 } sl__msrc;
 
 typedef struct sl__mparam {
   char *name; /* in the active layout */
   sl__style style;
   sl__place place;
-  int32_t layer; /* -1 for embed/final/head */
-  sl__dtype dtype;
+  int32_t layer;   /* -1 for embed/final/head */
+  sl__dtype dtype; /* its sources' (the bytes its copies move) */
+  /* The dtype the rank holds it in: dtype, or another one it is converted to as it is delivered
+   * (spec "dtype", docs/SPECS.md; a caller-described parameter's). Its local size is in this
+   * dtype; its copies address the sources' bytes (engine/deliver.c converts, format/cast.h). */
+  sl__dtype held_dtype;
   uint32_t ndim;
   uint64_t shape[SL_SPEC_MAX_DIMS]; /* global (unsharded) shape; vllm vocab padded */
   bool ckpt;                        /* checkpoint layout: sources kept separate */
@@ -67,6 +71,7 @@ typedef struct sl__mparam {
   bool in_whole;          /* the input dim never split (act-order or channelwise scales and qzeros) */
   const char *quant_rule; /* packed: the rule in_group stands for, for messages (static text) */
   bool shape_values;      /* weight_shape tensors: each holds its source's wshape, checked after a load */
+  uint8_t fill;           /* sl_fill: SL_FILL_SPEC, or a described plan's RECORDED / FALLBACK */
   uint32_t alias_of;      /* tied lm_head: index of the embedding parameter, else SL_NONE */
   bool owned;             /* sharded_state: held by rank `owner` alone, whatever the layout */
   uint32_t owner;
@@ -99,6 +104,9 @@ typedef struct sl__model {
   char **units;         /* expected set X, sorted bytewise */
   uint32_t *unit_param; /* parameter each unit feeds */
   uint8_t *tensor_fate; /* per catalog tensor: SL_FATE_* */
+  /* A load from caller-described plans (model/described.h, owned): every rank's plan, which the
+   * planner slices instead of the parameters' styles; NULL for a spec's model. */
+  struct sl__described *described;
 } sl__model;
 
 enum {

@@ -2,12 +2,16 @@
  * model/model_build.h — internals of the model builder shared by its files (the interface is
  * model/model.h), from the top down:
  *   model/model.c         the entry point: model-wide values, then the steps below in order;
+ *   model/model_vision.c  a multimodal wrapper's vision tower: its spec's parameters, held by
+ *                         every stage; and the vision-tower policy (skip_vision);
  *   model/model_param.c   the parameters: each spec parameter instantiated in the vllm layout
  *                         (sources resolved in the catalog and shape-checked), fp8 scale
  *                         companions, tied aliases, and the derivation of the checkpoint layout;
+ *   model/model_names.c   sources found under vLLM's hf_to_vllm_mapper prefixes;
  *   model/model_quant.c   the companions of compressed-tensors fp8 and GPTQ/AWQ int4 weights;
  *   model/model_expect.c  the expected set of checkpoint tensors and the fate of every catalog
  *                         tensor that no parameter consumes;
+ *   model/model_skip.c    the spec's layer-conditional skips (skip_tensors), for model_expect.c;
  *   model/model_config.c  config.json and the expression environment (spec vars, layer vars,
  *                         config.json fields) every step evaluates the spec in;
  *   model/model_table.c   the parameter table: appending, companions' placement, freeing.
@@ -39,6 +43,7 @@ typedef struct sl__model_env {
 /* One sl__model_build call. */
 typedef struct sl__model_builder {
   sl__model_env e;
+  const sl__spec *top; /* the spec being built (e.spec is its vision spec while the tower is built) */
   const sl__catalog *cat;
   sl__model *m;
   sl__vec params; /* sl__mparam */
@@ -67,6 +72,22 @@ sl_status sl__model_build_param(sl__model_builder *b, const sl__spec_param *sp, 
 sl_status sl__model_build_alias(sl__model_builder *b, const sl__spec_param *sp);
 /* Rewrites b->params (vllm layout) into the checkpoint layout: one parameter per source tensor. */
 sl_status sl__model_to_checkpoint_layout(sl__model_builder *b);
+/* Every parameter's held dtype (sl__mparam.held_dtype): its spec's "dtype", else its sources'; an
+ * alias its target's. A dtype its sources cannot be converted to is an error naming the parameter
+ * and the spec. */
+sl_status sl__model_held_dtypes(sl__model_builder *b);
+
+/* ---- the vision tower (model/model_vision.c) ---- */
+
+/* The parameters of the spec's vision tower (none without one): each vision spec parameter once
+ * ("all") or once per vision block ("layer"), held by every pipeline stage (SL_PLACE_ALL). */
+sl_status sl__model_build_vision(sl__model_builder *b);
+
+/* ---- names (model/model_names.c) ---- */
+
+/* A source missing under its name: looked up under vLLM's hf_to_vllm_mapper prefixes (the spec's
+ * hf_to_vllm_prefixes); when found there, out->name and out->tensor become that tensor's. */
+sl_status sl__model_find_mapped(sl__model_builder *b, sl__msrc *out);
 
 /* ---- the parameter table (model/model_table.c) ---- */
 
@@ -90,6 +111,14 @@ sl_status sl__model_read_int4(sl__model_builder *b, const cJSON *q, const char *
 /* gptq / awq: when the linear at weight_index is stored quantized (X.qweight instead of X.weight),
  * replaces it with its packed tensors qweight, qzeros, scales and (GPTQ) g_idx. */
 sl_status sl__model_int4_replace(sl__model_builder *b, size_t weight_index);
+
+/* ---- layer-conditional skips (model/model_skip.c) ---- */
+
+/* The layers each "skip_tensors" rule of the spec holds in: an n_rules x n_layers table (NULL
+ * without rules; the caller frees it). */
+sl_status sl__model_skip_rules(sl__model_builder *b, uint8_t **out);
+/* Whether catalog tensor `name` is under a rule that holds in its own layer. */
+bool sl__model_skip_match(const sl__spec *spec, const uint8_t *holds, uint32_t layers, const char *name);
 
 /* pack-quantized (compressed-tensors W4A16 / W8A16) and NVFP4 (ModelOpt, compressed-tensors): reads
  * quantization_config into b->packed (model/model_packed_config.c); *taken false when q is none of them. */

@@ -2,7 +2,8 @@
  * model/model_expect.c — what the tracking of docs/spec/TRACKING.md §1–§3 checks a load against: the expected
  * set of checkpoint tensors (every source of every parameter but fp8 scales, sorted bytewise, each
  * feeding exactly one parameter) and the fate of the catalog tensors no parameter consumes
- * (silently skipped, listed as ignored, or unexpected).
+ * (silently skipped, listed as ignored, or unexpected); the spec's layer-conditional skips are
+ * model/model_skip.c's.
  */
 #include "base/hashmap.h"
 #include "model/model_build.h"
@@ -78,6 +79,8 @@ sl_status sl__model_build_fates(sl__model_builder *b) {
         m->tensor_fate[m->params[i].src[j].tensor] = SL_FATE_CONSUMED;
   uint64_t mtp_from = 0;
   uint64_t mtp_count = 0;
+  const char *mtp_prefix =
+      b->e.spec->skip_layers_prefix != NULL ? b->e.spec->skip_layers_prefix : "model.layers.";
   sl__model_env_enter_layer(&b->e, -1);
   if (b->e.spec->skip_layers_from != NULL) {
     sl_status st = sl__expr_eval_u64(b->e.spec->skip_layers_from, sl__model_lookup, &b->e, &mtp_from, b->err);
@@ -86,6 +89,10 @@ sl_status sl__model_build_fates(sl__model_builder *b) {
     if (st != SL_STATUS_OK)
       return st;
   }
+  uint8_t *holds = NULL;
+  sl_status st = sl__model_skip_rules(b, &holds);
+  if (st != SL_STATUS_OK)
+    return st;
   for (size_t t = 0; t < cat->n_tensors; t++) {
     if (m->tensor_fate[t] == SL_FATE_CONSUMED)
       continue;
@@ -104,9 +111,9 @@ sl_status sl__model_build_fates(sl__model_builder *b) {
      * (model/model_packed.c); the other parts' are read by vLLM and overwritten. */
     if (m->packed && m->layout == SL_LAYOUT_VLLM && sl__str_ends_with(name, ".weight_shape"))
       skip = true;
-    if (mtp_count > 0 && sl__str_starts_with(name, "model.layers.")) {
+    if (mtp_count > 0 && sl__str_starts_with(name, mtp_prefix)) {
       uint64_t k = 0;
-      const char *d = name + strlen("model.layers.");
+      const char *d = name + strlen(mtp_prefix);
       const char *e = d;
       while (*e >= '0' && *e <= '9') {
         k = k * 10 + (uint64_t)(*e - '0');
@@ -115,6 +122,7 @@ sl_status sl__model_build_fates(sl__model_builder *b) {
       if (e > d && e - d < 10 && *e == '.' && k >= mtp_from && k < mtp_from + mtp_count)
         skip = true;
     }
+    skip = skip || sl__model_skip_match(b->e.spec, holds, m->n_layers, name);
     if (skip) {
       m->tensor_fate[t] = SL_FATE_SKIPPED;
       continue;
@@ -127,6 +135,7 @@ sl_status sl__model_build_fates(sl__model_builder *b) {
       if (w == NULL || qw == NULL) {
         free(w);
         free(qw);
+        free(holds);
         return sl__err_set(b->err, SL_STATUS_NOMEM, "out of memory");
       }
       uint32_t wt = sl__catalog_find(cat, w);
@@ -138,5 +147,6 @@ sl_status sl__model_build_fates(sl__model_builder *b) {
         m->tensor_fate[t] = SL_FATE_IGNORED;
     }
   }
+  free(holds);
   return SL_STATUS_OK;
 }

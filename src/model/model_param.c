@@ -8,6 +8,8 @@
 #include "model/gdn.h"
 #include "model/model_build.h"
 
+#include "format/cast.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -85,12 +87,14 @@ static sl_status global_shape(sl__model_builder *b, sl__mparam *p) {
   case SL_STYLE_MOE_W2_BIAS:
   case SL_STYLE_QUANT_PARTS: /* shape set where it is made (model/model_quant.c, model_packed*.c) */
   case SL_STYLE_INT4:
+  case SL_STYLE_KV_HEADS:
   case SL_STYLE_PACKED:
   case SL_STYLE_PACKED_MOE:
   case SL_STYLE_MOE_WHOLE:
     return SL_STATUS_OK;
   case SL_STYLE_MOE3D_W13_TRANSPOSED: /* [E, H, 2*Im] and [E, Im, H]: the checkpoint's orientation, */
   case SL_STYLE_MOE3D_W2_TRANSPOSED:  /* or vLLM's [E, 2*Im, H] and [E, H, Im] when transposed */
+  case SL_STYLE_MOE3D_W13_IL_T:
     if (s0->ndim != 3)
       return sl__err_set(b->err, SL_STATUS_ARCH,
                          "spec %s: fused expert tensor %s must be 3-D, has %u dimensions", b->e.spec->path,
@@ -165,14 +169,23 @@ static sl_status add_source(sl__model_builder *b, sl__mparam *p, const sl__spec_
       return st;
     }
   }
-  if (ss->rotary_heads != NULL && b->m->mistral_format) {
-    sl_status st = sl__expr_eval_u64(ss->rotary_heads, sl__model_lookup, &b->e, &out->rotary_heads, b->err);
+  /* Mistral's consolidated rows are undone in both layouts (they become the Hugging Face order);
+   * vLLM's own permutation (Llama-4) only in the vllm layout: the checkpoint layout keeps the
+   * stored order (docs/spec/ARCHITECTURES.md §3, §13). */
+  const sl__expr *rot = ss->rotary_heads != NULL && b->m->mistral_format ? ss->rotary_heads
+                        : b->m->layout == SL_LAYOUT_VLLM                 ? ss->vllm_rotary_heads
+                                                                         : NULL;
+  if (rot != NULL) {
+    sl_status st = sl__expr_eval_u64(rot, sl__model_lookup, &b->e, &out->rotary_heads, b->err);
     if (st != SL_STATUS_OK)
       return st;
   }
   out->tensor = sl__catalog_find(b->cat, out->name);
-  if (out->tensor == SL_NONE)
-    return SL_STATUS_OK;
+  if (out->tensor == SL_NONE) {
+    sl_status st = sl__model_find_mapped(b, out);
+    if (st != SL_STATUS_OK || out->tensor == SL_NONE)
+      return st;
+  }
   const sl__cat_tensor *t = &b->cat->tensors[out->tensor];
   bool same = t->ndim == out->ndim && memcmp(t->shape, out->shape, sizeof(uint64_t) * t->ndim) == 0;
   if (!same && b->packed != NULL) /* an NVFP4 weight: two 4-bit values per byte (model/model_packed.c) */
@@ -222,6 +235,37 @@ static sl_status param_dtype(sl__model_builder *b, sl__mparam *p) {
   return SL_STATUS_OK;
 }
 
+/* The checkpoint name of the block scale of F8 weight `weight`: the spec's fp8_scale_name with
+ * {weight} (the name) or {stem} (the name without ".weight"), else "<weight>_scale_inv" (an error
+ * for a {stem} template and a name not ending in ".weight"). */
+static sl_status scale_tensor_name(sl__model_builder *b, const char *weight, char **name) {
+  const char *t = b->e.spec->fp8_scale_name;
+  char *out = NULL;
+  *name = NULL;
+  if (t == NULL) {
+    out = sl__asprintf("%s_scale_inv", weight);
+  } else {
+    const char *w = strstr(t, "{weight}");
+    const char *hole = w != NULL ? w : strstr(t, "{stem}");
+    size_t hole_len = w != NULL ? strlen("{weight}") : strlen("{stem}");
+    size_t len = strlen(weight);
+    size_t keep = len;
+    if (w == NULL) {
+      if (len < 7 || strcmp(weight + len - 7, ".weight") != 0)
+        return sl__err_set(b->err, SL_STATUS_QUANTIZATION,
+                           "fp8 weight '%s': its scale is named '%s' (spec %s, fp8_scale_name) but its name "
+                           "does not end in .weight",
+                           weight, t, b->e.spec->path);
+      keep = len - 7;
+    }
+    out = sl__asprintf("%.*s%.*s%s", (int)(hole - t), t, (int)keep, weight, hole + hole_len);
+  }
+  if (out == NULL)
+    return sl__err_set(b->err, SL_STATUS_NOMEM, "out of memory");
+  *name = out;
+  return SL_STATUS_OK;
+}
+
 /* fp8: the scale companion of p (which has F8 sources), added right after it. */
 static sl_status add_scale_param(sl__model_builder *b, size_t weight_index) {
   sl__mparam *w = &SL_VEC_AT(&b->params, sl__mparam, weight_index);
@@ -243,13 +287,13 @@ static sl_status add_scale_param(sl__model_builder *b, size_t weight_index) {
     s->unit = SL_NONE;
     s->part = ws->part;
     s->expert = ws->expert;
-    s->name = sl__asprintf("%s_scale_inv", ws->name);
-    if (s->name == NULL) {
+    sl_status nst = scale_tensor_name(b, ws->name, &s->name);
+    if (nst != SL_STATUS_OK) {
       for (size_t k = 0; k <= i; k++)
         free(src[k].name);
       free(src);
       free(name);
-      return sl__err_set(b->err, SL_STATUS_NOMEM, "out of memory");
+      return nst;
     }
     uint64_t rows = ws->shape[0];
     uint64_t cols = ws->ndim >= 2 ? ws->shape[1] : 1;
@@ -330,10 +374,17 @@ sl_status sl__model_build_param(sl__model_builder *b, const sl__spec_param *sp, 
   p->name = render(sp->name, layer, -1);
   if (p->name == NULL)
     return sl__err_set(b->err, SL_STATUS_NOMEM, "out of memory");
+  /* A layer parameter named without {layer} must be selected in one layer only (docs/SPECS.md). */
+  for (size_t i = 0; sp->place == SL_PLACE_LAYER && strstr(sp->name, "{layer}") == NULL && i < index; i++)
+    if (strcmp(SL_VEC_AT(&b->params, sl__mparam, i).name, p->name) == 0)
+      return sl__err_set(b->err, SL_STATUS_ARCH,
+                         "spec %s: parameter %s is selected in two layers (its name has no {layer})",
+                         b->e.spec->path, p->name);
   p->style = sp->style;
   p->place = sp->place;
   p->layer = (int32_t)layer;
   p->transposed = sp->transpose;
+  p->held_dtype = sp->dtype;
   sl_status st = eval_opt(b, sp->q_heads, 0, &p->q_heads);
   if (st == SL_STATUS_OK)
     st = eval_opt(b, sp->kv_heads, 0, &p->kv_heads);
@@ -519,5 +570,32 @@ sl_status sl__model_to_checkpoint_layout(sl__model_builder *b) {
   sl__vec_free(&b->params);
   b->params = out;
   free(new_index);
+  return SL_STATUS_OK;
+}
+
+/* Whether some source of p is in the checkpoint (else p's dtype is the default one, and the missing
+ * tensor is reported by the fates, not as a conversion of that default dtype). */
+static bool has_present_source(const sl__mparam *p) {
+  for (size_t k = 0; k < p->n_src; k++)
+    if (p->src[k].tensor != SL_NONE)
+      return true;
+  return false;
+}
+
+sl_status sl__model_held_dtypes(sl__model_builder *b) {
+  for (size_t i = 0; i < b->params.len; i++) {
+    sl__mparam *p = &SL_VEC_AT(&b->params, sl__mparam, i);
+    if (p->alias_of != SL_NONE) /* a tied alias shares its target's memory; targets come first */
+      p->held_dtype = SL_VEC_AT(&b->params, sl__mparam, p->alias_of).held_dtype;
+    else if (p->held_dtype == SL_DT_COUNT)
+      p->held_dtype = p->dtype;
+    else if (!sl__cast_supported(p->dtype, p->held_dtype) && has_present_source(p))
+      return sl__err_set(b->err, SL_STATUS_ARCH,
+                         "spec %s: parameter %s: \"dtype\": \"%s\" asks to hold it in %s, but its checkpoint "
+                         "tensors are %s, which cannot be converted (conversions are among F32, F16, BF16 "
+                         "and F64, and from I64 to I32)",
+                         b->e.spec->path, p->name, sl__dtype_name(p->held_dtype),
+                         sl__dtype_name(p->held_dtype), sl__dtype_name(p->dtype));
+  }
   return SL_STATUS_OK;
 }

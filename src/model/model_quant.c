@@ -341,6 +341,7 @@ static sl_status int4_param(sl__model_builder *b, const sl__mparam *w, char **st
   const sl__model *m = b->m;
   *made = false;
   memset(p, 0, sizeof *p);
+  p->held_dtype = SL_DT_COUNT; /* its sources' (sl__model_held_dtypes): memset would say BOOL */
   p->src = calloc(w->n_src, sizeof *p->src);
   size_t wlen = strlen(w->name);
   p->name = p->src != NULL ? sl__asprintf("%.*s.%s", (int)(wlen - 7), w->name, int4_kind[kind]) : NULL;

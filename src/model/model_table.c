@@ -5,6 +5,7 @@
  * of the builder (model/model_build.h) and by the model of pre-sharded checkpoints
  * (model/sharded.c).
  */
+#include "model/described.h"
 #include "model/model_build.h"
 
 #include <stdlib.h>
@@ -19,6 +20,7 @@ sl__mparam *sl__model_push_param(sl__model_builder *b) {
   p->alias_of = SL_NONE;
   p->only_expert = SL_NONE;
   p->layer = -1;
+  p->held_dtype = SL_DT_COUNT; /* its sources' unless set (sl__model_held_dtypes) */
   return p;
 }
 
@@ -53,5 +55,7 @@ void sl__model_free(sl__model *m) {
   free(m->units);
   free(m->unit_param);
   free(m->tensor_fate);
+  sl__described_free(m->described);
+  free(m->described);
   memset(m, 0, sizeof *m);
 }

@@ -84,6 +84,7 @@ static sl_status build_params(const sl__catalog *cat, sl__model *m, sl__err *err
     p->place = SL_PLACE_LAYER;
     p->layer = -1;
     p->dtype = ct->dtype;
+    p->held_dtype = ct->dtype;
     p->ndim = ct->ndim;
     memcpy(p->shape, ct->shape, sizeof p->shape);
     uint32_t part = 0;

@@ -1,82 +1,31 @@
 /*
- * model/spec.c — parsing of architecture spec files (format in model/spec.h and docs/SPECS.md) and the
- * search for the spec of an architecture. Every key is checked: an unknown key is an error
- * naming it (typos in a user's spec must not be silently ignored); keys starting with '_' are
- * comments.
+ * model/spec.c — parsing of architecture spec files (format in model/spec.h and docs/SPECS.md); the
+ * search for the spec of an architecture is model/spec_find.c. Every key is checked: an unknown
+ * key is an error naming it (typos in a user's spec must not be silently ignored); keys starting
+ * with '_' are comments.
  */
 #include "model/spec.h"
 #include "model/gdn.h"
 
 #include "base/json.h"
 #include "base/util.h"
+#include "format/cast.h"
 
 #include <cjson/cJSON.h>
-#include <dirent.h>
-#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
-
-/* The bundled specs' folder relative to the folder of the library file (CMake computes it from
- * the install directories; the build tree mirrors them), so that neither an installed nor a moved
- * library depends on a path fixed at build time. */
-#ifndef SL_SPECS_RELATIVE
-#define SL_SPECS_RELATIVE "../share/shardload/specs"
-#endif
-
-/* Where the library (or, linked statically, the program) was loaded from: dladdr of an object of
- * this file, else /proc/self/exe. Returns a malloc'd folder, or NULL. */
-static char *spec_own_dir(void) {
-  static const char anchor = 0;
-  Dl_info info;
-  char exe[4096];
-  const char *file = NULL;
-  if (dladdr(&anchor, &info) != 0 && info.dli_fname != NULL && strchr(info.dli_fname, '/') != NULL)
-    file = info.dli_fname;
-  if (file == NULL) {
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n <= 0)
-      return NULL;
-    exe[n] = '\0';
-    file = exe;
-  }
-  const char *slash = strrchr(file, '/');
-  size_t len = slash == file ? 1 : (size_t)(slash - file);
-  char *dir = malloc(len + 1);
-  if (dir != NULL) {
-    memcpy(dir, file, len);
-    dir[len] = '\0';
-  }
-  return dir;
-}
-
-/* The spec folders, colon-separated, in search order: $SHARDLOAD_SPECS (so that a user's folder
- * can override a bundled spec), then the bundled specs relative to the library (an install
- * prefix's share/shardload/specs), then a `specs` folder beside the library file (where a
- * package that bundles the library puts them, e.g. the Python package: shardload/libshardload.so
- * and shardload/specs/). Caller frees. */
-static char *spec_search_path(void) {
-  sl__buf dirs;
-  sl__buf_init(&dirs, 0);
-  const char *env = getenv("SHARDLOAD_SPECS");
-  if (env != NULL && *env != '\0')
-    sl__buf_appendf(&dirs, "%s:", env);
-  char *own = spec_own_dir();
-  if (own != NULL)
-    sl__buf_appendf(&dirs, "%s/%s:%s/specs", own, SL_SPECS_RELATIVE, own);
-  free(own);
-  return sl__buf_take(&dirs);
-}
 
 static const char *const style_names[SL_STYLE_COUNT] = {
     "replicated", "column", "row", "merged", "qkv", "vocab", "concat", "moe_w13", "moe_w2", "moe3d_w13",
     "moe3d_w2",
     /* family styles (plan/slicing_families.c) */
     "qkv_fused", "merged_fused", "moe3d_w13_interleaved", "moe3d_w2_blocked", "moe_w2_bias",
-    "moe3d_w13_transposed", "moe3d_w2_transposed",
+    "moe3d_w13_transposed", "moe3d_w2_transposed", "moe3d_w13_interleaved_transposed",
     /* quantization companions (plan/slicing_quant.c) */
     "quant_parts", "int4",
+    /* per key/value head (plan/slicing_heads.c) */
+    "kv_heads",
     /* gated DeltaNet layers (plan/slicing_gdn.c) */
     "gdn",
     /* pack-quantized and NVFP4 (plan/slicing_packed.c) */
@@ -220,7 +169,7 @@ static sl_status named_exprs(ctx *c, const cJSON *obj, const char *where, sl__na
 }
 
 static sl_status parse_source(ctx *c, const cJSON *obj, const char *where, sl__spec_source *s) {
-  static const char *const keys[] = {"tensor", "part", "shape", "rotary_heads", NULL};
+  static const char *const keys[] = {"tensor", "part", "shape", "rotary_heads", "vllm_rotary_heads", NULL};
   if (!cJSON_IsObject(obj))
     return spec_error(c, where, "a source must be an object");
   sl_status st = check_keys(c, obj, where, keys);
@@ -248,7 +197,8 @@ static sl_status parse_source(ctx *c, const cJSON *obj, const char *where, sl__s
     if (st != SL_STATUS_OK)
       return st;
   }
-  return opt_expr(c, obj, "rotary_heads", where, NULL, &s->rotary_heads);
+  st = opt_expr(c, obj, "rotary_heads", where, NULL, &s->rotary_heads);
+  return st == SL_STATUS_OK ? opt_expr(c, obj, "vllm_rotary_heads", where, NULL, &s->vllm_rotary_heads) : st;
 }
 
 static bool style_parse(const char *s, sl__style *out) {
@@ -278,6 +228,7 @@ static sl_status check_parts(ctx *c, const sl__spec_param *p, const char *where)
   case SL_STYLE_MOE_W2_BIAS:
   case SL_STYLE_MOE3D_W13_TRANSPOSED:
   case SL_STYLE_MOE3D_W2_TRANSPOSED:
+  case SL_STYLE_MOE3D_W13_IL_T:
     if (n != 1)
       err = "this style takes exactly one source";
     break;
@@ -312,6 +263,10 @@ static sl_status check_parts(ctx *c, const sl__spec_param *p, const char *where)
            strcmp(p->sources[0].part, "w1") == 0 && strcmp(p->sources[1].part, "w3") == 0)))
       err = "moe3d_w13 takes one source with part w13, or two with parts w1, w3";
     break;
+  case SL_STYLE_KV_HEADS:
+    if (n != 1 || p->kv_heads == NULL || p->head_dim == NULL)
+      err = "kv_heads takes one source and \"heads\": {\"kv\", \"head_dim\"}";
+    break;
   case SL_STYLE_INT4:
     err = "int4 is derived from quantization_config (gptq, awq), never declared in a spec";
     break;
@@ -339,8 +294,8 @@ static sl_status check_parts(ctx *c, const sl__spec_param *p, const char *where)
     if (p->place != SL_PLACE_LAYER && strstr(p->sources[i].tensor, "{layer}") != NULL)
       err = "{layer} is only allowed in layer parameters";
   }
-  if (err == NULL && p->place == SL_PLACE_LAYER && strstr(p->name, "{layer}") == NULL)
-    err = "a layer parameter's name needs {layer}";
+  if (err == NULL && p->place == SL_PLACE_LAYER && strstr(p->name, "{layer}") == NULL && p->when == NULL)
+    err = "a layer parameter's name needs {layer} (or a \"when\" that holds in one layer)";
   return err != NULL ? spec_error(c, where, err) : SL_STATUS_OK;
 }
 
@@ -354,19 +309,37 @@ static sl_status parse_transpose(ctx *c, const cJSON *obj, const char *where, sl
   if (!cJSON_IsBool(t))
     return spec_error(c, where, "'transpose' must be true or false");
   p->transpose = cJSON_IsTrue(t);
-  if (p->transpose && p->style != SL_STYLE_MOE3D_W13_TRANSPOSED && p->style != SL_STYLE_MOE3D_W2_TRANSPOSED) {
+  if (p->transpose && p->style != SL_STYLE_MOE3D_W13_TRANSPOSED && p->style != SL_STYLE_MOE3D_W2_TRANSPOSED &&
+      p->style != SL_STYLE_MOE3D_W13_IL_T) {
     char msg[256];
     snprintf(msg, sizeof msg,
-             "'transpose' is only supported with styles moe3d_w13_transposed and moe3d_w2_transposed, not %s",
+             "'transpose' is only supported with styles moe3d_w13_transposed, moe3d_w2_transposed and "
+             "moe3d_w13_interleaved_transposed, not %s",
              sl__style_name(p->style));
     return spec_error(c, where, msg);
   }
   return SL_STATUS_OK;
 }
 
+/* "dtype" (docs/SPECS.md): the parameter is held in this dtype whatever its sources' (vLLM keeps
+ * some norms in F32), converted as delivered; one of the conversions of format/cast.h. */
+static sl_status parse_dtype(ctx *c, const cJSON *obj, const char *where, sl__spec_param *p) {
+  const cJSON *d = cJSON_GetObjectItemCaseSensitive(obj, "dtype");
+  p->dtype = SL_DT_COUNT;
+  if (d == NULL)
+    return SL_STATUS_OK;
+  const char *name = cJSON_IsString(d) ? d->valuestring : "";
+  if (!sl__dtype_parse(name, strlen(name), &p->dtype) || !sl__cast_supported(p->dtype, p->dtype) ||
+      p->dtype == SL_DT_I64)
+    return spec_error(c, where,
+                      "'dtype' must be one of F32, F16, BF16, F64, I32 (the dtypes a parameter can be "
+                      "converted to)");
+  return SL_STATUS_OK;
+}
+
 static sl_status parse_param(ctx *c, const cJSON *obj, const char *where, sl__spec_param *p) {
-  static const char *const keys[] = {"name",  "place",   "when",      "style",   "heads",
-                                     "vocab", "experts", "transpose", "sources", NULL};
+  static const char *const keys[] = {"name",    "place",     "when",    "style", "heads", "vocab",
+                                     "experts", "transpose", "sources", "dtype", NULL};
   if (!cJSON_IsObject(obj))
     return spec_error(c, where, "a parameter must be an object");
   sl_status st = check_keys(c, obj, where, keys);
@@ -386,14 +359,18 @@ static sl_status parse_param(ctx *c, const cJSON *obj, const char *where, sl__sp
     p->place = SL_PLACE_FINAL;
   else if (strcmp(pl, "head") == 0)
     p->place = SL_PLACE_HEAD;
+  else if (strcmp(pl, "all") == 0)
+    p->place = SL_PLACE_ALL;
   else
-    return spec_error(c, w, "'place' must be one of embed, layer, final, head");
+    return spec_error(c, w, "'place' must be one of embed, layer, final, head, all");
   const cJSON *style = cJSON_GetObjectItemCaseSensitive(obj, "style");
   if (!cJSON_IsString(style) || !style_parse(style->valuestring, &p->style))
     return spec_error(c, w,
                       "'style' must be one of replicated, column, row, merged, qkv, vocab, concat, moe_w13, "
                       "moe_w2, moe3d_w13, moe3d_w2");
   st = parse_transpose(c, obj, w, p);
+  if (st == SL_STATUS_OK)
+    st = parse_dtype(c, obj, w, p);
   if (st == SL_STATUS_OK)
     st = opt_expr(c, obj, "when", w, NULL, &p->when);
   if (st == SL_STATUS_OK)
@@ -476,18 +453,21 @@ static sl_status parse_exprs(ctx *c, const cJSON *root, sl__spec *s) {
   return st;
 }
 
-/* skip_layers {"from", "count"} and skip_contains. */
+/* skip_layers {"from", "count", "prefix"} and skip_contains. */
 static sl_status parse_skips(ctx *c, const cJSON *root, sl__spec *s) {
   sl_status st = SL_STATUS_OK;
   const cJSON *skl = cJSON_GetObjectItemCaseSensitive(root, "skip_layers");
   if (skl != NULL) {
-    static const char *const skeys[] = {"from", "count", NULL};
+    static const char *const skeys[] = {"from", "count", "prefix", NULL};
     st = cJSON_IsObject(skl) ? check_keys(c, skl, "skip_layers", skeys)
                              : spec_error(c, "skip_layers", "expected {\"from\": EXPR, \"count\": EXPR}");
     if (st == SL_STATUS_OK)
       st = opt_expr(c, skl, "from", "skip_layers", "num_hidden_layers", &s->skip_layers_from);
     if (st == SL_STATUS_OK)
       st = opt_expr(c, skl, "count", "skip_layers", "0", &s->skip_layers_count);
+    const cJSON *pre = cJSON_GetObjectItemCaseSensitive(skl, "prefix");
+    if (st == SL_STATUS_OK && pre != NULL)
+      st = string_dup(c, pre, "skip_layers.prefix", &s->skip_layers_prefix);
   }
   const cJSON *sc = cJSON_GetObjectItemCaseSensitive(root, "skip_contains");
   if (st == SL_STATUS_OK && sc != NULL)
@@ -496,6 +476,26 @@ static sl_status parse_skips(ctx *c, const cJSON *root, sl__spec *s) {
   if (st == SL_STATUS_OK && vp != NULL)
     st = string_list(c, vp, "vision_prefixes", &s->vision_prefixes, &s->n_vision_prefixes);
   return st;
+}
+
+/* fp8_scale_name (optional): a template holding {weight} or {stem} once and no other brace. */
+static sl_status parse_fp8_scale_name(ctx *c, const cJSON *root, sl__spec *s) {
+  const cJSON *n = cJSON_GetObjectItemCaseSensitive(root, "fp8_scale_name");
+  if (n == NULL)
+    return SL_STATUS_OK;
+  const char *t = cJSON_IsString(n) ? n->valuestring : NULL;
+  const char *w = t != NULL ? strstr(t, "{weight}") : NULL;
+  const char *x = t != NULL ? strstr(t, "{stem}") : NULL;
+  const char *hole = w != NULL ? w : x;
+  size_t braces = 0;
+  for (const char *p = t; p != NULL && *p != '\0'; p++)
+    braces += *p == '{' || *p == '}';
+  if (hole == NULL || (w != NULL && x != NULL) || braces != 2)
+    return spec_error(
+        c, "fp8_scale_name",
+        "expected a string holding {weight} or {stem} once (\"{weight}_scale_inv\", \"{stem}.scale\")");
+  s->fp8_scale_name = sl__strdup(t);
+  return s->fp8_scale_name != NULL ? SL_STATUS_OK : sl__err_set(c->err, SL_STATUS_NOMEM, "out of memory");
 }
 
 /* rename {"format", "map": [[FROM, TO], ...]} (optional). */
@@ -556,6 +556,21 @@ static sl_status parse_params(ctx *c, const cJSON *root, sl__spec *s) {
   return st;
 }
 
+/* The keys of a multimodal wrapper (model/spec_vision.c reads and checks them): the vision spec, a
+ * spec of its own, parsed here. */
+static sl_status parse_wrapper(ctx *c, const cJSON *root, sl__spec *s) {
+  char *text = NULL;
+  char *vpath = NULL;
+  sl_status st = sl__spec_wrapper_keys(root, s, &text, &vpath, c->err);
+  if (st == SL_STATUS_OK && text != NULL)
+    st = sl__spec_parse(text, strlen(text), vpath, &s->vision, c->err);
+  if (st == SL_STATUS_OK && s->vision != NULL)
+    st = sl__spec_vision_accept(s, c->err);
+  free(text);
+  free(vpath);
+  return st;
+}
+
 sl_status sl__spec_parse(const char *json, size_t len, const char *path, sl__spec **out, sl__err *err) {
   *out = NULL;
   ctx c = {.path = path, .err = err};
@@ -584,8 +599,12 @@ sl_status sl__spec_parse(const char *json, size_t len, const char *path, sl__spe
                                      "skip_layers",
                                      "skip_contains",
                                      "vision_prefixes",
+                                     "skip_tensors",
+                                     "fp8_scale_name",
                                      "rename",
                                      "params",
+                                     "vision",
+                                     "hf_to_vllm_prefixes",
                                      NULL};
   s->path = sl__strdup(path);
   if (s->path == NULL)
@@ -601,9 +620,15 @@ sl_status sl__spec_parse(const char *json, size_t len, const char *path, sl__spe
   if (st == SL_STATUS_OK)
     st = parse_skips(&c, root, s);
   if (st == SL_STATUS_OK)
+    st = sl__spec_parse_skip_tensors(root, path, s, err);
+  if (st == SL_STATUS_OK)
+    st = parse_fp8_scale_name(&c, root, s);
+  if (st == SL_STATUS_OK)
     st = parse_rename(&c, root, s);
   if (st == SL_STATUS_OK)
     st = parse_params(&c, root, s);
+  if (st == SL_STATUS_OK)
+    st = parse_wrapper(&c, root, s);
   cJSON_Delete(root);
   if (st != SL_STATUS_OK) {
     sl__spec_free(s);
@@ -659,8 +684,11 @@ void sl__spec_free(sl__spec *s) {
   sl__expr_free(s->tie_word_embeddings);
   sl__expr_free(s->skip_layers_from);
   sl__expr_free(s->skip_layers_count);
+  free(s->skip_layers_prefix);
   free_list(s->skip_contains);
+  free(s->fp8_scale_name);
   free_list(s->vision_prefixes);
+  sl__spec_skip_free(s);
   free(s->rename_format);
   free_list(s->rename_from);
   free_list(s->rename_to);
@@ -680,112 +708,21 @@ void sl__spec_free(sl__spec *s) {
       for (size_t k = 0; k < p->sources[j].ndim; k++)
         sl__expr_free(p->sources[j].shape[k]);
       sl__expr_free(p->sources[j].rotary_heads);
+      sl__expr_free(p->sources[j].vllm_rotary_heads);
     }
     free(p->sources);
   }
   free(s->params);
+  sl__spec_drop_vision(s);
+  free(s->vision_text);
+  free_list(s->prefix_from);
+  free_list(s->prefix_to);
   free(s);
 }
 
-/* ---- search ---- */
-
-static int cmp_str(const void *a, const void *b) {
-  return strcmp(*(const char *const *)a, *(const char *const *)b);
-}
-
-/* Tries every *.json of dir (sorted); returns OK and *out on the first spec naming arch. Appends
- * the architectures seen to `known`. Invalid spec files are skipped with their error kept in
- * first_err (reported if nothing matches). */
-static sl_status search_dir(const char *dir, const char *arch, sl__spec **out, sl__buf *known,
-                            sl__err *first_err) {
-  DIR *d = opendir(dir);
-  if (d == NULL)
-    return SL_STATUS_NOT_FOUND;
-  sl__vec names;
-  sl__vec_init(&names, sizeof(char *));
-  struct dirent *e = NULL;
-  while ((e = readdir(d)) != NULL) {
-    if (e->d_name[0] == '.' || !sl__str_ends_with(e->d_name, ".json"))
-      continue;
-    char **slot = sl__vec_push(&names);
-    if (slot != NULL)
-      *slot = sl__strdup(e->d_name);
-  }
-  closedir(d);
-  qsort(names.data, names.len, sizeof(char *), cmp_str);
-  sl_status found = SL_STATUS_NOT_FOUND;
-  for (size_t i = 0; i < names.len; i++) {
-    char *name = SL_VEC_AT(&names, char *, i);
-    if (name == NULL || found == SL_STATUS_OK)
-      continue;
-    char *path = sl__path_join(dir, name);
-    sl__spec *s = NULL;
-    sl__err err;
-    sl__err_clear(&err);
-    if (path != NULL && sl__spec_load_file(path, &s, &err) == SL_STATUS_OK) {
-      for (size_t a = 0; a < s->n_arch; a++) {
-        if (strcmp(s->architectures[a], arch) == 0)
-          found = SL_STATUS_OK;
-        if (strstr(sl__buf_str(known), s->architectures[a]) == NULL)
-          sl__buf_appendf(known, "%s%s", known->len > 0 ? ", " : "", s->architectures[a]);
-      }
-      if (found == SL_STATUS_OK)
-        *out = s;
-      else
-        sl__spec_free(s);
-    } else {
-      sl__err_copy(first_err, &err);
-    }
-    free(path);
-  }
-  for (size_t i = 0; i < names.len; i++)
-    free(SL_VEC_AT(&names, char *, i));
-  sl__vec_free(&names);
-  return found;
-}
-
-sl_status sl__spec_find(const char *architecture, sl__spec **out, sl__err *err) {
-  *out = NULL;
-  sl__buf known;
-  sl__buf_init(&known, 0);
-  sl__err first_err;
-  sl__err_clear(&first_err);
-  char *list = spec_search_path();
-  sl__buf searched; /* the folders tried, for the message when no spec is found at all */
-  sl__buf_init(&searched, 0);
-  sl_status st = SL_STATUS_NOT_FOUND;
-  char *p = list;
-  while (p != NULL && st != SL_STATUS_OK) {
-    char *colon = strchr(p, ':');
-    if (colon != NULL)
-      *colon = '\0';
-    if (*p != '\0') {
-      st = search_dir(p, architecture, out, &known, &first_err);
-      sl__buf_appendf(&searched, "%s%s", searched.len > 0 ? ", " : "", p);
-    }
-    p = colon != NULL ? colon + 1 : NULL;
-  }
-  free(list);
-  if (st == SL_STATUS_OK) {
-    sl__buf_free(&known);
-    sl__buf_free(&searched);
-    return SL_STATUS_OK;
-  }
-  /* No spec at all: say where the bundled ones were looked for (a package missing its specs). */
-  char known_text[2048];
-  if (known.len > 0)
-    snprintf(known_text, sizeof known_text, "%s", sl__buf_str(&known));
-  else
-    snprintf(known_text, sizeof known_text, "none found; searched %s",
-             searched.len > 0 ? sl__buf_str(&searched) : "no folder");
-  st =
-      sl__err_set(err, SL_STATUS_ARCH,
-                  "unknown architecture '%s' (known: %s); describe it in a spec file and pass it as the arch "
-                  "setting (--arch FILE.json; see docs/SPECS.md), or name a folder of specs in "
-                  "SHARDLOAD_SPECS%s%s",
-                  architecture, known_text, first_err.status != SL_STATUS_OK ? "; note: " : "",
-                  first_err.status != SL_STATUS_OK ? first_err.msg : "");
-  sl__buf_free(&known);
-  sl__buf_free(&searched);
-  return st;
+void sl__spec_drop_vision(sl__spec *s) {
+  sl__spec_free(s->vision);
+  s->vision = NULL;
+  sl__expr_free(s->vision_when);
+  s->vision_when = NULL;
 }

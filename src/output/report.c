@@ -235,6 +235,9 @@ static void load_head_json(const sl__load_report *r, bool job, sl__buf *b) {
     sl__figures_nodes_json(b, r->fig);
   else
     sl__buf_appendf(b, "\"nodes\":[],");
+  sl__fill_totals fill; /* the job's, in both scopes: it grows with the parameters, not the ranks */
+  sl__fill_totals_of(r->setup.m, r->setup.sched, &fill);
+  sl__report_fill_json(b, r->setup.m, &fill);
   sl__buf_appendf(b, "\"ranks\":[");
 }
 
@@ -328,6 +331,9 @@ void sl__report_load_summary(const sl__load_report *r, sl__buf *b) {
       b, "  metadata: %.1f opens of checkpoint files per rank, at most %u (rank %u), %llu in the job\n",
       o.mean, o.max, o.max_rank, (unsigned long long)o.total);
   strategy_summary(r, b);
+  sl__fill_totals fill;
+  sl__fill_totals_of(s->m, s->sched, &fill);
+  sl__report_fill_summary(b, "  ", s->m, &fill);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -358,6 +364,9 @@ void sl__report_plan_json(const sl__plan_report *r, sl__buf *b) {
                   (unsigned long long)sc->expert_tensors, (unsigned long long)sc->expert_tensors_one_reader);
   sl__figures_json(b, r->fig);
   sl__figures_nodes_json(b, r->fig);
+  sl__fill_totals fill;
+  sl__fill_totals_of(s->m, sc, &fill);
+  sl__report_fill_json(b, s->m, &fill);
   sl__figures_ranks_json(b, sc->stats, r->world);
   sl__buf_appendf(b, "}\n");
 }
@@ -380,5 +389,8 @@ void sl__report_plan_summary(const sl__plan_report *r, sl__buf *b) {
                   (unsigned long long)sc->tensors_read, (unsigned long long)sc->expert_tensors_one_reader,
                   (unsigned long long)sc->expert_tensors);
   storage_summary(b, s, r->world);
+  sl__fill_totals fill;
+  sl__fill_totals_of(m, sc, &fill);
+  sl__report_fill_summary(b, "", m, &fill);
   sl__figures_table(b, r->fig, sc->stats, 64);
 }

@@ -58,6 +58,20 @@ typedef struct sl__report_setup {
   const sl__visibility *vis; /* which ranks read which files, or NULL: every rank every file */
 } sl__report_setup;
 
+/* How the job's parameters are filled (output/report_fill.c): per sl_fill, the parameters and their
+ * bytes (held, padding included) over every rank. */
+typedef struct sl__fill_totals {
+  uint64_t params[3];
+  uint64_t bytes[3];
+} sl__fill_totals;
+
+void sl__fill_totals_of(const sl__model *m, const sl__schedule *s, sl__fill_totals *out);
+/* `"fill":{...},` (docs/REPORT.md), the fallback parameters named. */
+void sl__report_fill_json(sl__buf *b, const sl__model *m, const sl__fill_totals *t);
+/* `filled: N recorded (..), M fallback (..)` (after indent) for caller-described plans; nothing for a
+ * spec's. */
+void sl__report_fill_summary(sl__buf *b, const char *indent, const sl__model *m, const sl__fill_totals *t);
+
 /* A load. */
 typedef struct sl__load_report {
   sl__report_setup setup;
@@ -70,7 +84,7 @@ typedef struct sl__load_report {
   bool eplb;
   uint32_t threads;
   const char *strategy;
-  const sl__file_choice *choice; /* rank 0's, per catalog file (engine/strategy_choice.h), or NULL */
+  const sl__file_choice *choice;        /* rank 0's, per catalog file (engine/strategy_choice.h), or NULL */
   const sl__twophase_choice *tp_choice; /* the job's, per catalog file (engine/twophase_choice.h), or NULL */
   bool prefault;
   bool two_phase; /* two_phase_reads */

@@ -14,6 +14,7 @@
 
 #include "base/hashmap.h"
 #include "base/util.h"
+#include "model/described.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -21,7 +22,7 @@
 /* A class of ranks with equal plans. */
 typedef struct rclass {
   uint32_t n_ranks;
-  uint32_t n_pieces;   /* its distinct pieces, at cls_pieces[pieces_off ..] (creation numbers) */
+  uint32_t n_pieces; /* its distinct pieces, at cls_pieces[pieces_off ..] (creation numbers) */
   uint64_t pieces_off;
   sl_rank_stats stats; /* what the plan gives each of its ranks (needed, local, params, experts, naive) */
 } rclass;
@@ -34,10 +35,10 @@ typedef struct builder {
   sl__rank_plan *own;
   sl__schedule *out;
   sl__err *err;
-  bool by_rank;          /* some parameter is held by one rank alone: the rank is part of the key */
-  sl__hashmap class_of;  /* class key (u64 words, copied) → class */
-  sl__vec classes;       /* rclass */
-  sl__vec key;           /* uint64_t: the key being built */
+  bool by_rank;         /* some parameter is held by one rank alone: the rank is part of the key */
+  sl__hashmap class_of; /* class key (u64 words, copied) → class */
+  sl__vec classes;      /* rclass */
+  sl__vec key;          /* uint64_t: the key being built */
   /* Piece i is entry i of piece_of (entries keep insertion order): its key is the geometry
    * {tensor, src_off, src_stride, row_bytes, rows}, stored once. */
   sl__hashmap piece_of;  /* geometry (5 × u64, copied) → piece (creation number) */
@@ -56,9 +57,18 @@ static sl_status nomem(builder *b) {
  * slicing uses only through the experts the rank holds (listed instead: ranks beyond the experts
  * hold none and are alike); the rank itself too when a parameter is held by one rank alone. */
 static sl_status class_key(builder *b, const sl__rank_ctx *x) {
-  const uint64_t head[] = {x->tp,          x->r,           x->mt,        x->mr,         x->ep,
-                           x->placement,   x->eplb,        x->slots,     x->first_stage, x->last_stage,
-                           x->layer_start, x->layer_end,   x->c.tp_rank, x->c.pp_rank,  b->by_rank ? x->rank : 0};
+  if (b->m->described != NULL) { /* a described load: the ranks of one plan (model/described.h) */
+    if (!sl__vec_reserve(&b->key, 2))
+      return nomem(b);
+    ((uint64_t *)b->key.data)[0] = UINT64_MAX;
+    ((uint64_t *)b->key.data)[1] = b->m->described->class_of[x->rank];
+    b->key.len = 2;
+    return SL_STATUS_OK;
+  }
+  const uint64_t head[] = {
+      x->tp,          x->r,         x->mt,        x->mr,          x->ep,
+      x->placement,   x->eplb,      x->slots,     x->first_stage, x->last_stage,
+      x->layer_start, x->layer_end, x->c.tp_rank, x->c.pp_rank,   b->by_rank ? x->rank : 0};
   size_t nh = sizeof head / sizeof head[0];
   uint64_t listed = x->ep > 1 ? x->slots : 0; /* ep = 1: every rank holds the same experts */
   if (!sl__vec_reserve(&b->key, nh + listed))
@@ -341,8 +351,8 @@ static sl_status sort_pieces(builder *b) {
   return st;
 }
 
-sl_status sl__pieces_build(const sl__model *m, const sl__catalog *cat, const sl__plan_opts *o, uint32_t own_rank,
-                           sl__rank_plan *own, sl__schedule *out, sl__err *err) {
+sl_status sl__pieces_build(const sl__model *m, const sl__catalog *cat, const sl__plan_opts *o,
+                           uint32_t own_rank, sl__rank_plan *own, sl__schedule *out, sl__err *err) {
   builder b = {.m = m, .cat = cat, .o = o, .own_rank = own_rank, .own = own, .out = out, .err = err};
   sl__hashmap_init(&b.class_of, SL_HASHMAP_COPY);
   sl__hashmap_init(&b.piece_of, SL_HASHMAP_COPY);
@@ -387,7 +397,8 @@ bool sl__piece_member(const sl__schedule *s, const sl__piece *p, uint32_t rank) 
   return false;
 }
 
-uint32_t sl__class_ranks(const sl__schedule *s, const uint32_t *cls, uint32_t n, uint32_t *out, uint64_t *bits) {
+uint32_t sl__class_ranks(const sl__schedule *s, const uint32_t *cls, uint32_t n, uint32_t *out,
+                         uint64_t *bits) {
   if (n == 1) { /* one class: its ranks are already in order */
     uint64_t len = s->class_off[cls[0] + 1] - s->class_off[cls[0]];
     memcpy(out, &s->class_ranks[s->class_off[cls[0]]], len * sizeof *out);

@@ -121,6 +121,12 @@ sl_status sl__plan_check_heads(const sl__model *m, uint32_t tp, sl__err *err);
 sl_status sl__plan_rank(const sl__model *m, const sl__catalog *cat, const sl__plan_opts *o, uint32_t rank,
                         bool with_table, sl__rank_plan *out, sl__err *err);
 void sl__rank_plan_free(sl__rank_plan *p);
+/* sl__plan_rank of a load from caller-described plans (m->described; plan/slicing_described.c):
+ * the rank's plan's parameters in its order, each region made copies, each parameter's
+ * destination checked to be written exactly once (SL_STATUS_PLAN naming the ranks, the parameter
+ * and the regions). */
+sl_status sl__plan_rank_described(const sl__model *m, const sl__catalog *cat, const sl__plan_opts *o,
+                                  uint32_t rank, bool with_table, sl__rank_plan *out, sl__err *err);
 
 /* ---- schedule ---- */
 
@@ -188,8 +194,8 @@ typedef struct sl__schedule {
   size_t n_items;
   sl__bucket_item *items;
   size_t n_xchgs;
-  struct sl__xchg *xchgs;         /* two-phase exchanges of row-parallel tensors (plan/twophase.h) */
-  uint64_t bytes_exchanged;       /* received in two-phase exchanges, summed over ranks */
+  struct sl__xchg *xchgs;   /* two-phase exchanges of row-parallel tensors (plan/twophase.h) */
+  uint64_t bytes_exchanged; /* received in two-phase exchanges, summed over ranks */
   /* read by a rank that does not need them: in two-phase exchanges, and lent pieces (plan/visibility.h) */
   uint64_t bytes_read_for_others;
   sl_rank_stats *stats;        /* per rank */
@@ -240,7 +246,8 @@ uint32_t sl__piece_lowest_member(const sl__schedule *s, const sl__piece *p);
 bool sl__piece_member(const sl__schedule *s, const sl__piece *p, uint32_t rank);
 /* The ranks of classes cls[0 .. n) (distinct), ascending, into out (room for them all); returns their
  * count. bits: scratch of (world + 63) / 64 zeroed words, zeroed again on return. */
-uint32_t sl__class_ranks(const sl__schedule *s, const uint32_t *cls, uint32_t n, uint32_t *out, uint64_t *bits);
+uint32_t sl__class_ranks(const sl__schedule *s, const uint32_t *cls, uint32_t n, uint32_t *out,
+                         uint64_t *bits);
 
 /* ---- read extents (shared by the read engine and the dry-run statistics) ---- */
 

@@ -101,6 +101,9 @@ static sl_status same_param(const sl__plan_side *was, const sl__plan_side *now, 
   if (ma->dtype != mb->dtype)
     return sl__err_set(err, SL_STATUS_SHAPE, "parameter %s: dtype %s loaded, %s in %s%s", q,
                        sl__dtype_name(ma->dtype), sl__dtype_name(mb->dtype), what, src);
+  if (ma->held_dtype != mb->held_dtype)
+    return sl__err_set(err, SL_STATUS_SHAPE, "parameter %s: held in %s loaded, in %s in %s%s", q,
+                       sl__dtype_name(ma->held_dtype), sl__dtype_name(mb->held_dtype), what, src);
   if (a->ndim != b->ndim || memcmp(a->shape, b->shape, sizeof a->shape) != 0)
     return sl__err_set(err, SL_STATUS_SHAPE, "parameter %s: local shape %s loaded, %s in %s%s", q,
                        dims(a->shape, a->ndim, sa, sizeof sa), dims(b->shape, b->ndim, sb, sizeof sb), what,

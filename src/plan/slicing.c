@@ -37,8 +37,10 @@ static const sl__slice_fn slicers[SL_STYLE_COUNT] = {
     [SL_STYLE_MOE_W2_BIAS] = sl__slice_moe_w2_bias,
     [SL_STYLE_MOE3D_W13_TRANSPOSED] = sl__slice_moe3d_w13_transposed,
     [SL_STYLE_MOE3D_W2_TRANSPOSED] = sl__slice_moe3d_w2_transposed,
+    [SL_STYLE_MOE3D_W13_IL_T] = sl__slice_moe3d_w13_interleaved_transposed,
     [SL_STYLE_QUANT_PARTS] = sl__slice_quant_parts,
     [SL_STYLE_INT4] = sl__slice_int4,
+    [SL_STYLE_KV_HEADS] = sl__slice_kv_heads,
     [SL_STYLE_GDN] = sl__slice_gdn,
     [SL_STYLE_PACKED] = sl__slice_packed,
     [SL_STYLE_PACKED_MOE] = sl__slice_packed_moe,
@@ -67,6 +69,8 @@ static bool held(const sl__model *m, const sl__mparam *p, const sl__rank_ctx *x)
   case SL_PLACE_FINAL:
   case SL_PLACE_HEAD:
     return x->last_stage;
+  case SL_PLACE_ALL:
+    return true;
   }
   return false;
 }
@@ -163,6 +167,8 @@ static sl_status transpose_shape(const sl__mparam *p, local_shape *ls, char *des
 
 sl_status sl__plan_rank(const sl__model *m, const sl__catalog *cat, const sl__plan_opts *o, uint32_t rank,
                         bool with_table, sl__rank_plan *out, sl__err *err) {
+  if (m->described != NULL) /* the rank's own description instead of the styles */
+    return sl__plan_rank_described(m, cat, o, rank, with_table, out, err);
   memset(out, 0, sizeof *out);
   sl_status st = sl__rank_ctx_init(m, o, rank, &out->ctx, err);
   if (st != SL_STATUS_OK)
@@ -230,8 +236,8 @@ sl_status sl__plan_rank(const sl__model *m, const sl__catalog *cat, const sl__pl
     bool overflow = false;
     for (uint32_t d = 0; d < ls.ndim; d++)
       overflow = overflow || sl__mul_overflow(elems, ls.shape[d], &elems);
-    uint64_t bits = 0;
-    overflow = overflow || sl__mul_overflow(elems, sl__dtype_bits(p->dtype), &bits);
+    uint64_t bits = 0; /* held: in another dtype than its sources' when converted (sl__mparam.held_dtype) */
+    overflow = overflow || sl__mul_overflow(elems, sl__dtype_bits(p->held_dtype), &bits);
     if (overflow || bits % 8 != 0) {
       st = sl__err_set(err, SL_STATUS_DIVISIBILITY, "%s: local size overflows or is not byte-aligned",
                        p->name);

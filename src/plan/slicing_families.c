@@ -267,7 +267,8 @@ sl_status sl__slice_moe_w2_bias(sl__slicer *s, sl__local_shape *ls, char *desc, 
 /* [E, H, 2*Im] (gate columns [0, Im), up columns [Im, 2*Im)) → [El, H, 2*Ip] in the checkpoint's
  * orientation (held so, or transposed: sl__lparam.transposed): per local expert and part,
  * columns [p*Im + mr*Ip, +Ip) of every H row, one strided copy (H rows of Ip elements); the gate
- * block then the up block of each local row. */
+ * block then the up block of each local row. Whole experts (one MoE tp rank) are one contiguous
+ * copy each: two strided halves would each be read with the other as covering bytes. */
 sl_status sl__slice_moe3d_w13_transposed(sl__slicer *s, sl__local_shape *ls, char *desc, size_t dcap) {
   const sl__msrc *src = &s->p->src[0];
   uint64_t eb = 0;
@@ -288,6 +289,10 @@ sl_status sl__slice_moe3d_w13_transposed(sl__slicer *s, sl__local_shape *ls, cha
   uint64_t lrow = 2 * ip * eb;
   for (uint64_t k = 0; k < s->x->slots && st == SL_STATUS_OK; k++) {
     uint64_t base = sl__slicer_expert(s, k) * slab;
+    if (s->x->mt == 1) { /* whole experts (EP): both halves are every row whole, one contiguous slab */
+      st = emit(s, base, 1, slab, slab, k * slab, slab);
+      continue;
+    }
     for (uint64_t part = 0; part < 2 && st == SL_STATUS_OK; part++)
       st = emit(s, base + (part * im + s->x->mr * ip) * eb, H, ip * eb, row, k * H * lrow + part * ip * eb,
                 lrow);

@@ -35,6 +35,9 @@ sl_status sl__slice_moe3d_w2_blocked(sl__slicer *s, sl__local_shape *ls, char *d
 sl_status sl__slice_moe_w2_bias(sl__slicer *s, sl__local_shape *ls, char *desc, size_t dcap);
 sl_status sl__slice_moe3d_w13_transposed(sl__slicer *s, sl__local_shape *ls, char *desc, size_t dcap);
 sl_status sl__slice_moe3d_w2_transposed(sl__slicer *s, sl__local_shape *ls, char *desc, size_t dcap);
+/* plan/slicing_gpt_oss.c (docs/spec/LAYOUTS.md §3.16): GPT-OSS's unquantized experts. */
+sl_status sl__slice_moe3d_w13_interleaved_transposed(sl__slicer *s, sl__local_shape *ls, char *desc,
+                                                     size_t dcap);
 
 /* Styles of plan/slicing_quant.c (docs/spec/LAYOUTS.md §3.11–§3.12). */
 sl_status sl__slice_quant_parts(sl__slicer *s, sl__local_shape *ls, char *desc, size_t dcap);
@@ -55,5 +58,8 @@ sl_status sl__slice_gdn(sl__slicer *s, sl__local_shape *ls, char *desc, size_t d
 /* Whether tp keeps every gated DeltaNet parameter's key and value heads whole (an error naming the
  * first parameter it would cut otherwise). */
 sl_status sl__gdn_check_tp(const sl__model *m, uint32_t tp, sl__err *err);
+
+/* Style of plan/slicing_heads.c (docs/spec/LAYOUTS.md §3.15): rows of each key/value head. */
+sl_status sl__slice_kv_heads(sl__slicer *s, sl__local_shape *ls, char *desc, size_t dcap);
 
 #endif

@@ -39,10 +39,16 @@ bool sl_ref_stage_layers(uint32_t layers, uint32_t stages, uint32_t stage, uint3
 static void add_tied_head(ctx *c) {
   sl_ref_table *tab = c->tab;
   const sl_ref_model *m = c->m;
-  /* the embedding's entry (checkpoint layout: its tensor's name), the head's name, the tensor */
-  const char *ename = m->embed_v[0] == '\0' ? "model.embed_tokens.weight" : c->ckpt ? m->embed_s : m->embed_v;
-  const char *hname = m->head_v[0] == '\0' ? "lm_head.weight" : m->head_v;
-  const char *tname = m->embed_s[0] == '\0' ? "model.embed_tokens.weight" : m->embed_s;
+  /* the embedding's entry (checkpoint layout: its tensor's name), the head's name, the tensor:
+   * under the text model's roots, unless the family names them (Qwen3.5) */
+  char vembed[128];
+  char sembed[128];
+  snprintf(vembed, sizeof vembed, "%sembed_tokens.weight", m->embed_v[0] != '\0' ? "" : m->vroot);
+  snprintf(sembed, sizeof sembed, "%sembed_tokens.weight", m->embed_s[0] != '\0' ? "" : m->sroot);
+  const char *ev = m->embed_v[0] != '\0' ? m->embed_v : vembed;
+  const char *tname = m->embed_s[0] != '\0' ? m->embed_s : sembed;
+  const char *ename = c->ckpt ? tname : ev;
+  const char *hname = m->head_v[0] != '\0' ? m->head_v : m->vhead;
   size_t embed = tab->count;
   for (size_t i = 0; i < tab->count; i++) {
     if (strcmp(tab->params[i].name, ename) == 0)
@@ -59,7 +65,7 @@ static void add_tied_head(ctx *c) {
     return;
   /* ref_entry_new may have moved the array: take the embedding again. */
   const sl_ref_param *src = &tab->params[embed];
-  p->alias_of = ename;
+  p->alias_of = tab->params[embed].name;
   p->segs = malloc((src->n_segs + 1) * sizeof *p->segs);
   if (p->segs == NULL) {
     ref_ctx_fail(c, SL_STATUS_NOMEM, "out of memory");
@@ -90,14 +96,21 @@ static void place_experts(ctx *c, const sl_ref_layout *lay, uint64_t D, uint64_t
 }
 
 /* Every definition checked, then those the rank's stage holds built (embedding on the first stage,
- * and on the last when the head is tied; final norm and head on the last). */
+ * and on the last when the head is tied; final norm and head on the last; AT_ALL on every stage). */
 static void build_stage(ctx *c, bool first, bool last) {
   const sl_ref_model *m = c->m;
   const sl_ref_table *tab = c->tab;
-  if ((m->fam == FAM_DEEPSEEK || ref_is_qwen_next(m->fam)) && m->nh % c->T != 0)
+  if ((m->fam == FAM_DEEPSEEK || m->fam == FAM_DSA || m->fam == FAM_DSA_MTP || m->fam == FAM_DSV4 ||
+       ref_is_qwen_next(m->fam)) &&
+      m->nh % c->T != 0)
     ref_ctx_fail(c, SL_STATUS_DIVISIBILITY, "num_attention_heads %llu not divisible by tp %llu",
                  (unsigned long long)m->nh, (unsigned long long)c->T);
+  if (c->st == SL_STATUS_OK && m->ng != 0 && m->ng % c->T != 0) /* DeepSeek-V4's wo_a / wo_b */
+    ref_ctx_fail(c, SL_STATUS_DIVISIBILITY, "o_groups %llu not divisible by tp %llu",
+                 (unsigned long long)m->ng, (unsigned long long)c->T);
   for (size_t i = 0; i < m->n_defs && c->st == SL_STATUS_OK; i++) {
+    if (m->defs[i].vision && c->skip_vision)
+      continue;
     if (m->defs[i].packed)
       ref_packed_def(c, &m->defs[i], false);
     else if (m->defs[i].int4)
@@ -108,16 +121,20 @@ static void build_stage(ctx *c, bool first, bool last) {
   for (size_t i = 0; i < m->n_defs && c->st == SL_STATUS_OK; i++) {
     const rdef *d = &m->defs[i];
     bool here = false;
-    if (d->at == AT_EMBED)
+    if (d->vision && c->skip_vision)
+      here = false;
+    else if (d->at == AT_EMBED)
       here = first || (m->tie && last);
     else if (d->at == AT_LAYER)
       here = d->layer >= tab->layer_start && d->layer < tab->layer_end;
+    else if (d->at == AT_ALL)
+      here = true; /* docs/spec/ARCHITECTURES.md §23, §24: every stage */
     else
       here = last;
     if (here)
       ref_build_def(c, d);
   }
-  if (c->st == SL_STATUS_OK && m->tie && last)
+  if (c->st == SL_STATUS_OK && m->tie && last && !m->embed_everywhere)
     add_tied_head(c);
 }
 
@@ -149,7 +166,14 @@ sl_status sl_ref_table_build(const sl_ref_model *m, const sl_ref_layout *lay, sl
   tab->stage = (uint32_t)p;
   tab->layer_start = start;
   tab->layer_end = start + count;
-  ctx c = {.m = m, .T = T, .r = r, .ckpt = lay->checkpoint_layout, .tab = tab, .msg = msg, .cap = cap};
+  ctx c = {.m = m,
+           .T = T,
+           .r = r,
+           .ckpt = lay->checkpoint_layout,
+           .skip_vision = lay->skip_vision,
+           .tab = tab,
+           .msg = msg,
+           .cap = cap};
   bool ep = lay->expert_parallel && D * T > 1 && m->E > 0;
   place_experts(&c, lay, D, q, ep);
   build_stage(&c, p == 0, p == P - 1);
@@ -183,6 +207,10 @@ const sl_ref_param *sl_ref_table_find(const sl_ref_table *t, const char *name) {
 }
 
 void sl_ref_param_fill(const sl_ref_model *m, const sl_ref_param *p, uint8_t *out) {
+  if (p->src_dtype != NULL) {
+    ref_fill_held(m, p, out);
+    return;
+  }
   memset(out, 0, p->nbytes);
   for (size_t i = 0; i < p->n_segs; i++) {
     const sl_ref_seg *s = &p->segs[i];
@@ -194,6 +222,8 @@ void sl_ref_param_fill(const sl_ref_model *m, const sl_ref_param *p, uint8_t *ou
 }
 
 void sl_ref_describe(const sl_ref_model *m, const sl_ref_param *p, uint64_t offset, char *buf, size_t cap) {
+  if (p->src_dtype != NULL) /* held converted: the source byte of the element */
+    offset = offset / (p->dtype_bits / 8) * (p->src_bits / 8);
   for (size_t i = 0; i < p->n_segs; i++) {
     const sl_ref_seg *s = &p->segs[i];
     if (offset >= s->dst && offset < s->dst + s->len) {

@@ -34,6 +34,7 @@ typedef struct sl_ref_layout {
   bool expert_parallel;   /* --enable-expert-parallel */
   bool round_robin;       /* requested placement (the effective one follows docs/spec/EXPERTS.md §3) */
   bool checkpoint_layout; /* layout checkpoint instead of vllm */
+  bool skip_vision;       /* skip_vision: a multimodal wrapper's vision tower left out */
 } sl_ref_layout;
 
 /* Where bytes [dst, dst + len) of a local tensor come from. tensor < 0: zero fill. */
@@ -56,6 +57,11 @@ typedef struct sl_ref_param {
   const char *alias_of; /* name of the entry whose memory it shares, or NULL */
   size_t n_segs;
   sl_ref_seg *segs; /* cover [0, nbytes) in order, without gaps */
+  /* Held in another dtype than its sources' (docs/SPECS.md "dtype"): the sources' dtype and bits;
+   * segs then address the sources' bytes ([0, nbytes * src_bits / dtype_bits)) and the expected
+   * bytes are those converted. NULL: no conversion. */
+  const char *src_dtype;
+  uint32_t src_bits;
 } sl_ref_param;
 
 typedef struct sl_ref_table {
@@ -85,7 +91,9 @@ typedef struct sl_ref_cluster {
 } sl_ref_cluster;
 
 /* Opens a fixture folder. arch_family: NULL to pick the family from config.json's
- * architectures[0], or "fused3d" for the test architecture of tests/data/fused3d_spec.json.
+ * architectures[0], "fused3d" for the test architecture of tests/data/fused3d_spec.json, or
+ * "qwen3_5_vision" for specs/qwen3_5.json with "vision": "qwen3_vl" (Qwen3-VL's tower loaded:
+ * docs/spec/ARCHITECTURES.md §24).
  * Returns SL_STATUS_OK or an error with a message in msg. */
 sl_status sl_ref_model_open(const char *folder, const char *arch_family, sl_ref_model **out, char *msg,
                             size_t cap);

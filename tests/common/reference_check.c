@@ -22,9 +22,8 @@ static void check_split(ctx *c, const rdef *d, const rtensor *w, int dim) {
 /* docs/spec/LAYOUTS.md §3.3: query heads divide by T, and T by the kv heads or the kv heads by T. */
 static void check_qkv(ctx *c, const rdef *d) {
   uint64_t T = c->T;
-  if (d->scale)
-    ref_ctx_fail(c, SL_STATUS_UNSUPPORTED, "reference: fp8 qkv is not modelled (%s)", d->name);
-  else if (d->hq % T != 0)
+  uint64_t kvl = T >= d->hkv ? 1 : d->hkv / T;
+  if (d->hq % T != 0)
     ref_ctx_fail(c, SL_STATUS_DIVISIBILITY, "%s: %llu heads not divisible by %llu", d->name,
                  (unsigned long long)d->hq, (unsigned long long)T);
   else if (T >= d->hkv && T % d->hkv != 0)
@@ -33,6 +32,10 @@ static void check_qkv(ctx *c, const rdef *d) {
   else if (T < d->hkv && d->hkv % T != 0)
     ref_ctx_fail(c, SL_STATUS_DIVISIBILITY, "%s: %llu kv heads not divisible by %llu", d->name,
                  (unsigned long long)d->hkv, (unsigned long long)T);
+  else if (d->scale && ((d->hq / T * d->d) % d->bn != 0 || (kvl * d->d) % d->bn != 0))
+    ref_ctx_fail(c, SL_STATUS_DIVISIBILITY,
+                 "%s: %llu q rows or %llu k rows per rank not a multiple of the block", d->name,
+                 (unsigned long long)(d->hq / T * d->d), (unsigned long long)(kvl * d->d));
 }
 
 static void check_vocab(ctx *c, const rdef *d) {
@@ -119,6 +122,14 @@ void ref_check_def(ctx *c, const rdef *d) {
     break;
   case ST_DOWN_T:
     check_dim(c, d, 1, "Im rows", c->Mt, false);
+    break;
+  case ST_GATE_UP_IL_T:
+    check_dim(c, d, 2, "2*Im interleaved gate/up columns", c->Mt, true);
+    break;
+  case ST_KV_HEADS:
+    if ((T >= d->hkv && T % d->hkv != 0) || (T < d->hkv && d->hkv % T != 0))
+      ref_ctx_fail(c, SL_STATUS_DIVISIBILITY, "%s: %llu kv heads and tp %llu", d->name,
+                   (unsigned long long)d->hkv, (unsigned long long)T);
     break;
   case ST_GDN:
     ref_check_gdn(c, d);

@@ -57,6 +57,14 @@ void ref_def_src(sl_ref_model *m, rdef *d, const char *tensor, bool permute) {
   if (m->pk.kind != 0 && ref_packed_src(m, d, tensor))
     return;
   int t = ref_find_tensor(m, tensor);
+  for (size_t k = 0; t < 0 && k < m->n_alt; k++) {
+    size_t n = strlen(m->alt[k][0]);
+    if (strncmp(tensor, m->alt[k][0], n) == 0) {
+      char alt[512];
+      snprintf(alt, sizeof alt, "%s%s", m->alt[k][1], tensor + n);
+      t = ref_find_tensor(m, alt);
+    }
+  }
   if (t < 0 && m->int4.method != SL_REF_INT4_NONE && d->n_src < MAX_SRC &&
       sl_ref_int4_quantized(tensor, ref_int4_find, m)) {
     d->int4 = true;
@@ -114,11 +122,11 @@ void ref_def_heads(rdef *d, uint64_t hq, uint64_t hkv, uint64_t dim) {
 rdef *ref_layer_def(sl_ref_model *m, style st, uint32_t layer, const char *vname, int n,
                     const char *const *snames) {
   char name[256];
-  snprintf(name, sizeof name, "%smodel.layers.%u.%s", m->pre, layer, vname);
+  snprintf(name, sizeof name, "%slayers.%u.%s", m->vroot, layer, vname);
   rdef *d = ref_def_new(m, st, AT_LAYER, layer, name);
   for (int k = 0; k < n; k++) {
     char src[256];
-    snprintf(src, sizeof src, "%smodel.layers.%u.%s", m->pre, layer, snames[k]);
+    snprintf(src, sizeof src, "%slayers.%u.%s", m->sroot, layer, snames[k]);
     ref_def_src(m, d, src, false);
   }
   return d;
@@ -165,14 +173,14 @@ bool ref_qkv_def(sl_ref_model *m, uint32_t layer, const char *vprefix, const cha
   static const char *const parts[3] = {"q_proj", "k_proj", "v_proj"};
   for (int k = 0; k < kinds; k++) {
     char name[256];
-    snprintf(name, sizeof name, "%smodel.layers.%u.%s.qkv_proj.%s", m->pre, layer, vprefix, kind[k]);
+    snprintf(name, sizeof name, "%slayers.%u.%s.qkv_proj.%s", m->vroot, layer, vprefix, kind[k]);
     rdef *d = ref_def_new(m, ST_QKV, AT_LAYER, layer, name);
     if (d == NULL)
       return false;
     ref_def_heads(d, m->Hq, m->Hkv, m->d);
     for (int i = 0; i < 3; i++) {
       char src[256];
-      snprintf(src, sizeof src, "%smodel.layers.%u.%s.%s.%s", m->pre, layer, sprefix, parts[i], kind[k]);
+      snprintf(src, sizeof src, "%slayers.%u.%s.%s.%s", m->sroot, layer, sprefix, parts[i], kind[k]);
       /* docs/spec/ARCHITECTURES.md §3: wq and wk rows are permuted in the mistral format. */
       ref_def_src(m, d, src, mistral_perm && k == 0 && i < 2);
     }
@@ -201,14 +209,14 @@ void ref_expert_pair(sl_ref_model *m, uint32_t layer, const char *vprefix, const
   char name[256];
   char pre[256];
   char suf[128];
-  snprintf(pre, sizeof pre, "%smodel.layers.%u.%s.", m->pre, layer, vprefix);
-  snprintf(name, sizeof name, "%smodel.layers.%u.%s.w13_weight", m->pre, layer, vprefix);
+  snprintf(pre, sizeof pre, "%slayers.%u.%s.", m->sroot, layer, vprefix);
+  snprintf(name, sizeof name, "%slayers.%u.%s.w13_weight", m->vroot, layer, vprefix);
   rdef *d = ref_def_new(m, ST_MOE_W13, AT_LAYER, layer, name);
   snprintf(suf, sizeof suf, ".%s", w1);
   ref_def_expert_src(m, d, pre, suf);
   snprintf(suf, sizeof suf, ".%s", w3);
   ref_def_expert_src(m, d, pre, suf);
-  snprintf(name, sizeof name, "%smodel.layers.%u.%s.w2_weight", m->pre, layer, vprefix);
+  snprintf(name, sizeof name, "%slayers.%u.%s.w2_weight", m->vroot, layer, vprefix);
   d = ref_def_new(m, ST_MOE_W2, AT_LAYER, layer, name);
   snprintf(suf, sizeof suf, ".%s", w2);
   ref_def_expert_src(m, d, pre, suf);
@@ -225,10 +233,22 @@ static void family_layer(sl_ref_model *m, const cJSON *cfg, uint32_t layer) {
   case FAM_QWEN3:
   case FAM_PHI3:
   case FAM_GEMMA3:
+  case FAM_QWEN3_VL:
+  case FAM_GEMMA3_MM:
     ref_dense_layer(m, cfg, layer);
     break;
   case FAM_DEEPSEEK:
+  case FAM_KIMI_K25:
     ref_mla_layer(m, cfg, layer);
+    break;
+  case FAM_DSA:
+    ref_dsa_layer(m, cfg, layer);
+    break;
+  case FAM_DSA_MTP:
+  case FAM_DSV4:
+    break;
+  case FAM_MINIMAX:
+    ref_minimax_layer(m, cfg, layer);
     break;
   case FAM_MIXTRAL:
   case FAM_QWEN2_MOE:
@@ -237,6 +257,7 @@ static void family_layer(sl_ref_model *m, const cJSON *cfg, uint32_t layer) {
   case FAM_GLM4_MOE:
   case FAM_GPT_OSS:
   case FAM_LLAMA4:
+  case FAM_QWEN3_VL_MOE:
     ref_moe_layer(m, cfg, layer);
     break;
   default: /* Qwen3-Next / Qwen3.5: ref_qwen_next_defs */
@@ -253,24 +274,39 @@ static void vocab_def(sl_ref_model *m, place at, const char *name, const char *s
 }
 
 void ref_build_defs(sl_ref_model *m, const cJSON *cfg) {
+  if (m->fam == FAM_DSV4) {
+    ref_dsv4_defs(m, cfg);
+    if (m->fp8)
+      ref_add_scales(m);
+    return;
+  }
+  if (m->fam == FAM_DSA_MTP) {
+    ref_dsa_mtp_defs(m, cfg);
+    if (m->fp8)
+      ref_add_scales(m);
+    return;
+  }
   if (ref_is_qwen_next(m->fam)) {
     ref_qwen_next_defs(m, cfg);
     return;
   }
   char embed[96];
+  char sembed[96];
   char norm[96];
-  char head[96];
-  snprintf(embed, sizeof embed, "%smodel.embed_tokens.weight", m->pre);
-  snprintf(norm, sizeof norm, "%smodel.norm.weight", m->pre);
-  snprintf(head, sizeof head, "%slm_head.weight", m->pre);
+  char snorm[96];
+  snprintf(embed, sizeof embed, "%sembed_tokens.weight", m->vroot);
+  snprintf(sembed, sizeof sembed, "%sembed_tokens.weight", m->sroot);
+  snprintf(norm, sizeof norm, "%snorm.weight", m->vroot);
+  snprintf(snorm, sizeof snorm, "%snorm.weight", m->sroot);
   /* GPT-OSS calls its embedding "embedding" in vLLM (docs/spec/ARCHITECTURES.md §12). */
-  vocab_def(m, AT_EMBED, m->fam == FAM_GPT_OSS ? "model.embedding.weight" : embed, embed);
+  vocab_def(m, m->embed_everywhere ? AT_ALL : AT_EMBED,
+            m->fam == FAM_GPT_OSS ? "model.embedding.weight" : embed, sembed);
   for (uint32_t layer = 0; layer < m->L; layer++)
     family_layer(m, cfg, layer);
-  rdef *d = ref_def_new(m, ST_REPLICATED, AT_FINAL, 0, norm);
-  ref_def_src(m, d, norm, false);
-  if (!m->tie)
-    vocab_def(m, AT_HEAD, head, head);
+  rdef *d = ref_def_new(m, ST_REPLICATED, m->embed_everywhere ? AT_ALL : AT_FINAL, 0, norm);
+  ref_def_src(m, d, snorm, false);
+  if (!m->tie && !m->embed_everywhere)
+    vocab_def(m, AT_HEAD, m->vhead, m->shead);
   if (m->fp8)
     ref_add_scales(m);
   if (m->ct)

@@ -34,6 +34,7 @@ void ref_dense_layer(sl_ref_model *m, const cJSON *cfg, uint32_t layer) {
     ref_dense_mlp(m, layer, false);
     break;
   case FAM_QWEN3:
+  case FAM_QWEN3_VL:
     ref_llama_attention(m, layer, attn_bias, false, true);
     ref_dense_mlp(m, layer, false);
     break;
@@ -41,6 +42,7 @@ void ref_dense_layer(sl_ref_model *m, const cJSON *cfg, uint32_t layer) {
     phi3_layer(m, layer);
     break;
   case FAM_GEMMA3:
+  case FAM_GEMMA3_MM:
     gemma3_layer(m, layer);
     break;
   default:

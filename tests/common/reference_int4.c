@@ -28,7 +28,8 @@
 enum { QWEIGHT, QZEROS, SCALES, GIDX, KINDS };
 static const char *const kind_name[KINDS] = {"qweight", "qzeros", "scales", "g_idx"};
 
-static sl_status fail(char *msg, size_t cap, sl_status st, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static sl_status fail(char *msg, size_t cap, sl_status st, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 
 static sl_status fail(char *msg, size_t cap, sl_status st, const char *fmt, ...) {
   if (msg != NULL && cap > 0) {
@@ -50,7 +51,8 @@ sl_status sl_ref_int4_config(const cJSON *q, const char *method, sl_ref_int4 *ou
   if (!gptq && !cJSON_IsNumber(group))
     group = cJSON_GetObjectItemCaseSensitive(q, "q_group_size");
   if (!cJSON_IsNumber(bits) || bits->valueint != 4 || !cJSON_IsNumber(group))
-    return fail(msg, cap, SL_STATUS_QUANTIZATION, "reference: %s other than 4 bits with a group_size", method);
+    return fail(msg, cap, SL_STATUS_QUANTIZATION, "reference: %s other than 4 bits with a group_size",
+                method);
   if (group->valueint == -1 && gptq)
     out->group = 0;
   else if (group->valueint >= 1)
@@ -104,8 +106,8 @@ static sl_status out_range(const lin_ctx *c, int k, uint64_t *a, uint64_t *n) {
   uint64_t T = c->T;
   if (l->kind != SL_REF_INT4_QKV) {
     if (c->out[k] % T != 0)
-      return fail(c->msg, c->cap, SL_STATUS_DIVISIBILITY, "%s: %llu outputs not divisible by %llu", l->part[k],
-                  (unsigned long long)c->out[k], (unsigned long long)T);
+      return fail(c->msg, c->cap, SL_STATUS_DIVISIBILITY, "%s: %llu outputs not divisible by %llu",
+                  l->part[k], (unsigned long long)c->out[k], (unsigned long long)T);
     *n = c->out[k] / T;
     *a = c->r * *n;
     return SL_STATUS_OK;
@@ -158,8 +160,8 @@ static bool push_seg(lin_ctx *c, sl_ref_param *p, size_t *cap, uint64_t dst, uin
   return true;
 }
 
-static sl_ref_param *entry(lin_ctx *c, char *name, const sl_ref_int4_tensor *t, uint32_t ndim, const uint64_t *global,
-                           const uint64_t *local) {
+static sl_ref_param *entry(lin_ctx *c, char *name, const sl_ref_int4_tensor *t, uint32_t ndim,
+                           const uint64_t *global, const uint64_t *local) {
   sl_ref_table *tab = c->tab;
   if (name == NULL)
     return NULL;
@@ -205,11 +207,12 @@ static sl_status rows_entry(lin_ctx *c, char *name, const sl_ref_int4_tensor *t,
 static sl_status build_row(lin_ctx *c) {
   uint64_t per = c->in / c->T;
   if (c->in % c->T != 0)
-    return fail(c->msg, c->cap, SL_STATUS_DIVISIBILITY, "%s: input %llu not divisible by %llu", c->lin->part[0],
-                (unsigned long long)c->in, (unsigned long long)c->T);
+    return fail(c->msg, c->cap, SL_STATUS_DIVISIBILITY, "%s: input %llu not divisible by %llu",
+                c->lin->part[0], (unsigned long long)c->in, (unsigned long long)c->T);
   if (c->q->group != 0 && per % c->q->group != 0)
-    return fail(c->msg, c->cap, SL_STATUS_DIVISIBILITY, "%s: %llu input channels per rank cut a group of %llu",
-                c->lin->part[0], (unsigned long long)per, (unsigned long long)c->q->group);
+    return fail(c->msg, c->cap, SL_STATUS_DIVISIBILITY,
+                "%s: %llu input channels per rank cut a group of %llu", c->lin->part[0],
+                (unsigned long long)per, (unsigned long long)c->q->group);
   if (c->q->method == SL_REF_INT4_GPTQ && per % PACK != 0)
     return fail(c->msg, c->cap, SL_STATUS_DIVISIBILITY, "%s: %llu input channels per rank cut a pack of 8",
                 c->lin->part[0], (unsigned long long)per);
@@ -266,8 +269,8 @@ static sl_status build_column(lin_ctx *c) {
       uint64_t global[2] = {rows, gwidth};
       uint64_t local[2] = {rows, width};
       const sl_ref_int4_tensor *t0 = &c->t[k][first];
-      sl_ref_param *p = entry(c, c->ckpt ? strdup(t0->name) : kind_of(c->lin->name, kind_name[k]), t0, 2, global,
-                              local);
+      sl_ref_param *p =
+          entry(c, c->ckpt ? strdup(t0->name) : kind_of(c->lin->name, kind_name[k]), t0, 2, global, local);
       if (p == NULL)
         return fail(c->msg, c->cap, SL_STATUS_NOMEM, "out of memory");
       size_t cap = 0;
@@ -276,7 +279,8 @@ static sl_status build_column(lin_ctx *c) {
         for (int i = first; i < last; i++) {
           const sl_ref_int4_tensor *t = &c->t[k][i];
           uint64_t len = n[i] / pk * eb;
-          if (!push_seg(c, p, &cap, (row * width + at) * eb, len, t->index, (row * t->shape[1] + a[i] / pk) * eb))
+          if (!push_seg(c, p, &cap, (row * width + at) * eb, len, t->index,
+                        (row * t->shape[1] + a[i] / pk) * eb))
             return SL_STATUS_NOMEM;
           at += n[i] / pk;
         }
@@ -299,7 +303,8 @@ static sl_status find_tensors(lin_ctx *c, sl_ref_int4_find_fn find, const void *
     }
     c->have[k] = found == l->n_parts;
     if (found != l->n_parts && !(k == GIDX && found == 0 && !c->q->desc_act))
-      return fail(c->msg, c->cap, SL_STATUS_QUANTIZATION, "reference: %s lacks %s tensors", l->name, kind_name[k]);
+      return fail(c->msg, c->cap, SL_STATUS_QUANTIZATION, "reference: %s lacks %s tensors", l->name,
+                  kind_name[k]);
   }
   for (int i = 0; i < l->n_parts; i++) {
     const sl_ref_int4_tensor *w = &c->t[QWEIGHT][i];
@@ -323,8 +328,15 @@ static sl_status find_tensors(lin_ctx *c, sl_ref_int4_find_fn find, const void *
 sl_status sl_ref_int4_build(const sl_ref_int4 *q, const sl_ref_int4_linear *lin, sl_ref_int4_find_fn find,
                             const void *ctx, uint64_t T, uint64_t r, bool ckpt, sl_ref_table *tab,
                             size_t *cap_params, char *msg, size_t cap) {
-  lin_ctx c = {.q = q, .lin = lin, .T = T, .r = r, .ckpt = ckpt, .tab = tab, .cap_params = cap_params,
-               .msg = msg, .cap = cap};
+  lin_ctx c = {.q = q,
+               .lin = lin,
+               .T = T,
+               .r = r,
+               .ckpt = ckpt,
+               .tab = tab,
+               .cap_params = cap_params,
+               .msg = msg,
+               .cap = cap};
   sl_status st = find_tensors(&c, find, ctx);
   if (st != SL_STATUS_OK)
     return st;

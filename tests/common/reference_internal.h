@@ -11,15 +11,20 @@
  *   reference_dense.c    the dense families (Llama / Mistral, Qwen2, Qwen3, Phi-3, Gemma-3)
  *   reference_moe.c      the expert families (Mixtral, Qwen-MoE, fused3d, GLM-4-MoE, GPT-OSS, Llama-4)
  *   reference_mla.c      DeepSeek V2 / V3 (latent attention, routed and shared experts)
+ *   reference_dsa.c      DeepSeek-V3.2 / GLM-5 (the sparse-attention indexer) and their MTP draft
+ *   reference_minimax.c  MiniMax-M2 (q/k norms over every head, kv_heads rows, block_sparse_moe)
  *   reference_scales.c   fp8 scale companions (block fp8, compressed-tensors)
  *   reference_check.c    the divisibility rules of docs/spec/LAYOUTS.md §3, per definition
  *   reference_slice.c    table entries and segments; the dense slicing styles; one definition's entries
  *   reference_experts.c  expert placement (docs/spec/EXPERTS.md §2) and the expert slicing styles
+ *   reference_gpt_oss.c  GPT-OSS's unquantized gate/up experts (docs/spec/LAYOUTS.md §3.16)
  *   reference_int4.c     GPTQ / AWQ int4 linears
+ *   reference_vision.c   the wrappers' names and vision towers (docs/spec/ARCHITECTURES.md §24)
  *   reference_qwen_next.c Qwen3-Next and Qwen3.5 (gated DeltaNet and gated attention layers) and the
  *                        gdn style
  *   reference.c          a rank's table (docs/spec/LAYOUTS.md §1–§2) and its queries
  *   reference_cluster.c  cluster figures from the tables of every rank
+ *   reference_held.c     parameters held in another dtype than their sources (F32 norms)
  *
  * Sizes are small (fixtures under 1 MB), so clarity wins over speed: segments are emitted row by
  * row and merged when contiguous.
@@ -57,14 +62,18 @@ typedef enum style {
   ST_MOE_W2BIAS,   /* [E, H]: MoE tensor-parallel rank 0 only */
   ST_GATE_UP_T,    /* Llama-4 [E, H, 2*Im]: gate and up column ranges; vllm: w13 [El, 2*Ip, H] */
   ST_DOWN_T,       /* Llama-4 [E, Im, H]: a row range per expert; vllm: w2 [El, H, Ip] */
+  ST_GATE_UP_IL_T, /* GPT-OSS BF16 [E, H, 2*Im] gate/up columns alternating; vllm: w13 [El, 2*Ip, H] */
   ST_PARTS,        /* docs/spec/LAYOUTS.md §3.11: one per-tensor scale per part, [n parts] */
+  ST_KV_HEADS,     /* docs/spec/LAYOUTS.md §3.15: rows of each key/value head, replicated as qkv's k */
   ST_GDN           /* docs/spec/LAYOUTS.md §3.13: gated DeltaNet row sections (reference_qwen_next.c) */
 } style;
 
 /* The parts of a gated DeltaNet source (docs/spec/LAYOUTS.md §3.13). */
 enum { GDN_QKVZ, GDN_BA, GDN_QKV, GDN_Z, GDN_B, GDN_A, GDN_V_HEADS };
 
-typedef enum place { AT_EMBED, AT_LAYER, AT_FINAL, AT_HEAD } place;
+/* AT_ALL: every pipeline stage (a vision tower; Gemma-3's embedding and final norm in vLLM;
+ * DeepSeek-V4's hc_head). */
+typedef enum place { AT_EMBED, AT_LAYER, AT_FINAL, AT_HEAD, AT_ALL } place;
 
 typedef enum family {
   FAM_LLAMA,
@@ -80,11 +89,20 @@ typedef enum family {
   FAM_GLM4_MOE,
   FAM_GPT_OSS,
   FAM_LLAMA4,
+  FAM_DSA,     /* DeepSeek-V3.2, GLM-5 (reference_dsa.c) */
+  FAM_DSA_MTP, /* their multi-token-prediction draft (arch_family "deepseek_mtp") */
+  FAM_MINIMAX, /* MiniMax-M2 (reference_minimax.c) */
+  FAM_DSV4,    /* DeepSeek-V4 (reference_dsv4.c) */
   FAM_QWEN3_NEXT,
   FAM_QWEN3_5, /* the ConditionalGeneration wrappers (text_config, model.language_model.) */
   FAM_QWEN3_5_MOE,
   FAM_QWEN3_5_TEXT, /* Qwen3_5(Moe)ForCausalLM: text-only names and config */
-  FAM_QWEN3_5_MOE_TEXT
+  FAM_QWEN3_5_MOE_TEXT,
+  /* the multimodal wrappers of docs/spec/ARCHITECTURES.md §24 (reference_vision.c) */
+  FAM_QWEN3_VL,
+  FAM_QWEN3_VL_MOE,
+  FAM_GEMMA3_MM,
+  FAM_KIMI_K25
 } family;
 
 #define MAX_SRC 3
@@ -112,18 +130,21 @@ typedef struct rdef {
   int wsrc[MAX_SRC]; /* weights whose slice boundaries apply (== src unless scale) */
   int *esrc[2];      /* per-expert styles: tensor of expert x for part k */
   int *ewsrc[2];
-  bool perm[MAX_SRC];  /* Mistral rotary row permutation (docs/spec/ARCHITECTURES.md §3) */
+  bool perm[MAX_SRC];  /* rotary row permutation within heads (docs/spec/ARCHITECTURES.md §3, §13) */
+  bool perm_vllm_only; /* vLLM's own permutation (Llama-4): the checkpoint layout keeps the rows */
   uint64_t hq, hkv, d; /* qkv */
   uint64_t vocab;      /* vocab: V */
   bool scale;          /* fp8 scale companion (docs/spec/ARCHITECTURES.md §6): boundaries in blocks */
   uint64_t bn, bk;
   bool int4; /* GPTQ / AWQ linear (reference_int4.c): parts by weight name */
   char *int4_part[MAX_SRC];
+  const char *held; /* held in this dtype (docs/SPECS.md "dtype"; reference_held.c), NULL: the sources' */
   int gdn[MAX_SRC]; /* gdn: the part (GDN_*) of each source; hq, hkv, d, dv: nk, nv, dk, dv */
   uint64_t dv;
   bool packed;                 /* pack-quantized / NVFP4 linear or experts (reference_packed.c) */
   char *pk_stem[MAX_SRC];      /* a linear's parts: their names less ".weight" */
   char *pk_pre[2], *pk_suf[2]; /* experts: part k of expert X is pk_pre[k] X pk_suf[k] */
+  bool vision;                 /* part of the vision tower: left out with skip_vision */
 } rdef;
 
 struct sl_ref_model {
@@ -147,9 +168,21 @@ struct sl_ref_model {
     uint64_t pack, group; /* values per int32; group_size (0: per channel), NVFP4 16 */
   } pk;
   uint64_t bn, bk;
-  uint64_t nh;     /* DeepSeek: heads that TP must divide */
-  const char *pre; /* prefix of every text-model name: "" or Llama-4's "language_model." */
-  /* a tied head's names when not model.embed_tokens.weight / lm_head.weight (empty: those) */
+  uint64_t nh; /* DeepSeek: heads that TP must divide */
+  uint64_t ng; /* DeepSeek-V4: output groups (o_groups) that TP must divide; 0 otherwise */
+  /* Where the text model's names start (docs/spec/ARCHITECTURES.md §13, §24): its vLLM names
+   * (vroot + "layers.L.…", vroot + "embed_tokens.weight", vhead) and its checkpoint names (sroot,
+   * shead): "model." and "lm_head.weight" for the text families. */
+  const char *vroot, *sroot, *vhead, *shead;
+  /* vLLM's hf_to_vllm_mapper as [checkpoint prefix, vLLM prefix]: a source missing under its name
+   * is looked for under the vLLM prefix (checkpoints storing vLLM's names). */
+  const char *const (*alt)[2];
+  size_t n_alt;
+  bool embed_everywhere; /* embedding and final norm on every stage (vLLM's Gemma3Model) */
+  /* arch_family "qwen3_5_vision": specs/qwen3_5.json with "vision": "qwen3_vl" added, Qwen3-VL's tower
+   * loaded (docs/spec/ARCHITECTURES.md §24) */
+  bool qwen3_5_tower;
+  /* a tied head's names when not vroot's embed_tokens.weight / vhead (Qwen3.5; empty: those) */
   char embed_v[96], embed_s[96], head_v[96];
   sl_status st; /* first error while building */
   char msg[512];
@@ -163,6 +196,7 @@ typedef struct ctx {
   uint32_t n_local;
   const uint32_t *local; /* local expert ids */
   bool ckpt;
+  bool skip_vision; /* the vision tower's definitions left out */
   sl_ref_table *tab;
   size_t cap_params;
   sl_status st;
@@ -230,7 +264,23 @@ void ref_build_defs(sl_ref_model *m, const cJSON *cfg);
 void ref_dense_layer(sl_ref_model *m, const cJSON *cfg, uint32_t layer);
 void ref_moe_layer(sl_ref_model *m, const cJSON *cfg, uint32_t layer);
 void ref_mla_layer(sl_ref_model *m, const cJSON *cfg, uint32_t layer);
+void ref_dsa_layer(sl_ref_model *m, const cJSON *cfg, uint32_t layer);
+/* Every definition of the DeepSeek MTP draft (no embedding, final norm or head of the target). */
+void ref_dsa_mtp_defs(sl_ref_model *m, const cJSON *cfg);
+void ref_minimax_layer(sl_ref_model *m, const cJSON *cfg, uint32_t layer);
+/* Every definition of DeepSeek-V4 (reference_dsv4.c): its own names, no shared embedding code. */
+void ref_dsv4_defs(sl_ref_model *m, const cJSON *cfg);
+/* docs/spec/LAYOUTS.md §3.15 (reference_minimax.c). */
+void ref_build_kv_heads(ctx *c, const rdef *d);
 
+/* ---- reference_vision.c -------------------------------------------------------------------- */
+
+/* The wrappers' names (roots, heads, vLLM's prefixes) and families, from config.json's
+ * architecture; false for a text family. */
+bool ref_wrapper_family(sl_ref_model *m, const char *arch);
+/* The vision tower's definitions (place AT_ALL, flagged vision), from config.json's
+ * vision_config (and text_config); nothing for a text family. */
+void ref_vision_defs(sl_ref_model *m, const cJSON *top);
 /* ---- reference_qwen_next.c ---------------------------------------------------------------- */
 
 bool ref_is_qwen_next(family f);
@@ -291,6 +341,13 @@ void ref_build_def(ctx *c, const rdef *d);
 /* A GPTQ / AWQ linear (reference_int4.c): checked only (build false) or built into the table. */
 void ref_int4_def(ctx *c, const rdef *d, bool build);
 
+/* ---- reference_held.c ---------------------------------------------------------------------- */
+
+/* Entries [first, table count) of definition d held in d->held: dtype, size, and the fill converts. */
+void ref_apply_held(ctx *c, const rdef *d, size_t first);
+/* The expected bytes of an entry held in another dtype (its segments in source bytes). */
+void ref_fill_held(const sl_ref_model *m, const sl_ref_param *p, uint8_t *out);
+
 /* ---- reference_experts.c ------------------------------------------------------------------- */
 
 void ref_build_moe_w13(ctx *c, const rdef *d);
@@ -298,5 +355,9 @@ void ref_build_moe_w2(ctx *c, const rdef *d);
 void ref_build_moe3d(ctx *c, const rdef *d);
 void ref_build_gpt_oss_experts(ctx *c, const rdef *d);
 void ref_build_llama4_experts(ctx *c, const rdef *d);
+
+/* ---- reference_gpt_oss.c ------------------------------------------------------------------ */
+
+void ref_build_gpt_oss_bf16_w13(ctx *c, const rdef *d);
 
 #endif

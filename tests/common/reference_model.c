@@ -157,6 +157,10 @@ static bool pick_family(sl_ref_model *m, const char *arch, const char *override)
                {"Glm4MoeForCausalLM", FAM_GLM4_MOE},
                {"GptOssForCausalLM", FAM_GPT_OSS},
                {"Llama4ForConditionalGeneration", FAM_LLAMA4},
+               {"DeepseekV32ForCausalLM", FAM_DSA},
+               {"GlmMoeDsaForCausalLM", FAM_DSA},
+               {"MiniMaxM2ForCausalLM", FAM_MINIMAX},
+               {"DeepseekV4ForCausalLM", FAM_DSV4},
                {"Qwen3NextForCausalLM", FAM_QWEN3_NEXT},
                {"Qwen3_5ForConditionalGeneration", FAM_QWEN3_5},
                {"Qwen3_5MoeForConditionalGeneration", FAM_QWEN3_5_MOE},
@@ -166,6 +170,13 @@ static bool pick_family(sl_ref_model *m, const char *arch, const char *override)
     m->fam = FAM_FUSED3D;
     return true;
   }
+  if (override != NULL && strcmp(override, "deepseek_mtp") == 0) {
+    m->fam = FAM_DSA_MTP;
+    return true;
+  }
+  m->qwen3_5_tower = override != NULL && strcmp(override, "qwen3_5_vision") == 0;
+  if (arch != NULL && ref_wrapper_family(m, arch))
+    return true;
   for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
     if (arch != NULL && strcmp(arch, table[i].arch) == 0) {
       m->fam = table[i].fam;
@@ -175,11 +186,13 @@ static bool pick_family(sl_ref_model *m, const char *arch, const char *override)
   return false;
 }
 
-/* The object holding the text model's sizes: Llama-4 and the Qwen3.5 wrappers nest them under
- * text_config. */
+/* The object holding the text model's sizes: Llama-4, the Qwen3.5 wrappers and the multimodal
+ * wrappers of docs/spec/ARCHITECTURES.md §24 nest them under text_config. */
 static const cJSON *text_cfg(const sl_ref_model *m, const cJSON *cfg) {
   const cJSON *tc = cJSON_GetObjectItemCaseSensitive(cfg, "text_config");
-  bool nested = m->fam == FAM_LLAMA4 || m->fam == FAM_QWEN3_5 || m->fam == FAM_QWEN3_5_MOE;
+  bool nested = m->fam == FAM_LLAMA4 || m->fam == FAM_QWEN3_5 || m->fam == FAM_QWEN3_5_MOE ||
+                m->fam == FAM_QWEN3_VL || m->fam == FAM_QWEN3_VL_MOE || m->fam == FAM_GEMMA3_MM ||
+                m->fam == FAM_KIMI_K25;
   return nested && cJSON_IsObject(tc) ? tc : cfg;
 }
 
@@ -236,7 +249,13 @@ static bool read_config(sl_ref_model *m, const cJSON *top, const char *override)
                    arch != NULL ? arch : "(none)", m->folder);
     return false;
   }
-  m->pre = m->fam == FAM_LLAMA4 ? "language_model." : "";
+  if (m->vroot == NULL) { /* a text family */
+    m->vroot = m->sroot = "model.";
+    m->vhead = m->shead = "lm_head.weight";
+  }
+  /* vLLM's Gemma3Model: embed_tokens and norm on every stage, no lm_head (docs/spec/ARCHITECTURES.md §10) */
+  if (m->fam == FAM_GEMMA3)
+    m->embed_everywhere = true;
   const cJSON *cfg = text_cfg(m, top);
   bool ok = ref_cfg_num(cfg, "hidden_size", &m->H) && ref_cfg_num(cfg, "vocab_size", &m->V) &&
             ref_cfg_num(cfg, "num_hidden_layers", &m->L) && ref_cfg_num(cfg, "num_attention_heads", &m->Hq);
@@ -244,6 +263,8 @@ static bool read_config(sl_ref_model *m, const cJSON *top, const char *override)
     ref_model_fail(m, SL_STATUS_MODEL_CONFIG, "reference: %s/config.json lacks a required size", m->folder);
     return false;
   }
+  if (m->fam == FAM_DSA_MTP) /* the draft's layers follow the target's */
+    m->L += ref_cfg_num_or(cfg, "num_nextn_predict_layers", 0);
   m->Hkv = ref_cfg_num_or(cfg, "num_key_value_heads", m->Hq);
   m->d = ref_cfg_num_or(cfg, "head_dim", m->H / m->Hq);
   m->nh = m->Hq;
@@ -255,8 +276,15 @@ static bool read_config(sl_ref_model *m, const cJSON *top, const char *override)
       break;
   }
   m->n_group = ref_cfg_num_or(cfg, "n_group", 1);
-  /* Gemma-3 ties unless told otherwise (docs/spec/ARCHITECTURES.md §10). */
-  m->tie = ref_cfg_bool_or(top, "tie_word_embeddings", m->fam == FAM_GEMMA3);
+  /* Gemma-3 ties unless told otherwise (docs/spec/ARCHITECTURES.md §10); the wrappers read
+   * text_config first (docs/spec/ARCHITECTURES.md §24). */
+  bool gemma = m->fam == FAM_GEMMA3 || m->fam == FAM_GEMMA3_MM;
+  if (m->fam == FAM_QWEN3_VL || m->fam == FAM_QWEN3_VL_MOE || m->fam == FAM_GEMMA3_MM)
+    m->tie = ref_cfg_bool_or(cfg, "tie_word_embeddings", ref_cfg_bool_or(top, "tie_word_embeddings", gemma));
+  else if (m->fam == FAM_KIMI_K25)
+    m->tie = false;
+  else
+    m->tie = ref_cfg_bool_or(top, "tie_word_embeddings", gemma);
   const cJSON *q = cJSON_GetObjectItemCaseSensitive(cfg, "quantization_config");
   if (ref_packed_config(m, cJSON_IsObject(q) ? q : NULL))
     return m->st == SL_STATUS_OK;
@@ -299,6 +327,7 @@ sl_status sl_ref_model_open(const char *folder, const char *arch_family, sl_ref_
   if (cfg != NULL && read_config(m, cfg, arch_family) && load_tensors(m)) {
     ref_packed_literals(m);
     ref_build_defs(m, text_cfg(m, cfg));
+    ref_vision_defs(m, cfg);
   }
   cJSON_Delete(cfg);
   if (m->st != SL_STATUS_OK) {

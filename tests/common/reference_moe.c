@@ -6,6 +6,8 @@
  */
 #include "reference_internal.h"
 
+#include <string.h>
+
 /* docs/spec/ARCHITECTURES.md §4: experts every decoder_sparse_step layers except mlp_only_layers;
  * Qwen2-MoE adds a shared expert with its gate. */
 static void qwen_moe_layer(sl_ref_model *m, const cJSON *cfg, uint32_t layer) {
@@ -21,6 +23,12 @@ static void qwen_moe_layer(sl_ref_model *m, const cJSON *cfg, uint32_t layer) {
     return;
   }
   ref_layer_one(m, ST_REPLICATED, layer, "mlp.gate.weight");
+  if (m->fam == FAM_QWEN3_VL_MOE) {
+    /* docs/spec/ARCHITECTURES.md §24: fused and stored transposed, as Llama-4's (§13). */
+    ref_layer_renamed(m, ST_GATE_UP_T, layer, "mlp.experts.w13_weight", "mlp.experts.gate_up_proj");
+    ref_layer_renamed(m, ST_DOWN_T, layer, "mlp.experts.w2_weight", "mlp.experts.down_proj");
+    return;
+  }
   ref_mlp_experts(m, layer);
   if (m->fam == FAM_QWEN2_MOE && ref_cfg_num_or(cfg, "shared_expert_intermediate_size", 0) > 0) {
     ref_gated_mlp(m, layer, "mlp.shared_expert");
@@ -43,8 +51,12 @@ static void glm4_moe_layer(sl_ref_model *m, const cJSON *cfg, uint32_t layer) {
     ref_gated_mlp(m, layer, "mlp.shared_experts");
 }
 
-/* docs/spec/ARCHITECTURES.md §12: vLLM's attention is "attn", fed by "self_attn" tensors. */
-static void gpt_oss_layer(sl_ref_model *m, uint32_t layer) {
+/* docs/spec/ARCHITECTURES.md §12: vLLM's attention is "attn", fed by "self_attn" tensors; MXFP4
+ * experts (quantization_config mxfp4) or unquantized ones stored [E, H, 2*Im] / [E, Im, H]. */
+static void gpt_oss_layer(sl_ref_model *m, const cJSON *cfg, uint32_t layer) {
+  const cJSON *q = cJSON_GetObjectItemCaseSensitive(cfg, "quantization_config");
+  const cJSON *qm = cJSON_GetObjectItemCaseSensitive(q, "quant_method");
+  bool mxfp4 = cJSON_IsString(qm) && strcmp(qm->valuestring, "mxfp4") == 0;
   ref_layer_one(m, ST_REPLICATED, layer, "input_layernorm.weight");
   if (!ref_qkv_def(m, layer, "attn", "self_attn", 2, false))
     return;
@@ -54,6 +66,13 @@ static void gpt_oss_layer(sl_ref_model *m, uint32_t layer) {
   ref_layer_one(m, ST_REPLICATED, layer, "post_attention_layernorm.weight");
   ref_layer_one(m, ST_REPLICATED, layer, "mlp.router.weight");
   ref_layer_one(m, ST_REPLICATED, layer, "mlp.router.bias");
+  if (!mxfp4) {
+    ref_layer_renamed(m, ST_GATE_UP_IL_T, layer, "mlp.experts.w13_weight", "mlp.experts.gate_up_proj");
+    ref_layer_renamed(m, ST_MOE3D_IL, layer, "mlp.experts.w13_bias", "mlp.experts.gate_up_proj_bias");
+    ref_layer_renamed(m, ST_DOWN_T, layer, "mlp.experts.w2_weight", "mlp.experts.down_proj");
+    ref_layer_renamed(m, ST_MOE_W2BIAS, layer, "mlp.experts.w2_bias", "mlp.experts.down_proj_bias");
+    return;
+  }
   ref_layer_renamed(m, ST_MOE3D_IL, layer, "mlp.experts.w13_weight", "mlp.experts.gate_up_proj_blocks");
   ref_layer_renamed(m, ST_MOE3D_IL, layer, "mlp.experts.w13_weight_scale", "mlp.experts.gate_up_proj_scales");
   ref_layer_renamed(m, ST_MOE3D_IL, layer, "mlp.experts.w13_bias", "mlp.experts.gate_up_proj_bias");
@@ -66,7 +85,14 @@ static void gpt_oss_layer(sl_ref_model *m, uint32_t layer) {
  * every interleave_moe_layer_step layers, fused and stored transposed against vLLM's w13_weight /
  * w2_weight, plus a shared expert; a dense feed_forward on the other layers. cfg is text_config. */
 static void llama4_layer(sl_ref_model *m, const cJSON *cfg, uint32_t layer) {
-  ref_llama_attention(m, layer, false, false, false);
+  ref_layer_one(m, ST_REPLICATED, layer, "input_layernorm.weight");
+  /* vLLM's Llama4ForCausalLM.load_weights permutes q and k rows within each head for its rotary
+   * (docs/spec/ARCHITECTURES.md §13): in the vllm layout only. */
+  if (!ref_qkv_def(m, layer, "self_attn", "self_attn", 1, true))
+    return;
+  m->defs[m->n_defs - 1].perm_vllm_only = true;
+  ref_layer_one(m, ST_ROW, layer, "self_attn.o_proj.weight");
+  ref_layer_one(m, ST_REPLICATED, layer, "post_attention_layernorm.weight");
   uint64_t step = ref_cfg_num_or(cfg, "interleave_moe_layer_step", 1);
   if (m->E == 0 || step == 0 || (layer + 1) % step != 0) {
     ref_gated_mlp(m, layer, "feed_forward");
@@ -89,6 +115,7 @@ void ref_moe_layer(sl_ref_model *m, const cJSON *cfg, uint32_t layer) {
     break;
   case FAM_QWEN2_MOE:
   case FAM_QWEN3_MOE:
+  case FAM_QWEN3_VL_MOE:
     qwen_moe_layer(m, cfg, layer);
     break;
   case FAM_FUSED3D:
@@ -101,7 +128,7 @@ void ref_moe_layer(sl_ref_model *m, const cJSON *cfg, uint32_t layer) {
     glm4_moe_layer(m, cfg, layer);
     break;
   case FAM_GPT_OSS:
-    gpt_oss_layer(m, layer);
+    gpt_oss_layer(m, cfg, layer);
     break;
   case FAM_LLAMA4:
     llama4_layer(m, cfg, layer);

@@ -12,9 +12,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The "<name>_scale_inv" tensor of F8 weight w, or -1 (the failure recorded). */
+/* The scale tensor of F8 weight w, or -1 (the failure recorded): "<name>_scale_inv", or DeepSeek-V4's
+ * "<name without .weight>.scale" (docs/spec/ARCHITECTURES.md §23). */
 static int scale_of(sl_ref_model *m, int w) {
-  char *sn = ref_printf("%s_scale_inv", m->tensors[w].name);
+  const char *wn = m->tensors[w].name;
+  size_t len = strlen(wn);
+  bool stem = m->fam == FAM_DSV4 && len > 7 && strcmp(wn + len - 7, ".weight") == 0;
+  char *sn = stem ? ref_printf("%.*s.scale", (int)(len - 7), wn) : ref_printf("%s_scale_inv", wn);
   int t = sn != NULL ? ref_find_tensor(m, sn) : -1;
   if (t < 0)
     ref_model_fail(m, SL_STATUS_QUANTIZATION, "reference: F8 weight %s has no scale %s", m->tensors[w].name,
@@ -26,7 +30,8 @@ static int scale_of(sl_ref_model *m, int w) {
 /* The scale companion s of weight w: its sources are the weight's scales, its boundaries the weight's. */
 static bool scale_sources(sl_ref_model *m, const rdef *w, rdef *s) {
   for (int k = 0; k < w->n_src; k++) {
-    if (w->esrc[k] == NULL) {
+    /* per-expert parts are at most two (esrc[2]); a qkv weight's third source is never one */
+    if (k >= 2 || w->esrc[k] == NULL) {
       s->src[k] = scale_of(m, w->src[k]);
       s->wsrc[k] = w->src[k];
       continue;
@@ -50,7 +55,8 @@ void ref_add_scales(sl_ref_model *m) {
   for (size_t i = 0; i < n && m->st == SL_STATUS_OK; i++) {
     rdef w = m->defs[i];
     int first = w.esrc[0] != NULL ? w.esrc[0][0] : w.src[0];
-    if (strncmp(m->tensors[first].dtype, "F8_", 3) != 0)
+    /* an fp8 weight; F8_E8M0 holds scales (DeepSeek-V4's), never weights */
+    if (strncmp(m->tensors[first].dtype, "F8_", 3) != 0 || strcmp(m->tensors[first].dtype, "F8_E8M0") == 0)
       continue;
     char *name = ref_printf("%s_scale_inv", w.name);
     rdef *s = ref_def_new(m, w.st, w.at, w.layer, name);

@@ -87,7 +87,8 @@ bool ref_put(ctx *c, sl_ref_param *p, size_t *cap, uint64_t dst, uint64_t len, i
 }
 
 /* Rows [row0, row0 + n) of tensor t (rows of rb bytes from byte base), placed at dst.
- * perm_d > 0: Mistral rotary permutation within heads of perm_d rows (docs/spec/ARCHITECTURES.md §3). */
+ * perm_d > 0: rotary permutation within heads of perm_d rows, new row j*d/2 + i <- old row 2i + j
+ * (docs/spec/ARCHITECTURES.md §3, §13). */
 void ref_copy_rows(ctx *c, sl_ref_param *p, size_t *cap, int t, uint64_t base, uint64_t rb, uint64_t row0,
                    uint64_t n, uint64_t dst, uint64_t perm_d) {
   if (p == NULL)
@@ -162,22 +163,28 @@ static void qkv_ranges(const ctx *c, const rdef *d, uint64_t start[3], uint64_t 
   rows[2] = kvrows;
 }
 
-/* docs/spec/LAYOUTS.md §3.3: q rows, then k and v with GQA replication; checkpoint layout: three entries. */
+/* docs/spec/LAYOUTS.md §3.3: q rows, then k and v with GQA replication; checkpoint layout: three entries.
+ * An fp8 scale companion takes the same rows in blocks of its weight (docs/spec/LAYOUTS.md §3.7). */
 static void build_qkv(ctx *c, const rdef *d) {
   uint64_t start[3];
   uint64_t rows[3];
   qkv_ranges(c, d, start, rows);
   uint64_t want[3] = {d->hq * d->d, d->hkv * d->d, d->hkv * d->d};
+  uint64_t total = 0;
   for (int k = 0; k < 3; k++) {
-    if (ref_tens(c, d->src[k])->shape[0] != want[k]) {
-      ref_ctx_fail(c, SL_STATUS_SHAPE, "%s: %llu rows, expected %llu", ref_tens(c, d->src[k])->name,
-                   (unsigned long long)ref_tens(c, d->src[k])->shape[0], (unsigned long long)want[k]);
+    if (ref_tens(c, d->wsrc[k])->shape[0] != want[k]) {
+      ref_ctx_fail(c, SL_STATUS_SHAPE, "%s: %llu rows, expected %llu", ref_tens(c, d->wsrc[k])->name,
+                   (unsigned long long)ref_tens(c, d->wsrc[k])->shape[0], (unsigned long long)want[k]);
       return;
     }
+    start[k] = ref_cv(d, start[k], false);
+    rows[k] = ref_cv(d, rows[k], false);
+    total += ref_tens(c, d->src[k])->shape[0];
   }
   if (c->ckpt) {
     for (int k = 0; k < 3; k++)
-      ref_rows_entry(c, ref_tens(c, d->src[k])->name, d->src[k], start[k], rows[k], d->perm[k] ? d->d : 0);
+      ref_rows_entry(c, ref_tens(c, d->src[k])->name, d->src[k], start[k], rows[k],
+                     d->perm[k] && !d->perm_vllm_only ? d->d : 0);
     return;
   }
   const rtensor *q = ref_tens(c, d->src[0]);
@@ -185,7 +192,7 @@ static void build_qkv(ctx *c, const rdef *d) {
   uint64_t shape[SL_MAX_DIMS];
   uint64_t global[SL_MAX_DIMS];
   ref_shape_rows(q, rows[0] + 2 * rows[1], shape);
-  ref_shape_rows(q, (d->hq + 2 * d->hkv) * d->d, global);
+  ref_shape_rows(q, total, global);
   sl_ref_param *p = ref_entry_new(c, d->name, q, q->ndim, global, shape);
   size_t cap = 0;
   uint64_t at = 0;
@@ -381,6 +388,7 @@ void ref_build_def(ctx *c, const rdef *d) {
     ref_int4_def(c, d, true);
     return;
   }
+  size_t first = c->tab->count;
   switch (d->st) {
   case ST_REPLICATED:
     whole(c, ref_entry_name(c, d), d->src[0]);
@@ -428,11 +436,19 @@ void ref_build_def(ctx *c, const rdef *d) {
   case ST_DOWN_T:
     ref_build_llama4_experts(c, d);
     break;
+  case ST_GATE_UP_IL_T:
+    ref_build_gpt_oss_bf16_w13(c, d);
+    break;
   case ST_PARTS:
     build_parts(c, d);
+    break;
+  case ST_KV_HEADS:
+    ref_build_kv_heads(c, d);
     break;
   case ST_GDN:
     ref_build_gdn(c, d);
     break;
   }
+  if (d->held != NULL)
+    ref_apply_held(c, d, first);
 }

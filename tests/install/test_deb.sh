@@ -55,6 +55,7 @@ for f in ./usr/lib/libshardload.so ./usr/lib/libshardload.a ./usr/include/shardl
   ./usr/include/shardload/core.h ./usr/include/shardload/version.h \
   ./usr/lib/cmake/shardload/shardload-config.cmake ./usr/lib/cmake/shardload/shardload-targets.cmake \
   ./usr/lib/pkgconfig/shardload.pc ./usr/share/shardload/specs/llama.json ./usr/share/shardload/specs/deepseek.json \
+  ./usr/share/shardload/specs/vision/qwen3_vl.json \
   ./usr/bin/shardload ./usr/share/man/man1/shardload.1 ./usr/share/doc/shardload/examples/load_params.c; do
   check "contents: $f" grep -qx -- "$f" "$TMP/contents"
 done

@@ -427,6 +427,15 @@ static double json_double(const cJSON *obj, const char *key, bool *ok) {
   return v->valuedouble;
 }
 
+/* Whether the case sets skip_vision, or its vLLM spelling language_model_only (the reference then
+ * leaves the vision tower out). */
+static bool lc_skips_vision(const lc_case *c) {
+  for (int i = 0; i + 1 < 8 && c->extra[i] != NULL; i += 2)
+    if (strcmp(c->extra[i], "skip_vision") == 0 || strcmp(c->extra[i], "language_model_only") == 0)
+      return strcmp(c->extra[i + 1], "true") == 0;
+  return false;
+}
+
 /* Rank 0: the report against the reference's cluster figures. */
 void lc_check_report(const char *label, const lc_case *c, const sl_ref_model *m, const char *json) {
   bool aligned = false; /* an O_DIRECT strategy */
@@ -446,7 +455,8 @@ void lc_check_report(const char *label, const lc_case *c, const sl_ref_model *m,
                        .dp = c->dp,
                        .expert_parallel = c->ep,
                        .round_robin = c->round_robin,
-                       .checkpoint_layout = c->checkpoint};
+                       .checkpoint_layout = c->checkpoint,
+                       .skip_vision = lc_skips_vision(c)};
   sl_ref_cluster *cl = calloc(1, sizeof *cl);
   char msg[512] = "";
   sl_status st = cl != NULL ? sl_ref_cluster_compute(m, &lay, cl, msg, sizeof msg) : SL_STATUS_NOMEM;
@@ -579,7 +589,8 @@ bool lc_run(const lc_case *c, lc_result *keep) {
                          .rank = rank,
                          .expert_parallel = c->ep,
                          .round_robin = c->round_robin,
-                         .checkpoint_layout = c->checkpoint};
+                         .checkpoint_layout = c->checkpoint,
+                         .skip_vision = lc_skips_vision(c)};
     ref_st = sl_ref_table_build(m, &lay, &ref, refmsg, sizeof refmsg);
   }
   sl_config *cfg = make_config(c, c->model_dir != NULL ? c->model_dir : folder);

@@ -287,7 +287,7 @@ static void check_fixture(sl__comm *c, const char *name, uint32_t tp, uint32_t d
   memset(&p, 0, sizeof p);
   sl_status st = sl__opts_from_config(cfg, &o, &err);
   if (st == SL_STATUS_OK)
-    st = sl__prepare_catalog(cfg, &o, false, &p, &err);
+    st = sl__prepare_catalog(cfg, &o, false, false, &p, &err);
   sl__layout layout; /* only a pre-sharded checkpoint's model reads it */
   if (st == SL_STATUS_OK)
     st = sl__layout_init(&layout, tp, pp, dp, tp * pp * dp, &err);

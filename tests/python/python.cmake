@@ -12,7 +12,7 @@ set(SL_PY_ENV ${SL_TEST_ENV}
 
 # The numeric fixtures (F32 numbers) the forward tests need.
 add_test(NAME python_fixtures COMMAND sh -c
-  "${PROJECT_SOURCE_DIR}/scripts/make-fixture llama_f32 ${SL_PY_FIXTURES}/llama_f32 && ${PROJECT_SOURCE_DIR}/scripts/make-fixture mixtral_f32 ${SL_PY_FIXTURES}/mixtral_f32")
+  "${PROJECT_SOURCE_DIR}/scripts/make-fixture llama_f32 ${SL_PY_FIXTURES}/llama_f32 && ${PROJECT_SOURCE_DIR}/scripts/make-fixture mixtral_f32 ${SL_PY_FIXTURES}/mixtral_f32 && ${PROJECT_SOURCE_DIR}/scripts/make-fixture llama4_f32 ${SL_PY_FIXTURES}/llama4_f32")
 set_tests_properties(python_fixtures PROPERTIES FIXTURES_SETUP python_models LABELS python TIMEOUT 120)
 
 # sl_python_test(NAME SCRIPT NP...) — tests/python/SCRIPT under mpirun at each NP.
@@ -74,4 +74,11 @@ set_tests_properties(python_load_from_peers_np4 PROPERTIES LABELS "reshard;pytho
 sl_python_test(python_load_packed test_load_packed.py 1 2 4)
 foreach(np 1 2 4)
   set_tests_properties(python_load_packed_np${np} PROPERTIES LABELS "python;frontier")
+endforeach()
+
+# Caller-described plans from Python (labels python, recorded): shardload.Plan, Loader(plan=),
+# load_into(plan=), the JSON form, shardload.dryrun(plans=), a refusal on every rank.
+sl_python_test(python_plan test_plan.py 1 2)
+foreach(np 1 2)
+  set_tests_properties(python_plan_np${np} PROPERTIES LABELS "python;recorded")
 endforeach()

@@ -6,6 +6,12 @@ expert parallelism: whole experts on their EP ranks; also without it: experts sh
 plain torch (tiny_models.py), with vLLM's parameter names, filled by shardload.torch.load_into,
 run one forward pass over a fixed token batch; every rank's logits must equal those of the
 unsharded model built from the safetensors files by the tests' own reader (F32, tolerance 1e-5).
+A tiny Llama-4 (llama4_f32: GQA 8/2, MoE layers 1 and 3 with a shared expert, layer 3 without
+rotary; with and without expert parallelism) is compared the same way with its unsharded model in
+the checkpoint's own convention (tiny_llama4.py: rotary on adjacent pairs of q_proj/k_proj as
+stored, experts [E, H, 2I] as stored), while the sharded one runs vLLM's (neox rotary on
+qkv_proj): they agree only when the loader permutes q and k rows as vLLM's Llama-4 load_weights
+does.
 """
 
 import os
@@ -20,6 +26,7 @@ import torch  # noqa: E402
 from mpi4py import MPI  # noqa: E402
 
 import shardload.torch  # noqa: E402
+import tiny_llama4  # noqa: E402
 import tiny_models  # noqa: E402
 
 comm = MPI.COMM_WORLD
@@ -45,10 +52,28 @@ def sharded(folder, config, ep):
     return model
 
 
-for name, ep in (("llama_f32", False), ("mixtral_f32", True), ("mixtral_f32", False)):
+def llama4_both(folder, ep):
+    """Llama-4: the sharded vLLM-convention model (tiny_llama4.Vllm4) against the checkpoint's own
+    convention (tiny_llama4.Hf4): equal only if q and k rows arrive permuted for vLLM's rotary."""
+    ckpt = common.Checkpoint(folder)
+    text = ckpt.config["text_config"]
+    lay = common.Layout(world, rank, world, ep)
+    experts = common.local_experts(text["num_local_experts"], lay)
+    model = tiny_llama4.Vllm4(ckpt.config, world, rank, comm, experts, ep)
+    missing, unexpected = shardload.torch.load_into(model, folder, comm, tp=world,
+                                                    enable_expert_parallel=ep)
+    assert not missing and not unexpected, (missing, unexpected)
+    return tiny_models.logits_both(tiny_llama4.Hf4(ckpt.config, ckpt.get), model, text)
+
+
+for name, ep in (("llama_f32", False), ("mixtral_f32", True), ("mixtral_f32", False),
+                 ("llama4_f32", False), ("llama4_f32", True)):
     folder = os.path.join(common.numeric_fixtures(), name)
-    config, full = tiny_models.unsharded(folder)
-    got, want, diff = tiny_models.logits_both(full, sharded(folder, config, ep), config)
+    if name == "llama4_f32":
+        got, want, diff = llama4_both(folder, ep)
+    else:
+        config, full = tiny_models.unsharded(folder)
+        got, want, diff = tiny_models.logits_both(full, sharded(folder, config, ep), config)
     worst = max(worst, diff)
     ok = diff <= TOL and got.shape == want.shape and torch.isfinite(got).all()
     bad += 0 if ok else 1

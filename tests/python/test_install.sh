@@ -81,7 +81,7 @@ case "$lib" in
   *) echo "FAIL: shardload.library_path=$lib, expected a file in $pkg"; exit 1 ;;
 esac
 n_specs=$(find "$pkg/specs" -name '*.json' | wc -l)
-n_repo=$(find "$src/specs" -maxdepth 1 -name '*.json' | wc -l)
+n_repo=$(find "$src/specs" -name '*.json' | wc -l) # specs/*.json and specs/vision/*.json
 if [ "$n_specs" -ne "$n_repo" ]; then
   echo "FAIL: $n_specs specs bundled in $pkg/specs, the repository has $n_repo"
   exit 1

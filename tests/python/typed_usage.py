@@ -42,6 +42,22 @@ def peers(model: str) -> None:
         loader.close()
 
 
+def described(model: str) -> int:
+    plan = shardload.Plan()
+    i: int = plan.param("lm_head.weight", "BF16", [64, 32])
+    plan.region(i, "lm_head.weight", [0, 0], [64, 32], [0, 0], [64, 32])
+    plan.zeros(i, [60, 0], [4, 32])
+    plan.skip("rotary_emb.inv_freq")
+    again = shardload.Plan.from_json(plan.to_json())
+    run: shardload.DryRun = shardload.dryrun(model, 2, plans=[plan, again], tp=1)
+    try:
+        with shardload.Loader(model, plan=plan) as loader:
+            loader.load()
+    except shardload.PlanError as e:
+        print(e.message)
+    return len(plan) + plan.regions + len(run.summary) + len(run["ranks"])
+
+
 def classify(e: shardload.Error) -> str:
     status: Optional[int] = e.status
     peer: Optional[int] = e.peer_rank
@@ -54,6 +70,7 @@ def run(model: str) -> int:
     try:
         load_all(model)
         peers(model)
+        described(model)
     except shardload.MissingWeightsError as e:
         print("missing:", classify(e))
         return 2

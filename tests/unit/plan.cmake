@@ -4,6 +4,8 @@ sl_unit_test(test_plan)
 sl_unit_test(test_dryrun)
 set_tests_properties(test_dryrun PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300)
 sl_unit_test(test_model)
+# A multimodal wrapper's spec keys: a vision spec by name or inline, broadcast text, clear errors.
+sl_unit_test(test_spec_vision)
 sl_unit_test(test_readplan)
 # Two dry runs on two threads at once give the result of one alone (the planner is reentrant).
 sl_unit_test(test_plan_threads)
@@ -29,3 +31,8 @@ set_tests_properties(test_plan_kimi PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300 L
 # The ignore lists of pack-quantized / NVFP4 configs match as vLLM's Python does (labels unit;frontier).
 sl_unit_test(test_quant_ignore)
 set_tests_properties(test_quant_ignore PROPERTIES LABELS "unit;frontier")
+# The real Qwen3-VL-235B-A22B layout (header-only) with its vision tower and with skip_vision at tp 8 x
+# pp 2 and tp 8 x dp 2 with expert parallelism: every byte read once, every rank's bytes those of its
+# slices, the tower on every stage (labels unit, frontier).
+sl_script_test(test_plan_multimodal unit ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_plan_multimodal.py)
+set_tests_properties(test_plan_multimodal PROPERTIES TIMEOUT 120 LABELS "unit;frontier")

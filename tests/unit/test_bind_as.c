@@ -4,7 +4,8 @@
  * array, a plain bind afterwards restores them; a wrong size, an unsupported pair, an unknown
  * dtype, an alias, an unknown name, a size that overflows and device=cuda (conversions are host
  * only) are refused with messages naming the parameter and both dtypes; an alias follows its
- * target's dtype when the load finishes the bindings.
+ * target's dtype when the load finishes the bindings; a parameter the plan holds in another dtype
+ * than its sources' is bound at the held dtype, or converted once from the sources' one.
  */
 #include "check.h"
 
@@ -127,8 +128,62 @@ static void cuda(void) {
   free(f.store.cast);
 }
 
+/* A parameter the plan holds in F32 from BF16 sources (sl__mparam.held_dtype): the table and the
+ * cast array say so from the start (api/loader.c makes them); a plain bind takes the held dtype,
+ * sl_loader_bind_as converts from the sources' dtype (BF16 itself: no conversion at all). */
+static void held(bool on_cuda) {
+  fake f;
+  make(&f, on_cuda);
+  sl__mparam mp[N];
+  memset(mp, 0, sizeof mp);
+  for (int i = 0; i < N; i++)
+    mp[i] = (sl__mparam){.dtype = SL_DT_BF16, .held_dtype = SL_DT_BF16, .alias_of = SL_NONE};
+  mp[W].held_dtype = SL_DT_F32;
+  mp[Q].dtype = mp[Q].held_dtype = SL_DT_F8_E4M3;
+  sl__model model = {.n_params = N, .params = mp};
+  for (int i = 0; i < N; i++)
+    f.lparams[i].mparam = (uint32_t)i;
+  f.lparams[W].nbytes = 24; /* 6 elements held as F32 */
+  f.table[W] = (sl_param){.name = "w", .dtype = "F32", .dtype_bits = 32, .nbytes = 24};
+  sl__cast_pair cast[N];
+  for (int i = 0; i < N; i++)
+    cast[i] = (sl__cast_pair){.from = mp[i].dtype, .to = mp[i].held_dtype};
+  f.store.cast = cast;
+  f.v.model = &model;
+  float buf[6];
+  double wide[6];
+  uint16_t raw[6];
+  if (on_cuda) {
+    CHECK(bind(&f, "w", buf, sizeof buf) == SL_STATUS_UNSUPPORTED);
+    CHECK_CONTAINS(f.err.msg, "BF16");
+    CHECK_CONTAINS(f.err.msg, "host memory only");
+    CHECK(bind_as(&f, "w", raw, sizeof raw, SL_DTYPE_BF16) == SL_STATUS_OK);
+    CHECK(cast[W].from == SL_DT_BF16 && cast[W].to == SL_DT_BF16);
+    return;
+  }
+  CHECK(bind(&f, "w", buf, 12) == SL_STATUS_INVALID_ARGUMENT);
+  CHECK_CONTAINS(f.err.msg, "24 bytes");
+  CHECK(bind(&f, "w", buf, sizeof buf) == SL_STATUS_OK);
+  CHECK(cast[W].from == SL_DT_BF16 && cast[W].to == SL_DT_F32);
+  CHECK_STR(f.table[W].dtype, "F32");
+  CHECK(bind_as(&f, "w", wide, 24, SL_DTYPE_F64) == SL_STATUS_INVALID_ARGUMENT);
+  CHECK_CONTAINS(f.err.msg, "the plan holds F32; as F64 it needs a buffer of 48 bytes");
+  CHECK(bind_as(&f, "w", wide, sizeof wide, SL_DTYPE_F64) == SL_STATUS_OK);
+  CHECK(cast[W].from == SL_DT_BF16 && cast[W].to == SL_DT_F64); /* one conversion, from the sources' */
+  CHECK_EQ_U64(f.table[W].nbytes, 48);
+  CHECK(bind_as(&f, "w", raw, sizeof raw, SL_DTYPE_BF16) == SL_STATUS_OK);
+  CHECK(cast[W].to == SL_DT_BF16);
+  CHECK_EQ_U64(f.table[W].nbytes, 12);
+  CHECK(bind(&f, "w", buf, sizeof buf) == SL_STATUS_OK); /* back to the held dtype */
+  CHECK(cast[W].to == SL_DT_F32);
+  CHECK_STR(f.table[W].dtype, "F32");
+  CHECK_EQ_U64(f.table[W].nbytes, 24);
+}
+
 int main(void) {
   host();
   cuda();
+  held(false);
+  held(true);
   return sl_test_finish();
 }

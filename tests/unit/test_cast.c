@@ -293,6 +293,15 @@ static void pairs(void) {
     CHECKF(!sl__cast_supported(others[i], SL_DT_F32), "%s -> F32 accepted", sl__dtype_name(others[i]));
     CHECKF(!sl__cast_supported(SL_DT_BF16, others[i]), "BF16 -> %s accepted", sl__dtype_name(others[i]));
   }
+  /* the one integer conversion: I64 -> I32 keeps the low 32 bits (torch's .to(torch.int32)) */
+  CHECK(sl__cast_supported(SL_DT_I64, SL_DT_I32));
+  CHECK(!sl__cast_supported(SL_DT_I32, SL_DT_I64));
+  CHECK(!sl__cast_supported(SL_DT_I64, SL_DT_F32) && !sl__cast_supported(SL_DT_I64, SL_DT_I16));
+  int64_t wide[4] = {0, 7, -3, (int64_t)0x123456789LL};
+  int32_t narrow[4] = {1, 1, 1, 1};
+  sl__cast(SL_DT_I32, narrow, SL_DT_I64, wide, 4);
+  CHECKF(narrow[0] == 0 && narrow[1] == 7 && narrow[2] == -3 && narrow[3] == 0x23456789,
+         "I64 -> I32: %d %d %d %d", narrow[0], narrow[1], narrow[2], narrow[3]);
   /* the same type is a copy */
   uint16_t src[3] = {0x7f81u, 0x0001u, 0xfffeu};
   uint16_t dst[3] = {0, 0, 0};

@@ -2,9 +2,9 @@
  * test_expr.c — model/expr.c, the expression language of architecture specs (docs/SPECS.md
  * "Expressions", model/expr.h): literals, identifiers (dotted, missing, null), arithmetic and its
  * precedence and associativity, exact '/', floor '//', '%', overflow, comparisons, logic with
- * short-circuit, the functions default/contains/len/ceil_div/pad/min/max/at/has_tensor, the typed evaluators
- * (u64, bool), the field list of an expression, and every error with its message (syntax errors
- * at compile time with the offset; unknown field, null field, division by zero, wrong types at
+ * short-circuit, the functions default/contains/len/ceil_div/pad/min/max/char_is/at/has_tensor, the
+ * typed evaluators (u64, bool), the field list of an expression, and every error with its message
+ * (syntax errors at compile time with the offset; unknown field, null field, division by zero, wrong types at
  * evaluation, each naming the spec location, the expression and the field).
  * Expected values are worked out by hand in the comments.
  */
@@ -409,6 +409,17 @@ static void test_functions(void) {
   INT("max(min(1, 2), 0) + 1", 2);
   EVAL_ERR("min(1)", "min: wrong number of arguments");
   EVAL_ERR("max(name, 1)", "'name' is not a number");
+  /* char_is: a per-layer pattern (DeepSeek-V3.2's index_topk_pattern) */
+  BOOL("char_is(name, 0, 'l')", true);
+  BOOL("char_is(name, 4, 'a')", true);
+  BOOL("char_is(name, 2, 'l')", false);
+  BOOL("char_is(name, 5, 'a')", false); /* past the end */
+  BOOL("char_is(name, -1, 'l')", false);
+  BOOL("!char_is(default(not_in_config, ''), 3, 'S')", true);
+  EVAL_ERR("char_is(name, 0)", "char_is: wrong number of arguments");
+  EVAL_ERR("char_is(hidden_size, 0, 'a')", "char_is: 'hidden_size' is not a string");
+  EVAL_ERR("char_is(name, 0, 'ab')", "char_is: the third argument must be a one-character string");
+  EVAL_ERR("char_is(name, nullf, 'a')", "config.json field 'nullf' is null");
   /* Unknown functions are syntax errors (at the end of the call). */
   SYNTAX("foo(1)", 6, "unknown function");
   SYNTAX("floor(7, 2)", 11, "unknown function");
@@ -433,6 +444,10 @@ static void test_at_has_tensor(void) {
   EVAL_ERR("at(mixed, 5)", "at: entry 5 of 'mixed' is not an integer, string, boolean or null");
   EVAL_ERR("at(list, name)", "'name' is not a number");
   EVAL_ERR("at(list)", "at: wrong number of arguments");
+  /* a per-layer list such as DeepSeek-V4's compress_ratios: an absent one fails where it is used */
+  BOOL("at(list, 1) > 1 && at(list, 1) != 4", true);
+  EVAL_ERR("at(name, 0)", "at: 'name' is not a list");
+  EVAL_ERR("at(not_in_config, 0) > 1", "config.json has no field 'not_in_config'");
   BOOL("has_tensor('w.3.a')", true);
   BOOL("has_tensor('w.3.b')", false);
   BOOL("!has_tensor('w.3.b') && has_tensor('w.3.a')", true);

@@ -172,8 +172,8 @@ static void test_spec_errors(void) {
            "%s\"params\":[{\"name\":\"a.{layer}\",\"place\":\"layer\",\"style\":\"moe3d_w2\","
            "\"transpose\":true,\"sources\":[{\"tensor\":\"a.{layer}\",\"shape\":[1,1,1]}]}]}",
            head);
-  check_spec_error(buf, "'transpose' is only supported with styles moe3d_w13_transposed and "
-                        "moe3d_w2_transposed, not moe3d_w2");
+  check_spec_error(buf, "'transpose' is only supported with styles moe3d_w13_transposed, moe3d_w2_transposed "
+                        "and moe3d_w13_interleaved_transposed, not moe3d_w2");
   /* gdn (docs/spec/LAYOUTS.md §3.13): every source names its part, and the heads are given */
   snprintf(buf, sizeof buf,
            "%s\"params\":[{\"name\":\"a.{layer}\",\"place\":\"layer\",\"style\":\"gdn\","
@@ -198,6 +198,50 @@ static void test_spec_errors(void) {
   CHECK(ok != NULL && ok->n_params == 1 && !ok->params[0].transpose);
   sl__spec_free(ok);
   check_spec_error("{\"family\":", "invalid JSON");
+  /* skip_tensors (model/spec_skip.c) and the kv_heads style */
+  const char *rep = "\"params\":[{\"name\":\"a\",\"place\":\"embed\",\"style\":\"replicated\","
+                    "\"sources\":[{\"tensor\":\"a\",\"shape\":[1]}]}]";
+  snprintf(buf, sizeof buf, "%s\"skip_tensors\":{},%s}", head, rep);
+  check_spec_error(buf, "skip_tensors: expected an array of rules");
+  snprintf(buf, sizeof buf, "%s\"skip_tensors\":[{\"prefix\":\"x.\",\"when\":\"true\"}],%s}", head, rep);
+  check_spec_error(buf, "skip_tensors[0]: 'prefix' must hold {layer} exactly once");
+  snprintf(buf, sizeof buf, "%s\"skip_tensors\":[{\"prefix\":\"{layer}.{layer}\",\"when\":true}],%s}", head,
+           rep);
+  check_spec_error(buf, "exactly once");
+  snprintf(buf, sizeof buf, "%s\"skip_tensors\":[{\"prefix\":\"l.{layer}.\",\"if\":true}],%s}", head, rep);
+  check_spec_error(buf, "skip_tensors[0]: unknown key 'if'");
+  snprintf(buf, sizeof buf, "%s\"skip_tensors\":[{\"prefix\":\"l.{layer}.\",\"when\":\"layer >\"}],%s}", head,
+           rep);
+  check_spec_error(buf, "skip_tensors[0].when");
+  snprintf(buf, sizeof buf,
+           "%s\"params\":[{\"name\":\"a.{layer}\",\"place\":\"layer\",\"style\":\"kv_heads\","
+           "\"heads\":{\"kv\":2},\"sources\":[{\"tensor\":\"a.{layer}\",\"shape\":[4]}]}]}",
+           head);
+  check_spec_error(buf, "kv_heads takes one source and \"heads\": {\"kv\", \"head_dim\"}");
+  snprintf(buf, sizeof buf,
+           "%s\"skip_tensors\":[{\"prefix\":\"l.{layer}.x.\",\"when\":\"layer > 0\"}],"
+           "\"params\":[{\"name\":\"e\",\"place\":\"layer\",\"when\":\"layer == 1\",\"style\":\"replicated\","
+           "\"sources\":[{\"tensor\":\"l.{layer}.e\",\"shape\":[1]}]}]}",
+           head);
+  sl__err_clear(&err);
+  CHECKF(sl__spec_parse(buf, strlen(buf), "ok.json", &ok, &err) == SL_STATUS_OK, "skip_tensors: %s", err.msg);
+  CHECK(ok != NULL && ok->n_skip_tensors == 1 && strcmp(ok->skip_tensors[0].prefix, "l.{layer}.x.") == 0);
+  sl__spec_free(ok);
+  /* DeepSeek-V4: fp8_scale_name and the place "all" */
+  static const char *const bad_names[] = {"\"{stem}.{weight}\"", "\".scale\"", "\"{stem}.{x}\"", "3",
+                                          "\"{stem\""};
+  for (size_t i = 0; i < sizeof bad_names / sizeof bad_names[0]; i++) {
+    snprintf(buf, sizeof buf, "%s\"fp8_scale_name\":%s,%s}", head, bad_names[i], rep);
+    check_spec_error(buf, "fp8_scale_name: expected a string holding {weight} or {stem} once");
+  }
+  snprintf(buf, sizeof buf,
+           "%s\"fp8_scale_name\":\"{stem}.scale\",\"params\":[{\"name\":\"h\",\"place\":\"all\","
+           "\"style\":\"replicated\",\"sources\":[{\"tensor\":\"h\",\"shape\":[1]}]}]}",
+           head);
+  sl__err_clear(&err);
+  CHECKF(sl__spec_parse(buf, strlen(buf), "ok.json", &ok, &err) == SL_STATUS_OK, "place all: %s", err.msg);
+  CHECK(ok != NULL && ok->params[0].place == SL_PLACE_ALL && strcmp(ok->fp8_scale_name, "{stem}.scale") == 0);
+  sl__spec_free(ok);
 }
 
 /* ---- models on the fixtures ---- */

@@ -31,8 +31,12 @@ static void init(side *x) {
   static char *names[3] = {"w.weight", "norm.weight", "head.weight"};
   static char *tensors[3] = {"w_a.weight", "w_b.weight", "norm.weight"};
   for (int i = 0; i < 3; i++) {
-    x->mp[i] =
-        (sl__mparam){.name = names[i], .dtype = SL_DT_BF16, .ndim = 2, .shape = {4, 8}, .alias_of = SL_NONE};
+    x->mp[i] = (sl__mparam){.name = names[i],
+                            .dtype = SL_DT_BF16,
+                            .held_dtype = SL_DT_BF16,
+                            .ndim = 2,
+                            .shape = {4, 8},
+                            .alias_of = SL_NONE};
     x->lp[i] =
         (sl__lparam){.mparam = (uint32_t)i, .ndim = 2, .shape = {4, 8}, .nbytes = 64, .alias_of = SL_NONE};
     x->t[i] =
@@ -95,6 +99,10 @@ int main(void) {
   now.mp[1].dtype = SL_DT_F16;
   expect("a dtype", &was, &now, false,
          TEXTS("parameter norm.weight: dtype BF16 loaded, F16 in /ckpt/b", "tensor norm.weight"));
+  init(&now);
+  now.mp[1].held_dtype = SL_DT_F32;
+  expect("a held dtype", &was, &now, false,
+         TEXTS("parameter norm.weight: held in BF16 loaded, in F32 in /ckpt/b", "tensor norm.weight"));
   init(&now);
   now.lp[0].shape[0] = 2;
   expect("a local shape", &was, &now, false,

@@ -11,7 +11,9 @@ per-rank sums; the prediction is the sum of its parts. With one rank per node on
 (tp=2: two-phase exchanges and broadcasts between the nodes), every byte a rank receives or sends
 crosses its node's link once, so the time model's network bytes per node equal the rank's
 figures, which the schedule counts on its own (exchange rounds are all-to-alls, not broadcasts).
-Needs SL_CLI, SL_MPIRUN, SL_FIXTURES, SL_SOURCE_DIR.
+A described plan (every tensor its own parameter, one a fallback) loaded and dry-run at 2 ranks: both
+reports valid, their fill counting each way (docs/REPORT.md). Needs SL_CLI, SL_MPIRUN, SL_FIXTURES,
+SL_SOURCE_DIR.
 """
 import json
 import os
@@ -57,6 +59,44 @@ def validate(schema, doc, tag):
               "%s: node %d storage blocks below its reads" % (tag, n["node"]))
 
 
+def described(schema, tmp):
+    """A described plan (docs/spec/DESIGN.md §12) of llama at 2 ranks: every tensor a parameter of its
+    own, the rotary inv_freq a fallback one; the load's and the dry run's reports, their fill."""
+    import struct
+    tensors = {}
+    folder = os.path.join(FIX, "llama")
+    for f in sorted(os.listdir(folder)):
+        if f.endswith(".safetensors"):
+            with open(os.path.join(folder, f), "rb") as fh:
+                n = struct.unpack("<Q", fh.read(8))[0]
+                tensors.update({k: v for k, v in json.loads(fh.read(n)).items() if k != "__metadata__"})
+    params = []
+    for name, v in sorted(tensors.items()):
+        z = [0] * len(v["shape"])
+        params.append({"name": name, "dtype": v["dtype"], "shape": v["shape"],
+                       "fill": "fallback" if name.endswith("inv_freq") else "recorded",
+                       "regions": [{"tensor": name, "start": z, "count": v["shape"], "dst_start": z,
+                                    "dst_count": v["shape"]}]})
+    plan_file = os.path.join(tmp, "plan.json")
+    with open(plan_file, "w") as f:
+        json.dump({"classes": [{"ranks": [0, 1], "plan": {"params": params}}]}, f)
+    report = os.path.join(tmp, "described.json")
+    p = subprocess.run([MPIRUN, "-np", "2", CLI, "load", folder, "--dp", "2", "--plan-file", plan_file, "--report",
+                        report, "--quiet"], capture_output=True, text=True, timeout=300)
+    q = subprocess.run([CLI, "plan", folder, "--world", "2", "--dp", "2", "--plan-file", plan_file, "--json"],
+                       capture_output=True, text=True, timeout=300)
+    check(p.returncode == 0 and q.returncode == 0, "described: %s %s" % (p.stderr[-1000:], q.stderr[-1000:]))
+    if p.returncode != 0 or q.returncode != 0:
+        return
+    for tag, doc in (("described load", json.load(open(report))), ("described plan", json.loads(q.stdout))):
+        validate(schema, doc, tag)
+        fill = doc["fill"]
+        want = {"spec": {"params": 0, "bytes": 0},
+                "recorded": {"params": 2 * (len(tensors) - 1), "bytes": 2 * (doc["checkpoint_bytes"] - 16)},
+                "fallback": {"params": 2, "bytes": 32, "names": ["model.layers.0.self_attn.rotary_emb.inv_freq"]}}
+        check(fill == want, "%s: fill %s, expected %s" % (tag, fill, want))
+
+
 def main():
     schema = json.load(open(os.path.join(SRC, "docs", "report.schema.json")))
     jsonschema.Draft202012Validator.check_schema(schema)
@@ -98,6 +138,7 @@ def main():
                               (tag, n["node"], n["bytes_network_in"], n["bytes_network_out"], r["bytes_received"],
                                r["bytes_sent"]))
         # dp=6 on nodes of 4: ranks 0-3 and 4-5; every broadcast spans both nodes.
+        described(schema, tmp)
     print("%d failure(s)" % len(fails))
     return 1 if fails else 0
 

@@ -65,22 +65,40 @@ class Case:
     draft: str = None            # a draft model folder: loaded as vLLM loads a speculative draft
     expect_error: str = None     # the plugin must fail on every worker with this in the message
     expect_loader: str = "shardload"
-    expect_handed: int = 0       # parameters handed to weight_loader (the fallback)
+    expect_handed: int = 0       # parameters handed to weight_loader (the fallback); None: per stage
     mutate: str = None           # a deliberate fault (see run_case)
+    mm: dict = None              # ModelConfig's multimodal keys: language_model_only, limit_mm_per_prompt
+    expect_skip_vision: bool = None   # the plugin's skip_vision option must be this (None: not checked)
+    verify: str = None           # recorded_cases.verify's check after the comparison
 
     def world(self):
         return self.tp * self.pp * self.dp
 
 
 def cases(world, group):
-    """The cases of a world size (group: "main", "dtype", "qwen", "packed")."""
+    """The cases of a world size (group: "main", "dtype", "qwen", "packed", "dsa", "minimax", "dsv4",
+    "mm", "recorded")."""
     C = Case
     out = []
+    if group == "recorded":   # plans recorded from the weight loaders (recorded_cases.py)
+        import recorded_cases
+        return recorded_cases.cases(world)
+    if group == "dsa":   # DeepSeek-V3.2, GLM-5 and their MTP draft (cases_dsa.py)
+        import cases_dsa
+        return cases_dsa.cases(world, C)
+    if group == "minimax":   # MiniMax-M2 (cases_minimax.py)
+        import cases_minimax
+        return cases_minimax.cases(world, C)
+    if group == "dsv4":   # DeepSeek-V4 (cases_dsv4.py)
+        import cases_dsv4
+        return cases_dsv4.cases(world, C)
     if group == "qwen":
         return qwen_cases(world)
     if group == "packed":   # pack-quantized and NVFP4 checkpoints (packed_cases.py)
         from packed_cases import packed_cases
         return packed_cases(C, world)
+    if group == "mm":
+        return mm_cases(world)
     if group == "dtype":   # model dtype unlike the checkpoint's, on the host
         tp = 2 if world % 2 == 0 else 1
         return [C("llama bf16->f32", "llama", tp=tp, dp=world // tp, dtype="float32"),
@@ -102,8 +120,7 @@ def cases(world, group):
                 C("gpt_oss mxfp4 padded", "gpt_oss", expect_handed=10),
                 C("llama4 experts in place", "llama4_text"),
                 C("draft known", "llama_f32", draft="llama_f32"),
-                C("draft unknown arch", "llama_f32", draft="eagle_draft",
-                  expect_loader="default"),
+                C("draft unknown arch", "llama_f32", draft="eagle_draft"),
                 C("extra config: num_threads four", "llama_f32", extra={"num_threads": "four"},
                   expect_error="num_threads"),
                 C("extra config: multithread with direct reads", "llama_f32",
@@ -169,6 +186,32 @@ def qwen_cases(world):
     return []
 
 
+def mm_cases(world):
+    """The multimodal wrappers with their vision towers (Qwen3-VL, Gemma-3 with SigLIP, with the
+    names of transformers 4.52+ and the first Gemma-3 checkpoints'), and vLLM built without its
+    tower (--language-model-only, --limit-mm-per-prompt 0): the plugin sets skip_vision."""
+    C = Case
+    lmo = {"language_model_only": True}
+    no_images = {"limit_mm_per_prompt": {"image": 0}}
+    if world == 1:
+        return [C("qwen3_vl", "qwen3_vl", expect_skip_vision=False),
+                C("qwen3_vl language_model_only", "qwen3_vl", mm=lmo, expect_skip_vision=True),
+                C("gemma3_mm", "gemma3_mm", expect_skip_vision=False),
+                C("gemma3_mm_legacy vLLM's names", "gemma3_mm_legacy"),
+                C("gemma3_mm no images", "gemma3_mm", mm=no_images, expect_skip_vision=True),
+                C("qwen3_vl data-parallel tower refused", "qwen3_vl", mm={"mm_encoder_tp_mode": "data"},
+                  expect_error="mm_encoder_tp_mode 'data'")]
+    if world == 2:
+        return [C("qwen3_vl tp2", "qwen3_vl", tp=2), C("qwen3_vl pp2", "qwen3_vl", pp=2),
+                C("qwen3_vl tp2 language_model_only", "qwen3_vl", tp=2, mm=lmo, expect_skip_vision=True),
+                C("gemma3_mm tp2", "gemma3_mm", tp=2), C("gemma3_mm pp2", "gemma3_mm", pp=2),
+                C("gemma3_mm_legacy tp2", "gemma3_mm_legacy", tp=2)]
+    if world == 4:
+        return [C("qwen3_vl tp4", "qwen3_vl", tp=4), C("qwen3_vl tp2 pp2", "qwen3_vl", tp=2, pp=2),
+                C("gemma3_mm tp4", "gemma3_mm", tp=4), C("gemma3_mm tp2 pp2", "gemma3_mm", tp=2, pp=2)]
+    return []
+
+
 # -------------------------------------------------------------------------------------------------
 # One case in one worker
 
@@ -201,7 +244,7 @@ def same(a, b, converted):
 def vllm_configs(case, folder, load_format, extra):
     from vllm.config import (EPLBConfig, LoadConfig, ModelConfig, ParallelConfig,
                              SpeculativeConfig, VllmConfig)
-    model = ModelConfig(model=folder, dtype=case.dtype, quantization=case.quantization)
+    model = ModelConfig(model=folder, dtype=case.dtype, quantization=case.quantization, **(case.mm or {}))
     parallel = ParallelConfig(tensor_parallel_size=case.tp, pipeline_parallel_size=case.pp,
                               data_parallel_size=case.dp, enable_expert_parallel=case.ep,
                               expert_placement_strategy=case.placement, enable_eplb=case.eplb,
@@ -298,7 +341,7 @@ def run_case(case, rank):
                      % (case.name, last.get("loader"), case.expect_loader, last.get("reason")))
     if case.expect_loader == "shardload":
         handed = last.get("handed", [])
-        if len(handed) != case.expect_handed:
+        if case.expect_handed is not None and len(handed) != case.expect_handed:
             fails.append("%s: %d parameters handed to weight_loader, expected %d: %s"
                          % (case.name, len(handed), case.expect_handed, handed))
         opts = last.get("options", {})
@@ -306,9 +349,14 @@ def run_case(case, rank):
         if case.ep:
             want_opts["enable_expert_parallel"] = True
             want_opts["expert_placement"] = case.placement
+        if case.expect_skip_vision is not None:
+            want_opts["skip_vision"] = True if case.expect_skip_vision else None
         for k, v in want_opts.items():
             if opts.get(k) != v:
                 fails.append("%s: option %s = %r, expected %r" % (case.name, k, opts.get(k), v))
+    if case.verify and not fails:
+        import recorded_cases
+        fails += recorded_cases.verify(case, model, ref, loader)
     print("rank %d: %s: %d tensors, %d bytes compared, loader %s%s"
           % (rank, case.name, len(got), nbytes, last.get("loader"),
              "" if not fails else " FAIL"), flush=True)

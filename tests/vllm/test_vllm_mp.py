@@ -4,7 +4,8 @@ starts them (`vllm serve`: torch.multiprocessing spawn, one process per worker, 
 tcp://127.0.0.1), each building its model and loading it with
 get_model_loader(LoadConfig(load_format="shardload")).load_model(...), compared with the stand-in
 DefaultModelLoader's (vLLM's weight_loader rules over the whole checkpoint). GROUP: main (default),
-dtype (a model dtype other than the checkpoint's, on the host) or qwen (Qwen3-Next and Qwen3.5). Cases: harness.cases(); the
+dtype (a model dtype other than the checkpoint's, on the host), qwen (Qwen3-Next and Qwen3.5) or mm (the
+multimodal wrappers Qwen3-VL and Gemma-3 with their vision towers). Cases: harness.cases(); the
 environment variable SL_VLLM_CASE runs only the cases whose name contains it, SL_VLLM_EXTRA (JSON)
 adds shardload configuration keys to every case (a debugging aid)."""
 

@@ -6,7 +6,9 @@ torch.distributed world by env://, then vLLM's groups, then the same cases as te
 (harness.cases). The ranks agree on a free MASTER_PORT first (mpi4py), so that concurrent tests
 do not collide.
 
-    mpirun -np N launch/vllm-mpirun.sh /usr/bin/python3 tests/vllm/test_vllm_mpirun.py
+    mpirun -np N launch/vllm-mpirun.sh /usr/bin/python3 tests/vllm/test_vllm_mpirun.py [GROUP]
+
+GROUP: main (default) or recorded (harness.cases).
 """
 
 import os
@@ -30,7 +32,7 @@ assert rank == comm.Get_rank() and world == comm.Get_size(), "launcher variables
 os.environ["MASTER_PORT"] = str(comm.bcast(harness.free_port() if rank == 0 else None))
 dist.init_process_group("gloo", init_method="env://")
 ps.init_distributed_environment(world, rank, "env://", int(os.environ["LOCAL_RANK"]), "gloo")
-bad = harness.run_cases(world, rank, "main")
+bad = harness.run_cases(world, rank, sys.argv[1] if len(sys.argv) > 1 else "main")
 if rank == 0:
     print("vllm plugin under mpirun (external_launcher), %d worker(s): %d failure(s)" % (world, bad))
 sys.stdout.flush()

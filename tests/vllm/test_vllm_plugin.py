@@ -8,7 +8,7 @@
 - model_loader_extra_config: vLLM's keys go to shardload's extra_config, the others are shardload
   keys, an unknown key or value fails when vLLM creates the loader (naming it; vLLM's own keys are
   checked by the C library when the load starts: test_vllm_mp.py), enable_weights_track false
-  turns strict off; load_config.download_dir becomes cache_dir, the model revision revision;
+  turns strict off, the key plan takes auto, spec or record; load_config.download_dir becomes cache_dir, the model revision revision;
 - the expert map: module_experts reads FusedMoE's expert_map (EPLB's redundant slots as logical
   expert slot % experts) and planned_experts a plan's sources (per-expert and fused 3-D tensors),
   so check_experts can tell a placement mismatch.
@@ -101,7 +101,8 @@ check(opts == {"load_strategy": "mmap", "extra_config": {"num_threads": 4,
       "split_options: %r" % opts)
 check(strict is False, "enable_weights_track false turns strict off")
 check(slv.split_options('{"strict": false}') == ({}, False), "a JSON string extra config")
-for bad, word in (({"no_such_key": 1}, "no_such_key"), ({"threads": "four"}, "threads")):
+for bad, word in (({"no_such_key": 1}, "no_such_key"), ({"threads": "four"}, "threads"),
+                  ({"plan": "recorded"}, "plan")):
     try:
         model_loader.get_model_loader(LoadConfig(load_format="shardload", model_loader_extra_config=bad))
         check(False, "extra config %r accepted" % bad)
@@ -113,6 +114,9 @@ loader = model_loader.get_model_loader(LoadConfig(load_format="shardload", downl
                                                   model_loader_extra_config={"threads": 3}))
 mc = ModelConfig(model=folder, revision="v1")
 layout = {"keys": {"tp": 2, "pp": 1, "dp": 1}}
+check(loader.plan_mode == "auto", "the plan key defaults to auto")
+check(model_loader.get_model_loader(LoadConfig(load_format="shardload", model_loader_extra_config={
+    "plan": "record"})).plan_mode == "record", "plan record")
 o = loader._options(torch.nn.Linear(2, 2), mc, layout)
 check(o.get("cache_dir") == "/hf/cache" and o.get("revision") == "v1" and o.get("threads") == 3
       and o.get("tp") == 2, "options: %r" % o)

@@ -36,6 +36,13 @@ foreach(n 1 2)
     SKIP_RETURN_CODE 77 FIXTURES_REQUIRED vllm_models ENVIRONMENT "${SL_VLLM_ENV}")
 endforeach()
 
+# The multimodal wrappers with their vision towers (Qwen3-VL, Gemma-3): 1, 2 and 4 workers.
+foreach(n 1 2 4)
+  add_test(NAME vllm_mm_w${n} COMMAND timeout 280 ${SL_PY} ${SL_VLLM_DIR}/test_vllm_mp.py ${n} mm)
+  set_tests_properties(vllm_mm_w${n} PROPERTIES LABELS "vllm;frontier" TIMEOUT 300 PROCESSORS ${n}
+    SKIP_RETURN_CODE 77 FIXTURES_REQUIRED vllm_models ENVIRONMENT "${SL_VLLM_ENV}")
+endforeach()
+
 # external_launcher under mpirun.
 foreach(np 1 2 4)
   add_test(NAME vllm_mpirun_np${np} COMMAND timeout 280 ${SL_MPIRUN} -np ${np}
@@ -60,3 +67,10 @@ foreach(n 1 2)
   set_tests_properties(vllm_packed_w${n} PROPERTIES LABELS "vllm;frontier" TIMEOUT 300 PROCESSORS ${n}
     SKIP_RETURN_CODE 77 FIXTURES_REQUIRED vllm_models ENVIRONMENT "${SL_VLLM_ENV}")
 endforeach()
+
+# The 2026 families (labels vllm;frontier): DeepSeek-V3.2, GLM-5 and their MTP draft; MiniMax-M2;
+# DeepSeek-V4.
+include(${CMAKE_CURRENT_LIST_DIR}/frontier_dsa.cmake)
+include(${CMAKE_CURRENT_LIST_DIR}/frontier_minimax.cmake)
+include(${CMAKE_CURRENT_LIST_DIR}/frontier_dsv4.cmake)
+include(${SL_VLLM_DIR}/recorded.cmake)  # plans recorded from the weight loaders (label recorded)

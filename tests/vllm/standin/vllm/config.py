@@ -20,20 +20,41 @@ def _namespace(d):
 
 
 @dataclasses.dataclass
+class MultiModalConfig:
+    """vLLM's vllm/config/multimodal.py: language_model_only (--language-model-only) and
+    limit_per_prompt (--limit-mm-per-prompt); get_limit_per_prompt(modality) is 0 for every
+    modality with language_model_only, else the limit given (vLLM's default when none is)."""
+    language_model_only: bool = False
+    limit_per_prompt: dict = dataclasses.field(default_factory=dict)
+    mm_encoder_tp_mode: str = "weights"   # weights | data
+
+    def get_limit_per_prompt(self, modality):
+        if self.language_model_only:
+            return 0
+        return int(self.limit_per_prompt.get(modality, 999))
+
+
+@dataclasses.dataclass
 class ModelConfig:
     """model: folder of the checkpoint; dtype: "auto" (config.json's torch_dtype) or a torch
     dtype or its name; hf_config: config.json as attributes (the text config for multimodal
     models is hf_config.text_config, as transformers gives it); quant_config_dict: its
-    quantization_config (or hf_quant_config.json's), quantization: its method."""
+    quantization_config (or hf_quant_config.json's), quantization: its method; multimodal_config: a
+    MultiModalConfig for a config.json with vision_config (a multimodal model), else None."""
     model: str = ""
     revision: Optional[str] = None
     dtype: Any = "auto"
     quantization: Optional[str] = None
+    language_model_only: bool = False
+    limit_mm_per_prompt: Optional[dict] = None
+    mm_encoder_tp_mode: str = "weights"
 
     def __post_init__(self):
         with open(os.path.join(self.model, "config.json")) as f:
             raw = json.load(f)
         self.hf_config = _namespace(raw)
+        self.multimodal_config = MultiModalConfig(self.language_model_only, dict(
+            self.limit_mm_per_prompt or {}), self.mm_encoder_tp_mode) if "vision_config" in raw else None
         self.hf_text_config = getattr(self.hf_config, "text_config", self.hf_config)
         self.architectures = list(raw.get("architectures", []))
         # ModelOpt's older releases keep the quantization config in hf_quant_config.json (vLLM's
@@ -103,7 +124,17 @@ class CacheConfig:
 
 @dataclasses.dataclass
 class SpeculativeConfig:
+    """draft_model_config: the draft's ModelConfig. As vLLM's hf_config_override, a draft of model
+    type deepseek_v3, deepseek_v32 or glm_moe_dsa is the checkpoint's multi-token-prediction
+    layers: its architectures become ["DeepSeekMTPModel"]."""
     draft_model_config: Optional[ModelConfig] = None
+
+    def __post_init__(self):
+        m = self.draft_model_config
+        if m is not None and getattr(m.hf_config, "model_type", None) in (
+                "deepseek_v3", "deepseek_v32", "glm_moe_dsa"):
+            m.architectures = ["DeepSeekMTPModel"]
+            m.hf_config.architectures = ["DeepSeekMTPModel"]
 
 
 @dataclasses.dataclass

@@ -10,12 +10,18 @@ their weight_loader(param, loaded_weight[, shard_id]) applies to a whole checkpo
 - QKVParallelLinear: q heads split over tp; kv heads split when tp < total kv heads, else each kv
   head replicated on tp/total_kv ranks (rank r holds kv head r // replicas); shard ids q, k, v.
 - RowParallelLinear: weight [out, in/tp]; rank r takes columns [r*in/tp, +in/tp); bias whole.
+- disable_tp=True (vLLM's LinearBase): the layer acts as tensor-parallel rank 0 of 1 (whole
+  weights on every rank; DeepSeek's fused_qkv_a_proj).
+- a block-fp8 quant_config (layers/quantization/fp8.py): the weight holds F8 bytes and a
+  weight_scale_inv in blocks is loaded by the same rule counted in blocks.
 
 A layer that the model's quantization config quantizes (layers/quantization: pack-quantized,
 NVFP4) gets its quantization method's parameters instead of `weight` (output_partition_sizes: the
 rank's rows of each part), vLLM parameters (model_executor/parameter.py) loaded by each layer's
 weight_loader_v2 rules: column-parallel whole-layer loads, merged parts with their rank offset and
 size, qkv parts with the kv replicas, row-parallel loads; scalars reshaped to [1].
+Unquantized layers load through weight_loader (vLLM gives weight_loader_v2 only to the quant
+methods of its WEIGHT_LOADER_V2_SUPPORTED list).
 """
 
 import torch
@@ -31,14 +37,24 @@ def _param(shape, dtype, loader, **attrs):
     return p
 
 
+def _weight(layer, rows, cols, loader, **attrs):
+    """layer.weight [rows, cols] of the layer's dtype, or F8 bytes with their block scales."""
+    from vllm.model_executor.layers.quantization.fp8 import Fp8Config, create_fp8_linear
+    if isinstance(layer.quant_config, Fp8Config):
+        create_fp8_linear(layer, rows, cols, loader, attrs)
+    else:
+        layer.weight = _param((rows, cols), layer.params_dtype, loader, **attrs)
+
+
 class LinearBase(torch.nn.Module):
-    def __init__(self, input_size, output_size, params_dtype=None, quant_config=None, prefix=""):
+    def __init__(self, input_size, output_size, params_dtype=None, quant_config=None, prefix="",
+                 disable_tp=False):
         super().__init__()
         self.input_size, self.output_size = input_size, output_size
         self.params_dtype = params_dtype or torch.get_default_dtype()
         self.quant_config = quant_config
-        self.tp_rank = get_tensor_model_parallel_rank()
-        self.tp_size = get_tensor_model_parallel_world_size()
+        self.tp_rank = 0 if disable_tp else get_tensor_model_parallel_rank()
+        self.tp_size = 1 if disable_tp else get_tensor_model_parallel_world_size()
         from vllm.model_executor.layers.quantization import linear_method
         self.quant_method = linear_method(quant_config, prefix)
 
@@ -55,7 +71,7 @@ class ReplicatedLinear(LinearBase):
     def __init__(self, input_size, output_size, bias=True, params_dtype=None, quant_config=None,
                  prefix=""):
         super().__init__(input_size, output_size, params_dtype, quant_config, prefix)
-        self.weight = _param((output_size, input_size), self.params_dtype, self.weight_loader)
+        _weight(self, output_size, input_size, self.weight_loader)
         if bias:
             self.bias = _param((output_size,), self.params_dtype, self.weight_loader)
         else:
@@ -68,14 +84,14 @@ class ReplicatedLinear(LinearBase):
 
 class ColumnParallelLinear(LinearBase):
     def __init__(self, input_size, output_size, bias=True, gather_output=False, params_dtype=None,
-                 quant_config=None, prefix="", output_sizes=None, partition_sizes=None):
-        super().__init__(input_size, output_size, params_dtype, quant_config, prefix)
+                 quant_config=None, prefix="", output_sizes=None, partition_sizes=None, disable_tp=False):
+        super().__init__(input_size, output_size, params_dtype, quant_config, prefix, disable_tp)
         self.output_sizes = output_sizes or [output_size]
         assert output_size % self.tp_size == 0
         rows = output_size // self.tp_size
         parts = partition_sizes or [s // self.tp_size for s in self.output_sizes]
         if not self._quantized(parts, input_size):
-            self.weight = _param((rows, input_size), self.params_dtype, self.weight_loader, output_dim=0)
+            _weight(self, rows, input_size, self.weight_loader, output_dim=0)
         if bias:
             self.bias = _param((rows,), self.params_dtype, self.weight_loader, output_dim=0)
         else:
@@ -92,9 +108,9 @@ class ColumnParallelLinear(LinearBase):
 
 class MergedColumnParallelLinear(ColumnParallelLinear):
     def __init__(self, input_size, output_sizes, bias=True, gather_output=False, params_dtype=None,
-                 quant_config=None, prefix=""):
+                 quant_config=None, prefix="", disable_tp=False):
         super().__init__(input_size, sum(output_sizes), bias, gather_output, params_dtype,
-                         quant_config, prefix, output_sizes=list(output_sizes))
+                         quant_config, prefix, output_sizes=list(output_sizes), disable_tp=disable_tp)
 
     def weight_loader(self, param, loaded_weight, loaded_shard_id=None):
         if loaded_shard_id is None:   # a checkpoint that fuses the parts already: split it
@@ -166,12 +182,13 @@ class QKVParallelLinear(ColumnParallelLinear):
 
 class RowParallelLinear(LinearBase):
     def __init__(self, input_size, output_size, bias=True, input_is_parallel=True,
-                 params_dtype=None, reduce_results=True, quant_config=None, prefix=""):
-        super().__init__(input_size, output_size, params_dtype, quant_config, prefix)
+                 params_dtype=None, reduce_results=True, quant_config=None, prefix="",
+                 disable_tp=False):
+        super().__init__(input_size, output_size, params_dtype, quant_config, prefix, disable_tp)
         assert input_size % self.tp_size == 0
         cols = input_size // self.tp_size
         if not self._quantized([output_size], cols):
-            self.weight = _param((output_size, cols), self.params_dtype, self.weight_loader, input_dim=1)
+            _weight(self, output_size, cols, self.weight_loader, input_dim=1)
         if bias:
             self.bias = _param((output_size,), self.params_dtype, self.weight_loader)
         else:

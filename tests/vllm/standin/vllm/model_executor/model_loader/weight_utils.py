@@ -11,7 +11,8 @@ import numpy as np
 import torch
 
 _NP = {"F32": "<f4", "F16": "<f2", "F64": "<f8", "BF16": "<i2", "I64": "<i8", "I32": "<i4",
-       "I16": "<i2", "I8": "i1", "U8": "u1", "BOOL": "u1", "F8_E4M3": "u1"}
+       "I16": "<i2", "I8": "i1", "U8": "u1", "BOOL": "u1", "F8_E4M3": "u1", "F8_E5M2": "u1",
+       "F8_E8M0": "u1"}
 
 
 def default_weight_loader(param, loaded_weight):

@@ -8,7 +8,10 @@ interleave_moe_layer_step-th layer, where it is {router (ReplicatedLinear [E, H]
 experts (FusedMoE: w13_weight [E, 2I, H], w2_weight [E, H, I]), shared_expert (gate_up_proj,
 down_proj)}. The checkpoint stores the experts fused and transposed: experts.gate_up_proj
 [E, H, 2I] (gate columns then up columns), experts.down_proj [E, I, H]; load_weights transposes
-them and hands each expert to FusedMoE.weight_loader (w1 = gate, w3 = up, w2 = down)."""
+them and hands each expert to FusedMoE.weight_loader (w1 = gate, w3 = up, w2 = down).
+Llama4ForCausalLM.load_weights first permutes the rows of every q_proj / k_proj weight within each
+head for vLLM's neox rotary (permute_qk_weight_for_rotary: view [heads, d/2, 2, H], swap the two
+middle dimensions: row 2i + j of a head becomes row j*d/2 + i)."""
 
 import torch
 
@@ -60,6 +63,21 @@ class Llama4ForCausalLM(LlamaForCausalLM):
             if get_pp_group().is_last_rank else PPMissingLayer()
 
 
+def permute_qk_weight_for_rotary(config, name, w):
+    """vLLM's Llama4ForCausalLM.permute_qk_weight_for_rotary for unquantized weights."""
+    modules = name.split(".")
+    if modules[-1] != "weight":
+        return w
+    if "k_proj" in modules or "wk" in modules:
+        heads = config.num_key_value_heads
+    elif "q_proj" in modules or "wq" in modules:
+        heads = config.num_attention_heads
+    else:
+        return w
+    attn_in, attn_out = config.head_dim * heads, config.hidden_size
+    return w.view(heads, attn_in // heads // 2, 2, attn_out).transpose(1, 2).reshape(attn_in, attn_out)
+
+
 class Llama4ForConditionalGeneration(torch.nn.Module):
     def __init__(self, vllm_config, prefix=""):
         super().__init__()
@@ -74,7 +92,8 @@ class Llama4ForConditionalGeneration(torch.nn.Module):
             if not name.startswith("language_model."):
                 continue
             if ".feed_forward.experts." not in name:
-                rest.append((name[len("language_model."):], w))
+                short = name[len("language_model."):]
+                rest.append((short, permute_qk_weight_for_rotary(lm.config, short, w)))
                 continue
             target_prefix = name.rsplit(".", 1)[0]
             if is_pp_missing_parameter(target_prefix + ".w13_weight", self):

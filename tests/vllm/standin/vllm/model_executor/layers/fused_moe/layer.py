@@ -20,8 +20,14 @@ tensor, into the first / second half of w13) or columns (w2: dim 1), one expert 
 experts at once for a 3-D loaded_weight. MXFP4 (gpt-oss): the parameters are uint8 blocks and
 scales with the per-rank intermediate size padded (MXFP4_PAD); the model narrows the checkpoint
 itself and weight_loader(..., shard_id=None, expert_id=None) copies the whole rank's tensor into
-the leading part of the padded parameter. Pack-quantized and NVFP4 experts: the parameters of
-the quantization method (layers/quantization), loaded by the branches of quantized.py.
+the leading part of the padded parameter. A quantization config object (layers/quantization/fp8.py:
+DeepSeek-V4's): MXFP4 experts when its is_mxfp4_quant says so, loaded per expert by the rules above
+(packed bytes and E8M0 scales per 32: w13_weight [E, 2*Ip, H/2], w13_weight_scale [E, 2*Ip, H/32],
+w2_weight [E, H, Ip/2], w2_weight_scale [E, H, Ip/32], uint8, unpadded: vLLM pads Ip per kernel
+only where it is not already a multiple of its alignment, 64 to 256), else block fp8
+(Fp8MoEMethod: uint8 weights, weight_scale_inv [E, 2*Ip/bn, H/bk] and [E, H/bn, Ip/bk]).
+Pack-quantized and NVFP4 experts: the parameters of the quantization method
+(layers/quantization), loaded by the branches of quantized.py.
 """
 
 import warnings
@@ -49,6 +55,19 @@ def determine_expert_map(ep_size, ep_rank, global_num_experts, expert_placement_
     else:
         raise ValueError("unknown expert placement strategy %r" % expert_placement_strategy)
     return local, expert_map
+
+
+def _quantized_shapes(qc, prefix, layer, E, H, I):
+    if qc.is_mxfp4_quant(prefix, layer):
+        return {"w13_weight": ((E, 2 * I, H // 2), torch.uint8),
+                "w13_weight_scale": ((E, 2 * I, H // 32), torch.uint8),
+                "w2_weight": ((E, H, I // 2), torch.uint8),
+                "w2_weight_scale": ((E, H, I // 32), torch.uint8)}
+    bn, bk = qc.weight_block_size
+    return {"w13_weight": ((E, 2 * I, H), torch.uint8),
+            "w13_weight_scale_inv": ((E, 2 * I // bn, H // bk), qc.scale_dtype()),
+            "w2_weight": ((E, H, I), torch.uint8),
+            "w2_weight_scale_inv": ((E, H // bn, I // bk), qc.scale_dtype())}
 
 
 def _round_up(x, m):
@@ -101,6 +120,8 @@ class FusedMoE(torch.nn.Module):
         if self.quant_method is not None:
             self.quant_method.create_weights(self, E, H, I, dtype, attrs)
             shapes = {}
+        elif hasattr(quant_config, "is_mxfp4_quant"):
+            shapes = _quantized_shapes(quant_config, prefix, self, E, H, I)
         elif quant_config == "mxfp4":
             Ip = _round_up(I, MXFP4_PAD)
             shapes = {"w13_weight": ((E, 2 * Ip, H // 2), torch.uint8),

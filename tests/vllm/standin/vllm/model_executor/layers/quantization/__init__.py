@@ -2,7 +2,8 @@
 built as vLLM builds it (get_quant_config): compressed-tensors W4A16 / W8A16 pack-quantized and
 NVFP4 (compressed_tensors.py), ModelOpt NVFP4 (modelopt.py) from config.json's
 quantization_config (ModelConfig reads hf_quant_config.json when config.json has none); any other
-method stays the method's name, as the stand-in layers used it before (gpt_oss's "mxfp4", "fp8")."""
+method stays the method's name, as the stand-in layers used it before (gpt_oss's "mxfp4", "fp8").
+Block fp8 (fp8.py: Fp8Config, DeepSeek-V4's config) is built by the models that use it."""
 
 
 def get_quant_config(model_config, packed_modules_mapping=None):

@@ -1,0 +1,270 @@
+"""record_ops.py -- the tracked tensor of the recorder (shardload.record) and its tables: which
+torch ops are views, copies, conversions, writes or reads of values; checkpoint dtypes in torch.
+
+A Tracked tensor is a torch.Tensor subclass over a meta tensor (a checkpoint stand-in, or a
+value computed from stand-ins) or over a parameter's own memory (a parameter view). Its
+attributes: _sl_kind (REF, DERIVED, PVIEW; parameters being recorded carry PARAM on their
+swapped class), _sl_base (the tensor whose views have it as ._base: identity of the storage
+without reading it), _sl_info (REF: the checkpoint tensor or layer it views; PVIEW: the
+parameter), _sl_origins (DERIVED: where its values come from), _sl_what (a name for messages).
+"""
+
+import torch
+
+from . import record_geometry as geom
+
+REF, DERIVED, PVIEW, PARAM = 1, 2, 3, 4
+
+_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64",
+           "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8", "BOOL": "bool",
+           "U16": "uint16", "U32": "uint32", "U64": "uint64", "F8_E4M3": "float8_e4m3fn",
+           "F8_E5M2": "float8_e5m2", "F8_E8M0": "float8_e8m0fnu", "C64": "complex64"}
+_RAW = {8: torch.uint8, 16: torch.int16, 32: torch.int32, 64: torch.int64}
+BITS = {"F64": 64, "I64": 64, "U64": 64, "F32": 32, "I32": 32, "U32": 32, "F16": 16, "BF16": 16,
+        "I16": 16, "U16": 16, "C64": 64}
+NAMES = {}   # torch dtype -> safetensors name
+for _k, _v in _DTYPES.items():
+    if hasattr(torch, _v):
+        NAMES.setdefault(getattr(torch, _v), _k)
+FLOATS = {torch.float32, torch.float16, torch.bfloat16, torch.float64}
+
+
+def torch_dtype(name):
+    """The torch dtype a checkpoint tensor of safetensors dtype `name` reaches loaders in (a
+    type this torch lacks: the unsigned raw type of its width)."""
+    t = _DTYPES.get(name)
+    if t is not None and hasattr(torch, t):
+        return getattr(torch, t)
+    return _RAW.get(BITS.get(name, 8), torch.uint8)
+
+
+def element_bits(name):
+    return BITS.get(name, 8)
+
+
+class Tracked(torch.Tensor):
+    """See the module docstring. Every op on one goes through the active Recorder."""
+
+    _hook = None   # the active Recorder's dispatch, set while a recording runs
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        hook = Tracked._hook
+        if hook is None:
+            with torch._C.DisableTorchFunction():
+                return func(*args, **(kwargs or {}))
+        return hook(func, args, kwargs or {})
+
+    def __repr__(self):
+        return "<shardload stand-in %s %s>" % (getattr(self, "_sl_what", "?"), list(self.shape))
+
+
+_PARAM_CLASSES = {}
+
+
+def param_class(base):
+    """A subclass of a parameter's class with the recording hook (swapped in while recording)."""
+    cls = _PARAM_CLASSES.get(base)
+    if cls is None:
+        cls = type("Recording" + base.__name__, (base,),
+                   {"__torch_function__": Tracked.__dict__["__torch_function__"],
+                    "_sl_kind": PARAM})
+        _PARAM_CLASSES[base] = cls
+    return cls
+
+
+def wrap(t, kind, base, info=None, what=None):
+    """t (a plain tensor: no __torch_function__ of its own) as a Tracked of `kind`."""
+    out = t.as_subclass(Tracked)
+    out._sl_kind = kind
+    out._sl_base = base
+    out._sl_info = info
+    out._sl_what = what
+    return out
+
+
+def base_of(t):
+    """The tensor whose views carry it as ._base, for a tracked tensor or a recorded parameter."""
+    return t if getattr(t, "_sl_kind", None) == PARAM else t._sl_base
+
+
+def storage_key(t):
+    with torch._C.DisableTorchFunction():
+        if hasattr(t, "untyped_storage"):
+            return t.untyped_storage()._cdata
+        return t.storage()._cdata
+
+
+def flatten(x, out):
+    if isinstance(x, (list, tuple)):
+        for y in x:
+            flatten(y, out)
+    elif isinstance(x, dict):
+        for y in x.values():
+            flatten(y, out)
+    elif isinstance(x, torch.Tensor):
+        out.append(x)
+    return out
+
+
+def tree_map(fn, x):
+    """fn over the tensors of plain lists, tuples and dicts (torch.Size and named tuples pass)."""
+    t = type(x)
+    if t is list:
+        return [tree_map(fn, y) for y in x]
+    if t is tuple:
+        return tuple(tree_map(fn, y) for y in x)
+    if t is dict:
+        return {k: tree_map(fn, v) for k, v in x.items()}
+    return fn(x)
+
+
+_SCALARS = (int, float, bool, slice, type(None), type(Ellipsis), torch.dtype, torch.Size)
+
+
+def has_tensor(args, kwargs):
+    for a in args:
+        if type(a) in _SCALARS:
+            continue
+        if isinstance(a, torch.Tensor):
+            return True
+        if isinstance(a, (list, tuple)) and any(isinstance(b, torch.Tensor) for b in a):
+            return True
+    return any(isinstance(v, torch.Tensor) for v in kwargs.values())
+
+
+# Categories of ops (by name).
+WRITE, VIEW, DATA, EXTRACT, DEVICE, TEXT, CONVERT, QUERY, OTHER = range(9)
+
+# Ops that read only a tensor's metadata.
+_QUERIES = {"dim", "size", "numel", "nelement", "ndimension", "stride", "storage_offset",
+            "is_contiguous", "element_size", "__len__", "is_floating_point", "is_complex",
+            "shape.get", "dtype.get", "ndim.get", "layout.get", "requires_grad.get", "names.get",
+            "is_sparse.get", "is_quantized.get", "itemsize.get", "nbytes.get", "grad.get",
+            "is_leaf.get", "_version.get", "__hash__"}
+
+# Ops that return views of their first argument (checked: a result that does not share the
+# input's storage is classified as a new value).
+_VIEWS = {"narrow", "select", "__getitem__", "view", "reshape", "t", "transpose", "permute",
+          "squeeze", "unsqueeze", "chunk", "split", "split_with_sizes", "unbind", "flatten",
+          "expand", "expand_as", "movedim", "moveaxis", "swapaxes", "swapdims", "T.get", "mT.get",
+          "as_strided", "unflatten", "diagonal", "view_as", "reshape_as", "contiguous",
+          "tensor_split", "hsplit", "vsplit", "unfold", "ravel", "alias"}
+# Ops that copy their single stand-in's values into new storage, in its logical order.
+COPIES = {"contiguous", "clone", "reshape", "flatten", "ravel", "reshape_as", "unflatten"}
+_CONVERSIONS = {"to", "type", "type_as", "float", "double", "half", "bfloat16", "cpu", "cuda",
+                "pin_memory", "int", "long", "short", "char", "byte", "bool"}
+CAST = {"float": torch.float32, "double": torch.float64, "half": torch.float16,
+        "bfloat16": torch.bfloat16, "int": torch.int32, "long": torch.int64, "short": torch.int16,
+        "char": torch.int8, "byte": torch.uint8, "bool": torch.bool}
+# In-place ops that change only a tensor's geometry or bookkeeping.
+_INPLACE_VIEWS = {"t_", "transpose_", "squeeze_", "unsqueeze_", "as_strided_", "swapdims_",
+                  "swapaxes_", "detach_", "requires_grad_", "share_memory_", "retain_grad"}
+_EXTRACT = {"item", "tolist", "numpy", "__array__", "__bool__", "__float__", "__int__", "__index__",
+            "__complex__", "data_ptr", "__reduce_ex__", "__deepcopy__"}
+_DEVICE = {"device.get", "is_cuda.get", "is_meta.get", "get_device"}
+_TEXT = {"__repr__", "__str__", "__format__"}
+_INPLACE_DUNDER = {"__setitem__", "__iadd__", "__isub__", "__imul__", "__itruediv__",
+                   "__ifloordiv__", "__imod__", "__ipow__", "__iand__", "__ior__", "__ixor__",
+                   "__ilshift__", "__irshift__", "__imatmul__", "data.set"}
+
+
+def op_name(func):
+    name = getattr(func, "__name__", "")
+    if name in ("__get__", "__set__"):
+        owner = getattr(getattr(func, "__self__", None), "__name__", "?")
+        return owner + "." + name[2:-2]
+    return name
+
+
+def category(name):
+    if name in _INPLACE_DUNDER or (name.endswith("_") and not name.startswith("__")
+                                   and name not in _INPLACE_VIEWS):
+        return WRITE
+    if name in ("data.get", "detach"):
+        return DATA
+    if name in _VIEWS:
+        return VIEW
+    if name in _EXTRACT:
+        return EXTRACT
+    if name in _DEVICE:
+        return DEVICE
+    if name in _TEXT:
+        return TEXT
+    if name in _CONVERSIONS:
+        return CONVERT
+    if name in _QUERIES:
+        return QUERY
+    return OTHER
+
+
+def conversion_dtype(name, args, kwargs):
+    """The dtype a conversion op asks for (None: the same dtype, a device move); "query" for
+    Tensor.type() without arguments; "other" for a type string."""
+    if name in CAST:
+        return CAST[name]
+    if name == "type_as":
+        return args[1].dtype
+    dtype = None
+    for a in list(args[1:]) + list(kwargs.values()):
+        if isinstance(a, torch.dtype):
+            dtype = a
+        elif isinstance(a, torch.Tensor):
+            with torch._C.DisableTorchFunction():
+                dtype = a.dtype
+        elif name == "type" and isinstance(a, str):
+            return "other"
+    if name == "type" and len(args) == 1 and not kwargs:
+        return "query"
+    return dtype
+
+
+def _exact(src, via):
+    """True when dtype `via` holds every value of dtype `src` exactly."""
+    return via == src or via == torch.float64 and src in FLOATS or \
+        via == torch.float32 and src in (torch.float16, torch.bfloat16)
+
+
+def conversion_ok(casts, final):
+    """casts: the checkpoint dtype, then the dtype of each conversion on the way; final: the
+    parameter's. True when the chain is one conversion the plan can do (equal dtypes, or floats
+    among F32/F16/BF16/F64 with every step on the way exact or the last one the parameter's)."""
+    src = casts[0]
+    chain = casts[1:] + [final]
+    if all(c == src for c in chain):
+        return True
+    if src not in FLOATS or any(c not in FLOATS for c in chain):
+        return False
+    for k, c in enumerate(chain[:-1]):
+        if not _exact(src, c) and not all(x == c for x in chain[k:]):
+            return False
+    return True
+
+
+_STRIDES = {}   # shape (a tuple) -> its contiguous strides
+
+
+def simple_box(offset, sizes, strides, shape):
+    """(start, count, dims) when the view (offset, sizes, strides) of a contiguous tensor of
+    `shape` is a box walked in row-major order (each view dimension of size > 1 on its own tensor
+    dimension, in increasing order, step 1), dims the tensor dimension of each such view
+    dimension; else None."""
+    cs = _STRIDES.get(shape)
+    if cs is None:
+        cs = _STRIDES[shape] = geom.contiguous_strides(shape)
+    start = geom.unravel(offset, shape)
+    count = [1] * len(shape)
+    dims = []
+    last = -1
+    for n, s in zip(sizes, strides):
+        if n == 1:
+            continue
+        d = last + 1
+        while d < len(shape) and (cs[d] != s or shape[d] == 1):
+            d += 1
+        if d >= len(shape) or start[d] + n > shape[d]:
+            return None
+        count[d] = n
+        dims.append(d)
+        last = d
+    return start, count, dims

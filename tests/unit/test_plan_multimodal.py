@@ -1,0 +1,165 @@
+#!/usr/bin/env python3
+"""test_plan_multimodal.py -- the real Qwen3-VL-235B-A22B layout (header-only sparse files from
+scripts/make-fixture qwen3_vl_235b_full) planned by `shardload plan --json` at tp 8 x pp 2 and at
+tp 8 x dp 2 with expert parallelism (16 ranks), with its vision tower and with --skip-vision:
+every byte read once (read amplification 1.00, no covering bytes, bytes read = the distinct bytes
+of the job), and every rank's bytes equal to the slices docs/spec/ARCHITECTURES.md §24 and
+docs/spec/LAYOUTS.md give it, computed here from the headers alone (independently of the library):
+
+  text, layers of stage p: base = L // P, the stages before the last get the remainder
+  (docs/spec/LAYOUTS.md §2.1); the embedding on the first stage, the final norm and lm_head on the
+  last (untied); norms, router (mlp.gate) and q/k norms whole; q_proj, o_proj and the vocabulary
+  (151936 rows: a multiple of 64): 1/tp; k_proj, v_proj with 4 key/value heads at tp 8: one
+  head's rows (1/4); the fused experts (gate_up_proj [E, H, 2Im], down_proj [E, Im, H]) with EP
+  over the stage's dp*tp ranks: 128 / (dp*tp) whole experts per rank;
+  vision tower on every stage: patch embedding, position embedding and LayerNorms whole; attn.qkv
+  (weight and bias), mlp.linear_fc1 and the mergers' linear_fc1 (weight and bias) 1/tp;
+  attn.proj, mlp.linear_fc2 and the mergers' linear_fc2: weight 1/tp, bias whole.
+
+With --skip-vision the tower's tensors are neither read nor counted. Also refused: the tower's 16
+heads at tp 32. Environment (set by ctest): SL_CLI, SL_SOURCE_DIR. Standard library only."""
+
+import json
+import os
+import re
+import struct
+import subprocess
+import sys
+import tempfile
+
+DTYPE_BYTES = {"BF16": 2, "F16": 2, "F32": 4}
+MODEL = "qwen3_vl_235b_full"
+LAYOUTS = [(8, 2, 1), (8, 1, 2)]
+failures = 0
+
+
+def check(ok, msg):
+    global failures
+    if not ok:
+        failures += 1
+        print("FAIL: " + msg, flush=True)
+    return ok
+
+
+def headers(folder):
+    """name -> (dtype, shape) of every tensor of every safetensors file in folder."""
+    out = {}
+    for name in sorted(os.listdir(folder)):
+        if not name.endswith(".safetensors"):
+            continue
+        with open(os.path.join(folder, name), "rb") as f:
+            n = struct.unpack("<Q", f.read(8))[0]
+            head = json.loads(f.read(n))
+        for k, v in head.items():
+            if k != "__metadata__":
+                out[k] = (v["dtype"], v["shape"])
+    return out
+
+
+def nbytes(t):
+    dtype, shape = t
+    n = DTYPE_BYTES[dtype]
+    for d in shape:
+        n *= d
+    return n
+
+
+def stage_of_layer(layer, layers, pp):
+    base, rem = divmod(layers, pp)
+    counts = [base + (1 if p + 1 < pp and p + 1 + rem >= pp else 0) for p in range(pp)]
+    start = 0
+    for p, c in enumerate(counts):
+        if start <= layer < start + c:
+            return p
+        start += c
+    raise AssertionError(layer)
+
+
+def vision_share(name, tp):
+    split = ("attn.qkv.weight", "attn.qkv.bias", "linear_fc1.weight", "linear_fc1.bias", "attn.proj.weight",
+             "linear_fc2.weight")
+    return 1.0 / tp if name.endswith(split) else 1.0
+
+
+def text_share(name, tp, ep_size):
+    whole = ("layernorm.weight", "norm.weight", "mlp.gate.weight", "q_norm.weight", "k_norm.weight")
+    if ".experts." in name:
+        return 1.0 / ep_size
+    if name.endswith(whole):
+        return 1.0
+    if name.endswith(("k_proj.weight", "v_proj.weight")):
+        return 1.0 / 4        # 4 key/value heads, tp 8: each rank holds one
+    return 1.0 / tp
+
+
+def expected(tensors, config, tp, pp, dp, vision):
+    """{rank: bytes} of the layout, and the distinct bytes of the job."""
+    layers = config["text_config"]["num_hidden_layers"]
+    per_rank = {}
+    unique = 0
+    for name, t in tensors.items():
+        tower = name.startswith("model.visual.")
+        if tower and not vision:
+            continue
+        unique += nbytes(t)
+        m = re.search(r"layers\.(\d+)\.", name)
+        if tower:
+            stages, f = range(pp), vision_share(name, tp)
+        elif m:
+            stages, f = [stage_of_layer(int(m.group(1)), layers, pp)], text_share(name, tp, dp * tp)
+        elif "embed_tokens" in name:
+            stages, f = [0], 1.0 / tp
+        else:
+            stages, f = [pp - 1], text_share(name, tp, dp * tp)
+        for p in stages:
+            for q in range(dp):
+                for r in range(tp):
+                    g = q * pp * tp + p * tp + r
+                    per_rank[g] = per_rank.get(g, 0) + int(nbytes(t) * f)
+    return per_rank, unique
+
+
+def main():
+    cli, source = os.environ["SL_CLI"], os.environ["SL_SOURCE_DIR"]
+    with tempfile.TemporaryDirectory(prefix="sl-plan-mm-") as tmp:
+        folder = os.path.join(tmp, MODEL)
+        subprocess.run([os.path.join(source, "scripts", "make-fixture"), MODEL, folder, "--header-only"],
+                       check=True, stdout=subprocess.DEVNULL)
+        tensors = headers(folder)
+        with open(os.path.join(folder, "config.json")) as f:
+            config = json.load(f)
+        experts = config["text_config"]["num_experts"]
+        for tp, pp, dp in LAYOUTS:
+            for vision in (True, False):
+                label = "%s tp %d pp %d dp %d ep%s" % (MODEL, tp, pp, dp, "" if vision else " skip_vision")
+                args = [cli, "plan", folder, "--world", str(tp * pp * dp), "--tp", str(tp), "--pp", str(pp),
+                        "--dp", str(dp), "--enable-expert-parallel", "--json"] + ([] if vision else ["--skip-vision"])
+                r = subprocess.run(args, capture_output=True, text=True, timeout=240)
+                if not check(r.returncode == 0, "%s: %s" % (label, r.stderr.strip()[-400:])):
+                    continue
+                doc = json.loads(r.stdout)
+                want, unique = expected(tensors, config, tp, pp, dp, vision)
+                check(doc["read_amplification"] == 1.0, "%s: read amplification %r" % (label, doc["read_amplification"]))
+                check(doc["bytes_unique"] == unique, "%s: %d distinct bytes, expected %d"
+                      % (label, doc["bytes_unique"], unique))
+                check(doc["bytes_covering"] == 0 and doc["bytes_read"] == unique, "%s: %d bytes read (%d covering), "
+                      "expected %d" % (label, doc["bytes_read"], doc["bytes_covering"], unique))
+                for rank in doc["ranks"]:
+                    g = rank["rank"]
+                    check(rank["bytes_needed"] == want[g] and rank["bytes_local"] == want[g],
+                          "%s: rank %d needs %d bytes (local %d), expected %d"
+                          % (label, g, rank["bytes_needed"], rank["bytes_local"], want[g]))
+                    check(rank["experts_local"] == experts // (tp * dp), "%s: rank %d holds %d experts"
+                          % (label, g, rank["experts_local"]))
+                print("%s: %d ranks, %.2f GB each at most, read amplification %.2f, planned in %.2f s"
+                      % (label, len(doc["ranks"]), max(want.values()) / 1e9, doc["read_amplification"],
+                         doc["planning_seconds"]), flush=True)
+        r = subprocess.run([cli, "plan", folder, "--world", "32", "--tp", "32"], capture_output=True, text=True,
+                           timeout=240)
+        check(r.returncode != 0 and "visual.blocks.0.attn.qkv" in r.stderr, "tp 32: %s" % r.stderr.strip()[-300:])
+    print("test_plan_multimodal: %d failure(s)" % failures)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
