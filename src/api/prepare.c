@@ -513,9 +513,9 @@ static sl_status run_stage(sl__pipeline *p, const sl__prep_driver *d, sl__prep_s
      * that sees so (all of them, but where only some see the folder), before any Hub request. */
     if (p->layout_defaulted && d->world > 1 && !sl__prepare_is_sharded(&p->opts))
       return unsized_job(d->world, err);
-    return d->builds_catalog ? sl__prepare_catalog(d->cfg, &p->opts, !d->dry_run, p->described != NULL, &p->prep,
-                                                   err)
-                             : SL_STATUS_OK;
+    return d->builds_catalog
+               ? sl__prepare_catalog(d->cfg, &p->opts, !d->dry_run, p->described != NULL, &p->prep, err)
+               : SL_STATUS_OK;
   case SL_PREP_MODEL: {
     sl_status st = saved_layout(p, d->world, err);
     if (st != SL_STATUS_OK)

@@ -143,8 +143,7 @@ static void same_rank(const char *label, const sl__pipeline *s, const sl__pipeli
   sl__pipeline_plan_opts(s, false, &so);
   sl__pipeline_plan_opts(d, false, &dop);
   CHECK(sl__plan_rank(&s->prep.model, &s->prep.cat, &so, g, true, &a, &err) == SL_STATUS_OK);
-  CHECKF(sl__plan_rank(&d->prep.model, &d->prep.cat, &dop, g, true, &b, &err) == SL_STATUS_OK, "%s",
-         err.msg);
+  CHECKF(sl__plan_rank(&d->prep.model, &d->prep.cat, &dop, g, true, &b, &err) == SL_STATUS_OK, "%s", err.msg);
   CHECKF(a.n_lparams == b.n_lparams && a.n_copies == b.n_copies,
          "%s rank %u: %zu/%zu parameters, %zu/%zu copies", label, g, a.n_lparams, b.n_lparams, a.n_copies,
          b.n_copies);
