@@ -296,6 +296,12 @@ typedef struct sl_comm_ops {
 sl_status sl_loader_create_ops(sl_config *config, const sl_comm_ops *ops, sl_loader **out);
 /* COLLECTIVE. Frees every buffer the loader allocated (bound buffers stay the caller's). */
 void sl_loader_destroy(sl_loader *loader);
+/* NOT collective: frees this rank's memory and handles without any communication, for a loader the
+ * other ranks may never destroy (a garbage collector's finalizer). The loader's MPI communicators
+ * stay allocated until MPI_Finalize; NCCL communicators still open are aborted. Memory retained by
+ * sl_loader_param_retain stays valid, as after sl_loader_destroy. Prefer sl_loader_destroy; NULL
+ * is a no-op; MPI may already be finalized. */
+void sl_loader_release_local(sl_loader *loader);
 /* Message of the last failure on this rank ("another rank failed: ..." when a peer failed). */
 const char *sl_loader_error(const sl_loader *loader);
 /* After a COLLECTIVE call failed: the status of the failure that caused it — on the rank that
