@@ -1,68 +1,43 @@
 /*
- * shardload/core.h — the public API of libshardload without MPI. shardload/shardload.h includes it
- * and adds the MPI entry point (sl_loader_create over an MPI_Comm); a program that is not an MPI job
- * (torch.distributed workers, its own transport) includes this header only and creates its loaders
- * with sl_loader_create_ops over a table of communication functions it provides (section 4).
+ * shardload/core.h — the public API of libshardload without MPI (shardload/shardload.h adds the MPI
+ * entry points): it loads a Hugging Face safetensors checkpoint into every rank of a distributed
+ * job, each rank holding exactly its tensor-parallel slices and experts, every checkpoint byte read
+ * from storage once, cluster-wide. Longer explanations, by section number: docs/API.md.
  *
- * shardload loads the weights of a Hugging Face safetensors checkpoint into the memory of every
- * rank of a distributed job, so that each rank holds exactly its tensor-parallel slices and experts
- * and every checkpoint byte is read from storage once, cluster-wide.
- *
- * Organisation of this header:
- *   0. the version and the ABI: what a program checks the library it runs with against, and the
- *      rule for the structs the caller allocates and the library fills (they can grow)
- *   1. status codes (one X-macro table: enum, names and messages are generated from it)
- *   2. logging
- *   3. configuration (a key/value builder validated up front)
- *   4. the loader (collective: create, download, bind, load, walk the parameter table, report)
- *   5. dry-run planning for any world size (no MPI)
- *   6. model inspection (no MPI)
- *   7. Hub download without loading (no MPI)
- *   8. parameters for other runtimes (dtype ids, sources, retained memory, DLPack, agreement)
- *   9. progress
- *  10. reload in place (another checkpoint of the same shapes into the loaded memory)
- *  11. load from peers (loaded ranks give their parameters to ranks that need another layout)
- *  12. caller-described plans (each rank says which box of which checkpoint tensor fills which
- *      box of which of its parameters: no architecture spec is needed)
- *  13. weight sync (refit): trainers push the weights they hold into loaded loaders, every step
- *
- * Conventions: every function returns an sl_status; out-parameters come last; every create has a
- * destroy and destroy(NULL) is a no-op. Functions marked COLLECTIVE must be called by every rank
- * of the loader's communicator, in the same order. No function calls MPI_Init, exit or abort.
- * Handles are not thread-safe: use one handle from one thread at a time.
+ * Contents:
+ *   0. the version and the ABI (structs the caller allocates)   6. model inspection (no MPI)
+ *   1. status codes (one X-macro table)                          7. Hub download without loading
+ *   2. logging                                                   8. parameters for other runtimes
+ *   3. configuration (key/value, validated up front)             9. progress
+ *   4. the loader (create, plan, bind, load, table, report)     10. reload in place
+ *   5. dry-run planning for any world size (no MPI)             11. load from peers
+ *  12. caller-described plans                                   13. weight sync (refit)
  */
 
 /*
- * For integrators.
- *
- * Building against it: shardload/shardload.h includes <mpi.h>, so compile with MPI's flags (this
- * header alone needs none; the library itself still links libmpi, unused by sl_loader_create_ops). CMake:
- * find_package(shardload CONFIG) and link shardload::shardload (MPI comes with it); pkg-config:
- * cc app.c $(pkg-config --cflags --libs shardload). The library finds its architecture specs in
- * $SHARDLOAD_SPECS (colon-separated folders, searched first), then relative to its own file:
- * <libdir>/../share/shardload/specs (an install prefix), then <libdir>/specs (a package that bundles
- * the library beside its specs, as the Python package does).
- *
- * MPI thread level: MPI_THREAD_FUNNELED or higher (MPI_Init_thread). The library starts reader
- * (and download) threads of its own, but every MPI call it makes is made from the thread that
- * called it. With FUNNELED that must be the thread that initialised MPI; with SERIALIZED or
- * MULTIPLE any thread, one call on a loader at a time. The library never initialises or finalises
- * MPI: create loaders after MPI_Init_thread and destroy them before MPI_Finalize.
- *
- * Thread safety: one handle must not be used from two threads at once. Distinct handles may be
- * used from distinct threads, except that MPI loaders used concurrently need MPI_THREAD_MULTIPLE
- * (and distinct communicators; loaders of sl_loader_create_ops need nothing more: the test suite
- * runs two at once in one process). The logging settings are shared by the whole process: any
- * thread may change them at any time (a line being written meanwhile may still use the previous
- * setting), so set them before starting threads for every line to follow them.
- *
- * Memory: the caller owns what it creates and frees it with the matching destroy/close. Every
- * string and table the library returns (messages, sl_param entries and their data, reports,
- * summaries, key lists) is owned by the library and stays valid as documented at each function,
- * at the latest until the handle is destroyed; the exceptions, which the caller frees with
- * free(), are said so (sl_model_open's error, sl_hub_download's snapshot folder). Buffers given
- * to sl_loader_bind (or sl_loader_bind_as) stay the caller's; the library never frees them.
- * Strings passed in are copied (sl_config_set) or only read during the call.
+ * Conventions (docs/API.md, "Conventions"): a function that can fail returns an sl_status and
+ * leaves the details in its handle's message (sl_loader_error, sl_config_error); the others
+ * (destroy, close and release, version queries, getters of strings, counts and tables) return
+ * their result directly. Out-parameters come last; every create has a destroy and destroy(NULL)
+ * is a no-op. Functions marked COLLECTIVE must be called by every rank of the loader's
+ * communicator, in the same order. No function calls MPI_Init, exit or abort (the one MPI_Abort:
+ * the load watchdog, section 4). Handles are not thread-safe: one handle, one thread at a time.
+ */
+
+/*
+ * For integrators (in full: docs/API.md, "Building against it", "MPI thread level", "Thread
+ * safety", "Memory").
+ *   - Build: shardload.h includes <mpi.h> (compile with MPI's flags; this header needs none).
+ *     CMake: find_package(shardload CONFIG), shardload::shardload; pkg-config: shardload. Specs
+ *     are found in $SHARDLOAD_SPECS, then <libdir>/../share/shardload/specs, then <libdir>/specs.
+ *   - MPI: MPI_THREAD_FUNNELED or higher; every MPI call is made from the calling thread; create
+ *     loaders after MPI_Init_thread, destroy them before MPI_Finalize.
+ *   - Threads: distinct handles from distinct threads (MPI loaders at once: MPI_THREAD_MULTIPLE);
+ *     logging settings are process-wide.
+ *   - Memory: the caller frees what it creates (destroy/close); what the library returns is the
+ *     library's, valid as documented (at the latest until destroy), except what a function says
+ *     the caller frees with free(). Bound buffers stay the caller's; strings passed in are copied
+ *     or only read during the call.
  */
 #ifndef SHARDLOAD_CORE_H
 #define SHARDLOAD_CORE_H
@@ -79,28 +54,15 @@ extern "C" {
 #pragma GCC visibility push(default)
 
 /* ---------------------------------------------------------------------------------------------
- * 0. The version and the ABI.
+ * 0. The version and the ABI (docs/API.md §0).
  *
- * SL_VERSION_MAJOR, _MINOR, _PATCH, _STRING and SL_VERSION_HEX (0x00MMmmpp) come from
- * shardload/version.h, which the build writes from the project's version: they are the headers'
- * version, fixed when a program is compiled. The library says its own, so that a program can
- * compare the two at run time (sl_version_hex() >> 8 == SL_VERSION_HEX >> 8: the same major and
- * minor, the compatibility promised within a minor version).
- *
+ * shardload/version.h gives the headers' version (SL_VERSION_STRING, SL_VERSION_HEX 0x00MMmmpp);
+ * sl_version_hex() is the library's: the same major and minor is the compatibility promised.
  * Structs the caller allocates and the library fills (sl_param_source, sl_rank_stats,
- * sl_tensor_info) start with a `size` field, so that they can grow without breaking programs built
- * against an older header:
- *   - the caller sets .size = sizeof(T) before the call; the initializers SL_PARAM_SOURCE_INIT,
- *     SL_RANK_STATS_INIT and SL_TENSOR_INFO_INIT do it (and zero the rest);
- *   - the library refuses a size of 0, one smaller than the struct's first version, or one over
- *     64 KiB (no version is that large: an uninitialized .size), with
- *     SL_STATUS_INVALID_ARGUMENT and a message naming the struct and both sizes (in
- *     sl_loader_error for a loader's call; in the log, error level, for calls whose handle keeps
- *     no message: sl_dryrun_rank_stats, sl_model_tensor);
- *   - it writes only the first .size bytes: the fields an older caller knows, never past them
- *     (.size itself is left as the caller set it). A caller newer than the library (a larger
- *     .size) gets the library's fields and zeros in the bytes the library does not know.
- * A field is only ever added at the end of such a struct.
+ * sl_tensor_info) start with `size`: the caller sets it to sizeof(T) (the *_INIT initializers do);
+ * the library refuses 0, less than the first version or over 64 KiB (SL_STATUS_INVALID_ARGUMENT,
+ * naming the struct and both sizes) and writes only the first .size bytes. Fields are only added
+ * at the end.
  * ------------------------------------------------------------------------------------------- */
 #include "shardload/version.h"
 
@@ -228,8 +190,8 @@ void sl_log_set_level(sl_log_level level);
 
 /* ---------------------------------------------------------------------------------------------
  * 3. Configuration: string keys and values, validated when set (the message names the key and
- * what it accepts) and again as a whole when a loader is created. Keys are listed in the README
- * ("Configuration keys"); the CLI flags map onto them one to one.
+ * what it accepts) and again as a whole when a loader is created. Keys are listed in docs/CLI.md
+ * §7 ("Configuration keys"); the CLI flags map onto them one to one.
  * ------------------------------------------------------------------------------------------- */
 typedef struct sl_config sl_config;
 
@@ -237,8 +199,8 @@ sl_status sl_config_create(sl_config **out);
 void sl_config_destroy(sl_config *config);
 /* Copies key and value. An unknown key or a malformed value is an error; the config is unchanged.
  * vLLM's names are accepted for the same keys: tensor_parallel_size (tp), pipeline_parallel_size
- * (pp), data_parallel_size (dp), download_dir (cache_dir). The message of an unknown key suggests
- * the nearest key ("did you mean tp?") when one is near. */
+ * (pp), data_parallel_size (dp), download_dir (cache_dir), language_model_only (skip_vision). The
+ * message of an unknown key suggests the nearest key ("did you mean tp?") when one is near. */
 sl_status sl_config_set(sl_config *config, const char *key, const char *value);
 /* The value last set for key (or its vLLM name, as for sl_config_set), or NULL (the default
  * applies). Valid until the next set/destroy. */
@@ -274,28 +236,14 @@ typedef struct sl_param {
 } sl_param;
 
 /* The communicator of a loader that is not an MPI job: functions the caller provides (the Python
- * package builds them over a torch.distributed process group). sl_loader_create (shardload.h) takes
- * an MPI communicator instead.
- *
- * Every function but poll and abort is COLLECTIVE over the ranks it names and BLOCKING: it returns
- * when this rank's part is done, or with an error. Ranks are 0 .. size-1 of the job; `members` lists
- * the ranks of a group in increasing order (NULL with n_members == size: every rank), and `root` is a
- * position in that list. Each call gets `timeout_s` (the configuration key timeout_s; 0: none): it
- * must not wait longer than that without progress of the job; past it, it returns SL_COMM_TIMEOUT
- * with a message naming the ranks not heard from. A function that fails writes a one-line message
- * into msg (msg_cap bytes, always NUL-terminated by the library). Calls come from the thread that
- * called the loader function, one at a time, always in the same order on every rank.
- *
- * stop_epoch (broadcast and alltoallv, during a transfer): nonzero means the call must return
- * SL_COMM_STOPPED soon after any rank called stop_raise(ctx, stop_epoch), instead of completing; the
- * operation may then be left unfinished (the load fails on every rank and the loader is destroyed).
- * Epochs start at 1 and grow by one with every transfer, identically on every rank.
- *
- * A call that returns SL_COMM_ERROR or SL_COMM_TIMEOUT leaves the communicator unusable: the library
- * calls abort(ctx, message) once (a transport should make the other ranks' calls fail soon after,
- * e.g. by telling them the message), returns SL_STATUS_COMM with the message on this rank, and every
- * later call of this loader fails at once with the same message. The library never ends the process
- * and never calls MPI on such a loader: MPI need not be initialised, or even present at run time. */
+ * package builds them over a torch.distributed process group); docs/API.md §4, "sl_comm_ops".
+ * Every function but poll and abort is COLLECTIVE over the ranks it names and BLOCKING. Ranks are
+ * 0 .. size-1; `members` lists a group's ranks in increasing order (NULL with n_members == size:
+ * every rank), `root` is a position in it. A call waits at most timeout_s (0: none) without the
+ * job's progress, then returns SL_COMM_TIMEOUT; a failing call writes a one-line message into msg
+ * (msg_cap bytes). A nonzero stop_epoch: return SL_COMM_STOPPED soon after any rank's stop_raise
+ * with that epoch. After SL_COMM_ERROR or SL_COMM_TIMEOUT the library calls abort(ctx, message)
+ * once and every later call of the loader fails with SL_STATUS_COMM; it never ends the process. */
 typedef enum sl_comm_result {
   SL_COMM_OK = 0,
   SL_COMM_ERROR = 1,   /* failed: msg says why (a peer's connection closed, ...) */
@@ -348,6 +296,12 @@ typedef struct sl_comm_ops {
 sl_status sl_loader_create_ops(sl_config *config, const sl_comm_ops *ops, sl_loader **out);
 /* COLLECTIVE. Frees every buffer the loader allocated (bound buffers stay the caller's). */
 void sl_loader_destroy(sl_loader *loader);
+/* NOT collective: frees this rank's memory and handles without any communication, for a loader the
+ * other ranks may never destroy (a garbage collector's finalizer). The loader's MPI communicators
+ * stay allocated until MPI_Finalize; NCCL communicators still open are aborted. Memory retained by
+ * sl_loader_param_retain stays valid, as after sl_loader_destroy. Prefer sl_loader_destroy; NULL
+ * is a no-op; MPI may already be finalized. */
+void sl_loader_release_local(sl_loader *loader);
 /* Message of the last failure on this rank ("another rank failed: ..." when a peer failed). */
 const char *sl_loader_error(const sl_loader *loader);
 /* After a COLLECTIVE call failed: the status of the failure that caused it — on the rank that
@@ -356,16 +310,12 @@ const char *sl_loader_error(const sl_loader *loader);
  * Lets every rank report the same kind of failure. rank may be NULL. */
 sl_status sl_loader_error_cause(const sl_loader *loader, int *rank);
 
-/* Not collective. For a process that will load with device=cuda, before MPI_Init (or anything else
- * that touches CUDA): a CUDA-aware MPI creates a context on the current device inside MPI_Init, on
- * GPU 0 in every rank of a node unless the rank's own device is current by then. Makes a device
- * current on the calling thread: `device` >= 0, that ordinal; otherwise the node-local rank the
- * launcher exported (OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID, PMI_LOCAL_RANK, SLURM_LOCALID,
- * LOCAL_RANK) modulo the number of devices, the loader's own default. *chosen: the ordinal, or -1
- * when device < 0 and none of those variables is set (nothing was changed). Pass the ordinal on to
- * the loader (configuration key cuda_device). On failure (SL_STATUS_NO_DEVICE, or
- * SL_STATUS_UNSUPPORTED without CUDA support) *error, if not NULL, receives a message the caller
- * frees with free(). The shardload command does this itself. */
+/* Not collective. Before MPI_Init with device=cuda (a CUDA-aware MPI makes its context on the
+ * current device): makes a device current on the calling thread, `device` if >= 0, else the
+ * node-local rank the launcher exported modulo the device count (docs/API.md §4 lists the
+ * variables). *chosen: the ordinal (pass it on as cuda_device), -1 when none was set. On failure
+ * (SL_STATUS_NO_DEVICE, SL_STATUS_UNSUPPORTED without CUDA support) *error, if not NULL, gets a
+ * message the caller frees with free(). The shardload command does this itself. */
 sl_status sl_cuda_select_device(int device, int *chosen, char **error);
 
 /* Optional, before sl_loader_load with device=cuda: use this CUDA device, stream (cudaStream_t)
@@ -388,16 +338,11 @@ sl_status sl_loader_plan(sl_loader *loader);
 sl_status sl_loader_bind(sl_loader *loader, const char *name, void *data, uint64_t nbytes);
 
 /* COLLECTIVE. Reads this rank's byte ranges, broadcasts shared ranges, checks missing and
- * unexpected weights across ranks. On return every rank has the same status. Every file read is
- * checked for change (size, modification and change time, inode and device) when opened and after
- * its ranges were read: a file rewritten during the load fails it on every rank, naming the file.
- *
- * The load watchdog (configuration key timeout_s, default 600 s): no wait of sl_loader_create,
- * sl_loader_download, sl_loader_plan or sl_loader_load lasts longer than timeout_s. A rank whose
- * wait expires asks every rank whether it is alive, prints on stderr the phase and the ranks it has
- * not heard from (a rank killed, stopped, or cut off), and ENDS THE JOB WITH MPI_Abort on the
- * loader's communicator: a collective that a dead peer never joins cannot be returned from. This
- * is the one place where the library ends the process; every other failure is a status. */
+ * unexpected weights across ranks. On return every rank has the same status. A file rewritten
+ * during the load fails it on every rank, naming the file. The load watchdog (key timeout_s,
+ * default 600 s) bounds every wait of create, download, plan and load: a rank whose wait expires
+ * without progress of the job names the ranks not heard from and ENDS THE JOB WITH MPI_Abort, the
+ * library's one exit (docs/API.md §4, "The load watchdog"). */
 sl_status sl_loader_load(sl_loader *loader);
 
 /* The table of local parameters (after sl_loader_plan or sl_loader_load). */
@@ -537,30 +482,13 @@ const char *sl_dtype_name(sl_dtype dtype);
 /* Bits per element (4, 6, 8 ... 64); 0 out of range. */
 uint32_t sl_dtype_bits(sl_dtype dtype);
 
-/* sl_loader_bind with a conversion: the caller's buffer (host memory) holds the parameter's local
- * shape in element type dtype, and nbytes must be its element count times dtype's size. Each
- * element is converted from the planned dtype (its checkpoint tensors' dtype, the dtype of its
- * sources: sl_param_source.dtype) as it is delivered, rounding as torch's
- * Tensor.to(dtype) does on the CPU (round to nearest even; values past the range become ±inf; NaN
- * stays NaN; F64 → F16/BF16 rounds through F32, as torch does). Conversions: among F32, F16, BF16
- * and F64, in every direction; dtype equal to the planned dtype is a plain sl_loader_bind.
- * Errors: another pair of types, SL_STATUS_UNSUPPORTED naming both; device=cuda with a dtype other
- * than the planned one, SL_STATUS_UNSUPPORTED (convert on the GPU instead); a wrong nbytes,
- * SL_STATUS_INVALID_ARGUMENT naming the parameter, both dtypes and the size expected.
- * Once bound with another dtype, the parameter's table entry (and that of an alias of it)
- * describes the caller's memory: dtype, dtype_bits and nbytes are the buffer's; its sources
- * (sl_loader_param_source) still describe the checkpoint's bytes, their offsets and strides in
- * the planned dtype's bytes. DLPack export and sl_loader_save_sharded give it in the buffer's
- * dtype. Such a parameter is never read into directly nor mapped (load_strategy mmap): its bytes
- * go through staging memory. Binding the same name again (sl_loader_bind or sl_loader_bind_as)
- * replaces the binding. Not collective.
- * A parameter the plan holds in another dtype than its checkpoint tensors' (the spec key "dtype",
- * docs/SPECS.md; a caller-described parameter's dtype) has that dtype in its table entry from the
- * start and is converted as delivered into the loader's memory, or into a buffer bound with
- * sl_loader_bind at that dtype; sl_loader_bind_as converts once, from the checkpoint's dtype, never
- * through the held one (binding it at the checkpoint's dtype converts nothing). With device=cuda
- * such a parameter must be bound at the checkpoint's dtype: left to the loader, sl_loader_load
- * fails with SL_STATUS_UNSUPPORTED naming it before any byte is read. */
+/* sl_loader_bind with a conversion (docs/API.md §8): the caller's host buffer holds the local shape
+ * in element type dtype (nbytes = elements × its size); each element is converted from the
+ * checkpoint's dtype as delivered, rounding as torch's Tensor.to(dtype) on the CPU. Among F32, F16,
+ * BF16 and F64; another pair, or device=cuda with a dtype other than the planned one, is
+ * SL_STATUS_UNSUPPORTED; a wrong nbytes SL_STATUS_INVALID_ARGUMENT. The table entry then describes
+ * the buffer (dtype, nbytes), the sources the checkpoint's bytes. Binding again replaces the
+ * binding. Not collective. */
 sl_status sl_loader_bind_as(sl_loader *loader, const char *name, void *data, uint64_t nbytes, sl_dtype dtype);
 
 /* One source of a local parameter: `rows` rows of `row_bytes` bytes, taken from the checkpoint
@@ -568,12 +496,8 @@ sl_status sl_loader_bind_as(sl_loader *loader, const char *name, void *data, uin
  * first byte) and written at dst_offset in the local parameter (rows dst_stride bytes apart).
  * Together the sources of a parameter are exactly what it holds of the checkpoint (bytes covered
  * by none are zero: vocabulary padding). An alias has no sources (its target has them).
- * A parameter held with its last two dimensions transposed against the checkpoint (layout vllm:
- * Llama-4's experts.w13_weight and experts.w2_weight, whose checkpoint tensors are stored
- * [E, H, 2I] and [E, I, H]) has dst_transposed set on every source: its dst_offset and dst_stride
- * then address the local tensor in the checkpoint's orientation, local_shape with its last two
- * dimensions swapped ([.., A, B] for local_shape [.., B, A], row-major), and the element at
- * (.., a, b) of that view lies at (.., b, a) of the parameter's memory. */
+ * dst_transposed: the parameter is held with its last two dimensions transposed (Llama-4's
+ * experts), dst_offset and dst_stride address it in the checkpoint's orientation (docs/API.md §8). */
 typedef struct sl_param_source {
   size_t size;                        /* sizeof(sl_param_source), set by the caller (section 0) */
   const char *tensor;                 /* checkpoint tensor name (owned by the loader) */
@@ -649,7 +573,7 @@ sl_status sl_loader_set_progress(sl_loader *loader, sl_progress_fn fn, void *use
 /* ---------------------------------------------------------------------------------------------
  * 10. Reload in place: a loaded loader reads another checkpoint of the same architecture and
  * shapes (new weights of a training run, another revision of a Hub repository) into the memory
- * it already holds. docs/spec/DESIGN.md §10.
+ * it already holds. docs/API.md §10, docs/spec/DESIGN.md §10.
  * ------------------------------------------------------------------------------------------- */
 
 /* What a local parameter holds after the last sl_loader_reload. */
@@ -659,45 +583,14 @@ typedef enum sl_reload_state {
   SL_RELOAD_PARTIAL = 2 /* some bytes from the new checkpoint, the others as before: neither */
 } sl_reload_state;
 
-/* COLLECTIVE, after a successful sl_loader_load (or sl_loader_reload). Reads checkpoint `model`
- * (a folder or a Hub repository id, as the configuration key model; NULL or "": the loader's
- * current one, the last loaded or reloaded) at `revision` (a Hub branch, tag, refs/pr/N or commit;
- * NULL: the loader's revision when model is its current one, otherwise the default branch, main;
- * folders ignore it) into the parameters' memory.
- * Every other configuration key stays the loader's. The reload is planned and run as a load is:
- * every checkpoint byte read once cluster-wide, by the readers the schedule picks, shared by
- * broadcasts and two-phase exchanges; the report and the summary then describe the reload
- * (t_alloc: setting up its broadcast groups).
- *
- * Nothing is allocated for parameters and no pointer changes: sl_param.data, the buffers bound with
- * sl_loader_bind (and sl_loader_bind_as: converted again as delivered), the memory handed out by
- * sl_loader_param_retain and sl_loader_param_dlpack (which see the new values), and the table
- * entries with their strings all stay valid and where they are; sl_loader_param_source then
- * describes the new checkpoint (strings it returned before are invalid). Bytes that no source
- * writes (vocabulary padding) are left as they are. Mapped parameters (load_strategy mmap, and
- * auto on the host, which make file pages the parameters' memory) keep their address too: the new
- * bytes are written into their private mappings, which makes each page the process's own memory
- * (copy on write: the report's bytes_mapped is then 0; reloading costs that memory once), while
- * the first checkpoint's files stay open until the loader is destroyed: replace checkpoints by
- * writing new files, never by truncating or rewriting the mapped ones in place. A load with
- * load_strategy direct or io_uring maps nothing.
- *
- * Refused before any byte is written, with the same status on every rank, the parameters and the
- * loader unchanged and usable: a model that does not resolve, download or parse; missing or
- * unexpected weights (as a load checks them); and a checkpoint whose plan does not write exactly the
- * loaded memory on every rank: SL_STATUS_SHAPE naming the first parameter of a rank that differs
- * (and the checkpoint tensor behind it) — a parameter name one table has and the other has not, a
- * dtype, a local or global shape, a size, an alias, or the pieces it is assembled from. A Hub
- * revision is downloaded whole before that check (nothing downloads behind the transfer), and only
- * the files not in the cache yet are fetched: the cache keeps files by the hash of their content,
- * so files unchanged between revisions are linked, not downloaded again.
- *
- * A failure during the transfer (a read error, a file changed, a rank failing) leaves parameters
- * written in part: the loader is then failed, as after a failed sl_loader_load (destroy it; memory
- * retained or exported stays valid), its message ends with this rank's counts of parameters
- * holding the new checkpoint, the previous one, and parts of both, and its table stays readable:
- * sl_loader_param_count, sl_loader_param and sl_loader_reload_state tell each parameter's state.
- * The watchdog (timeout_s) bounds every wait, as in sl_loader_load. */
+/* COLLECTIVE, after a successful load (or reload). Reads checkpoint `model` (as the key model;
+ * NULL or "": the current one) at `revision` (NULL: the loader's when model is its current one,
+ * else main; folders ignore it) into the parameters' memory, planned and run as a load; every
+ * other key stays the loader's. No pointer changes (table, bound, retained and exported memory
+ * see the new values; mapped parameters become private copies). A plan that does not write
+ * exactly the loaded memory is refused before any byte is written (SL_STATUS_SHAPE naming the
+ * parameter), the loader unchanged. A failure during the transfer fails the loader;
+ * sl_loader_reload_state then tells each parameter's state. docs/API.md §10. */
 sl_status sl_loader_reload(sl_loader *loader, const char *model, const char *revision);
 
 /* Not collective. What local parameter index of this rank holds after the last sl_loader_reload
@@ -708,7 +601,7 @@ sl_status sl_loader_reload_state(const sl_loader *loader, size_t index, sl_reloa
 /* ---------------------------------------------------------------------------------------------
  * 11. Load from peers: ranks that hold the model in one layout (loaded loaders, the donors) give
  * ranks that need it in another (freshly created loaders, the receivers) their parameters over a
- * communicator that holds both, without touching storage. docs/spec/DESIGN.md §11.
+ * communicator that holds both, without touching storage. docs/API.md §11, docs/spec/DESIGN.md §11.
  * ------------------------------------------------------------------------------------------- */
 
 /* COLLECTIVE over every rank of `ops` (the job: donors and receivers). As
@@ -719,11 +612,9 @@ sl_status sl_loader_load_from_peers_ops(sl_loader *loader, const sl_comm_ops *op
 /* The dry run of a load from peers (`shardload plan --from-tp`; no MPI, no tensor data): source_world
  * ranks hold the model as `source` configures it (the donors, numbered first), world_size ranks need
  * it as `target` configures it (the receivers). Every rank's plan from the headers, the messages
- * between them (docs/spec/DESIGN.md §11) and per rank the bytes sent and received, with a predicted
- * time: per node max(bytes in, bytes out) of the messages between nodes over network_gbps, then its
- * relays within the node at the same-node rate (target's ranks_per_node consecutive ranks of the
- * job per node; nobody reads storage). On failure *out is
- * NULL and sl_config_error(target) holds the message. docs/REPORT.md, "Dry run of a load from peers". */
+ * between them, per rank the bytes sent and received, and the predicted time (docs/API.md §11).
+ * On failure *out is NULL and sl_config_error(target) holds the message. docs/REPORT.md, "Dry run
+ * of a load from peers". */
 typedef struct sl_dryrun_peers sl_dryrun_peers;
 sl_status sl_dryrun_peers_create(sl_config *target, int world_size, sl_config *source, int source_world,
                                  sl_dryrun_peers **out);
@@ -733,35 +624,15 @@ const char *sl_dryrun_peers_json(sl_dryrun_peers *dryrun);
 const char *sl_dryrun_peers_summary(sl_dryrun_peers *dryrun);
 
 /* ---------------------------------------------------------------------------------------------
- * 12. Caller-described plans: instead of an architecture spec (the files of specs/ instantiated against
- * config.json), each rank describes its own parameters and where their bytes come from, as an
- * engine that already knows its layout can (the vLLM plugin records it from vLLM's own weight
- * loaders). Everything else is as for a spec's plan: the ranks agree on every rank's description,
- * identical source slices needed by several ranks are read once and broadcast, each rank reads only
- * its own ranges, missing and unexpected weights are tracked, the report and the dry run say the
- * same things. docs/spec/DESIGN.md §12.
- *
- * A plan is a builder (one rank's description): parameters, and the regions that fill them. A
- * region pairs the elements of a box of a checkpoint tensor (start[k], count[k] per dimension of
- * the tensor) with those of a box of a parameter (dst_start[j], dst_count[j] per dimension of the
- * parameter) in the row-major order of each box, so the two boxes hold the same number of elements
- * and a box may be viewed with another shape (the reshapes and views of contiguous data). The
- * elements of a parameter held transposed (`transposed`: its last two dimensions swapped, as
- * vLLM's experts.w13_weight of Llama-4) are addressed in the other orientation: dst boxes address
- * the shape with the last two dimensions exchanged. A parameter's regions together write each of
- * its bytes exactly once, except bytes declared zero (sl_plan_add_zeros: vocabulary padding).
- *
- * Checked on every rank before any byte is read, each failure SL_STATUS_PLAN on every rank naming the
- * rank, the parameter, the region and its tensor and the rule: a tensor the checkpoint does not
- * have; a box outside its tensor or its parameter; boxes of different element counts; two regions
- * writing the same bytes; bytes no region writes (how many, and the first one's index); a
- * parameter's regions of different dtypes, or of a dtype that cannot be converted to the
- * parameter's (conversions among F32, F16, BF16 and F64, as sl_loader_bind_as); a transposed
- * parameter of fewer than 2 dimensions or of sub-byte elements; a region whose rows do not start
- * and end on whole bytes (sub-byte dtypes: F4, F6_*); a parameter no region reads into; a fallback
- * parameter that is not one whole tensor; on different ranks, one parameter name with different
- * dtypes or fills. The builder refuses at once: a duplicate parameter name, a dimension count above
- * SL_MAX_DIMS, counts above the limits (SL_STATUS_INVALID_ARGUMENT, message in sl_plan_error).
+ * 12. Caller-described plans: instead of an architecture spec, each rank describes its own
+ * parameters and where their bytes come from (the vLLM plugin records it from vLLM's own weight
+ * loaders); everything else is as for a spec's plan. A region pairs the elements of a box of a
+ * checkpoint tensor with those of a box of a parameter in row-major order (a view or reshape is
+ * one region); a transposed parameter's boxes address it with its last two dimensions exchanged;
+ * a parameter's regions write each of its bytes exactly once, except those declared zero. Checked
+ * on every rank before any byte is read (SL_STATUS_PLAN, naming the rank, parameter, region,
+ * tensor and rule); the builder refuses a duplicate name, too many dimensions or counts at once
+ * (SL_STATUS_INVALID_ARGUMENT, sl_plan_error). The rules: docs/API.md §12, docs/spec/DESIGN.md §12.
  * ------------------------------------------------------------------------------------------- */
 
 /* How a parameter of the table is filled (sl_loader_param_fill). */
@@ -825,12 +696,7 @@ sl_status sl_plan_skip(sl_plan *plan, const char *tensor);
 size_t sl_plan_param_count(const sl_plan *plan);
 uint64_t sl_plan_region_count(const sl_plan *plan);
 
-/* The JSON form (files, dry runs, tests; docs/spec/DESIGN.md §12):
- *   {"params": [{"name": N, "dtype": "BF16", "shape": [..], "transposed": false, "fill": "recorded",
- *                "regions": [{"tensor": T, "start": [..], "count": [..], "dst_start": [..],
- *                             "dst_count": [..]}, {"zeros": true, "dst_start": [..], "dst_count": [..]}]}],
- *    "skip": [T, ...]}
- * transposed (default false) and fill ("recorded" or "fallback"; default "recorded") may be left out.
+/* The JSON form (files, dry runs, tests; its keys: docs/API.md §12, docs/spec/DESIGN.md §12).
  * sl_plan_from_json: every key checked (an unknown one is an error naming it), every number a
  * non-negative integer, the counts bounded; on failure *out is NULL and *error (if not NULL) a
  * message the caller frees with free(). sl_plan_to_json: the plan in that form, regions under their
@@ -845,18 +711,13 @@ sl_status sl_plans_from_json(const char *text, size_t len, int world_size, sl_pl
 /* Destroys every distinct plan of plans[0 .. world_size) once and sets the entries to NULL. */
 void sl_plans_destroy(sl_plan **plans, int world_size);
 
-/* Not collective; before sl_loader_download, sl_loader_plan and sl_loader_load (and before the
- * first of them on every rank: the job agrees in sl_loader_download whether it loads from
- * described plans). This rank's plan replaces the architecture spec: none is looked up, so an
- * architecture without a spec loads; the configuration's tp, pp and dp only say how ranks are
- * numbered in reports (without them every rank is a data-parallel replica). The plan is copied:
- * the caller may destroy it at once. Every rank of the loader must set one (a rank that sets none
- * fails the download on every rank). Ranks whose plans are equal cost one description: the ranks
- * agree by hashes of their canonical form, and only the lowest rank of each set of equal plans
- * sends its plan to the others. Not with load_format sharded_state nor a load from peers.
- * plan NULL: this rank's plan could not be made (a caller's own failure); then, as when this call
- * fails, the download fails on every rank (SL_STATUS_PLAN naming this rank) instead of any rank
- * loading without its plan. */
+/* Not collective; before sl_loader_download, sl_loader_plan and sl_loader_load, on every rank (the
+ * job agrees in sl_loader_download whether it loads from described plans; a rank that sets none
+ * fails it on every rank). This rank's plan (copied) replaces the architecture spec, so an
+ * architecture without one loads; tp, pp and dp only number the ranks in reports (none: every rank
+ * a data-parallel replica). Not with load_format sharded_state nor a load from peers. plan NULL:
+ * this rank's plan could not be made; the download then fails on every rank (SL_STATUS_PLAN
+ * naming this rank). docs/API.md §12. */
 sl_status sl_loader_set_plan(sl_loader *loader, const sl_plan *plan);
 /* After sl_loader_plan: how local parameter index is filled (SL_FILL_SPEC for an architecture
  * spec's plan); SL_FILL_SPEC also for an index out of the table. */
@@ -869,99 +730,57 @@ sl_status sl_dryrun_create_described(sl_config *config, int world_size, const sl
                                      sl_dryrun **out);
 
 /* ---------------------------------------------------------------------------------------------
- * 13. Weight sync (refit): ranks that train (the publishers) push the weights they hold into the
- * parameters of loaded loaders (the receivers) over a communicator that holds both, one refit per
- * training step; each byte crosses each node's link at most once. docs/spec/DESIGN.md §13.
+ * 13. Weight sync (refit): ranks that train (the publishers) push the blocks of checkpoint tensors
+ * they hold, in the checkpoint's global coordinates, into the parameters of loaded loaders (the
+ * receivers) over a communicator that holds both, one refit per training step: the plan made once
+ * per pair of layouts and kept, each byte across each node's link at most once, a step of the
+ * version the receivers hold moving nothing. docs/API.md §13, docs/spec/DESIGN.md §13.
  * ------------------------------------------------------------------------------------------- */
 
-/* A trainer rank's side: the blocks of checkpoint tensors it holds, described in the checkpoint's
- * global coordinates, and the plan of its last refit (kept for the next). */
+/* A trainer rank's side: its blocks and the plan of its last refit (kept for the next). */
 typedef struct sl_publisher sl_publisher;
 
-/* Not collective. config: NULL for the defaults, else the keys it reads (the others are ignored):
- * timeout_s (every wait of a publish), bucket_bytes (the largest message), network_gbps (the time
- * model of the report), device (cpu: blocks in host memory; cuda: in device memory of the GPU
- * cuda_device, default the node-local rank in the job). */
+/* Not collective. config: NULL for the defaults, else the keys it reads (timeout_s, bucket_bytes,
+ * network_gbps, device, cuda_device; the others are ignored). */
 sl_status sl_publisher_create(const sl_config *config, sl_publisher **out);
-/* Not collective. destroy(NULL) is a no-op. */
 void sl_publisher_destroy(sl_publisher *publisher);
 /* Message of the last failure on this rank ("" when none). */
 const char *sl_publisher_error(const sl_publisher *publisher);
-
-/* Not collective. One block this rank publishes: checkpoint tensor `tensor` (the receivers'
- * checkpoint name) of global shape shape[0 .. ndim), the block of extent[] elements starting at
- * offsets[] (a contiguous hyper-rectangle: FSDP's row blocks, uneven or empty last ones — an
- * extent of 0 —, Megatron's column or row blocks), held at `data` row-major in element type dtype
- * (host memory, or device memory with device=cuda; NULL for an empty block). The memory must stay
- * valid and unchanged until the next sl_publish returns. Checked here: the name, offsets + extent
- * within the shape. Blocks accumulate until sl_publisher_clear. */
+/* Not collective. One block: checkpoint tensor `tensor` (the receivers' name) of global shape
+ * shape[0 .. ndim) (NULL: the receivers' checkpoint's), the block of extent[] elements at
+ * offsets[] (a contiguous hyper-rectangle; an extent of 0: an empty block), row-major at `data` in
+ * `dtype` (host memory, or device memory with device=cuda; valid and unchanged until the next
+ * sl_publish returns). Blocks accumulate until sl_publisher_clear (which keeps the plan). */
 sl_status sl_publisher_add(sl_publisher *publisher, const char *tensor, sl_dtype dtype, uint32_t ndim,
                            const uint64_t *shape, const uint64_t *offsets, const uint64_t *extent,
                            const void *data);
-/* Not collective. Forgets the blocks (for the next step's memory); the plan is kept: a publish whose
- * blocks describe the same layout reuses it. */
 void sl_publisher_clear(sl_publisher *publisher);
 
-/* COLLECTIVE over every rank of `ops` (the job: the trainers calling this, the receivers calling
- * sl_loader_refit_ops), in the same order on every rank. Pushes this rank's blocks as version
- * `version` (>= 1, the same on every rank) into the receivers' parameters. shardload.h has the
- * MPI form, sl_publish. What the job agrees, in order (every rank returns the same status):
- *   - roles and versions: trainers and receivers both present, one version, one device kind (all
- *     cuda or all cpu), receivers that loaded the same checkpoint (they may be several loaders,
- *     e.g. several inference engines);
- *   - the plan, made once per pair of layouts (every rank's blocks or copies, the job's nodes, the
- *     message size: the smallest bucket_bytes of any rank) and reused while they stay the same;
- *     when made, every trainer's blocks are checked against the receivers' catalog before any
- *     byte moves: a tensor the checkpoint lacks, another shape, a dtype that neither equals the
- *     checkpoint's nor converts into it (F32, F16, BF16, F64 convert into each other), blocks of
- *     two trainers that overlap without being the same block, or a byte some receiver needs that
- *     no trainer publishes: one error on every rank naming the tensor. Each receiver byte comes
- *     from one trainer byte (identical blocks, replicas, share the sending), a trainer on the
- *     receiver's node first; receivers of one node that need the same bytes take them over the
- *     node's link once, one of them relaying them to the others;
- *   - what moves: nothing for a receiver that holds `version` (a repeat moves zero bytes), only
- *     the copies a failed refit of `version` left incomplete, everything otherwise;
- *   - the transfer: messages of at most the message size between pairs of ranks (MPI or the
- *     caller's functions between host memories, NCCL between GPUs), the trainer converting a block
- *     of another dtype into the checkpoint's as it packs it (host memory only: on a GPU publish the
- *     checkpoint's dtype), the receiver converting into a parameter held in another dtype
- *     (sl_loader_bind_as) as bytes land; the abort channel and timeout_s bound every wait.
- * A failure (a rank failing or dying, the communicator broken) fails every rank within timeout_s;
- * the receivers' loaders stay loaded and usable, their sl_loader_reload_state names per parameter
- * what it holds, and the next refit of the same version moves only what is missing. */
+/* COLLECTIVE over every rank of `ops` (the trainers calling this, the receivers
+ * sl_loader_refit_ops), in the same order on every rank: this rank's blocks as version `version`
+ * (>= 1, the same everywhere). Checks, plan, transfer and faults: docs/API.md §13. shardload.h has
+ * the MPI form, sl_publish. */
 sl_status sl_publish_ops(sl_publisher *publisher, const sl_comm_ops *ops, uint64_t version);
-/* The JSON report of this rank's last successful publish or refit, the same text on every rank of
- * its job (docs/REPORT.md, "Refit report"): the version, whether the plan was made or reused, the
- * parts and bytes moved, each node's link and the predicted time, every rank's figures. NULL when
- * none. Owned by the handle, valid until its next publish or refit. */
+/* The JSON report of the last successful publish (or refit), the same text on every rank of its job
+ * (docs/REPORT.md, "Refit report"); NULL when none. Owned by the handle. */
 const char *sl_publisher_report_json(const sl_publisher *publisher);
 
 /* COLLECTIVE over every rank of `ops` (see sl_publish_ops): a loaded loader receives version
- * `version` into the memory it holds: no pointer moves (the caller's bound buffers, retained and
- * DLPack-exported memory see the new values). Refused on this rank (failing every rank): a loader
- * that is not loaded, and with device=cuda a parameter held in another dtype or transposed. On
- * success every parameter holds `version` (sl_loader_reload_state: SL_RELOAD_NEW). On a failure
- * the loader stays loaded (unlike a failed sl_loader_reload): refused before any byte moved, its
- * parameters and states are as they were; after the transfer started, sl_loader_reload_state says
- * per parameter NEW (holds `version` whole, counting earlier failed refits of it), OLD (no byte of
- * it) or PARTIAL, and the message ends with this rank's three counts. shardload.h has the MPI form,
- * sl_loader_refit. */
+ * `version` into the memory it holds, no pointer moving. On a failure it stays loaded:
+ * sl_loader_reload_state says per parameter NEW, OLD or PARTIAL, and the next refit of the version
+ * moves what is missing (docs/API.md §13). shardload.h has the MPI form, sl_loader_refit. */
 sl_status sl_loader_refit_ops(sl_loader *loader, const sl_comm_ops *ops, uint64_t version);
-/* Not collective. *version: the version every parameter holds (0: the checkpoint the loader
- * loaded or last reloaded); *pending (may be NULL): a version whose refit failed part-way, so that
- * some parameters hold parts of it (0: none). */
+/* Not collective. *version: the version every parameter holds (0: the checkpoint loaded or last
+ * reloaded); *pending (may be NULL): a version a failed refit left in part (0: none). */
 sl_status sl_loader_version(const sl_loader *loader, uint64_t *version, uint64_t *pending);
 /* The JSON report of the loader's last successful refit (see sl_publisher_report_json). */
 const char *sl_loader_refit_report_json(const sl_loader *loader);
 
 /* The dry run of a refit (`shardload plan --from-publishers`; no MPI, no tensor data): the
- * receivers' plans as `target` configures them (world_size ranks), the trainers' blocks as
- * `publishers` describes them (docs/REPORT.md, "Publishers"): "fsdp:N" (N trainers, every tensor
- * cut along its first dimension as torch.chunk cuts it: FSDP's Shard(0)), "fsdp:NxR" (R replicas
- * of that), or JSON text {"trainers": [{"TENSOR": {"offsets": [...], "extent": [...], "dtype":
- * "F32"}, ...}, ...]} (dtype optional: the checkpoint's). Trainers are the job's first ranks,
- * receivers after them, ranks_per_node consecutive ranks per node. The same checks, plan and time
- * model as a refit's. On failure *out is NULL and sl_config_error(target) holds the message. */
+ * receivers as `target` configures them (world_size ranks), the trainers as `publishers` says
+ * ("fsdp:N", "fsdp:NxR" or JSON: docs/REPORT.md, "Refit report"), the job's first ranks. The same
+ * checks, plan and time model as a refit's. On failure *out is NULL and sl_config_error(target)
+ * holds the message. */
 typedef struct sl_dryrun_refit sl_dryrun_refit;
 sl_status sl_dryrun_refit_create(sl_config *target, int world_size, const char *publishers,
                                  sl_dryrun_refit **out);

@@ -13,6 +13,10 @@ class Error(Exception):
 
     status = None
     status_name = None
+    # A collective Loader call sets them: the rank whose failure this is (None on that rank itself)
+    # and the ranks lost (dead, stopped) over a torch.distributed group.
+    peer_rank = None
+    lost_ranks = ()
 
     def __init__(self, message, status=None):
         super().__init__(message)

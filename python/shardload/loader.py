@@ -43,6 +43,7 @@ refit() receives the weights trainer ranks publish into the same memory, every s
 import atexit
 import ctypes
 import json
+import warnings
 
 from . import _lib
 from . import progress as _progress
@@ -55,6 +56,7 @@ from . import errors as _errors
 FILL_NAMES = {0: "spec", 1: "recorded", 2: "fallback"}  # sl_fill
 
 PEER_FAILED = next(c.status for c in _errors.BY_STATUS.values() if c.status_name == "PEER_FAILED")
+MPI_FAILED = next(c.status for c in _errors.BY_STATUS.values() if c.status_name == "MPI")
 
 lib = _lib.lib
 
@@ -76,8 +78,9 @@ def _world_without_mpi4py():
     lib.MPI_Initialized(ctypes.byref(flag))
     if not flag.value:
         _lib.promote_mpi()
-        if lib.MPI_Init(None, None) != 0:
-            raise error_for(31, "MPI_Init failed")  # SL_STATUS_MPI
+        rc = lib.MPI_Init(None, None)
+        if rc != 0:
+            raise error_for(MPI_FAILED, "MPI_Init failed (error code %d)" % rc)
         _mpi_initialized_here = True
         atexit.register(_finalize)
     try:
@@ -394,6 +397,7 @@ class Loader:
                  **values):
         from .torchcomm import TorchComm, is_process_group
         self._h = None
+        self._model = model
         cfg = config if config is not None else Config()
         cfg.set("model", model)
         for key, value in values.items():
@@ -772,7 +776,18 @@ class Loader:
         return False
 
     def __del__(self):
+        # The garbage collector runs at a different time on each rank: a finalizer must not call
+        # the collective destroy. It frees this rank's memory alone (sl_loader_release_local:
+        # tensors handed out stay valid) and warns that close() was not called.
+        handle = getattr(self, "_h", None)
+        if not handle:
+            return
+        self._h = None
+        self._bound = {}
         try:
-            self.close()
-        except Exception:
+            warnings.warn("shardload.Loader(%r) was not closed: call close() on every rank (or use "
+                          "`with`); this rank's memory was released without the other ranks"
+                          % (getattr(self, "_model", None),), ResourceWarning, source=self)
+        except Exception:  # interpreter shutdown: warnings may be gone
             pass
+        lib.sl_loader_release_local(handle)

@@ -26,7 +26,8 @@ class SyncGroup:
     size() as a ProcessGroup's; .pg is the group, .store the TCPStore."""
 
     def __init__(self, pg, store, rank, size):
-        self.pg, self.store = pg, store
+        self.pg = pg
+        self.store = store
         self._rank, self._size = rank, size
 
     def rank(self):

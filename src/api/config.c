@@ -1,7 +1,7 @@
 /*
  * api/config.c — the configuration table. Every key the library accepts is one row below: its type,
  * its default and a short description. sl_config_set validates against the row (so the error
- * names the key and what it accepts); loaders read typed values back with the getters. README.md's
+ * names the key and what it accepts); loaders read typed values back with the getters. docs/CLI.md's
  * table of keys is written from this one (scripts/config-keys --write, through sl_config_keys), and
  * tests/unit/test_config_keys.py fails while it or another list of keys disagrees.
  */
@@ -69,9 +69,11 @@ static const key_def keys[] = {
     {"cuda_device", T_STR, NULL, NULL, "CUDA device ordinal (default: node-local rank)"},
     {"pp_layer_partition", T_STR, NULL, NULL, "explicit layers per stage, e.g. 4,6,6,4"},
     {"extra_config", T_STR, NULL, NULL,
-     "JSON object: enable_multithread_load, num_threads, "
-     "enable_weights_track"},
+     "vLLM's extra-config JSON object: enable_multithread_load, num_threads (sets threads), "
+     "enable_weights_track (sets strict)"},
     {"threads", T_POS, NULL, NULL, "reader threads per rank, at most 1024 (default 8)"},
+    {"enable_multithread_load", T_BOOL, NULL, NULL,
+     "false: one reader thread; true needs load_strategy auto (vLLM's extra-config key)"},
     {"load_strategy", T_ENUM, "auto", "auto,direct,io_uring,mmap",
      "how bytes are read (auto: per file, mapped on host, page cache if resident, else O_DIRECT)"},
     {"prefault", T_BOOL, "false", NULL, "touch host parameter memory before reading (timed as allocation)"},
@@ -115,14 +117,17 @@ static const key_def keys[] = {
 
 #define N_KEYS (sizeof keys / sizeof keys[0])
 
-/* vLLM's spellings of keys (its EngineArgs names), accepted wherever a key is (sl_config_set,
- * sl_config_get): the CLI's --tensor-parallel-size and Python's tensor_parallel_size=2 mean tp. */
+/* vLLM's spellings of keys (its EngineArgs names and its extra-config keys), accepted wherever a
+ * key is (sl_config_set, sl_config_get, the members of extra_config): the CLI's
+ * --tensor-parallel-size and Python's tensor_parallel_size=2 mean tp, {"num_threads": 4} means
+ * threads 4. */
 static const struct {
   const char *alias;
   const char *key;
 } key_aliases[] = {
-    {"tensor_parallel_size", "tp"}, {"pipeline_parallel_size", "pp"},       {"data_parallel_size", "dp"},
-    {"download_dir", "cache_dir"},  {"language_model_only", "skip_vision"},
+    {"tensor_parallel_size", "tp"},     {"pipeline_parallel_size", "pp"},       {"data_parallel_size", "dp"},
+    {"download_dir", "cache_dir"},      {"language_model_only", "skip_vision"}, {"num_threads", "threads"},
+    {"enable_weights_track", "strict"},
 };
 
 #define N_ALIASES (sizeof key_aliases / sizeof key_aliases[0])
@@ -331,6 +336,17 @@ static sl_status validate(const key_def *k, const char *value, sl__err *err) {
   return SL_STATUS_INTERNAL;
 }
 
+/* extra_config's members are keys under vLLM's spelling (the alias table), each set as if given
+ * alone: the value set last wins, as for any key set twice. Nothing is set when the object is
+ * refused. */
+static sl_status apply_extra_config(sl_config *config, const char *json) {
+  sl__extra_members m;
+  sl_status st = sl__extra_config_parse(json, sl__config_str(config, "load_format"), &m, &config->err);
+  for (size_t i = 0; i < m.n && st == SL_STATUS_OK; i++)
+    st = sl_config_set(config, m.member[i].key, m.member[i].value);
+  return st;
+}
+
 sl_status sl_config_set(sl_config *config, const char *key, const char *value) {
   if (config == NULL || key == NULL || value == NULL)
     return SL_STATUS_INVALID_ARGUMENT;
@@ -351,6 +367,11 @@ sl_status sl_config_set(sl_config *config, const char *key, const char *value) {
                keys[i].name);
     }
     return st;
+  }
+  if (strcmp(keys[i].name, "extra_config") == 0) {
+    st = apply_extra_config(config, value);
+    if (st != SL_STATUS_OK)
+      return st;
   }
   /* Enum values are stored in their canonical (table) spelling: "CUDA" is kept as "cuda". */
   const char *canon = value;
@@ -483,7 +504,7 @@ static char keys_help[8192];
 static pthread_once_t keys_once = PTHREAD_ONCE_INIT;
 
 /* One key's line: "  NAME  MEANING[; one of A, B, C][ (default D)]" (an enum's accepted values
- * listed, so that `--help` and the README's table say what --layout or --load-format take). */
+ * listed, so that `--help` and docs/CLI.md's table say what --layout or --load-format take). */
 static int key_line(char *out, size_t cap, const key_def *k) {
   char choices[256] = "";
   if (k->type == T_ENUM && k->choices != NULL) {

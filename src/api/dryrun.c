@@ -58,7 +58,7 @@ static sl_status create(sl_config *config, int world_size, const sl_plan *const 
   if (st == SL_STATUS_OK && d->cfg == NULL)
     st = sl__err_set(&err, SL_STATUS_NOMEM, "out of memory");
   /* The whole pipeline here, for no rank in particular: the schedule holds every rank's figures. */
-  sl__prep_driver drv = {.cfg = d->cfg, .world = d->world, .rank = SL_NONE, .builds_catalog = true};
+  sl__prep_driver drv = {.cfg = d->cfg, .world = d->world, .dry_run = true, .builds_catalog = true};
   if (st == SL_STATUS_OK && plans != NULL)
     st = sl__described_from_plans(d->world, plans, &d->pl.described, &err);
   if (st == SL_STATUS_OK)

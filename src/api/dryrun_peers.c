@@ -46,8 +46,10 @@ void sl_dryrun_peers_destroy(sl_dryrun_peers *d) {
 /* Every rank's copies of one side into ranks[first ..], its plans kept in plans[]. */
 static sl_status side_plans(sl__pipeline *pl, uint32_t n, uint32_t first, bool donor, sl__rank_plan *plans,
                             sl__peer_rank *ranks, uint64_t *needed, uint32_t per_node, sl__err *err) {
+  sl__plan_opts po;
+  sl__pipeline_plan_opts(pl, false, &po);
   for (uint32_t k = 0; k < n; k++) {
-    sl_status st = sl__plan_rank(&pl->prep.model, &pl->prep.cat, &pl->po, k, false, &plans[first + k], err);
+    sl_status st = sl__plan_rank(&pl->prep.model, &pl->prep.cat, &po, k, false, &plans[first + k], err);
     if (st != SL_STATUS_OK)
       return st;
     ranks[first + k] = (sl__peer_rank){.donor = donor,
@@ -90,7 +92,7 @@ static sl_status peer_plan(sl_dryrun_peers *d, sl__err *err) {
 static sl_status one_side(sl__pipeline *pl, sl_config *cfg, int world, const char *which, sl__err *err) {
   if (world < 1)
     return sl__err_set(err, SL_STATUS_INVALID_ARGUMENT, "the %s world size must be at least 1", which);
-  sl__prep_driver drv = {.cfg = cfg, .world = (uint32_t)world, .rank = SL_NONE, .builds_catalog = true};
+  sl__prep_driver drv = {.cfg = cfg, .world = (uint32_t)world, .dry_run = true, .builds_catalog = true};
   return sl__pipeline_run(pl, &drv, SL_PREP_PLAN, err);
 }
 

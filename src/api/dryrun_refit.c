@@ -65,8 +65,10 @@ static sl_status ranks_of(sl_dryrun_refit *d, sl__peer_rank *ranks, sl__copy **t
     for (size_t k = 0; k < n; k++)
       d->needed[t] += tcopies[t][k].row_bytes * tcopies[t][k].rows;
   }
+  sl__plan_opts po;
+  sl__pipeline_plan_opts(&d->dst, false, &po);
   for (uint32_t k = d->trainers; k < world && st == SL_STATUS_OK; k++) {
-    st = sl__plan_rank(&d->dst.prep.model, cat, &d->dst.po, k - d->trainers, false, &plans[k], err);
+    st = sl__plan_rank(&d->dst.prep.model, cat, &po, k - d->trainers, false, &plans[k], err);
     ranks[k] = (sl__peer_rank){
         .node = k / d->ranks_per_node, .copies = plans[k].copies, .n_copies = plans[k].n_copies};
     d->needed[k] = plans[k].bytes_needed;
@@ -120,7 +122,7 @@ sl_status sl_dryrun_refit_create(sl_config *target, int world_size, const char *
   if (world_size < 1)
     st = sl__err_set(&err, SL_STATUS_INVALID_ARGUMENT, "the receivers' world size must be at least 1");
   d->receivers = world_size > 0 ? (uint32_t)world_size : 0;
-  sl__prep_driver drv = {.cfg = target, .world = d->receivers, .rank = SL_NONE, .builds_catalog = true};
+  sl__prep_driver drv = {.cfg = target, .world = d->receivers, .dry_run = true, .builds_catalog = true};
   if (st == SL_STATUS_OK)
     st = sl__pipeline_run(&d->dst, &drv, SL_PREP_PLAN, &err);
   if (st == SL_STATUS_OK)

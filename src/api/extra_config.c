@@ -1,5 +1,6 @@
 /*
- * api/extra_config.c — parses and validates `--extra-config JSON` (docs/spec/FILES.md §6).
+ * api/extra_config.c — parses and validates `--extra-config JSON` (docs/spec/FILES.md §6) into its
+ * members; api/config.c sets each as the configuration key it names.
  *
  * cJSON parses the text; what cJSON does not keep is recovered from the text itself:
  *   - repeated keys (cJSON keeps both members): found by walking the members with a map;
@@ -14,10 +15,10 @@
 #include "base/util.h"
 
 #include <cjson/cJSON.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define SL_NUM_THREADS_DEFAULT 8u
 #define SL_TOKEN_SHOWN_MAX 64 /* bytes of an offending value quoted in a message */
 
 static const char *const k_allowed_keys[] = {"enable_multithread_load", "enable_weights_track",
@@ -183,13 +184,22 @@ static int shown_length(token_span t) {
   return (int)(t.n < SL_TOKEN_SHOWN_MAX ? t.n : SL_TOKEN_SHOWN_MAX);
 }
 
-/* Step 3: the type of each known member, in document order. */
-static sl_status check_types(const cJSON *root, const token_span *spans, sl__extra_config *cfg,
+/* Step 3: the type of each known member, in document order; each valid one becomes a member of
+ * out under its table spelling (a static string: the JSON's own may have been written with an
+ * escape). */
+static sl_status check_types(const cJSON *root, const token_span *spans, sl__extra_members *out,
                              sl__err *err) {
   size_t i = 0;
   for (const cJSON *c = root->child; c != NULL; c = c->next, i++) {
     const char *key = c->string;
     token_span t = spans[i];
+    size_t k = 0;
+    while (strcmp(key, k_allowed_keys[k]) != 0) /* known: check_unknown_keys ran first */
+      k++;
+    if (out->n >= sizeof out->member / sizeof out->member[0]) /* no duplicate: at most one each */
+      return sl__err_set(err, SL_STATUS_INTERNAL, "extra config: more members than keys");
+    char *value = out->member[out->n].value;
+    size_t cap = sizeof out->member[out->n].value;
     if (strcmp(key, "num_threads") == 0) {
       uint32_t v = 0;
       if (!cJSON_IsNumber(c) || !parse_thread_count(t, &v))
@@ -197,54 +207,29 @@ static sl_status check_types(const cJSON *root, const token_span *spans, sl__ext
                            "extra config key 'num_threads' must be an integer from 1 to %u, written without "
                            "fraction or exponent (got %.*s)",
                            SL_THREADS_MAX, shown_length(t), t.p != NULL ? t.p : "");
-      cfg->num_threads = v;
-      cfg->num_threads_set = true;
-      continue;
-    }
-    if (!cJSON_IsBool(c))
+      snprintf(value, cap, "%u", v);
+    } else if (cJSON_IsBool(c)) {
+      snprintf(value, cap, "%s", cJSON_IsTrue(c) ? "true" : "false");
+    } else {
       return sl__err_set(err, SL_STATUS_CONFIG, "extra config key '%s' must be true or false (got %.*s)", key,
                          shown_length(t), t.p != NULL ? t.p : "");
-    bool value = cJSON_IsTrue(c);
-    if (strcmp(key, "enable_multithread_load") == 0) {
-      cfg->multithread = value ? 1 : 0;
-    } else {
-      cfg->weights_track = value;
-      cfg->weights_track_set = true;
     }
+    out->member[out->n++].key = k_allowed_keys[k];
   }
   return SL_STATUS_OK;
 }
 
-sl_status sl__extra_config_parse(const char *json, const char *load_format_name, const char *load_strategy,
-                                 uint32_t threads_flag, bool no_strict, sl__extra_config *out, sl__err *err) {
+sl_status sl__extra_config_parse(const char *json, const char *load_format_name, sl__extra_members *out,
+                                 sl__err *err) {
   const char *format = load_format_name != NULL ? load_format_name : "auto";
-  const char *strategy = load_strategy != NULL ? load_strategy : "auto";
   const char *text = json != NULL ? json : "{}";
   memset(out, 0, sizeof *out);
-  out->multithread = -1;
-  out->num_threads = threads_flag != 0 ? threads_flag : SL_NUM_THREADS_DEFAULT;
-  out->num_threads_set = threads_flag != 0;
-  out->weights_track = !no_strict;
-  out->weights_track_set = no_strict;
 
-  /* The values of the JSON alone, merged with the flags at the end. */
-  sl__extra_config cfg;
-  memset(&cfg, 0, sizeof cfg);
-  cfg.multithread = -1;
-  cfg.weights_track = true;
-
-  /* The limits of base/json.h before cJSON allocates anything (the text comes from the user). */
-  sl_status checked = sl__json_check(text, strlen(text), "extra config", SL_STATUS_CONFIG, err);
-  if (checked != SL_STATUS_OK)
-    return checked;
-  const char *end = NULL;
-  cJSON *root = cJSON_ParseWithOpts(text, &end, true);
-  if (root == NULL) {
-    size_t at = (end != NULL && end >= text) ? (size_t)(end - text) : 0;
-    return sl__err_set(err, SL_STATUS_CONFIG, "extra config must be a JSON object: invalid JSON at byte %zu",
-                       at);
-  }
-  sl_status st = SL_STATUS_OK;
+  /* base/json.h: its limits before cJSON allocates anything (the text comes from the user). */
+  cJSON *root = NULL;
+  sl_status st = sl__json_parse_whole(text, strlen(text), "extra config", SL_STATUS_CONFIG, &root, err);
+  if (st != SL_STATUS_OK)
+    return st;
   token_span *spans = NULL;
   size_t n = 0;
   if (!cJSON_IsObject(root)) {
@@ -265,36 +250,10 @@ sl_status sl__extra_config_parse(const char *json, const char *load_format_name,
     goto done;
   }
   scan_member_values(text, spans, n);
-  st = check_types(root, spans, &cfg, err);
-  if (st != SL_STATUS_OK)
-    goto done;
-  if (cfg.multithread == 1 && strcmp(strategy, "auto") != 0) {
-    st = sl__err_set(err, SL_STATUS_CONFIG,
-                     "enable_multithread_load cannot be combined with load strategy '%s'", strategy);
-    goto done;
-  }
-  if (threads_flag != 0 && cfg.num_threads_set && cfg.num_threads != threads_flag) {
-    st = sl__err_set(err, SL_STATUS_CONFIG,
-                     "threads %u (--threads) conflicts with num_threads %u in the extra config", threads_flag,
-                     cfg.num_threads);
-    goto done;
-  }
-  if (no_strict && cfg.weights_track_set && cfg.weights_track) {
-    st = sl__err_set(
-        err, SL_STATUS_CONFIG,
-        "strict false (--no-strict) conflicts with enable_weights_track: true in the extra config");
-    goto done;
-  }
-  out->multithread = cfg.multithread;
-  if (threads_flag == 0 && cfg.num_threads_set) {
-    out->num_threads = cfg.num_threads;
-    out->num_threads_set = true;
-  }
-  if (cfg.weights_track_set) {
-    out->weights_track = cfg.weights_track && !no_strict;
-    out->weights_track_set = true;
-  }
+  st = check_types(root, spans, out, err);
 done:
+  if (st != SL_STATUS_OK)
+    out->n = 0;
   free(spans);
   cJSON_Delete(root);
   return st;

@@ -119,6 +119,17 @@ sl_status sl_loader_create_ops(sl_config *config, const sl_comm_ops *ops, sl_loa
   return create_over(config, init_caller, ops, out);
 }
 
+/* A destroy that talks to no rank: the duplicated MPI communicators are left to MPI_Finalize
+ * (MPI_Comm_free is collective) and NCCL communicators still open are aborted, not finalized. */
+void sl_loader_release_local(sl_loader *l) {
+  if (l == NULL)
+    return;
+  l->comm.free_local = true;
+  if (l->store.backend != NULL)
+    l->store.backend->failed = true;
+  sl_loader_destroy(l);
+}
+
 static void free_buffers(sl_loader *l) {
   if (l->store.param_ptr != NULL && l->store.backend != NULL) {
     for (size_t i = 0; i < l->pl.plan.n_lparams; i++)
@@ -609,7 +620,7 @@ sl_status sl__loader_transfer(sl_loader *l, bool reload) {
                      .param_mapped = sl__filemaps_tried(&l->store.maps) && !reload ? l->store.mapped : NULL,
                      .param_cast = l->store.cast,
                      .workers = o->extra.num_threads,
-                     .chunk = l->pl.po.read_chunk,
+                     .chunk = sl__effective_chunk(&l->pl.opts),
                      .coalesce_gap = o->coalesce_gap,
                      .strategy = o->strategy,
                      .one_node = l->nodes.n_nodes == 1,
@@ -667,7 +678,7 @@ static sl_status save_after_report_failure(sl_loader *l, sl_status report_st) {
                      report_err.msg, save_msg);
 }
 
-/* Every wait below is bounded by the watchdog (timeout_s, engine/watchdog.c): past it a rank names
+/* Every wait below is bounded by the watchdog (timeout_s, comm/mpi_watchdog.c): past it a rank names
  * the phase and the ranks it has not heard from, then ends the job with MPI_Abort on the load's
  * communicator, the library's one exception to returning a status. */
 static sl_status load_phases(sl_loader *l) {

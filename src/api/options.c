@@ -90,16 +90,19 @@ sl_status sl__opts_from_config(const sl_config *cfg, sl__opts *o, sl__err *err) 
   o->storage = strcmp(storage, "shared") == 0  ? SL_STORAGE_SHARED
                : strcmp(storage, "local") == 0 ? SL_STORAGE_LOCAL
                                                : SL_STORAGE_AUTO;
-  uint32_t threads_flag = sl__config_is_set(cfg, "threads") ? u32_key(cfg, "threads", err, &st) : 0;
+  o->extra.num_threads =
+      sl__config_is_set(cfg, "threads") ? u32_key(cfg, "threads", err, &st) : SL_THREADS_DEFAULT;
   if (st != SL_STATUS_OK)
     return st;
-  bool no_strict = sl__config_is_set(cfg, "strict") && !sl__config_bool(cfg, "strict");
-  st = sl__extra_config_parse(sl__config_str(cfg, "extra_config"), sl__format_name(o->format), strategy,
-                              threads_flag, no_strict, &o->extra, err);
-  if (st != SL_STATUS_OK)
-    return st;
+  o->extra.multithread = !sl__config_is_set(cfg, "enable_multithread_load") ? -1
+                         : sl__config_bool(cfg, "enable_multithread_load")  ? 1
+                                                                            : 0;
+  if (o->extra.multithread == 1 && o->strategy != SL_STRATEGY_AUTO)
+    return sl__err_set(err, SL_STATUS_CONFIG,
+                       "enable_multithread_load cannot be combined with load strategy '%s'", strategy);
   if (o->extra.multithread == 0)
     o->extra.num_threads = 1;
+  o->extra.weights_track = sl__config_bool(cfg, "strict");
   o->staging_bytes = sl__config_u64(cfg, "staging_bytes");
   o->read_chunk = sl__config_u64(cfg, "read_chunk_bytes");
   o->coalesce_gap = sl__config_u64(cfg, "coalesce_gap_bytes");

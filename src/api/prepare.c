@@ -513,9 +513,9 @@ static sl_status run_stage(sl__pipeline *p, const sl__prep_driver *d, sl__prep_s
      * that sees so (all of them, but where only some see the folder), before any Hub request. */
     if (p->layout_defaulted && d->world > 1 && !sl__prepare_is_sharded(&p->opts))
       return unsized_job(d->world, err);
-    return d->builds_catalog ? sl__prepare_catalog(d->cfg, &p->opts, d->rank != SL_NONE, p->described != NULL,
-                                                   &p->prep, err)
-                             : SL_STATUS_OK;
+    return d->builds_catalog
+               ? sl__prepare_catalog(d->cfg, &p->opts, !d->dry_run, p->described != NULL, &p->prep, err)
+               : SL_STATUS_OK;
   case SL_PREP_MODEL: {
     sl_status st = saved_layout(p, d->world, err);
     if (st != SL_STATUS_OK)
@@ -527,17 +527,16 @@ static sl_status run_stage(sl__pipeline *p, const sl__prep_driver *d, sl__prep_s
     sl_status st = plan_stages(p, err);
     if (st != SL_STATUS_OK)
       return st;
-    sl__plan_opts_from(&p->opts, &p->layout, p->pp_starts, &p->po);
-    if (d->rank == SL_NONE) { /* a dry run: nodes of ranks_per_node ranks; the files on the first */
+    if (d->dry_run) { /* nodes of ranks_per_node ranks; the files on the first */
       p->nodes = (sl__node_layout){.ranks_per_node = p->opts.ranks_per_node};
       if (p->opts.storage == SL_STORAGE_LOCAL &&
           !sl__visibility_first_node(&p->vis, d->world, (uint32_t)p->prep.cat.n_files, &p->nodes))
         return sl__err_set(err, SL_STATUS_NOMEM, "out of memory placing the checkpoint's files");
     }
-    sl__pipeline_repoint(p);
-    p->po.local = d->rank != SL_NONE; /* a loading rank plans what it needs (plan/plan.h) */
-    return sl__schedule_build(&p->prep.model, &p->prep.cat, &p->po, d->rank,
-                              d->rank == SL_NONE ? NULL : &p->plan, &p->sched, err);
+    sl__plan_opts po;
+    sl__pipeline_plan_opts(p, !d->dry_run, &po); /* a loading rank plans what it needs (plan/plan.h) */
+    return sl__schedule_build(&p->prep.model, &p->prep.cat, &po, d->dry_run ? SL_NONE : d->rank,
+                              d->dry_run ? NULL : &p->plan, &p->sched, err);
   }
   case SL_PREP_NONE:
     break;
@@ -546,6 +545,9 @@ static sl_status run_stage(sl__pipeline *p, const sl__prep_driver *d, sl__prep_s
 }
 
 sl_status sl__pipeline_run(sl__pipeline *p, const sl__prep_driver *d, sl__prep_stage until, sl__err *err) {
+  if (!d->dry_run && d->rank >= d->world) /* once a dry run's signal: it says dry_run now */
+    return sl__err_set(err, SL_STATUS_INTERNAL,
+                       "pipeline: rank %u of a job of %u ranks (a dry run sets dry_run)", d->rank, d->world);
   while (p->done < until) {
     sl__prep_stage stage = (sl__prep_stage)(p->done + 1);
     double t0 = sl__now();
@@ -559,10 +561,12 @@ sl_status sl__pipeline_run(sl__pipeline *p, const sl__prep_driver *d, sl__prep_s
   return SL_STATUS_OK;
 }
 
-void sl__pipeline_repoint(sl__pipeline *p) {
-  p->po.vis = sl__pipeline_vis(p);
-  p->po.nodes = &p->nodes;
-  p->po.per_row_files = p->per_row_files;
+void sl__pipeline_plan_opts(const sl__pipeline *p, bool local, sl__plan_opts *out) {
+  sl__plan_opts_from(&p->opts, &p->layout, p->pp_starts, out);
+  out->vis = sl__pipeline_vis(p);
+  out->nodes = &p->nodes;
+  out->per_row_files = p->per_row_files;
+  out->local = local;
 }
 
 void sl__pipeline_free(sl__pipeline *p) {

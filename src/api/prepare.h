@@ -81,7 +81,6 @@ typedef struct sl__pipeline {
   bool layout_defaulted; /* no tp, pp or dp given: a pre-sharded checkpoint's saved layout is taken */
   sl__prepared prep;     /* catalog, spec, model */
   uint32_t *pp_starts;
-  sl__plan_opts po;
   sl__rank_plan plan; /* this rank's; empty without a rank (dry run) */
   sl__schedule sched;
   /* Which ranks can read which files (the loader's probe, engine/visibility_probe.h, fills it after
@@ -106,14 +105,17 @@ typedef struct sl__pipeline {
 static inline const sl__visibility *sl__pipeline_vis(const sl__pipeline *p) {
   return p->vis.sees != NULL ? &p->vis : NULL;
 }
-/* After a pipeline was moved (copied by value): its planner options point at its own fields again. */
-void sl__pipeline_repoint(sl__pipeline *p);
+/* The planner's options of a pipeline whose plan stage has split the layers (pp_starts): its options
+ * and layout, and its visibility, nodes and per-row files, pointed at when asked. The pipeline keeps
+ * no pointer into itself, so that it may be moved (copied by value). local: plan/plan.h. */
+void sl__pipeline_plan_opts(const sl__pipeline *p, bool local, sl__plan_opts *out);
 
 /* How the stages run: in one process (dry run) or in one rank of a job (loader). */
 typedef struct sl__prep_driver {
   const sl_config *cfg;
   uint32_t world;
-  uint32_t rank;       /* this rank, whose plan is kept; SL_NONE: no rank (dry run) */
+  bool dry_run;        /* every rank planned by one process, none loading: no rank plan is kept */
+  uint32_t rank;       /* a loader's: this rank, whose plan is kept (not read in a dry run) */
   bool builds_catalog; /* this process resolves the model and builds the catalog (a rank of a
                           loader: the Hub download may go on behind the load) */
   /* Called after every stage, failed or not, with its status and the time it started

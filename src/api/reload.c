@@ -190,7 +190,6 @@ static sl_status swap(sl_loader *l, sl__pipeline *np, sl_config *cfg) {
   bool same = st == SL_STATUS_OK && same_groups(&groups, &l->groups);
   sl__pipeline old = l->pl;
   l->pl = *np;
-  sl__pipeline_repoint(&l->pl);
   free(np);
   sl__prepare_groups_free(&l->groups);
   l->groups = groups; /* its members point into the new schedule, now the loader's */

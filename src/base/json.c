@@ -72,18 +72,41 @@ sl_status sl__json_check(const char *text, size_t len, const char *what, sl_stat
   return SL_STATUS_OK;
 }
 
-sl_status sl__json_parse(const char *text, size_t len, const char *what, sl_status status, cJSON **out,
-                         sl__err *err) {
+/* The bounded parse; *end where cJSON stopped. */
+static sl_status parse_bounded(const char *text, size_t len, const char *what, sl_status status, cJSON **out,
+                               const char **end, sl__err *err) {
   *out = NULL;
+  *end = NULL;
   sl_status st = sl__json_check(text, len, what, status, err);
   if (st != SL_STATUS_OK)
     return st;
-  const char *end = NULL;
-  cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, false);
+  cJSON *root = cJSON_ParseWithLengthOpts(text, len, end, false);
   if (root == NULL) {
-    size_t at = end != NULL && end >= text && end <= text + len ? (size_t)(end - text) : 0;
+    size_t at = *end != NULL && *end >= text && *end <= text + len ? (size_t)(*end - text) : 0;
     return sl__err_set(err, status, "%s: invalid JSON near byte %zu", what, at);
   }
   *out = root;
+  return SL_STATUS_OK;
+}
+
+sl_status sl__json_parse(const char *text, size_t len, const char *what, sl_status status, cJSON **out,
+                         sl__err *err) {
+  const char *end = NULL;
+  return parse_bounded(text, len, what, status, out, &end, err);
+}
+
+sl_status sl__json_parse_whole(const char *text, size_t len, const char *what, sl_status status, cJSON **out,
+                               sl__err *err) {
+  const char *end = NULL;
+  sl_status st = parse_bounded(text, len, what, status, out, &end, err);
+  if (st != SL_STATUS_OK)
+    return st;
+  for (const char *p = end; p != NULL && p < text + len; p++) {
+    if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r') {
+      cJSON_Delete(*out);
+      *out = NULL;
+      return sl__err_set(err, status, "%s: text after the JSON value at byte %zu", what, (size_t)(p - text));
+    }
+  }
   return SL_STATUS_OK;
 }

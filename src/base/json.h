@@ -1,6 +1,7 @@
 /*
  * base/json.h — every untrusted JSON document (config.json, index files, spec files, Hub replies,
- * extra config) goes through sl__json_parse: a single pass over the text checks its nesting
+ * extra config) goes through sl__json_parse or sl__json_parse_whole (the safetensors header alone
+ * has its own strict scanner, docs/spec/SAFETENSORS.md §5.1): a single pass over the text checks its nesting
  * depth, its number of values and the strings' escapes against limits *before* cJSON allocates
  * a node, then cJSON parses it. A 50 MB config.json holding a 25-million-element array would
  * otherwise cost gigabytes on every rank, and a deeply nested one the recursion of a parser.
@@ -33,5 +34,9 @@ sl_status sl__json_check(const char *text, size_t len, const char *what, sl_stat
  * byte offset where parsing stopped. *out is owned by the caller (cJSON_Delete). */
 sl_status sl__json_parse(const char *text, size_t len, const char *what, sl_status status, struct cJSON **out,
                          sl__err *err);
+/* sl__json_parse for a document that is one JSON value and nothing more (whitespace aside): text
+ * after the value is `status` naming `what` and the byte where it starts. */
+sl_status sl__json_parse_whole(const char *text, size_t len, const char *what, sl_status status,
+                               struct cJSON **out, sl__err *err);
 
 #endif

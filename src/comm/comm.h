@@ -113,6 +113,8 @@ struct sl__comm {
   const char *phase;       /* what the load is doing, for the expiry message */
   const char *waiting_for; /* the wait in progress (sl__comm_block_begin), or NULL */
   double last_progress;    /* when this rank last completed a wait or read a byte */
+  bool free_local;         /* sl__comm_free makes no collective call: a local release
+                              (sl_loader_release_local) leaves the duplicated MPI communicators */
 };
 
 /* The MPI implementation over a duplicate of `mpi_comm` (an MPI_Comm passed as a pointer to it, so

@@ -71,9 +71,18 @@ static sl_status mpi_allreduce_bor(sl__comm *c, uint8_t *bits, size_t nbytes, sl
   return SL_STATUS_OK;
 }
 
+/* Whether freeing may call MPI_Comm_free, which is collective: not in a local release, and no MPI
+ * call at all once MPI is finalized (a release from a garbage collector at exit). */
+static bool may_free_comms(const sl__comm *c) {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  return !c->free_local && !finalized;
+}
+
 static void mpi_groups_free(sl__comm *c) {
   sl__comm_mpi *m = sl__mpi_of(c);
-  for (size_t i = 0; i < c->n_groups && m->groups != NULL; i++)
+  bool collective = may_free_comms(c);
+  for (size_t i = 0; i < c->n_groups && m->groups != NULL && collective; i++)
     if (m->groups[i] != MPI_COMM_NULL)
       MPI_Comm_free(&m->groups[i]);
   free(m->groups);
@@ -284,13 +293,16 @@ static void mpi_free(sl__comm *c) {
   if (m == NULL)
     return;
   sl__mpi_watchdog_free(c);
-  if (m->abort_req != MPI_REQUEST_NULL) {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (m->abort_req != MPI_REQUEST_NULL && !finalized) { /* local calls */
     MPI_Cancel(&m->abort_req);
     MPI_Request_free(&m->abort_req);
   }
-  if (m->abort_comm != MPI_COMM_NULL)
+  bool collective = may_free_comms(c);
+  if (m->abort_comm != MPI_COMM_NULL && collective)
     MPI_Comm_free(&m->abort_comm);
-  if (m->world != MPI_COMM_NULL)
+  if (m->world != MPI_COMM_NULL && collective)
     MPI_Comm_free(&m->world);
   free(m);
   c->state = NULL;

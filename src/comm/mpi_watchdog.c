@@ -216,6 +216,12 @@ static void sent_free(sl__comm *c) {
   if (s == NULL)
     return;
   sl__mpi_of(c)->sent = NULL;
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) { /* MPI reads no buffer any more, and may not be called */
+    free(s);
+    return;
+  }
   double end = sl__now() + SENT_DRAIN_S;
   for (;;) {
     bool idle = true;

@@ -44,7 +44,7 @@ sl_status sl__file_gate_wait(sl__file_gate *g, size_t f, bool (*give_up)(void *)
 /* Files found ready so far (progress for the watchdog; ordering events for the logs). */
 uint64_t sl__file_gate_opened(sl__file_gate *g);
 
-/* The abort hook of the downloading rank (engine/comm.h): true once the download failed. */
+/* The abort hook of the downloading rank (comm/comm.h): true once the download failed. */
 bool sl__file_gate_failed(void *gate);
 
 #endif

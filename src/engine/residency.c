@@ -15,7 +15,7 @@
 #define SL_SYS_CACHESTAT 451 /* same number in both system call tables (Linux 6.5) */
 #endif
 
-/* The kernel's struct cachestat_range and struct cachestat (include/uapi/linux/mman.h). */
+/* The kernel's struct cachestat_range and struct cachestat (Linux: uapi/linux/mman.h). */
 typedef struct sl__cs_range {
   uint64_t off, len;
 } sl__cs_range;

@@ -2,7 +2,7 @@
  * model/catalog.h — every tensor of every selected weight file (name, dtype, shape, file, absolute
  * offset, byte length) plus config.json: what rank 0 parses once and broadcasts as one compact
  * blob, so that thousands of ranks do not each hit the file system's metadata servers.
- * Pure (no MPI): the broadcast lives in engine/comm.c.
+ * Pure (no MPI): the broadcast is comm/comm.c's sl__comm_bcast_blob.
  */
 #ifndef SL_CATALOG_H
 #define SL_CATALOG_H

@@ -353,20 +353,9 @@ static sl_status parse_index(const char *json, size_t len, const char *what, ind
                        len, SL_INDEX_MAX_BYTES);
   char label[512];
   snprintf(label, sizeof label, "index %s", what);
-  sl_status checked = sl__json_check(json, len, label, SL_STATUS_INDEX, err);
-  if (checked != SL_STATUS_OK)
-    return checked;
-  const char *end = NULL;
-  iv->root = cJSON_ParseWithLengthOpts(json, len, &end, false);
-  if (iv->root == NULL) {
-    size_t at = (end != NULL && end >= json) ? (size_t)(end - json) : 0;
-    return sl__err_set(err, SL_STATUS_INDEX, "index %s is not valid JSON (error at byte %zu)", what, at);
-  }
-  for (const char *p = end; p != NULL && p < json + len; p++) {
-    if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r')
-      return sl__err_set(err, SL_STATUS_INDEX, "index %s is not valid JSON (extra data at byte %zu)", what,
-                         (size_t)(p - json));
-  }
+  sl_status parsed = sl__json_parse_whole(json, len, label, SL_STATUS_INDEX, &iv->root, err);
+  if (parsed != SL_STATUS_OK)
+    return parsed;
   if (!cJSON_IsObject(iv->root))
     return sl__err_set(err, SL_STATUS_INDEX, "index %s: the top level must be a JSON object", what);
   const cJSON *wm = last_member(iv->root, "weight_map");

@@ -30,7 +30,7 @@ sl_script_test(test_cli_outputs cli sh ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_cli_
 set_tests_properties(test_cli_outputs PROPERTIES TIMEOUT 300 PROCESSORS 2)
 
 # What a new user reads agrees with the tool: the man page's subcommands, the scripts' --help, the
-# README's paths and names, INSTALL's static-link list.
+# README's paths, docs/CLI.md's names, INSTALL's static-link list.
 sl_script_test(test_cli_docs cli sh ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_cli_docs.sh)
 set_tests_properties(test_cli_docs PROPERTIES FIXTURES_REQUIRED "" TIMEOUT 60)
 

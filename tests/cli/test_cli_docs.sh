@@ -4,9 +4,9 @@
 #      --reload, --load-format, --save-sharded, --report and s3:// sources;
 #   2. `scripts/demo --help` and `scripts/test --help` print their usage and exit 0 before any work
 #      (the demo's folder is not created), an unknown argument of the demo exits 2 the same way;
-#   3. README.md says where the built tool is (build/shardload), and calls the save's temporaries
-#      what the writer names them (.partial, written through .partial.<8 hex>.tmp: the pattern of
-#      src/format/safetensors_write.c);
+#   3. README.md says where the built tool is (build/shardload), and docs/CLI.md calls the save's
+#      temporaries what the writer names them (.partial, written through .partial.<8 hex>.tmp: the
+#      pattern of src/format/safetensors_write.c);
 #   4. docs/INSTALL.md's list of what the static archive needs holds every library of this build's
 #      shardload.pc Libs.private, and says what a prefix outside the loader's path needs
 #      (LD_LIBRARY_PATH, an rpath; tests/install/test_install.sh runs both).
@@ -50,13 +50,13 @@ rc=$?
 contains "$TMP/demo.out" "unknown argument '--bogus'" || fail "scripts/demo --bogus: $(cat "$TMP/demo.out")"
 [ ! -e "$TMP/demo" ] || fail "scripts/demo --help or --bogus started the demo (its folder exists)"
 
-# 3. README.md: the tool's place, the temporaries' names
+# 3. README.md: the tool's place; docs/CLI.md: the temporaries' names
 readme="$S"/README.md
 contains "$readme" "the tool is \`build/shardload\`" || fail "README.md does not say the tool is build/shardload"
 contains "$S/src/format/safetensors_write.c" '"%s.%08x.tmp"' ||
-  fail "the safetensors writer no longer names its temporaries <path>.<8 hex>.tmp: update README.md and this test"
-contains "$readme" ".model-rank-R-part-K.safetensors.partial.<8 hex>.tmp" ||
-  fail "README.md does not name the save's temporaries .partial.<8 hex>.tmp"
+  fail "the safetensors writer no longer names its temporaries <path>.<8 hex>.tmp: update docs/CLI.md and this test"
+contains "$S"/docs/CLI.md ".model-rank-R-part-K.safetensors.partial.<8 hex>.tmp" ||
+  fail "docs/CLI.md does not name the save's temporaries .partial.<8 hex>.tmp"
 
 # 4. docs/INSTALL.md: the static archive's libraries, a prefix outside the loader's path
 install="$S"/docs/INSTALL.md

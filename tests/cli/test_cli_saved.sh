@@ -5,7 +5,7 @@
 # holding the first load's parameters (name, dtype, local shape, size of each from --list-params;
 # their bytes are compared by tests/mpi/test_sharded_state.c); asked for dp 2 instead, it fails on every rank, printed once, naming the saved
 # tp/pp/dp and what to pass. `load --help` lists the values of --load-format and --layout, and
-# README.md and the man page give the same values.
+# docs/CLI.md and the man page give the same values.
 # Needs SL_CLI, SL_FIXTURES and SL_MPIRUN.
 set -u
 
@@ -64,13 +64,13 @@ contains "$TMP/help.out" "one of auto, hf, safetensors, mistral, pt, sharded_sta
 contains "$TMP/help.out" "one of vllm, checkpoint (default vllm)" ||
   fail "--help lists the layouts: $(grep -e --layout "$TMP/help.out")"
 
-# The values --help lists are the ones the README and the man page give.
+# The values --help lists are the ones docs/CLI.md and the man page give.
 : "${SL_SOURCE_DIR:?SL_SOURCE_DIR is not set}"
 for opt in load-format layout; do
   values=$(sed -n "s/^  --$opt .*; one of \(.*\) (default .*/\1/p" "$TMP/help.out")
   [ -n "$values" ] || fail "--help lists no values of --$opt"
   bars=$(echo "$values" | sed 's/, /|/g')
-  contains "$SL_SOURCE_DIR"/README.md "--$opt $bars" || fail "README.md does not give --$opt $bars"
+  contains "$SL_SOURCE_DIR"/docs/CLI.md "--$opt $bars" || fail "docs/CLI.md does not give --$opt $bars"
   man=$(echo "$values" | sed 's/,/ (default),/')
   tr '\n' ' ' <"$SL_SOURCE_DIR/packaging/shardload.1" >"$TMP/man.txt"
   contains "$TMP/man.txt" "is one of $man" || fail "the man page does not say --$opt is one of $man"

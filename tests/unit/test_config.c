@@ -18,8 +18,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* THREADS: a positive integer with the upper bound SL_THREADS_MAX (1024). */
-typedef enum { STR, BOOL, U64, POS, ENUM, DBL, LIST, THREADS } ktype;
+/* THREADS: a positive integer with the upper bound SL_THREADS_MAX (1024). EXTRA: vLLM's extra-config
+ * JSON object (test_extra_config.c has its rules). */
+typedef enum { STR, BOOL, U64, POS, ENUM, DBL, LIST, THREADS, EXTRA } ktype;
 
 typedef struct key {
   const char *name;
@@ -28,7 +29,7 @@ typedef struct key {
   const char *choices[6];
 } key;
 
-/* The table as documented (README "Configuration keys", config.c), written out by hand. */
+/* The table as documented (docs/CLI.md §7, config.c), written out by hand. */
 static const key k_keys[] = {
     {"model", STR, NULL, {0}},
     {"revision", STR, "main", {0}},
@@ -49,8 +50,9 @@ static const key k_keys[] = {
     {"device", ENUM, "cpu", {"cpu", "cuda"}},
     {"cuda_device", STR, NULL, {0}},
     {"pp_layer_partition", STR, NULL, {0}},
-    {"extra_config", STR, NULL, {0}},
+    {"extra_config", EXTRA, NULL, {0}},
     {"threads", THREADS, NULL, {0}},
+    {"enable_multithread_load", BOOL, NULL, {0}},
     {"load_strategy", ENUM, "auto", {"auto", "direct", "io_uring", "mmap"}},
     {"prefault", BOOL, "false", {0}},
     {"staging_bytes", POS, "268435456", {0}},
@@ -176,6 +178,16 @@ static void test_each_key(void) {
         refuse_value(k->name, "yes", bool_bad[v], want);
       }
       break;
+    case EXTRA: {
+      static const char *const e_ok[] = {"{}", " {\"num_threads\": 2}", "{\"enable_weights_track\": true}"};
+      for (size_t v = 0; v < sizeof e_ok / sizeof e_ok[0]; v++)
+        accept_value(k->name, e_ok[v]);
+      refuse_value(k->name, "{}", "[]", "extra config must be a JSON object");
+      refuse_value(k->name, NULL, "{\"threads\": 2}",
+                   "unexpected extra config keys for load format 'auto': threads (allowed: "
+                   "enable_multithread_load, enable_weights_track, num_threads)");
+      break;
+    }
     case THREADS: {
       static const char *const t_ok[] = {"1", "8", "1024", "0001"};
       for (size_t v = 0; v < sizeof t_ok / sizeof t_ok[0]; v++)
@@ -672,8 +684,12 @@ static void test_options(void) {
   OPTS_ERR("cuda_device: '-1' is not a device ordinal", "model", "m", "cuda_device", "-1");
   OPTS_ERR("load_strategy 'mmap'", "model", "m", "load_strategy", "mmap", "device", "cuda");
   OPTS_ERR("staging_bytes: 1048575 is below the minimum of 1 MiB", "model", "m", "staging_bytes", "1048575");
-  OPTS_ERR("threads 4 (--threads) conflicts with num_threads 2", "model", "m", "threads", "4", "extra_config",
-           "{\"num_threads\": 2}");
+  /* An extra-config key is its configuration key under another name: the value set last wins. */
+  st = opts_of(
+      (const char *const[]){"model", "m", "threads", "4", "extra_config", "{\"num_threads\": 2}", NULL}, &o,
+      &err, &c);
+  CHECKF(st == SL_STATUS_OK && o.extra.num_threads == 2, "threads 4, then num_threads 2: %s", err.msg);
+  sl_config_destroy(c);
   st = opts_of((const char *const[]){"model", "m", "staging_bytes", "1048576", "cuda_device", "1024", NULL},
                &o, &err, &c);
   CHECKF(st == SL_STATUS_OK, "1 MiB staging: %s", err.msg);
@@ -724,11 +740,16 @@ static void test_options(void) {
     CHECKF(st == SL_STATUS_OK && o.storage == modes[i], "storage %s", storage[i]);
     sl_config_destroy(c);
   }
-  OPTS_ERR("must be an integer from 1 to 1024", "model", "m", "extra_config", "{\"num_threads\": 100000}");
+  /* An extra config is checked when it is set (its members are keys): nothing is set then. */
+  c = fresh();
+  CHECK(sl_config_set(c, "extra_config", "{\"num_threads\": 100000}") == SL_STATUS_CONFIG);
+  CHECK(strstr(sl_config_error(c), "must be an integer from 1 to 1024") != NULL);
+  CHECK(!sl__config_is_set(c, "threads") && !sl__config_is_set(c, "extra_config"));
+  sl_config_destroy(c);
 }
 
 int main(void) {
-  CHECK_EQ_U64(N_KEYS, 49);
+  CHECK_EQ_U64(N_KEYS, 50);
   test_each_key();
   test_defaults();
   test_api();

@@ -3,7 +3,7 @@
 every list of them kept elsewhere agrees with what the built library says (sl_config_keys(), read
 through ctypes; standard library only; SL_SOURCE_DIR and SHARDLOAD_LIBRARY from ctest):
 
-  1. README.md's table (between its config-keys markers) is exactly what scripts/config-keys
+  1. docs/CLI.md's table (between its config-keys markers) is exactly what scripts/config-keys
      writes: every key, no other, each with the library's default and meaning, in its order;
   2. the notes under it ("- `key`, ...: ...") name only keys (a name ending in `_` is a prefix
      that must start some key);
@@ -44,8 +44,8 @@ def read(rel):
         return f.read()
 
 
-def check_readme(gen, keys, text):
-    problems = ["README.md: %s" % p for p in gen.compare(keys, gen.readme_block(text))]
+def check_table(gen, keys, text):
+    problems = ["%s: %s" % (gen.DOC_NAME, p) for p in gen.compare(keys, gen.doc_block(text))]
     return problems + (["fix: %s (rewrites the table from the library)" % gen.FIX] if problems else [])
 
 
@@ -64,8 +64,8 @@ def check_notes(gen, names, text):
         if line.startswith("- ") and ": " in line:
             for name in re.findall(r"`([^`]+)`", line.split(": ", 1)[0]):
                 if not known(name, names):
-                    problems.append("README.md: the note on `%s` names no configuration key (edit the "
-                                    "note under the table)" % name)
+                    problems.append("%s: the note on `%s` names no configuration key (edit the "
+                                    "note under the table)" % (gen.DOC_NAME, name))
     return problems
 
 
@@ -139,13 +139,13 @@ def main():
     if len(keys) < 10:
         print("the library lists only %d keys: sl_config_keys() not parsed" % len(keys))
         return 1
-    readme = read("README.md")
-    problems = check_readme(gen, keys, readme) + check_notes(gen, names, readme)
+    doc = read(gen.DOC_NAME)
+    problems = check_table(gen, keys, doc) + check_notes(gen, names, doc)
     problems += check_hub_client(names, defaults) + check_cli(names)
     for p in problems:
         print(p)
     if not problems:
-        print("%d configuration keys; README.md, docs/HUB-CLIENT.md and src/cli/args.c agree" % len(keys))
+        print("%d configuration keys; %s, docs/HUB-CLIENT.md and src/cli/args.c agree" % (len(keys), gen.DOC_NAME))
     return 1 if problems else 0
 
 

@@ -139,9 +139,11 @@ static int cmp_copy(const void *x, const void *y) {
 static void same_rank(const char *label, const sl__pipeline *s, const sl__pipeline *d, uint32_t g) {
   sl__rank_plan a, b;
   sl__err err;
-  CHECK(sl__plan_rank(&s->prep.model, &s->prep.cat, &s->po, g, true, &a, &err) == SL_STATUS_OK);
-  CHECKF(sl__plan_rank(&d->prep.model, &d->prep.cat, &d->po, g, true, &b, &err) == SL_STATUS_OK, "%s",
-         err.msg);
+  sl__plan_opts so, dop; /* the planner's options of each dry run (local false) */
+  sl__pipeline_plan_opts(s, false, &so);
+  sl__pipeline_plan_opts(d, false, &dop);
+  CHECK(sl__plan_rank(&s->prep.model, &s->prep.cat, &so, g, true, &a, &err) == SL_STATUS_OK);
+  CHECKF(sl__plan_rank(&d->prep.model, &d->prep.cat, &dop, g, true, &b, &err) == SL_STATUS_OK, "%s", err.msg);
   CHECKF(a.n_lparams == b.n_lparams && a.n_copies == b.n_copies,
          "%s rank %u: %zu/%zu parameters, %zu/%zu copies", label, g, a.n_lparams, b.n_lparams, a.n_copies,
          b.n_copies);
@@ -196,7 +198,7 @@ static void one_layout(uint32_t T, uint32_t P, uint32_t Dp) {
   sl__pipeline s, d;
   memset(&s, 0, sizeof s);
   memset(&d, 0, sizeof d);
-  sl__prep_driver drv = {.cfg = cfg, .world = world, .rank = SL_NONE, .builds_catalog = true};
+  sl__prep_driver drv = {.cfg = cfg, .world = world, .dry_run = true, .builds_catalog = true};
   sl__err err;
   sl__err_clear(&err);
   CHECKF(sl__pipeline_run(&s, &drv, SL_PREP_PLAN, &err) == SL_STATUS_OK, "%s: spec: %s", label, err.msg);

@@ -11,7 +11,14 @@ launch/, python/, less the fuzzers' input corpora (data, not prose), for
   - section signs followed by a number (§3, §3.1, the ends of a range §1–§3): the section belongs to
     the nearest Markdown name before it on the same line; in a Markdown file with none before it,
     to that file itself; anywhere else a bare section sign is an error. The cited file must have a
-    heading numbered so ("## 3. ..." or "### 3.1 ...").
+    heading numbered so ("## 3. ..." or "### 3.1 ...");
+  - paths of the project's files cited in the comments of src/, include/ and tests/ (C comments in
+    .c and .h files, '#' comments in .py, .sh, .cmake and CMakeLists.txt): a token folder/.../name.ext
+    (ext c, h, py, sh, cmake, in) whose first folder is a folder of the repository (at its root,
+    under src/, include/, tests/ or python/, or beside the citing file) must exist relative to one of
+    those; a file the build writes from name.ext.in counts (shardload/version.h), a name in capitals
+    is a placeholder (tests/unit/NAME.c). Other projects' paths (vLLM's compressed_tensors/utils.py,
+    dlpack/dlpack.h) start with no folder of this repository and are not checked.
 Each broken reference is listed as path:line: reason. Exit 0 when there is none, 1 otherwise.
 The repository root is $SL_SOURCE_DIR, else two folders above this script.
 """
@@ -31,6 +38,11 @@ TOKEN = re.compile(r"(?P<md>(?<![\w.-])(?:[\w.-]+/)*[A-Z][\w-]*\.md)(?![\w])"
                    r"|§ ?(?P<sec>\d+(?:\.\d+)*)")
 HEADING = re.compile(r"^#{1,6}\s+(\d+(?:\.\d+)*)\.?\s")
 SELF = os.path.abspath(__file__)
+# Source paths in comments: at least one folder, a source extension, not part of a glob or template.
+CODE_SCAN = ["src", "include", "tests"]
+CODE_PATH = re.compile(r"(?<![\w./<>*{-])(?P<path>(?:[\w.-]+/)+(?P<stem>[\w.-]+)\.(?:c|h|py|sh|cmake|in))"
+                       r"(?![\w/*<>-])")
+BASES = ["", "src", "include", "tests", "python"]
 
 
 def files():
@@ -100,6 +112,79 @@ def check_file(path, problems):
     return count
 
 
+def c_comments(text):
+    """[(line number, text)] of the /* */ and // comments of C source, string literals skipped."""
+    out, i, n, line = [], 0, len(text), 1
+    while i < n:
+        if text.startswith("/*", i):
+            j = text.find("*/", i + 2)
+            j = n if j < 0 else j
+            for k, part in enumerate(text[i:j].split("\n")):
+                out.append((line + k, part))
+            line += text.count("\n", i, j)
+            i = j + 2
+        elif text.startswith("//", i):
+            j = text.find("\n", i)
+            j = n if j < 0 else j
+            out.append((line, text[i:j]))
+            i = j
+        elif text[i] in "\"'":
+            quote, i = text[i], i + 1
+            while i < n and text[i] != quote and text[i] != "\n":
+                i += 2 if text[i] == "\\" else 1
+            i += 1
+        else:
+            line += text[i] == "\n"
+            i += 1
+    return out
+
+
+def hash_comments(text):
+    return [(k, line[line.index("#"):]) for k, line in enumerate(text.split("\n"), 1) if "#" in line]
+
+
+def comments(path, text):
+    if path.endswith((".c", ".h")):
+        return c_comments(text)
+    if path.endswith((".py", ".sh", ".cmake")) or os.path.basename(path) == "CMakeLists.txt":
+        return hash_comments(text)
+    return []
+
+
+def project_path(name, citing):
+    """Whether name's first folder is one of the repository's (else another project's path)."""
+    first = name.split("/")[0]
+    dirs = [os.path.join(ROOT, b) for b in BASES] + [os.path.dirname(citing)]
+    return any(os.path.isdir(os.path.join(d, first)) for d in dirs)
+
+
+def code_exists(name, citing):
+    for d in [os.path.join(ROOT, b) for b in BASES] + [os.path.dirname(citing)]:
+        p = os.path.join(d, name)
+        if os.path.isfile(p) or os.path.isfile(p + ".in"):
+            return True
+    return False
+
+
+def check_code_paths(path, problems):
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except (UnicodeDecodeError, OSError):
+        return 0
+    rel = os.path.relpath(path, ROOT)
+    count = 0
+    for lineno, line in comments(path, text):
+        for m in CODE_PATH.finditer(line):
+            name = m.group("path")
+            if m.group("stem").isupper() or not project_path(name, path):
+                continue
+            count += 1
+            if not code_exists(name, path):
+                problems.append("%s:%d: %s (in a comment) is no file of the repository" % (rel, lineno, name))
+    return count
+
+
 def main():
     problems = []
     count = 0
@@ -107,6 +192,9 @@ def main():
         if os.path.abspath(p) == SELF:
             continue
         count += check_file(p, problems)
+    for p in tree_files.files(ROOT, CODE_SCAN):
+        if not SKIP_DIRS.intersection(os.path.relpath(p, ROOT).split(os.sep)[:-1]):
+            count += check_code_paths(p, problems)
     for p in problems:
         print(p)
     print("%d references checked, %d broken (files listed by %s)" % (count, len(problems), tree_files.mode(ROOT)))

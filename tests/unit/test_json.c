@@ -8,6 +8,7 @@
 
 #include <cjson/cJSON.h>
 #include <stdlib.h>
+#include <string.h>
 
 static sl_status parse(const char *text, cJSON **root, sl__err *err) {
   sl__err_clear(err);
@@ -103,6 +104,25 @@ int main(void) {
   CHECK(parse("{\"a\": [1, 2,, 3]}", &root, &err) == SL_STATUS_MODEL_CONFIG);
   CHECKF(strstr(err.msg, "t.json: invalid JSON near byte 12") != NULL, "%s", err.msg);
   CHECK(parse("", &root, &err) == SL_STATUS_MODEL_CONFIG);
+
+  /* A whole document: whitespace may follow the value, nothing else (the index files, the extra
+   * config); sl__json_parse itself stops after the value. */
+  const char *trailing = "{\"a\": 1} x";
+  CHECK(parse(trailing, &root, &err) == SL_STATUS_OK);
+  cJSON_Delete(root);
+  sl__err_clear(&err);
+  CHECK(sl__json_parse_whole(trailing, strlen(trailing), "t.json", SL_STATUS_INDEX, &root, &err) ==
+        SL_STATUS_INDEX);
+  CHECK(root == NULL);
+  CHECKF(strcmp(err.msg, "t.json: text after the JSON value at byte 9") == 0, "%s", err.msg);
+  const char *spaced = " {\"a\": 1}\r\n\t ";
+  CHECK(sl__json_parse_whole(spaced, strlen(spaced), "t.json", SL_STATUS_INDEX, &root, &err) == SL_STATUS_OK);
+  CHECK(root != NULL && cJSON_GetObjectItem(root, "a") != NULL);
+  cJSON_Delete(root);
+  sl__err_clear(&err); /* the first error of a handle wins */
+  CHECK(sl__json_parse_whole("[1,", 3, "t.json", SL_STATUS_INDEX, &root, &err) == SL_STATUS_INDEX &&
+        root == NULL);
+  CHECKF(strstr(err.msg, "t.json: invalid JSON near byte") != NULL, "%s", err.msg);
 
   return sl_test_finish();
 }

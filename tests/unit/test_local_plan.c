@@ -5,6 +5,8 @@
  * of its own groups (the others unlisted), the buckets and their items, the exchanges, the classes,
  * its figures, every rank's plan figures and the totals; the broadcast groups handed to the
  * communication layer; and every group's members once listed (sl__schedule_listed, the report's).
+ * A pipeline moved to other memory plans as before (it holds no pointer into itself); a driver that
+ * is not a dry run must name a rank of the job.
  *
  * With --time MODEL WORLD TP PP DP EP RANK REPS it times the plan stage of one loading rank instead
  * (scripts/bench-plan's "a loading rank" series): the catalog and the model are built once, then
@@ -49,8 +51,8 @@ static bool prepare(sl__pipeline *pl, const char *model, uint32_t world, const c
 static bool build(sl__pipeline *pl, bool local, uint32_t rank, sl__rank_plan *own, sl__schedule *s) {
   sl__err err;
   sl__err_clear(&err);
-  sl__plan_opts o = pl->po;
-  o.local = local;
+  sl__plan_opts o;
+  sl__pipeline_plan_opts(pl, local, &o);
   sl_status st = sl__schedule_build(&pl->prep.model, &pl->prep.cat, &o, rank, own, s, &err);
   CHECKF(st == SL_STATUS_OK, "schedule of rank %u: %s", rank, err.msg);
   return st == SL_STATUS_OK;
@@ -263,6 +265,61 @@ static int time_main(char **argv) {
   return sl_test_finish();
 }
 
+/* The pipeline holds no pointer into itself: a dry run's (storage local: the files on the first
+ * node of 4 ranks, its visibility and nodes read by the planner) moved to other memory, its old
+ * bytes scribbled over, plans every rank as before. A driver that is not a dry run names a rank of
+ * the job (a dry run says dry_run, no longer rank SL_NONE). */
+static void check_moved(const char *fixtures) {
+  char model[4096];
+  snprintf(model, sizeof model, "%s/llama", fixtures);
+  sl_config *cfg = NULL;
+  sl_config_create(&cfg);
+  const char *kv[] = {"model",          model, "tp", "2", "pp", "2", "dp", "3", "storage", "local",
+                      "ranks_per_node", "4"};
+  for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i += 2)
+    sl_config_set(cfg, kv[i], kv[i + 1]);
+  sl__err err;
+  sl__err_clear(&err);
+  sl__pipeline pl;
+  memset(&pl, 0, sizeof pl);
+  sl__prep_driver dry = {.cfg = cfg, .world = 12, .dry_run = true, .builds_catalog = true};
+  sl_status st = sl__pipeline_run(&pl, &dry, SL_PREP_PLAN, &err);
+  CHECKF(st == SL_STATUS_OK && pl.vis.sees != NULL, "dry run, storage local: %s", err.msg);
+  sl__pipeline *moved = malloc(sizeof *moved);
+  sl__schedule before[12], after;
+  sl__rank_plan own_before[12], own_after;
+  bool built[12] = {false};
+  for (uint32_t r = 0; r < 12 && st == SL_STATUS_OK; r++)
+    built[r] = build(&pl, false, r, &own_before[r], &before[r]);
+  *moved = pl;
+  memset(&pl, 0xA5, sizeof pl);
+  for (uint32_t r = 0; r < 12; r++) {
+    if (built[r] && build(moved, false, r, &own_after, &after)) {
+      bool same = same_plan(&own_before[r], &own_after) && after.n_pieces == before[r].n_pieces;
+      for (size_t k = 0; same && k < after.n_pieces; k++)
+        same = same_piece(&after.pieces[k], &before[r].pieces[k]);
+      CHECKF(same, "rank %u planned differently by the moved pipeline", r);
+      sl__schedule_free(&after);
+      sl__rank_plan_free(&own_after);
+    }
+    if (built[r]) {
+      sl__schedule_free(&before[r]);
+      sl__rank_plan_free(&own_before[r]);
+    }
+  }
+  sl__pipeline_free(moved);
+  free(moved);
+
+  memset(&pl, 0, sizeof pl);
+  sl__err_clear(&err);
+  sl__prep_driver d = {.cfg = cfg, .world = 2, .rank = SL_NONE, .builds_catalog = true};
+  CHECK(sl__pipeline_run(&pl, &d, SL_PREP_PLAN, &err) == SL_STATUS_INTERNAL && pl.done == SL_PREP_NONE);
+  CHECK_CONTAINS(err.msg, "a dry run sets dry_run");
+  sl__pipeline_free(&pl);
+  sl_config_destroy(cfg);
+  printf("a moved pipeline plans as before; rank SL_NONE is refused outside a dry run\n");
+}
+
 int main(int argc, char **argv) {
   if (argc == 10 && strcmp(argv[1], "--time") == 0)
     return time_main(argv + 1);
@@ -277,5 +334,6 @@ int main(int argc, char **argv) {
   check_layout(fixtures, "deepseek_v3", 32, "2", "2", "8", true);
   check_layout(fixtures, "deepseek_v3", 16, "4", "1", "4", false);
   check_layout(fixtures, "qwen3_moe", 16, "2", "2", "4", true);
+  check_moved(fixtures);
   return sl_test_finish();
 }

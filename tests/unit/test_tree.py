@@ -14,8 +14,9 @@ project's files only, as tests/unit/tree_files.py lists them: never an ignored b
   7. layers: a folder includes only folders listed before it in the table of docs/ARCHITECTURE.md
      (read from the document, so the map and the tree cannot drift apart); every folder of src/
      has its row;
-  8. the map is true to the tree: every .c file of src/ is named in its folder's row of that table
-     (a pattern such as `http*.c` names the files it matches), and every file a row names exists.
+  8. the map is true to the tree: every .c file of src/ is named in the first cell of a row of its
+     folder's file table (the table under the heading "### `folder/`"; a pattern such as `http*.c`
+     names the files it matches), and every file those cells name exists.
 Exit 0 when every check holds; otherwise every violation is printed and the exit code is 1.
 """
 
@@ -42,32 +43,42 @@ def layer_order():
         return [m.group(1) for m in (re.match(r"^\|\s*`([a-z0-9_]+)/`\s*\|", line) for line in f) if m]
 
 
-def table_rows():
-    """folder -> the text of its row in docs/ARCHITECTURE.md's table."""
-    rows = {}
+def file_cells():
+    """folder -> the first cells of the rows of its file table in docs/ARCHITECTURE.md (the rows
+    under the heading "### `folder/`", up to the next heading), joined."""
+    cells = {}
+    folder = None
     with open(os.path.join(ROOT, "docs", "ARCHITECTURE.md"), encoding="utf-8") as f:
         for line in f:
-            m = re.match(r"^\|\s*`([a-z0-9_]+)/`\s*\|", line)
-            if m:
-                rows[m.group(1)] = line
-    return rows
+            if line.startswith("#"):
+                m = re.match(r"^###\s+`([a-z0-9_]+)/`\s*$", line)
+                folder = m.group(1) if m else None
+                if folder is not None:
+                    cells.setdefault(folder, "")
+            elif folder is not None and line.startswith("|"):
+                cells[folder] += line.strip().strip("|").split("|")[0] + "\n"
+    return cells
 
 
 def map_problems():
-    """.c files missing from their folder's row, and names in a row that match no file."""
+    """.c files missing from their folder's file table, and names in it that match no file."""
     import fnmatch
     problems = []
-    for folder, row in sorted(table_rows().items()):
+    cells = file_cells()
+    for folder in layer_order():
+        if folder not in cells:
+            problems.append(f"docs/ARCHITECTURE.md has no file table for {folder}/ (a heading \"### `{folder}/`\")")
+    for folder, row in sorted(cells.items()):
         top = os.path.join(SRC, folder)
         files = sorted(os.path.relpath(p, top).replace(os.sep, "/")
                        for p in tree_files.files(ROOT, ["src/" + folder], (".c",)))
         named = set(re.findall(r"`([\w*./-]+\.c)`", row))
         for f in files:
             if not any(fnmatch.fnmatch(f, p) or fnmatch.fnmatch(os.path.basename(f), p) for p in named):
-                problems.append(f"src/{folder}/{f} is not named in the {folder}/ row of docs/ARCHITECTURE.md")
+                problems.append(f"src/{folder}/{f} is not named in the {folder}/ file table of docs/ARCHITECTURE.md")
         for p in sorted(named):
             if not any(fnmatch.fnmatch(f, p) or fnmatch.fnmatch(os.path.basename(f), p) for f in files):
-                problems.append(f"the {folder}/ row of docs/ARCHITECTURE.md names `{p}`, which is no file of "
+                problems.append(f"the {folder}/ file table of docs/ARCHITECTURE.md names `{p}`, which is no file of "
                                 f"src/{folder}/")
     return problems
 
