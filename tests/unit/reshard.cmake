@@ -11,3 +11,8 @@ set_tests_properties(test_peer_plan PROPERTIES LABELS "reshard;unit" TIMEOUT 60)
 # byte, subsets of a plan, the dry run's descriptions. Labels refit and unit.
 sl_unit_test(test_refit_plan)
 set_tests_properties(test_refit_plan PROPERTIES LABELS "refit;unit" TIMEOUT 60)
+# `shardload plan --from-publishers` (the refit's dry run): trainers hold their blocks' bytes as the
+# headers give them, receivers receive what a storage dry run says they need, the sums and the
+# prediction add up, refusals name the tensor. Labels unit and refit.
+sl_script_test(test_plan_refit unit ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_plan_refit.py)
+set_tests_properties(test_plan_refit PROPERTIES LABELS "unit;refit" TIMEOUT 120)
