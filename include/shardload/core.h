@@ -11,7 +11,7 @@
  *   3. configuration (key/value, validated up front)             9. progress
  *   4. the loader (create, plan, bind, load, table, report)     10. reload in place
  *   5. dry-run planning for any world size (no MPI)             11. load from peers
- *                                                               12. caller-described plans
+ *  12. caller-described plans                                   13. weight sync (refit)
  */
 
 /*
@@ -594,8 +594,8 @@ typedef enum sl_reload_state {
 sl_status sl_loader_reload(sl_loader *loader, const char *model, const char *revision);
 
 /* Not collective. What local parameter index of this rank holds after the last sl_loader_reload
- * (an alias: its target's state). SL_STATUS_INVALID_ARGUMENT for an index out of the table or a
- * NULL out. */
+ * or sl_loader_refit (section 13; its own meaning there) (an alias: its target's state).
+ * SL_STATUS_INVALID_ARGUMENT for an index out of the table or a NULL out. */
 sl_status sl_loader_reload_state(const sl_loader *loader, size_t index, sl_reload_state *out);
 
 /* ---------------------------------------------------------------------------------------------
@@ -728,6 +728,66 @@ sl_fill sl_loader_param_fill(const sl_loader *loader, size_t index);
  * configuration's model, and its tp, pp and dp as for sl_loader_set_plan. */
 sl_status sl_dryrun_create_described(sl_config *config, int world_size, const sl_plan *const *plans,
                                      sl_dryrun **out);
+
+/* ---------------------------------------------------------------------------------------------
+ * 13. Weight sync (refit): ranks that train (the publishers) push the blocks of checkpoint tensors
+ * they hold, in the checkpoint's global coordinates, into the parameters of loaded loaders (the
+ * receivers) over a communicator that holds both, one refit per training step: the plan made once
+ * per pair of layouts and kept, each byte across each node's link at most once, a step of the
+ * version the receivers hold moving nothing. docs/API.md §13, docs/spec/DESIGN.md §13.
+ * ------------------------------------------------------------------------------------------- */
+
+/* A trainer rank's side: its blocks and the plan of its last refit (kept for the next). */
+typedef struct sl_publisher sl_publisher;
+
+/* Not collective. config: NULL for the defaults, else the keys it reads (timeout_s, bucket_bytes,
+ * network_gbps, device, cuda_device; the others are ignored). */
+sl_status sl_publisher_create(const sl_config *config, sl_publisher **out);
+void sl_publisher_destroy(sl_publisher *publisher);
+/* Message of the last failure on this rank ("" when none). */
+const char *sl_publisher_error(const sl_publisher *publisher);
+/* Not collective. One block: checkpoint tensor `tensor` (the receivers' name) of global shape
+ * shape[0 .. ndim) (NULL: the receivers' checkpoint's), the block of extent[] elements at
+ * offsets[] (a contiguous hyper-rectangle; an extent of 0: an empty block), row-major at `data` in
+ * `dtype` (host memory, or device memory with device=cuda; valid and unchanged until the next
+ * sl_publish returns). Blocks accumulate until sl_publisher_clear (which keeps the plan). */
+sl_status sl_publisher_add(sl_publisher *publisher, const char *tensor, sl_dtype dtype, uint32_t ndim,
+                           const uint64_t *shape, const uint64_t *offsets, const uint64_t *extent,
+                           const void *data);
+void sl_publisher_clear(sl_publisher *publisher);
+
+/* COLLECTIVE over every rank of `ops` (the trainers calling this, the receivers
+ * sl_loader_refit_ops), in the same order on every rank: this rank's blocks as version `version`
+ * (>= 1, the same everywhere). Checks, plan, transfer and faults: docs/API.md §13. shardload.h has
+ * the MPI form, sl_publish. */
+sl_status sl_publish_ops(sl_publisher *publisher, const sl_comm_ops *ops, uint64_t version);
+/* The JSON report of the last successful publish (or refit), the same text on every rank of its job
+ * (docs/REPORT.md, "Refit report"); NULL when none. Owned by the handle. */
+const char *sl_publisher_report_json(const sl_publisher *publisher);
+
+/* COLLECTIVE over every rank of `ops` (see sl_publish_ops): a loaded loader receives version
+ * `version` into the memory it holds, no pointer moving. On a failure it stays loaded:
+ * sl_loader_reload_state says per parameter NEW, OLD or PARTIAL, and the next refit of the version
+ * moves what is missing (docs/API.md §13). shardload.h has the MPI form, sl_loader_refit. */
+sl_status sl_loader_refit_ops(sl_loader *loader, const sl_comm_ops *ops, uint64_t version);
+/* Not collective. *version: the version every parameter holds (0: the checkpoint loaded or last
+ * reloaded); *pending (may be NULL): a version a failed refit left in part (0: none). */
+sl_status sl_loader_version(const sl_loader *loader, uint64_t *version, uint64_t *pending);
+/* The JSON report of the loader's last successful refit (see sl_publisher_report_json). */
+const char *sl_loader_refit_report_json(const sl_loader *loader);
+
+/* The dry run of a refit (`shardload plan --from-publishers`; no MPI, no tensor data): the
+ * receivers as `target` configures them (world_size ranks), the trainers as `publishers` says
+ * ("fsdp:N", "fsdp:NxR" or JSON: docs/REPORT.md, "Refit report"), the job's first ranks. The same
+ * checks, plan and time model as a refit's. On failure *out is NULL and sl_config_error(target)
+ * holds the message. */
+typedef struct sl_dryrun_refit sl_dryrun_refit;
+sl_status sl_dryrun_refit_create(sl_config *target, int world_size, const char *publishers,
+                                 sl_dryrun_refit **out);
+void sl_dryrun_refit_destroy(sl_dryrun_refit *dryrun);
+/* JSON and a human table; owned by the handle. */
+const char *sl_dryrun_refit_json(sl_dryrun_refit *dryrun);
+const char *sl_dryrun_refit_summary(sl_dryrun_refit *dryrun);
 
 #pragma GCC visibility pop
 

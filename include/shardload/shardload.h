@@ -32,6 +32,11 @@ sl_status sl_loader_create(sl_config *config, MPI_Comm comm, sl_loader **out);
  * holds, ...): a receiver's loader fails, a donor's stays as it was. docs/API.md §11. */
 sl_status sl_loader_load_from_peers(sl_loader *loader, MPI_Comm comm);
 
+/* COLLECTIVE over every rank of comm (trainers and receivers): sl_publish_ops and
+ * sl_loader_refit_ops of shardload/core.h section 13 over an MPI communicator. */
+sl_status sl_publish(sl_publisher *publisher, MPI_Comm comm, uint64_t version);
+sl_status sl_loader_refit(sl_loader *loader, MPI_Comm comm, uint64_t version);
+
 #pragma GCC visibility pop
 
 #ifdef __cplusplus

@@ -11,7 +11,9 @@ MPI job (comm=, under mpirun) or a torch.distributed process group (group=, no M
         weights = loader.params()                         # name -> torch.Tensor (this rank's)
 
 Submodules: shardload.torch (load_into for an nn.Module), shardload.vllm (vLLM's load format
-"shardload"; imports vllm lazily). shardload.Plan describes this rank's parameters and the boxes of
+"shardload"; imports vllm lazily), shardload.refit (weight sync: shardload.publish on trainer ranks,
+Loader.refit on rollout ranks; shardload.sync_group: a group holding both when each side has a
+torch.distributed world of its own). shardload.Plan describes this rank's parameters and the boxes of
 checkpoint tensors that fill them instead of an architecture spec (Loader(..., plan=plan));
 shardload.dryrun plans any world size from the headers alone. See python/README.md.
 
@@ -27,7 +29,9 @@ __version__ = "0.1.0"
 # name -> the submodule that defines it (imported on first access).
 _LAZY = {"Config": "config", "Loader": "loader", "Parameter": "loader", "comm_handle": "loader",
          "Error": "errors", "error_for": "errors", "BY_STATUS": "errors", "Plan": "plan",
-         "dryrun": "plan", "DryRun": "plan"}
+         "dryrun": "plan", "DryRun": "plan",
+         "publish": "refit", "Publisher": "refit", "dryrun_refit": "refit", "fsdp_block": "refit",
+         "sync_group": "syncgroup", "SyncGroup": "syncgroup"}
 
 
 def _errors():

@@ -33,6 +33,11 @@ does not match is refused on every rank before any byte is written.
 load_from_peers() gives a loaded loader's parameters to freshly created loaders of another layout
 over a communicator that holds both (sl_loader_load_from_peers): the receivers read nothing from
 storage, the donors stay as they were (docs/spec/DESIGN.md §11).
+
+    loader.refit(group=sync_group, version=step)            # trainers: shardload.publish(...)
+
+refit() receives the weights trainer ranks publish into the same memory, every step of an RL loop
+(shardload.refit, docs/spec/DESIGN.md §13).
 """
 
 import atexit
@@ -675,10 +680,38 @@ class Loader:
             self._progress.raise_pending()
         return self
 
+    # weight sync -------------------------------------------------------------------------------
+
+    def refit(self, version, comm=None, group=None, store=None):
+        """COLLECTIVE over the job of a refit (group: a torch.distributed process group; comm: an
+        mpi4py communicator), with the trainers calling shardload.publish(..., version=version):
+        the weights they publish land in this loaded loader's memory in place (tensors from
+        params(), bound tensors and DLPack exports see them). The plan is made on the first refit
+        and kept; a refit of the version the loader holds moves nothing. A failure raises on every
+        rank and leaves the loader usable: reload_state() says what each parameter holds, and the
+        next refit of the same version completes it (docs/spec/DESIGN.md §13; shardload.refit).
+        Returns the refit's report (dict)."""
+        from .refit import refit_loader
+        return refit_loader(self, version, comm, group, store)
+
+    def version(self):
+        """(version, pending): the version every parameter holds (0: the loaded checkpoint), and
+        the version a failed refit left in part (None when none)."""
+        from .refit import loader_version
+        self._need_loaded()
+        return loader_version(self)
+
+    def refit_report(self):
+        """The last successful refit's report (dict), or None."""
+        from .refit import refit_report
+        self._need_open()
+        return refit_report(self)
+
     def reload_state(self):
         """{name: "new" | "old" | "partial"}: what each local parameter holds after the last
-        reload() ("old": what it held before that call; every parameter "old" before any reload
-        and after a refused one)."""
+        reload() or refit() ("old": what it held before that call; every parameter "old" before any
+        reload and after a refused one; after a failed refit "new" means it holds the version
+        refitted, counting earlier failed refits of that version)."""
         self._need_open()
         if self._plan is None:
             raise InvalidArgumentError("call load() first")

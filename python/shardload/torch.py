@@ -45,7 +45,15 @@ the callable has that attribute, says which planned names it takes: a list of th
 names it fills from that parameter (possibly empty), or None to refuse the name (which is then
 reported as usual); without `targets` it takes every parameter load_into cannot bind and fills
 the module tensor of the same name.
+
+Weight sync (docs/spec/DESIGN.md §13): load_into(..., refit=True) keeps the loader open on the
+module, and refit_into(module, version, group=...) then receives the weights trainer ranks publish
+with shardload.publish: bound tensors are written in place, copied ones (and the fallback's) are
+copied in again after a refit that moved bytes (staged ones too), as load_into copied them. refit_loader(module) is
+that Loader (version(), reload_state(), refit_report()); refit_close(module) closes it.
 """
+
+import contextlib
 
 import torch
 
@@ -166,7 +174,7 @@ def _cuda_device_of(tensors):
 
 
 def load_into(module, model, comm=None, group=None, strict=None, fallback=None, check=None, kept=None,
-              plan=None, after=None, filled=(), **config):
+              plan=None, after=None, filled=(), refit=False, **config):
     """COLLECTIVE. Loads `model` (folder or Hub id) into `module` on every rank of the load.
     comm: an mpi4py communicator (default: MPI's world); group: a torch.distributed ProcessGroup
     (gloo) of every rank of the load, used instead of MPI. config: the C library's keys (tp, pp,
@@ -179,7 +187,10 @@ def load_into(module, model, comm=None, group=None, strict=None, fallback=None, 
     spec. after(loader): called on every rank once the load is done (and the fallback ran), before
     the loader closes (its report(), ...). filled: module tensor names the caller fills itself
     (never reported missing). A module tensor that is the same tensor as a filled one (a tied head:
-    one Parameter under two names) is filled too. Returns (missing, unexpected)."""
+    one Parameter under two names) is filled too. refit: keep the loader open afterwards, so that
+    refit_into can receive the weights trainers publish into the module (weight sync,
+    shardload.refit); its memory of copied and staged parameters stays allocated meanwhile.
+    Returns (missing, unexpected)."""
     strict = _strict_value(strict, config)
     filled_by_caller = set(filled)
     tensors = module_tensors(module)
@@ -201,7 +212,9 @@ def load_into(module, model, comm=None, group=None, strict=None, fallback=None, 
         out = targets(name)
         return None if out is None else list(out)
 
-    with open_loader(model, comm, group, plan=plan, strict=strict, **config) as loader:
+    with contextlib.ExitStack() as scope:  # closes the loader, unless refit keeps it (pop_all)
+        loader = scope.enter_context(open_loader(model, comm, group, plan=plan, strict=strict,
+                                                 **config))
         plan = loader.plan()
         binds, copies, aliases, handed, views, staged = [], [], [], [], {}, {}
         filled, unexpected = set(), []
@@ -260,42 +273,97 @@ def load_into(module, model, comm=None, group=None, strict=None, fallback=None, 
         for name, buffer in staged.items():
             loader.bind(name, buffer)
         loader.load()
-
-        failure = None
-        loaded = loader.params() if (copies or aliases or handed) else {}
-
-        def step(kind, name, target=None):
-            if kind == "stage":
-                tensors[name].data.copy_(staged.pop(name))
-            elif kind == "copy":
-                tensors[name].data.copy_(loaded[name])
-            elif kind == "alias":
-                tensors[name].data.copy_(tensors[target].data if target in tensors else loaded[name])
-            else:
-                fallback(name, loaded[name])
-
-        work = [("stage", n, None) for n in list(staged)] + [("copy", n, None) for n in copies] + [("alias", n, t) for n, t in aliases] + \
+        work = [("stage", n, None) for n in list(staged)] + [("copy", n, None) for n in copies] + \
+            [("alias", n, t) for n, t in aliases] + \
             [("fallback", n, None) for n in handed]
-        for kind, name, target in work:
-            try:
-                with torch.no_grad():
-                    step(kind, name, target)
-            except Exception as e:
-                if failure is None:
-                    failure = InvalidArgumentError("load_into: %s: %s: %s"
-                                                   % (name, type(e).__name__, e))
-                    failure.__cause__ = e
-        loaded = None   # the loader's memory of copied parameters is freed with the tensors
-        if after is not None and failure is None:
-            try:
-                after(loader)
-            except Exception as e:
-                failure = InvalidArgumentError("load_into: after: %s: %s" % (type(e).__name__, e))
-                failure.__cause__ = e
-        try:
-            loader.agree(failure)  # every rank raises when a fallback failed on any rank
-        except Error as e:
-            if failure is not None:
-                raise e from failure.__cause__
-            raise
+        _after_load(loader, tensors, work, fallback, staged, keep=refit, after=after)
+        if refit:
+            module._shardload_refit = _Refit(loader, tensors, work, fallback, staged)
+            scope.pop_all()  # kept open for refit_into
     return missing, unexpected
+
+
+def _after_load(loader, tensors, work, fallback, staged, keep=False, after=None):
+    """COLLECTIVE. What load_into does once the loader holds the bytes: staged and copied parameters
+    into the module's tensors (converted on their device by copy_), planned aliases, the fallback's
+    parameters, then after(loader) when given and all went well; any rank's failure raises on every
+    rank. keep: the staged buffers stay (the loader writes them again at each refit), else each is
+    dropped once copied."""
+    failure = None
+    loaded = loader.params() if any(kind != "stage" for kind, _, _ in work) else {}
+
+    def step(kind, name, target=None):
+        if kind == "stage":
+            tensors[name].data.copy_(staged[name] if keep else staged.pop(name))
+        elif kind == "copy":
+            tensors[name].data.copy_(loaded[name])
+        elif kind == "alias":
+            tensors[name].data.copy_(tensors[target].data if target in tensors else loaded[name])
+        else:
+            fallback(name, loaded[name])
+
+    for kind, name, target in work:
+        try:
+            with torch.no_grad():
+                step(kind, name, target)
+        except Exception as e:
+            if failure is None:
+                failure = InvalidArgumentError("load_into: %s: %s: %s" % (name, type(e).__name__, e))
+                failure.__cause__ = e
+    loaded = None   # the loader's memory of copied parameters is freed with the tensors (unless kept)
+    if after is not None and failure is None:
+        try:
+            after(loader)
+        except Exception as e:
+            failure = InvalidArgumentError("load_into: after: %s: %s" % (type(e).__name__, e))
+            failure.__cause__ = e
+    try:
+        loader.agree(failure)  # every rank raises when a fallback failed on any rank
+    except Error as e:
+        if failure is not None:
+            raise e from failure.__cause__
+        raise
+
+
+class _Refit:
+    """What load_into(refit=True) keeps on the module: the open loader and the steps after it."""
+
+    def __init__(self, loader, tensors, work, fallback, staged):
+        self.loader, self.tensors, self.work, self.fallback = loader, tensors, work, fallback
+        self.staged = staged
+
+    def refit(self, version, comm=None, group=None, store=None):
+        report = self.loader.refit(version, comm=comm, group=group, store=store)
+        if report is not None and report.get("bytes_transferred", 0) > 0:
+            _after_load(self.loader, self.tensors, self.work, self.fallback, self.staged, keep=True)
+        return report
+
+    def close(self):
+        self.loader.close()
+
+
+def refit_into(module, version, comm=None, group=None, store=None):
+    """COLLECTIVE over the job of a refit (group: a torch.distributed process group; comm: an
+    mpi4py communicator), with the trainers calling shardload.publish(..., version=version): the
+    weights they publish land in the module loaded by load_into(..., refit=True) — bound tensors in
+    place, the others copied in after, as load_into did (docs/spec/DESIGN.md §13). Returns the
+    refit's report (dict; bytes_transferred 0 when the module held the version)."""
+    r = getattr(module, "_shardload_refit", None)
+    if r is None:
+        raise InvalidArgumentError("refit_into: the module was not loaded with "
+                                   "shardload.torch.load_into(..., refit=True)")
+    return r.refit(version, comm=comm, group=group, store=store)
+
+
+def refit_loader(module):
+    """The Loader load_into(..., refit=True) kept on the module (None without one)."""
+    r = getattr(module, "_shardload_refit", None)
+    return None if r is None else r.loader
+
+
+def refit_close(module):
+    """Closes the loader kept by load_into(..., refit=True); later refit_into calls are refused."""
+    r = getattr(module, "_shardload_refit", None)
+    if r is not None:
+        del module._shardload_refit
+        r.close()

@@ -149,13 +149,19 @@ class TorchComm:
     def __init__(self, group=None, store=None, timeout_s=600.0):
         import torch
         import torch.distributed as dist
-        if not dist.is_available() or not dist.is_initialized():
-            raise _error("INVALID_ARGUMENT", "group=: torch.distributed is not initialised (call "
-                         "torch.distributed.init_process_group first)")
+        from .syncgroup import Calls, SyncGroup
         self.torch, self.dist = torch, dist
-        self.group = group if group is not None else dist.group.WORLD
-        self.rank = dist.get_rank(self.group)
-        self.size = dist.get_world_size(self.group)
+        if isinstance(group, SyncGroup):  # a group of its own world: its own calls, ranks and store
+            self.dist, self.group = Calls(dist, group), None
+            self.rank, self.size = group.rank(), group.size()
+            store = store if store is not None else group.store
+        elif not dist.is_available() or not dist.is_initialized():
+            raise _error("INVALID_ARGUMENT", "group=: torch.distributed is not initialised (call "
+                         "torch.distributed.init_process_group first, or pass a shardload.sync_group)")
+        else:
+            self.group = group if group is not None else dist.group.WORLD
+            self.rank = dist.get_rank(self.group)
+            self.size = dist.get_world_size(self.group)
         if self.rank < 0:
             raise _error("INVALID_ARGUMENT", "group=: this process is not a member of the process group")
         self._global = [self._global_rank(r) for r in range(self.size)]
@@ -176,8 +182,8 @@ class TorchComm:
     # set-up ---------------------------------------------------------------------------------------
 
     def _global_rank(self, r):
-        dist = self.dist
-        if self.group is dist.group.WORLD or self.group is None:
+        dist = self.torch.distributed
+        if self.group is None or self.group is dist.group.WORLD:
             return r
         fn = getattr(dist, "get_global_rank", None) or getattr(dist.distributed_c10d, "_get_global_rank")
         return fn(self.group, r)

@@ -64,6 +64,18 @@ module vLLM built; otherwise (no spec, or a module vLLM names its own way, such 
 its plan is recorded too. `last` says per parameter how it was filled (spec, recorded, fallback)
 and the bytes each way; rank 0 logs one line.
 
+Weight sync (RL rollouts; docs/INTEGRATION.md, docs/spec/DESIGN.md §13). With
+model_loader_extra_config {"refit": true} the loader stays open on the model after the load, and
+worker_extension_cls="shardload.vllm.RefitWorkerExtension" gives every worker the methods a
+trainer's driver calls through collective_rpc while the trainer ranks call shardload.publish:
+shardload_sync_group(host, port, rank_offset, world_size) joins a group holding the trainers and
+the workers (shardload.sync_group; worker r is rank rank_offset + r), shardload_refit(version)
+receives the published weights into the model's parameters in place, shardload_refit_state()
+says which version each worker holds and what each parameter holds after a failed refit. The
+refitted values are the checkpoint's tensors as the trainers publish them: a model whose
+process_weights_after_loading changes the loaded weights (quantized repacking) does not see
+them repacked.
+
 vllm is imported only inside register() and the loader class, never by `import shardload.vllm`.
 """
 
@@ -106,7 +118,8 @@ def register():
 
 def split_options(extra):
     """(shardload keys, strict) from model_loader_extra_config: vLLM's keys become `extra_config`
-    (validated by the C library as vLLM validates them), the others are shardload keys."""
+    (validated by the C library as vLLM validates them), `strict` and `refit` are load_into's, the
+    others are shardload keys."""
     if extra is None:
         extra = {}
     if isinstance(extra, str):
@@ -119,6 +132,11 @@ def split_options(extra):
     if vllm_keys:
         options["extra_config"] = vllm_keys
     strict = options.pop("strict", None)
+    refit = options.pop("refit", False)
+    if not isinstance(refit, bool):
+        raise ValueError("model_loader_extra_config: refit must be true or false, got %r" % (refit,))
+    if refit:
+        options["refit"] = True   # taken off again by the loader (load_into's argument)
     if strict is None:
         track = vllm_keys.get("enable_weights_track")
         strict = track if isinstance(track, bool) else True
@@ -439,6 +457,7 @@ def loader_class():
                 raise ValueError("model_loader_extra_config plan: expected one of %s, got %r"
                                  % ("/".join(PLAN_MODES), self.plan_mode))
             from .config import Config
+            self.refit = self.options.pop("refit", False)
             Config(**{k: v for k, v in self.options.items()})   # unknown keys and values fail here
             self.vllm_config = None
             self.main_model_config = None
@@ -516,7 +535,7 @@ def loader_class():
 
             missing, unexpected = sl_torch.load_into(
                 model, model_config.model, group=layout["group"], strict=self.strict,
-                fallback=fallback, check=check, kept=kept_initialized(model_config),
+                fallback=fallback, check=check, kept=kept_initialized(model_config), refit=self.refit,
                 after=lambda loader: seen.update(report=loader.report()), **options)
             fills, nbytes = fills_of(seen["plan"])
             self.last = {"loader": "shardload", "plan": "spec", "missing": missing,
@@ -545,7 +564,7 @@ def loader_class():
             missing, unexpected = sl_torch.load_into(
                 model, model_config.model, group=layout["group"], strict=self.strict,
                 fallback=handler, check=check, plan=to_plan(recording, options.get("device", "cpu")),
-                filled=const_only, kept=kept_initialized(model_config),
+                filled=const_only, kept=kept_initialized(model_config), refit=self.refit,
                 after=lambda loader: seen.update(report=loader.report()), **options)
             fills, nbytes = fills_of(seen["plan"])
             for name in [n for n in fills if n.startswith(FALLBACK_PREFIX)]:
@@ -604,3 +623,50 @@ def loader_class():
 
     _class = ShardloadModelLoader
     return _class
+
+
+# -------------------------------------------------------------------------------------------------
+# Weight sync: vLLM's worker extension
+
+
+class RefitWorkerExtension:
+    """worker_extension_cls="shardload.vllm.RefitWorkerExtension": vLLM adds this class to its
+    worker class's bases (vLLM `vllm/v1/worker/worker_base.py`, `WorkerWrapperBase.init_worker`),
+    so that LLM.collective_rpc / the engine's collective_rpc runs these methods on every worker.
+    The model must have been loaded with load_format "shardload" and model_loader_extra_config
+    {"refit": true}. Every method is COLLECTIVE over the workers (and, for the refit, the trainers
+    publishing the same version over the same sync group)."""
+
+    def shardload_sync_group(self, host, port, rank_offset, world_size, timeout_s=600.0):
+        """Joins the sync group of trainers and workers at host:port (its rank 0 serves the store):
+        this worker is rank rank_offset + its vLLM rank. Returns that rank."""
+        from .syncgroup import sync_group
+        self._shardload_sync = sync_group(host, port, int(rank_offset) + self.rank, world_size, timeout_s)
+        return self._shardload_sync.rank()
+
+    def shardload_refit(self, version):
+        """Receives version `version` from the trainers into the model's parameters (in place).
+        Returns the refit's report (a dict; bytes_transferred 0 when the worker held it)."""
+        from . import torch as sl_torch
+        from .errors import InvalidArgumentError
+        group = getattr(self, "_shardload_sync", None)
+        if group is None:
+            raise InvalidArgumentError("shardload_refit: call shardload_sync_group first")
+        return sl_torch.refit_into(self._shardload_model(), int(version), group=group)
+
+    def shardload_refit_state(self):
+        """{"version": (held, pending or None), "states": {parameter: "new" | "old" | "partial"}}
+        of this worker's loader (docs/spec/DESIGN.md §13, faults)."""
+        from . import torch as sl_torch
+        from .errors import InvalidArgumentError
+        loader = sl_torch.refit_loader(self._shardload_model())
+        if loader is None:
+            raise InvalidArgumentError("shardload_refit_state: the model was not loaded with "
+                                       "load_format shardload and model_loader_extra_config "
+                                       "{\"refit\": true}")
+        return {"version": loader.version(), "states": loader.reload_state()}
+
+    def _shardload_model(self):
+        get_model = getattr(self, "get_model", None)
+        model = get_model() if callable(get_model) else None
+        return model if model is not None else self.model_runner.model

@@ -159,6 +159,7 @@ void sl_loader_destroy(sl_loader *l) {
   free((void *)l->copy_done);
   free((void *)l->copy_started);
   free(l->reload_state);
+  sl__refit_state_free(l->refit);
   free(l->store.table);
   free(l->store.table_strings);
   free(l->records);

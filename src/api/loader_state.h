@@ -54,6 +54,9 @@ struct sl_loader {
    * this loader its node in that model. NULL otherwise. */
   const sl__peer_model *peer_model;
   const uint32_t *peer_node_of;
+  /* Weight sync (api/refit_receiver.c): the plan of its last refit, the version it holds, a failed
+   * refit's progress. NULL until the first sl_loader_refit. */
+  struct sl__refit_state *refit;
   /* This rank's caller-described plan (sl_loader_set_plan, api/describe.c): its canonical blob, or
    * NULL (an architecture spec's plan). */
   uint8_t *plan_blob;
@@ -73,6 +76,9 @@ static inline void sl__loader_view_of(sl_loader *l, sl__loader_view *out) {
                            .model = &l->pl.prep.model,
                            .cuda = l->pl.opts.device == SL_DEVICE_CUDA};
 }
+
+/* api/refit_receiver.c: frees a loader's refit state (sl_loader_destroy). */
+void sl__refit_state_free(struct sl__refit_state *s);
 
 /* Shared with api/reload.c, which runs the same phases over another checkpoint. */
 /* The start of every public call: a clean message, or the refusal of a failed loader. */

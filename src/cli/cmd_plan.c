@@ -2,6 +2,9 @@
  * cmd_plan.c — `shardload plan MODEL --world N ...`: the dry-run planner. No MPI is started.
  * With a source layout (--from-tp A [--from-pp P --from-dp D --from-enable-expert-parallel]) the
  * dry run of a load from peers: A*P*D donors give the N receivers their layout (sl_dryrun_peers).
+ * With --from-publishers SPEC the dry run of a refit (weight sync): trainers publishing their blocks
+ * as SPEC says (fsdp:T, fsdp:TxR, or a JSON file of each trainer's blocks) into the N receivers
+ * (sl_dryrun_refit).
  */
 #include "args.h"
 #include "cli.h"
@@ -15,6 +18,7 @@
 typedef struct from_opts {
   const char *v[3]; /* tp, pp, dp */
   bool ep, any;
+  const char *publishers; /* --from-publishers: a refit's trainers */
 } from_opts;
 
 static int split_from(int argc, char **argv, from_opts *f, char **out) {
@@ -32,6 +36,10 @@ static int split_from(int argc, char **argv, from_opts *f, char **out) {
     if (strcmp(argv[i], "--from-enable-expert-parallel") == 0)
       taken = f->ep = true;
     f->any = f->any || taken;
+    if (!taken && strncmp(argv[i], "--from-publishers=", 18) == 0)
+      taken = (f->publishers = argv[i] + 18) != NULL;
+    else if (!taken && strcmp(argv[i], "--from-publishers") == 0 && i + 1 < argc)
+      taken = (f->publishers = argv[++i]) != NULL;
     if (!taken)
       out[n++] = argv[i];
   }
@@ -78,16 +86,69 @@ static int plan_peers(sl_config *cfg, int world, const from_opts *f, bool json) 
   return rc;
 }
 
+/* The text of --from-publishers: fsdp:... or JSON as given, else the file it names (freed by the
+ * caller; NULL with a message when it cannot be read). */
+static char *publishers_text(const char *spec) {
+  if (strncmp(spec, "fsdp:", 5) == 0 || spec[0] == '{')
+    return strdup(spec);
+  FILE *fp = fopen(spec, "rb");
+  char *text = NULL;
+  long n = -1;
+  if (fp != NULL && fseek(fp, 0, SEEK_END) == 0 && (n = ftell(fp)) >= 0 && n < (64L << 20) &&
+      fseek(fp, 0, SEEK_SET) == 0 && (text = calloc((size_t)n + 1, 1)) != NULL &&
+      fread(text, 1, (size_t)n, fp) != (size_t)n) {
+    free(text);
+    text = NULL;
+  }
+  if (fp != NULL)
+    fclose(fp);
+  if (text == NULL)
+    fprintf(
+        stderr,
+        "shardload plan: --from-publishers %s: expected fsdp:T, fsdp:TxR, JSON text or a readable JSON file "
+        "(under 64 MiB)\n",
+        spec);
+  return text;
+}
+
+/* The refit's dry run: trainers as --from-publishers says, the receivers as the target. */
+static int plan_refit(sl_config *cfg, int world, const char *spec, bool json) {
+  char *text = publishers_text(spec);
+  if (text == NULL)
+    return 2;
+  sl_dryrun_refit *d = NULL;
+  int rc = 0;
+  if (sl_dryrun_refit_create(cfg, world, text, &d) != SL_STATUS_OK) {
+    fprintf(stderr, "shardload plan: %s\n", sl_config_error(cfg));
+    rc = 1;
+  }
+  free(text);
+  const char *out = d == NULL ? NULL : json ? sl_dryrun_refit_json(d) : sl_dryrun_refit_summary(d);
+  if (rc == 0 && out == NULL) {
+    fprintf(stderr, "shardload plan: out of memory formatting the result\n");
+    rc = 1;
+  } else if (out != NULL) {
+    fputs(out, stdout);
+  }
+  sl_dryrun_refit_destroy(d);
+  return rc;
+}
+
 static void usage(FILE *out) {
-  fprintf(out, "usage: shardload plan MODEL --world N [--tp N] [--pp N] [--dp N] [options] [--json]\n"
-               "Plans every rank of a world of N ranks from the safetensors headers alone (no MPI, no\n"
-               "tensor data read) and prints bytes read and received per rank, files opened, read\n"
-               "amplification and a predicted load time. tp * pp * dp must equal N.\n"
-               "--from-tp A [--from-pp P] [--from-dp D] [--from-enable-expert-parallel]: the dry run of a\n"
-               "load from peers instead: A*P*D ranks holding that layout give the N ranks theirs (bytes\n"
-               "sent and received per rank, messages, a predicted time; nothing read from storage).\n"
-               "--plan-file FILE: every rank's described plan (docs/spec/DESIGN.md §12) instead of the\n"
-               "architecture spec.\n");
+  fprintf(out,
+          "usage: shardload plan MODEL --world N [--tp N] [--pp N] [--dp N] [options] [--json]\n"
+          "Plans every rank of a world of N ranks from the safetensors headers alone (no MPI, no\n"
+          "tensor data read) and prints bytes read and received per rank, files opened, read\n"
+          "amplification and a predicted load time. tp * pp * dp must equal N.\n"
+          "--from-tp A [--from-pp P] [--from-dp D] [--from-enable-expert-parallel]: the dry run of a\n"
+          "load from peers instead: A*P*D ranks holding that layout give the N ranks theirs (bytes\n"
+          "sent and received per rank, messages, a predicted time; nothing read from storage).\n"
+          "--plan-file FILE: every rank's described plan (docs/spec/DESIGN.md §12) instead of the\n"
+          "architecture spec.\n"
+          "--from-publishers SPEC: the dry run of a refit (weight sync) instead: trainers publish their\n"
+          "blocks of every tensor into the N ranks; SPEC is fsdp:T (T trainers, each tensor cut along\n"
+          "its first dimension as FSDP does), fsdp:TxR (R replicas of those) or a JSON file of each\n"
+          "trainer's blocks (docs/REPORT.md). The trainers are the job's first ranks.\n");
   sl_cli_print_options(out, &sl_cli_cmd_plan);
 }
 
@@ -124,7 +185,16 @@ int sl_cli_plan(int argc, char **argv) {
     sl_config_destroy(cfg);
     return rc;
   }
-  if (f.any) {
+  if (f.publishers != NULL && f.any) {
+    fprintf(stderr, "shardload plan: --from-publishers and --from-tp/--from-pp/--from-dp are two dry runs: "
+                    "pass one\n");
+    rc = 2;
+  } else if (f.publishers != NULL) {
+    rc = plan_refit(cfg, args.world, f.publishers, args.json);
+    sl_config_destroy(cfg);
+    return rc;
+  }
+  if (rc == 0 && f.any) {
     rc = plan_peers(cfg, args.world, &f, args.json);
     sl_config_destroy(cfg);
     return rc;

@@ -12,9 +12,7 @@
  *   4. donors: each other part to a holder of its source on the receiver's node when one is, else
  *      the least loaded (parts largest first); a relayed part's donor is its relay, reading the
  *      bytes where its own part put them;
- *   5. messages: per pair of ranks, parts packed into messages of at most msg_bytes (a part split
- *      by rows, a row larger than a message by columns), ordered round by round, the donors' before
- *      the relays'.
+ *   5. messages (plan/peer_messages.c).
  */
 #include "plan/peers.h"
 
@@ -64,6 +62,7 @@ typedef struct builder {
   const sl__peer_rank *ranks;
   uint32_t world;
   const sl__catalog *cat;
+  const char *giver; /* "donor", or the caller's word */
   sl__err *err;
   held *helds;
   size_t n_helds;
@@ -260,13 +259,34 @@ static int cmp_seg(const void *pa, const void *pb) {
   return c != 0 ? c : cmp_u64(a->source, b->source);
 }
 
+/* " (element [i, j, ...])" of byte `at` of tensor t, or "" when the catalog cannot say. */
+static void element_of(const sl__catalog *cat, uint32_t t, uint64_t at, char *buf, size_t cap) {
+  buf[0] = '\0';
+  const sl__cat_tensor *ct = cat != NULL && t < cat->n_tensors ? &cat->tensors[t] : NULL;
+  uint64_t e = ct != NULL ? sl__dtype_bits(ct->dtype) / 8 : 0;
+  if (ct == NULL || e == 0 || sl__dtype_bits(ct->dtype) % 8 != 0 || ct->ndim == 0)
+    return;
+  uint64_t idx[SL_CAT_MAX_DIMS], rest = at / e;
+  for (uint32_t d = ct->ndim; d-- > 0;) {
+    idx[d] = ct->shape[d] > 0 ? rest % ct->shape[d] : 0;
+    rest = ct->shape[d] > 0 ? rest / ct->shape[d] : 0;
+  }
+  size_t n = (size_t)snprintf(buf, cap, " (element [");
+  for (uint32_t d = 0; d < ct->ndim && n < cap; d++)
+    n += (size_t)snprintf(buf + n, cap - n, "%s%llu", d > 0 ? ", " : "", (unsigned long long)idx[d]);
+  if (n < cap)
+    snprintf(buf + n, cap - n, "])");
+}
+
 static sl_status gap(builder *b, uint32_t q, const sl__copy *c, uint64_t at) {
   const char *name = b->cat != NULL && c->tensor < b->cat->n_tensors ? b->cat->tensors[c->tensor].name : "?";
+  char where[256];
+  element_of(b->cat, c->tensor, at, where, sizeof where);
   return sl__err_set(
       b->err, SL_STATUS_NOT_FOUND,
-      "no donor holds byte %llu of tensor %s, which receiving rank %u needs (local parameter %u): "
-      "the donors' layout must hold every byte the receivers' does",
-      (unsigned long long)at, name, q, c->lparam);
+      "no %s holds byte %llu%s of tensor %s, which receiving rank %u needs (local parameter %u): "
+      "the %ss' layout must hold every byte the receivers' does",
+      b->giver, (unsigned long long)at, where, name, q, c->lparam, b->giver);
 }
 
 /* Receiver copy ci of rank q, row by row: each row's bytes from the first source holding them. */
@@ -363,14 +383,22 @@ static int cmp_group(const void *pa, const void *pb) {
 /* One group: its relay is the receiver that took least over the link (the lowest rank on a tie);
  * the group's protos on other receivers are forwarded by it, those on the relay itself (the same
  * bytes in two of its parameters) come from a donor. */
+/* Whether proto p's receiver holds its bytes as the checkpoint's (it may forward them). */
+static bool forwardable(const builder *b, const proto *p) {
+  const uint8_t *no = b->ranks[p->receiver].no_relay;
+  return no == NULL || no[p->r_copy] == 0;
+}
+
 static void relay_one(builder *b, const uint32_t *order, const relay_group *g, uint64_t *link_in) {
   proto *ps = b->protos.data;
-  uint32_t best = order[g->first];
-  for (uint32_t k = 1; k < g->n; k++) {
-    uint32_t q = ps[order[g->first + k]].receiver;
-    if (link_in[q] < link_in[ps[best].receiver])
-      best = order[g->first + k];
+  uint32_t best = NO_RELAY;
+  for (uint32_t k = 0; k < g->n; k++) {
+    uint32_t i = order[g->first + k];
+    if (forwardable(b, &ps[i]) && (best == NO_RELAY || link_in[ps[i].receiver] < link_in[ps[best].receiver]))
+      best = i;
   }
+  if (best == NO_RELAY)
+    return; /* none of them can forward these bytes: each takes its own */
   link_in[ps[best].receiver] += g->bytes;
   for (uint32_t k = 0; k < g->n; k++) {
     proto *p = &ps[order[g->first + k]];
@@ -518,199 +546,6 @@ static sl_status assign_donors(builder *b, sl__peer_part *parts, uint64_t *load)
 }
 
 /* ---------------------------------------------------------------------------------------------
- * 5. Messages
- * ------------------------------------------------------------------------------------------- */
-
-static int cmp_part_pair(const void *pa, const void *pb, void *ctx) {
-  const sl__peer_part *ps = ctx;
-  uint32_t ia = *(const uint32_t *)pa;
-  uint32_t ib = *(const uint32_t *)pb;
-  int c = cmp_u64(ps[ia].relay, ps[ib].relay);
-  c = c != 0 ? c : cmp_u64(ps[ia].donor, ps[ib].donor);
-  c = c != 0 ? c : cmp_u64(ps[ia].receiver, ps[ib].receiver);
-  return c != 0 ? c : cmp_u64(ia, ib);
-}
-
-/* Packing of one pair's parts into messages (in a pair-ordered scratch list). */
-typedef struct packer {
-  uint64_t cap;
-  sl__vec parts;      /* sl__peer_part, pair after pair; msg: index into msgs */
-  sl__vec msgs;       /* sl__peer_msg, pair after pair (first_part into parts) */
-  sl__vec pair_first; /* uint32_t per pair: its first message; one more at the end */
-} packer;
-
-/* A new message of the pair of p, or NULL when out of memory. */
-static sl__peer_msg *new_msg(packer *k, const sl__peer_part *p) {
-  sl__peer_msg *m = sl__vec_push(&k->msgs);
-  if (m != NULL)
-    *m = (sl__peer_msg){
-        .donor = p->donor, .receiver = p->receiver, .relay = p->relay, .first_part = k->parts.len};
-  return m;
-}
-
-static bool put(packer *k, sl__peer_msg *m, const sl__peer_part *p, uint64_t row, uint64_t col, uint64_t len,
-                uint64_t rows) {
-  sl__peer_part *o = sl__vec_push(&k->parts);
-  if (o == NULL)
-    return false;
-  *o = *p;
-  o->src_off += row * p->src_stride + col;
-  o->d_off += row * p->d_stride + col;
-  o->r_off += row * p->r_stride + col;
-  o->row_bytes = len;
-  o->rows = rows;
-  o->msg = (uint32_t)(k->msgs.len - 1);
-  o->msg_off = m->nbytes;
-  m->nbytes += len * rows;
-  m->n_parts++;
-  return true;
-}
-
-/* Part p into the pair's messages: whole rows while they fit, a row larger than a message by columns.
- * fresh: the pair's first part (a new message). */
-static bool pack_part(packer *k, const sl__peer_part *p, bool fresh) {
-  bool big = p->row_bytes > k->cap;
-  for (uint64_t row = 0; row < p->rows;) {
-    sl__peer_msg *m = fresh ? NULL : &SL_VEC_AT(&k->msgs, sl__peer_msg, k->msgs.len - 1);
-    fresh = false;
-    if (m == NULL || m->nbytes >= k->cap || (!big && m->nbytes + p->row_bytes > k->cap))
-      m = new_msg(k, p);
-    if (m == NULL)
-      return false;
-    if (!big) {
-      uint64_t fit = (k->cap - m->nbytes) / p->row_bytes;
-      uint64_t take = p->rows - row < fit ? p->rows - row : fit;
-      if (!put(k, m, p, row, 0, p->row_bytes, take))
-        return false;
-      row += take;
-      continue;
-    }
-    for (uint64_t col = 0; col < p->row_bytes;) {
-      if (m->nbytes >= k->cap && (m = new_msg(k, p)) == NULL)
-        return false;
-      uint64_t take = p->row_bytes - col < k->cap - m->nbytes ? p->row_bytes - col : k->cap - m->nbytes;
-      if (!put(k, m, p, row, col, take, 1))
-        return false;
-      col += take;
-    }
-    row++;
-  }
-  return true;
-}
-
-/* The two ranks of pair g (its first message's), lower first. */
-static void pair_ranks(const packer *k, uint32_t g, uint32_t *lo, uint32_t *hi) {
-  const sl__peer_msg *m = &SL_VEC_AT(&k->msgs, sl__peer_msg, SL_VEC_AT(&k->pair_first, uint32_t, g));
-  *lo = m->donor < m->receiver ? m->donor : m->receiver;
-  *hi = m->donor < m->receiver ? m->receiver : m->donor;
-}
-
-static int cmp_pair_ranks(const void *pa, const void *pb, void *ctx) {
-  uint32_t a0, a1, b0, b1;
-  pair_ranks(ctx, *(const uint32_t *)pa, &a0, &a1);
-  pair_ranks(ctx, *(const uint32_t *)pb, &b0, &b1);
-  int c = cmp_u64(a0, b0);
-  c = c != 0 ? c : cmp_u64(a1, b1);
-  return c != 0 ? c : cmp_u64(*(const uint32_t *)pa, *(const uint32_t *)pb);
-}
-
-/* One group per two ranks (two relays may forward to each other): gid[pair], the groups' members. */
-static sl_status pair_groups(builder *b, packer *k, uint32_t *gid, sl__peer_plan *out) {
-  size_t npairs = k->pair_first.len - 1;
-  uint32_t *order = calloc(npairs + 1, sizeof *order);
-  out->group_members = calloc(2 * npairs + 1, sizeof *out->group_members);
-  if (order == NULL || out->group_members == NULL) {
-    free(order);
-    return nomem(b);
-  }
-  for (size_t g = 0; g < npairs; g++)
-    order[g] = (uint32_t)g;
-  qsort_r(order, npairs, sizeof *order, cmp_pair_ranks, k);
-  for (size_t i = 0; i < npairs; i++) {
-    uint32_t lo, hi;
-    pair_ranks(k, order[i], &lo, &hi);
-    if (out->n_groups == 0 || out->group_members[2 * out->n_groups - 2] != lo ||
-        out->group_members[2 * out->n_groups - 1] != hi) {
-      out->group_members[2 * out->n_groups] = lo;
-      out->group_members[2 * out->n_groups + 1] = hi;
-      out->n_groups++;
-    }
-    gid[order[i]] = (uint32_t)(out->n_groups - 1);
-  }
-  free(order);
-  return SL_STATUS_OK;
-}
-
-/* The messages in the global order with their parts: the donors' round by round (round k: the k-th
- * message of every pair), then the relays' the same way. */
-static sl_status order_msgs(builder *b, packer *k, sl__peer_plan *out) {
-  size_t npairs = k->pair_first.len - 1;
-  const uint32_t *pf = k->pair_first.data;
-  out->parts = calloc(k->parts.len + 1, sizeof *out->parts);
-  out->msgs = calloc(k->msgs.len + 1, sizeof *out->msgs);
-  uint32_t *gid = calloc(npairs + 1, sizeof *gid);
-  sl_status st = out->parts != NULL && out->msgs != NULL && gid != NULL ? pair_groups(b, k, gid, out) : nomem(b);
-  for (int hop = 0; hop < 2 && st == SL_STATUS_OK; hop++) {
-    for (uint32_t round = 0, any = 1; any; round++) {
-      any = 0;
-      for (size_t g = 0; g < npairs; g++) {
-        const sl__peer_msg *m = &SL_VEC_AT(&k->msgs, sl__peer_msg, pf[g]);
-        if ((int)m->relay != hop || pf[g] + round >= pf[g + 1])
-          continue;
-        any = 1;
-        m += round;
-        sl__peer_msg *o = &out->msgs[out->n_msgs];
-        *o = *m;
-        o->group = gid[g];
-        o->first_part = out->n_parts;
-        for (uint32_t j = 0; j < m->n_parts; j++) {
-          sl__peer_part *p = &out->parts[out->n_parts++];
-          *p = SL_VEC_AT(&k->parts, sl__peer_part, m->first_part + j);
-          p->msg = (uint32_t)out->n_msgs;
-        }
-        out->max_msg = m->nbytes > out->max_msg ? m->nbytes : out->max_msg;
-        out->n_msgs++;
-      }
-    }
-  }
-  free(gid);
-  return st;
-}
-
-static sl_status build_msgs(builder *b, const sl__peer_part *parts, size_t n, uint64_t cap,
-                            sl__peer_plan *out) {
-  uint32_t *order = calloc(n + 1, sizeof *order);
-  packer k = {.cap = cap};
-  sl__vec_init(&k.parts, sizeof(sl__peer_part));
-  sl__vec_init(&k.msgs, sizeof(sl__peer_msg));
-  sl__vec_init(&k.pair_first, sizeof(uint32_t));
-  bool ok = order != NULL;
-  for (size_t i = 0; ok && i < n; i++)
-    order[i] = (uint32_t)i;
-  if (ok)
-    qsort_r(order, n, sizeof *order, cmp_part_pair, (void *)parts);
-  for (size_t i = 0; ok && i < n; i++) {
-    const sl__peer_part *p = &parts[order[i]];
-    const sl__peer_part *prev = i > 0 ? &parts[order[i - 1]] : NULL;
-    bool fresh =
-        prev == NULL || prev->relay != p->relay || prev->donor != p->donor || prev->receiver != p->receiver;
-    uint32_t *f = fresh ? sl__vec_push(&k.pair_first) : NULL;
-    if (fresh && f != NULL)
-      *f = (uint32_t)k.msgs.len;
-    ok = (!fresh || f != NULL) && pack_part(&k, p, fresh);
-  }
-  uint32_t *end = ok ? sl__vec_push(&k.pair_first) : NULL;
-  if (end != NULL)
-    *end = (uint32_t)k.msgs.len;
-  sl_status st = end != NULL ? order_msgs(b, &k, out) : nomem(b);
-  free(order);
-  sl__vec_free(&k.parts);
-  sl__vec_free(&k.msgs);
-  sl__vec_free(&k.pair_first);
-  return st;
-}
-
-/* ---------------------------------------------------------------------------------------------
  * The build
  * ------------------------------------------------------------------------------------------- */
 
@@ -727,9 +562,17 @@ void sl__peer_plan_free(sl__peer_plan *p) {
 
 sl_status sl__peer_plan_build(const sl__peer_rank *ranks, uint32_t world, const sl__catalog *cat,
                               uint64_t msg_bytes, sl__peer_plan *out, sl__err *err) {
+  sl__peer_opts o = {.msg_bytes = msg_bytes};
+  return sl__peer_plan_build_opts(ranks, world, cat, &o, out, err);
+}
+
+sl_status sl__peer_plan_build_opts(const sl__peer_rank *ranks, uint32_t world, const sl__catalog *cat,
+                                   const sl__peer_opts *o, sl__peer_plan *out, sl__err *err) {
   memset(out, 0, sizeof *out);
   out->world = world;
-  builder b = {.ranks = ranks, .world = world, .cat = cat, .err = err};
+  uint64_t msg_bytes = o->msg_bytes;
+  builder b = {
+      .ranks = ranks, .world = world, .cat = cat, .err = err, .giver = o->giver != NULL ? o->giver : "donor"};
   sl__vec_init(&b.protos, sizeof(proto));
   sl__vec_init(&b.segs, sizeof(seg));
   sl__vec_init(&b.open, sizeof(uint32_t));
@@ -749,7 +592,8 @@ sl_status sl__peer_plan_build(const sl__peer_rank *ranks, uint32_t world, const 
   if (st == SL_STATUS_OK)
     st = assign_donors(&b, parts, load);
   if (st == SL_STATUS_OK)
-    st = build_msgs(&b, parts, b.protos.len, msg_bytes > 0 ? msg_bytes : SL_BUCKET_BYTES_DEFAULT, out);
+    st = sl__peer_messages(parts, b.protos.len, msg_bytes > 0 ? msg_bytes : SL_BUCKET_BYTES_DEFAULT,
+                           o->whole_elements ? cat : NULL, out, err);
   for (size_t k = 0; st == SL_STATUS_OK && k < out->n_parts; k++) {
     out->sent[out->parts[k].donor] += out->parts[k].row_bytes * out->parts[k].rows;
     out->received[out->parts[k].receiver] += out->parts[k].row_bytes * out->parts[k].rows;

@@ -10,12 +10,12 @@
  * byte: a region held on the receiver's node when one holds it); rows that continue a part in step
  * are merged into it, so that a column slice taken from a row slice is one strided part, not one
  * part per row. A part goes to the donor holding its region that is on the receiver's node when one
- * is, else the one that sent least so far (parts largest first). Relays: when several receivers of one node need the same bytes (the same part geometry in
- * the checkpoint) and no donor on their node holds them, they cross the link once, to one of them
- * (the one that has taken least over the link so far, groups largest first), which forwards them
- * to the others from its own parameters, already filled: a node pulls such bytes once, as a storage
- * load reads once per node and broadcasts. Parts travel in messages between two ranks (a broadcast
- * group of two), numbered in one global order every rank walks: round k carries the k-th message of
+ * is, else the one that sent least so far (parts largest first). Relays: when several receivers of one node
+ * need the same bytes (the same part geometry in the checkpoint) and no donor on their node holds them, they
+ * cross the link once, to one of them (the one that has taken least over the link so far, groups largest
+ * first), which forwards them to the others from its own parameters, already filled: a node pulls such bytes
+ * once, as a storage load reads once per node and broadcasts. Parts travel in messages between two ranks (a
+ * broadcast group of two), numbered in one global order every rank walks: round k carries the k-th message of
  * every pair, every donor's message before every relay's, so that a relay's bytes have arrived
  * before it sends them. Pure: a function of the ranks' copies and nodes.
  */
@@ -34,6 +34,9 @@ typedef struct sl__peer_rank {
   uint32_t node;          /* ranks with equal nodes share a machine */
   const sl__copy *copies; /* its rank plan's copies (a receiver's: what it needs) */
   size_t n_copies;
+  /* A receiver's, per copy, or NULL: nonzero where its memory does not hold the copy's bytes as
+   * the checkpoint's (another dtype, transposed), so that it cannot forward them as a relay. */
+  const uint8_t *no_relay;
 } sl__peer_rank;
 
 /* A strided run of bytes: `rows` rows of row_bytes from a donor's parameter to a receiver's. */
@@ -80,6 +83,23 @@ typedef struct sl__peer_plan {
  * tensor names; may be NULL). */
 sl_status sl__peer_plan_build(const sl__peer_rank *ranks, uint32_t world, const sl__catalog *cat,
                               uint64_t msg_bytes, sl__peer_plan *out, sl__err *err);
+
+/* What sl__peer_plan_build_opts takes beyond the ranks. */
+typedef struct sl__peer_opts {
+  uint64_t msg_bytes; /* the largest message (0: SL_BUCKET_BYTES_DEFAULT) */
+  const char *giver;  /* who holds the bytes, in messages ("donor" when NULL) */
+  /* A row split over messages is cut at whole elements of its tensor (cat's dtypes): the ends of
+   * a transfer that converts elements (plan/refit.h) never see part of one. */
+  bool whole_elements;
+} sl__peer_opts;
+/* The last phase (plan/peer_messages.c): parts[0 .. n) (donors chosen) packed into out's messages
+ * of at most cap bytes, in the global order, with the pairs' groups; units: a row split over
+ * messages is cut at whole elements of its tensor (NULL: anywhere). */
+sl_status sl__peer_messages(const sl__peer_part *parts, size_t n, uint64_t cap, const sl__catalog *units,
+                            sl__peer_plan *out, sl__err *err);
+/* sl__peer_plan_build with options. */
+sl_status sl__peer_plan_build_opts(const sl__peer_rank *ranks, uint32_t world, const sl__catalog *cat,
+                                   const sl__peer_opts *o, sl__peer_plan *out, sl__err *err);
 void sl__peer_plan_free(sl__peer_plan *p);
 
 /* A message within one node is a copy through shared memory: the time model's rate for it, GB/s. */

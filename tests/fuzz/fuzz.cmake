@@ -15,6 +15,7 @@
 #   fuzz_s3_xml        S3's ListObjectsV2 pages and error documents (s3/xml.c; with the S3 client)
 #   fuzz_plan_json     caller-described plans: the JSON form and the blob ranks exchange (model/described*.c)
 #   fuzz_quant_ignore  ignore lists of pack-quantized / NVFP4 configs (model/quant_ignore.c)
+#   fuzz_refit         weight sync: the blocks trainers publish, the dry run's publishers (plan/refit_*.c)
 # The library is compiled once with clang and the fuzzer's instrumentation into libsl_fuzz.a
 # (tests/fuzz/build-lib.sh); each target links it. A ctest test per target runs it briefly on a
 # copy of its seed corpus tests/fuzz/corpus/<name> (libFuzzer adds finds to the first corpus
@@ -30,6 +31,7 @@ list(APPEND SL_FUZZ_TARGETS cpulist) # what the CUDA backend reads of sysfs to p
 list(APPEND SL_FUZZ_TARGETS s3_ini) # AWS's shared credentials and config files (s3/ini.c)
 list(APPEND SL_FUZZ_TARGETS plan_json) # caller-described plans, JSON and blob (model/described*.c)
 list(APPEND SL_FUZZ_TARGETS quant_ignore) # ignore lists of pack-quantized / NVFP4 configs (model/quant_ignore.c)
+list(APPEND SL_FUZZ_TARGETS refit) # weight sync: published blocks between ranks, the dry run's publishers (plan/refit_*.c)
 if(SL_HAVE_S3)
   list(APPEND SL_FUZZ_TARGETS s3_xml) # S3's ListObjectsV2 pages and error documents (s3/xml.c, expat)
 endif()

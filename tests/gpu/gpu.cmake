@@ -9,6 +9,7 @@
 #   test_gpu_load_npN        gpu   fixtures loaded on cpu and on cuda, every byte compared (CUDA builds,
 #                                  once the loader exists; 1, 2 ranks)
 #   test_gpu_peers_npN       gpu   load from peers GPU to GPU against a cpu load (2, 4 ranks, a GPU each)
+#   test_gpu_refit_npN       gpu   weight sync GPU to GPU against the reference (3, 4 ranks, a GPU each)
 
 set(_sl_gpu_dir ${CMAKE_CURRENT_LIST_DIR})
 
@@ -96,6 +97,14 @@ if(SL_HAVE_CUDA)
     # Load from peers GPU to GPU (docs/spec/DESIGN.md §11): one GPU per rank, or skipped (77).
     sl_gpu_mpi_test(test_gpu_peers gpu 2 4)
     set_tests_properties(test_gpu_peers_np2 test_gpu_peers_np4 PROPERTIES LABELS "reshard;gpu")
+    # Weight sync GPU to GPU (docs/spec/DESIGN.md §13): one GPU per rank, or skipped (77).
+    sl_gpu_mpi_test(test_gpu_refit gpu 3 4)
+    target_sources(test_gpu_refit PRIVATE ${PROJECT_SOURCE_DIR}/tests/mpi/refit_common.c
+      ${PROJECT_SOURCE_DIR}/tests/mpi/reshard_common.c ${PROJECT_SOURCE_DIR}/tests/common/reference.c
+      ${PROJECT_SOURCE_DIR}/tests/mpi/load_check.c)
+    target_include_directories(test_gpu_refit PRIVATE ${PROJECT_SOURCE_DIR}/tests/mpi)
+    target_link_libraries(test_gpu_refit PRIVATE m)
+    set_tests_properties(test_gpu_refit_np3 test_gpu_refit_np4 PROPERTIES LABELS "refit;gpu")
   else()
     message(STATUS "shardload: src/api/loader.c not present yet: test_gpu_load not built")
   endif()

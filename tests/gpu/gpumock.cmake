@@ -89,6 +89,20 @@ foreach(np 2 3 4 6)
     PROCESSORS ${np} FIXTURES_REQUIRED models ENVIRONMENT "${SL_TEST_ENV}")
 endforeach()
 
+# Weight sync GPU to GPU on the mock (labels refit, gpumock): trainers' blocks in device memory, the
+# receivers' parameters against the reference; the pairs' NCCL communicators made and released; F32 from
+# device memory refused before any byte moves; a failed NCCL connection fails every rank, a retry works.
+sl_gpumock_exe(test_gpu_refit_mock ${_sl_mock_dir}/test_gpu_refit.c SL_TEST_HAVE_CUDA=1 SL_TEST_CUDA_MOCK=1)
+target_sources(test_gpu_refit_mock PRIVATE ${PROJECT_SOURCE_DIR}/tests/mpi/refit_common.c
+  ${PROJECT_SOURCE_DIR}/tests/mpi/reshard_common.c ${PROJECT_SOURCE_DIR}/tests/common/reference.c
+  ${PROJECT_SOURCE_DIR}/tests/mpi/load_check.c ${SL_REFERENCE_PARTS})
+target_include_directories(test_gpu_refit_mock PRIVATE ${PROJECT_SOURCE_DIR}/tests/mpi)
+foreach(np 3 4)
+  add_test(NAME test_gpu_refit_mock_np${np} COMMAND ${SL_MPIRUN} -np ${np} $<TARGET_FILE:test_gpu_refit_mock>)
+  set_tests_properties(test_gpu_refit_mock_np${np} PROPERTIES LABELS "refit;gpumock" TIMEOUT 300
+    PROCESSORS ${np} FIXTURES_REQUIRED models ENVIRONMENT "${SL_TEST_ENV}")
+endforeach()
+
 # `shardload reshard --device cuda` on the mock (labels reshard, gpumock): the receivers' saved copy
 # equals a cpu storage load's, their report counts the pairs' NCCL communicators.
 add_test(NAME test_cli_reshard_cuda_mock COMMAND bash ${_sl_mock_dir}/cli_mock_reshard.sh)

@@ -207,6 +207,14 @@ def module_from_plan(plan, dtype_of, device="cpu"):
     return root
 
 
+def fsdp_rows(rows, shard, shards):
+    """[lo, hi) of the rows shard `shard` of `shards` holds, as torch.chunk (FSDP's Shard(0)) cuts
+    them: blocks of ceil(rows / shards), the last ones shorter or empty."""
+    chunk = -(-rows // shards) if shards else rows
+    lo = min(shard * chunk, rows)
+    return lo, min(lo + chunk, rows)
+
+
 def raw(t):
     """Bytes of a tensor (torch or numpy), for exact comparison."""
     if hasattr(t, "detach"):

@@ -76,6 +76,11 @@ foreach(np 1 2 4)
   set_tests_properties(python_load_packed_np${np} PROPERTIES LABELS "python;frontier")
 endforeach()
 
+# Weight sync from Python over MPI (labels python, refit): shardload.publish on 2 trainers, Loader.refit
+# on 2 receivers, against common.reference over the versions' weights as torch rounds them.
+sl_python_test(python_refit test_refit.py 4)
+set_tests_properties(python_refit_np4 PROPERTIES LABELS "python;refit")
+
 # Caller-described plans from Python (labels python, recorded): shardload.Plan, Loader(plan=),
 # load_into(plan=), the JSON form, shardload.dryrun(plans=), a refusal on every rank.
 sl_python_test(python_plan test_plan.py 1 2)

@@ -101,8 +101,9 @@ check(opts == {"load_strategy": "mmap", "extra_config": {"num_threads": 4,
       "split_options: %r" % opts)
 check(strict is False, "enable_weights_track false turns strict off")
 check(slv.split_options('{"strict": false}') == ({}, False), "a JSON string extra config")
+check(slv.split_options({"refit": True}) == ({"refit": True}, True), "refit is load_into's option")
 for bad, word in (({"no_such_key": 1}, "no_such_key"), ({"threads": "four"}, "threads"),
-                  ({"plan": "recorded"}, "plan")):
+                  ({"plan": "recorded"}, "plan"), ({"refit": 1}, "refit")):
     try:
         model_loader.get_model_loader(LoadConfig(load_format="shardload", model_loader_extra_config=bad))
         check(False, "extra config %r accepted" % bad)

@@ -73,4 +73,14 @@ endforeach()
 include(${CMAKE_CURRENT_LIST_DIR}/frontier_dsa.cmake)
 include(${CMAKE_CURRENT_LIST_DIR}/frontier_minimax.cmake)
 include(${CMAKE_CURRENT_LIST_DIR}/frontier_dsv4.cmake)
+
+# Weight sync into a running engine through shardload.vllm.RefitWorkerExtension (labels vllm, refit):
+# 2 workers of the stand-in's mp executor and 2 trainer processes over a sync group; versions, a
+# repeat, a refusal, each version against the stand-in's default load of that version's weights.
+foreach(case llama mixtral)
+  add_test(NAME vllm_refit_${case} COMMAND timeout 200 ${SL_PY} ${SL_VLLM_DIR}/test_vllm_refit.py ${case})
+  set_tests_properties(vllm_refit_${case} PROPERTIES LABELS "vllm;refit" TIMEOUT 220 PROCESSORS 4
+    SKIP_RETURN_CODE 77 FIXTURES_REQUIRED vllm_models ENVIRONMENT "${SL_VLLM_ENV}")
+endforeach()
+
 include(${SL_VLLM_DIR}/recorded.cmake)  # plans recorded from the weight loaders (label recorded)

@@ -44,3 +44,10 @@ endforeach()
 # Load from peers over the group (labels reshard and workers): 2 donors at tp 2, 2 receivers at tp 1 dp 2.
 sl_workers_test(workers_load_from_peers_np4 test_workers_load_from_peers.py 240 4)
 set_tests_properties(workers_load_from_peers_np4 PROPERTIES LABELS "reshard;workers")
+# Weight sync over the group (labels refit and workers): 2 trainers, 2 receivers at tp 2; versions and
+# a repeat; a trainer failing mid-update (every worker raises, the states, the next refit completes
+# it); a trainer, then a receiver, killed mid-update (the others raise in time, the receivers stay usable).
+foreach(case steps raise kill kill_receiver)
+  sl_workers_test(workers_refit_${case} test_workers_refit.py 240 4 ${case})
+  set_tests_properties(workers_refit_${case} PROPERTIES LABELS "refit;workers")
+endforeach()

@@ -102,6 +102,8 @@ class ParallelConfig:
     distributed_executor_backend: Optional[str] = None   # mp | ray | external_launcher
     prefill_context_parallel_size: int = 1
     decode_context_parallel_size: int = 1
+    worker_cls: str = "vllm.v1.worker.cpu_worker.CPUWorker"
+    worker_extension_cls: str = ""   # a class added to the worker's bases (collective_rpc methods)
 
     @property
     def world_size(self):
