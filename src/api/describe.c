@@ -229,7 +229,7 @@ sl_status sl_loader_set_plan(sl_loader *l, const sl_plan *plan) {
   if (l == NULL)
     return SL_STATUS_INVALID_ARGUMENT;
   if (plan == NULL) { /* the caller could not make this rank's plan: no rank may load without it */
-    l->plan_failed = true;
+    l->described.failed = true;
     return sl__err_set(
         &l->err, SL_STATUS_INVALID_ARGUMENT,
         "sl_loader_set_plan: no plan (this rank's could not be made): the download fails on every rank");
@@ -248,12 +248,12 @@ sl_status sl_loader_set_plan(sl_loader *l, const sl_plan *plan) {
   uint8_t *blob = NULL;
   size_t len = 0;
   st = sl__plan_serialize(plan, &blob, &len, &l->err);
-  l->plan_failed = st != SL_STATUS_OK;
+  l->described.failed = st != SL_STATUS_OK;
   if (st != SL_STATUS_OK)
     return st;
-  free(l->plan_blob);
-  l->plan_blob = blob;
-  l->plan_len = len;
+  free(l->described.blob);
+  l->described.blob = blob;
+  l->described.len = len;
   return SL_STATUS_OK;
 }
 
@@ -287,8 +287,9 @@ static sl_status classes_of(const sl__plan_key *keys, uint32_t world, uint32_t *
 /* Every rank has a plan, or none; *all says which. A rank whose plan could not be set
  * (sl_loader_set_plan failed) fails every rank: none loads without its plan. COLLECTIVE. */
 static sl_status all_or_none(sl_loader *l, bool *all) {
-  int has = l->plan_blob != NULL || l->plan_failed;
-  int v[4] = {has, -has, has ? l->comm.size : l->comm.rank, l->plan_failed ? l->comm.rank : l->comm.size};
+  int has = l->described.blob != NULL || l->described.failed;
+  int v[4] = {has, -has, has ? l->comm.size : l->comm.rank,
+              l->described.failed ? l->comm.rank : l->comm.size};
   sl_status st = sl__comm_allreduce_min(&l->comm, v, 4, "agreeing on described plans", &l->err);
   *all = st == SL_STATUS_OK && v[1] == -1;
   if (st == SL_STATUS_OK && v[3] < l->comm.size)
@@ -305,8 +306,8 @@ static sl_status all_or_none(sl_loader *l, bool *all) {
 static sl_status class_plan(sl_loader *l, const sl__described *d, uint32_t c, sl__dplan *out) {
   int root = (int)d->class_first[c];
   bool mine = root == l->comm.rank;
-  uint8_t *blob = mine ? l->plan_blob : NULL;
-  size_t len = mine ? l->plan_len : 0;
+  uint8_t *blob = mine ? l->described.blob : NULL;
+  size_t len = mine ? l->described.len : 0;
   sl_status st = sl__comm_bcast_blob(&l->comm, &blob, &len, root, &l->err);
   if (st != SL_STATUS_OK)
     return st;
@@ -314,7 +315,7 @@ static sl_status class_plan(sl_loader *l, const sl__described *d, uint32_t c, sl
   snprintf(what, sizeof what, "rank %d's plan", root);
   st = sl__dplan_parse(blob, len, what, out, &l->err);
   if (st == SL_STATUS_OK && !mine && d->class_of[l->comm.rank] == c &&
-      (len != l->plan_len || memcmp(blob, l->plan_blob, len) != 0))
+      (len != l->described.len || memcmp(blob, l->described.blob, len) != 0))
     st = sl__err_set(&l->err, SL_STATUS_PLAN,
                      "this rank's plan and rank %d's differ but hash alike: describe them again (a collision "
                      "of 128-bit hashes)",
@@ -331,7 +332,7 @@ sl_status sl__loader_share_plans(sl_loader *l, sl__pipeline *pl) {
   if (st != SL_STATUS_OK || !all)
     return sl__comm_agree(&l->comm, st, &l->err, "agreeing on described plans");
   uint32_t world = (uint32_t)l->comm.size;
-  sl__plan_key mine = sl__plan_key_of(l->plan_blob, l->plan_len);
+  sl__plan_key mine = sl__plan_key_of(l->described.blob, l->described.len);
   sl__plan_key *keys = calloc(world, sizeof *keys);
   uint32_t *class_of = calloc(world, sizeof *class_of);
   sl__described *d = calloc(1, sizeof *d);

@@ -25,11 +25,11 @@ static void own_record(const sl_loader *l, sl__rank_record *rec) {
   memset(rec, 0, sizeof *rec);
   rec->stats = l->pl.sched.stats[l->comm.rank];
   rec->bytes_read_planned = rec->stats.bytes_read;
-  sl__rank_record_transfer(rec, &l->tstats);
+  sl__rank_record_transfer(rec, &l->res.tstats);
   rec->peak_rss_bytes = sl__peak_rss_bytes();
   sl__rss_by_kind(&rec->rss_anon, &rec->rss_file, &rec->rss_shmem);
   /* A reload wrote into the mappings: their pages are the process's own now, no longer the files'. */
-  rec->bytes_mapped = l->reloads > 0 ? 0 : l->store.maps.bytes_mapped;
+  rec->bytes_mapped = l->wr.reloads > 0 ? 0 : l->store.maps.bytes_mapped;
   rec->nccl_comms = l->store.backend != NULL ? l->store.backend->nccl_comms : 0;
   /* Rank 0 opened every file once to build the catalog; the load's table counts the rest. */
   rec->file_opens = l->pl.prep.cat.opens + (l->pl.files != NULL ? atomic_load(&l->pl.files->opens) : 0);
@@ -40,7 +40,7 @@ static void own_record(const sl_loader *l, sl__rank_record *rec) {
 /* A load from peers: the time model of its plan (plan/peers.h, the one its dry run gives) instead
  * of a storage load's: nothing read, the messages over the nodes' links, the relays within them. */
 static void peer_prediction(const sl_loader *l, sl__figures *f, const sl__node_layout *layout) {
-  const sl__peer_model *m = l->peer_model;
+  const sl__peer_model *m = l->res.peer_model;
   f->predicted_read_s = 0;
   f->predicted_bcast_s = m->predicted_s;
   f->predicted_s = m->predicted_s;
@@ -51,7 +51,7 @@ static void peer_prediction(const sl_loader *l, sl__figures *f, const sl__node_l
   }
   for (int r = 0; f->nodes != NULL && r < l->comm.size; r++) {
     uint32_t i = sl__node_layout_of(layout, (uint32_t)r);
-    uint32_t j = l->peer_node_of[r];
+    uint32_t j = l->res.peer_node_of[r];
     if (i >= f->n_nodes || j >= m->n_nodes)
       continue;
     f->nodes[i].net_in = m->net_in[j];
@@ -69,7 +69,7 @@ static void write_reports(sl_loader *l, sl__buf *view_head, sl__buf *view_tail) 
   const sl__opts *o = &l->pl.opts;
   const sl__prepared *p = &l->pl.prep;
   for (int r = 0; r < l->comm.size; r++)
-    stats[r] = l->records[r].stats;
+    stats[r] = l->res.records[r].stats;
   sl__figures f;
   sl__figures_compute(stats, (uint32_t)l->comm.size, l->pl.sched.unique_bytes, o->storage_gbps,
                       o->network_gbps, o->ranks_per_node, &f);
@@ -85,7 +85,7 @@ static void write_reports(sl_loader *l, sl__buf *view_head, sl__buf *view_tail) 
       sl__figures_predict(&f, stats, &listed, &p->cat, &layout, &perr) != SL_STATUS_OK)
     SL_WARN("no time model in the report: %s", perr.msg);
   sl__schedule_listed_free(&listed);
-  if (l->peer_model != NULL)
+  if (l->res.peer_model != NULL)
     peer_prediction(l, &f, &layout);
   sl__load_report r = {
       .setup = {.model = o->model,
@@ -107,31 +107,31 @@ static void write_reports(sl_loader *l, sl__buf *view_head, sl__buf *view_tail) 
       .eplb = o->eplb,
       .threads = o->extra.num_threads,
       .strategy = sl__strategy_name(o->strategy),
-      .choice = l->tstats.choice,
+      .choice = l->res.tstats.choice,
       .tp_choice = l->pl.tp_choice,
       .prefault = o->prefault,
       .two_phase = o->two_phase,
       .staging_bytes = o->staging_bytes,
-      .t_resolve = l->t_resolve,
-      .t_catalog = l->t_catalog,
-      .t_model = l->t_model,
-      .t_plan = l->t_plan,
-      .t_alloc = l->t_alloc,
-      .t_transfer = l->t_transfer,
-      .t_track = l->t_track,
-      .t_total = l->t_total,
+      .t_resolve = l->res.t_resolve,
+      .t_catalog = l->res.t_catalog,
+      .t_model = l->res.t_model,
+      .t_plan = l->res.t_plan,
+      .t_alloc = l->res.t_alloc,
+      .t_transfer = l->res.t_transfer,
+      .t_track = l->res.t_track,
+      .t_total = l->res.t_total,
       .world = l->comm.size,
-      .ranks = l->records,
+      .ranks = l->res.records,
       .fig = &f,
-      .track = l->have_track ? &l->track : NULL,
+      .track = l->res.have_track ? &l->res.track : NULL,
   };
-  sl__buf_free(&l->report);
-  sl__buf_init(&l->report, 0);
-  sl__report_load_json(&r, &l->report);
+  sl__buf_free(&l->res.report);
+  sl__buf_init(&l->res.report, 0);
+  sl__report_load_json(&r, &l->res.report);
   sl__report_load_json_rank_view(&r, view_head, view_tail);
-  sl__buf_free(&l->summary);
-  sl__buf_init(&l->summary, 0);
-  sl__report_load_summary(&r, &l->summary);
+  sl__buf_free(&l->res.summary);
+  sl__buf_init(&l->res.summary, 0);
+  sl__report_load_summary(&r, &l->res.summary);
   sl__figures_free(&f);
   free(stats);
 }
@@ -147,8 +147,8 @@ static sl_status share_reports(sl_loader *l, const sl__rank_record *rec, sl__buf
   sl__buf blob;
   sl__buf_init(&blob, 0);
   bool ok = true;
-  if (l->comm.rank == 0 && l->report.len > 0) {
-    const char *parts[SL_REPORT_PARTS] = {sl__buf_str(head), sl__buf_str(tail), sl__buf_str(&l->summary)};
+  if (l->comm.rank == 0 && l->res.report.len > 0) {
+    const char *parts[SL_REPORT_PARTS] = {sl__buf_str(head), sl__buf_str(tail), sl__buf_str(&l->res.summary)};
     for (int i = 0; i < SL_REPORT_PARTS && ok; i++)
       ok = sl__buf_append(&blob, parts[i], strlen(parts[i]) + 1);
   }
@@ -168,14 +168,14 @@ static sl_status share_reports(sl_loader *l, const sl__rank_record *rec, sl__buf
       at += n + 1;
     }
     if (st == SL_STATUS_OK) {
-      sl__buf_free(&l->report);
-      sl__buf_init(&l->report, 0);
-      sl__buf_free(&l->summary);
-      sl__buf_init(&l->summary, 0);
-      ok = sl__buf_append(&l->report, part[0], strlen(part[0]));
-      sl__report_rank_row_json(rec, l->comm.rank, &l->report);
-      ok = ok && sl__buf_append(&l->report, part[1], strlen(part[1])) &&
-           sl__buf_append(&l->summary, part[2], strlen(part[2]));
+      sl__buf_free(&l->res.report);
+      sl__buf_init(&l->res.report, 0);
+      sl__buf_free(&l->res.summary);
+      sl__buf_init(&l->res.summary, 0);
+      ok = sl__buf_append(&l->res.report, part[0], strlen(part[0]));
+      sl__report_rank_row_json(rec, l->comm.rank, &l->res.report);
+      ok = ok && sl__buf_append(&l->res.report, part[1], strlen(part[1])) &&
+           sl__buf_append(&l->res.summary, part[2], strlen(part[2]));
       if (!ok)
         st = sl__err_set(&l->err, SL_STATUS_NOMEM, "out of memory keeping the report");
     }
@@ -193,25 +193,25 @@ sl_status sl__loader_statistics(sl_loader *l, double t0) {
   sl__rank_record rec;
   own_record(l, &rec);
   sl__comm_phase(&l->comm, "gathering statistics");
-  free(l->records); /* a reload's statistics replace the load's */
-  l->records = NULL;
+  free(l->res.records); /* a reload's statistics replace the load's */
+  l->res.records = NULL;
   if (l->comm.rank == 0) {
-    l->records = calloc((size_t)l->comm.size, sizeof *l->records);
-    if (l->records == NULL)
+    l->res.records = calloc((size_t)l->comm.size, sizeof *l->res.records);
+    if (l->res.records == NULL)
       st = sl__err_set(&l->err, SL_STATUS_NOMEM, "out of memory gathering statistics");
   }
   /* Every rank joins the gather; rank 0 receives into a scratch buffer if its allocation failed. */
   sl__rank_record scratch_rec;
   sl_status gst = sl__comm_gather(
       &l->comm, &rec, sizeof rec,
-      l->comm.rank == 0 ? (void *)(l->records != NULL ? l->records : &scratch_rec) : NULL, &l->err);
-  if (l->comm.rank == 0 && l->records == NULL && gst == SL_STATUS_OK)
+      l->comm.rank == 0 ? (void *)(l->res.records != NULL ? l->res.records : &scratch_rec) : NULL, &l->err);
+  if (l->comm.rank == 0 && l->res.records == NULL && gst == SL_STATUS_OK)
     gst = SL_STATUS_NOMEM;
   st = st == SL_STATUS_OK ? gst : st;
   l->state = STATE_LOADED;
   /* t0 is taken after the preparation stages (which sl_loader_load runs itself when the caller
    * did not): they are counted once, by their own timings, however the caller split the calls. */
-  l->t_total = l->t_resolve + l->t_catalog + l->t_model + l->t_plan + (sl__now() - t0);
+  l->res.t_total = l->res.t_resolve + l->res.t_catalog + l->res.t_model + l->res.t_plan + (sl__now() - t0);
   sl__buf head, tail;
   sl__buf_init(&head, 0);
   sl__buf_init(&tail, 0);
@@ -244,7 +244,7 @@ sl_status sl__loader_report_file(sl_loader *l) {
   const char *path = l->pl.opts.report;
   if (path != NULL && l->comm.rank == 0) {
     FILE *fp = fopen(path, "w");
-    if (fp == NULL || fputs(sl__buf_str(&l->report), fp) == EOF)
+    if (fp == NULL || fputs(sl__buf_str(&l->res.report), fp) == EOF)
       st = sl__err_set(&l->err, SL_STATUS_IO, "cannot write the report %s: %s", path, strerror(errno));
     if (fp != NULL && fclose(fp) != 0 && st == SL_STATUS_OK)
       st = sl__err_set(&l->err, SL_STATUS_IO, "cannot write the report %s: %s", path, strerror(errno));

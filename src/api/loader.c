@@ -75,9 +75,9 @@ static sl_status create_over(sl_config *config, comm_init_fn init, const void *a
   sl_loader *l = calloc(1, sizeof *l);
   if (l == NULL)
     return SL_STATUS_NOMEM;
-  sl__buf_init(&l->report, 0);
-  sl__buf_init(&l->summary, 0);
-  l->cuda_device = -1;
+  sl__buf_init(&l->res.report, 0);
+  sl__buf_init(&l->res.summary, 0);
+  l->dev.cuda_device = -1;
   sl_status st = init(&l->comm, arg, &l->err);
   if (st != SL_STATUS_OK) {
     sl__config_set_error(config, &l->err);
@@ -149,27 +149,27 @@ void sl_loader_destroy(sl_loader *l) {
   sl__device_scope_enter(&scope, l->store.backend != NULL && l->store.backend->device >= 0);
   sl__params_loader_destroy(l); /* memory still referenced is taken over, not freed here */
   free_buffers(l);
-  sl__transfer_stats_free(&l->tstats);
+  sl__transfer_stats_free(&l->res.tstats);
   if (l->store.backend != NULL)
     l->store.backend->ops->destroy(l->store.backend);
   sl__device_scope_leave(&scope);
   free(l->store.bound);
   free(l->store.mapped);
   free(l->store.cast);
-  free((void *)l->copy_done);
-  free((void *)l->copy_started);
-  free(l->reload_state);
+  free((void *)l->wr.copy_done);
+  free((void *)l->wr.copy_started);
+  free(l->wr.reload_state);
   sl__refit_state_free(l->refit);
   free(l->store.table);
   free(l->store.table_strings);
-  free(l->records);
-  free(l->plan_blob);
+  free(l->res.records);
+  free(l->described.blob);
   sl__job_nodes_free(&l->nodes);
-  sl__track_free(&l->track);
+  sl__track_free(&l->res.track);
   sl__prepare_groups_free(&l->groups);
   sl__pipeline_free(&l->pl);
-  sl__buf_free(&l->report);
-  sl__buf_free(&l->summary);
+  sl__buf_free(&l->res.report);
+  sl__buf_free(&l->res.summary);
   sl__comm_free(&l->comm);
   sl_config_destroy(l->cfg);
   free(l);
@@ -185,9 +185,9 @@ sl_status sl_loader_set_cuda(sl_loader *l, int device, void *cuda_stream, void *
   if (l->state >= STATE_LOADED)
     return sl__err_set(&l->err, SL_STATUS_INVALID_ARGUMENT,
                        "sl_loader_set_cuda must be called before the load");
-  l->cuda_device = device;
-  l->cuda_stream = cuda_stream;
-  l->nccl_comm = nccl_comm;
+  l->dev.cuda_device = device;
+  l->dev.cuda_stream = cuda_stream;
+  l->dev.nccl_comm = nccl_comm;
   return SL_STATUS_OK;
 }
 
@@ -247,7 +247,7 @@ sl_status sl__loader_share_catalog(sl_loader *l, sl__pipeline *pl, sl_status st,
   size_t blob_len = 0;
   if (st == SL_STATUS_OK && l->comm.rank == 0)
     st = sl__catalog_serialize(&pl->prep.cat, &blob, &blob_len, &l->err);
-  l->t_resolve = sl__now() - t0;
+  l->res.t_resolve = sl__now() - t0;
   st = sl__comm_agree(&l->comm, st, &l->err, "resolving the model");
   if (st != SL_STATUS_OK) {
     free(blob);
@@ -267,7 +267,7 @@ sl_status sl__loader_share_catalog(sl_loader *l, sl__pipeline *pl, sl_status st,
   }
   free(blob);
   st = sl__comm_agree(&l->comm, st, &l->err, "receiving the catalog");
-  l->t_catalog = sl__now() - t1;
+  l->res.t_catalog = sl__now() - t1;
   return st;
 }
 
@@ -296,13 +296,13 @@ static sl_status after_stage(void *ctx, sl__prep_stage stage, sl_status st, doub
     st = sl__comm_agree(&l->comm, st, err, "instantiating the architecture spec");
     if (st == SL_STATUS_OK)
       st = sl__loader_twophase_choose(l, &l->pl);
-    l->t_model = sl__now() - t0;
+    l->res.t_model = sl__now() - t0;
     return st;
   case SL_PREP_PLAN:
     if (st == SL_STATUS_OK)
       st = build_table(l);
     st = sl__comm_agree(&l->comm, st, err, "planning");
-    l->t_plan = sl__now() - t0;
+    l->res.t_plan = sl__now() - t0;
     return st;
   case SL_PREP_NONE:
     break;
@@ -395,12 +395,12 @@ static sl_status build_table(sl_loader *l) {
   l->store.param_ptr = calloc(n + 1, sizeof *l->store.param_ptr);
   l->store.bound = calloc(n + 1, sizeof *l->store.bound);
   l->store.mapped = calloc(n + 1, sizeof *l->store.mapped);
-  l->copy_done = calloc(l->pl.plan.n_copies + 1, sizeof *l->copy_done);
+  l->wr.copy_done = calloc(l->pl.plan.n_copies + 1, sizeof *l->wr.copy_done);
   if (l->store.table == NULL || l->store.param_ptr == NULL || l->store.bound == NULL ||
-      l->store.mapped == NULL || l->copy_done == NULL)
+      l->store.mapped == NULL || l->wr.copy_done == NULL)
     return sl__err_set(&l->err, SL_STATUS_NOMEM, "out of memory building the parameter table");
   for (size_t i = 0; i < l->pl.plan.n_copies; i++)
-    atomic_init(&l->copy_done[i], 0);
+    atomic_init(&l->wr.copy_done[i], 0);
   for (size_t i = 0; i < n; i++) {
     const sl__lparam *lp = &l->pl.plan.lparams[i];
     const sl__mparam *mp = &l->pl.prep.model.params[lp->mparam];
@@ -447,7 +447,7 @@ sl_status sl_loader_plan(sl_loader *l) {
 
 size_t sl_loader_param_count(const sl_loader *l) {
   /* After a reload that failed mid-way the table stays: sl_loader_reload_state walks it. */
-  return (l != NULL && l->state >= STATE_PLANNED && (l->state != STATE_FAILED || l->torn))
+  return (l != NULL && l->state >= STATE_PLANNED && (l->state != STATE_FAILED || l->wr.torn))
              ? l->pl.plan.n_lparams
              : 0;
 }
@@ -518,7 +518,7 @@ static sl_status allocate(sl_loader *l) {
    * (docs/spec/S3.md): such a load copies. */
   if (st == SL_STATUS_OK &&
       sl__strategy_maps(l->pl.opts.strategy, l->store.backend->host_addressable, l->pl.opts.prefault) &&
-      !l->pl.prep.cat.arriving && !sl__catalog_remote(&l->pl.prep.cat) && !l->peers)
+      !l->pl.prep.cat.arriving && !sl__catalog_remote(&l->pl.prep.cat) && !l->wr.peers)
     st = sl__filemap_params(&l->pl.prep.cat, &l->pl.sched, &l->pl.plan, skip, l->pl.opts.strategy,
                             l->pl.files, l->store.param_ptr, l->store.mapped, &l->store.maps, &l->err);
   free(skip);
@@ -556,11 +556,11 @@ static sl_status allocate(sl_loader *l) {
 static sl_status create_backend(sl_loader *l) {
   uint32_t workers = l->pl.opts.extra.num_threads;
   if (l->pl.opts.device == SL_DEVICE_CUDA) {
-    int dev = l->cuda_device >= 0 ? l->cuda_device : l->pl.opts.cuda_device;
+    int dev = l->dev.cuda_device >= 0 ? l->dev.cuda_device : l->pl.opts.cuda_device;
     /* A load from peers broadcasts nothing in its own schedule's groups (api/peers.c makes the
      * pairs' communicators): none is made for them. */
     return sl__backend_cuda_create(&l->comm, (int)workers, (int)sl__staging_slots_per_thread(workers), dev,
-                                   l->cuda_stream, l->nccl_comm, l->peers ? NULL : &l->groups,
+                                   l->dev.cuda_stream, l->dev.nccl_comm, l->wr.peers ? NULL : &l->groups,
                                    &l->store.backend, &l->err);
   }
   return sl__backend_host_create(&l->comm, (int)workers, &l->store.backend, &l->err);
@@ -600,7 +600,7 @@ sl_status sl__loader_allocate(sl_loader *l) {
   if (st == SL_STATUS_OK)
     st = allocate(l);
   st = sl__comm_agree(&l->comm, st, &l->err, "allocating parameters");
-  l->t_alloc = sl__now() - t0;
+  l->res.t_alloc = sl__now() - t0;
   return st;
 }
 
@@ -624,17 +624,17 @@ sl_status sl__loader_transfer(sl_loader *l, bool reload) {
                      .coalesce_gap = o->coalesce_gap,
                      .strategy = o->strategy,
                      .one_node = l->nodes.n_nodes == 1,
-                     .copy_done = l->copy_done,
-                     .copy_started = reload ? l->copy_started : NULL,
+                     .copy_done = l->wr.copy_done,
+                     .copy_started = reload ? l->wr.copy_started : NULL,
                      .vis = sl__pipeline_vis(&l->pl),
                      .files = l->pl.files};
   st = st == SL_STATUS_OK ? sl__prepare_gate(&l->pl.prep, &l->comm, &tr.gate, &l->err) : st;
-  st = st == SL_STATUS_OK ? sl__transfer_run(&tr, &l->tstats, &l->err) : st;
+  st = st == SL_STATUS_OK ? sl__transfer_run(&tr, &l->res.tstats, &l->err) : st;
   st = sl__prepare_download_wait(&l->pl.prep, &l->comm, st, &l->err);
   st = sl__transfer_finish(&l->comm, l->store.backend, st, &l->err);
   if (l->pl.files != NULL) /* every byte is read: the descriptors of the load go (its count stays) */
     sl__file_table_close(l->pl.files);
-  l->t_transfer = sl__now() - t0;
+  l->res.t_transfer = sl__now() - t0;
   return st;
 }
 
@@ -643,13 +643,13 @@ sl_status sl__loader_track(sl_loader *l) {
   double t0 = sl__now();
   const sl__prepared *p = &l->pl.prep;
   sl__comm_phase(&l->comm, "tracking weights");
-  sl_status st = sl__track_reduce(&l->comm, &p->model, &p->cat, &l->pl.sched, &l->pl.plan, l->copy_done,
-                                  &l->track, &l->err);
-  l->have_track = st == SL_STATUS_OK;
+  sl_status st = sl__track_reduce(&l->comm, &p->model, &p->cat, &l->pl.sched, &l->pl.plan, l->wr.copy_done,
+                                  &l->res.track, &l->err);
+  l->res.have_track = st == SL_STATUS_OK;
   if (st == SL_STATUS_OK) {
     char msg[SL_ERR_MSG_MAX];
     sl_status verdict = SL_STATUS_OK;
-    if (sl__track_message(&p->model, &p->cat, &l->track, msg, sizeof msg, &verdict)) {
+    if (sl__track_message(&p->model, &p->cat, &l->res.track, msg, sizeof msg, &verdict)) {
       if (l->pl.opts.extra.weights_track)
         st = sl__err_set(&l->err, verdict, "%s", msg);
       else if (l->comm.rank == 0)
@@ -657,7 +657,7 @@ sl_status sl__loader_track(sl_loader *l) {
     }
   }
   st = sl__comm_agree(&l->comm, st, &l->err, "tracking weights");
-  l->t_track = sl__now() - t0;
+  l->res.t_track = sl__now() - t0;
   return st;
 }
 
@@ -694,7 +694,7 @@ static sl_status load_phases(sl_loader *l) {
   }
   double t0 = sl__now();
   sl__progress_begin(&l->progress, sl__config_str(l->cfg, "progress"), l->pl.opts.quiet, l->comm.rank,
-                     &l->pl.sched, &l->pl.plan, l->copy_done);
+                     &l->pl.sched, &l->pl.plan, l->wr.copy_done);
   st = sl__loader_precheck(l, &l->pl);
   if (st == SL_STATUS_OK)
     st = sl__loader_allocate(l);
@@ -783,13 +783,13 @@ sl_status sl_loader_save_sharded(sl_loader *l, const char *dir) {
 }
 
 const char *sl_loader_report_json(sl_loader *l) {
-  if (l == NULL || l->state != STATE_LOADED || l->report.len == 0)
+  if (l == NULL || l->state != STATE_LOADED || l->res.report.len == 0)
     return NULL;
-  return sl__buf_str(&l->report);
+  return sl__buf_str(&l->res.report);
 }
 
 const char *sl_loader_summary(sl_loader *l) {
-  if (l == NULL || l->state != STATE_LOADED || l->summary.len == 0)
+  if (l == NULL || l->state != STATE_LOADED || l->res.summary.len == 0)
     return NULL;
-  return sl__buf_str(&l->summary);
+  return sl__buf_str(&l->res.summary);
 }

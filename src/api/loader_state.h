@@ -23,23 +23,28 @@
 
 enum { STATE_CREATED = 0, STATE_CATALOG, STATE_PLANNED, STATE_LOADED, STATE_FAILED };
 
-struct sl_loader {
-  sl_config *cfg; /* private copy: options point into it */
-  sl__comm comm;
-  sl__err err;
-  int state;
-  sl__pipeline pl;        /* options, layout, catalog, model, schedule, this rank's plan */
-  sl__comm_groups groups; /* the schedule's broadcast groups, for the communication layer */
+/* Where the parameters land, as the caller set it at creation (api/loader.c writes it once; the
+ * phases only read it). */
+typedef struct {
   int cuda_device;
-  void *cuda_stream;
-  void *nccl_comm;
-  sl__param_store store; /* api/params.h: the parameters, created here, held by params.c */
+  void *cuda_stream; /* the caller's stream every transfer is ordered after, or NULL */
+  void *nccl_comm;   /* the caller's NCCL communicator, or NULL */
+} sl__loader_device;
+
+/* The writes into memory already loaded: api/reload.c and api/peers.c own these, loader.c creates
+ * and frees them. Per copy and per local parameter, what the last in-place write did. */
+typedef struct {
   _Atomic uint64_t *copy_done;
   _Atomic uint8_t *copy_started; /* a reload's: per copy, some byte of it was written */
   uint8_t *reload_state;         /* per local parameter: sl_reload_state of the last reload */
   uint32_t reloads;              /* reloads done (the parameters are no longer file mappings) */
   bool torn;                     /* a reload failed after writing: the table stays readable */
   bool peers;                    /* loaded from peers (api/peers.c): no parameter maps a file */
+} sl__loader_writes;
+
+/* What a load measured and reports: api/load_stats.c owns it (filled after each load, read by the
+ * report and the summary); the phases of loader.c only stamp their times. */
+typedef struct {
   sl__track track;
   bool have_track;
   sl__transfer_stats tstats;
@@ -47,21 +52,40 @@ struct sl_loader {
   double t_resolve, t_catalog, t_model, t_plan, t_alloc, t_transfer, t_track, t_total;
   sl__buf report;
   sl__buf summary;
-  sl__progress progress; /* engine/progress.h: bar, log lines, the caller's callback */
-  sl__job_nodes nodes;   /* engine/nodes.h: the job's nodes (rank 0's report) */
-  /* While a load from peers gathers its statistics (api/peers.c owns them): the plan's time model
+  /* While a load from peers gathers its statistics (api/peers.c sets them): the plan's time model
    * over the job's nodes, which the report carries instead of a storage load's, and per rank of
    * this loader its node in that model. NULL otherwise. */
   const sl__peer_model *peer_model;
   const uint32_t *peer_node_of;
-  /* Weight sync (api/refit_receiver.c): the plan of its last refit, the version it holds, a failed
-   * refit's progress. NULL until the first sl_loader_refit. */
+} sl__loader_results;
+
+/* This rank's caller-described plan (sl_loader_set_plan, api/describe.c owns it). */
+typedef struct {
+  uint8_t *blob; /* its canonical blob, or NULL (an architecture spec's plan) */
+  size_t len;
+  bool failed; /* sl_loader_set_plan failed (or was given none): the download fails on every rank */
+} sl__loader_described;
+
+/* A loader: what the caller configured (cfg, dev), the job it runs (comm, pl, groups, nodes,
+ * progress, state), the memory it fills (store, wr) and what it measured (res), each part with one
+ * owner as said above it. */
+struct sl_loader {
+  sl_config *cfg; /* private copy: options point into it */
+  sl__loader_device dev;
+  sl__comm comm;
+  sl__err err;
+  int state;
+  sl__pipeline pl;        /* options, layout, catalog, model, schedule, this rank's plan */
+  sl__comm_groups groups; /* the schedule's broadcast groups, for the communication layer */
+  sl__job_nodes nodes;    /* engine/nodes.h: the job's nodes (storage, two-phase reads, report) */
+  sl__progress progress;  /* engine/progress.h: bar, log lines, the caller's callback */
+  sl__loader_described described;
+  sl__param_store store; /* api/params.h: the parameters, created here, held by params.c */
+  sl__loader_writes wr;
+  /* Weight sync (api/refit_receiver.c owns it): the plan of its last refit, the version it holds, a
+   * failed refit's progress. NULL until the first sl_loader_refit. */
   struct sl__refit_state *refit;
-  /* This rank's caller-described plan (sl_loader_set_plan, api/describe.c): its canonical blob, or
-   * NULL (an architecture spec's plan). */
-  uint8_t *plan_blob;
-  size_t plan_len;
-  bool plan_failed; /* sl_loader_set_plan failed (or was given none): the download fails on every rank */
+  sl__loader_results res;
 };
 
 /* The view api/bind.c and api/params.c work on (a function of the struct: no call into loader.c). */
@@ -94,7 +118,7 @@ sl_status sl__loader_precheck(sl_loader *l, const sl__pipeline *pl);
 sl_status sl__loader_allocate(sl_loader *l);
 /* The transfer of l->pl into the parameter memory (COLLECTIVE). reload: mapped parameters are
  * written like any other memory (not populated from their files) and every copy's start is
- * recorded in l->copy_started. */
+ * recorded in l->wr.copy_started. */
 sl_status sl__loader_transfer(sl_loader *l, bool reload);
 /* Tracking over all ranks after a transfer (COLLECTIVE). */
 sl_status sl__loader_track(sl_loader *l);

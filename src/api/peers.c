@@ -58,7 +58,7 @@ typedef struct peers_run {
 /* This rank's own checks: a donor's memory is read as its copies say (as planned, in host or
  * device memory). */
 static sl_status own_checks(sl_loader *l, bool donor) {
-  if (l->plan_blob != NULL || l->pl.prep.model.described != NULL)
+  if (l->described.blob != NULL || l->pl.prep.model.described != NULL)
     return sl__err_set(
         &l->err, SL_STATUS_UNSUPPORTED,
         "sl_loader_load_from_peers: a loader with a described plan (sl_loader_set_plan) neither "
@@ -216,7 +216,7 @@ static sl_status make_backend(peers_run *r) {
   sl_status st = own->ops->sync(own, &l->err);
   st = sl__comm_agree(&r->w, st, &l->err, "creating the pairs' groups");
   if (st == SL_STATUS_OK)
-    st = sl__backend_cuda_create(&r->w, 1, 1, own->device, l->cuda_stream, NULL, &r->groups, &r->backend,
+    st = sl__backend_cuda_create(&r->w, 1, 1, own->device, l->dev.cuda_stream, NULL, &r->groups, &r->backend,
                                  &l->err);
   return st;
 }
@@ -244,16 +244,16 @@ static sl_status transfer(peers_run *r) {
                      .backend = r->backend,
                      .comm = &r->w,
                      .param_ptr = l->store.param_ptr,
-                     .copy_done = r->donor ? NULL : l->copy_done};
+                     .copy_done = r->donor ? NULL : l->wr.copy_done};
   sl__transfer_stats stats;
   memset(&stats, 0, sizeof stats);
   if (st == SL_STATUS_OK)
     st = sl__peer_transfer_run(&x, &stats, &l->err);
   st = sl__transfer_finish(&r->w, r->backend, st, &l->err);
   if (!r->donor) {
-    sl__transfer_stats_free(&l->tstats);
-    l->tstats = stats;
-    l->t_transfer = sl__now() - t0;
+    sl__transfer_stats_free(&l->res.tstats);
+    l->res.tstats = stats;
+    l->res.t_transfer = sl__now() - t0;
     /* The report's NCCL figure: the communicators this load made, the pairs' (the receiver's own
      * backend made none). */
     l->store.backend->nccl_comms = r->backend->nccl_comms;
@@ -292,8 +292,8 @@ static void receiver_figures(peers_run *r) {
   if (st != SL_STATUS_OK)
     SL_WARN("the report keeps a storage load's time model: out of memory for the load from peers'");
   free(node_of);
-  l->peer_model = st == SL_STATUS_OK ? &r->pm : NULL;
-  l->peer_node_of = r->own_node;
+  l->res.peer_model = st == SL_STATUS_OK ? &r->pm : NULL;
+  l->res.peer_node_of = r->own_node;
 }
 
 static sl_status run(peers_run *r) {
@@ -305,7 +305,7 @@ static sl_status run(peers_run *r) {
     st = plan(r);
   double t0 = sl__now();
   if (st == SL_STATUS_OK && !r->donor) {
-    l->peers = true;
+    l->wr.peers = true;
     st = sl__loader_precheck(l, &l->pl);
     if (st == SL_STATUS_OK)
       st = sl__loader_allocate(l);
@@ -320,8 +320,8 @@ static sl_status run(peers_run *r) {
       st = sl__loader_statistics(l, t0);
     if (st == SL_STATUS_OK)
       st = sl__loader_report_file(l);
-    l->peer_model = NULL; /* the run's own, freed with it */
-    l->peer_node_of = NULL;
+    l->res.peer_model = NULL; /* the run's own, freed with it */
+    l->res.peer_node_of = NULL;
   }
   st = sl__comm_agree(&r->w, st, &l->err, "finishing the load from peers");
   return st;

@@ -28,7 +28,7 @@ static sl__refit_state *state_of(sl_loader *l) {
     s->copy_done = calloc(n + 1, sizeof *s->copy_done);
     s->copy_started = calloc(n + 1, sizeof *s->copy_started);
     s->n_copies = n;
-    s->reloads = l->reloads;
+    s->reloads = l->wr.reloads;
     sl__buf_init(&s->report, 0);
     if (s->done == NULL || s->touched == NULL || s->copy_done == NULL || s->copy_started == NULL) {
       sl__refit_state_free(s);
@@ -36,9 +36,9 @@ static sl__refit_state *state_of(sl_loader *l) {
     }
     l->refit = s;
   }
-  if (l->refit->reloads != l->reloads) { /* a reload brought other weights: no version holds */
+  if (l->refit->reloads != l->wr.reloads) { /* a reload brought other weights: no version holds */
     l->refit->version = l->refit->pending = 0;
-    l->refit->reloads = l->reloads;
+    l->refit->reloads = l->wr.reloads;
   }
   return l->refit;
 }
@@ -49,7 +49,7 @@ static sl_status own_checks(sl_loader *l, sl__refit_state *s) {
     return sl__err_set(&l->err, SL_STATUS_INVALID_ARGUMENT,
                        "sl_loader_refit needs a loaded loader (sl_loader_load or sl_loader_load_from_peers)");
   if (s == NULL ||
-      (l->reload_state == NULL && (l->reload_state = calloc(l->pl.plan.n_lparams + 1, 1)) == NULL))
+      (l->wr.reload_state == NULL && (l->wr.reload_state = calloc(l->pl.plan.n_lparams + 1, 1)) == NULL))
     return sl__err_set(&l->err, SL_STATUS_NOMEM, "out of memory");
   bool cuda = l->pl.opts.device == SL_DEVICE_CUDA;
   for (size_t i = 0; cuda && i < l->pl.plan.n_lparams; i++) {
@@ -71,7 +71,7 @@ static sl_status own_checks(sl_loader *l, sl__refit_state *s) {
 static void states(sl_loader *l, const sl__refit_state *s, size_t counts[3]) {
   const sl__rank_plan *p = &l->pl.plan;
   enum { ALL_DONE = 1, TOUCHED = 2 };
-  uint8_t *f = l->reload_state;
+  uint8_t *f = l->wr.reload_state;
   for (size_t i = 0; i < p->n_lparams; i++)
     f[i] = ALL_DONE;
   for (size_t c = 0; c < p->n_copies; c++) {
@@ -98,7 +98,7 @@ static void after(sl_loader *l, sl__refit_state *s, const sl__refit_side *side, 
     s->pending = 0;
     memset(s->done, 0, n);
     memset(s->touched, 0, n);
-    memset(l->reload_state, SL_RELOAD_NEW, l->pl.plan.n_lparams);
+    memset(l->wr.reload_state, SL_RELOAD_NEW, l->pl.plan.n_lparams);
     return;
   }
   if (!side->transferred)
@@ -154,7 +154,7 @@ sl_status sl__loader_refit_run(sl_loader *l, sl__refit_init_fn init, const void 
                          .network_gbps = l->pl.opts.network_gbps,
                          .cuda = cuda,
                          .cuda_device = cuda && l->store.backend != NULL ? l->store.backend->device : -1,
-                         .cuda_stream = l->cuda_stream,
+                         .cuda_stream = l->dev.cuda_stream,
                          .cat = &l->pl.prep.cat,
                          .plan = &l->pl.plan,
                          .param_ptr = l->store.param_ptr,
@@ -185,7 +185,7 @@ sl_status sl_loader_refit_ops(sl_loader *l, const sl_comm_ops *ops, uint64_t ver
 sl_status sl_loader_version(const sl_loader *l, uint64_t *version, uint64_t *pending) {
   if (l == NULL || version == NULL)
     return SL_STATUS_INVALID_ARGUMENT;
-  bool same = l->refit != NULL && l->refit->reloads == l->reloads;
+  bool same = l->refit != NULL && l->refit->reloads == l->wr.reloads;
   *version = same ? l->refit->version : 0;
   if (pending != NULL)
     *pending = same ? l->refit->pending : 0;

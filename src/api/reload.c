@@ -58,7 +58,7 @@ static sl_status after_stage(void *ctx, sl__prep_stage stage, sl_status st, doub
     st = sl__comm_agree(&l->comm, st, err, "instantiating the architecture spec");
     if (st == SL_STATUS_OK)
       st = sl__loader_twophase_choose(l, r->pl);
-    l->t_model = sl__now() - t0;
+    l->res.t_model = sl__now() - t0;
     return st;
   case SL_PREP_PLAN: {
     sl__plan_side was = {.model = &l->pl.prep.model, .cat = &l->pl.prep.cat, .plan = &l->pl.plan};
@@ -66,7 +66,7 @@ static sl_status after_stage(void *ctx, sl__prep_stage stage, sl_status st, doub
     if (st == SL_STATUS_OK)
       st = sl__plan_match(&was, &now, r->what, err);
     st = sl__comm_agree(&l->comm, st, err, "checking the new checkpoint against the loaded parameters");
-    l->t_plan = sl__now() - t0;
+    l->res.t_plan = sl__now() - t0;
     return st;
   }
   case SL_PREP_NONE:
@@ -111,22 +111,22 @@ static bool same_groups(const sl__comm_groups *a, const sl__comm_groups *b) {
 
 static void set_states(sl_loader *l, uint8_t state) {
   for (size_t i = 0; i < l->pl.plan.n_lparams; i++)
-    l->reload_state[i] = state;
+    l->wr.reload_state[i] = state;
 }
 
 /* After a failed transfer: each parameter from its copies' progress (aliases: their target's). */
 static void torn_states(sl_loader *l, size_t counts[3]) {
   const sl__rank_plan *p = &l->pl.plan;
   enum { ALL_DONE = 1, TOUCHED = 2 };
-  uint8_t *f = l->reload_state; /* flags first, states after */
+  uint8_t *f = l->wr.reload_state; /* flags first, states after */
   for (size_t i = 0; i < p->n_lparams; i++)
     f[i] = ALL_DONE;
   for (size_t c = 0; c < p->n_copies; c++) {
     const sl__copy *cp = &p->copies[c];
-    uint64_t done = atomic_load(&l->copy_done[c]);
+    uint64_t done = atomic_load(&l->wr.copy_done[c]);
     if (done != cp->rows * cp->row_bytes)
       f[cp->lparam] &= (uint8_t)~ALL_DONE;
-    if (done > 0 || atomic_load(&l->copy_started[c]) != 0)
+    if (done > 0 || atomic_load(&l->wr.copy_started[c]) != 0)
       f[cp->lparam] |= TOUCHED;
   }
   for (size_t i = 0; i < p->n_lparams; i++)
@@ -146,7 +146,7 @@ static sl_status torn(sl_loader *l, sl_status st, bool wrote) {
     torn_states(l, counts);
   else
     set_states(l, SL_RELOAD_OLD);
-  l->torn = true;
+  l->wr.torn = true;
   size_t len = strlen(l->err.msg);
   snprintf(l->err.msg + len, sizeof l->err.msg - len,
            " [reload failed: on this rank %zu parameters hold the new checkpoint, %zu the previous one, %zu "
@@ -211,7 +211,7 @@ static sl_status swap(sl_loader *l, sl__pipeline *np, sl_config *cfg) {
   sl__backend *b = l->store.backend;
   if (st == SL_STATUS_OK && b->ops->begin_transfer != NULL)
     st = b->ops->begin_transfer(b, &l->groups, &l->err);
-  l->t_alloc = sl__now() - t0;
+  l->res.t_alloc = sl__now() - t0;
   return st;
 }
 
@@ -223,12 +223,12 @@ static sl_status reload_phases(sl_loader *l, const char *model, const char *revi
     return sl__err_set(&l->err, SL_STATUS_INVALID_ARGUMENT,
                        "sl_loader_reload needs a loaded loader (call sl_loader_load first)");
   size_t n = l->pl.plan.n_lparams, nc = l->pl.plan.n_copies;
-  if (l->reload_state == NULL)
-    l->reload_state = calloc(n + 1, 1);
-  if (l->copy_started == NULL)
-    l->copy_started = calloc(nc + 1, sizeof *l->copy_started);
+  if (l->wr.reload_state == NULL)
+    l->wr.reload_state = calloc(n + 1, 1);
+  if (l->wr.copy_started == NULL)
+    l->wr.copy_started = calloc(nc + 1, sizeof *l->wr.copy_started);
   sl_config *cfg = NULL;
-  if (l->reload_state == NULL || l->copy_started == NULL)
+  if (l->wr.reload_state == NULL || l->wr.copy_started == NULL)
     st = sl__err_set(&l->err, SL_STATUS_NOMEM, "out of memory");
   else
     st = reload_config(l, model, revision, &cfg);
@@ -240,7 +240,7 @@ static sl_status reload_phases(sl_loader *l, const char *model, const char *revi
     st = prepare(l, cfg, &np);
   if (st != SL_STATUS_OK) { /* refused: nothing written, the loader as it was */
     sl_config_destroy(cfg);
-    if (l->reload_state != NULL)
+    if (l->wr.reload_state != NULL)
       set_states(l, SL_RELOAD_OLD);
     return st;
   }
@@ -249,14 +249,14 @@ static sl_status reload_phases(sl_loader *l, const char *model, const char *revi
   if (st != SL_STATUS_OK)
     return torn(l, st, false);
   for (size_t c = 0; c < nc; c++) {
-    atomic_store(&l->copy_done[c], 0);
-    atomic_store(&l->copy_started[c], 0);
+    atomic_store(&l->wr.copy_done[c], 0);
+    atomic_store(&l->wr.copy_started[c], 0);
   }
-  sl__transfer_stats_free(&l->tstats);
-  sl__track_free(&l->track);
-  l->have_track = false;
+  sl__transfer_stats_free(&l->res.tstats);
+  sl__track_free(&l->res.track);
+  l->res.have_track = false;
   sl__progress_begin(&l->progress, sl__config_str(l->cfg, "progress"), l->pl.opts.quiet, l->comm.rank,
-                     &l->pl.sched, &l->pl.plan, l->copy_done);
+                     &l->pl.sched, &l->pl.plan, l->wr.copy_done);
   sl__progress_set_phase(&l->progress, SL_PHASE_TRANSFER);
   st = sl__loader_transfer(l, true);
   if (st == SL_STATUS_OK)
@@ -268,7 +268,7 @@ static sl_status reload_phases(sl_loader *l, const char *model, const char *revi
   if (st != SL_STATUS_OK)
     return torn(l, st, true);
   set_states(l, SL_RELOAD_NEW);
-  l->reloads++;
+  l->wr.reloads++;
   st = sl__loader_statistics(l, t0);
   if (st != SL_STATUS_OK)
     return sl__loader_fail(l, st); /* every byte is new: the states say so */
@@ -288,6 +288,6 @@ sl_status sl_loader_reload(sl_loader *l, const char *model, const char *revision
 sl_status sl_loader_reload_state(const sl_loader *l, size_t index, sl_reload_state *out) {
   if (l == NULL || out == NULL || l->store.table == NULL || index >= l->pl.plan.n_lparams)
     return SL_STATUS_INVALID_ARGUMENT;
-  *out = l->reload_state != NULL ? (sl_reload_state)l->reload_state[index] : SL_RELOAD_OLD;
+  *out = l->wr.reload_state != NULL ? (sl_reload_state)l->wr.reload_state[index] : SL_RELOAD_OLD;
   return SL_STATUS_OK;
 }
