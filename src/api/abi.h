@@ -28,8 +28,8 @@
 
 /* Hands the library's filled struct `full` (full_size bytes: sizeof the library's struct; its own
  * leading size is ignored) to the caller's `out`, whose leading size_t says how many bytes the
- * caller has. Below v1_size (0 included) or above SL__SIZED_MAX: SL_STATUS_INVALID_ARGUMENT, nothing written, a message
- * naming `type` and both sizes into err (first error wins), or to the log when err is NULL.
+ * caller has. Below v1_size (0 included) or above SL__SIZED_MAX: SL_STATUS_INVALID_ARGUMENT, nothing written,
+ * a message naming `type` and both sizes into err (first error wins), or to the log when err is NULL.
  * Otherwise the bytes after .size up to the caller's size are written: the library's fields that
  * fit, and zeros past the library's struct for a caller newer than it. */
 sl_status sl__sized_out(void *out, const void *full, size_t full_size, size_t v1_size, const char *type,

@@ -21,7 +21,7 @@ struct sl_dryrun_peers {
   uint32_t donors, receivers;
   sl__pipeline src, dst;
   sl__peer_plan pp;
-  uint64_t *needed; /* per job rank: its plan's bytes */
+  uint64_t *needed;  /* per job rank: its plan's bytes */
   uint32_t *node_of; /* per job rank */
   sl__peer_model model;
   uint32_t n_nodes, ranks_per_node;
@@ -165,20 +165,20 @@ const char *sl_dryrun_peers_json(sl_dryrun_peers *d) {
       d->network_gbps, SL_PEER_LOCAL_GBPS, d->ranks_per_node, d->n_nodes, pm->network_s, pm->relay_s,
       pm->predicted_s);
   for (uint32_t n = 0; n < d->n_nodes; n++)
-    sl__buf_appendf(b,
-                    "%s{\"node\":%u,\"bytes_network_in\":%llu,\"bytes_network_out\":%llu,\"bytes_relayed\":%llu,"
-                    "\"predicted_seconds\":%.6f}",
-                    n > 0 ? "," : "", n, (unsigned long long)pm->net_in[n], (unsigned long long)pm->net_out[n],
-                    (unsigned long long)pm->relayed[n], pm->node_s[n]);
+    sl__buf_appendf(
+        b,
+        "%s{\"node\":%u,\"bytes_network_in\":%llu,\"bytes_network_out\":%llu,\"bytes_relayed\":%llu,"
+        "\"predicted_seconds\":%.6f}",
+        n > 0 ? "," : "", n, (unsigned long long)pm->net_in[n], (unsigned long long)pm->net_out[n],
+        (unsigned long long)pm->relayed[n], pm->node_s[n]);
   sl__buf_appendf(b, "],\"ranks\":[");
   for (uint32_t k = 0; k < world; k++)
     sl__buf_appendf(b,
                     "%s{\"rank\":%u,\"role\":\"%s\",\"side_rank\":%u,\"node\":%u,\"bytes_needed\":%llu,"
                     "\"bytes_read\":0,\"bytes_sent\":%llu,\"bytes_received\":%llu}",
                     k > 0 ? "," : "", k, k < d->donors ? "donor" : "receiver",
-                    k < d->donors ? k : k - d->donors, d->node_of[k],
-                    (unsigned long long)d->needed[k], (unsigned long long)d->pp.sent[k],
-                    (unsigned long long)d->pp.received[k]);
+                    k < d->donors ? k : k - d->donors, d->node_of[k], (unsigned long long)d->needed[k],
+                    (unsigned long long)d->pp.sent[k], (unsigned long long)d->pp.received[k]);
   sl__buf_appendf(b, "]}\n");
   return b->failed ? NULL : sl__buf_str(b);
 }
@@ -197,8 +197,8 @@ const char *sl_dryrun_peers_summary(sl_dryrun_peers *d) {
   sl__buf_appendf(b, "%6s %-8s %5s %16s %16s %16s\n", "rank", "role", "node", "needed", "sent", "received");
   for (uint32_t k = 0; k < d->donors + d->receivers; k++)
     sl__buf_appendf(b, "%6u %-8s %5u %16llu %16llu %16llu\n", k, k < d->donors ? "donor" : "receiver",
-                    d->node_of[k], (unsigned long long)d->needed[k],
-                    (unsigned long long)d->pp.sent[k], (unsigned long long)d->pp.received[k]);
+                    d->node_of[k], (unsigned long long)d->needed[k], (unsigned long long)d->pp.sent[k],
+                    (unsigned long long)d->pp.received[k]);
   sl__buf_appendf(b,
                   "messages %zu (largest %llu bytes), bytes read from storage 0\n"
                   "predicted %.3f s (%u nodes of %u ranks, network %g GB/s per node: %.3f s; relays within "

@@ -12,13 +12,11 @@
  */
 #include "api/abi.h"
 #include "api/config.h"
-#include "format/safetensors.h"
-#include "format/torch_ckpt.h"
-#include "model/file_select.h"
 #include "base/hashmap.h"
 #include "base/json.h"
 #include "base/util.h"
 #include "format/safetensors.h"
+#include "format/torch_ckpt.h"
 #include "model/catalog.h"
 #include "model/file_select.h"
 

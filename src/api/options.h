@@ -37,7 +37,7 @@ typedef struct sl__opts {
   uint64_t staging_bytes;
   uint64_t read_chunk;
   uint64_t coalesce_gap;
-  bool two_phase; /* two_phase_reads: row-parallel slices read as whole rows, then exchanged */
+  bool two_phase;      /* two_phase_reads: row-parallel slices read as whole rows, then exchanged */
   sl__storage storage; /* which ranks can read the checkpoint (plan/visibility.h) */
   uint64_t bucket_bytes;
   const char *save_dir;

@@ -84,8 +84,8 @@ static sl_status trim(const char *what, const char *text, size_t *len, sl__err *
 }
 
 /* A decimal number at text[*i], below `limit`; *i moves past it. */
-static sl_status number(const char *what, const char *text, size_t len, size_t *i, uint32_t limit, uint32_t *out,
-                        sl__err *err) {
+static sl_status number(const char *what, const char *text, size_t len, size_t *i, uint32_t limit,
+                        uint32_t *out, sl__err *err) {
   size_t start = *i;
   uint64_t v = 0;
   while (*i < len && text[*i] >= '0' && text[*i] <= '9') {
@@ -113,7 +113,8 @@ sl_status sl__cpus_parse(const char *text, size_t len, sl__cpus *out, sl__err *e
       size_t at = ++i;
       st = number("CPU list", text, len, &i, SL_CPUS_MAX, &hi, err);
       if (st == SL_STATUS_OK && hi < lo)
-        st = sl__err_set(err, SL_STATUS_INVALID_ARGUMENT, "CPU list: the range at byte %zu ends before it starts", at);
+        st = sl__err_set(err, SL_STATUS_INVALID_ARGUMENT,
+                         "CPU list: the range at byte %zu ends before it starts", at);
     }
     if (st == SL_STATUS_OK && i < len && (text[i] != ',' || i + 1 == len))
       st = sl__err_set(err, SL_STATUS_INVALID_ARGUMENT, "CPU list: unexpected '%c' at byte %zu", text[i], i);
@@ -138,8 +139,8 @@ sl_status sl__numa_parse_node(const char *text, size_t len, int *node, sl__err *
   uint32_t v = 0;
   st = number("NUMA node", text, len, &i, (uint32_t)SL_NUMA_NODE_MAX + 1, &v, err);
   if (st == SL_STATUS_OK && i != len)
-    st = sl__err_set(err, SL_STATUS_INVALID_ARGUMENT, "NUMA node: unexpected '%c' at byte %zu (-1 or a node number expected)",
-                     text[i], i);
+    st = sl__err_set(err, SL_STATUS_INVALID_ARGUMENT,
+                     "NUMA node: unexpected '%c' at byte %zu (-1 or a node number expected)", text[i], i);
   if (st == SL_STATUS_OK)
     *node = (int)v;
   return st;
@@ -151,7 +152,10 @@ static size_t hex_digits(const char *s, size_t max, uint32_t *v) {
   *v = 0;
   for (; n < max; n++) {
     char c = s[n];
-    int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+    int d = c >= '0' && c <= '9'   ? c - '0'
+            : c >= 'a' && c <= 'f' ? c - 'a' + 10
+            : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                   : -1;
     if (d < 0)
       break;
     *v = *v * 16 + (uint32_t)d;
@@ -180,15 +184,16 @@ sl_status sl__numa_bus_name(const char *bus_id, char *out, size_t cap, sl__err *
   if (w < 0 || (size_t)w >= cap) {
     if (cap > 0)
       out[0] = '\0';
-    return sl__err_set(err, SL_STATUS_INVALID_ARGUMENT, "\"%.40s\" is not a PCI bus id (domain:bus:device.function in hex)",
-                       bus_id);
+    return sl__err_set(err, SL_STATUS_INVALID_ARGUMENT,
+                       "\"%.40s\" is not a PCI bus id (domain:bus:device.function in hex)", bus_id);
   }
   return SL_STATUS_OK;
 }
 
 /* ---- the decision ---- */
 
-sl__numa_verdict sl__numa_decide(int node, const sl__cpus *node_cpus, const sl__cpus *allowed, sl__cpus *out) {
+sl__numa_verdict sl__numa_decide(int node, const sl__cpus *node_cpus, const sl__cpus *allowed,
+                                 sl__cpus *out) {
   if (node < 0)
     return SL_NUMA_NO_NODE;
   if (sl__cpus_count(node_cpus) == 0)

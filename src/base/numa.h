@@ -16,10 +16,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SL_CPUS_MAX 8192u                     /* CPUs a set can name; a list naming more is refused */
-#define SL_NUMA_NODE_MAX 65535                /* highest NUMA node number accepted from sysfs */
-#define SL_NUMA_FILE_MAX 65536u               /* bytes read of one sysfs file, at most */
-#define SL_NUMA_BIND_ENV "SHARDLOAD_NUMA_BIND" /* 0: leave the reader threads' affinity alone */
+#define SL_CPUS_MAX 8192u                        /* CPUs a set can name; a list naming more is refused */
+#define SL_NUMA_NODE_MAX 65535                   /* highest NUMA node number accepted from sysfs */
+#define SL_NUMA_FILE_MAX 65536u                  /* bytes read of one sysfs file, at most */
+#define SL_NUMA_BIND_ENV "SHARDLOAD_NUMA_BIND"   /* 0: leave the reader threads' affinity alone */
 #define SL_SYSFS_ROOT_ENV "SHARDLOAD_SYSFS_ROOT" /* test aid: where sysfs is read (default /sys) */
 
 /* A set of CPUs 0 .. SL_CPUS_MAX-1. */

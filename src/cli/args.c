@@ -279,8 +279,8 @@ static void unknown_option(const sl_cli_command *cmd, const char *typed) {
 
 /* The tool's own options with a value (--reload, --reload-revision, --plan-file) at argv[*i]:
  * 1 when taken (*i past its value), 0 when name is none of them, 2 after a usage error. */
-static int tool_value(int argc, char **argv, int *i, const char *name, const char *value, const sl_cli_command *cmd,
-                      sl_cli_args *args) {
+static int tool_value(int argc, char **argv, int *i, const char *name, const char *value,
+                      const sl_cli_command *cmd, sl_cli_args *args) {
   bool is_reload = (cmd->options & SL_CLI_RELOAD) && strcmp(name, "--reload") == 0;
   bool is_reload_rev = (cmd->options & SL_CLI_RELOAD) && strcmp(name, "--reload-revision") == 0;
   bool is_plan_file = (cmd->options & SL_CLI_PLAN_FILE) && strcmp(name, "--plan-file") == 0;

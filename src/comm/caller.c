@@ -28,10 +28,10 @@ typedef struct caller_state {
   sl_comm_ops ops;
   bool broken;
   char broken_msg[SL_ERR_MSG_MAX];
-  int **members;   /* per group: its member ranks as ints (NULL where this rank is not a member) */
-  int *n_members;  /* per group */
+  int **members;  /* per group: its member ranks as ints (NULL where this rank is not a member) */
+  int *n_members; /* per group */
   size_t n_groups;
-  uint64_t epoch;  /* the current transfer's stop epoch (0 before the first) */
+  uint64_t epoch; /* the current transfer's stop epoch (0 before the first) */
   double next_stop_check;
   double next_poll;
 } caller_state;
@@ -56,8 +56,9 @@ static sl_status result(sl__comm *c, int rc, const char *what, char *msg, sl__er
   const char *kind = rc == SL_COMM_TIMEOUT ? "did not finish within the deadline" : "failed";
   snprintf(s->broken_msg, sizeof s->broken_msg, "%s %s (rank %d of %d, while %s): %s", what, kind, c->rank,
            c->size, c->phase != NULL ? c->phase : "loading",
-           msg[0] != '\0' ? msg : rc == SL_COMM_TIMEOUT || rc == SL_COMM_ERROR ? "the transport gave no reason"
-                                                                               : "the transport returned an unknown result");
+           msg[0] != '\0'                                 ? msg
+           : rc == SL_COMM_TIMEOUT || rc == SL_COMM_ERROR ? "the transport gave no reason"
+                                                          : "the transport returned an unknown result");
   s->broken = true;
   if (s->ops.abort != NULL)
     s->ops.abort(s->ops.ctx, s->broken_msg);
@@ -74,15 +75,16 @@ static sl_status caller_allreduce_int(sl__comm *c, int *vals, int n, int op, con
   for (int i = 0; i < n; i++)
     wide[i] = vals[i];
   char msg[MSG_CAP] = "";
-  int rc = s->ops.allreduce(s->ops.ctx, wide, n, op == SL__REDUCE_MIN ? SL_COMM_MIN : SL_COMM_SUM, c->timeout_s,
-                            msg, sizeof msg);
+  int rc = s->ops.allreduce(s->ops.ctx, wide, n, op == SL__REDUCE_MIN ? SL_COMM_MIN : SL_COMM_SUM,
+                            c->timeout_s, msg, sizeof msg);
   sl_status st = result(c, rc, what, msg, err);
   for (int i = 0; i < n && st == SL_STATUS_OK; i++)
     vals[i] = (int)wide[i];
   return st;
 }
 
-static sl_status caller_bcast(sl__comm *c, void *buf, size_t nbytes, int root, const char *what, sl__err *err) {
+static sl_status caller_bcast(sl__comm *c, void *buf, size_t nbytes, int root, const char *what,
+                              sl__err *err) {
   caller_state *s = state_of(c);
   if (s->broken)
     return refuse(c, err);
@@ -193,8 +195,8 @@ static bool group_call_skipped(sl__comm *c, bool *aborted, sl__err *err, sl_stat
   return false;
 }
 
-static sl_status caller_group_bcast(sl__comm *c, uint32_t g, void *buf, uint64_t nbytes, int root, bool *aborted,
-                                    sl__err *err) {
+static sl_status caller_group_bcast(sl__comm *c, uint32_t g, void *buf, uint64_t nbytes, int root,
+                                    bool *aborted, sl__err *err) {
   caller_state *s = state_of(c);
   sl_status skipped;
   if (group_call_skipped(c, aborted, err, &skipped))
@@ -202,8 +204,8 @@ static sl_status caller_group_bcast(sl__comm *c, uint32_t g, void *buf, uint64_t
   char msg[MSG_CAP] = "";
   char what[96];
   snprintf(what, sizeof what, "broadcast of %llu bytes in group %u", (unsigned long long)nbytes, g);
-  int rc = s->ops.broadcast(s->ops.ctx, s->members[g], s->n_members[g], root, buf, nbytes, c->armed ? s->epoch : 0,
-                            c->timeout_s, msg, sizeof msg);
+  int rc = s->ops.broadcast(s->ops.ctx, s->members[g], s->n_members[g], root, buf, nbytes,
+                            c->armed ? s->epoch : 0, c->timeout_s, msg, sizeof msg);
   if (rc == SL_COMM_STOPPED)
     stopped(c, aborted);
   return result(c, rc, what, msg, err);
@@ -219,8 +221,8 @@ static sl_status caller_group_alltoallv(sl__comm *c, uint32_t g, const void *sen
   char msg[MSG_CAP] = "";
   char what[96];
   snprintf(what, sizeof what, "two-phase exchange in group %u", g);
-  int rc = s->ops.alltoallv(s->ops.ctx, s->members[g], s->n_members[g], send, scount, sdispl, recv, rcount, rdispl,
-                            c->armed ? s->epoch : 0, c->timeout_s, msg, sizeof msg);
+  int rc = s->ops.alltoallv(s->ops.ctx, s->members[g], s->n_members[g], send, scount, sdispl, recv, rcount,
+                            rdispl, c->armed ? s->epoch : 0, c->timeout_s, msg, sizeof msg);
   if (rc == SL_COMM_STOPPED)
     stopped(c, aborted);
   return result(c, rc, what, msg, err);
@@ -293,8 +295,9 @@ static void caller_poll(sl__comm *c) {
 static bool caller_expire(sl__comm *c, const char *what, double waited, sl__err *err) {
   caller_state *s = state_of(c);
   if (!s->broken) {
-    snprintf(s->broken_msg, sizeof s->broken_msg, "rank %d: %s: no progress for %.1f s (timeout_s %g) while %s",
-             c->rank, what, waited, c->timeout_s, c->phase != NULL ? c->phase : "loading");
+    snprintf(s->broken_msg, sizeof s->broken_msg,
+             "rank %d: %s: no progress for %.1f s (timeout_s %g) while %s", c->rank, what, waited,
+             c->timeout_s, c->phase != NULL ? c->phase : "loading");
     s->broken = true;
     if (s->ops.abort != NULL)
       s->ops.abort(s->ops.ctx, s->broken_msg);
@@ -344,15 +347,16 @@ static const sl__comm_impl caller_impl = {
 sl_status sl__comm_init_caller(sl__comm *c, const sl_comm_ops *ops, sl__err *err) {
   sl__comm_reset(c);
   if (ops == NULL)
-    return sl__err_set(err, SL_STATUS_INVALID_ARGUMENT, "sl_loader_create_ops: no communication functions (ops is NULL)");
+    return sl__err_set(err, SL_STATUS_INVALID_ARGUMENT,
+                       "sl_loader_create_ops: no communication functions (ops is NULL)");
   if (ops->version != SL_COMM_OPS_VERSION)
     return sl__err_set(err, SL_STATUS_INVALID_ARGUMENT,
                        "sl_loader_create_ops: ops.version is %u, this library takes %u (SL_COMM_OPS_VERSION)",
                        ops->version, (unsigned)SL_COMM_OPS_VERSION);
   if (ops->size < 1 || ops->rank < 0 || ops->rank >= ops->size)
     return sl__err_set(err, SL_STATUS_INVALID_ARGUMENT,
-                       "sl_loader_create_ops: rank %d of size %d (need size >= 1 and 0 <= rank < size)", ops->rank,
-                       ops->size);
+                       "sl_loader_create_ops: rank %d of size %d (need size >= 1 and 0 <= rank < size)",
+                       ops->rank, ops->size);
   const char *missing = ops->broadcast == NULL    ? "broadcast"
                         : ops->allgather == NULL  ? "allgather"
                         : ops->alltoallv == NULL  ? "alltoallv"
@@ -361,7 +365,8 @@ sl_status sl__comm_init_caller(sl__comm *c, const sl_comm_ops *ops, sl__err *err
                         : ops->stop_check == NULL ? "stop_check"
                                                   : NULL;
   if (missing != NULL)
-    return sl__err_set(err, SL_STATUS_INVALID_ARGUMENT, "sl_loader_create_ops: ops.%s is NULL (required)", missing);
+    return sl__err_set(err, SL_STATUS_INVALID_ARGUMENT, "sl_loader_create_ops: ops.%s is NULL (required)",
+                       missing);
   caller_state *s = calloc(1, sizeof *s);
   if (s == NULL)
     return sl__err_set(err, SL_STATUS_NOMEM, "out of memory creating the communicator");

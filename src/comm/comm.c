@@ -51,12 +51,13 @@ sl_status sl__comm_agree(sl__comm *c, sl_status mine, sl__err *err, const char *
     payload.status = (int)mine;
     snprintf(payload.msg, sizeof payload.msg, "%s", err != NULL ? err->msg : "");
   }
-  st = c->impl->bcast(c, &payload, sizeof payload, first, "status agreement (the failing rank's message)", err);
+  st = c->impl->bcast(c, &payload, sizeof payload, first, "status agreement (the failing rank's message)",
+                      err);
   if (st != SL_STATUS_OK)
     return st;
   c->first_failed = first;
-  c->first_status = payload.status > 0 && payload.status < SL_STATUS_COUNT ? (sl_status)payload.status
-                                                                             : SL_STATUS_INTERNAL;
+  c->first_status =
+      payload.status > 0 && payload.status < SL_STATUS_COUNT ? (sl_status)payload.status : SL_STATUS_INTERNAL;
   if (mine != SL_STATUS_OK && (mine != SL_STATUS_PEER_FAILED || c->rank == first))
     return mine;
   payload.msg[sizeof payload.msg - 1] = '\0';
@@ -152,8 +153,8 @@ sl_status sl__comm_group_bcast(sl__comm *c, uint32_t g, void *buf, uint64_t nbyt
 }
 
 sl_status sl__comm_group_alltoallv(sl__comm *c, uint32_t g, const void *send, const uint64_t *scount,
-                                  const uint64_t *sdispl, void *recv, const uint64_t *rcount, const uint64_t *rdispl,
-                                  bool *aborted, sl__err *err) {
+                                   const uint64_t *sdispl, void *recv, const uint64_t *rcount,
+                                   const uint64_t *rdispl, bool *aborted, sl__err *err) {
   *aborted = false;
   if (!sl__comm_in_group(c, g))
     return sl__err_set(err, SL_STATUS_INTERNAL, "exchange in group %u that this rank is not part of", g);
@@ -258,7 +259,8 @@ int sl__comm_local_rank(sl__comm *c) {
   int local = 0;
   if (c->impl->allgather(c, &me, sizeof me, all, "finding the ranks of this node", &err) == SL_STATUS_OK)
     for (int r = 0; r < c->rank; r++)
-      local += me.leader >= 0 ? all[r].leader == me.leader : strncmp(all[r].host, me.host, sizeof me.host) == 0;
+      local +=
+          me.leader >= 0 ? all[r].leader == me.leader : strncmp(all[r].host, me.host, sizeof me.host) == 0;
   free(all);
   return local;
 }

@@ -53,7 +53,8 @@ typedef struct sl__comm_impl {
   /* nbytes (at most 1 GiB) from root to every rank. */
   sl_status (*bcast)(sl__comm *c, void *buf, size_t nbytes, int root, const char *what, sl__err *err);
   /* One record of nbytes per rank, into out (size × nbytes), on every rank. */
-  sl_status (*allgather)(sl__comm *c, const void *rec, size_t nbytes, void *out, const char *what, sl__err *err);
+  sl_status (*allgather)(sl__comm *c, const void *rec, size_t nbytes, void *out, const char *what,
+                         sl__err *err);
   /* One record per rank on rank 0 (out: size × nbytes, only read on rank 0). */
   sl_status (*gather)(sl__comm *c, const void *rec, size_t nbytes, void *out, const char *what, sl__err *err);
   /* Bitwise OR of a byte array over every rank, in place. */
@@ -63,8 +64,8 @@ typedef struct sl__comm_impl {
   sl_status (*group_bcast)(sl__comm *c, uint32_t g, void *buf, uint64_t nbytes, int root, bool *aborted,
                            sl__err *err);
   sl_status (*group_alltoallv)(sl__comm *c, uint32_t g, const void *send, const uint64_t *scount,
-                               const uint64_t *sdispl, void *recv, const uint64_t *rcount, const uint64_t *rdispl,
-                               bool *aborted, sl__err *err);
+                               const uint64_t *sdispl, void *recv, const uint64_t *rcount,
+                               const uint64_t *rdispl, bool *aborted, sl__err *err);
   /* The abort channel: arm before the transfer, raise to stop every rank, poll whether another rank
    * raised (sets c->abort_from), disarm (COLLECTIVE) after it. */
   sl_status (*abort_arm)(sl__comm *c, sl__err *err);
@@ -164,8 +165,8 @@ sl_status sl__comm_group_bcast(sl__comm *c, uint32_t g, void *buf, uint64_t nbyt
  * rcount/rdispl place what each member sends here (the two-phase exchanges of engine/exchange.c).
  * Blocks up to INT_MAX bytes. */
 sl_status sl__comm_group_alltoallv(sl__comm *c, uint32_t g, const void *send, const uint64_t *scount,
-                                  const uint64_t *sdispl, void *recv, const uint64_t *rcount, const uint64_t *rdispl,
-                                  bool *aborted, sl__err *err);
+                                   const uint64_t *sdispl, void *recv, const uint64_t *rcount,
+                                   const uint64_t *rdispl, bool *aborted, sl__err *err);
 
 /* ---- the watchdog ---- */
 #define SL_TIMEOUT_DEFAULT_S 600.0

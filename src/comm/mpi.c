@@ -63,7 +63,8 @@ static sl_status mpi_allreduce_bor(sl__comm *c, uint8_t *bits, size_t nbytes, sl
   for (size_t off = 0; off < nbytes; off += PIECE) {
     size_t piece = nbytes - off < PIECE ? nbytes - off : PIECE;
     MPI_Request req;
-    int rc = MPI_Iallreduce(MPI_IN_PLACE, bits + off, (int)piece, MPI_BYTE, MPI_BOR, sl__mpi_of(c)->world, &req);
+    int rc =
+        MPI_Iallreduce(MPI_IN_PLACE, bits + off, (int)piece, MPI_BYTE, MPI_BOR, sl__mpi_of(c)->world, &req);
     sl_status st = started(c, rc, &req, "reduction of the weight bitmaps", err);
     if (st != SL_STATUS_OK)
       return st;
@@ -196,7 +197,8 @@ static sl_status mpi_abort_disarm(sl__comm *c, sl__err *err) {
  * watchdog. Open MPI progresses a non-blocking collective only inside MPI calls: poll without
  * sleeping, yielding the core to the reader threads between polls (a sleep here cut the broadcast
  * rate by more than ten times). */
-static sl_status poll_collective(sl__comm *c, MPI_Request *req, const char *what, bool *aborted, sl__err *err) {
+static sl_status poll_collective(sl__comm *c, MPI_Request *req, const char *what, bool *aborted,
+                                 sl__err *err) {
   double start = sl__now();
   sl__comm_block_begin(c, what);
   for (;;) {
@@ -258,7 +260,8 @@ static sl_status mpi_group_alltoallv(sl__comm *c, uint32_t g, const void *send, 
     ints[3 * n + r] = (int)rdispl[r];
   }
   MPI_Request req;
-  int rc = MPI_Ialltoallv(send, ints, ints + n, MPI_BYTE, recv, ints + 2 * n, ints + 3 * n, MPI_BYTE, comm, &req);
+  int rc =
+      MPI_Ialltoallv(send, ints, ints + n, MPI_BYTE, recv, ints + 2 * n, ints + 3 * n, MPI_BYTE, comm, &req);
   if (rc != MPI_SUCCESS) {
     free(ints);
     return mpi_fail(err, rc, "MPI_Ialltoallv");

@@ -1,8 +1,8 @@
 /*
- * comm/mpi_watchdog.c — the load watchdog of the MPI communicator (see comm/mpi.h). A rank whose peer died or stopped
- * (SIGSTOP, a node gone, a link down) would otherwise wait forever inside a collective: every
- * wait of a load polls a non-blocking request against a deadline instead, and a blocking call that
- * cannot poll is watched by a backstop thread.
+ * comm/mpi_watchdog.c — the load watchdog of the MPI communicator (see comm/mpi.h). A rank whose peer died or
+ * stopped (SIGSTOP, a node gone, a link down) would otherwise wait forever inside a collective: every wait of
+ * a load polls a non-blocking request against a deadline instead, and a blocking call that cannot poll is
+ * watched by a backstop thread.
  *
  * When a deadline passes the rank cannot tell a dead peer from a slow one by itself, so it asks:
  * it sends an "alive?" query (tag PING, carrying its phase) to every rank on the abort channel's

@@ -7,8 +7,8 @@
 #ifndef SL_TRACK_H
 #define SL_TRACK_H
 
-#include "model/catalog.h"
 #include "comm/comm.h"
+#include "model/catalog.h"
 #include "model/model.h"
 #include "plan/plan.h"
 

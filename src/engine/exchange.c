@@ -34,8 +34,8 @@ sl_status sl__engine_exchange_reads(sl__engine *e, const sl__bucket *b, uint32_t
   if (hi == lo)
     return SL_STATUS_OK;
   const sl__cat_tensor *T = &e->t->cat->tensors[x->tensor];
-  return sl__readplan_range(&e->rp, T->file, T->offset + x->src_off + lo * x->row_bytes, (hi - lo) * x->row_bytes,
-                            j, 0, e->t->chunk, e->err);
+  return sl__readplan_range(&e->rp, T->file, T->offset + x->src_off + lo * x->row_bytes,
+                            (hi - lo) * x->row_bytes, j, 0, e->t->chunk, e->err);
 }
 
 void sl__engine_exchange_pack(sl__engine *e, const sl__delivery *d, const uint8_t *buf, uint64_t buf_off) {
@@ -101,8 +101,8 @@ sl_status sl__engine_exchange_round(sl__engine *e, uint32_t j, sl__transfer_stat
   }
   uint8_t *send = e->xbuf[j % e->n_slots];
   uint8_t *recv = send + q * x->row_bytes;
-  sl_status st = sl__comm_group_alltoallv(e->t->comm, b->group, send, scount, sdispl, recv, rcount, rdispl, aborted,
-                                          e->err);
+  sl_status st = sl__comm_group_alltoallv(e->t->comm, b->group, send, scount, sdispl, recv, rcount, rdispl,
+                                          aborted, e->err);
   if (st == SL_STATUS_OK && !*aborted) {
     st = deliver_columns(e, x, x->first_piece + my_col, lo, rows, n, recv);
     stats->bytes_sent += rows[me] * x->col_bytes * (n - 1);

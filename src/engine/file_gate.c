@@ -26,9 +26,9 @@ struct sl__file_gate {
   pthread_cond_t cv;
   size_t n;
   _Atomic bool *open; /* per file; read without the lock (sl__file_gate_is_open) */
-  char **paths;  /* watching: per file; NULL when fed */
-  bool failed;   /* fed: the download failed */
-  sl__err why;   /* its error */
+  char **paths;       /* watching: per file; NULL when fed */
+  bool failed;        /* fed: the download failed */
+  sl__err why;        /* its error */
   _Atomic bool failed_flag;
   _Atomic uint64_t n_open;
 };

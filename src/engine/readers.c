@@ -304,7 +304,8 @@ sl_status sl__engine_wait_for(sl__engine *e, bool (*pred)(sl__engine *, void *),
       sl__comm_progress(c);
       sl__comm_block_begin(c, "waiting for this rank's reads");
     } else if (c->timeout_s > 0 && sl__now() - since > c->timeout_s) {
-      if (!sl__comm_expire(c, "waiting for this rank's reads: no byte read meanwhile", sl__now() - since, e->err)) {
+      if (!sl__comm_expire(c, "waiting for this rank's reads: no byte read meanwhile", sl__now() - since,
+                           e->err)) {
         sl__comm_block_end(c);
         return e->err->status;
       }

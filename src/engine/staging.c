@@ -40,7 +40,8 @@ void sl__staging_split(const sl__staging_req *req, sl__staging *out) {
 }
 
 uint32_t sl__staging_slots_per_thread(uint32_t workers) {
-  sl__staging_req req = {.staging_bytes = SL_STAGING_UNBOUNDED, .read_chunk = SL_DIRECT_ALIGN, .workers = workers};
+  sl__staging_req req = {
+      .staging_bytes = SL_STAGING_UNBOUNDED, .read_chunk = SL_DIRECT_ALIGN, .workers = workers};
   sl__staging ring;
   sl__staging uring;
   sl__staging_split(&req, &ring);

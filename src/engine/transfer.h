@@ -63,7 +63,7 @@ typedef struct sl__transfer {
    * (a read straight into the parameter that fails may leave some written yet uncounted), so that a
    * failed transfer tells parameters it never touched from those it changed in part (a reload) */
   _Atomic uint8_t *copy_started;
-  struct sl__file_gate *gate;  /* files still arriving from the Hub (engine/file_gate.h), or NULL */
+  struct sl__file_gate *gate; /* files still arriving from the Hub (engine/file_gate.h), or NULL */
   /* Which ranks read which files (engine/visibility_probe.h), or NULL: every rank every file; and
    * this rank's checkpoint files of the load (engine/file_table.h: each opened once, checked at
    * open, its stamp kept; the transfer leaves them open), or NULL: the transfer opens and closes

@@ -26,8 +26,8 @@ typedef struct inflight {
   uint32_t op;  /* SL_NONE when no read is in flight in the slot */
   uint64_t off; /* file range read: the operation's, widened to O_DIRECT alignment */
   uint64_t len;
-  uint64_t got; /* bytes read so far (short reads are resubmitted) */
-  uint8_t *dst; /* the slot's staging buffer */
+  uint64_t got;       /* bytes read so far (short reads are resubmitted) */
+  uint8_t *dst;       /* the slot's staging buffer */
   bool uploading;     /* uploads out of the slot may be in flight (never while a read is) */
   uint64_t delivered; /* which delivery of the thread queued them (the oldest is reused first) */
 } inflight;

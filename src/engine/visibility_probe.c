@@ -295,9 +295,10 @@ sl_status sl__visibility_probe(sl__comm *c, const sl__catalog *cat, sl__storage 
         k += sl__visibility_sees(out, r, f);
       all += k == n;
     }
-    SL_INFO("storage: %u of %u ranks can read every checkpoint file; the others receive the bytes they cannot "
-            "read from ranks that can",
-            all, world);
+    SL_INFO(
+        "storage: %u of %u ranks can read every checkpoint file; the others receive the bytes they cannot "
+        "read from ranks that can",
+        all, world);
   }
   return st;
 }

@@ -16,13 +16,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SL_PK_MAX_BYTES ((size_t)256 << 20) /* largest data.pkl accepted */
-#define SL_PK_MAX_STRING (1u << 20)         /* longest string */
-#define SL_PK_MAX_VALUES (1u << 24)         /* values created while reading */
-#define SL_PK_MAX_STACK (1u << 20)          /* stack entries */
-#define SL_PK_MAX_MEMO (1u << 24)           /* memo slots */
-#define SL_PK_MAX_DEPTH 32u                 /* nesting of tuples, lists, dicts and marks */
-#define SL_PK_MAX_TENSORS (1u << 22)        /* tensors in one state dict */
+#define SL_PK_MAX_BYTES ((size_t)256 << 20)    /* largest data.pkl accepted */
+#define SL_PK_MAX_STRING (1u << 20)            /* longest string */
+#define SL_PK_MAX_VALUES (1u << 24)            /* values created while reading */
+#define SL_PK_MAX_STACK (1u << 20)             /* stack entries */
+#define SL_PK_MAX_MEMO (1u << 24)              /* memo slots */
+#define SL_PK_MAX_DEPTH 32u                    /* nesting of tuples, lists, dicts and marks */
+#define SL_PK_MAX_TENSORS (1u << 22)           /* tensors in one state dict */
 #define SL_PK_MAX_DIMS ((unsigned)SL_MAX_DIMS) /* the public header owns the number */
 
 typedef struct sl__pk_tensor {

@@ -12,16 +12,26 @@
 static const struct {
   const char *name;
   sl__dtype dtype;
-} k_storages[] = {
-    {"FloatStorage", SL_DT_F32},     {"DoubleStorage", SL_DT_F64},      {"HalfStorage", SL_DT_F16},
-    {"BFloat16Storage", SL_DT_BF16}, {"LongStorage", SL_DT_I64},        {"IntStorage", SL_DT_I32},
-    {"ShortStorage", SL_DT_I16},     {"CharStorage", SL_DT_I8},         {"ByteStorage", SL_DT_U8},
-    {"BoolStorage", SL_DT_BOOL},     {"ComplexFloatStorage", SL_DT_C64},
-    /* Written by torch >= 2.1 for the element types it added (torch/storage.py's type map). */
-    {"UInt16Storage", SL_DT_U16},    {"UInt32Storage", SL_DT_U32},      {"UInt64Storage", SL_DT_U64},
-    {"Float8_e5m2Storage", SL_DT_F8_E5M2},           {"Float8_e4m3fnStorage", SL_DT_F8_E4M3},
-    {"Float8_e5m2fnuzStorage", SL_DT_F8_E5M2FNUZ},   {"Float8_e4m3fnuzStorage", SL_DT_F8_E4M3FNUZ},
-    {"Float8_e8m0fnuStorage", SL_DT_F8_E8M0}};
+} k_storages[] = {{"FloatStorage", SL_DT_F32},
+                  {"DoubleStorage", SL_DT_F64},
+                  {"HalfStorage", SL_DT_F16},
+                  {"BFloat16Storage", SL_DT_BF16},
+                  {"LongStorage", SL_DT_I64},
+                  {"IntStorage", SL_DT_I32},
+                  {"ShortStorage", SL_DT_I16},
+                  {"CharStorage", SL_DT_I8},
+                  {"ByteStorage", SL_DT_U8},
+                  {"BoolStorage", SL_DT_BOOL},
+                  {"ComplexFloatStorage", SL_DT_C64},
+                  /* Written by torch >= 2.1 for the element types it added (torch/storage.py's type map). */
+                  {"UInt16Storage", SL_DT_U16},
+                  {"UInt32Storage", SL_DT_U32},
+                  {"UInt64Storage", SL_DT_U64},
+                  {"Float8_e5m2Storage", SL_DT_F8_E5M2},
+                  {"Float8_e4m3fnStorage", SL_DT_F8_E4M3},
+                  {"Float8_e5m2fnuzStorage", SL_DT_F8_E5M2FNUZ},
+                  {"Float8_e4m3fnuzStorage", SL_DT_F8_E4M3FNUZ},
+                  {"Float8_e8m0fnuStorage", SL_DT_F8_E8M0}};
 
 static bool eq(const char *s, size_t n, const char *lit) {
   return strlen(lit) == n && memcmp(s, lit, n) == 0;

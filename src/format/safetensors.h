@@ -17,7 +17,8 @@
 #include <stdint.h>
 
 #define SL_ST_MAX_HEADER 100000000ULL /* largest accepted header length N */
-#define SL_ST_MAX_DIMS SL_MAX_DIMS /* more dimensions → SL_STATUS_ST_HEADER_JSON (the public header owns the number) */
+#define SL_ST_MAX_DIMS                                                                                       \
+  SL_MAX_DIMS /* more dimensions → SL_STATUS_ST_HEADER_JSON (the public header owns the number) */
 
 typedef struct sl__st_tensor {
   const char *name; /* NUL-terminated, points into sl__st_header.strings */

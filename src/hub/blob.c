@@ -212,8 +212,7 @@ static bool temp_resumable(sl_status st) {
 
 /* Parallel chunks into blobs/<etag>.<8hex>.incomplete. *fallback = the server ignores ranges. */
 static sl_status download_parallel(sl__hub_run *r, sl__http_client *c, file_dl *f, const sl__http_meta *m,
-                                   const char *blob,
-                                   bool *fallback, sl__err *err) {
+                                   const char *blob, bool *fallback, sl__err *err) {
   char hex[9];
   sl__cache_random_hex(hex);
   char *tmp = sl__asprintf("%s/blobs/%s.%s.incomplete", r->repo_dir, m->etag, hex);

@@ -65,8 +65,9 @@ sl_status sl__http_get_api(sl__http_client *c, const char *url, const char *what
  * the end of the file (body then holds all of it when *total <= max). A server that ignores ranges
  * (200): OK with *no_ranges set; body empty and *total 0, except when the whole file came within
  * max bytes: body holds it and *total is its size. */
-sl_status sl__http_get_range(sl__http_client *c, const char *url, const char *file, uint64_t from, uint64_t to,
-                             size_t max, sl__buf *body, uint64_t *total, bool *no_ranges, sl__err *err);
+sl_status sl__http_get_range(sl__http_client *c, const char *url, const char *file, uint64_t from,
+                             uint64_t to, size_t max, sl__buf *body, uint64_t *total, bool *no_ranges,
+                             sl__err *err);
 
 /* Metadata of one file (docs/spec/HUB.md §4). */
 typedef struct sl__http_meta {

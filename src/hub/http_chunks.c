@@ -33,7 +33,7 @@ typedef struct chunk_run {
   uint64_t size;
   uint64_t chunk_bytes;
   uint64_t n_chunks;
-  uint64_t next; /* first chunk not handed to a slot yet */
+  uint64_t next;   /* first chunk not handed to a slot yet */
   uint64_t front;  /* chunks [0, front) are complete (chunks are handed out in order) */
   uint64_t prefix; /* bytes [0, prefix) are written: told to sink->prefix every turn of the loop */
   const sl__http_sink *sink;
@@ -222,7 +222,9 @@ static void chunks_prefix(chunk_run *r) {
       r->front++; /* handed out and no longer held: complete */
       continue;
     }
-    uint64_t upto = r->front >= r->n_chunks ? r->size : held != NULL ? held->x.pos : r->front * r->chunk_bytes;
+    uint64_t upto = r->front >= r->n_chunks ? r->size
+                    : held != NULL          ? held->x.pos
+                                            : r->front * r->chunk_bytes;
     r->prefix = upto > r->prefix ? upto : r->prefix;
     /* Told every turn, grown or not: the sink takes a bounded step each time and catches up. */
     if (r->prefix > 0)

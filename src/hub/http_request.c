@@ -24,9 +24,9 @@ static sl_status buffered_request(sl__http_client *c, sl__http_xfer *x, bool hea
     *retries = attempt;
     if (sl__http_cancelled(h))
       return sl__err_set(err, SL_STATUS_HUB_NETWORK, "%s: cancelled", what);
-    sl_status st = sl__http_xfer_setup(x, url, head, !head, attempt == 0 ? first_timeout : later_timeout,
-                                       range != NULL, range != NULL ? range[0] : 0, range != NULL ? range[1] : 0,
-                                       err);
+    sl_status st =
+        sl__http_xfer_setup(x, url, head, !head, attempt == 0 ? first_timeout : later_timeout, range != NULL,
+                            range != NULL ? range[0] : 0, range != NULL ? range[1] : 0, err);
     if (st != SL_STATUS_OK)
       return st;
     CURLcode rc = curl_easy_perform(x->easy);
@@ -172,8 +172,9 @@ sl_status sl__http_head(sl__http_client *c, const char *url, const char *file, s
   return st;
 }
 
-sl_status sl__http_get_range(sl__http_client *c, const char *url, const char *file, uint64_t from, uint64_t to,
-                             size_t max, sl__buf *body, uint64_t *total, bool *no_ranges, sl__err *err) {
+sl_status sl__http_get_range(sl__http_client *c, const char *url, const char *file, uint64_t from,
+                             uint64_t to, size_t max, sl__buf *body, uint64_t *total, bool *no_ranges,
+                             sl__err *err) {
   *no_ranges = false;
   *total = 0;
   sl__http_xfer x;
@@ -204,11 +205,13 @@ sl_status sl__http_get_range(sl__http_client *c, const char *url, const char *fi
   } else if (x.status != 206 ||
              !sl__http_parse_content_range(sl__http_hdr_get(&x, "Content-Range"), &a, &b, total) ||
              a != from || b < a || b > to || b + 1 - a != x.body.len || (b != to && b + 1 != *total)) {
-    st = sl__err_set(err, SL_STATUS_HUB_METADATA,
-                     "unexpected reply for %s: HTTP %ld, Content-Range '%s' for the requested bytes %llu-%llu "
-                     "[GET %s]",
-                     file, x.status, sl__http_hdr_get(&x, "Content-Range") != NULL ? sl__http_hdr_get(&x, "Content-Range") : "(missing)",
-                     (unsigned long long)from, (unsigned long long)to, url);
+    st = sl__err_set(
+        err, SL_STATUS_HUB_METADATA,
+        "unexpected reply for %s: HTTP %ld, Content-Range '%s' for the requested bytes %llu-%llu "
+        "[GET %s]",
+        file, x.status,
+        sl__http_hdr_get(&x, "Content-Range") != NULL ? sl__http_hdr_get(&x, "Content-Range") : "(missing)",
+        (unsigned long long)from, (unsigned long long)to, url);
   }
   if (st == SL_STATUS_OK && !*no_ranges) {
     *body = x.body;

@@ -155,8 +155,8 @@ sl_status sl__hub_run_jobs(sl__hub_run *r, size_t first, sl__err *err) {
 
 /* The jobs are a shared queue, so fewer threads than asked for (some could not start) still do
  * every job. */
-sl_status sl__hub_run_job_range(sl__hub_run *r, size_t first, size_t last, size_t n_threads, sl__hub_job_fn work,
-                                sl__err *err) {
+sl_status sl__hub_run_job_range(sl__hub_run *r, size_t first, size_t last, size_t n_threads,
+                                sl__hub_job_fn work, sl__err *err) {
   r->next_job = first;
   r->end_job = last;
   r->work = work;

@@ -59,8 +59,9 @@ static sl_status fetch_header(sl__hub_run *r, sl__http_client *c, sl__hub_job *j
     st = sl__http_get_range(c, url, j->path, b.len, 8 + n - 1, (size_t)(8 + n - b.len), &rest, &total2,
                             no_ranges, err);
     if (st == SL_STATUS_OK && !*no_ranges && (total2 != total || b.len + rest.len != 8 + n))
-      st = sl__err_set(err, SL_STATUS_HUB_SIZE, "%s changed size between two requests (%llu, then %llu bytes)",
-                       j->path, (unsigned long long)total, (unsigned long long)total2);
+      st =
+          sl__err_set(err, SL_STATUS_HUB_SIZE, "%s changed size between two requests (%llu, then %llu bytes)",
+                      j->path, (unsigned long long)total, (unsigned long long)total2);
     if (st == SL_STATUS_OK && !*no_ranges && !sl__buf_append(&b, rest.data, rest.len))
       st = sl__err_set(err, SL_STATUS_NOMEM, "out of memory fetching the header of %s", j->path);
     sl__buf_free(&rest);
@@ -127,8 +128,8 @@ static sl_status header_job(sl__hub_run *r, sl__http_client *c, sl__hub_job *j, 
   if (st == SL_STATUS_OK && j->kept)
     st = check_header(r, j, err);
   if (st == SL_STATUS_OK && j->kept)
-    SL_DEBUG("%s: its header request received the whole file (%zu bytes): published from those bytes", j->path,
-             j->header_len);
+    SL_DEBUG("%s: its header request received the whole file (%zu bytes): published from those bytes",
+             j->path, j->header_len);
   return st;
 }
 
@@ -177,7 +178,8 @@ sl_status sl__hub_overlap_headers(sl__hub_run *r, size_t first, size_t n_weights
     return sl__err_set(err, SL_STATUS_NOMEM, "out of memory");
   for (size_t i = 0; i < n_weights; i++) {
     const sl__hub_job *j = &r->jobs[first + 1 + i];
-    r->files[i] = (sl__hub_file){.name = j->path, .size = j->size, .header = j->header, .header_len = j->header_len};
+    r->files[i] =
+        (sl__hub_file){.name = j->path, .size = j->size, .header = j->header, .header_len = j->header_len};
   }
   r->first_weight = first + 1;
   r->n_weights = n_weights;

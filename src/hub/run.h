@@ -33,9 +33,9 @@ typedef struct sl__hub_job {
   bool absent;   /* it was optional and the Hub does not have it */
   /* overlapped downloads (hub/overlap.c): a weight file announced when published */
   bool announce;
-  size_t weight;    /* its index among the weights */
-  uint64_t size;    /* its size (Content-Range of the header request; 0: in the snapshot already) */
-  uint8_t *header;  /* its first 8 + N bytes as fetched before the download, or NULL */
+  size_t weight;   /* its index among the weights */
+  uint64_t size;   /* its size (Content-Range of the header request; 0: in the snapshot already) */
+  uint8_t *header; /* its first 8 + N bytes as fetched before the download, or NULL */
   size_t header_len;
   /* header holds the whole file (its header request received all of it): the file is published
    * from those bytes, verified as any download, instead of being downloaded again */
@@ -71,14 +71,14 @@ typedef struct sl__hub_run {
   /* The announce hook: told of each file once jobs.c has made it present (NULL: nobody listens).
    * Registered by hub/overlap.c, which announces the weights of an overlapped download. */
   sl_status (*announce)(struct sl__hub_run *r, const sl__hub_job *j, sl__err *err);
-  double t0;           /* when the resolution started */
+  double t0;            /* when the resolution started */
   uint32_t max_threads; /* download threads at most (0: hub_parallel_files) */
   /* overlapped downloads (hub/overlap.c) */
-  bool overlap;        /* asked for: stop after the headers when weights are missing */
-  bool pending;        /* the weights are still to download (jobs kept) */
+  bool overlap;          /* asked for: stop after the headers when weights are missing */
+  bool pending;          /* the weights are still to download (jobs kept) */
   atomic_bool no_ranges; /* a header request was answered without ranges: no overlap */
   sl__hub_opts own_opts; /* opts, copied for the background downloads (include dropped: used) */
-  size_t first_weight; /* jobs[first_weight ..] are the weights, then the other files */
+  size_t first_weight;   /* jobs[first_weight ..] are the weights, then the other files */
   size_t n_weights;
   sl__hub_file *files; /* what sl__hub_pending_files returns */
   void (*on_ready)(void *ctx, size_t weight);
@@ -86,7 +86,7 @@ typedef struct sl__hub_run {
   void *ctx;
   pthread_t thread; /* runs the remaining jobs */
   bool started;
-  sl_status final;  /* the background jobs' status */
+  sl_status final; /* the background jobs' status */
   sl__err final_err;
 } sl__hub_run;
 
@@ -96,8 +96,8 @@ typedef sl_status (*sl__hub_job_fn)(sl__hub_run *r, sl__http_client *c, sl__hub_
 /* Runs work on r->jobs[first .. last) with up to n_threads threads taking jobs from one queue; the
  * first failure cancels the others and is returned. Jobs not started because of SIGINT/SIGTERM
  * are not reported here (sl__hub_interrupted_err says so). */
-sl_status sl__hub_run_job_range(sl__hub_run *r, size_t first, size_t last, size_t n_threads, sl__hub_job_fn work,
-                                sl__err *err);
+sl_status sl__hub_run_job_range(sl__hub_run *r, size_t first, size_t last, size_t n_threads,
+                                sl__hub_job_fn work, sl__err *err);
 
 /* One file of a resolution (a sl__hub_job_fn): made present in the snapshot, told to the announce
  * hook, counted for the progress line. */

@@ -12,8 +12,8 @@
  * when it fails, so a caller may always call sl__selection_free.
  */
 #include "model/file_select.h"
-#include "base/json.h"
 #include "base/hashmap.h"
+#include "base/json.h"
 #include "base/util.h"
 
 #include <cjson/cJSON.h>
@@ -25,7 +25,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#define SL_WALK_MAX_DEPTH 64                   /* folder levels searched by the auto detection */
+#define SL_WALK_MAX_DEPTH 64 /* folder levels searched by the auto detection */
 #define SL_MISTRAL_PATTERN "consolidated*.safetensors"
 #define SL_PATTERNS_MAX 3 /* longest preset list: hf with the pt fallback */
 #define SL_PT_INDEX_NAME "pytorch_model.bin.index.json"
@@ -61,7 +61,8 @@ sl_status sl__format_parse(const char *s, sl__format *out, sl__err *err) {
     }
   }
   return sl__err_set(err, SL_STATUS_CONFIG,
-                     "unknown load format '%s' (accepted: auto, hf, safetensors, mistral, pt, sharded_state)", s);
+                     "unknown load format '%s' (accepted: auto, hf, safetensors, mistral, pt, sharded_state)",
+                     s);
 }
 
 const char *sl__format_name(sl__format f) {

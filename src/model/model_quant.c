@@ -282,15 +282,16 @@ static sl_status int4_check_sizes(sl__model_builder *b, const sl__msrc *ws, cons
                        "%s.qzeros: output size %llu not divisible by %d (4-bit values per int32)", stem,
                        (unsigned long long)out, INT4_PACK);
   if (m->int4_group != 0 && in % m->int4_group != 0)
-    return sl__err_set(b->err, SL_STATUS_DIVISIBILITY, "%s.scales: input size %llu not divisible by group_size %llu",
-                       stem, (unsigned long long)in, (unsigned long long)m->int4_group);
+    return sl__err_set(b->err, SL_STATUS_DIVISIBILITY,
+                       "%s.scales: input size %llu not divisible by group_size %llu", stem,
+                       (unsigned long long)in, (unsigned long long)m->int4_group);
   return SL_STATUS_OK;
 }
 
 /* Sources of tensor `kind` for every part of weight w (stems: the parts' names less ".weight").
  * *none: no part has it (allowed for a GPTQ g_idx without act order). */
-static sl_status int4_sources(sl__model_builder *b, const sl__mparam *w, char **stems, int kind, sl__msrc *src,
-                              size_t *n, bool *none) {
+static sl_status int4_sources(sl__model_builder *b, const sl__mparam *w, char **stems, int kind,
+                              sl__msrc *src, size_t *n, bool *none) {
   const sl__model *m = b->m;
   /* vLLM loads every part's g_idx into the one [in] parameter of a fused linear (they are equal:
    * the parts share their input); the vllm layout reads the first part's, the others are skipped. */
@@ -312,25 +313,28 @@ static sl_status int4_sources(sl__model_builder *b, const sl__mparam *w, char **
   for (size_t i = 0; i < *n && !*none; i++) {
     const sl__msrc *s = &src[i];
     if (s->tensor == SL_NONE)
-      return sl__err_set(b->err, SL_STATUS_QUANTIZATION, "%s linear '%s' has no tensor '%s' in the checkpoint",
-                         int4_method(m), stems[i], s->name);
+      return sl__err_set(b->err, SL_STATUS_QUANTIZATION,
+                         "%s linear '%s' has no tensor '%s' in the checkpoint", int4_method(m), stems[i],
+                         s->name);
     const sl__cat_tensor *t = &b->cat->tensors[s->tensor];
     bool same = t->ndim == s->ndim && memcmp(t->shape, s->shape, sizeof(uint64_t) * s->ndim) == 0;
     if (!same)
-      return sl__err_set(b->err, SL_STATUS_SHAPE,
-                         "tensor '%s' has %u dims [%llu, %llu], but %s of a linear with %llu outputs and %llu "
-                         "inputs (group_size %llu) needs [%llu%s%llu]",
-                         s->name, t->ndim, (unsigned long long)(t->ndim > 0 ? t->shape[0] : 0),
-                         (unsigned long long)(t->ndim > 1 ? t->shape[1] : 0), int4_method(m),
-                         (unsigned long long)s->wshape[0], (unsigned long long)s->wshape[1],
-                         (unsigned long long)m->int4_group, (unsigned long long)s->shape[0],
-                         s->ndim == 2 ? ", " : "", (unsigned long long)(s->ndim == 2 ? s->shape[1] : 0));
+      return sl__err_set(
+          b->err, SL_STATUS_SHAPE,
+          "tensor '%s' has %u dims [%llu, %llu], but %s of a linear with %llu outputs and %llu "
+          "inputs (group_size %llu) needs [%llu%s%llu]",
+          s->name, t->ndim, (unsigned long long)(t->ndim > 0 ? t->shape[0] : 0),
+          (unsigned long long)(t->ndim > 1 ? t->shape[1] : 0), int4_method(m),
+          (unsigned long long)s->wshape[0], (unsigned long long)s->wshape[1],
+          (unsigned long long)m->int4_group, (unsigned long long)s->shape[0], s->ndim == 2 ? ", " : "",
+          (unsigned long long)(s->ndim == 2 ? s->shape[1] : 0));
     bool float_ok = t->dtype == SL_DT_F16 || t->dtype == SL_DT_BF16 || t->dtype == SL_DT_F32;
     if (kind == INT4_SCALES ? !float_ok : t->dtype != SL_DT_I32)
       return sl__err_set(b->err, SL_STATUS_QUANTIZATION, "tensor '%s' is %s, expected %s", s->name,
                          sl__dtype_name(t->dtype), kind == INT4_SCALES ? "F16, BF16 or F32" : "I32");
     if (t->dtype != b->cat->tensors[src[0].tensor].dtype)
-      return sl__err_set(b->err, SL_STATUS_SHAPE, "tensors '%s' and '%s' differ in dtype", src[0].name, s->name);
+      return sl__err_set(b->err, SL_STATUS_SHAPE, "tensors '%s' and '%s' differ in dtype", src[0].name,
+                         s->name);
   }
   return SL_STATUS_OK;
 }
@@ -429,8 +433,8 @@ static sl_status int4_stems(sl__model_builder *b, const sl__mparam *w, char ***o
     }
     if (st == SL_STATUS_OK && (qw == NULL || s->tensor != SL_NONE || sl__catalog_find(b->cat, qw) == SL_NONE))
       st = sl__err_set(b->err, SL_STATUS_QUANTIZATION,
-                       "%s linear %s: '%.*s.qweight' is quantized but part '%s' is not (%s)", int4_method(b->m),
-                       w->name, qlen, qname, s->name,
+                       "%s linear %s: '%.*s.qweight' is quantized but part '%s' is not (%s)",
+                       int4_method(b->m), w->name, qlen, qname, s->name,
                        s->tensor != SL_NONE ? "it has .weight" : "neither .weight nor .qweight");
     else if (st == SL_STATUS_OK && (s->ndim != 2 || s->shape[1] != w->src[0].shape[1]))
       st = sl__err_set(b->err, SL_STATUS_ARCH, "%s linear %s: parts must be 2-D with one input size",

@@ -182,8 +182,8 @@ sl_status sl__readplan_range(sl__readplan *rp, uint32_t file, uint64_t off, uint
     sl__delivery *d = sl__vec_push(&rp->dels);
     if (op == NULL || d == NULL)
       return sl__err_set(err, SL_STATUS_NOMEM, "out of memory planning reads");
-    *d = (sl__delivery){.piece = SL_NONE, .p0 = off + a, .p1 = off + a + n, .bucket = bucket,
-                        .bucket_off = bucket_off + a};
+    *d = (sl__delivery){
+        .piece = SL_NONE, .p0 = off + a, .p1 = off + a + n, .bucket = bucket, .bucket_off = bucket_off + a};
     *op = (sl__read_op){.file = file,
                         .offset = off + a,
                         .len = n,

@@ -105,12 +105,12 @@ static sl_status storage_blocks(sl__figures *f, const sl__schedule *s, const sl_
     } else {
       uint64_t col = P->src_off % P->src_stride;
       runs[n_runs++] = (run){.node = node,
-                 .file = t->file,
-                 .base = t->offset + P->src_off - col,
-                 .stride = P->src_stride,
-                 .rows = P->rows,
-                 .c0 = col,
-                 .c1 = col + P->row_bytes};
+                             .file = t->file,
+                             .base = t->offset + P->src_off - col,
+                             .stride = P->src_stride,
+                             .rows = P->rows,
+                             .c0 = col,
+                             .c1 = col + P->row_bytes};
     }
   }
   qsort(runs, n_runs, sizeof *runs, run_cmp);
@@ -130,9 +130,9 @@ static sl_status storage_blocks(sl__figures *f, const sl__schedule *s, const sl_
 
 /* Scratch of the network model, per node, zero between uses. */
 typedef struct net_scratch {
-  uint32_t *seen;   /* stamp + 1 of the group or exchange that listed the node */
-  uint32_t *list;   /* the nodes of the current group or exchange */
-  uint32_t *cnt[2]; /* an exchange's members on the node with a short, a long block of rows */
+  uint32_t *seen;       /* stamp + 1 of the group or exchange that listed the node */
+  uint32_t *list;       /* the nodes of the current group or exchange */
+  uint32_t *cnt[2];     /* an exchange's members on the node with a short, a long block of rows */
   uint64_t *gnodes_off; /* per group (+ 1): its distinct nodes at gnodes[..] */
   uint32_t *gnodes;
 } net_scratch;
@@ -169,8 +169,8 @@ static int long_block(const sl__xchg *X, uint32_t n, uint32_t m) {
 
 /* Counts an exchange's members per node by block length (sl__xchg_rows: a member's rows in a round
  * depend only on its block's length); returns the number of nodes listed. */
-static uint32_t exchange_nodes(const sl__schedule *s, const sl__xchg *X, const sl__node_layout *l, uint32_t stamp,
-                               net_scratch *ns) {
+static uint32_t exchange_nodes(const sl__schedule *s, const sl__xchg *X, const sl__node_layout *l,
+                               uint32_t stamp, net_scratch *ns) {
   const sl__group *g = &s->groups[X->group];
   uint32_t n_nodes = 0;
   for (uint32_t m = 0; m < g->n; m++) {
@@ -238,10 +238,12 @@ static void net_scratch_free(net_scratch *ns) {
 
 /* Per node: broadcast bytes in and out over its link, and the seconds of the buckets it is in. */
 static sl_status broadcasts(sl__figures *f, const sl__schedule *s, const sl__node_layout *l, sl__err *err) {
-  net_scratch ns = {.seen = calloc(f->n_nodes + 1, sizeof *ns.seen),
-                    .list = calloc(f->n_nodes + 1, sizeof *ns.list),
-                    .cnt = {calloc(f->n_nodes + 1, sizeof(uint32_t)), calloc(f->n_nodes + 1, sizeof(uint32_t))}};
-  if (ns.seen == NULL || ns.list == NULL || ns.cnt[0] == NULL || ns.cnt[1] == NULL || !group_nodes(s, l, &ns)) {
+  net_scratch ns = {
+      .seen = calloc(f->n_nodes + 1, sizeof *ns.seen),
+      .list = calloc(f->n_nodes + 1, sizeof *ns.list),
+      .cnt = {calloc(f->n_nodes + 1, sizeof(uint32_t)), calloc(f->n_nodes + 1, sizeof(uint32_t))}};
+  if (ns.seen == NULL || ns.list == NULL || ns.cnt[0] == NULL || ns.cnt[1] == NULL ||
+      !group_nodes(s, l, &ns)) {
     net_scratch_free(&ns);
     return sl__err_set(err, SL_STATUS_NOMEM, "out of memory in the time model");
   }

@@ -69,7 +69,8 @@ void sl__visibility_count(sl__visibility *v) {
   }
 }
 
-bool sl__visibility_first_node(sl__visibility *v, uint32_t world, uint32_t n_files, const sl__node_layout *nodes) {
+bool sl__visibility_first_node(sl__visibility *v, uint32_t world, uint32_t n_files,
+                               const sl__node_layout *nodes) {
   if (!sl__visibility_alloc(v, world, n_files))
     return false;
   uint32_t first = sl__node_layout_of(nodes, 0);
@@ -120,7 +121,8 @@ static uint32_t seeing_rank(const chooser *ch, uint32_t f, uint32_t node) {
       continue;
     if (lighter(ch->load, r, any))
       any = r;
-    if (ch->nodes != NULL && node != SL_NONE && sl__node_layout_of(ch->nodes, r) == node && lighter(ch->load, r, near))
+    if (ch->nodes != NULL && node != SL_NONE && sl__node_layout_of(ch->nodes, r) == node &&
+        lighter(ch->load, r, near))
       near = r;
   }
   return near != SL_NONE ? near : any;
@@ -146,7 +148,8 @@ static sl_status choose(chooser *ch, sl__piece *p, sl__err *err) {
 
 sl_status sl__visibility_readers(sl__schedule *s, const sl__catalog *cat, const sl__visibility *v,
                                  const sl__node_layout *nodes, sl__err *err) {
-  chooser ch = {.s = s, .cat = cat, .v = v, .nodes = nodes, .load = calloc((size_t)s->world + 1, sizeof(uint64_t))};
+  chooser ch = {
+      .s = s, .cat = cat, .v = v, .nodes = nodes, .load = calloc((size_t)s->world + 1, sizeof(uint64_t))};
   uint32_t *rest = calloc(s->n_pieces + 1, sizeof *rest);
   if (ch.load == NULL || rest == NULL) {
     free(ch.load);

@@ -57,7 +57,7 @@ bool sl__visibility_first_node(sl__visibility *v, uint32_t world, uint32_t n_fil
  * on the node of its first member when one there does (lent: the reader is not a member). Exclusive
  * pieces whose member reads them come first, then the rest largest first. An error names a needed
  * file that no rank sees. */
-sl_status sl__visibility_readers(struct sl__schedule *s, const struct sl__catalog *cat, const sl__visibility *v,
-                                 const struct sl__node_layout *nodes, sl__err *err);
+sl_status sl__visibility_readers(struct sl__schedule *s, const struct sl__catalog *cat,
+                                 const sl__visibility *v, const struct sl__node_layout *nodes, sl__err *err);
 
 #endif

@@ -16,7 +16,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef enum sl_ref_int4_method { SL_REF_INT4_NONE = 0, SL_REF_INT4_GPTQ, SL_REF_INT4_AWQ } sl_ref_int4_method;
+typedef enum sl_ref_int4_method {
+  SL_REF_INT4_NONE = 0,
+  SL_REF_INT4_GPTQ,
+  SL_REF_INT4_AWQ
+} sl_ref_int4_method;
 
 /* quantization_config of an int4 checkpoint. */
 typedef struct sl_ref_int4 {
@@ -26,7 +30,12 @@ typedef struct sl_ref_int4 {
 } sl_ref_int4;
 
 /* How vLLM splits the linear (docs/spec/LAYOUTS.md §3). */
-typedef enum sl_ref_int4_kind { SL_REF_INT4_COLUMN, SL_REF_INT4_ROW, SL_REF_INT4_MERGED, SL_REF_INT4_QKV } sl_ref_int4_kind;
+typedef enum sl_ref_int4_kind {
+  SL_REF_INT4_COLUMN,
+  SL_REF_INT4_ROW,
+  SL_REF_INT4_MERGED,
+  SL_REF_INT4_QKV
+} sl_ref_int4_kind;
 
 /* One quantized linear. */
 typedef struct sl_ref_int4_linear {

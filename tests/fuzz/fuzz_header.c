@@ -4,16 +4,15 @@
  * re-serialised with sl__st_build_header, which must succeed, parse again to the same table, and
  * re-serialise to the same bytes.
  */
-#include "format/safetensors.h"
-#include "format/safetensors_write.h"
 #include "base/hashmap.h"
 #include "base/util.h"
+#include "format/safetensors.h"
+#include "format/safetensors_write.h"
 #include "fuzz_common.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
 
 static void fail(const char *what, const char *msg) {
   fprintf(stderr, "fuzz_header: %s: %s\n", what, msg);

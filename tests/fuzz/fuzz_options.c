@@ -38,7 +38,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   char *text = fuzz_cstr(data, size);
   char *save = NULL;
   int pairs = 0;
-  for (char *line = strtok_r(text, "\n", &save); line != NULL && pairs < 4; line = strtok_r(NULL, "\n", &save)) {
+  for (char *line = strtok_r(text, "\n", &save); line != NULL && pairs < 4;
+       line = strtok_r(NULL, "\n", &save)) {
     const char *key = keys[(unsigned char)line[0] % n_keys];
     sl_status st = sl_config_set(cfg, key, line + 1);
     if (st != SL_STATUS_OK && sl_config_error(cfg)[0] == '\0')

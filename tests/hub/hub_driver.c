@@ -11,8 +11,8 @@
  */
 #include "api/config.h"
 #include "api/hub_download.h"
-#include "hub/hub.h"
 #include "base/util.h"
+#include "hub/hub.h"
 
 #include <stdio.h>
 #include <stdlib.h>

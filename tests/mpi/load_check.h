@@ -15,11 +15,11 @@ typedef struct lc_case {
   const char *fixture;     /* folder name under $SL_FIXTURES (or an absolute folder) */
   const char *arch_family; /* NULL, or "fused3d" (passes tests/data/fused3d_spec.json as arch) */
   int tp, pp, dp;
-  bool ep;                 /* enable_expert_parallel */
-  bool round_robin;        /* expert_placement round_robin */
-  bool checkpoint;         /* layout checkpoint */
-  bool no_coalesce;        /* coalesce_gap_bytes 0: then no rank may read a byte it does not need */
-  const char *extra[8];    /* more config keys and values: key, value, key, value, ..., NULL */
+  bool ep;              /* enable_expert_parallel */
+  bool round_robin;     /* expert_placement round_robin */
+  bool checkpoint;      /* layout checkpoint */
+  bool no_coalesce;     /* coalesce_gap_bytes 0: then no rank may read a byte it does not need */
+  const char *extra[8]; /* more config keys and values: key, value, key, value, ..., NULL */
   /* Load from this folder instead (a copy of the fixture that some ranks cannot see, tests/mpi/
    * hide_files.sh); the reference still reads the fixture. Then a rank may read bytes for others. */
   const char *model_dir;

@@ -4,9 +4,9 @@
  * for byte (and the same tensors, files and config.json). A malformed blob is rejected. A failure
  * on rank 0 (a folder without weights) is agreed on by every rank. Runs at 1, 2, 3 and 4 ranks.
  */
-#include "model/catalog.h"
 #include "check.h"
 #include "comm/comm.h"
+#include "model/catalog.h"
 
 #include <stdio.h>
 #include <stdlib.h>

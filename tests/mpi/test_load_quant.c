@@ -37,7 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const fixtures[] = {"ct_fp8_tensor", "ct_fp8_channel", "gptq", "gptq_act",
+static const char *const fixtures[] = {"ct_fp8_tensor", "ct_fp8_channel", "gptq",  "gptq_act",
                                        "awq",           "gptq_g32",       "awq_d4"};
 
 static void test_all_layouts(void) {
@@ -144,7 +144,8 @@ static void test_failures(void) {
   if (lc_make_variant("ct_fp8_tensor", dir, "--drop model.layers.1.self_attn.k_proj.weight_scale"))
     expect_failure(dir, "model.layers.1.self_attn.k_proj.weight_scale");
   snprintf(dir, sizeof dir, "%s/bnb", tmp);
-  if (lc_make_variant("ct_fp8_tensor", dir, "--set-config 'quantization_config.quant_method=\"bitsandbytes\"'"))
+  if (lc_make_variant("ct_fp8_tensor", dir,
+                      "--set-config 'quantization_config.quant_method=\"bitsandbytes\"'"))
     expect_failure(dir, "'bitsandbytes'");
   snprintf(dir, sizeof dir, "%s/noqzeros", tmp);
   if (lc_make_variant("gptq", dir, "--drop model.layers.1.mlp.up_proj.qzeros"))
@@ -155,14 +156,16 @@ static void test_failures(void) {
   /* a linear quantized in part, and quantized experts (not supported): errors naming the tensors */
   snprintf(dir, sizeof dir, "%s/mixed", tmp);
   if (lc_make_variant("gptq", dir,
-                      "--drop model.layers.0.self_attn.k_proj.qweight --extra model.layers.0.self_attn.k_proj.weight:F16:32,64"))
+                      "--drop model.layers.0.self_attn.k_proj.qweight --extra "
+                      "model.layers.0.self_attn.k_proj.weight:F16:32,64"))
     expect_failure(dir, "'model.layers.0.self_attn.q_proj.qweight' is quantized but part "
                         "'model.layers.0.self_attn.k_proj.weight' is not");
   snprintf(dir, sizeof dir, "%s/moe", tmp);
-  if (lc_make_variant("qwen2_moe", dir,
-                      "--set-config 'quantization_config={\"quant_method\":\"gptq\",\"bits\":4,\"group_size\":16}' "
-                      "--drop model.layers.0.mlp.experts.0.gate_proj.weight "
-                      "--extra model.layers.0.mlp.experts.0.gate_proj.qweight:I32:4,24"))
+  if (lc_make_variant(
+          "qwen2_moe", dir,
+          "--set-config 'quantization_config={\"quant_method\":\"gptq\",\"bits\":4,\"group_size\":16}' "
+          "--drop model.layers.0.mlp.experts.0.gate_proj.weight "
+          "--extra model.layers.0.mlp.experts.0.gate_proj.qweight:I32:4,24"))
     expect_failure(dir, "'model.layers.0.mlp.experts.0.gate_proj.qweight' is not supported: "
                         "model.layers.0.mlp.experts.w13_weight is of style moe_w13");
   /* act order needs g_idx; without act order a linear may lack it (and then has none) */
@@ -170,9 +173,11 @@ static void test_failures(void) {
   if (lc_make_variant("gptq_act", dir, "--drop model.layers.1.self_attn.o_proj.g_idx"))
     expect_failure(dir, "model.layers.1.self_attn.o_proj.g_idx");
   snprintf(dir, sizeof dir, "%s/nogidx", tmp);
-  if (lc_make_variant("gptq", dir,
-                      "--drop model.layers.1.self_attn.o_proj.g_idx --extra model.layers.0.mlp.down_proj.bias:F16:64")) {
-    lc_case c = {.fixture = dir, .tp = lc_world() == 3 ? 1 : lc_world(), .pp = 1, .dp = lc_world() == 3 ? 3 : 1};
+  if (lc_make_variant(
+          "gptq", dir,
+          "--drop model.layers.1.self_attn.o_proj.g_idx --extra model.layers.0.mlp.down_proj.bias:F16:64")) {
+    lc_case c = {
+        .fixture = dir, .tp = lc_world() == 3 ? 1 : lc_world(), .pp = 1, .dp = lc_world() == 3 ? 3 : 1};
     lc_result res;
     lc_run(&c, &res);
     CHECKF(res.status == SL_STATUS_OK, "gptq without one g_idx, with an undeclared bias: %s", res.message);
@@ -250,7 +255,8 @@ static void test_int4_goldens(void) {
         snprintf(name, sizeof name, "%sqkv_proj.g_idx", a);
         snprintf(q, sizeof q, "%sq_proj.g_idx", a);
         g = sl_loader_find(res.loader, name);
-        CHECKF(g != NULL && g->ndim == 1 && g->local_shape[0] == 64 && sl_value_mismatch(q, 0, g->data, 256) == 256,
+        CHECKF(g != NULL && g->ndim == 1 && g->local_shape[0] == 64 &&
+                   sl_value_mismatch(q, 0, g->data, 256) == 256,
                "%s on rank %d: the whole q_proj.g_idx", name, lc_rank());
       }
     }
@@ -263,13 +269,22 @@ static void test_int4_goldens(void) {
 static void test_int4_cuts(void) {
   if (lc_world() != 4)
     return;
-  lc_case g = {.fixture = "gptq_g32", .tp = 4, .pp = 1, .dp = 1, .expect = SL_STATUS_DIVISIBILITY,
+  lc_case g = {.fixture = "gptq_g32",
+               .tp = 4,
+               .pp = 1,
+               .dp = 1,
+               .expect = SL_STATUS_DIVISIBILITY,
                .expect_text = "model.layers.0.self_attn.o_proj.qweight: tp 4 gives this rank input channels"};
   lc_run(&g, NULL);
   g.expect_text = "of 64, which cuts a group of 32";
   lc_run(&g, NULL);
-  lc_case a = {.fixture = "awq_d4", .tp = 4, .pp = 1, .dp = 1, .expect = SL_STATUS_DIVISIBILITY,
-               .expect_text = "model.layers.0.self_attn.k_proj.qweight: tp 4 gives this rank output channels"};
+  lc_case a = {.fixture = "awq_d4",
+               .tp = 4,
+               .pp = 1,
+               .dp = 1,
+               .expect = SL_STATUS_DIVISIBILITY,
+               .expect_text =
+                   "model.layers.0.self_attn.k_proj.qweight: tp 4 gives this rank output channels"};
   lc_run(&a, NULL);
   a.expect_text = "of 16, which cuts a pack (int32 of 4-bit values) of 8";
   lc_run(&a, NULL);

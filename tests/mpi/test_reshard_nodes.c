@@ -28,10 +28,10 @@ typedef struct ncase {
 } ncase;
 
 static const ncase cases[] = {
-    {"llama", {2, 1, 1, false}, {1, 1, 2, false}, true},      /* 4: both receivers on node 1 */
-    {"mixtral", {2, 1, 1, false}, {1, 1, 2, false}, false},   /* 4: experts split over dp (MoE-TP) */
-    {"llama", {2, 1, 1, false}, {1, 1, 4, false}, true},      /* 6: receiver 0 beside the donors */
-    {"qwen3_moe", {2, 1, 1, false}, {2, 1, 2, true}, false},  /* 6: tp 2 dp 2 with EP */
+    {"llama", {2, 1, 1, false}, {1, 1, 2, false}, true},     /* 4: both receivers on node 1 */
+    {"mixtral", {2, 1, 1, false}, {1, 1, 2, false}, false},  /* 4: experts split over dp (MoE-TP) */
+    {"llama", {2, 1, 1, false}, {1, 1, 4, false}, true},     /* 6: receiver 0 beside the donors */
+    {"qwen3_moe", {2, 1, 1, false}, {2, 1, 2, true}, false}, /* 6: tp 2 dp 2 with EP */
 };
 
 /* The fixture in layout l, on a slow network of ranks_per_node ranks per node. */
@@ -74,7 +74,8 @@ static void check_prediction(const char *label, const ncase *c, sl_loader *l, in
     CHECKF(number_after(report, "\"prediction\":", "\"predicted_read_seconds\":") == 0,
            "%s: the report predicts storage reads", label);
     bool relays = false;
-    for (const char *at = strstr(report, "\"bytes_sent\":"); at != NULL; at = strstr(at + 1, "\"bytes_sent\":"))
+    for (const char *at = strstr(report, "\"bytes_sent\":"); at != NULL;
+         at = strstr(at + 1, "\"bytes_sent\":"))
       relays = relays || strtoull(at + strlen("\"bytes_sent\":"), NULL, 10) > 0;
     CHECKF(relays, "%s: no receiver relays", label);
     /* node 1 of the dry run: the second half of the job */

@@ -1,6 +1,6 @@
 /*
- * test_save_atomic.c — `--save-sharded` is all or nothing (docs/spec/TRACKING.md §4.5), at the MPI world size it
- * runs with, every rank checking the folder:
+ * test_save_atomic.c — `--save-sharded` is all or nothing (docs/spec/TRACKING.md §4.5), at the MPI world size
+ * it runs with, every rank checking the folder:
  *   - injected full disk (SHARDLOAD_INJECT_SAVE_ERROR=<rank>, after that rank's first part) on the
  *     last rank and on rank 0: every rank fails (the failing one IO "No space left on device", the
  *     others PEER_FAILED) and no part file, temporary or completion marker (config.json) is left;

@@ -60,7 +60,8 @@ static void check_unseen(const char *label, const char *report, const char *unse
     double received = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(r, "bytes_received"));
     double needed = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(r, "bytes_needed"));
     CHECKF(read == 0, "%s: rank %d cannot see the files but read %.0f bytes", label, g, read);
-    CHECKF(received == needed, "%s: rank %d received %.0f bytes, needs exactly %.0f", label, g, received, needed);
+    CHECKF(received == needed, "%s: rank %d received %.0f bytes, needs exactly %.0f", label, g, received,
+           needed);
   }
   cJSON_Delete(rep);
 }
@@ -107,8 +108,8 @@ static void shared_fails(const char *root) {
   CHECKF(st == SL_STATUS_OK, "sl_loader_create: %s", sl_config_error(cfg));
   if (st == SL_STATUS_OK)
     st = sl_loader_load(l);
-  CHECKF(st == SL_STATUS_IO || st == SL_STATUS_PEER_FAILED, "rank %d: load returned %s, expected IO or PEER_FAILED",
-         lc_rank(), sl_status_name(st));
+  CHECKF(st == SL_STATUS_IO || st == SL_STATUS_PEER_FAILED,
+         "rank %d: load returned %s, expected IO or PEER_FAILED", lc_rank(), sl_status_name(st));
   if (l != NULL) {
     CHECK_CONTAINS(sl_loader_error(l), "cannot open");
     CHECK_CONTAINS(sl_loader_error(l), dir);

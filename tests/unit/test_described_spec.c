@@ -35,7 +35,8 @@ static uint32_t param(sl_plan *p, const char *name, uint32_t ndim, uint64_t r, u
   return i;
 }
 
-/* docs/spec/LAYOUTS.md §3.4: rows [min(r*per, V), min((r+1)*per, V)) to local row 0, the rest of [per, H] zero. */
+/* docs/spec/LAYOUTS.md §3.4: rows [min(r*per, V), min((r+1)*per, V)) to local row 0, the rest of [per, H]
+ * zero. */
 static void vocab(sl_plan *p, const char *name, uint32_t T, uint32_t r) {
   uint64_t per = VP / T, a = r * per < V ? r * per : V, b = (r + 1) * per < V ? (r + 1) * per : V;
   uint32_t i = param(p, name, 2, per, H);
@@ -86,7 +87,8 @@ static void layer(sl_plan *p, uint32_t l, uint32_t T, uint32_t r) {
   row(p, n, H, I, T, r);
 }
 
-/* Rank g of (T, P, D) (docs/spec/LAYOUTS.md §1: g = q*(P*T) + p*T + r) as docs/spec says it holds the model. */
+/* Rank g of (T, P, D) (docs/spec/LAYOUTS.md §1: g = q*(P*T) + p*T + r) as docs/spec says it holds the model.
+ */
 static sl_plan *llama_plan(uint32_t T, uint32_t P, uint32_t g) {
   uint32_t r = g % T, stage = g / T % P;
   /* docs/spec/LAYOUTS.md §2.1: base layers per stage, one more for the rem stages just before the last */

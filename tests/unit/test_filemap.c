@@ -266,7 +266,8 @@ int main(void) {
     F.mapped[i] = false;
   }
   sl__err_clear(&err);
-  st = sl__filemap_params(&F.cat, &F.s, &F.plan, F.skip, SL_STRATEGY_MMAP, NULL, F.ptr, F.mapped, &maps, &err);
+  st =
+      sl__filemap_params(&F.cat, &F.s, &F.plan, F.skip, SL_STRATEGY_MMAP, NULL, F.ptr, F.mapped, &maps, &err);
   CHECK(st == SL_STATUS_IO);
   snprintf(want, sizeof want, "%s changed since its header was read (size 0, expected %llu)", path1,
            (unsigned long long)size1);
@@ -280,7 +281,8 @@ int main(void) {
   /* A missing file. */
   CHECK(unlink(path1) == 0);
   sl__err_clear(&err);
-  st = sl__filemap_params(&F.cat, &F.s, &F.plan, F.skip, SL_STRATEGY_MMAP, NULL, F.ptr, F.mapped, &maps, &err);
+  st =
+      sl__filemap_params(&F.cat, &F.s, &F.plan, F.skip, SL_STRATEGY_MMAP, NULL, F.ptr, F.mapped, &maps, &err);
   CHECK(st == SL_STATUS_IO);
   snprintf(want, sizeof want, "cannot open %s: No such file or directory", path1);
   CHECK_STR(err.msg, want);
@@ -291,7 +293,8 @@ int main(void) {
   sl__err_clear(&err);
   for (size_t i = 0; i < F.plan.n_lparams; i++)
     F.mapped[i] = false;
-  st = sl__filemap_params(&F.cat, &F.s, &F.plan, F.skip, SL_STRATEGY_MMAP, NULL, F.ptr, F.mapped, &maps, &err);
+  st =
+      sl__filemap_params(&F.cat, &F.s, &F.plan, F.skip, SL_STRATEGY_MMAP, NULL, F.ptr, F.mapped, &maps, &err);
   CHECKF(st == SL_STATUS_OK, "%s", err.msg);
   CHECK_EQ_U64(maps.params_mapped, 2);
   CHECK_EQ_U64(maps.bytes_mapped, 5 * P);

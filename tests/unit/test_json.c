@@ -66,8 +66,8 @@ int main(void) {
   unsetenv("SHARDLOAD_JSON_MAX_DEPTH");
   free(s);
   /* Brackets inside strings are text, not nesting. */
-  CHECK(parse("[\"[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[\"]", &root, &err) ==
-        SL_STATUS_OK);
+  CHECK(parse("[\"[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[\"]", &root,
+              &err) == SL_STATUS_OK);
   cJSON_Delete(root);
 
   /* Values: an array of 1,999,999 zeros is the container + 1,999,999 values = the limit. */

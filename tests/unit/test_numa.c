@@ -23,7 +23,8 @@ static void parse_valid(void) {
   sl__cpus s = set_of("0-3,8,10-11\n");
   CHECK_EQ_U64(sl__cpus_count(&s), 7);
   CHECK(sl__cpus_has(&s, 0) && sl__cpus_has(&s, 3) && sl__cpus_has(&s, 8) && sl__cpus_has(&s, 11));
-  CHECK(!sl__cpus_has(&s, 4) && !sl__cpus_has(&s, 9) && !sl__cpus_has(&s, 12) && !sl__cpus_has(&s, SL_CPUS_MAX));
+  CHECK(!sl__cpus_has(&s, 4) && !sl__cpus_has(&s, 9) && !sl__cpus_has(&s, 12) &&
+        !sl__cpus_has(&s, SL_CPUS_MAX));
   s = set_of("");
   CHECK_EQ_U64(sl__cpus_count(&s), 0); /* a node without CPUs */
   s = set_of("\n");
@@ -37,11 +38,26 @@ static void parse_valid(void) {
 }
 
 static void parse_invalid(void) {
-  static const char *const bad[] = {"8192",  "0-8192", "99999999999999999999999", "18446744073709551617",
-                                    "3-1",   "1,",     ",1",                      "1,,2",
-                                    "a",     "1 ",     " 1",                      "1-",
-                                    "-1",    "1\n\n",  "0x1",                     "+1",
-                                    "1-2-3", "1;2",    "\n1",                     "1-\n"};
+  static const char *const bad[] = {"8192",
+                                    "0-8192",
+                                    "99999999999999999999999",
+                                    "18446744073709551617",
+                                    "3-1",
+                                    "1,",
+                                    ",1",
+                                    "1,,2",
+                                    "a",
+                                    "1 ",
+                                    " 1",
+                                    "1-",
+                                    "-1",
+                                    "1\n\n",
+                                    "0x1",
+                                    "+1",
+                                    "1-2-3",
+                                    "1;2",
+                                    "\n1",
+                                    "1-\n"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     sl__cpus s;
     sl__cpus_add(&s, 1);
@@ -55,7 +71,9 @@ static void parse_invalid(void) {
   sl__cpus s;
   sl__err err;
   sl__err_clear(&err);
-  CHECK(sl__cpus_parse("1\0" "2", 3, &s, &err) != SL_STATUS_OK);
+  CHECK(sl__cpus_parse("1\0"
+                       "2",
+                       3, &s, &err) != SL_STATUS_OK);
   /* Only len bytes are read: the text need not end with a NUL. */
   char unterminated[3] = {'1', '-', '2'};
   sl__err_clear(&err);
@@ -102,8 +120,19 @@ static void parse_node(void) {
   static const struct {
     const char *text;
     int node; /* -2: refused */
-  } cases[] = {{"-1\n", -1}, {"-1", -1}, {"0\n", 0}, {"3", 3}, {"65535\n", 65535}, {"65536", -2}, {"-2", -2},
-               {"", -2},     {"\n", -2}, {"1a", -2}, {" 1", -2}, {"1\n\n", -2}, {"99999999999999999999", -2}};
+  } cases[] = {{"-1\n", -1},
+               {"-1", -1},
+               {"0\n", 0},
+               {"3", 3},
+               {"65535\n", 65535},
+               {"65536", -2},
+               {"-2", -2},
+               {"", -2},
+               {"\n", -2},
+               {"1a", -2},
+               {" 1", -2},
+               {"1\n\n", -2},
+               {"99999999999999999999", -2}};
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     int node = 7;
     sl__err err;
@@ -126,7 +155,8 @@ static void bus_names(void) {
     char out[32];
     sl__err err;
     sl__err_clear(&err);
-    CHECKF(sl__numa_bus_name(good[i][0], out, sizeof out, &err) == SL_STATUS_OK, "%s: %s", good[i][0], err.msg);
+    CHECKF(sl__numa_bus_name(good[i][0], out, sizeof out, &err) == SL_STATUS_OK, "%s: %s", good[i][0],
+           err.msg);
     CHECK_STR(out, good[i][1]);
   }
   static const char *const bad[] = {"",
@@ -194,8 +224,8 @@ static void fake_sysfs(void) {
   int node = 9;
   sl__err err;
   sl__err_clear(&err);
-  CHECKF(sl__numa_node_of(root, "0000:1B:00.0", &node, &err) == SL_STATUS_OK && node == 1, "node %d: %s", node,
-         err.msg);
+  CHECKF(sl__numa_node_of(root, "0000:1B:00.0", &node, &err) == SL_STATUS_OK && node == 1, "node %d: %s",
+         node, err.msg);
   sl__err_clear(&err);
   CHECK(sl__numa_node_of(root, "00000000:2C:00.0", &node, &err) == SL_STATUS_OK && node == -1);
   sl__err_clear(&err);

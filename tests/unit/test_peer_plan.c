@@ -363,7 +363,8 @@ static void relays(void) {
     CHECK_EQ_U64(pm.net_in[2], T0_ROWS * T0_COLS); /* alone: direct */
     CHECK_EQ_U64(pm.net_out[0], model + T0_ROWS * T0_COLS);
     CHECK_EQ_U64(relayed_bytes(&pp), 3 * model);
-    double want = (double)(model + T0_ROWS * T0_COLS) / 1e9 + (double)(3 * model) / (SL_PEER_LOCAL_GBPS * 1e9);
+    double want =
+        (double)(model + T0_ROWS * T0_COLS) / 1e9 + (double)(3 * model) / (SL_PEER_LOCAL_GBPS * 1e9);
     CHECKF(pm.predicted_s > want * 0.999999 && pm.predicted_s < want * 1.000001, "predicted %g, want %g",
            pm.predicted_s, want);
     /* Balanced: the three groups (two halves of tensor 0 from two donors, tensor 1) on three relays. */

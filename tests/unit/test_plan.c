@@ -7,14 +7,14 @@
  * the schedule's single reader per byte; attention heads checked before anything else when tp
  * does not divide them.
  */
-#include "model/catalog.h"
 #include "check.h"
-#include "model/layout.h"
-#include "model/model.h"
-#include "plan/plan.h"
 #include "format/safetensors.h"
 #include "format/safetensors_write.h"
+#include "model/catalog.h"
+#include "model/layout.h"
+#include "model/model.h"
 #include "model/spec.h"
+#include "plan/plan.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -106,7 +106,8 @@ static bool is_expert_tensor(const char *name, uint64_t *id) {
 }
 
 /* The model of f and the options every check here plans with: tp x dp ranks, one stage. */
-static sl__plan_opts plan_setup(fixture *f, uint32_t tp, uint32_t dp, bool ep, uint32_t *starts, sl__model *m) {
+static sl__plan_opts plan_setup(fixture *f, uint32_t tp, uint32_t dp, bool ep, uint32_t *starts,
+                                sl__model *m) {
   sl__err err;
   sl__err_clear(&err);
   CHECKF(sl__model_build(f->spec, &f->cat, SL_LAYOUT_VLLM, m, &err) == SL_STATUS_OK, "model: %s", err.msg);
@@ -228,8 +229,8 @@ static void check_classes(fixture *f, uint32_t tp, uint32_t dp, bool ep, uint32_
     uint32_t first = s.class_ranks[s.class_off[s.class_of[r]]];
     sl__rank_plan rep;
     CHECK(sl__plan_rank(&m, &f->cat, &o, first, false, &rep, &err) == SL_STATUS_OK);
-    CHECKF(same_copies(&own, &rep), "tp=%u dp=%u ep=%d: rank %u plans unlike rank %u of its class", tp, dp, ep,
-           r, first);
+    CHECKF(same_copies(&own, &rep), "tp=%u dp=%u ep=%d: rank %u plans unlike rank %u of its class", tp, dp,
+           ep, r, first);
     for (size_t c = 0; c < own.n_copies; c++) {
       const sl__piece *p = &s.pieces[own.copies[c].piece];
       CHECKF(sl__piece_member(&s, p, r) && p->tensor == own.copies[c].tensor &&

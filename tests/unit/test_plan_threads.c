@@ -81,8 +81,8 @@ int main(void) {
     for (int k = 0; k < 2; k++)
       pthread_join(th[k], NULL);
     for (int k = 0; k < 2; k++) {
-      CHECKF(jobs[k].failures == 0, "%s: %d of %d concurrent dry runs failed", jobs[k].model, jobs[k].failures,
-             ROUNDS);
+      CHECKF(jobs[k].failures == 0, "%s: %d of %d concurrent dry runs failed", jobs[k].model,
+             jobs[k].failures, ROUNDS);
       CHECKF(jobs[k].mismatches == 0, "%s: %d of %d concurrent dry runs differ from the run alone",
              jobs[k].model, jobs[k].mismatches, ROUNDS);
     }

@@ -38,7 +38,8 @@ static bool open_fixture(const char *name, fixture *f) {
   snprintf(dir, sizeof dir, "%s/%s", sl_test_env("SL_FIXTURES", "fixtures"), name);
   sl__err err;
   sl__err_clear(&err);
-  sl__catalog_opts co = {.folder = dir, .what = dir, .select = {.format = SL_FORMAT_AUTO}, .require_config = true};
+  sl__catalog_opts co = {
+      .folder = dir, .what = dir, .select = {.format = SL_FORMAT_AUTO}, .require_config = true};
   if (sl__catalog_build(&co, &f->cat, &err) != SL_STATUS_OK) {
     CHECKF(false, "%s: %s", name, err.msg);
     return false;
@@ -65,7 +66,8 @@ typedef enum scenario { ONLY_RANK0, EVEN_RANKS, FILE1_ON_LAST, FIRST_NODE, NOBOD
 static const char *scenario_name[] = {"rank 0 only", "even ranks", "file 1 on the last rank only",
                                       "first node of two", "file 2 nowhere"};
 
-static void fill(sl__visibility *v, scenario sc, uint32_t world, uint32_t n_files, const sl__node_layout *nodes) {
+static void fill(sl__visibility *v, scenario sc, uint32_t world, uint32_t n_files,
+                 const sl__node_layout *nodes) {
   if (sc == FIRST_NODE) {
     CHECK(sl__visibility_first_node(v, world, n_files, nodes));
     return;
@@ -73,8 +75,8 @@ static void fill(sl__visibility *v, scenario sc, uint32_t world, uint32_t n_file
   CHECK(sl__visibility_alloc(v, world, n_files));
   for (uint32_t r = 0; r < world; r++)
     for (uint32_t f = 0; f < n_files; f++) {
-      bool sees = sc == ONLY_RANK0    ? r == 0
-                  : sc == EVEN_RANKS  ? r % 2 == 0
+      bool sees = sc == ONLY_RANK0      ? r == 0
+                  : sc == EVEN_RANKS    ? r % 2 == 0
                   : sc == FILE1_ON_LAST ? (f != 1 || r == world - 1)
                                         : f != 2;
       if (sees)
@@ -91,8 +93,8 @@ static bool in_group(const sl__schedule *s, uint32_t g, uint32_t rank) {
 }
 
 /* Every check of the header on one schedule. */
-static void check_schedule(const char *label, const fixture *fx, const sl__schedule *s, const sl__visibility *v,
-                           const sl__node_layout *nodes, bool per_row) {
+static void check_schedule(const char *label, const fixture *fx, const sl__schedule *s,
+                           const sl__visibility *v, const sl__node_layout *nodes, bool per_row) {
   uint32_t world = s->world;
   uint64_t *recv = calloc(world, sizeof *recv);
   uint64_t read = 0, cover = 0;
@@ -113,8 +115,8 @@ static void check_schedule(const char *label, const fixture *fx, const sl__sched
       for (uint32_t r = 0; r < world; r++)
         seer_there = seer_there || (sl__node_layout_of(nodes, r) == node && sl__visibility_sees(v, r, f));
       CHECKF(!seer_there || sl__node_layout_of(nodes, p->reader) == node,
-             "%s: %s read on node %u for node %u, where a rank sees it", label, fx->cat.tensors[p->tensor].name,
-             sl__node_layout_of(nodes, p->reader), node);
+             "%s: %s read on node %u for node %u, where a rank sees it", label,
+             fx->cat.tensors[p->tensor].name, sl__node_layout_of(nodes, p->reader), node);
     }
     for (uint32_t r = 0; r < world; r++) {
       if (!sl__piece_member(s, p, r) || r == p->reader)
@@ -135,8 +137,8 @@ static void check_schedule(const char *label, const fixture *fx, const sl__sched
       CHECKF(s->stats[r].bytes_read == 0, "%s: rank %u sees no file but reads %llu bytes", label, r,
              (unsigned long long)s->stats[r].bytes_read);
     if (per_row)
-      CHECKF(s->stats[r].bytes_received == recv[r], "%s: rank %u receives %llu bytes, its pieces %llu", label, r,
-             (unsigned long long)s->stats[r].bytes_received, (unsigned long long)recv[r]);
+      CHECKF(s->stats[r].bytes_received == recv[r], "%s: rank %u receives %llu bytes, its pieces %llu", label,
+             r, (unsigned long long)s->stats[r].bytes_received, (unsigned long long)recv[r]);
   }
   CHECKF(read - cover == s->unique_bytes, "%s: %llu bytes read, %llu distinct", label,
          (unsigned long long)(read - cover), (unsigned long long)s->unique_bytes);
@@ -165,8 +167,7 @@ static void run(const char *fixture_name, fixture *fx, uint32_t tp, uint32_t pp,
   o.vis = &v;
   char label[256];
   snprintf(label, sizeof label, "%s tp%u pp%u dp%u%s, %s%s", fixture_name, tp, pp, dp, ep ? " ep" : "",
-           scenario_name[sc],
-           per_row ? ", per row" : "");
+           scenario_name[sc], per_row ? ", per row" : "");
   sl__schedule s;
   sl_status st = sl__schedule_build(&fx->model, &fx->cat, &o, SL_NONE, NULL, &s, &err);
   if (sc == NOBODY_FILE2) {

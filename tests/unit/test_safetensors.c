@@ -11,10 +11,10 @@
  *   test_roundtrip  seeded random tables: write → read → same table, rewrite → same bytes.
  */
 #include "base/clock.h"
+#include "base/util.h"
 #include "check.h"
 #include "format/safetensors.h"
 #include "format/safetensors_write.h"
-#include "base/util.h"
 
 #include <dirent.h>
 #include <fcntl.h>

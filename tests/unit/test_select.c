@@ -145,14 +145,8 @@ static void test_formats(void) {
     CHECKF(sl__format_parse(ok[i].text, &f, &err) == SL_STATUS_OK, "%s: %s", ok[i].text, err.msg);
     CHECKF(f == ok[i].f, "%s parsed as %d", ok[i].text, (int)f);
   }
-  static const char *const bad[] = {"npcache",
-                                    "foo",
-                                    "",
-                                    "gguf",
-                                    "dummy",
-                                    "fastsafetensors",
-                                    "hf ",
-                                    "auto-long-name-over-16-bytes"};
+  static const char *const bad[] = {
+      "npcache", "foo", "", "gguf", "dummy", "fastsafetensors", "hf ", "auto-long-name-over-16-bytes"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     sl__err err;
     sl__err_clear(&err);
@@ -160,7 +154,8 @@ static void test_formats(void) {
     CHECKF(sl__format_parse(bad[i], &f, &err) == SL_STATUS_CONFIG, "'%s' accepted", bad[i]);
     char expected[256];
     snprintf(expected, sizeof expected,
-             "unknown load format '%s' (accepted: auto, hf, safetensors, mistral, pt, sharded_state)", bad[i]);
+             "unknown load format '%s' (accepted: auto, hf, safetensors, mistral, pt, sharded_state)",
+             bad[i]);
     CHECK_STR(err.msg, expected);
   }
   sl__err err;

@@ -66,8 +66,8 @@ static void check_nodes(void) {
   MPI_Allgather(host, 256, MPI_CHAR, all, 256, MPI_CHAR, MPI_COMM_WORLD);
   for (int r = 0; r < world; r++) {
     bool same = strcmp(all + (size_t)r * 256, host) == 0;
-    CHECKF(same == (r / ppn == node), "rank %d (%s) and rank %d (%s): same node %d, expected %d", rank, host, r,
-           all + (size_t)r * 256, same, r / ppn == node);
+    CHECKF(same == (r / ppn == node), "rank %d (%s) and rank %d (%s): same node %d, expected %d", rank, host,
+           r, all + (size_t)r * 256, same, r / ppn == node);
   }
   free(all);
   int env_local = env_int("OMPI_COMM_WORLD_LOCAL_RANK", -1);
@@ -82,18 +82,20 @@ static void check_nodes(void) {
   MPI_Comm_rank(shm, &lr);
   MPI_Comm_size(shm, &ls);
   MPI_Comm_free(&shm);
-  CHECKF(lr == rank % ppn && ls == env_lsize, "rank %d: MPI_Comm_split_type gives local rank %d of %d", rank, lr,
-         ls);
+  CHECKF(lr == rank % ppn && ls == env_lsize, "rank %d: MPI_Comm_split_type gives local rank %d of %d", rank,
+         lr, ls);
   /* The library's node-local rank: what cuda_device defaults to (backend/cuda: device =
    * local rank % device count). */
   sl__comm c;
   sl__err cerr;
   sl__err_clear(&cerr);
-  CHECKF(sl__comm_init_mpi(&c, &(MPI_Comm){MPI_COMM_WORLD}, &cerr) == SL_STATUS_OK, "rank %d: %s", rank, cerr.msg);
+  CHECKF(sl__comm_init_mpi(&c, &(MPI_Comm){MPI_COMM_WORLD}, &cerr) == SL_STATUS_OK, "rank %d: %s", rank,
+         cerr.msg);
   int lib_local = sl__comm_local_rank(&c);
   sl__comm_free(&c);
-  CHECKF(lib_local == rank % ppn, "rank %d: the library's node-local rank (cuda_device default) is %d, expected %d",
-         rank, lib_local, rank % ppn);
+  CHECKF(lib_local == rank % ppn,
+         "rank %d: the library's node-local rank (cuda_device default) is %d, expected %d", rank, lib_local,
+         rank % ppn);
   if (rank == 0)
     printf("vc_load: %d ranks on %d node(s), %d per node, hostnames and local ranks checked\n", world,
            (world + ppn - 1) / ppn, ppn);
@@ -163,7 +165,8 @@ static void check_per_node(const char *label, sl_loader *l) {
   if (rpn != ppn) {
     static bool warned = false;
     if (getenv("SLVC_STRICT_RANKS_PER_NODE") != NULL && atoi(getenv("SLVC_STRICT_RANKS_PER_NODE")) == 1)
-      CHECKF(rpn == ppn, "%s: report prediction.ranks_per_node %d, the job runs %d per node", label, rpn, ppn);
+      CHECKF(rpn == ppn, "%s: report prediction.ranks_per_node %d, the job runs %d per node", label, rpn,
+             ppn);
     else if (!warned)
       printf("vc_load: NOTE: the report's prediction uses ranks_per_node %d, the job runs %d per node "
              "(not derived by the library yet)\n",
@@ -233,9 +236,19 @@ static int run_layouts(void) {
     }
   }
   /* The checkpoint layout once per family kind. */
-  lc_case ck = {.fixture = "llama", .tp = lc_world() % 2 == 0 ? 2 : 1, .pp = 1, .dp = lc_world() % 2 == 0 ? lc_world() / 2 : lc_world(), .checkpoint = true};
+  lc_case ck = {.fixture = "llama",
+                .tp = lc_world() % 2 == 0 ? 2 : 1,
+                .pp = 1,
+                .dp = lc_world() % 2 == 0 ? lc_world() / 2 : lc_world(),
+                .checkpoint = true};
   run_case(&ck);
-  lc_case cm = {.fixture = "mixtral", .tp = 1, .pp = 1, .dp = lc_world(), .ep = true, .checkpoint = true, .no_coalesce = true};
+  lc_case cm = {.fixture = "mixtral",
+                .tp = 1,
+                .pp = 1,
+                .dp = lc_world(),
+                .ep = true,
+                .checkpoint = true,
+                .no_coalesce = true};
   run_case(&cm);
   return cases + 2;
 }
