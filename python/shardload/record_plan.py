@@ -25,13 +25,16 @@ from . import record_geometry as geom
 from .record_ops import NAMES, element_bits
 
 
+NO_ORIGINS = frozenset()   # the origins of an event that has none (shared: never changed)
+
+
 class Event:
     __slots__ = ("seq", "kind", "g", "origins", "tensor", "copy", "sdtype", "value", "whole")
 
     def __init__(self, seq, kind, g, origins=None, tensor=None, copy=None, sdtype=None,
                  value=None, whole=False):
         self.seq, self.kind, self.g = seq, kind, g
-        self.origins = origins if origins is not None else set()
+        self.origins = origins if origins is not None else NO_ORIGINS
         self.tensor, self.copy, self.sdtype, self.value, self.whole = tensor, copy, sdtype, value, whole
 
 
