@@ -144,15 +144,15 @@ class Recorder:
 
     def weights(self):
         """(name, stand-in) of every checkpoint tensor, as vLLM's default loader yields them."""
-        dtypes = {}
+        protos = {}   # checkpoint dtype -> an empty meta tensor of its torch dtype
         for index, t in enumerate(self.catalog):
             root = _Root()
             root.name, root.index, root.shape, root.sdtype = t.name, index, tuple(t.shape), t.dtype
-            dtype = dtypes.get(t.dtype)
-            if dtype is None:
-                dtype = dtypes[t.dtype] = torch_dtype(t.dtype)
-            root.dtype = dtype
-            root.meta = torch.empty(root.shape, dtype=dtype, device="meta")
+            proto = protos.get(t.dtype)
+            if proto is None:
+                proto = protos[t.dtype] = torch.empty(0, dtype=torch_dtype(t.dtype), device="meta")
+            root.dtype = proto.dtype
+            root.meta = proto.new_empty(root.shape)
             self.roots.append(root)
             self.current = t.name
             yield t.name, wrap(root.meta, REF, root.meta, root, t.name)

@@ -89,6 +89,11 @@ class Tracked(torch.Tensor):
                             return adopt(out, PVIEW, base, info, info.name)
                         return adopt(out, kind, base, info, first._sl_what)
                 return hook.__self__.view_result(func, args, out)
+        elif cat == DATA and len(args) == 1 and getattr(args[0], "_sl_kind", None) == PARAM:
+            first = args[0]   # param.data: an alias of the parameter's memory, watched
+            with _DISABLED():
+                alias = first.detach()
+            return wrap(alias, PVIEW, alias, first._sl_info, first._sl_info.name)
         return hook(func, args, {})
 
     def __repr__(self):
