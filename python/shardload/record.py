@@ -42,13 +42,39 @@ import torch
 
 from . import record_geometry as geom
 from .record_ops import (CONVERT, COPIES, DATA, DERIVED, DEVICE, EXTRACT, NAMES,  # noqa: F401
-                         PARAM, PVIEW, QUERY, REF, TEXT, VIEW, WRITE, Tracked, base_of, category,
-                         conversion_dtype, conversion_ok, flatten, has_tensor, op_name,
-                         param_class, simple_box, storage_key, torch_dtype, tree_map, wrap)
-from .record_plan import Event, finish
+                         OPS, PARAM, PVIEW, QUERY, REF, SCALAR_TYPES, TEXT, VIEW, WRITE, Tracked,
+                         adopt, base_of, category, conversion_dtype, conversion_ok, flatten,
+                         has_tensor, op_entry, op_name, param_class, simple_box, storage_key,
+                         torch_dtype, tree_map, wrap)
+from .record_plan import NO_ORIGINS, Event, finish
 
 REGION_LIMIT = 4096  # regions one parameter may take before it falls back
 _DISABLED = torch._C.DisableTorchFunction
+_SCALAR_TYPES = SCALAR_TYPES
+_EMPTY = ()
+_UNSEEN = object()
+_EXTENTS = {}   # (sizes, strides) of a view -> (offset of its last element, a negative stride)
+
+
+def _extent(sizes, strides):
+    """(last - first element's offset, any negative stride) of a view; _EMPTY when empty."""
+    last, negative = 0, False
+    for n, s in zip(sizes, strides):
+        if n == 0:
+            return _EMPTY
+        last += (n - 1) * s
+        negative = negative or s < 0
+    return last, negative
+
+
+def _plain_args(args, kwargs):
+    """True when no argument but the first is a tensor (a view's sizes, dims, indices)."""
+    for a in args[1:]:
+        if type(a) not in _SCALAR_TYPES:
+            return not has_tensor(args[1:], kwargs)
+    if kwargs:
+        return kwargs.get("out") is None and not has_tensor((), kwargs)
+    return True
 
 
 class RecordError(Exception):
@@ -58,7 +84,11 @@ class RecordError(Exception):
 
 class _Root:
     """A checkpoint tensor's stand-in: `meta` is the base of every view of it."""
-    __slots__ = ("name", "index", "shape", "dtype", "sdtype", "meta", "root")
+    __slots__ = ("name", "index", "shape", "dtype", "sdtype", "meta")
+
+    @property
+    def root(self):   # a property, not a slot: no reference cycle per checkpoint tensor
+        return self
 
 
 class _Layer:
@@ -85,7 +115,7 @@ class Recorder:
         self.current = None    # the checkpoint tensor being handed to load_weights
         self.seq = 0
         self.seconds = 0.0
-        self._ops = {}         # func -> (name, category)
+        self._source_boxes = {}   # (offset, sizes, strides, shape) of a stand-in view -> simple_box
 
     # setup -----------------------------------------------------------------------------------
 
@@ -114,12 +144,15 @@ class Recorder:
 
     def weights(self):
         """(name, stand-in) of every checkpoint tensor, as vLLM's default loader yields them."""
+        protos = {}   # checkpoint dtype -> an empty meta tensor of its torch dtype
         for index, t in enumerate(self.catalog):
             root = _Root()
             root.name, root.index, root.shape, root.sdtype = t.name, index, tuple(t.shape), t.dtype
-            root.dtype = torch_dtype(t.dtype)
-            root.meta = torch.empty(root.shape, dtype=root.dtype, device="meta")
-            root.root = root
+            proto = protos.get(t.dtype)
+            if proto is None:
+                proto = protos[t.dtype] = torch.empty(0, dtype=torch_dtype(t.dtype), device="meta")
+            root.dtype = proto.dtype
+            root.meta = proto.new_empty(root.shape)
             self.roots.append(root)
             self.current = t.name
             yield t.name, wrap(root.meta, REF, root.meta, root, t.name)
@@ -248,24 +281,43 @@ class Recorder:
     # dispatch --------------------------------------------------------------------------------
 
     def dispatch(self, func, args, kwargs):
-        entry = self._ops.get(func)
-        if entry is None:
-            name = op_name(func)
-            entry = self._ops[func] = (name, category(name))
-        name, cat = entry
+        entry = OPS.get(func)
+        name, cat = entry if entry is not None else op_entry(func)
         first = args[0] if args else None
         kind = getattr(first, "_sl_kind", None)
-        if cat == VIEW and kind is not None and kind != DERIVED and not kwargs and \
-                not has_tensor(args[1:], kwargs):   # the most frequent op: inline
-            with _DISABLED():
-                out = func(*args)
+        if name == "copy_" and (kind == PVIEW or kind == PARAM) and len(args) == 2 and \
+                not kwargs and getattr(args[1], "_sl_kind", None) == REF and \
+                first._sl_info.contiguous and not getattr(first, "_sl_raw", False):
+            # param.copy_(stand-in view), the write of nearly every region: what _write,
+            # _param_write and _value_write do for it, inline
+            info = first._sl_info
+            self.seq += 1
+            g = self._geometry(info, first)
+            if g is not None:
+                self._region(info, g, args[1])
+            return first
+        if cat == VIEW and kind is not None and kind != DERIVED and _plain_args(args, kwargs):
+            with _DISABLED():   # the most frequent op: inline
+                out = func(*args, **kwargs)
             if type(out) is torch.Tensor:
                 base = first if kind == PARAM else first._sl_base
                 info = first._sl_info
                 if out._base is base and out.dtype == info.dtype:
-                    return wrap(out, PVIEW if kind == PARAM else kind, base, info,
-                                first._sl_what if kind != PARAM else info.name)
+                    if kind == PARAM:
+                        return adopt(out, PVIEW, base, info, info.name)
+                    return adopt(out, kind, base, info, first._sl_what)
             return tree_map(lambda o: self._view_result(o, first, kind, name), out)
+        return self._rest(func, name, cat, args, kwargs, first, kind)
+
+    def view_result(self, func, args, out):
+        """The result of a view op on tracked args[0] (Tracked.__torch_function__ ran it) that is
+        not one plain tensor viewing it: each tensor in it classified."""
+        name = OPS[func][0]
+        first = args[0]
+        kind = first._sl_kind
+        return tree_map(lambda o: self._view_result(o, first, kind, name), out)
+
+    def _rest(self, func, name, cat, args, kwargs, first, kind):
         if cat == QUERY and not has_tensor(args[1:], kwargs):
             with _DISABLED():
                 return func(*args, **kwargs)
@@ -276,19 +328,9 @@ class Recorder:
         if cat == DATA and kind is not None:
             if kind != PARAM:
                 return first   # .data / .detach(): the same values and geometry
-            with torch._C.DisableTorchFunction():
+            with _DISABLED():
                 alias = first.detach()
             return wrap(alias, PVIEW, alias, first._sl_info, first._sl_info.name)
-        if cat == VIEW and kind in (REF, PVIEW, PARAM) and not has_tensor(args[1:], kwargs):
-            with _DISABLED():
-                out = func(*args, **kwargs)
-            if type(out) is torch.Tensor:   # the common case, inline
-                base = first if kind == PARAM else first._sl_base
-                info = first._sl_info
-                if out._base is base and out.dtype == info.dtype:
-                    return wrap(out, PVIEW if kind == PARAM else kind, base, info,
-                                first._sl_what if kind != PARAM else info.name)
-            return tree_map(lambda o: self._view_result(o, first, kind, name), out)
         if kind in (REF, DERIVED) and self._meta(first):
             if cat == EXTRACT:
                 return self._extract(name, first)
@@ -393,13 +435,13 @@ class Recorder:
     def _geometry(self, info, view):
         with _DISABLED():
             g = (view.storage_offset() - info.base, tuple(view.shape), tuple(view.stride()))
-        last, negative = g[0], False
-        for n, s in zip(g[1], g[2]):
-            if n == 0:
-                return None   # writes nothing
-            last += (n - 1) * s
-            negative = negative or s < 0
-        if g[0] < 0 or last >= info.numel or negative:
+        walk = _EXTENTS.get((g[1], g[2]))
+        if walk is None:
+            walk = _EXTENTS[(g[1], g[2])] = _extent(g[1], g[2])
+        if walk is _EMPTY:
+            return None   # writes nothing
+        last = g[0] + walk[0]
+        if g[0] < 0 or last >= info.numel or walk[1]:
             raise RecordError(
                 "recording: the weight loader of checkpoint tensor %s writes outside parameter %s "
                 "(elements %d..%d of %d)" % (self.current, info.name, g[0], last, info.numel))
@@ -478,20 +520,28 @@ class Recorder:
     def _region(self, info, g, value):
         """A copy of stand-in `value` into view g of parameter info: a region event, or a
         fallback event when the copy cannot be a set of boxes."""
-        with torch._C.DisableTorchFunction():
-            offset, sizes, strides = value.storage_offset(), list(value.shape), list(value.stride())
+        with _DISABLED():
+            offset, sizes, strides = value.storage_offset(), value.shape, value.stride()
             dtype = value.dtype
         src = value._sl_info
         root = src.root
-        if src is root and sizes == list(g[1]) and dtype == root.dtype and \
+        if src is root and sizes == g[1] and dtype == root.dtype and \
                 (dtype == info.dtype or conversion_ok([dtype], info.dtype)):
-            copy = self._simple(offset, sizes, strides, root.shape, g, info.shape)
-            if copy is not None:
-                self._event(info, Event(self.seq, "region", g, tensor=root.name, copy=copy,
-                                        sdtype=root.sdtype))
+            # Both sides boxes walked in row-major order (the common case): one box pair.
+            key = (offset, sizes, strides, root.shape)
+            a = self._source_boxes.get(key, _UNSEEN)   # experts: one view, many tensors
+            if a is _UNSEEN:
+                a = self._source_boxes[key] = simple_box(offset, sizes, strides, root.shape)
+            b = simple_box(g[0], g[1], g[2], info.shape) if a is not None else None
+            if b is not None:
+                copy = geom.Copy.boxes(offset, root.shape, g[0], info.shape, (sizes, strides, g[2]),
+                                       [(list(a[0]), list(a[1]), b[0], b[1])])
+                info.events.append(Event(self.seq, "region", g, NO_ORIGINS, root.name, copy,
+                                         root.sdtype))
                 return
         try:
-            offset, dims, casts = self._resolve(src, offset, sizes, strides, dtype, g, info)
+            offset, dims, casts = self._resolve(src, offset, list(sizes), list(strides), dtype, g,
+                                                info)
             if not conversion_ok(casts, info.dtype):
                 raise geom.NotExpressible("the dtype conversions %s into %s"
                                           % ([str(c) for c in casts], info.dtype))
@@ -503,18 +553,6 @@ class Recorder:
             return
         self._event(info, Event(self.seq, "region", g, tensor=root.name, copy=copy,
                                 sdtype=root.sdtype))
-
-    def _simple(self, offset, sizes, strides, shape, g, dshape):
-        """A Copy when both sides are boxes walked in row-major order (the common case)."""
-        a = simple_box(offset, sizes, strides, shape)
-        if a is None:
-            return None
-        b = simple_box(g[0], g[1], g[2], dshape)
-        if b is None:
-            return None
-        return geom.Copy.boxes(offset, shape, g[0], dshape,
-                               [[n, ss, ds] for n, ss, ds in zip(sizes, strides, g[2])],
-                               [(a[0], a[1], b[0], b[1])])
 
     def _resolve(self, src, offset, sizes, strides, dtype, g, info):
         """(offset, iteration dims [[n, checkpoint stride, parameter stride]], dtypes on the way)

@@ -167,17 +167,18 @@ class Copy:
     @classmethod
     def boxes(cls, src_offset, src_shape, dst_offset, dst_shape, raw, ready):
         """A copy whose regions in the held orientation are known (one box pair, `ready`); its
-        iteration dims raw [[n, src stride, dst stride]] are ordered only if asked for."""
-        copy = cls(src_offset, src_shape, dst_offset, dst_shape, None)
-        copy.ready = ready
-        copy._cut = raw
+        iteration dims, raw = (sizes, src strides, dst strides), are ordered only if asked for."""
+        copy = cls.__new__(cls)
+        copy.src_offset, copy.src_shape, copy.dst_offset, copy.dst_shape = \
+            src_offset, src_shape, dst_offset, dst_shape
+        copy.dims, copy.ready, copy._cut = None, ready, raw
         return copy
 
     def _regions(self, transposed, limit):
         if self.ready is not None and not transposed:
             return self.ready
         if self.dims is None:   # a ready copy asked for the other orientation
-            self.dims = _order(self._cut)
+            self.dims = _order([[n, ss, ds] for n, ss, ds in zip(*self._cut)])
             self._cut = None
         if self._cut is None:
             self._cut = {}

@@ -42,6 +42,12 @@ def element_bits(name):
     return BITS.get(name, 8)
 
 
+_DISABLED = torch._C.DisableTorchFunction
+OPS = {}   # func -> (name, category): category() of op_name(func), filled as ops are met
+_SCALARS = (int, float, bool, slice, type(None), type(Ellipsis), torch.dtype, torch.Size)
+SCALAR_TYPES = frozenset(_SCALARS)
+
+
 class Tracked(torch.Tensor):
     """See the module docstring. Every op on one goes through the active Recorder."""
 
@@ -51,9 +57,44 @@ class Tracked(torch.Tensor):
     def __torch_function__(cls, func, types, args=(), kwargs=None):
         hook = Tracked._hook
         if hook is None:
-            with torch._C.DisableTorchFunction():
+            with _DISABLED():
                 return func(*args, **(kwargs or {}))
-        return hook(func, args, kwargs or {})
+        if kwargs:
+            return hook(func, args, kwargs)
+        # The two most frequent kinds of op are answered here, as the Recorder's dispatch would
+        # answer them: a query of metadata without tensor arguments (dim, shape, size(d)), and
+        # a view of a stand-in or a parameter with scalar arguments (narrow, select, indexing).
+        entry = OPS.get(func)
+        if entry is None:
+            return hook(func, args, {})
+        cat = entry[1]
+        if cat == QUERY:
+            if len(args) == 1 or (len(args) == 2 and type(args[1]) is int):
+                with _DISABLED():
+                    return func(*args)
+        elif cat == VIEW and args:
+            first = args[0]
+            kind = getattr(first, "_sl_kind", None)
+            if kind is not None and kind != DERIVED:
+                for a in args[1:]:
+                    if type(a) not in SCALAR_TYPES:
+                        return hook(func, args, {})
+                with _DISABLED():
+                    out = func(*args)
+                if type(out) is torch.Tensor:
+                    base = first if kind == PARAM else first._sl_base
+                    info = first._sl_info
+                    if out._base is base and out.dtype == info.dtype:
+                        if kind == PARAM:
+                            return adopt(out, PVIEW, base, info, info.name)
+                        return adopt(out, kind, base, info, first._sl_what)
+                return hook.__self__.view_result(func, args, out)
+        elif cat == DATA and len(args) == 1 and getattr(args[0], "_sl_kind", None) == PARAM:
+            first = args[0]   # param.data: an alias of the parameter's memory, watched
+            with _DISABLED():
+                alias = first.detach()
+            return wrap(alias, PVIEW, alias, first._sl_info, first._sl_info.name)
+        return hook(func, args, {})
 
     def __repr__(self):
         return "<shardload stand-in %s %s>" % (getattr(self, "_sl_what", "?"), list(self.shape))
@@ -81,6 +122,18 @@ def wrap(t, kind, base, info=None, what=None):
     out._sl_info = info
     out._sl_what = what
     return out
+
+
+def adopt(t, kind, base, info=None, what=None):
+    """wrap() for a tensor the caller just received from an op, that nothing else references:
+    its own class is changed (no alias made: half the cost)."""
+    t.__class__ = Tracked
+    d = t.__dict__
+    d["_sl_kind"] = kind
+    d["_sl_base"] = base
+    d["_sl_info"] = info
+    d["_sl_what"] = what
+    return t
 
 
 def base_of(t):
@@ -117,9 +170,6 @@ def tree_map(fn, x):
     if t is dict:
         return {k: tree_map(fn, v) for k, v in x.items()}
     return fn(x)
-
-
-_SCALARS = (int, float, bool, slice, type(None), type(Ellipsis), torch.dtype, torch.Size)
 
 
 def has_tensor(args, kwargs):
@@ -175,6 +225,15 @@ def op_name(func):
         owner = getattr(getattr(func, "__self__", None), "__name__", "?")
         return owner + "." + name[2:-2]
     return name
+
+
+def op_entry(func):
+    """(name, category) of an op, cached in OPS."""
+    entry = OPS.get(func)
+    if entry is None:
+        name = op_name(func)
+        entry = OPS[func] = (name, category(name))
+    return entry
 
 
 def category(name):
@@ -242,19 +301,17 @@ def conversion_ok(casts, final):
 
 
 _STRIDES = {}   # shape (a tuple) -> its contiguous strides
+_WALKS = {}     # (sizes, strides, shape) -> _walk()
+_NO_WALK = ()
 
 
-def simple_box(offset, sizes, strides, shape):
-    """(start, count, dims) when the view (offset, sizes, strides) of a contiguous tensor of
-    `shape` is a box walked in row-major order (each view dimension of size > 1 on its own tensor
-    dimension, in increasing order, step 1), dims the tensor dimension of each such view
-    dimension; else None."""
+def _walk(sizes, strides, shape):
+    """[(tensor dim, size)] of a view (sizes, strides) that walks a box of a contiguous tensor of
+    `shape` in row-major order, wherever it starts; _NO_WALK when it does not."""
     cs = _STRIDES.get(shape)
     if cs is None:
         cs = _STRIDES[shape] = geom.contiguous_strides(shape)
-    start = geom.unravel(offset, shape)
-    count = [1] * len(shape)
-    dims = []
+    steps = []
     last = -1
     for n, s in zip(sizes, strides):
         if n == 1:
@@ -262,9 +319,28 @@ def simple_box(offset, sizes, strides, shape):
         d = last + 1
         while d < len(shape) and (cs[d] != s or shape[d] == 1):
             d += 1
-        if d >= len(shape) or start[d] + n > shape[d]:
+        if d >= len(shape):
+            return _NO_WALK
+        steps.append((d, n))
+        last = d
+    return steps
+
+
+def simple_box(offset, sizes, strides, shape):
+    """(start, count) when the view (offset, sizes, strides) of a contiguous tensor of `shape`
+    is a box walked in row-major order (each view dimension of size > 1 on its own tensor
+    dimension, in increasing order, step 1); else None. sizes, strides and shape are tuples (the
+    walk is cached by them)."""
+    key = (sizes, strides, shape)
+    walk = _WALKS.get(key)
+    if walk is None:
+        walk = _WALKS[key] = _walk(sizes, strides, shape)
+    if walk is _NO_WALK:
+        return None
+    start = geom.unravel(offset, shape)
+    count = [1] * len(shape)
+    for d, n in walk:
+        if start[d] + n > shape[d]:
             return None
         count[d] = n
-        dims.append(d)
-        last = d
-    return start, count, dims
+    return start, count

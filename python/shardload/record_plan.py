@@ -25,13 +25,16 @@ from . import record_geometry as geom
 from .record_ops import NAMES, element_bits
 
 
+NO_ORIGINS = frozenset()   # the origins of an event that has none (shared: never changed)
+
+
 class Event:
     __slots__ = ("seq", "kind", "g", "origins", "tensor", "copy", "sdtype", "value", "whole")
 
     def __init__(self, seq, kind, g, origins=None, tensor=None, copy=None, sdtype=None,
                  value=None, whole=False):
         self.seq, self.kind, self.g = seq, kind, g
-        self.origins = origins if origins is not None else set()
+        self.origins = origins if origins is not None else NO_ORIGINS
         self.tensor, self.copy, self.sdtype, self.value, self.whole = tensor, copy, sdtype, value, whole
 
 
@@ -154,13 +157,15 @@ def _regions_of(info, limit):
     if dtype is None:
         return None, "its dtype %s has no checkpoint name" % info.dtype
     regions, seqs = [], []
+    numel = geom.numel
     try:
         for e in events:
             bits = element_bits(e.sdtype)
+            tensor, seq = e.tensor, e.seq
             for src_start, src_count, dst_start, dst_count in e.copy.regions(transposed, limit):
-                regions.append(Region(e.tensor, src_start, src_count, dst_start, dst_count,
-                                      geom.numel(src_count) * bits // 8))
-                seqs.append(e.seq)
+                regions.append(Region(tensor, src_start, src_count, dst_start, dst_count,
+                                      numel(src_count) * bits // 8))
+                seqs.append(seq)
     except geom.NotExpressible as x:
         return None, str(x)
     oriented = _oriented_shape(info.shape, transposed)
@@ -185,10 +190,13 @@ def _regions_of(info, limit):
     lo, hi = tiled
     # A constant written over a region's bytes after it would be lost: constants are replayed
     # before the load.
-    held = [(_oriented_shape(r.dst_start, transposed), _oriented_shape(r.dst_count, transposed))
-            for r in regions]
+    held = None
+    first = min(seqs)
     for c in info.events:
-        if c.kind == "const" and c.seq > min(seqs) and c.seq not in zero_seqs:
+        if c.kind == "const" and c.seq > first and c.seq not in zero_seqs:
+            if held is None:
+                held = [(_oriented_shape(r.dst_start, transposed),
+                         _oriented_shape(r.dst_count, transposed)) for r in regions]
             bb = geom.bounding_box(c.g[0], c.g[1], c.g[2], info.shape)
             if bb is not None and any(s < c.seq and _boxes_meet(bb, h) for s, h in zip(seqs, held)):
                 return None, "a constant is written over its regions after them"

@@ -35,9 +35,9 @@ def to_plan(recording, device="cpu"):
         dtype = p.src_dtype if device == "cuda" and p.src_dtype else p.dtype
         i = plan.param(p.name, dtype, list(p.plan_shape()), transposed=p.transposed,
                        fill="recorded")
-        for r in p.regions:
-            plan.region(i, r.tensor, list(r.src_start), list(r.src_count), list(r.dst_start),
-                        list(r.dst_count))
+        region = plan.region
+        for r in p.regions:   # the boxes are lists of ints already (Plan.region extends arrays)
+            region(i, r.tensor, r.src_start, r.src_count, r.dst_start, r.dst_count)
         for start, count in p.zeros:
             plan.zeros(i, list(start), list(count))
     for t in recording.fallback:
