@@ -4,8 +4,8 @@
 its projector) and kimi_k25_w4a16 (Kimi-K2.5: DeepSeek-V3's decoder with W4A16 routed experts, the
 quantization_config under text_config, and the BF16 MoonViT tower with its projector) loaded
 through shardload.Loader at tp = the world size, every byte of every parameter (by DLPack) equal
-to an independent numpy reference of vLLM's rules written here from docs/spec/ARCHITECTURES.md
-§24 and §18 and the layers vLLM builds:
+to an independent numpy reference of vLLM's rules written here from the layers vLLM builds and
+docs/spec/ARCHITECTURES.md §24 and §18:
 
   names        vLLM's hf_to_vllm_mapper: model.language_model. -> language_model.model.,
                lm_head. -> language_model.lm_head., model.visual. -> visual.,
