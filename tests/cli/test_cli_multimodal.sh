@@ -6,7 +6,9 @@
 # Python reading both files); `shardload load gemma3_mm --pp 2 --save-sharded` gives both stages the
 # tower, the embedding and the final norm, SigLIP's position embedding padded to 64 rows (the 4
 # real ones, then zeros); `--language-model-only` (and `--skip-vision`) loads the text model alone,
-# the tower's tensors counted as skipped. Needs SL_CLI, SL_FIXTURES, SL_MPIRUN and python3.
+# the tower's tensors counted as skipped; kimi_k25_w4a16 (W4A16 experts, BF16 MoonViT tower) at tp 2
+# with the tower and with --skip-vision, the summary's missing/unexpected/skipped counts.
+# Needs SL_CLI, SL_FIXTURES, SL_MPIRUN and python3.
 set -u
 
 fails=0
@@ -108,6 +110,26 @@ for opt in --language-model-only --skip-vision; do
     2>"$TMP/t.err" || fail "gemma3_mm $opt: $(tail -c 600 "$TMP/t.err")"
   contains "$TMP/t.err" "missing 0, unexpected 0, ignored 0, skipped $tower" ||
     fail "gemma3_mm $opt: the $tower tower tensors skipped: $(tail -c 400 "$TMP/t.err")"
+done
+
+# Kimi-K2.5 with W4A16 routed experts (quantization_config under text_config) and its BF16 MoonViT
+# tower: nothing missing with or without the tower; skipped: each routed expert's
+# gate_proj.weight_shape (vLLM keeps up_proj's in w13_weight_shape), plus the tower's tensors
+# with --skip-vision.
+K=$SL_FIXTURES/kimi_k25_w4a16
+kimi=$("$PY" -c "import sys, os; sys.path.insert(0, '$TMP'); from st import header
+names = [k for f in sorted(os.listdir('$K')) if f.endswith('.safetensors')
+         for k in header(os.path.join('$K', f))[0]]
+shape = sum(1 for k in names if '.mlp.experts.' in k and k.endswith('.gate_proj.weight_shape'))
+tower = sum(1 for k in names if k.startswith(('vision_tower.', 'mm_projector.')))
+print(shape, shape + tower)")
+for opt in "" --skip-vision; do
+  want=${kimi% *}
+  [ -n "$opt" ] && want=${kimi#* }
+  "$SL_MPIRUN" -np 2 "$SL_CLI" load "$K" --tp 2 $opt --progress never >"$TMP/k.out" \
+    2>"$TMP/k.err" || fail "kimi_k25_w4a16 tp 2 $opt: $(tail -c 600 "$TMP/k.err")"
+  contains "$TMP/k.err" "missing 0, unexpected 0, ignored 0, skipped $want;" ||
+    fail "kimi_k25_w4a16 tp 2 $opt: $want skipped: $(tail -c 400 "$TMP/k.err")"
 done
 
 if [ "$fails" -ne 0 ]; then

@@ -188,7 +188,9 @@ def qwen_cases(world):
 
 def mm_cases(world):
     """The multimodal wrappers with their vision towers (Qwen3-VL, Gemma-3 with SigLIP, with the
-    names of transformers 4.52+ and the first Gemma-3 checkpoints'), and vLLM built without its
+    names of transformers 4.52+ and the first Gemma-3 checkpoints', Kimi-K2.5 with W4A16 routed
+    experts and its BF16 MoonViT: the plugin converts the two weight_shape parameters of each
+    MoE layer), and vLLM built without its
     tower (--language-model-only, --limit-mm-per-prompt 0): the plugin sets skip_vision."""
     C = Case
     lmo = {"language_model_only": True}
@@ -199,13 +201,16 @@ def mm_cases(world):
                 C("gemma3_mm", "gemma3_mm", expect_skip_vision=False),
                 C("gemma3_mm_legacy vLLM's names", "gemma3_mm_legacy"),
                 C("gemma3_mm no images", "gemma3_mm", mm=no_images, expect_skip_vision=True),
+                C("kimi_k25_w4a16 W4A16 experts, BF16 MoonViT", "kimi_k25_w4a16", expect_skip_vision=False,
+                  expect_handed=4),
                 C("qwen3_vl data-parallel tower refused", "qwen3_vl", mm={"mm_encoder_tp_mode": "data"},
                   expect_error="mm_encoder_tp_mode 'data'")]
     if world == 2:
         return [C("qwen3_vl tp2", "qwen3_vl", tp=2), C("qwen3_vl pp2", "qwen3_vl", pp=2),
                 C("qwen3_vl tp2 language_model_only", "qwen3_vl", tp=2, mm=lmo, expect_skip_vision=True),
                 C("gemma3_mm tp2", "gemma3_mm", tp=2), C("gemma3_mm pp2", "gemma3_mm", pp=2),
-                C("gemma3_mm_legacy tp2", "gemma3_mm_legacy", tp=2)]
+                C("gemma3_mm_legacy tp2", "gemma3_mm_legacy", tp=2),
+                C("kimi_k25_w4a16 tp2", "kimi_k25_w4a16", tp=2, expect_handed=4)]
     if world == 4:
         return [C("qwen3_vl tp4", "qwen3_vl", tp=4), C("qwen3_vl tp2 pp2", "qwen3_vl", tp=2, pp=2),
                 C("gemma3_mm tp4", "gemma3_mm", tp=4), C("gemma3_mm tp2 pp2", "gemma3_mm", tp=2, pp=2)]

@@ -6,8 +6,8 @@ qwen3_5, qwen3_5_moe, qwen3_5_moe_text (gated DeltaNet layers; the Qwen3.5 wrapp
 tower), the pack-quantized and NVFP4 ones (ct_w4a16, ct_w4a16_g128, ct_w8a16, ct_nvfp4,
 modelopt_nvfp4, mixtral_w4a16, mixtral_modelopt), deepseek_v32 and glm5 (MLA + indexer + MoE, MTP
 layer), minimax_m2 (q/k norms over every head, router in float32), deepseek_v4 and deepseek_v4_fp8e
-(FP4 or FP8 experts, block fp8), qwen3_vl, gemma3_mm, gemma3_mm_legacy (multimodal wrappers with
-their vision towers), and variants:
+(FP4 or FP8 experts, block fp8), qwen3_vl, gemma3_mm, gemma3_mm_legacy, kimi_k25_w4a16 (multimodal
+wrappers with their vision towers; Kimi-K2.5 with W4A16 routed experts), and variants:
   mixtral_ng2  mixtral_f32 whose config.json declares n_group 2 (expert groups, as DeepSeek's
                does), so that round_robin expert placement is in effect in shardload and vLLM;
   llama_kv     llama_f32 with KV-cache scales under the checkpoint names FP8 checkpoints use
@@ -74,7 +74,7 @@ def main(out):
                  "qwen3_5", "qwen3_5_moe", "qwen3_5_moe_text", "ct_w4a16", "ct_w4a16_g128", "ct_w8a16",
                  "ct_nvfp4", "modelopt_nvfp4", "mixtral_w4a16", "mixtral_modelopt", "deepseek_v32",
                  "glm5", "minimax_m2", "deepseek_v4", "deepseek_v4_fp8e", "qwen3_vl", "gemma3_mm",
-                 "gemma3_mm_legacy", "deepseek_v3", "deepseek_v2_lite"):
+                 "gemma3_mm_legacy", "kimi_k25_w4a16", "deepseek_v3", "deepseek_v2_lite"):
         make(name, os.path.join(out, name))
     make("mixtral_f32", os.path.join(out, "mixtral_ng2"), "--set-config", "n_group=2")
     make("llama_f32", os.path.join(out, "llama_kv"), *sum((["--extra", n + ":F32:"] for n in KV), []))

@@ -39,7 +39,7 @@ class ModelConfig:
     """model: folder of the checkpoint; dtype: "auto" (config.json's torch_dtype) or a torch
     dtype or its name; hf_config: config.json as attributes (the text config for multimodal
     models is hf_config.text_config, as transformers gives it); quant_config_dict: its
-    quantization_config (or hf_quant_config.json's), quantization: its method; multimodal_config: a
+    quantization_config (else text_config's, else hf_quant_config.json's), quantization: its method; multimodal_config: a
     MultiModalConfig for a config.json with vision_config (a multimodal model), else None."""
     model: str = ""
     revision: Optional[str] = None
@@ -60,6 +60,8 @@ class ModelConfig:
         # ModelOpt's older releases keep the quantization config in hf_quant_config.json (vLLM's
         # get_config reads it when config.json has none); its producer names the method.
         quant = raw.get("quantization_config")
+        if quant is None:   # vLLM checks the text config too, for multimodal models (Kimi-K2.5)
+            quant = (raw.get("text_config") or {}).get("quantization_config")
         side = os.path.join(self.model, "hf_quant_config.json")
         if quant is None and os.path.isfile(side):
             with open(side) as f:

@@ -13,7 +13,7 @@ class _Registry:
         from .deepseek_mtp import DeepSeekMTP
         from .minimax_m2 import MiniMaxM2ForCausalLM
         from .deepseek_v4 import DeepseekV4ForCausalLM
-        from . import gemma3_mm, qwen3_5, qwen3_next, qwen3_vl
+        from . import gemma3_mm, kimi_k25, qwen3_5, qwen3_next, qwen3_vl
         from .internlm2 import InternLM2ForCausalLM
         from .starcoder2 import Starcoder2ForCausalLM
         from .loader_variants import (ArithLlamaForCausalLM, SparsityLlamaForCausalLM,
@@ -40,7 +40,8 @@ class _Registry:
                 "EagleLlamaForCausalLM": LlamaForCausalLM, "GptOssForCausalLM": GptOssForCausalLM,
                 "Llama4ForConditionalGeneration": Llama4ForConditionalGeneration,
                 "Qwen3VLForConditionalGeneration": qwen3_vl.Qwen3VLForConditionalGeneration,
-                "Gemma3ForConditionalGeneration": gemma3_mm.Gemma3ForConditionalGeneration}
+                "Gemma3ForConditionalGeneration": gemma3_mm.Gemma3ForConditionalGeneration,
+                "KimiK25ForConditionalGeneration": kimi_k25.KimiK25ForConditionalGeneration}
 
     def get_supported_archs(self):
         return list(self._classes())

@@ -27,6 +27,11 @@ GLM-5's config.json leaves out; DeepSeek-V2 configs say greedy); experts (FusedM
 n_group, EPLB and redundant experts from the parallel config); shared_experts (DeepseekV2MLP of
 moe_intermediate_size * n_shared_experts)}; the others a DeepseekV2MLP (gate_up_proj, down_proj).
 
+Quantization (vLLM's quant_config, layers/quantization): every linear of the attention and the
+MLPs and the routed experts are built with it, the router without; a compressed-tensors config
+(W4A16 routed experts, Kimi-K2-Thinking and K2.5) gives the layers it does not ignore their
+packed parameters; a method named only (block fp8) leaves them unquantized here, as before.
+
 Loading (DeepseekV2Model.load_weights): rotary_emb.inv_freq, the MTP layers
 (get_spec_layer_idx_from_weight_name: model.layers.{L + k}. for k < num_nextn_predict_layers) and
 the indexer tensors of layers built without one skipped; stacked mapping (gate_up_proj,
@@ -50,6 +55,7 @@ from vllm.model_executor.layers.fused_moe import FusedMoE
 from vllm.model_executor.layers.layernorm import LayerNorm, RMSNorm
 from vllm.model_executor.layers.linear import (ColumnParallelLinear, MergedColumnParallelLinear,
                                                ReplicatedLinear, RowParallelLinear)
+from vllm.model_executor.layers.quantization import get_quant_config
 from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead, VocabParallelEmbedding
 from vllm.model_executor.model_loader.weight_utils import default_weight_loader
 
@@ -58,16 +64,16 @@ from .utils import PPMissingLayer, is_pp_missing_parameter, make_layers
 
 
 class DeepseekV2MLP(torch.nn.Module):
-    def __init__(self, hidden_size, intermediate_size, prefix=""):
+    def __init__(self, hidden_size, intermediate_size, prefix="", quant_config=None):
         super().__init__()
         self.gate_up_proj = MergedColumnParallelLinear(hidden_size, [intermediate_size] * 2, bias=False,
-                                                       prefix=prefix + ".gate_up_proj")
-        self.down_proj = RowParallelLinear(intermediate_size, hidden_size, bias=False,
+                                                       quant_config=quant_config, prefix=prefix + ".gate_up_proj")
+        self.down_proj = RowParallelLinear(intermediate_size, hidden_size, bias=False, quant_config=quant_config,
                                            prefix=prefix + ".down_proj")
 
 
 class DeepseekV2MoE(torch.nn.Module):
-    def __init__(self, config, prefix=""):
+    def __init__(self, config, prefix="", quant_config=None):
         super().__init__()
         parallel = get_current_vllm_config().parallel_config
         E, H = config.n_routed_experts, config.hidden_size
@@ -78,12 +84,13 @@ class DeepseekV2MoE(torch.nn.Module):
         else:
             self.gate.e_score_correction_bias = None
         self.experts = FusedMoE(E, config.num_experts_per_tok, H, config.moe_intermediate_size,
-                                prefix=prefix + ".experts", num_expert_group=_get(config, "n_group", 1),
+                                quant_config=quant_config, prefix=prefix + ".experts",
+                                num_expert_group=_get(config, "n_group", 1),
                                 enable_eplb=parallel.enable_eplb,
                                 num_redundant_experts=parallel.eplb_config.num_redundant_experts)
         shared = _get(config, "n_shared_experts")
         self.shared_experts = DeepseekV2MLP(H, config.moe_intermediate_size * shared,
-                                            prefix + ".shared_experts") if shared else None
+                                            prefix + ".shared_experts", quant_config) if shared else None
 
 
 class Indexer(torch.nn.Module):
@@ -119,18 +126,20 @@ class DeepseekV2MLAAttention(torch.nn.Module):
         self.qk_head_dim = nope + rope
         if q_lora is not None:
             self.fused_qkv_a_proj = MergedColumnParallelLinear(H, [q_lora, kv_lora + rope], bias=False,
-                                                               disable_tp=True,
+                                                               disable_tp=True, quant_config=quant_config,
                                                                prefix=prefix + ".fused_qkv_a_proj")
             self.q_a_layernorm = RMSNorm(q_lora, eps)
             self.q_b_proj = ColumnParallelLinear(q_lora, heads * self.qk_head_dim, bias=False,
-                                                 prefix=prefix + ".q_b_proj")
+                                                 quant_config=quant_config, prefix=prefix + ".q_b_proj")
         else:
-            self.kv_a_proj_with_mqa = ReplicatedLinear(H, kv_lora + rope, bias=False,
+            self.kv_a_proj_with_mqa = ReplicatedLinear(H, kv_lora + rope, bias=False, quant_config=quant_config,
                                                        prefix=prefix + ".kv_a_proj_with_mqa")
-            self.q_proj = ColumnParallelLinear(H, heads * self.qk_head_dim, bias=False, prefix=prefix + ".q_proj")
+            self.q_proj = ColumnParallelLinear(H, heads * self.qk_head_dim, bias=False, quant_config=quant_config,
+                                               prefix=prefix + ".q_proj")
         self.kv_a_layernorm = RMSNorm(kv_lora, eps)
-        self.kv_b_proj = ColumnParallelLinear(kv_lora, heads * (nope + v), bias=False, prefix=prefix + ".kv_b_proj")
-        self.o_proj = RowParallelLinear(heads * v, H, bias=False, prefix=prefix + ".o_proj")
+        self.kv_b_proj = ColumnParallelLinear(kv_lora, heads * (nope + v), bias=False, quant_config=quant_config,
+                                              prefix=prefix + ".kv_b_proj")
+        self.o_proj = RowParallelLinear(heads * v, H, bias=False, quant_config=quant_config, prefix=prefix + ".o_proj")
         local = heads // self.kv_b_proj.tp_size
         self.attn = Attention(local, self.qk_head_dim, self.qk_head_dim ** -0.5, num_kv_heads=local,
                               quant_config=quant_config, prefix=prefix + ".attn")
@@ -147,8 +156,8 @@ class DeepseekV2DecoderLayer(torch.nn.Module):
         moe = _get(config, "n_routed_experts") is not None and \
             layer >= _get(config, "first_k_dense_replace", 0) and \
             layer % _get(config, "moe_layer_freq", 1) == 0
-        self.mlp = DeepseekV2MoE(config, prefix + ".mlp") if moe else \
-            DeepseekV2MLP(config.hidden_size, config.intermediate_size, prefix + ".mlp")
+        self.mlp = DeepseekV2MoE(config, prefix + ".mlp", quant_config) if moe else \
+            DeepseekV2MLP(config.hidden_size, config.intermediate_size, prefix + ".mlp", quant_config)
         self.input_layernorm = RMSNorm(config.hidden_size, eps)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, eps)
 
@@ -228,6 +237,9 @@ def load_one(model, params, name, w, experts):
 
 
 class DeepseekV2ForCausalLM(torch.nn.Module):
+    packed_modules_mapping = {"gate_up_proj": ["gate_proj", "up_proj"],
+                              "fused_qkv_a_proj": ["q_a_proj", "kv_a_proj_with_mqa"]}
+
     def __init__(self, vllm_config, prefix=""):
         super().__init__()
         config = vllm_config.model_config.hf_config
@@ -235,7 +247,7 @@ class DeepseekV2ForCausalLM(torch.nn.Module):
         self.tied = False
         # Read while the model is built: vLLM 0.10.2-0.13 leave the current config unset later.
         self.num_redundant_experts = vllm_config.parallel_config.eplb_config.num_redundant_experts
-        self.model = DeepseekV2Model(config, vllm_config.model_config.quantization)
+        self.model = DeepseekV2Model(config, get_quant_config(vllm_config.model_config, self.packed_modules_mapping))
         self.lm_head = ParallelLMHead(config.vocab_size, config.hidden_size) \
             if get_pp_group().is_last_rank else PPMissingLayer()
 
