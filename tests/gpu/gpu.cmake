@@ -47,7 +47,7 @@ set_tests_properties(cli_no_cuda PROPERTIES TIMEOUT 180)
 # shardload.torch gives the loader the GPU of the module's parameters (cuda_device).
 add_test(NAME python_torch_device COMMAND /usr/bin/python3 ${_sl_gpu_dir}/test_torch_device.py)
 set_tests_properties(python_torch_device PROPERTIES LABELS "python;unit" TIMEOUT 60 SKIP_RETURN_CODE 77
-  ENVIRONMENT "${SL_TEST_ENV};PYTHONPATH=${PROJECT_SOURCE_DIR}/python;SHARDLOAD_LIBRARY=$<TARGET_FILE:shardload>")
+  ENVIRONMENT "${SL_TEST_ENV};${SL_PY_LIBRARY_ENV};PYTHONPATH=${PROJECT_SOURCE_DIR}/python;SHARDLOAD_LIBRARY=$<TARGET_FILE:shardload>")
 
 if(SL_HAVE_CUDA)
   sl_gpu_exe(test_cuda_logic)
