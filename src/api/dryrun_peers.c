@@ -156,22 +156,13 @@ const char *sl_dryrun_peers_json(sl_dryrun_peers *d) {
     relayed += d->pp.msgs[m].relay ? d->pp.msgs[m].nbytes : 0;
   }
   const sl__peer_model *pm = &d->model;
-  sl__buf_appendf(
-      b,
-      ",\"messages\":%zu,\"largest_message_bytes\":%llu,\"bytes_transferred\":%llu,\"bytes_relayed\":%llu,"
-      "\"bytes_read\":0,\"prediction\":{\"network_gbps_per_node\":%g,\"local_gbps\":%g,\"ranks_per_node\":%u,"
-      "\"nodes\":%u,\"network_seconds\":%.6f,\"relay_seconds\":%.6f,\"predicted_seconds\":%.6f},\"nodes\":[",
-      d->pp.n_msgs, (unsigned long long)d->pp.max_msg, (unsigned long long)total, (unsigned long long)relayed,
-      d->network_gbps, SL_PEER_LOCAL_GBPS, d->ranks_per_node, d->n_nodes, pm->network_s, pm->relay_s,
-      pm->predicted_s);
-  for (uint32_t n = 0; n < d->n_nodes; n++)
-    sl__buf_appendf(
-        b,
-        "%s{\"node\":%u,\"bytes_network_in\":%llu,\"bytes_network_out\":%llu,\"bytes_relayed\":%llu,"
-        "\"predicted_seconds\":%.6f}",
-        n > 0 ? "," : "", n, (unsigned long long)pm->net_in[n], (unsigned long long)pm->net_out[n],
-        (unsigned long long)pm->relayed[n], pm->node_s[n]);
-  sl__buf_appendf(b, "],\"ranks\":[");
+  sl__buf_appendf(b,
+                  ",\"messages\":%zu,\"largest_message_bytes\":%llu,\"bytes_transferred\":%llu,"
+                  "\"bytes_relayed\":%llu,\"bytes_read\":0,",
+                  d->pp.n_msgs, (unsigned long long)d->pp.max_msg, (unsigned long long)total,
+                  (unsigned long long)relayed);
+  sl__peer_model_json(b, pm, d->ranks_per_node);
+  sl__buf_appendf(b, ",\"ranks\":[");
   for (uint32_t k = 0; k < world; k++)
     sl__buf_appendf(b,
                     "%s{\"rank\":%u,\"role\":\"%s\",\"side_rank\":%u,\"node\":%u,\"bytes_needed\":%llu,"

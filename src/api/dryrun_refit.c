@@ -167,20 +167,8 @@ const char *sl_dryrun_refit_json(sl_dryrun_refit *d) {
       o->enable_ep ? "true" : "false", d->pp.n_parts, d->pp.n_msgs, (unsigned long long)d->pp.max_msg,
       (unsigned long long)sum_msgs(&d->pp, false), (unsigned long long)sum_msgs(&d->pp, true));
   const sl__peer_model *pm = &d->model;
-  sl__buf_appendf(
-      b,
-      "\"prediction\":{\"network_gbps_per_node\":%g,\"local_gbps\":%g,\"ranks_per_node\":%u,\"nodes\":%u,"
-      "\"network_seconds\":%.6f,\"relay_seconds\":%.6f,\"predicted_seconds\":%.6f},\"nodes\":[",
-      d->network_gbps, SL_PEER_LOCAL_GBPS, d->ranks_per_node, d->n_nodes, pm->network_s, pm->relay_s,
-      pm->predicted_s);
-  for (uint32_t n = 0; n < d->n_nodes; n++)
-    sl__buf_appendf(
-        b,
-        "%s{\"node\":%u,\"bytes_network_in\":%llu,\"bytes_network_out\":%llu,\"bytes_relayed\":%llu,"
-        "\"predicted_seconds\":%.6f}",
-        n > 0 ? "," : "", n, (unsigned long long)pm->net_in[n], (unsigned long long)pm->net_out[n],
-        (unsigned long long)pm->relayed[n], pm->node_s[n]);
-  sl__buf_appendf(b, "],\"ranks\":[");
+  sl__peer_model_json(b, pm, d->ranks_per_node);
+  sl__buf_appendf(b, ",\"ranks\":[");
   for (uint32_t k = 0; k < d->trainers + d->receivers; k++)
     sl__buf_appendf(b,
                     "%s{\"rank\":%u,\"role\":\"%s\",\"side_rank\":%u,\"node\":%u,\"bytes_held\":%llu,"

@@ -6,6 +6,8 @@
  */
 #include "plan/peers.h"
 
+#include "base/util.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -57,4 +59,21 @@ sl_status sl__peer_model_build(const sl__peer_plan *pp, const uint32_t *node_of,
   }
   out->predicted_s = out->network_s + out->relay_s;
   return SL_STATUS_OK;
+}
+
+void sl__peer_model_json(struct sl__buf *b, const sl__peer_model *m, uint32_t ranks_per_node) {
+  sl__buf_appendf(b,
+                  "\"prediction\":{\"network_gbps_per_node\":%g,\"local_gbps\":%g,\"ranks_per_node\":%u,"
+                  "\"nodes\":%u,\"network_seconds\":%.6f,\"relay_seconds\":%.6f,\"predicted_seconds\":%.6f},"
+                  "\"nodes\":[",
+                  m->network_gbps, SL_PEER_LOCAL_GBPS, ranks_per_node, m->n_nodes, m->network_s, m->relay_s,
+                  m->predicted_s);
+  for (uint32_t n = 0; n < m->n_nodes; n++)
+    sl__buf_appendf(
+        b,
+        "%s{\"node\":%u,\"bytes_network_in\":%llu,\"bytes_network_out\":%llu,\"bytes_relayed\":%llu,"
+        "\"predicted_seconds\":%.6f}",
+        n > 0 ? "," : "", n, (unsigned long long)m->net_in[n], (unsigned long long)m->net_out[n],
+        (unsigned long long)m->relayed[n], m->node_s[n]);
+  sl__buf_appendf(b, "]");
 }

@@ -122,5 +122,9 @@ typedef struct sl__peer_model {
 sl_status sl__peer_model_build(const sl__peer_plan *pp, const uint32_t *node_of, uint32_t n_nodes,
                                double network_gbps, sl__peer_model *out, sl__err *err);
 void sl__peer_model_free(sl__peer_model *m);
+/* Model m as the dry runs' JSON members "prediction":{...},"nodes":[...] (a load from peers' and a
+ * refit's alike), appended to b; ranks_per_node as the dry run was given it. */
+struct sl__buf;
+void sl__peer_model_json(struct sl__buf *b, const sl__peer_model *m, uint32_t ranks_per_node);
 
 #endif
