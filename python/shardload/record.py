@@ -44,7 +44,7 @@ from . import record_geometry as geom
 from .record_ops import (CONVERT, COPIES, DATA, DERIVED, DEVICE, EXTRACT, NAMES,  # noqa: F401
                          OPS, PARAM, PVIEW, QUERY, REF, SCALAR_TYPES, TEXT, VIEW, WRITE, Tracked,
                          adopt, base_of, category, conversion_dtype, conversion_ok, flatten,
-                         has_tensor, op_entry, op_name, param_class, simple_box, storage_key,
+                         has_tensor, op_entry, op_name, param_class, shape_of, simple_box, storage_key,
                          torch_dtype, tree_map, wrap)
 from .record_plan import NO_ORIGINS, Event, finish
 
@@ -280,22 +280,28 @@ class Recorder:
 
     # dispatch --------------------------------------------------------------------------------
 
+    def copy(self, func, dst, src):
+        """dst.copy_(src) of a tracked dst (record_ops.py calls it for the method)."""
+        kind = dst._sl_kind
+        if (kind == PVIEW or kind == PARAM) and getattr(src, "_sl_kind", None) == REF and \
+                dst._sl_info.contiguous and not getattr(dst, "_sl_raw", False):
+            # param.copy_(stand-in view), the write of nearly every region: what _write,
+            # _param_write and _value_write do for it, inline
+            info = dst._sl_info
+            self.seq += 1
+            g = self._geometry(info, dst)
+            if g is not None:
+                self._region(info, g, src)
+            return dst
+        return self._write("copy_", dst, (dst, src), {})
+
     def dispatch(self, func, args, kwargs):
         entry = OPS.get(func)
         name, cat = entry if entry is not None else op_entry(func)
         first = args[0] if args else None
         kind = getattr(first, "_sl_kind", None)
-        if name == "copy_" and (kind == PVIEW or kind == PARAM) and len(args) == 2 and \
-                not kwargs and getattr(args[1], "_sl_kind", None) == REF and \
-                first._sl_info.contiguous and not getattr(first, "_sl_raw", False):
-            # param.copy_(stand-in view), the write of nearly every region: what _write,
-            # _param_write and _value_write do for it, inline
-            info = first._sl_info
-            self.seq += 1
-            g = self._geometry(info, first)
-            if g is not None:
-                self._region(info, g, args[1])
-            return first
+        if name == "copy_" and kind is not None and len(args) == 2 and not kwargs:
+            return self.copy(func, first, args[1])
         if cat == VIEW and kind is not None and kind != DERIVED and _plain_args(args, kwargs):
             with _DISABLED():   # the most frequent op: inline
                 out = func(*args, **kwargs)
@@ -312,7 +318,7 @@ class Recorder:
     def view_result(self, func, args, out):
         """The result of a view op on tracked args[0] (Tracked.__torch_function__ ran it) that is
         not one plain tensor viewing it: each tensor in it classified."""
-        name = OPS[func][0]
+        name = op_entry(func)[0]
         first = args[0]
         kind = first._sl_kind
         return tree_map(lambda o: self._view_result(o, first, kind, name), out)
@@ -434,7 +440,7 @@ class Recorder:
 
     def _geometry(self, info, view):
         with _DISABLED():
-            g = (view.storage_offset() - info.base, tuple(view.shape), tuple(view.stride()))
+            g = (view.storage_offset() - info.base, tuple(shape_of(view)), view.stride())
         walk = _EXTENTS.get((g[1], g[2]))
         if walk is None:
             walk = _EXTENTS[(g[1], g[2])] = _extent(g[1], g[2])
@@ -521,7 +527,7 @@ class Recorder:
         """A copy of stand-in `value` into view g of parameter info: a region event, or a
         fallback event when the copy cannot be a set of boxes."""
         with _DISABLED():
-            offset, sizes, strides = value.storage_offset(), value.shape, value.stride()
+            offset, sizes, strides = value.storage_offset(), tuple(shape_of(value)), value.stride()
             dtype = value.dtype
         src = value._sl_info
         root = src.root

@@ -48,6 +48,31 @@ _SCALARS = (int, float, bool, slice, type(None), type(Ellipsis), torch.dtype, to
 SCALAR_TYPES = frozenset(_SCALARS)
 
 
+def _view(hook, func, args):
+    """A view op on tracked args[0] (not DERIVED) with scalar arguments, as the Recorder's
+    dispatch would answer it: a view with the input's dtype adopts its tracking; anything else
+    is classified by the Recorder."""
+    first = args[0]
+    kind = first._sl_kind
+    with _DISABLED():
+        out = func(*args)
+    if type(out) is torch.Tensor:
+        base = first if kind == PARAM else first._sl_base
+        info = first._sl_info
+        if out._base is base and out.dtype == info.dtype:
+            if kind == PARAM:
+                return adopt(out, PVIEW, base, info, info.name)
+            return adopt(out, kind, base, info, first._sl_what)
+    return hook.__self__.view_result(func, args, out)
+
+
+def _param_data(param):
+    """param.data of a parameter being recorded: an alias of its memory, watched."""
+    with _DISABLED():
+        alias = param.detach()
+    return wrap(alias, PVIEW, alias, param._sl_info, param._sl_info.name)
+
+
 class Tracked(torch.Tensor):
     """See the module docstring. Every op on one goes through the active Recorder."""
 
@@ -79,25 +104,88 @@ class Tracked(torch.Tensor):
                 for a in args[1:]:
                     if type(a) not in SCALAR_TYPES:
                         return hook(func, args, {})
-                with _DISABLED():
-                    out = func(*args)
-                if type(out) is torch.Tensor:
-                    base = first if kind == PARAM else first._sl_base
-                    info = first._sl_info
-                    if out._base is base and out.dtype == info.dtype:
-                        if kind == PARAM:
-                            return adopt(out, PVIEW, base, info, info.name)
-                        return adopt(out, kind, base, info, first._sl_what)
-                return hook.__self__.view_result(func, args, out)
+                return _view(hook, func, args)
         elif cat == DATA and len(args) == 1 and getattr(args[0], "_sl_kind", None) == PARAM:
-            first = args[0]   # param.data: an alias of the parameter's memory, watched
-            with _DISABLED():
-                alias = first.detach()
-            return wrap(alias, PVIEW, alias, first._sl_info, first._sl_info.name)
+            return _param_data(args[0])
         return hook(func, args, {})
 
     def __repr__(self):
         return "<shardload stand-in %s %s>" % (getattr(self, "_sl_what", "?"), list(self.shape))
+
+
+# The ops a weight loader runs on nearly every checkpoint tensor (an expert's: dim, the
+# parameter's .data, indexing, .shape, narrow on both sides, copy_) as methods of the tracked
+# classes: Python finds them before torch's own, which skips torch's __torch_function__ protocol
+# (about a microsecond and a half per op; a DeepSeek-V3-sized model runs 300,000 of them). Each
+# answers exactly as __torch_function__ above would, and hands anything else to it.
+_TF = Tracked.__dict__["__torch_function__"].__func__
+_TENSOR = torch._C._TensorBase
+_SHAPE = _TENSOR.shape
+shape_of = _SHAPE.__get__   # a tensor's shape where torch functions are disabled
+_DATA = _TENSOR.data
+
+
+def _generic(func, args, kwargs=None):
+    return _TF(Tracked, func, (Tracked,), args, kwargs)
+
+
+def _view_method(func):
+    def method(self, *args, **kwargs):
+        hook = Tracked._hook
+        if hook is None or kwargs or self._sl_kind == DERIVED:
+            return _generic(func, (self,) + args, kwargs)
+        for a in args:
+            if type(a) not in SCALAR_TYPES:
+                return hook(func, (self,) + args, {})
+        return _view(hook, func, (self,) + args)
+    method.__name__ = func.__name__
+    return method
+
+
+def _query_method(func):
+    def method(self, *args):
+        if not args or (len(args) == 1 and type(args[0]) is int):
+            with _DISABLED():
+                return func(self, *args)
+        return _generic(func, (self,) + args)
+    method.__name__ = func.__name__
+    return method
+
+
+def _shape(self):
+    with _DISABLED():
+        return _SHAPE.__get__(self)
+
+
+def _copy_(self, src, *args, **kwargs):
+    hook = Tracked._hook
+    if hook is None or kwargs or args:
+        return _generic(_TENSOR.copy_, (self, src) + args, kwargs)
+    return hook.__self__.copy(_TENSOR.copy_, self, src)
+
+
+def _tracked_data(self):
+    if Tracked._hook is None:
+        return _generic(_DATA.__get__, (self,))
+    return self   # the same values and geometry (what the Recorder's dispatch answers)
+
+
+def _param_data_get(self):
+    if Tracked._hook is None:
+        return _generic(_DATA.__get__, (self,))
+    return _param_data(self)
+
+
+def _data_set(self, value):
+    _generic(_DATA.__set__, (self, value))
+
+
+_METHODS = {"narrow": _view_method(_TENSOR.narrow), "__getitem__": _view_method(_TENSOR.__getitem__),
+            "dim": _query_method(_TENSOR.dim), "size": _query_method(_TENSOR.size),
+            "shape": property(_shape), "copy_": _copy_}
+for _name, _method in _METHODS.items():
+    setattr(Tracked, _name, _method)
+Tracked.data = property(_tracked_data, _data_set)
 
 
 _PARAM_CLASSES = {}
@@ -107,9 +195,9 @@ def param_class(base):
     """A subclass of a parameter's class with the recording hook (swapped in while recording)."""
     cls = _PARAM_CLASSES.get(base)
     if cls is None:
-        cls = type("Recording" + base.__name__, (base,),
-                   {"__torch_function__": Tracked.__dict__["__torch_function__"],
-                    "_sl_kind": PARAM})
+        attrs = dict(_METHODS, __torch_function__=Tracked.__dict__["__torch_function__"],
+                     _sl_kind=PARAM, data=property(_param_data_get, _data_set))
+        cls = type("Recording" + base.__name__, (base,), attrs)
         _PARAM_CLASSES[base] = cls
     return cls
 
