@@ -37,6 +37,7 @@ import gc
 import math
 import sys
 import time
+import weakref
 
 import torch
 
@@ -83,7 +84,9 @@ class RecordError(Exception):
 
 
 class _Root:
-    """A checkpoint tensor's stand-in: `meta` is the base of every view of it."""
+    """A checkpoint tensor's stand-in: `meta` is a weak reference to the base of every view of
+    it (alive while the loader or the model holds a view: the stand-ins of the tensors already
+    loaded are freed as the load goes)."""
     __slots__ = ("name", "index", "shape", "dtype", "sdtype", "meta")
 
     @property
@@ -152,10 +155,12 @@ class Recorder:
             if proto is None:
                 proto = protos[t.dtype] = torch.empty(0, dtype=torch_dtype(t.dtype), device="meta")
             root.dtype = proto.dtype
-            root.meta = proto.new_empty(root.shape)
+            meta = proto.new_empty(root.shape)
+            root.meta = weakref.ref(meta)
             self.roots.append(root)
             self.current = t.name
-            yield t.name, wrap(root.meta, REF, root.meta, root, t.name)
+            yield t.name, wrap(meta, REF, meta, root, t.name)
+            del meta
         self.current = None
 
     def run(self):
@@ -187,7 +192,7 @@ class Recorder:
         """A stand-in the model still references after load_weights (its views hold their base
         alive) must be real: its tensor falls back."""
         def kept():
-            return [r for r in self.roots if sys.getrefcount(r.meta) > 2] + \
+            return [r for r in self.roots if r.meta() is not None] + \
                 [x.root for x in self.layers if sys.getrefcount(x.keep) > 2]
         if kept():
             gc.collect()
