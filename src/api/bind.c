@@ -20,24 +20,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The planned dtype of local parameter i: the cast array's, else the table's (which only a
- * conversion changes, after creating the array). */
-static sl__dtype planned_dtype(const sl__loader_view *v, size_t i) {
-  if (v->store->cast != NULL)
-    return v->store->cast[i].from;
-  sl__dtype dt = SL_DT_COUNT;
-  const char *name = v->store->table[i].dtype;
-  if (name == NULL || !sl__dtype_parse(name, strlen(name), &dt))
-    return SL_DT_COUNT;
-  return dt;
+/* The dtype local parameter i is held in when bound with sl_loader_bind (sl__mparam.held_dtype: its
+ * sources', or the planned conversion's). */
+static sl__dtype held_dtype(const sl__loader_view *v, size_t i) {
+  return v->model->params[v->plan->lparams[i].mparam].held_dtype;
 }
 
-/* The dtype local parameter i is held in when bound with sl_loader_bind (sl__mparam.held_dtype: its
- * sources', or the planned conversion's); without a model (unit tests), the planned dtype. */
-static sl__dtype held_dtype(const sl__loader_view *v, size_t i) {
-  if (v->model == NULL)
-    return planned_dtype(v, i);
-  return v->model->params[v->plan->lparams[i].mparam].held_dtype;
+/* The planned dtype of local parameter i: the cast array's, else its held dtype (without the
+ * array no parameter is converted: the held dtype is its sources'). */
+static sl__dtype planned_dtype(const sl__loader_view *v, size_t i) {
+  return v->store->cast != NULL ? v->store->cast[i].from : held_dtype(v, i);
 }
 
 /* The bytes parameter i's copies address: its size in its sources' dtype (the held size when it

@@ -48,7 +48,7 @@ typedef struct sl__loader_view {
   bool loaded;  /* sl_loader_load succeeded */
   const sl__rank_plan *plan;
   const sl__catalog *cat;
-  const sl__model *model; /* the plan's parameters (held dtypes); NULL: each held as planned */
+  const sl__model *model; /* the plan's parameters (their dtypes: sources' and held) */
   bool cuda;              /* device=cuda: parameters are device memory */
 } sl__loader_view;
 

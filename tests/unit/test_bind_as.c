@@ -24,6 +24,8 @@ typedef struct fake {
   void *ptr[N];
   bool bound[N];
   bool mapped[N];
+  sl__mparam mparams[N]; /* each parameter held in its sources' dtype */
+  sl__model model;
   sl__param_store store; /* over the arrays above */
   sl__err err;
   sl__loader_view v;
@@ -33,8 +35,11 @@ static void make(fake *f, bool cuda) {
   memset(f, 0, sizeof *f);
   static const char *const names[N] = {"w", "tied", "q", "big"};
   static const char *const dtypes[N] = {"BF16", "BF16", "F8_E4M3", "BF16"};
+  static const sl__dtype ids[N] = {SL_DT_BF16, SL_DT_BF16, SL_DT_F8_E4M3, SL_DT_BF16};
   static const uint64_t nbytes[N] = {12, 12, 4, 1ull << 63};
   for (int i = 0; i < N; i++) {
+    f->mparams[i] = (sl__mparam){.dtype = ids[i], .held_dtype = ids[i], .alias_of = SL_NONE};
+    f->lparams[i].mparam = (uint32_t)i;
     f->lparams[i].nbytes = nbytes[i];
     f->lparams[i].alias_of = i == TIED ? W : SL_NONE;
     f->table[i] = (sl_param){.name = names[i],
@@ -48,8 +53,13 @@ static void make(fake *f, bool cuda) {
   f->plan = (sl__rank_plan){.n_lparams = N, .lparams = f->lparams, .n_copies = 1, .copies = f->copies};
   f->store =
       (sl__param_store){.table = f->table, .param_ptr = f->ptr, .bound = f->bound, .mapped = f->mapped};
-  f->v =
-      (sl__loader_view){.store = &f->store, .err = &f->err, .planned = true, .plan = &f->plan, .cuda = cuda};
+  f->model = (sl__model){.n_params = N, .params = f->mparams};
+  f->v = (sl__loader_view){.store = &f->store,
+                           .err = &f->err,
+                           .planned = true,
+                           .plan = &f->plan,
+                           .model = &f->model,
+                           .cuda = cuda};
 }
 
 static sl_status bind_as(fake *f, const char *name, void *data, uint64_t nbytes, sl_dtype dtype) {
