@@ -64,6 +64,9 @@ from .loader import Loader, _torch_dtypes, sources_dtype
 # scales: the buffers every attention layer registers, the parameters FP8 checkpoints add; the
 # group indices vLLM's WNA16 MoE methods create for activation ordering, which checkpoints
 # without it do not hold).
+__all__ = ["KEPT_DEFAULTS", "module_tensors", "kept_default", "open_loader", "load_into", "refit_into",
+           "refit_loader", "refit_close"]
+
 KEPT_DEFAULTS = frozenset(["_k_scale", "_v_scale", "_q_scale", "_prob_scale",
                            "k_scale", "v_scale", "q_scale", "prob_scale",
                            "w13_weight_g_idx", "w2_weight_g_idx", "w13_g_idx_sort_indices",

@@ -6,6 +6,7 @@ type-checked, never run: every call here must type-check with no error and no im
 from typing import Any, Dict, List, Optional, Sequence, Type
 
 import shardload
+import shardload.torch
 
 
 def on_progress(done: int, total: int) -> None:
@@ -56,6 +57,25 @@ def described(model: str) -> int:
     except shardload.PlanError as e:
         print(e.message)
     return len(plan) + plan.regions + len(run.summary) + len(run["ranks"])
+
+
+def into_module(module: Any, model: str, group: Any) -> int:
+    def keep(name: str) -> bool:
+        return shardload.torch.kept_default(name) or name.endswith(".bias")
+
+    def refuse(plan: List[Any]) -> Optional[str]:
+        return None if plan else "an empty plan"
+
+    missing, unexpected = shardload.torch.load_into(module, model, group=group, strict=False, kept=keep,
+                                                    check=refuse, filled=["rotary.inv_freq"], refit=True,
+                                                    tp=2)
+    report = shardload.torch.refit_into(module, 1, group=group)
+    kept: Optional[shardload.Loader] = shardload.torch.refit_loader(module)
+    moved: int = 0 if report is None else int(report.get("bytes_transferred", 0))
+    shardload.torch.refit_close(module)
+    tensors: Dict[str, Any] = shardload.torch.module_tensors(module)
+    return len(missing) + len(unexpected) + moved + len(tensors) + (kept is not None) + \
+        len(shardload.torch.KEPT_DEFAULTS)
 
 
 def classify(e: shardload.Error) -> str:

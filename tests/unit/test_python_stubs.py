@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
-"""test_python_stubs -- python/shardload/__init__.pyi describes the package as it runs.
+"""test_python_stubs -- python/shardload/__init__.pyi describes the package as it runs, and
+python/shardload/torch.pyi the module shardload.torch.
 
-Imports shardload (the build's library through SHARDLOAD_LIBRARY) and reads the stub with `ast`:
-  1. every name the package exports (shardload.__all__, __version__) has a stub entry, and every
-     public name of the stub exists in the package;
+Imports shardload (the build's library through SHARDLOAD_LIBRARY) and shardload.torch (Debian's
+python3 has torch), and reads each stub with `ast`:
+  1. every name the module exports (its __all__, and the package's __version__) has a stub entry,
+     and every public name of the stub exists in the module;
   2. each function's parameters agree: names, kinds (positional, *args, keyword-only, **kwargs) and
      which have a default (inspect.signature against the stub's `def`);
   3. each class: the same base classes by name; every public method, property and class attribute
@@ -24,9 +26,12 @@ import sys
 sys.dont_write_bytecode = True
 ROOT = os.environ.get("SL_SOURCE_DIR") or os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
-STUB = os.path.join(ROOT, "python", "shardload", "__init__.pyi")
 sys.path.insert(0, os.path.join(ROOT, "python"))
 import shardload  # noqa: E402
+import shardload.torch  # noqa: E402
+
+STUBS = [(shardload, os.path.join(ROOT, "python", "shardload", "__init__.pyi"), {"__version__"}),
+         (shardload.torch, os.path.join(ROOT, "python", "shardload", "torch.pyi"), set())]
 
 # Dunder methods that are part of a class's interface (others, such as __del__ and __repr__, are not
 # typed separately: object has them).
@@ -174,22 +179,24 @@ def check_class(stub, name, node, cls):
                             "assigns" % (name, m))
 
 
-def main():
-    with open(STUB, encoding="utf-8") as f:
-        tree = ast.parse(f.read(), STUB)
+def check_module(module, path, extra):
+    """The checks above for one module and its stub; returns how many names it exports."""
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read(), path)
     stub = entries(tree.body)
-    exported = set(shardload.__all__) | {"__version__"}
+    exported = set(module.__all__) | extra
+    rel = os.path.relpath(path, ROOT)
     for name in sorted(exported):
         if name not in stub:
-            problems.append("%s: exported by the package, not in python/shardload/__init__.pyi (add `%s`)"
-                            % (name, suggestion(name, getattr(shardload, name))))
+            problems.append("%s: exported by %s, not in %s (add `%s`)"
+                            % (name, module.__name__, rel, suggestion(name, getattr(module, name))))
     for name, node in sorted(stub.items()):
-        if name.startswith("_") and name != "__version__":
-            continue  # the stub's own type aliases
+        if name.startswith("_") and name not in extra:
+            continue  # the stub's own type aliases (and __all__)
         if name not in exported:
-            problems.append("%s: in the stub, not exported by the package (shardload.__all__)" % name)
+            problems.append("%s: in %s, not exported by %s (its __all__)" % (name, rel, module.__name__))
             continue
-        value = getattr(shardload, name)
+        value = getattr(module, name)
         if isinstance(node, ast.ClassDef):
             if not inspect.isclass(value):
                 problems.append("%s: a class in the stub, a %s in the package" % (name, type(value).__name__))
@@ -202,10 +209,15 @@ def main():
                 check_function(name, node, value)
         elif inspect.isclass(value) or inspect.isfunction(value):
             problems.append("%s: an attribute in the stub, a %s in the package" % (name, type(value).__name__))
+    return len(exported)
+
+
+def main():
+    names = sum(check_module(module, path, extra) for module, path, extra in STUBS)
     for p in problems:
         print(p)
     print("%d problem(s) in the type stubs" % len(problems) if problems else
-          "type stubs: %d names, every check holds" % len(exported))
+          "type stubs: %d names in %d modules, every check holds" % (names, len(STUBS)))
     return 1 if problems else 0
 
 

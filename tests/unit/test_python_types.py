@@ -22,7 +22,7 @@ USAGE = os.path.join(ROOT, "tests", "python", "typed_usage.py")
 
 # Each line misuses the API; mypy must report each one (the number is the line in the file).
 MISUSE = [
-    "import shardload",
+    "import shardload, shardload.torch",
     "loader = shardload.Loader(42)",                    # model: str
     "loader.plan()[0].nmae",                            # no such attribute
     "size: str = loader.plan()[0].nbytes",              # an int
@@ -30,6 +30,9 @@ MISUSE = [
     "loader.reload(revison='main')",                    # misspelt keyword
     "shardload.error_for('SHAPE')",                     # status: int
     "shardload.NoSuchError",                            # not exported
+    "shardload.torch.load_into(None, 42)",              # model: str
+    "shardload.torch.refit_into(None, 'v1')",           # version: int
+    "n: int = shardload.torch.load_into(None, 'm')",    # (missing, unexpected)
 ]
 
 
