@@ -238,10 +238,11 @@ def refit(schema, tmp):
     the refit's figures; broken copies of each kind rejected."""
     folder = os.path.join(FIX, "llama")
     dry = {}
-    for tag, args in (("refit dry run fsdp:2 on 2 nodes", ["--world", "2", "--tp", "2", "--ranks-per-node", "2",
-                                                           "--from-publishers", "fsdp:2"]),
-                      ("refit dry run fsdp:2x2 on 3 nodes", ["--world", "4", "--tp", "2", "--dp", "2",
-                                                             "--ranks-per-node", "3", "--from-publishers", "fsdp:2x2"])):
+    runs = (("refit dry run fsdp:2 on 2 nodes",
+             ["--world", "2", "--tp", "2", "--ranks-per-node", "2", "--from-publishers", "fsdp:2"]),
+            ("refit dry run fsdp:2x2 on 3 nodes",
+             ["--world", "4", "--tp", "2", "--dp", "2", "--ranks-per-node", "3", "--from-publishers", "fsdp:2x2"]))
+    for tag, args in runs:
         p = subprocess.run([CLI, "plan", folder, "--json"] + args, capture_output=True, text=True, timeout=120)
         check(p.returncode == 0, "%s: %s" % (tag, p.stderr[-500:]))
         if p.returncode != 0:
