@@ -761,8 +761,9 @@ void sl_publisher_clear(sl_publisher *publisher);
  * (>= 1, the same everywhere). Checks, plan, transfer and faults: docs/API.md §13. shardload.h has
  * the MPI form, sl_publish. */
 sl_status sl_publish_ops(sl_publisher *publisher, const sl_comm_ops *ops, uint64_t version);
-/* The JSON report of the last successful publish (or refit), the same text on every rank of its job
- * (docs/REPORT.md, "Refit report"); NULL when none. Owned by the handle. */
+/* The JSON report of the last successful publish (or refit), the same on every rank of its job but
+ * planning_seconds (docs/REPORT.md, "Refit report"; docs/report.schema.json's refit); NULL when
+ * none. Owned by the handle. */
 const char *sl_publisher_report_json(const sl_publisher *publisher);
 
 /* COLLECTIVE over every rank of `ops` (see sl_publish_ops): a loaded loader receives version
@@ -785,7 +786,7 @@ typedef struct sl_dryrun_refit sl_dryrun_refit;
 sl_status sl_dryrun_refit_create(sl_config *target, int world_size, const char *publishers,
                                  sl_dryrun_refit **out);
 void sl_dryrun_refit_destroy(sl_dryrun_refit *dryrun);
-/* JSON and a human table; owned by the handle. */
+/* JSON (docs/report.schema.json's refit_dryrun) and a human table; owned by the handle. */
 const char *sl_dryrun_refit_json(sl_dryrun_refit *dryrun);
 const char *sl_dryrun_refit_summary(sl_dryrun_refit *dryrun);
 
