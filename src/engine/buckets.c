@@ -1,10 +1,9 @@
 /*
- * engine/buckets.c — the bucket loop on the main thread (see engine/engine.h). Every rank walks
- * its buckets in the schedule's global order, so the blocking order of group broadcasts is the
- * same everywhere. n_slots bucket buffers (SL_BUCKET_SLOTS, more where the backend has room)
- * rotate: the readers fill the next buckets while the current one is broadcast and scattered into
- * local copies.
- */
+ * engine/buckets.c — my buckets and their slots (sl__engine_buckets, engine/engine.h), and the
+ * bucket loop on the main thread. Every rank walks its buckets in the schedule's global order, so
+ * the blocking order of group broadcasts is the same everywhere. n_slots bucket buffers
+ * (SL_BUCKET_SLOTS, more where the backend has room) rotate: the readers fill the next buckets
+ * while the current one is broadcast and scattered into local copies. */
 #include "engine/engine.h"
 
 #include "base/clock.h"
@@ -13,11 +12,68 @@
 
 #include "base/util.h"
 
+#include <stdlib.h>
+
+sl_status sl__engine_buckets_index(sl__engine *e) {
+  const sl__schedule *s = e->t->sched;
+  uint32_t me = (uint32_t)e->t->comm->rank;
+  e->buckets.mine = calloc(s->n_buckets + 1, sizeof *e->buckets.mine);
+  if (e->buckets.mine == NULL)
+    return sl__err_set(e->err, SL_STATUS_NOMEM, "out of memory indexing buckets");
+  for (size_t b = 0; b < s->n_buckets; b++) {
+    const sl__group *g = &s->groups[s->buckets[b].group];
+    for (uint32_t j = 0; sl__group_listed(s, s->buckets[b].group) && j < g->n; j++) {
+      if (s->group_members[g->off + j] == me) {
+        e->buckets.mine[e->buckets.n_mine++] = (uint32_t)b;
+        break;
+      }
+    }
+  }
+  return SL_STATUS_OK;
+}
+
+sl_status sl__engine_slots_alloc(sl__engine *e) {
+  sl__transfer *t = e->t;
+  sl__engine_buckets *B = &e->buckets;
+  uint64_t xbytes = e->exchange.bytes;
+  for (size_t j = 0; j < B->n_mine; j++) {
+    const sl__bucket *b = &t->sched->buckets[B->mine[j]];
+    if (b->xchg == SL_NONE && b->nbytes > B->slot_bytes)
+      B->slot_bytes = b->nbytes;
+  }
+  /* Exchange rounds use the bucket slots where they are host memory, else staging memory. */
+  if (t->backend->host_addressable && xbytes > B->slot_bytes)
+    B->slot_bytes = xbytes;
+  /* More buckets in rotation where the backend has room (device memory): the readers fill buckets
+   * further ahead of the broadcasts. Not with exchange rounds, whose buffers rotate with them. */
+  B->n_slots = SL_BUCKET_SLOTS;
+  if (xbytes == 0 && B->slot_bytes > 0 && t->backend->ops->bucket_slots != NULL) {
+    uint32_t n = t->backend->ops->bucket_slots(t->backend, B->slot_bytes);
+    B->n_slots = n < SL_BUCKET_SLOTS ? SL_BUCKET_SLOTS : n > SL_BUCKET_SLOTS_MAX ? SL_BUCKET_SLOTS_MAX : n;
+  }
+  sl_status st = SL_STATUS_OK;
+  for (uint32_t s = 0; s < B->n_slots && st == SL_STATUS_OK && B->slot_bytes > 0; s++)
+    st = t->backend->ops->alloc(t->backend, B->slot_bytes, &B->slot_buf[s], e->err);
+  return st;
+}
+
+void sl__engine_buckets_free(sl__engine *e) {
+  /* A broadcast abandoned by an abort may still write into its bucket whenever MPI progresses
+   * (in any later MPI call of this process): that bucket is deliberately never released, unless
+   * the backend's abort ended the broadcast (NCCL's). */
+  sl__backend *be = e->t->backend;
+  bool keep_abandoned = !be->abort_stops_bcast;
+  for (uint32_t s = 0; s < SL_BUCKET_SLOTS_MAX; s++)
+    if (e->buckets.slot_buf[s] != NULL && !(e->buckets.slot_abandoned[s] && keep_abandoned))
+      be->ops->release(be, e->buckets.slot_buf[s]);
+  free(e->buckets.mine);
+}
+
 /* After a broadcast: bucket items (packed piece bytes) → local copies. */
 static sl_status scatter_bucket(sl__engine *e, uint32_t mine) {
   sl__transfer *t = e->t;
-  const sl__bucket *b = &t->sched->buckets[e->my_buckets[mine]];
-  const uint8_t *slot = e->slot_buf[mine % e->n_slots];
+  const sl__bucket *b = &t->sched->buckets[e->buckets.mine[mine]];
+  const uint8_t *slot = e->buckets.slot_buf[mine % e->buckets.n_slots];
   for (uint32_t i = 0; i < b->n_items; i++) {
     const sl__bucket_item *it = &t->sched->items[b->first_item + i];
     const sl__piece *P = &t->sched->pieces[it->piece];
@@ -35,15 +91,6 @@ static sl_status scatter_bucket(sl__engine *e, uint32_t mine) {
   return SL_STATUS_OK;
 }
 
-/* Queues the read operations of my bucket j for the readers (ahead of local reads). */
-static void push_bucket_ops(sl__engine *e, size_t j) {
-  pthread_mutex_lock(&e->mu);
-  for (uint32_t i = e->bucket_ops_start[j]; i < e->bucket_ops_start[j + 1]; i++)
-    e->queue_hi[e->hi_tail++] = e->bucket_op_list[i];
-  pthread_cond_broadcast(&e->cv);
-  pthread_mutex_unlock(&e->mu);
-}
-
 static int group_rank_of(const sl__schedule *s, uint32_t g, uint32_t rank) {
   const sl__group *gr = &s->groups[g];
   for (uint32_t j = 0; j < gr->n; j++)
@@ -53,14 +100,14 @@ static int group_rank_of(const sl__schedule *s, uint32_t g, uint32_t rank) {
 }
 
 static bool bucket_ready(sl__engine *e, void *arg) {
-  return e->bucket_left[*(size_t *)arg] == 0;
+  return e->pool.bucket_left[*(size_t *)arg] == 0;
 }
 
 /* Stops a wait for a file when the load stops; answers the other ranks (watchdog) meanwhile. */
 static bool gate_give_up(void *arg) {
   sl__engine *e = arg;
   sl__comm_poll(e->t->comm);
-  return sl__comm_abort_check(e->t->comm) || atomic_load(&e->failed);
+  return sl__comm_abort_check(e->t->comm) || atomic_load(&e->pool.failed);
 }
 
 /* While the files still download (docs/spec/HUB.md §13), a receiver waits for the bucket's files
@@ -89,7 +136,7 @@ static sl_status broadcast_bucket(sl__engine *e, size_t j, sl__transfer_stats *s
                                   bool *aborted) {
   sl__transfer *t = e->t;
   uint32_t me = (uint32_t)t->comm->rank;
-  const sl__bucket *b = &t->sched->buckets[e->my_buckets[j]];
+  const sl__bucket *b = &t->sched->buckets[e->buckets.mine[j]];
   if (b->reader == me) {
     sl_status st = sl__engine_wait_for(e, bucket_ready, &j, aborted);
     if (st != SL_STATUS_OK || *aborted)
@@ -101,8 +148,8 @@ static sl_status broadcast_bucket(sl__engine *e, size_t j, sl__transfer_stats *s
   }
   double tb = sl__now();
   int root = group_rank_of(t->sched, b->group, b->reader);
-  sl_status st = t->backend->ops->bcast(t->backend, b->group, e->slot_buf[j % e->n_slots], b->nbytes, root,
-                                        aborted, e->err);
+  sl_status st = t->backend->ops->bcast(t->backend, b->group, e->buckets.slot_buf[j % e->buckets.n_slots],
+                                        b->nbytes, root, aborted, e->err);
   *t_bcast += sl__now() - tb;
   if (st != SL_STATUS_OK || *aborted)
     return st;
@@ -138,21 +185,21 @@ static sl_status slot_free(sl__transfer *t, sl__err *err) {
 sl_status sl__engine_run_buckets(sl__engine *e, sl__transfer_stats *stats, double *t_bcast, bool *aborted) {
   sl__transfer *t = e->t;
   sl_status st = SL_STATUS_OK;
-  for (size_t j = 0; j < e->n_slots && j < e->n_my_buckets; j++)
-    push_bucket_ops(e, j);
-  for (size_t j = 0; j < e->n_my_buckets && st == SL_STATUS_OK && !*aborted; j++) {
-    if (atomic_load(&e->failed))
+  for (size_t j = 0; j < e->buckets.n_slots && j < e->buckets.n_mine; j++)
+    sl__engine_push_bucket(e, j);
+  for (size_t j = 0; j < e->buckets.n_mine && st == SL_STATUS_OK && !*aborted; j++) {
+    if (atomic_load(&e->pool.failed))
       break;
-    const sl__bucket *b = &t->sched->buckets[e->my_buckets[j]];
+    const sl__bucket *b = &t->sched->buckets[e->buckets.mine[j]];
     st = b->xchg != SL_NONE ? exchange_bucket(e, j, stats, t_bcast, aborted)
                             : broadcast_bucket(e, j, stats, t_bcast, aborted);
     if (*aborted)
-      e->slot_abandoned[j % e->n_slots] = true;
+      e->buckets.slot_abandoned[j % e->buckets.n_slots] = true;
     if (st != SL_STATUS_OK || *aborted)
       break;
     st = slot_free(t, e->err);
-    if (st == SL_STATUS_OK && j + e->n_slots < e->n_my_buckets)
-      push_bucket_ops(e, j + e->n_slots);
+    if (st == SL_STATUS_OK && j + e->buckets.n_slots < e->buckets.n_mine)
+      sl__engine_push_bucket(e, j + e->buckets.n_slots);
   }
   return st;
 }

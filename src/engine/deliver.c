@@ -12,6 +12,7 @@
  *     an element cut by a chunk or bucket boundary one by one. Both at once (host memory only)
  *     convert, then scatter.
  * Neither kind of parameter is read into directly nor mapped (engine/reads.c, engine/filemap.c).
+ * Owns the elements still incomplete (sl__engine_cast_state, engine/engine.h).
  */
 #include "engine/engine.h"
 
@@ -57,13 +58,13 @@ static sl_status cast_partial(sl__engine *e, uint32_t lparam, uint64_t off, uint
   uint64_t ssz = sl__dtype_bits(k->from) / 8;
   uint64_t dsz = sl__dtype_bits(k->to) / 8;
   sl_status st = SL_STATUS_OK;
-  pthread_mutex_lock(&e->cast_mu);
+  pthread_mutex_lock(&e->casts.mu);
   size_t i = 0;
-  while (i < e->cast_partial.len && (SL_VEC_AT(&e->cast_partial, sl__cast_partial, i).lparam != lparam ||
-                                     SL_VEC_AT(&e->cast_partial, sl__cast_partial, i).off != off))
+  while (i < e->casts.partial.len && (SL_VEC_AT(&e->casts.partial, sl__cast_partial, i).lparam != lparam ||
+                                      SL_VEC_AT(&e->casts.partial, sl__cast_partial, i).off != off))
     i++;
-  sl__cast_partial *p = i < e->cast_partial.len ? &SL_VEC_AT(&e->cast_partial, sl__cast_partial, i)
-                                                : sl__vec_push(&e->cast_partial);
+  sl__cast_partial *p = i < e->casts.partial.len ? &SL_VEC_AT(&e->casts.partial, sl__cast_partial, i)
+                                                 : sl__vec_push(&e->casts.partial);
   if (p == NULL) {
     st = sl__err_set(err, SL_STATUS_NOMEM, "out of memory converting a parameter");
   } else {
@@ -75,11 +76,11 @@ static sl_status cast_partial(sl__engine *e, uint32_t lparam, uint64_t off, uint
     if (p->have == (uint8_t)((1u << ssz) - 1u)) {
       uint64_t at = held_elem(&e->t->plan->lparams[lparam], off / ssz);
       sl__cast(k->to, (uint8_t *)e->t->param_ptr[lparam] + at * dsz, k->from, p->bytes, 1);
-      *p = SL_VEC_AT(&e->cast_partial, sl__cast_partial, e->cast_partial.len - 1);
-      e->cast_partial.len--;
+      *p = SL_VEC_AT(&e->casts.partial, sl__cast_partial, e->casts.partial.len - 1);
+      e->casts.partial.len--;
     }
   }
-  pthread_mutex_unlock(&e->cast_mu);
+  pthread_mutex_unlock(&e->casts.mu);
   return st;
 }
 
@@ -227,14 +228,24 @@ static sl_status transpose_rows(sl__engine *e, const sl__copy *cp, uint64_t dstr
   return st;
 }
 
+void sl__engine_casts_init(sl__engine *e) {
+  pthread_mutex_init(&e->casts.mu, NULL);
+  sl__vec_init(&e->casts.partial, sizeof(sl__cast_partial));
+}
+
+void sl__engine_casts_free(sl__engine *e) {
+  sl__vec_free(&e->casts.partial);
+  pthread_mutex_destroy(&e->casts.mu);
+}
+
 sl_status sl__engine_cast_check(sl__engine *e) {
-  if (e->cast_partial.len == 0)
+  if (e->casts.partial.len == 0)
     return SL_STATUS_OK;
-  const sl__cast_partial *p = &SL_VEC_AT(&e->cast_partial, sl__cast_partial, 0);
+  const sl__cast_partial *p = &SL_VEC_AT(&e->casts.partial, sl__cast_partial, 0);
   return sl__err_set(e->err, SL_STATUS_INTERNAL,
                      "%zu elements of converted parameters were delivered in part only (local parameter %u, "
                      "byte %llu)",
-                     e->cast_partial.len, p->lparam, (unsigned long long)p->off);
+                     e->casts.partial.len, p->lparam, (unsigned long long)p->off);
 }
 
 sl_status sl__engine_to_copies(sl__engine *e, uint32_t piece, const sl__segment *seg, const uint8_t *src,

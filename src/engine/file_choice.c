@@ -79,7 +79,7 @@ static sl_status collect(sl__engine *e, sl__vec *xs) {
     if (P->reader != me || P->nbytes == 0)
       continue;
     bool mapped = sl__engine_piece_mapped(e, P);
-    sl__choice_in *in = &e->choice[e->t->cat->tensors[P->tensor].file].in;
+    sl__choice_in *in = &e->files.choice[e->t->cat->tensors[P->tensor].file].in;
     in->bytes += P->nbytes;
     in->bytes_mapped += mapped ? P->nbytes : 0;
     extent *x = sl__vec_push(xs);
@@ -108,9 +108,10 @@ static sl_status collect(sl__engine *e, sl__vec *xs) {
 static void measure(sl__engine *e, const sl__vec *xs) {
   for (size_t i = 0; i < xs->len; i++) {
     const extent *x = &SL_VEC_AT(xs, extent, i);
-    sl__choice_in *in = &e->choice[x->file].in;
+    sl__choice_in *in = &e->files.choice[x->file].in;
     uint64_t pages = 0, resident = 0;
-    if (e->fds[x->file] < 0 || !sl__residency(e->fds[x->file], x->off, x->end - x->off, &pages, &resident))
+    if (e->files.fds[x->file] < 0 ||
+        !sl__residency(e->files.fds[x->file], x->off, x->end - x->off, &pages, &resident))
       in->resident_known = false;
     in->pages += pages;
     in->resident += resident;
@@ -152,39 +153,45 @@ static bool populate_works(void *p, uint64_t size) {
  * mapping that fails, a kernel that cannot populate it safely (or no memory to find out) leaves
  * the rows to pread. */
 static void map_rows(sl__engine *e, uint32_t f, const bool *rows) {
-  const sl__file_choice *c = &e->choice[f];
+  const sl__file_choice *c = &e->files.choice[f];
   uint64_t size = e->t->cat->files[f].size;
   if (rows == NULL || !rows[f] || c->in.strategy != SL_STRATEGY_AUTO || !c->in.host ||
       c->why != SL_WHY_RESIDENT || size == 0 || (uint64_t)(size_t)size != size)
     return;
-  void *p = mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, e->fds[f], 0);
+  void *p = mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, e->files.fds[f], 0);
   if (p != MAP_FAILED && populate_works(p, size))
-    e->rowmap[f] = p;
+    e->files.rowmap[f] = p;
   else if (p != MAP_FAILED)
     munmap(p, (size_t)size);
 }
 
 void sl__engine_rowmaps_free(sl__engine *e) {
-  for (size_t f = 0; e->rowmap != NULL && f < e->t->cat->n_files; f++)
-    if (e->rowmap[f] != NULL)
-      munmap(e->rowmap[f], (size_t)e->t->cat->files[f].size);
-  free(e->rowmap);
-  e->rowmap = NULL;
+  for (size_t f = 0; e->files.rowmap != NULL && f < e->t->cat->n_files; f++)
+    if (e->files.rowmap[f] != NULL)
+      munmap(e->files.rowmap[f], (size_t)e->t->cat->files[f].size);
+  free(e->files.rowmap);
+  e->files.rowmap = NULL;
+}
+
+sl__file_choice *sl__engine_choice_take(sl__engine *e) {
+  sl__file_choice *c = e->files.choice;
+  e->files.choice = NULL;
+  return c;
 }
 
 sl_status sl__engine_choose(sl__engine *e) {
   const sl__catalog *cat = e->t->cat;
-  e->choice = calloc(cat->n_files + 1, sizeof *e->choice);
-  e->rowmap = calloc(cat->n_files + 1, sizeof *e->rowmap);
-  if (e->choice == NULL || e->rowmap == NULL)
+  e->files.choice = calloc(cat->n_files + 1, sizeof *e->files.choice);
+  e->files.rowmap = calloc(cat->n_files + 1, sizeof *e->files.rowmap);
+  if (e->files.choice == NULL || e->files.rowmap == NULL)
     return sl__err_set(e->err, SL_STATUS_NOMEM, "out of memory choosing how to read");
   for (size_t f = 0; f < cat->n_files; f++)
-    e->choice[f].in = (sl__choice_in){.strategy = e->t->strategy,
-                                      .host = e->t->backend->host_addressable,
-                                      .maps = e->t->param_mapped != NULL,
-                                      .resident_known = true,
-                                      .o_direct = true,
-                                      .read_ahead = e->t->one_node};
+    e->files.choice[f].in = (sl__choice_in){.strategy = e->t->strategy,
+                                            .host = e->t->backend->host_addressable,
+                                            .maps = e->t->param_mapped != NULL,
+                                            .resident_known = true,
+                                            .o_direct = true,
+                                            .read_ahead = e->t->one_node};
   sl__vec xs;
   sl__vec_init(&xs, sizeof(extent));
   sl_status st = collect(e, &xs);
@@ -193,11 +200,11 @@ sl_status sl__engine_choose(sl__engine *e) {
   sl__vec_free(&xs);
   bool *rows = st == SL_STATUS_OK ? row_files(e) : NULL;
   for (size_t f = 0; f < cat->n_files && st == SL_STATUS_OK; f++) {
-    sl__file_choice *c = &e->choice[f];
-    if (c->in.bytes == 0 || e->fds[f] < 0)
+    sl__file_choice *c = &e->files.choice[f];
+    if (c->in.bytes == 0 || e->files.fds[f] < 0)
       continue;
     sl__strategy_decide(c);
-    if (c->direct && !sl__set_o_direct(e->fds[f])) {
+    if (c->direct && !sl__set_o_direct(e->files.fds[f])) {
       c->in.o_direct = false;
       sl__strategy_decide(c);
       if (c->in.strategy != SL_STRATEGY_AUTO)

@@ -22,7 +22,7 @@ struct sl__engine_remote {
 };
 
 void sl__engine_remote_close(sl__engine *e) {
-  sl__engine_remote *r = e->remote;
+  sl__engine_remote *r = e->files.remote;
   if (r == NULL)
     return;
   for (uint32_t i = 0; r->conns != NULL && i < r->n_conns; i++)
@@ -36,7 +36,7 @@ void sl__engine_remote_close(sl__engine *e) {
   free(r->key);
   sl__s3_close(r->s);
   free(r);
-  e->remote = NULL;
+  e->files.remote = NULL;
 }
 
 sl_status sl__engine_remote_open(sl__engine *e) {
@@ -46,7 +46,7 @@ sl_status sl__engine_remote_open(sl__engine *e) {
   sl__engine_remote *r = calloc(1, sizeof *r);
   if (r == NULL)
     return sl__err_set(e->err, SL_STATUS_NOMEM, "out of memory");
-  e->remote = r;
+  e->files.remote = r;
   r->n_conns = e->staging.threads > 0 ? e->staging.threads : 1;
   r->conns = calloc(r->n_conns, sizeof *r->conns);
   r->bucket = calloc(cat->n_files + 1, sizeof *r->bucket);
@@ -65,17 +65,9 @@ sl_status sl__engine_remote_open(sl__engine *e) {
   return sl__s3_open(e->t->comm->timeout_s / 2, &r->s, e->err);
 }
 
-static bool pool_stopping(void *arg) {
-  sl__engine *e = arg;
-  pthread_mutex_lock(&e->mu);
-  bool stop = e->stop || atomic_load(&e->failed);
-  pthread_mutex_unlock(&e->mu);
-  return stop;
-}
-
 sl_status sl__engine_remote_read(sl__engine *e, int worker, uint32_t f, void *buf, uint64_t len, uint64_t off,
                                  sl__err *werr) {
-  sl__engine_remote *r = e->remote;
+  sl__engine_remote *r = e->files.remote;
   if (r == NULL || r->key[f] == NULL || worker < 0 || (uint32_t)worker >= r->n_conns)
     return sl__err_set(werr, SL_STATUS_INTERNAL, "%s: no S3 connection for reader %d",
                        e->t->cat->files[f].path, worker);
@@ -86,5 +78,5 @@ sl_status sl__engine_remote_read(sl__engine *e, int worker, uint32_t f, void *bu
   }
   const char *etag = e->t->cat->files[f].etag;
   return sl__s3_read(r->conns[worker], r->bucket[f], r->key[f], etag[0] != '\0' ? etag : NULL, off, len, buf,
-                     pool_stopping, e, werr);
+                     sl__engine_stopping, &e->pool, werr);
 }

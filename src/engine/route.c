@@ -24,7 +24,8 @@ sl_status sl__engine_deliver(sl__engine *e, int worker, int slot, const sl__deli
     const uint8_t *src = packed ? buf + (p - d->p0) : buf + (base + sl__src_of(P, p) - buf_off);
     sl_status st;
     if (d->bucket != SL_NONE) {
-      uint8_t *dst = (uint8_t *)e->slot_buf[d->bucket % e->n_slots] + d->bucket_off + (p - d->p0);
+      uint8_t *dst =
+          (uint8_t *)e->buckets.slot_buf[d->bucket % e->buckets.n_slots] + d->bucket_off + (p - d->p0);
       st = t->backend->ops->upload(t->backend, worker, slot, dst, seg[k].len, src, sstride, seg[k].len,
                                    seg[k].rows, werr);
     } else {

@@ -49,7 +49,7 @@ typedef struct uring_reader {
 } uring_reader;
 
 static sl_status submit_rest(uring_reader *r, uint32_t slot, const inflight *f) {
-  const sl__read_op *op = &SL_VEC_AT(&r->e->rp.ops, sl__read_op, f->op);
+  const sl__read_op *op = &SL_VEC_AT(&r->e->reads.rp.ops, sl__read_op, f->op);
   uint64_t left = f->len - f->got;
   uint32_t len = left > 0x40000000u ? 0x40000000u : (uint32_t)left;
   int fd = -1;
@@ -78,19 +78,8 @@ static sl_status setup(uring_reader *r) {
 /* Waits for work (or for reads in flight) and takes operations for the free slots, bucket reads
  * first. Returns true when the thread is to quit. */
 static bool take_ops(uring_reader *r, uint32_t *take, uint32_t *n_take) {
-  sl__engine *e = r->e;
   uint32_t kept = r->busy == 0 ? 0 : r->uploading < r->reserve ? r->uploading : r->reserve;
-  uint32_t room = r->depth - r->busy - kept;
-  pthread_mutex_lock(&e->mu);
-  while (r->busy == 0 && !e->stop && !atomic_load(&e->failed) && e->hi_head == e->hi_tail &&
-         e->lo_head == e->lo_tail)
-    pthread_cond_wait(&e->cv, &e->mu);
-  bool quit = (r->busy == 0 && e->stop) || atomic_load(&e->failed);
-  *n_take = 0;
-  while (!quit && *n_take < room && (e->hi_head != e->hi_tail || e->lo_head != e->lo_tail))
-    take[(*n_take)++] = sl__engine_take_op(e);
-  pthread_mutex_unlock(&e->mu);
-  return quit;
+  return sl__engine_take_ops(r->e, r->busy == 0, r->depth - r->busy - kept, take, n_take);
 }
 
 /* Slot k's uploads are complete (or failed to be waited for: the slot is not waited for twice). */
@@ -130,7 +119,7 @@ static sl_status submit_ops(uring_reader *r, const uint32_t *take, uint32_t n_ta
     st = free_slot(r, &k);
     if (st != SL_STATUS_OK)
       break;
-    const sl__read_op *op = &SL_VEC_AT(&r->e->rp.ops, sl__read_op, take[i]);
+    const sl__read_op *op = &SL_VEC_AT(&r->e->reads.rp.ops, sl__read_op, take[i]);
     inflight *f = &r->fl[k];
     *f = (inflight){.op = take[i], .got = 0, .dst = r->slots[k]};
     /* The files are opened with O_DIRECT: aligned ranges into aligned staging, trimmed after. */
@@ -156,8 +145,8 @@ static sl_status deliver(uring_reader *r, uint32_t k, inflight *f, const sl__rea
   sl__engine *e = r->e;
   sl_status st = sl__engine_injected_failure(e, op->file, op->offset, &r->werr);
   for (uint32_t i = 0; i < op->count && st == SL_STATUS_OK; i++)
-    st = sl__engine_deliver(e, r->w, (int)k, &SL_VEC_AT(&e->rp.dels, sl__delivery, op->first + i), f->dst,
-                            f->off, false, &r->werr);
+    st = sl__engine_deliver(e, r->w, (int)k, &SL_VEC_AT(&e->reads.rp.dels, sl__delivery, op->first + i),
+                            f->dst, f->off, false, &r->werr);
   f->uploading = true; /* even after a failure: what was queued is waited for before the end */
   f->delivered = ++r->deliveries;
   r->uploading++;
@@ -165,9 +154,7 @@ static sl_status deliver(uring_reader *r, uint32_t k, inflight *f, const sl__rea
   if (st == SL_STATUS_OK && op->bucket != SL_NONE)
     st = upload_done(r, k);
   /* Alignment widening is read but not needed: covering bytes. */
-  atomic_fetch_add(&e->bytes_read, f->len);
-  atomic_fetch_add(&e->bytes_covering, f->len - op->useful);
-  atomic_fetch_add(&e->bytes_done, op->useful);
+  sl__engine_count_read(e, f->len, f->len - op->useful, op->useful);
   sl__engine_op_done(e, op);
   release(r, f);
   return st;
@@ -183,7 +170,7 @@ static sl_status complete_one(uring_reader *r) {
   if (st != SL_STATUS_OK)
     return st;
   inflight *f = &r->fl[slot];
-  const sl__read_op *op = &SL_VEC_AT(&e->rp.ops, sl__read_op, f->op);
+  const sl__read_op *op = &SL_VEC_AT(&e->reads.rp.ops, sl__read_op, f->op);
   if (res < 0) {
     st = sl__err_set(&r->werr, SL_STATUS_IO, "read of %s at offset %llu failed: %s",
                      e->t->cat->files[op->file].path, (unsigned long long)(op->offset + f->got),
@@ -193,7 +180,7 @@ static sl_status complete_one(uring_reader *r) {
   }
   uint64_t needed = op->offset + op->len - f->off;
   f->got += (uint64_t)res;
-  atomic_fetch_add(&e->read_ops, 1);
+  sl__engine_count_calls(e, 1);
   /* A short read at the end of the file (the widened tail) is fine once the bytes needed are in. */
   bool at_end = res == 0 || (f->got < f->len && f->got % e->staging.align != 0);
   if (at_end && f->got < needed) {

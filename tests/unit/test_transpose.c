@@ -163,13 +163,11 @@ static void rig_init(rig *g, planned *p, void *mem, const sl__cast_pair *cast) {
   g->e.err = &g->err;
   g->e.copy_start = g->copy_start;
   g->e.copy_list = g->copy_list;
-  pthread_mutex_init(&g->e.cast_mu, NULL);
-  sl__vec_init(&g->e.cast_partial, sizeof(sl__cast_partial));
+  sl__engine_casts_init(&g->e);
 }
 
 static void rig_free(rig *g) {
-  pthread_mutex_destroy(&g->e.cast_mu);
-  sl__vec_free(&g->e.cast_partial);
+  sl__engine_casts_free(&g->e);
 }
 
 /* Packed bytes [p0, p1) of piece k, as sl__engine_deliver hands them over: from the read buffer
