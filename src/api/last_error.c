@@ -32,9 +32,11 @@ sl_status sl__public_status(sl_status st) {
 sl_hub_cause sl__public_cause(sl_status st, const sl__err *err) {
   if (detailed_hub(st))
     return (sl_hub_cause)(st - SL_STATUS_HUB_REVISION_NOT_FOUND + 1);
-  if (st == SL_STATUS_HUB && err != NULL && err->status == SL_STATUS_HUB)
-    return err->cause;
-  return SL_HUB_CAUSE_NONE;
+  if (st != SL_STATUS_HUB || err == NULL) /* SL_STATUS_HUB from a public call made inside: err's */
+    return SL_HUB_CAUSE_NONE;
+  if (detailed_hub(err->status))
+    return (sl_hub_cause)(err->status - SL_STATUS_HUB_REVISION_NOT_FOUND + 1);
+  return err->status == SL_STATUS_HUB ? err->cause : SL_HUB_CAUSE_NONE;
 }
 
 sl_status sl__api_return(sl_status st, const sl__err *err, const char *fn) {

@@ -11,7 +11,8 @@
 /* The status a caller sees for an internal one: the Hub's detailed SL_STATUS_HUB_* (still used
  * inside hub/ to decide retries and fallbacks) become SL_STATUS_HUB; the rest are unchanged. */
 sl_status sl__public_status(sl_status st);
-/* The cause of (st, err): the Hub's detailed status, else err's cause when err holds SL_STATUS_HUB. */
+/* The cause of (st, err): the Hub's detailed status st; for st SL_STATUS_HUB (an S3 failure, or
+ * a public call made inside), err's detailed status or err's cause. */
 sl_hub_cause sl__public_cause(sl_status st, const sl__err *err);
 /* Returns sl__public_status(st). When st is not SL_STATUS_OK, records the failure as the thread's
  * last error: err's message (the handle's, or the call's own), or "fn: <status message>" when err
