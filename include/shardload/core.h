@@ -16,7 +16,7 @@
 
 /*
  * Conventions (docs/API.md, "Conventions"): a function that can fail returns an sl_status and
- * leaves the details in its handle's message (sl_loader_error, sl_config_error); the others
+ * leaves the details in sl_last_error() (thread-local, section 1); the others
  * (destroy, close and release, version queries, getters of strings, counts and tables) return
  * their result directly. Out-parameters come last; every create has a destroy and destroy(NULL)
  * is a no-op. Functions marked COLLECTIVE must be called by every rank of the loader's
@@ -96,6 +96,9 @@ uint64_t sl_abi(const char *name);
 
 /* ---------------------------------------------------------------------------------------------
  * 1. Status codes. Append-only: a value never changes meaning. X(NAME, "message").
+ * Every failure of a Hub or S3 request is SL_STATUS_HUB (since 0.2); what failed is its cause,
+ * sl_last_error_cause() (an sl_hub_cause below). HUB_REVISION_NOT_FOUND .. HUB_CACHE keep their
+ * values and meanings but are no longer returned since 0.2: they are causes now.
  * ------------------------------------------------------------------------------------------- */
 #define SL_STATUS_MAP(X)                                                                                     \
   X(OK, "success")                                                                                           \
@@ -153,7 +156,8 @@ uint64_t sl_abi(const char *name);
   X(HUB_INVALID_NAME, "invalid repository id, revision or path")                                             \
   X(HUB_CACHE, "Hub cache error")                                                                            \
   X(COMM, "communication between ranks failed")                                                              \
-  X(PLAN, "invalid caller-described plan")
+  X(PLAN, "invalid caller-described plan")                                                                   \
+  X(HUB, "Hub or object-store request failed")
 
 typedef enum sl_status {
 #define SL__STATUS_ENUM(name, msg) SL_STATUS_##name,
@@ -164,8 +168,63 @@ typedef enum sl_status {
 
 /* "SL_STATUS_IO" → "IO"; unknown values → "UNKNOWN". Static strings. */
 const char *sl_status_name(sl_status status);
-/* A one-line generic description of the status (the handle's message has the details). */
+/* A one-line generic description of the status (sl_last_error has the details). */
 const char *sl_status_message(sl_status status);
+
+/* The one channel of error messages (docs/API.md, "Errors"): the message of the calling thread's
+ * last failed call into this library (a status other than SL_STATUS_OK), "" before any. Like
+ * errno: thread-local, a successful call leaves it as it was, another thread's failure never
+ * touches it; valid until this thread's next failing call. The older accessors (sl_loader_error,
+ * sl_config_error, sl_plan_error, sl_publisher_error, `char **error`) give the same text. */
+const char *sl_last_error(void);
+
+/* What failed, for SL_STATUS_HUB: an sl_hub_cause (Hub causes, then S3 ones). Append-only, as
+ * the statuses. X(NAME, "message"); the Hub causes are the former SL_STATUS_HUB_* codes. */
+#define SL_HUB_CAUSE_MAP(X)                                                                                  \
+  X(NONE, "no Hub or object-store cause")                                                                    \
+  X(REVISION_NOT_FOUND, "revision not found on the Hub")                                                     \
+  X(ENTRY_NOT_FOUND, "file not found in the repository")                                                     \
+  X(GATED, "gated repository")                                                                               \
+  X(DISABLED, "access to the repository is disabled")                                                        \
+  X(REPO_NOT_FOUND, "repository not found")                                                                  \
+  X(BAD_TOKEN, "invalid Hub token")                                                                          \
+  X(FORBIDDEN, "forbidden by the Hub")                                                                       \
+  X(NOT_FOUND, "not found on the Hub")                                                                       \
+  X(BAD_REQUEST, "bad request to the Hub")                                                                   \
+  X(HTTP, "HTTP error")                                                                                      \
+  X(NETWORK, "network error")                                                                                \
+  X(TLS, "TLS error")                                                                                        \
+  X(PROXY, "proxy error")                                                                                    \
+  X(OFFLINE, "not in the cache and offline mode is on")                                                      \
+  X(CHECKSUM, "downloaded file failed its checksum")                                                         \
+  X(SIZE, "downloaded file has the wrong size")                                                              \
+  X(METADATA, "unexpected reply")                                                                            \
+  X(INVALID_NAME, "invalid repository id, revision or path")                                                 \
+  X(CACHE, "Hub cache error")                                                                                \
+  X(S3_WRONG_REGION, "the bucket is in another region")                                                      \
+  X(S3_NO_SUCH_BUCKET, "no such bucket")                                                                     \
+  X(S3_NO_SUCH_KEY, "no such object")                                                                        \
+  X(S3_CHANGED, "the object changed during the load")                                                        \
+  X(S3_EXPIRED_TOKEN, "the session token has expired")                                                       \
+  X(S3_INVALID_TOKEN, "the session token is not valid")                                                      \
+  X(S3_UNKNOWN_KEY_ID, "the store does not know the access key id")                                          \
+  X(S3_BAD_SIGNATURE, "the secret access key does not match its key id")                                     \
+  X(S3_ACCESS_DENIED, "access denied by the store")                                                          \
+  X(S3_SHORT_OBJECT, "the object is shorter than listed")                                                    \
+  X(S3_BAD_REPLY, "the store's reply was refused")
+
+typedef enum sl_hub_cause {
+#define SL__HUB_CAUSE_ENUM(name, msg) SL_HUB_CAUSE_##name,
+  SL_HUB_CAUSE_MAP(SL__HUB_CAUSE_ENUM)
+#undef SL__HUB_CAUSE_ENUM
+      SL_HUB_CAUSE_COUNT
+} sl_hub_cause;
+
+/* The cause of the calling thread's last failed call (same thread and lifetime as sl_last_error):
+ * an sl_hub_cause when it returned SL_STATUS_HUB, else SL_HUB_CAUSE_NONE. */
+int sl_last_error_cause(void);
+/* SL_HUB_CAUSE_GATED → "GATED"; unknown values → "UNKNOWN". Static strings. */
+const char *sl_hub_cause_name(int cause);
 
 /* ---------------------------------------------------------------------------------------------
  * 2. Logging. Levels come from the environment variable SHARDLOAD_LOG (error, warn, info, debug;
@@ -210,7 +269,8 @@ const char *sl_config_get(const sl_config *config, const char *key);
  * every call returns the same pointer. */
 const char *sl_config_keys(void);
 /* The message of the last failure of a call that took this config (sl_config_set,
- * sl_loader_create, sl_dryrun_create, sl_hub_download); "" when none. */
+ * sl_loader_create, sl_dryrun_create, sl_hub_download); "" when none. Kept for the ABI: the same
+ * text as sl_last_error() right after that failure, which is the way to read it. */
 const char *sl_config_error(const sl_config *config);
 
 /* ---------------------------------------------------------------------------------------------
@@ -302,20 +362,22 @@ void sl_loader_destroy(sl_loader *loader);
  * sl_loader_param_retain stays valid, as after sl_loader_destroy. Prefer sl_loader_destroy; NULL
  * is a no-op; MPI may already be finalized. */
 void sl_loader_release_local(sl_loader *loader);
-/* Message of the last failure on this rank ("another rank failed: ..." when a peer failed). */
+/* Message of the last failure on this rank ("another rank failed: ..." when a peer failed). Kept
+ * for the ABI: the same text as sl_last_error() right after that failure. */
 const char *sl_loader_error(const sl_loader *loader);
 /* After a COLLECTIVE call failed: the status of the failure that caused it — on the rank that
  * failed first its own status, elsewhere (where the call returned SL_STATUS_PEER_FAILED) that rank's
  * status — and *rank, that rank (-1 when no agreement named one, e.g. the communicator failed).
- * Lets every rank report the same kind of failure. rank may be NULL. */
+ * Lets every rank report the same kind of failure (SL_STATUS_HUB for a Hub failure: its cause is
+ * sl_last_error_cause() after the failed call, on every rank). rank may be NULL. */
 sl_status sl_loader_error_cause(const sl_loader *loader, int *rank);
 
 /* Not collective. Before MPI_Init with device=cuda (a CUDA-aware MPI makes its context on the
  * current device): makes a device current on the calling thread, `device` if >= 0, else the
  * node-local rank the launcher exported modulo the device count (docs/API.md §4 lists the
  * variables). *chosen: the ordinal (pass it on as cuda_device), -1 when none was set. On failure
- * (SL_STATUS_NO_DEVICE, SL_STATUS_UNSUPPORTED without CUDA support) *error, if not NULL, gets a
- * message the caller frees with free(). The shardload command does this itself. */
+ * (SL_STATUS_NO_DEVICE, SL_STATUS_UNSUPPORTED without CUDA support) the message is in
+ * sl_last_error(); *error, if not NULL, gets a copy the caller frees with free() (pass NULL). */
 sl_status sl_cuda_select_device(int device, int *chosen, char **error);
 
 /* Optional, before sl_loader_load with device=cuda: use this CUDA device, stream (cudaStream_t)
@@ -415,8 +477,8 @@ typedef struct sl_tensor_info {
 #define SL_TENSOR_INFO_INIT SL_SIZED_INIT(sl_tensor_info)
 
 /* path: a .safetensors file or a model folder (file selection per the config's load_format).
- * config may be NULL (defaults). On failure *out is NULL and *error (if non-NULL) receives a
- * message the caller frees with free(). */
+ * config may be NULL (defaults). On failure *out is NULL and the message in sl_last_error();
+ * *error (if non-NULL) receives a copy the caller frees with free() (pass NULL). */
 sl_status sl_model_open(const char *path, const sl_config *config, sl_model **out, char **error);
 void sl_model_close(sl_model *model);
 size_t sl_model_file_count(const sl_model *model);
@@ -651,7 +713,8 @@ typedef struct sl_plan sl_plan;
 
 sl_status sl_plan_create(sl_plan **out);
 void sl_plan_destroy(sl_plan *plan);
-/* The message of the plan's last failed call ("" when none). Valid until the next call on it. */
+/* The message of the plan's last failed call ("" when none). Valid until the next call on it. Kept
+ * for the ABI: the same text as sl_last_error() right after that failure. */
 const char *sl_plan_error(const sl_plan *plan);
 /* A parameter of this rank: name (unique on this rank, copied), the dtype it is held in, its shape
  * (ndim <= SL_MAX_DIMS; 0: a scalar), transposed (nonzero: see above), fill (SL_FILL_RECORDED, or
@@ -698,9 +761,10 @@ uint64_t sl_plan_region_count(const sl_plan *plan);
 
 /* The JSON form (files, dry runs, tests; its keys: docs/API.md §12, docs/spec/DESIGN.md §12).
  * sl_plan_from_json: every key checked (an unknown one is an error naming it), every number a
- * non-negative integer, the counts bounded; on failure *out is NULL and *error (if not NULL) a
- * message the caller frees with free(). sl_plan_to_json: the plan in that form, regions under their
- * parameter (NULL when out of memory); the caller frees it with free(). */
+ * non-negative integer, the counts bounded; on failure *out is NULL, the message in
+ * sl_last_error() and, if error is not NULL, a copy in *error the caller frees with free(). sl_plan_to_json:
+ * the plan in that form, regions under their parameter (NULL when out of memory); the caller frees it with
+ * free(). */
 sl_status sl_plan_from_json(const char *text, size_t len, sl_plan **out, char **error);
 char *sl_plan_to_json(const sl_plan *plan);
 /* Every rank's plans from one JSON document ({"ranks": [PLAN, ...]}, one per rank, or
@@ -744,7 +808,8 @@ typedef struct sl_publisher sl_publisher;
  * network_gbps, device, cuda_device; the others are ignored). */
 sl_status sl_publisher_create(const sl_config *config, sl_publisher **out);
 void sl_publisher_destroy(sl_publisher *publisher);
-/* Message of the last failure on this rank ("" when none). */
+/* Message of the last failure on this rank ("" when none). Kept for the ABI: the same text as
+ * sl_last_error() right after that failure. */
 const char *sl_publisher_error(const sl_publisher *publisher);
 /* Not collective. One block: checkpoint tensor `tensor` (the receivers' name) of global shape
  * shape[0 .. ndim) (NULL: the receivers' checkpoint's), the block of extent[] elements at

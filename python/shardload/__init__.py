@@ -24,7 +24,7 @@ MPI, CUDA and NCCL libraries it links). A library that cannot be found raises
 shardload._lib.LibraryNotFound (an ImportError) there, listing the paths tried.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 # name -> the submodule that defines it (imported on first access).
 _LAZY = {"Config": "config", "Loader": "loader", "Parameter": "loader", "comm_handle": "loader",

@@ -184,6 +184,11 @@ def text(b):
     return b.decode("utf-8", "replace") if b is not None else None
 
 
+def last_error():
+    """The message of this thread's last failed C call (sl_last_error): the one channel of messages."""
+    return text(lib.sl_last_error())
+
+
 check_library(lib, path, _package_version(), layouts(), constants())
 
 
@@ -191,16 +196,17 @@ _P = ctypes.POINTER
 _SIGS = {
     "sl_status_name": (ctypes.c_char_p, [c_status]),
     "sl_status_message": (ctypes.c_char_p, [c_status]),
+    "sl_last_error": (ctypes.c_char_p, []),
+    "sl_last_error_cause": (ctypes.c_int, []),
+    "sl_hub_cause_name": (ctypes.c_char_p, [ctypes.c_int]),
     "sl_config_create": (c_status, [_P(ctypes.c_void_p)]),
     "sl_config_destroy": (None, [ctypes.c_void_p]),
     "sl_config_set": (c_status, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p]),
     "sl_config_get": (ctypes.c_char_p, [ctypes.c_void_p, ctypes.c_char_p]),
     "sl_config_keys": (ctypes.c_char_p, []),
-    "sl_config_error": (ctypes.c_char_p, [ctypes.c_void_p]),
     "sl_loader_create": (c_status, [ctypes.c_void_p, c_comm, _P(ctypes.c_void_p)]),
     "sl_loader_destroy": (None, [ctypes.c_void_p]),
     "sl_loader_release_local": (None, [ctypes.c_void_p]),
-    "sl_loader_error": (ctypes.c_char_p, [ctypes.c_void_p]),
     "sl_loader_create_ops": (c_status, [ctypes.c_void_p, ctypes.c_void_p, _P(ctypes.c_void_p)]),
     "sl_loader_error_cause": (c_status, [ctypes.c_void_p, _P(ctypes.c_int)]),
     "sl_loader_set_cuda": (c_status, [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p,
@@ -237,7 +243,6 @@ _SIGS = {
     # caller-described plans (shardload/core.h section 12; plan.py)
     "sl_plan_create": (c_status, [_P(ctypes.c_void_p)]),
     "sl_plan_destroy": (None, [ctypes.c_void_p]),
-    "sl_plan_error": (ctypes.c_char_p, [ctypes.c_void_p]),
     "sl_plan_add_param": (c_status, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_uint32,
                                      _P(ctypes.c_uint64), ctypes.c_int, ctypes.c_int, _P(ctypes.c_uint32)]),
     "sl_plan_add_params": (c_status, [ctypes.c_void_p, ctypes.c_size_t, _P(ctypes.c_char_p), _P(ctypes.c_int),

@@ -73,7 +73,7 @@ def _local_folder(model, options):
     out = ctypes.c_void_p()
     st = lib.sl_hub_download(cfg.handle, ctypes.byref(out))
     if st != 0:
-        raise error_for(st, cfg.error())
+        raise error_for(st, _lib.last_error())
     return _take_text(out)
 
 
@@ -85,11 +85,10 @@ def tensors(model, **options):
     cfg = Config()
     if options.get("load_format"):
         cfg.set("load_format", options["load_format"])
-    handle, err = ctypes.c_void_p(), ctypes.c_void_p()
-    st = lib.sl_model_open(path.encode(), cfg.handle, ctypes.byref(handle), ctypes.byref(err))
-    message = _take_text(err)
+    handle = ctypes.c_void_p()
+    st = lib.sl_model_open(path.encode(), cfg.handle, ctypes.byref(handle), None)
     if st != 0:
-        raise error_for(st, message or "cannot open %s" % path)
+        raise error_for(st, _lib.last_error())
     try:
         files = [_lib.text(lib.sl_model_file_path(handle, i))
                  for i in range(lib.sl_model_file_count(handle))]

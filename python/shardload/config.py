@@ -60,7 +60,7 @@ class Config:
             return self
         st = _lib.lib.sl_config_set(self._h, key.encode(), to_text(value).encode())
         if st != 0:
-            msg = _lib.text(_lib.lib.sl_config_error(self._h))
+            msg = _lib.last_error()
             from .errors import error_for
             raise error_for(st, msg) if st != ConfigError.status else ConfigError(msg)
         return self
@@ -69,7 +69,8 @@ class Config:
         return _lib.text(_lib.lib.sl_config_get(self._h, key.encode()))
 
     def error(self):
-        return _lib.text(_lib.lib.sl_config_error(self._h))
+        """The message of this thread's last failed call (sl_last_error; the exceptions carry it)."""
+        return _lib.last_error()
 
     @property
     def handle(self):

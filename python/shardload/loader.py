@@ -423,7 +423,7 @@ class Loader:
             self._comm_int, self._comm_obj = comm_handle(comm)
             st = lib.sl_loader_create(cfg.handle, ctypes.c_void_p(self._comm_int), ctypes.byref(handle))
         if st != 0:
-            raise error_for(st, self._comm_failure() or cfg.error())
+            raise error_for(st, self._comm_failure() or _lib.last_error())
         self._h = handle
         self._plan_error = None
         if plan is not None:  # this rank's plan instead of the architecture spec (docs/spec/DESIGN.md §12)
@@ -468,7 +468,7 @@ class Loader:
         return self._transport.failure if self._transport is not None else None
 
     def _message(self):
-        return _lib.text(lib.sl_loader_error(self._h)) if self._h else ""
+        return _lib.last_error()
 
     def _check(self, st):
         """Raises the failure of a C call: the same class on every rank (a rank that only saw a
@@ -664,7 +664,7 @@ class Loader:
             timeout = self._cfg.get("timeout_s")
             job = TorchComm(group, store, float(timeout) if timeout else 600.0)
             st = lib.sl_loader_load_from_peers_ops(self._h, ctypes.byref(job.ops()))
-            if st != 0 and job.failure and not self._message():
+            if st != 0 and job.failure and job.failure not in self._message():  # C did not relay it
                 raise error_for(st, job.failure)
         else:
             handle, keep = comm_handle(comm)

@@ -170,7 +170,7 @@ class Plan:
     # the C plan ------------------------------------------------------------------------------
 
     def _fail(self, st):
-        raise error_for(st, _lib.text(lib.sl_plan_error(self._h)))
+        raise error_for(st, _lib.last_error())
 
     def handle(self):
         """The C sl_plan with everything added so far (owned by this object)."""
@@ -231,10 +231,9 @@ class Plan:
         if isinstance(text, str):
             text = text.encode("utf-8")
         h = ctypes.c_void_p()
-        err = ctypes.c_void_p()
-        st = lib.sl_plan_from_json(text, len(text), ctypes.byref(h), ctypes.byref(err))
+        st = lib.sl_plan_from_json(text, len(text), ctypes.byref(h), None)
         if st != 0:
-            raise error_for(st, _take_text(err.value) if err.value else None)
+            raise error_for(st, _lib.last_error())
         plan = cls.__new__(cls)
         Plan.__init__(plan)
         lib.sl_plan_destroy(plan._h)
@@ -288,7 +287,7 @@ def dryrun(model, world, plans=None, config=None, **values):
         arr = (ctypes.c_void_p * world)(*[p.handle().value for p in plans])
         st = lib.sl_dryrun_create_described(cfg.handle, world, arr, ctypes.byref(handle))
     if st != 0:
-        raise error_for(st, cfg.error())
+        raise error_for(st, _lib.last_error())
     try:
         report = json.loads(_lib.text(lib.sl_dryrun_json(handle)))
         summary = _lib.text(lib.sl_dryrun_summary(handle))

@@ -39,7 +39,6 @@ _u64p = _P(ctypes.c_uint64)
 for _name, _res, _args in (
         ("sl_publisher_create", ctypes.c_int, [ctypes.c_void_p, _P(ctypes.c_void_p)]),
         ("sl_publisher_destroy", None, [ctypes.c_void_p]),
-        ("sl_publisher_error", ctypes.c_char_p, [ctypes.c_void_p]),
         ("sl_publisher_add", ctypes.c_int, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_uint32,
                                             _u64p, _u64p, _u64p, ctypes.c_void_p]),
         ("sl_publisher_clear", None, [ctypes.c_void_p]),
@@ -118,13 +117,13 @@ def _job(comm, group):
 
 def _run(call_ops, call_mpi, comm, group, store, timeout_s, message):
     """Runs one side's collective over group (torch.distributed) or comm (MPI); the status and the
-    transport's failure when the library has no message of its own."""
+    transport's failure when the library's message does not already relay it."""
     group, comm = _job(comm, group)
     if group is not None:
         from .torchcomm import TorchComm
         job = TorchComm(group, store, timeout_s)
         st = call_ops(ctypes.byref(job.ops()))
-        if st != 0 and job.failure and not message():
+        if st != 0 and job.failure and job.failure not in message():  # C did not relay it
             raise error_for(st, job.failure)
         return st
     handle, keep = comm_handle(comm)
@@ -159,7 +158,7 @@ class Publisher:
         self._h, self._device = handle, (device, index)
 
     def _message(self):
-        return _lib.text(lib.sl_publisher_error(self._h)) if self._h else ""
+        return _lib.last_error()
 
     def _add_all(self, tensors, dtype):
         """Hands every block to the library; returns what must stay alive until the publish returns."""
@@ -281,7 +280,7 @@ def dryrun_refit(model, world, publishers, **config):
     handle = ctypes.c_void_p()
     st = lib.sl_dryrun_refit_create(cfg.handle, int(world), text.encode(), ctypes.byref(handle))
     if st != 0:
-        raise error_for(st, cfg.error())
+        raise error_for(st, _lib.last_error())
     try:
         return (json.loads(_lib.text(lib.sl_dryrun_refit_json(handle))),
                 _lib.text(lib.sl_dryrun_refit_summary(handle)))

@@ -6,6 +6,7 @@
  * tests/unit/test_config_keys.py fails while it or another list of keys disagrees.
  */
 #include "api/config.h"
+#include "api/last_error.h"
 
 #include "api/extra_config.h"
 #include "base/edit_distance.h"
@@ -278,11 +279,15 @@ static bool parse_count(const key_def *k, const char *v, uint64_t *out) {
   return true;
 }
 
-sl_status sl_config_create(sl_config **out) {
+static sl_status config_create_impl(sl_config **out) {
   if (out == NULL)
     return SL_STATUS_INVALID_ARGUMENT;
   *out = calloc(1, sizeof **out);
   return *out != NULL ? SL_STATUS_OK : SL_STATUS_NOMEM;
+}
+
+sl_status sl_config_create(sl_config **out) {
+  return sl__api_return(config_create_impl(out), NULL, __func__);
 }
 
 void sl_config_destroy(sl_config *config) {
@@ -347,7 +352,7 @@ static sl_status apply_extra_config(sl_config *config, const char *json) {
   return st;
 }
 
-sl_status sl_config_set(sl_config *config, const char *key, const char *value) {
+static sl_status config_set_impl(sl_config *config, const char *key, const char *value) {
   if (config == NULL || key == NULL || value == NULL)
     return SL_STATUS_INVALID_ARGUMENT;
   sl__err_clear(&config->err);
@@ -386,6 +391,10 @@ sl_status sl_config_set(sl_config *config, const char *key, const char *value) {
   return SL_STATUS_OK;
 }
 
+sl_status sl_config_set(sl_config *config, const char *key, const char *value) {
+  return sl__api_return(config_set_impl(config, key, value), sl__config_err(config), __func__);
+}
+
 const char *sl_config_get(const sl_config *config, const char *key) {
   if (config == NULL || key == NULL)
     return NULL;
@@ -402,6 +411,10 @@ void sl__config_set_error(sl_config *cfg, const sl__err *err) {
     return;
   sl__err_clear(&cfg->err);
   sl__err_copy(&cfg->err, err);
+}
+
+const sl__err *sl__config_err(const sl_config *cfg) {
+  return cfg != NULL ? &cfg->err : NULL;
 }
 
 void sl__config_clear_error(sl_config *cfg) {

@@ -21,6 +21,8 @@ bool sl__config_is_set(const sl_config *cfg, const char *key);
 /* Records err as the config's message (read with sl_config_error). */
 void sl__config_set_error(sl_config *cfg, const sl__err *err);
 void sl__config_clear_error(sl_config *cfg);
+/* The config's message and status, for sl_last_error (NULL for a NULL config). */
+const sl__err *sl__config_err(const sl_config *cfg);
 /* Splits a newline-separated list value into a NULL-terminated array (caller frees with
  * sl__config_free_list). Empty items are dropped. */
 char **sl__config_list(const sl_config *cfg, const char *key);

@@ -17,6 +17,7 @@
 #include "shardload/core.h"
 
 #include "api/config.h"
+#include "api/last_error.h"
 #include "api/loader_state.h"
 #include "api/prepare.h"
 #include "base/hashmap.h"
@@ -32,7 +33,7 @@
  * The builder
  * ------------------------------------------------------------------------------------------- */
 
-sl_status sl_plan_create(sl_plan **out) {
+static sl_status plan_create_impl(sl_plan **out) {
   if (out == NULL)
     return SL_STATUS_INVALID_ARGUMENT;
   *out = malloc(sizeof **out);
@@ -40,6 +41,10 @@ sl_status sl_plan_create(sl_plan **out) {
     return SL_STATUS_NOMEM;
   sl__plan_init(*out);
   return SL_STATUS_OK;
+}
+
+sl_status sl_plan_create(sl_plan **out) {
+  return sl__api_return(plan_create_impl(out), NULL, __func__);
 }
 
 void sl_plan_destroy(sl_plan *plan) {
@@ -61,8 +66,8 @@ uint64_t sl_plan_region_count(const sl_plan *plan) {
   return plan != NULL ? plan->regions.len : 0;
 }
 
-sl_status sl_plan_add_param(sl_plan *plan, const char *name, sl_dtype dtype, uint32_t ndim,
-                            const uint64_t *shape, int transposed, int fill, uint32_t *index) {
+static sl_status plan_add_param_impl(sl_plan *plan, const char *name, sl_dtype dtype, uint32_t ndim,
+                                     const uint64_t *shape, int transposed, int fill, uint32_t *index) {
   if (plan == NULL)
     return SL_STATUS_INVALID_ARGUMENT;
   sl__err_clear(&plan->err);
@@ -73,9 +78,15 @@ sl_status sl_plan_add_param(sl_plan *plan, const char *name, sl_dtype dtype, uin
   return sl__plan_param(plan, name, (sl__dtype)dtype, ndim, shape, transposed != 0, (uint8_t)fill, index);
 }
 
-sl_status sl_plan_add_params(sl_plan *plan, size_t n, const char *const *names, const sl_dtype *dtypes,
-                             const uint32_t *ndims, const uint64_t *shapes, size_t n_shapes,
-                             const uint8_t *transposed, const uint8_t *fills) {
+sl_status sl_plan_add_param(sl_plan *plan, const char *name, sl_dtype dtype, uint32_t ndim,
+                            const uint64_t *shape, int transposed, int fill, uint32_t *index) {
+  return sl__api_return(plan_add_param_impl(plan, name, dtype, ndim, shape, transposed, fill, index),
+                        plan != NULL ? &plan->err : NULL, __func__);
+}
+
+static sl_status plan_add_params_impl(sl_plan *plan, size_t n, const char *const *names,
+                                      const sl_dtype *dtypes, const uint32_t *ndims, const uint64_t *shapes,
+                                      size_t n_shapes, const uint8_t *transposed, const uint8_t *fills) {
   if (plan == NULL)
     return SL_STATUS_INVALID_ARGUMENT;
   sl__err_clear(&plan->err);
@@ -109,9 +120,17 @@ sl_status sl_plan_add_params(sl_plan *plan, size_t n, const char *const *names, 
   return st;
 }
 
-sl_status sl_plan_add_region(sl_plan *plan, uint32_t param, const char *tensor, uint32_t ndim,
-                             const uint64_t *start, const uint64_t *count, uint32_t dst_ndim,
-                             const uint64_t *dst_start, const uint64_t *dst_count) {
+sl_status sl_plan_add_params(sl_plan *plan, size_t n, const char *const *names, const sl_dtype *dtypes,
+                             const uint32_t *ndims, const uint64_t *shapes, size_t n_shapes,
+                             const uint8_t *transposed, const uint8_t *fills) {
+  return sl__api_return(
+      plan_add_params_impl(plan, n, names, dtypes, ndims, shapes, n_shapes, transposed, fills),
+      plan != NULL ? &plan->err : NULL, __func__);
+}
+
+static sl_status plan_add_region_impl(sl_plan *plan, uint32_t param, const char *tensor, uint32_t ndim,
+                                      const uint64_t *start, const uint64_t *count, uint32_t dst_ndim,
+                                      const uint64_t *dst_start, const uint64_t *dst_count) {
   if (plan == NULL)
     return SL_STATUS_INVALID_ARGUMENT;
   sl__err_clear(&plan->err);
@@ -120,17 +139,32 @@ sl_status sl_plan_add_region(sl_plan *plan, uint32_t param, const char *tensor, 
   return sl__plan_region(plan, param, tensor, ndim, start, count, dst_ndim, dst_start, dst_count);
 }
 
-sl_status sl_plan_add_zeros(sl_plan *plan, uint32_t param, uint32_t dst_ndim, const uint64_t *dst_start,
-                            const uint64_t *dst_count) {
+sl_status sl_plan_add_region(sl_plan *plan, uint32_t param, const char *tensor, uint32_t ndim,
+                             const uint64_t *start, const uint64_t *count, uint32_t dst_ndim,
+                             const uint64_t *dst_start, const uint64_t *dst_count) {
+  return sl__api_return(
+      plan_add_region_impl(plan, param, tensor, ndim, start, count, dst_ndim, dst_start, dst_count),
+      plan != NULL ? &plan->err : NULL, __func__);
+}
+
+static sl_status plan_add_zeros_impl(sl_plan *plan, uint32_t param, uint32_t dst_ndim,
+                                     const uint64_t *dst_start, const uint64_t *dst_count) {
   if (plan == NULL)
     return SL_STATUS_INVALID_ARGUMENT;
   sl__err_clear(&plan->err);
   return sl__plan_region(plan, param, NULL, 0, NULL, NULL, dst_ndim, dst_start, dst_count);
 }
 
-sl_status sl_plan_add_regions(sl_plan *plan, size_t n, const uint32_t *params, const uint32_t *tensors,
-                              const char *const *names, size_t n_names, const uint32_t *ndims,
-                              const uint32_t *dst_ndims, const uint64_t *numbers, size_t n_numbers) {
+sl_status sl_plan_add_zeros(sl_plan *plan, uint32_t param, uint32_t dst_ndim, const uint64_t *dst_start,
+                            const uint64_t *dst_count) {
+  return sl__api_return(plan_add_zeros_impl(plan, param, dst_ndim, dst_start, dst_count),
+                        plan != NULL ? &plan->err : NULL, __func__);
+}
+
+static sl_status plan_add_regions_impl(sl_plan *plan, size_t n, const uint32_t *params,
+                                       const uint32_t *tensors, const char *const *names, size_t n_names,
+                                       const uint32_t *ndims, const uint32_t *dst_ndims,
+                                       const uint64_t *numbers, size_t n_numbers) {
   if (plan == NULL)
     return SL_STATUS_INVALID_ARGUMENT;
   sl__err_clear(&plan->err);
@@ -168,21 +202,33 @@ sl_status sl_plan_add_regions(sl_plan *plan, size_t n, const uint32_t *params, c
   return st;
 }
 
-sl_status sl_plan_skip(sl_plan *plan, const char *tensor) {
+sl_status sl_plan_add_regions(sl_plan *plan, size_t n, const uint32_t *params, const uint32_t *tensors,
+                              const char *const *names, size_t n_names, const uint32_t *ndims,
+                              const uint32_t *dst_ndims, const uint64_t *numbers, size_t n_numbers) {
+  return sl__api_return(
+      plan_add_regions_impl(plan, n, params, tensors, names, n_names, ndims, dst_ndims, numbers, n_numbers),
+      plan != NULL ? &plan->err : NULL, __func__);
+}
+
+static sl_status plan_skip_impl(sl_plan *plan, const char *tensor) {
   if (plan == NULL)
     return SL_STATUS_INVALID_ARGUMENT;
   sl__err_clear(&plan->err);
   return sl__plan_skip(plan, tensor);
 }
 
+sl_status sl_plan_skip(sl_plan *plan, const char *tensor) {
+  return sl__api_return(plan_skip_impl(plan, tensor), plan != NULL ? &plan->err : NULL, __func__);
+}
+
 sl_status sl_plan_from_json(const char *text, size_t len, sl_plan **out, char **error) {
   if (error != NULL)
     *error = NULL;
   if (out == NULL || text == NULL)
-    return SL_STATUS_INVALID_ARGUMENT;
+    return sl__api_return(SL_STATUS_INVALID_ARGUMENT, NULL, __func__);
   *out = malloc(sizeof **out);
   if (*out == NULL)
-    return SL_STATUS_NOMEM;
+    return sl__api_return(SL_STATUS_NOMEM, NULL, __func__);
   sl__err err;
   sl__err_clear(&err);
   sl_status st = sl__plan_from_json(text, len, *out, &err);
@@ -194,14 +240,14 @@ sl_status sl_plan_from_json(const char *text, size_t len, sl_plan **out, char **
     st = SL_STATUS_PLAN;
   if (error != NULL)
     *error = sl__strdup(err.msg);
-  return st;
+  return sl__api_return(st, &err, __func__);
 }
 
 sl_status sl_plans_from_json(const char *text, size_t len, int world_size, sl_plan **plans, char **error) {
   if (error != NULL)
     *error = NULL;
   if (text == NULL || plans == NULL || world_size < 1)
-    return SL_STATUS_INVALID_ARGUMENT;
+    return sl__api_return(SL_STATUS_INVALID_ARGUMENT, NULL, __func__);
   sl__err err;
   sl__err_clear(&err);
   sl_status st = sl__plans_from_json(text, len, (uint32_t)world_size, plans, &err);
@@ -209,7 +255,7 @@ sl_status sl_plans_from_json(const char *text, size_t len, int world_size, sl_pl
     st = SL_STATUS_PLAN;
   if (st != SL_STATUS_OK && error != NULL)
     *error = sl__strdup(err.msg);
-  return st;
+  return sl__api_return(st, &err, __func__);
 }
 
 void sl_plans_destroy(sl_plan **plans, int world_size) {
@@ -225,7 +271,7 @@ char *sl_plan_to_json(const sl_plan *plan) {
  * The loader
  * ------------------------------------------------------------------------------------------- */
 
-sl_status sl_loader_set_plan(sl_loader *l, const sl_plan *plan) {
+static sl_status loader_set_plan_impl(sl_loader *l, const sl_plan *plan) {
   if (l == NULL)
     return SL_STATUS_INVALID_ARGUMENT;
   if (plan == NULL) { /* the caller could not make this rank's plan: no rank may load without it */
@@ -255,6 +301,10 @@ sl_status sl_loader_set_plan(sl_loader *l, const sl_plan *plan) {
   l->described.blob = blob;
   l->described.len = len;
   return SL_STATUS_OK;
+}
+
+sl_status sl_loader_set_plan(sl_loader *l, const sl_plan *plan) {
+  return sl__loader_return(loader_set_plan_impl(l, plan), l, __func__);
 }
 
 sl_fill sl_loader_param_fill(const sl_loader *l, size_t index) {

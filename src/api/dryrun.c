@@ -5,6 +5,7 @@
  */
 #include "api/abi.h"
 #include "api/config.h"
+#include "api/last_error.h"
 #include "api/prepare.h"
 #include "base/clock.h"
 #include "output/report.h"
@@ -85,11 +86,11 @@ static sl_status create(sl_config *config, int world_size, const sl_plan *const 
 }
 
 sl_status sl_dryrun_create(sl_config *config, int world_size, sl_dryrun **out) {
-  return create(config, world_size, NULL, out);
+  return sl__api_return(create(config, world_size, NULL, out), sl__config_err(config), __func__);
 }
 
-sl_status sl_dryrun_create_described(sl_config *config, int world_size, const sl_plan *const *plans,
-                                     sl_dryrun **out) {
+static sl_status dryrun_create_described_impl(sl_config *config, int world_size, const sl_plan *const *plans,
+                                              sl_dryrun **out) {
   if (plans == NULL) {
     if (out != NULL)
       *out = NULL;
@@ -98,15 +99,25 @@ sl_status sl_dryrun_create_described(sl_config *config, int world_size, const sl
   return create(config, world_size, plans, out);
 }
 
+sl_status sl_dryrun_create_described(sl_config *config, int world_size, const sl_plan *const *plans,
+                                     sl_dryrun **out) {
+  return sl__api_return(dryrun_create_described_impl(config, world_size, plans, out), sl__config_err(config),
+                        __func__);
+}
+
 int sl_dryrun_world_size(const sl_dryrun *d) {
   return d != NULL ? (int)d->world : 0;
 }
 
-sl_status sl_dryrun_rank_stats(const sl_dryrun *d, int rank, sl_rank_stats *out) {
+static sl_status dryrun_rank_stats_impl(const sl_dryrun *d, int rank, sl_rank_stats *out) {
   if (d == NULL || out == NULL || rank < 0 || (uint32_t)rank >= d->world)
     return SL_STATUS_INVALID_ARGUMENT;
   sl_rank_stats full = d->pl.sched.stats[rank];
   return sl__sized_out(out, &full, sizeof full, SL__RANK_STATS_SIZE_V1, "sl_rank_stats", NULL);
+}
+
+sl_status sl_dryrun_rank_stats(const sl_dryrun *d, int rank, sl_rank_stats *out) {
+  return sl__api_return(dryrun_rank_stats_impl(d, rank, out), NULL, __func__);
 }
 
 static sl__plan_report report_of(const sl_dryrun *d) {

@@ -9,6 +9,7 @@
  * node, donors first); nobody reads storage. No MPI, no tensor data.
  */
 #include "api/config.h"
+#include "api/last_error.h"
 #include "api/prepare.h"
 #include "base/clock.h"
 #include "base/util.h"
@@ -96,8 +97,8 @@ static sl_status one_side(sl__pipeline *pl, sl_config *cfg, int world, const cha
   return sl__pipeline_run(pl, &drv, SL_PREP_PLAN, err);
 }
 
-sl_status sl_dryrun_peers_create(sl_config *target, int world_size, sl_config *source, int source_world,
-                                 sl_dryrun_peers **out) {
+static sl_status dryrun_peers_create_impl(sl_config *target, int world_size, sl_config *source,
+                                          int source_world, sl_dryrun_peers **out) {
   if (out == NULL || target == NULL || source == NULL)
     return SL_STATUS_INVALID_ARGUMENT;
   *out = NULL;
@@ -130,6 +131,12 @@ sl_status sl_dryrun_peers_create(sl_config *target, int world_size, sl_config *s
   d->seconds = sl__now() - t0;
   *out = d;
   return SL_STATUS_OK;
+}
+
+sl_status sl_dryrun_peers_create(sl_config *target, int world_size, sl_config *source, int source_world,
+                                 sl_dryrun_peers **out) {
+  return sl__api_return(dryrun_peers_create_impl(target, world_size, source, source_world, out),
+                        sl__config_err(target), __func__);
 }
 
 static void layout_json(sl__buf *b, const char *key, const sl__opts *o, uint32_t ranks) {

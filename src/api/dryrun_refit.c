@@ -8,6 +8,7 @@
  * consecutive ranks per node. No MPI, no tensor data.
  */
 #include "api/config.h"
+#include "api/last_error.h"
 #include "api/prepare.h"
 #include "base/clock.h"
 #include "base/util.h"
@@ -104,8 +105,8 @@ static sl_status plan_refit(sl_dryrun_refit *d, sl__err *err) {
   return st;
 }
 
-sl_status sl_dryrun_refit_create(sl_config *target, int world_size, const char *publishers,
-                                 sl_dryrun_refit **out) {
+static sl_status dryrun_refit_create_impl(sl_config *target, int world_size, const char *publishers,
+                                          sl_dryrun_refit **out) {
   if (out == NULL || target == NULL)
     return SL_STATUS_INVALID_ARGUMENT;
   *out = NULL;
@@ -140,6 +141,12 @@ sl_status sl_dryrun_refit_create(sl_config *target, int world_size, const char *
   d->seconds = sl__now() - t0;
   *out = d;
   return SL_STATUS_OK;
+}
+
+sl_status sl_dryrun_refit_create(sl_config *target, int world_size, const char *publishers,
+                                 sl_dryrun_refit **out) {
+  return sl__api_return(dryrun_refit_create_impl(target, world_size, publishers, out), sl__config_err(target),
+                        __func__);
 }
 
 static uint64_t sum_msgs(const sl__peer_plan *pp, bool relays_only) {

@@ -4,6 +4,7 @@
  * Here rather than in hub/, which comes before api/ and so never sees a configuration.
  */
 #include "api/hub_download.h"
+#include "api/last_error.h"
 
 #include "api/config.h"
 #include "base/util.h"
@@ -49,7 +50,7 @@ sl_status sl__hub_opts_from_config(const sl_config *cfg, sl__hub_opts *out, char
   return SL_STATUS_OK;
 }
 
-sl_status sl_hub_download(sl_config *config, char **snapshot_dir) {
+static sl_status hub_download_impl(sl_config *config, char **snapshot_dir) {
   if (config == NULL || snapshot_dir == NULL)
     return SL_STATUS_INVALID_ARGUMENT;
   *snapshot_dir = NULL;
@@ -79,4 +80,8 @@ sl_status sl_hub_download(sl_config *config, char **snapshot_dir) {
   sl__hub_result_free(&res);
   sl__config_free_list(include);
   return st;
+}
+
+sl_status sl_hub_download(sl_config *config, char **snapshot_dir) {
+  return sl__api_return(hub_download_impl(config, snapshot_dir), sl__config_err(config), __func__);
 }

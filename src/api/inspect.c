@@ -12,6 +12,7 @@
  */
 #include "api/abi.h"
 #include "api/config.h"
+#include "api/last_error.h"
 #include "base/hashmap.h"
 #include "base/json.h"
 #include "base/util.h"
@@ -50,7 +51,7 @@ const char *sl_model_load_format(const sl_model *model) {
  * opened folder) followed by ": ", that leading file name is moved in front of the kind instead of
  * being repeated. */
 static char *error_message(const char *path, const sl__err *e) {
-  const char *kind = sl_status_name(e->status);
+  const char *kind = sl_status_name(sl__public_status(e->status));
   const char *msg = e->msg[0] != '\0' ? e->msg : sl_status_message(e->status);
   size_t plen = strlen(path);
   while (plen > 1 && path[plen - 1] == '/')
@@ -300,10 +301,16 @@ done:
 
 /* ---- public API ---- */
 
+/* The message names the path and the status; sl_last_error gets the same text as *error. */
 static sl_status fail(sl_status st, const char *path, const sl__err *e, char **error) {
+  char *text = error_message(path, e);
+  sl__err shown = *e;
+  snprintf(shown.msg, sizeof shown.msg, "%s", text != NULL ? text : e->msg);
   if (error != NULL)
-    *error = error_message(path, e);
-  return st;
+    *error = text;
+  else
+    free(text);
+  return sl__api_return(st, &shown, "sl_model_open");
 }
 
 sl_status sl_model_open(const char *path, const sl_config *config, sl_model **out, char **error) {
@@ -391,7 +398,7 @@ size_t sl_model_tensor_count(const sl_model *model) {
   return model != NULL ? model->cat.n_tensors : 0;
 }
 
-sl_status sl_model_tensor(const sl_model *model, size_t index, sl_tensor_info *caller) {
+static sl_status model_tensor_impl(const sl_model *model, size_t index, sl_tensor_info *caller) {
   if (model == NULL || caller == NULL || index >= model->cat.n_tensors)
     return SL_STATUS_INVALID_ARGUMENT;
   const sl__cat_tensor *t = &model->cat.tensors[index];
@@ -405,6 +412,10 @@ sl_status sl_model_tensor(const sl_model *model, size_t index, sl_tensor_info *c
   out->offset = t->offset;
   out->file = t->file;
   return sl__sized_out(caller, &full, sizeof full, SL__TENSOR_INFO_SIZE_V1, "sl_tensor_info", NULL);
+}
+
+sl_status sl_model_tensor(const sl_model *model, size_t index, sl_tensor_info *caller) {
+  return sl__api_return(model_tensor_impl(model, index, caller), NULL, __func__);
 }
 
 const char *sl_model_config_json(const sl_model *model) {

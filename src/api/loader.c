@@ -19,6 +19,7 @@
 
 #include "api/bind.h"
 #include "api/config.h"
+#include "api/last_error.h"
 #include "api/loader_state.h"
 #include "api/options.h"
 #include "api/params.h"
@@ -112,11 +113,11 @@ static sl_status create_over(sl_config *config, comm_init_fn init, const void *a
 }
 
 sl_status sl_loader_create(sl_config *config, MPI_Comm comm, sl_loader **out) {
-  return create_over(config, init_mpi, &comm, out);
+  return sl__api_return(create_over(config, init_mpi, &comm, out), sl__config_err(config), __func__);
 }
 
 sl_status sl_loader_create_ops(sl_config *config, const sl_comm_ops *ops, sl_loader **out) {
-  return create_over(config, init_caller, ops, out);
+  return sl__api_return(create_over(config, init_caller, ops, out), sl__config_err(config), __func__);
 }
 
 /* A destroy that talks to no rank: the duplicated MPI communicators are left to MPI_Finalize
@@ -177,39 +178,6 @@ void sl_loader_destroy(sl_loader *l) {
 
 const char *sl_loader_error(const sl_loader *l) {
   return l != NULL ? l->err.msg : "";
-}
-
-sl_status sl_loader_set_cuda(sl_loader *l, int device, void *cuda_stream, void *nccl_comm) {
-  if (l == NULL)
-    return SL_STATUS_INVALID_ARGUMENT;
-  if (l->state >= STATE_LOADED)
-    return sl__err_set(&l->err, SL_STATUS_INVALID_ARGUMENT,
-                       "sl_loader_set_cuda must be called before the load");
-  l->dev.cuda_device = device;
-  l->dev.cuda_stream = cuda_stream;
-  l->dev.nccl_comm = nccl_comm;
-  return SL_STATUS_OK;
-}
-
-sl_status sl_cuda_select_device(int device, int *chosen, char **error) {
-  int dummy = -1;
-  sl__err err;
-  sl__err_clear(&err);
-  sl_status st = sl__cuda_select_device(device, chosen != NULL ? chosen : &dummy, &err);
-  if (error != NULL)
-    *error = st != SL_STATUS_OK ? strdup(err.msg) : NULL;
-  return st;
-}
-
-sl_status sl_loader_set_progress(sl_loader *l, sl_progress_fn fn, void *user) {
-  if (l == NULL)
-    return SL_STATUS_INVALID_ARGUMENT;
-  if (l->state >= STATE_LOADED)
-    return sl__err_set(&l->err, SL_STATUS_INVALID_ARGUMENT,
-                       "sl_loader_set_progress must be called before the load");
-  l->progress.fn = fn;
-  l->progress.user = user;
-  return SL_STATUS_OK;
 }
 
 /* A failed collective phase leaves the loader unusable (but destroyable). */
@@ -320,7 +288,7 @@ static sl_status advance(sl_loader *l, sl__prep_stage until) {
   return sl__pipeline_run(&l->pl, &d, until, &l->err);
 }
 
-sl_status sl_loader_download(sl_loader *l) {
+static sl_status loader_download_impl(sl_loader *l) {
   if (l == NULL)
     return SL_STATUS_INVALID_ARGUMENT;
   sl_status st = sl__loader_begin(l);
@@ -335,6 +303,10 @@ sl_status sl_loader_download(sl_loader *l) {
     return sl__loader_fail(l, st);
   l->state = STATE_CATALOG;
   return SL_STATUS_OK;
+}
+
+sl_status sl_loader_download(sl_loader *l) {
+  return sl__loader_return(loader_download_impl(l), l, __func__);
 }
 
 /* The table's strings, in one block the store owns: a reload replaces the model and the plan
@@ -422,7 +394,7 @@ static sl_status build_table(sl_loader *l) {
   return st == SL_STATUS_OK ? table_strings(l) : st;
 }
 
-sl_status sl_loader_plan(sl_loader *l) {
+static sl_status loader_plan_impl(sl_loader *l) {
   if (l == NULL)
     return SL_STATUS_INVALID_ARGUMENT;
   sl_status st = sl__loader_begin(l);
@@ -443,6 +415,10 @@ sl_status sl_loader_plan(sl_loader *l) {
         "using linear");
   l->state = STATE_PLANNED;
   return SL_STATUS_OK;
+}
+
+sl_status sl_loader_plan(sl_loader *l) {
+  return sl__loader_return(loader_plan_impl(l), l, __func__);
 }
 
 size_t sl_loader_param_count(const sl_loader *l) {
@@ -484,11 +460,11 @@ static sl_status bind(sl_loader *l, const char *fn, const char *name, void *data
 }
 
 sl_status sl_loader_bind(sl_loader *l, const char *name, void *data, uint64_t nbytes) {
-  return bind(l, "sl_loader_bind", name, data, nbytes, false, SL_DTYPE_COUNT);
+  return sl__loader_return(bind(l, "sl_loader_bind", name, data, nbytes, false, SL_DTYPE_COUNT), l, __func__);
 }
 
 sl_status sl_loader_bind_as(sl_loader *l, const char *name, void *data, uint64_t nbytes, sl_dtype dtype) {
-  return bind(l, "sl_loader_bind_as", name, data, nbytes, true, dtype);
+  return sl__loader_return(bind(l, "sl_loader_bind_as", name, data, nbytes, true, dtype), l, __func__);
 }
 
 /* Parameters converted as delivered (a planned conversion, or sl_loader_bind_as) are never file
@@ -720,7 +696,7 @@ static sl_status load_phases(sl_loader *l) {
   return save_after_report_failure(l, st);
 }
 
-sl_status sl_loader_load(sl_loader *l) {
+static sl_status loader_load_impl(sl_loader *l) {
   if (l == NULL)
     return SL_STATUS_INVALID_ARGUMENT;
   /* The caller's current CUDA context (or device) is what it was once the load returns. */
@@ -731,11 +707,15 @@ sl_status sl_loader_load(sl_loader *l) {
   return st;
 }
 
+sl_status sl_loader_load(sl_loader *l) {
+  return sl__loader_return(loader_load_impl(l), l, __func__);
+}
+
 /* ---------------------------------------------------------------------------------------------
  * Save
  * ------------------------------------------------------------------------------------------- */
 
-sl_status sl_loader_save_sharded(sl_loader *l, const char *dir) {
+static sl_status loader_save_sharded_impl(sl_loader *l, const char *dir) {
   if (l == NULL || dir == NULL)
     return SL_STATUS_INVALID_ARGUMENT;
   sl_status st = sl__loader_begin(l);
@@ -780,6 +760,10 @@ sl_status sl_loader_save_sharded(sl_loader *l, const char *dir) {
   sl__device_scope_leave(&scope);
   free(entries);
   return st;
+}
+
+sl_status sl_loader_save_sharded(sl_loader *l, const char *dir) {
+  return sl__loader_return(loader_save_sharded_impl(l, dir), l, __func__);
 }
 
 const char *sl_loader_report_json(sl_loader *l) {

@@ -109,6 +109,9 @@ void sl__refit_state_free(struct sl__refit_state *s);
 sl_status sl__loader_begin(sl_loader *l);
 /* A failed COLLECTIVE phase: the loader becomes unusable (but destroyable). Returns st. */
 sl_status sl__loader_fail(sl_loader *l, sl_status st);
+/* A public loader function's way out (api/last_error.h): the loader's message, and when this rank
+ * only saw another fail, that rank's Hub cause, as sl_last_error_cause. */
+sl_status sl__loader_return(sl_status st, const sl_loader *l, const char *fn);
 /* After the catalog stage of pipeline pl (built on rank 0 only): rank 0's catalog and spec text
  * to every rank, agreed (COLLECTIVE). t0: when the stage started. */
 sl_status sl__loader_share_catalog(sl_loader *l, sl__pipeline *pl, sl_status st, double t0);

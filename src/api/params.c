@@ -12,6 +12,7 @@
  *   agreement     sl_loader_agree over the loader's communicator
  */
 #include "api/params.h"
+#include "api/last_error.h"
 
 #include "api/abi.h"
 #include "api/loader_state.h"
@@ -210,7 +211,7 @@ size_t sl_loader_param_source_count(sl_loader *l, size_t index) {
   return ps->first[index + 1] - ps->first[index];
 }
 
-sl_status sl_loader_param_source(sl_loader *l, size_t index, size_t k, sl_param_source *caller) {
+static sl_status loader_param_source_impl(sl_loader *l, size_t index, size_t k, sl_param_source *caller) {
   if (l == NULL || caller == NULL)
     return SL_STATUS_INVALID_ARGUMENT;
   if (k >= sl_loader_param_source_count(l, index))
@@ -236,11 +237,15 @@ sl_status sl_loader_param_source(sl_loader *l, size_t index, size_t k, sl_param_
   return sl__sized_out(caller, &full, sizeof full, SL__PARAM_SOURCE_SIZE_V1, "sl_param_source", v.err);
 }
 
+sl_status sl_loader_param_source(sl_loader *l, size_t index, size_t k, sl_param_source *caller) {
+  return sl__loader_return(loader_param_source_impl(l, index, k, caller), l, __func__);
+}
+
 /* ---------------------------------------------------------------------------------------------
  * References
  * ------------------------------------------------------------------------------------------- */
 
-sl_status sl_loader_param_retain(sl_loader *l, size_t index, sl_param_ref **out) {
+static sl_status loader_param_retain_impl(sl_loader *l, size_t index, sl_param_ref **out) {
   if (out == NULL)
     return SL_STATUS_INVALID_ARGUMENT;
   *out = NULL;
@@ -294,6 +299,10 @@ sl_status sl_loader_param_retain(sl_loader *l, size_t index, sl_param_ref **out)
   ref->keep = k;
   *out = ref;
   return SL_STATUS_OK;
+}
+
+sl_status sl_loader_param_retain(sl_loader *l, size_t index, sl_param_ref **out) {
+  return sl__loader_return(loader_param_retain_impl(l, index, out), l, __func__);
 }
 
 void *sl_param_ref_data(const sl_param_ref *ref) {
@@ -369,7 +378,7 @@ static bool dl_type_of(sl_dtype dt, DLDataType *out) {
 }
 #endif
 
-sl_status sl_loader_param_dlpack(sl_loader *l, size_t index, void **managed_tensor) {
+static sl_status loader_param_dlpack_impl(sl_loader *l, size_t index, void **managed_tensor) {
   if (managed_tensor == NULL || l == NULL)
     return SL_STATUS_INVALID_ARGUMENT;
   *managed_tensor = NULL;
@@ -416,6 +425,11 @@ sl_status sl_loader_param_dlpack(sl_loader *l, size_t index, void **managed_tens
 #endif
 }
 
+sl_status sl_loader_param_dlpack(sl_loader *l, size_t index, void **managed_tensor) {
+  return sl__api_return(loader_param_dlpack_impl(l, index, managed_tensor), l != NULL ? &l->err : NULL,
+                        __func__);
+}
+
 void sl_dlpack_free(void *managed_tensor) {
 #ifdef SL_HAVE_DLPACK
   DLManagedTensor *t = managed_tensor;
@@ -438,13 +452,13 @@ sl_status sl_loader_error_cause(const sl_loader *l, int *rank) {
   sl__loader_view v;
   sl__loader_view_of((sl_loader *)l, &v);
   if (v.comm->first_failed < 0)
-    return v.err->status;
+    return sl__public_status(v.err->status);
   if (rank != NULL)
     *rank = v.comm->first_failed;
-  return v.comm->first_status;
+  return sl__public_status(v.comm->first_status);
 }
 
-sl_status sl_loader_agree(sl_loader *l, sl_status status, const char *message) {
+static sl_status loader_agree_impl(sl_loader *l, sl_status status, const char *message) {
   if (l == NULL)
     return SL_STATUS_INVALID_ARGUMENT;
   sl__loader_view v;
@@ -458,4 +472,8 @@ sl_status sl_loader_agree(sl_loader *l, sl_status status, const char *message) {
   if (st == SL_STATUS_PEER_FAILED && v.comm->first_failed >= 0)
     st = v.comm->first_status;
   return st;
+}
+
+sl_status sl_loader_agree(sl_loader *l, sl_status status, const char *message) {
+  return sl__loader_return(loader_agree_impl(l, status, message), l, __func__);
 }

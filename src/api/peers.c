@@ -20,6 +20,7 @@
  */
 #include "shardload/shardload.h"
 
+#include "api/last_error.h"
 #include "api/loader_state.h"
 #include "base/clock.h"
 #include "base/log.h"
@@ -391,9 +392,9 @@ static sl_status scoped(sl_loader *l, init_fn init, const void *arg) {
 }
 
 sl_status sl_loader_load_from_peers(sl_loader *l, MPI_Comm comm) {
-  return scoped(l, init_mpi, &comm);
+  return sl__loader_return(scoped(l, init_mpi, &comm), l, __func__);
 }
 
 sl_status sl_loader_load_from_peers_ops(sl_loader *l, const sl_comm_ops *ops) {
-  return scoped(l, init_caller, ops);
+  return sl__loader_return(scoped(l, init_caller, ops), l, __func__);
 }

@@ -8,6 +8,7 @@
 #include "shardload/core.h"
 
 #include "api/config.h"
+#include "api/last_error.h"
 #include "api/refit_job.h"
 
 #include <stdlib.h>
@@ -27,7 +28,7 @@ struct sl_publisher {
   sl__buf report;
 };
 
-sl_status sl_publisher_create(const sl_config *config, sl_publisher **out) {
+static sl_status publisher_create_impl(const sl_config *config, sl_publisher **out) {
   if (out == NULL)
     return SL_STATUS_INVALID_ARGUMENT;
   *out = NULL;
@@ -54,6 +55,10 @@ sl_status sl_publisher_create(const sl_config *config, sl_publisher **out) {
   return SL_STATUS_OK;
 }
 
+sl_status sl_publisher_create(const sl_config *config, sl_publisher **out) {
+  return sl__api_return(publisher_create_impl(config, out), NULL, __func__);
+}
+
 void sl_publisher_clear(sl_publisher *p) {
   if (p == NULL)
     return;
@@ -78,9 +83,9 @@ const char *sl_publisher_report_json(const sl_publisher *p) {
   return p != NULL && p->report.len > 0 ? p->report.data : NULL;
 }
 
-sl_status sl_publisher_add(sl_publisher *p, const char *tensor, sl_dtype dtype, uint32_t ndim,
-                           const uint64_t *shape, const uint64_t *offsets, const uint64_t *extent,
-                           const void *data) {
+static sl_status publisher_add_impl(sl_publisher *p, const char *tensor, sl_dtype dtype, uint32_t ndim,
+                                    const uint64_t *shape, const uint64_t *offsets, const uint64_t *extent,
+                                    const void *data) {
   if (p == NULL)
     return SL_STATUS_INVALID_ARGUMENT;
   sl__err_clear(&p->err);
@@ -110,7 +115,15 @@ sl_status sl_publisher_add(sl_publisher *p, const char *tensor, sl_dtype dtype, 
   return SL_STATUS_OK;
 }
 
-sl_status sl__publish_run(sl_publisher *p, sl__refit_init_fn init, const void *arg, uint64_t version) {
+sl_status sl_publisher_add(sl_publisher *p, const char *tensor, sl_dtype dtype, uint32_t ndim,
+                           const uint64_t *shape, const uint64_t *offsets, const uint64_t *extent,
+                           const void *data) {
+  return sl__api_return(publisher_add_impl(p, tensor, dtype, ndim, shape, offsets, extent, data),
+                        p != NULL ? &p->err : NULL, __func__);
+}
+
+static sl_status publish_run_impl(sl_publisher *p, sl__refit_init_fn init, const void *arg,
+                                  uint64_t version) {
   if (p == NULL)
     return SL_STATUS_INVALID_ARGUMENT;
   sl__err_clear(&p->err);
@@ -133,6 +146,10 @@ sl_status sl__publish_run(sl_publisher *p, sl__refit_init_fn init, const void *a
   sl_status st = sl__refit_run(&side, init, arg);
   sl__device_scope_leave(&scope);
   return st;
+}
+
+sl_status sl__publish_run(sl_publisher *p, sl__refit_init_fn init, const void *arg, uint64_t version) {
+  return sl__api_return(publish_run_impl(p, init, arg, version), p != NULL ? &p->err : NULL, "sl_publish");
 }
 
 static sl_status init_caller(sl__comm *c, const void *ops, sl__err *err) {

@@ -9,6 +9,7 @@
 #include "shardload/core.h"
 
 #include "api/config.h"
+#include "api/last_error.h"
 #include "api/loader_state.h"
 #include "api/refit_job.h"
 
@@ -125,7 +126,8 @@ static void after(sl_loader *l, sl__refit_state *s, const sl__refit_side *side, 
       counts[SL_RELOAD_PARTIAL], (unsigned long long)side->version);
 }
 
-sl_status sl__loader_refit_run(sl_loader *l, sl__refit_init_fn init, const void *arg, uint64_t version) {
+static sl_status loader_refit_run_impl(sl_loader *l, sl__refit_init_fn init, const void *arg,
+                                       uint64_t version) {
   if (l == NULL)
     return SL_STATUS_INVALID_ARGUMENT;
   /* A rank that cannot receive still takes part: the others fail with its message, not a timeout. */
@@ -174,6 +176,10 @@ sl_status sl__loader_refit_run(sl_loader *l, sl__refit_init_fn init, const void 
   return st;
 }
 
+sl_status sl__loader_refit_run(sl_loader *l, sl__refit_init_fn init, const void *arg, uint64_t version) {
+  return sl__loader_return(loader_refit_run_impl(l, init, arg, version), l, "sl_loader_refit");
+}
+
 static sl_status init_caller(sl__comm *c, const void *ops, sl__err *err) {
   return sl__comm_init_caller(c, ops, err);
 }
@@ -182,7 +188,7 @@ sl_status sl_loader_refit_ops(sl_loader *l, const sl_comm_ops *ops, uint64_t ver
   return sl__loader_refit_run(l, init_caller, ops, version);
 }
 
-sl_status sl_loader_version(const sl_loader *l, uint64_t *version, uint64_t *pending) {
+static sl_status loader_version_impl(const sl_loader *l, uint64_t *version, uint64_t *pending) {
   if (l == NULL || version == NULL)
     return SL_STATUS_INVALID_ARGUMENT;
   bool same = l->refit != NULL && l->refit->reloads == l->wr.reloads;
@@ -190,6 +196,10 @@ sl_status sl_loader_version(const sl_loader *l, uint64_t *version, uint64_t *pen
   if (pending != NULL)
     *pending = same ? l->refit->pending : 0;
   return SL_STATUS_OK;
+}
+
+sl_status sl_loader_version(const sl_loader *l, uint64_t *version, uint64_t *pending) {
+  return sl__loader_return(loader_version_impl(l, version, pending), l, __func__);
 }
 
 const char *sl_loader_refit_report_json(const sl_loader *l) {

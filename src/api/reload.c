@@ -19,6 +19,7 @@
 #include "shardload/core.h"
 
 #include "api/config.h"
+#include "api/last_error.h"
 #include "api/loader_state.h"
 #include "api/prepare.h"
 #include "base/clock.h"
@@ -275,7 +276,7 @@ static sl_status reload_phases(sl_loader *l, const char *model, const char *revi
   return sl__loader_report_file(l);
 }
 
-sl_status sl_loader_reload(sl_loader *l, const char *model, const char *revision) {
+static sl_status loader_reload_impl(sl_loader *l, const char *model, const char *revision) {
   if (l == NULL)
     return SL_STATUS_INVALID_ARGUMENT;
   sl__device_scope scope; /* the caller's CUDA context is what it was once the reload returns */
@@ -285,9 +286,17 @@ sl_status sl_loader_reload(sl_loader *l, const char *model, const char *revision
   return st;
 }
 
-sl_status sl_loader_reload_state(const sl_loader *l, size_t index, sl_reload_state *out) {
+sl_status sl_loader_reload(sl_loader *l, const char *model, const char *revision) {
+  return sl__loader_return(loader_reload_impl(l, model, revision), l, __func__);
+}
+
+static sl_status loader_reload_state_impl(const sl_loader *l, size_t index, sl_reload_state *out) {
   if (l == NULL || out == NULL || l->store.table == NULL || index >= l->pl.plan.n_lparams)
     return SL_STATUS_INVALID_ARGUMENT;
   *out = l->wr.reload_state != NULL ? (sl_reload_state)l->wr.reload_state[index] : SL_RELOAD_OLD;
   return SL_STATUS_OK;
+}
+
+sl_status sl_loader_reload_state(const sl_loader *l, size_t index, sl_reload_state *out) {
+  return sl__loader_return(loader_reload_state_impl(l, index, out), l, __func__);
 }

@@ -1,6 +1,7 @@
 /* base/err.c — first-error-wins message buffer (see base/err.h). */
 #include "base/err.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -8,6 +9,7 @@ void sl__err_clear(sl__err *err) {
   if (err == NULL)
     return;
   err->status = SL_STATUS_OK;
+  err->cause = SL_HUB_CAUSE_NONE;
   err->msg[0] = '\0';
 }
 
@@ -15,8 +17,20 @@ sl_status sl__err_setv(sl__err *err, sl_status status, const char *fmt, va_list 
   if (err == NULL || err->status != SL_STATUS_OK)
     return status;
   err->status = status;
+  err->cause = SL_HUB_CAUSE_NONE;
   vsnprintf(err->msg, sizeof err->msg, fmt, ap);
   return status;
+}
+
+sl_status sl__err_hub(sl__err *err, sl_hub_cause cause, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  bool first = err != NULL && err->status == SL_STATUS_OK;
+  sl__err_setv(err, SL_STATUS_HUB, fmt, ap);
+  va_end(ap);
+  if (first)
+    err->cause = cause;
+  return SL_STATUS_HUB;
 }
 
 sl_status sl__err_set(sl__err *err, sl_status status, const char *fmt, ...) {
@@ -57,5 +71,6 @@ void sl__err_copy(sl__err *dst, const sl__err *src) {
   if (dst == NULL || src == NULL || dst->status != SL_STATUS_OK || src->status == SL_STATUS_OK)
     return;
   dst->status = src->status;
+  dst->cause = src->cause;
   memcpy(dst->msg, src->msg, sizeof dst->msg);
 }

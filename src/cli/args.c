@@ -479,3 +479,11 @@ bool sl_cli_quiet(const sl_config *config) {
       return true;
   return false;
 }
+
+const char *sl_cli_status_words(sl_status st, char *buf, size_t cap) {
+  if (st == SL_STATUS_HUB)
+    snprintf(buf, cap, "%s (%s)", sl_status_name(st), sl_hub_cause_name(sl_last_error_cause()));
+  else
+    snprintf(buf, cap, "%s", sl_status_name(st));
+  return buf;
+}

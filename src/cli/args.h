@@ -53,6 +53,9 @@ typedef struct sl_cli_args {
 int sl_cli_parse(int argc, char **argv, sl_config *config, sl_cli_args *args, const sl_cli_command *cmd);
 /* Prints the options of cmd: its keys as flags with their meaning and default, its aliases. */
 void sl_cli_print_options(FILE *out, const sl_cli_command *cmd);
+/* The status of the call that just failed, for messages: its name, and for SL_STATUS_HUB the cause
+ * (sl_last_error_cause) too: "HUB (GATED)". Returns buf. */
+const char *sl_cli_status_words(sl_status st, char *buf, size_t cap);
 
 /* Whether the configuration says quiet (--quiet): no progress and no summary; errors still print. */
 bool sl_cli_quiet(const sl_config *config);

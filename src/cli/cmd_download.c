@@ -57,7 +57,9 @@ int sl_cli_download(int argc, char **argv) {
     if (st == SL_STATUS_OK) {
       printf("%s\n", snapshot);
     } else {
-      fprintf(stderr, "shardload download: %s: %s\n", sl_status_name(st), sl_config_error(config));
+      char words[64];
+      fprintf(stderr, "shardload download: %s: %s\n", sl_cli_status_words(st, words, sizeof words),
+              sl_config_error(config));
       rc = 1;
     }
     free(snapshot);

@@ -36,8 +36,11 @@ static void report_failure(MPI_Comm comm, sl_status st, const char *msg) {
   MPI_Comm_size(comm, &size);
   char mine[MSG_MAX];
   memset(mine, 0, sizeof mine);
-  if (st != SL_STATUS_OK && st != SL_STATUS_PEER_FAILED)
-    snprintf(mine, sizeof mine, "%s: %s", sl_status_name(st), msg != NULL ? msg : "");
+  if (st != SL_STATUS_OK && st != SL_STATUS_PEER_FAILED) {
+    char words[64];
+    snprintf(mine, sizeof mine, "%s: %s", sl_cli_status_words(st, words, sizeof words),
+             msg != NULL ? msg : "");
+  }
   char *all = rank == 0 ? calloc((size_t)size, MSG_MAX) : NULL;
   MPI_Gather(mine, MSG_MAX, MPI_CHAR, all, MSG_MAX, MPI_CHAR, 0, comm);
   if (rank != 0)

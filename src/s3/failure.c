@@ -1,8 +1,8 @@
 /*
  * s3/failure.c — what a request's outcome means (see s3/request.h): done, worth another attempt
  * (5xx, SlowDown, throttling, a connection refused, cut or stalled), or a failure, worded with the
- * store's own code and what to do about it; and the wait between attempts (doubling, bounded by
- * the session's retry bound, polling the caller's stop function).
+ * store's own code and what to do about it (SL_STATUS_HUB, the cause naming the kind); and the wait between
+ * attempts (doubling, bounded by the session's retry bound, polling the caller's stop function).
  */
 #include "s3/parse.h"
 #include "s3/request.h"
@@ -71,55 +71,57 @@ static sl_status http_failure(const sl__s3 *s, const sl__s3_req *r, const char *
   if (region[0] != '\0' && strcmp(region, s->conf.region) != 0 &&
       (r->status == 301 || r->status == 307 || strcmp(d.code, "AuthorizationHeaderMalformed") == 0 ||
        strcmp(d.code, "PermanentRedirect") == 0 || strcmp(d.code, "IncorrectEndpoint") == 0))
-    return sl__err_set(err, SL_STATUS_CONFIG,
+    return sl__err_hub(err, SL_HUB_CAUSE_S3_WRONG_REGION,
                        "%s: bucket '%s' is in region %s, not %s (%s): set AWS_REGION=%s", what, r->bucket,
                        region, s->conf.region, code, region);
   if (strcmp(d.code, "NoSuchBucket") == 0)
-    return sl__err_set(err, SL_STATUS_NOT_FOUND, "%s: bucket '%s' does not exist at %s (NoSuchBucket)", what,
-                       r->bucket, s->conf.endpoint);
+    return sl__err_hub(err, SL_HUB_CAUSE_S3_NO_SUCH_BUCKET,
+                       "%s: bucket '%s' does not exist at %s (NoSuchBucket)", what, r->bucket,
+                       s->conf.endpoint);
   if (strcmp(d.code, "NoSuchKey") == 0 || (r->status == 404 && r->key != NULL))
-    return sl__err_set(err, SL_STATUS_NOT_FOUND, "%s: no such object (%s)", what, code);
+    return sl__err_hub(err, SL_HUB_CAUSE_S3_NO_SUCH_KEY, "%s: no such object (%s)", what, code);
   if (r->status == 412 || strcmp(d.code, "PreconditionFailed") == 0)
-    return sl__err_set(err, SL_STATUS_IO,
+    return sl__err_hub(err, SL_HUB_CAUSE_S3_CHANGED,
                        "%s: the object was replaced during the load (its ETag is no longer %s: If-Match "
                        "failed, PreconditionFailed); load again once it stays unchanged",
                        what, r->if_match != NULL ? r->if_match : "the one listed");
   if (strcmp(d.code, "ExpiredToken") == 0 || strcmp(d.code, "TokenRefreshRequired") == 0)
-    return sl__err_set(err, SL_STATUS_CONFIG,
+    return sl__err_hub(err, SL_HUB_CAUSE_S3_EXPIRED_TOKEN,
                        "%s: the session token from %s has expired (%s): refresh the "
                        "credentials",
                        what, creds_of(s), code);
   if (strcmp(d.code, "InvalidToken") == 0)
-    return sl__err_set(err, SL_STATUS_CONFIG, "%s: the session token from %s is not valid (InvalidToken)",
-                       what, creds_of(s));
+    return sl__err_hub(err, SL_HUB_CAUSE_S3_INVALID_TOKEN,
+                       "%s: the session token from %s is not valid (InvalidToken)", what, creds_of(s));
   if (strcmp(d.code, "InvalidAccessKeyId") == 0)
-    return sl__err_set(err, SL_STATUS_CONFIG,
+    return sl__err_hub(err, SL_HUB_CAUSE_S3_UNKNOWN_KEY_ID,
                        "%s: the store does not know the access key id from %s "
                        "(InvalidAccessKeyId)",
                        what, creds_of(s));
   if (strcmp(d.code, "SignatureDoesNotMatch") == 0)
-    return sl__err_set(err, SL_STATUS_CONFIG,
+    return sl__err_hub(err, SL_HUB_CAUSE_S3_BAD_SIGNATURE,
                        "%s: the secret access key from %s does not match its key id "
                        "(SignatureDoesNotMatch)",
                        what, creds_of(s));
   if (strcmp(d.code, "AccessDenied") == 0 || r->status == 403)
-    return sl__err_set(err, SL_STATUS_IO, "%s: access denied (%s%s%s) with the credentials from %s", what,
-                       code, d.message[0] != '\0' ? ": " : "", d.message, creds_of(s));
+    return sl__err_hub(err, SL_HUB_CAUSE_S3_ACCESS_DENIED,
+                       "%s: access denied (%s%s%s) with the credentials from %s", what, code,
+                       d.message[0] != '\0' ? ": " : "", d.message, creds_of(s));
   if (strcmp(d.code, "InvalidRange") == 0 || r->status == 416)
-    return sl__err_set(err, SL_STATUS_IO, "%s: the object is shorter than its listing said (InvalidRange)",
-                       what);
-  return sl__err_set(err, SL_STATUS_IO, "%s: HTTP %ld from %s (%s%s%s)", what, r->status, s->conf.endpoint,
-                     code, d.message[0] != '\0' ? ": " : "", d.message);
+    return sl__err_hub(err, SL_HUB_CAUSE_S3_SHORT_OBJECT,
+                       "%s: the object is shorter than its listing said (InvalidRange)", what);
+  return sl__err_hub(err, SL_HUB_CAUSE_HTTP, "%s: HTTP %ld from %s (%s%s%s)", what, r->status,
+                     s->conf.endpoint, code, d.message[0] != '\0' ? ": " : "", d.message);
 }
 
 sl_status sl__s3_failure(const sl__s3 *s, const sl__s3_req *r, const char *what, sl__err *err) {
   if (r->stopped)
     return sl__err_set(err, SL_STATUS_PEER_FAILED, "%s: stopped (the load is ending)", what);
   if (r->refused)
-    return sl__err_set(err, SL_STATUS_IO, "%s: %s (HTTP %ld, Content-Range '%s')", what, r->refused_why,
-                       r->status, r->content_range);
+    return sl__err_hub(err, SL_HUB_CAUSE_S3_BAD_REPLY, "%s: %s (HTTP %ld, Content-Range '%s')", what,
+                       r->refused_why, r->status, r->content_range);
   if (r->curl_code != CURLE_OK)
-    return sl__err_set(err, SL_STATUS_IO, "%s: cannot reach %s: %s", what, s->conf.endpoint,
+    return sl__err_hub(err, SL_HUB_CAUSE_NETWORK, "%s: cannot reach %s: %s", what, s->conf.endpoint,
                        r->curl_msg[0] != '\0' ? r->curl_msg : curl_easy_strerror((CURLcode)r->curl_code));
   return http_failure(s, r, what, err);
 }

@@ -55,7 +55,7 @@ static sl_status fetch_page(sl__s3_conn *c, sl__s3_req *r, const char *what, sl_
 static sl_status take_page(sl__s3_listing *out, sl__s3_page *pg, const char *prefix, const char *what,
                            sl__err *err) {
   if (pg->n > LIST_MAX_OBJECTS - out->n)
-    return sl__err_set(err, SL_STATUS_IO, "%s: more than %u objects", what, LIST_MAX_OBJECTS);
+    return sl__err_hub(err, SL_HUB_CAUSE_METADATA, "%s: more than %u objects", what, LIST_MAX_OBJECTS);
   sl__s3_object *o = realloc(out->objects, (out->n + pg->n + 1) * sizeof *o);
   if (o == NULL)
     return sl__err_set(err, SL_STATUS_NOMEM, "out of memory listing %s", what);
@@ -63,7 +63,8 @@ static sl_status take_page(sl__s3_listing *out, sl__s3_page *pg, const char *pre
   size_t plen = strlen(prefix);
   for (size_t i = 0; i < pg->n; i++) {
     if (strncmp(pg->objects[i].key, prefix, plen) != 0)
-      return sl__err_set(err, SL_STATUS_IO, "%s: the store listed '%s', which is not under the prefix", what,
+      return sl__err_hub(err, SL_HUB_CAUSE_METADATA,
+                         "%s: the store listed '%s', which is not under the prefix", what,
                          pg->objects[i].key);
     out->objects[out->n++] = pg->objects[i];
     memset(&pg->objects[i], 0, sizeof pg->objects[i]);
@@ -101,7 +102,8 @@ sl_status sl__s3_list(sl__s3_conn *c, const char *bucket, const char *prefix, sl
       st = take_page(out, &pg, prefix, what, err);
     if (st == SL_STATUS_OK && pg.truncated &&
         (pg.next_token == NULL || (token != NULL && strcmp(token, pg.next_token) == 0)))
-      st = sl__err_set(err, SL_STATUS_IO, "%s: a truncated page without a new continuation token", what);
+      st = sl__err_hub(err, SL_HUB_CAUSE_METADATA, "%s: a truncated page without a new continuation token",
+                       what);
     more = st == SL_STATUS_OK && pg.truncated;
     free(token);
     token = more ? pg.next_token : NULL;

@@ -54,8 +54,9 @@ sl_status sl__s3_read(sl__s3_conn *c, const char *bucket, const char *key, const
         snprintf(prefix, sizeof prefix,
                  "%s: gave up after %u attempts (no byte for %.0f s; %llu of %llu bytes read)", what, attempt,
                  c->s->retry_s, (unsigned long long)got, (unsigned long long)len);
-        st = v == SL_S3_DONE ? sl__err_set(err, SL_STATUS_IO, "%s: the connection ended early", prefix)
-                             : sl__s3_failure(c->s, &r, prefix, err);
+        st = v == SL_S3_DONE
+                 ? sl__err_hub(err, SL_HUB_CAUSE_NETWORK, "%s: the connection ended early", prefix)
+                 : sl__s3_failure(c->s, &r, prefix, err);
       }
       break;
     }

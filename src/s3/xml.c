@@ -266,8 +266,8 @@ sl_status sl__s3_parse_list(const char *xml, size_t len, const char *what, sl__s
   if (!ok) {
     free_objects(&d.objects);
     sl__s3_page_free(out);
-    return sl__err_set(err, SL_STATUS_IO, "%s: not a ListObjectsV2 reply: %s (line %lu)", what, d.defect,
-                       line);
+    return sl__err_hub(err, SL_HUB_CAUSE_METADATA, "%s: not a ListObjectsV2 reply: %s (line %lu)", what,
+                       d.defect, line);
   }
   out->n = d.objects.len;
   out->objects = d.objects.data;

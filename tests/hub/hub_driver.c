@@ -11,6 +11,7 @@
  */
 #include "api/config.h"
 #include "api/hub_download.h"
+#include "api/last_error.h"
 #include "base/util.h"
 #include "hub/hub.h"
 
@@ -22,8 +23,13 @@
 static void print_result(sl_status st, const char *msg, const char *snapshot, const sl__hub_result *res) {
   sl__buf b;
   sl__buf_init(&b, 0);
-  sl__buf_appendf(&b, "{\"status\": ");
-  sl__buf_json_str(&b, sl_status_name(st));
+  sl__buf_appendf(&b, "{\"status\": "); /* as a caller sees it: SL_STATUS_HUB and the cause */
+  sl__buf_json_str(&b, sl_status_name(sl__public_status(st)));
+  sl__buf_appendf(&b, ", \"cause\": ");
+  /* sl_hub_download already returns SL_STATUS_HUB (its cause: sl_last_error_cause); the resolver
+   * inside, the detailed status */
+  sl__buf_json_str(
+      &b, sl_hub_cause_name(st == SL_STATUS_HUB ? sl_last_error_cause() : (int)sl__public_cause(st, NULL)));
   sl__buf_appendf(&b, ", \"message\": ");
   sl__buf_json_str(&b, msg);
   sl__buf_appendf(&b, ", \"snapshot\": ");

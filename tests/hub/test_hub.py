@@ -227,8 +227,9 @@ def expect_ok(sc, res, what=""):
 
 
 def expect_err(sc, res, status, *needles):
-    ok = check(res["status"] == status, "%s: expected %s, got %s: %s" % (sc.name, status, res["status"],
-                                                                         res["message"]))
+    """status: a status name, or "HUB/<cause>" for SL_STATUS_HUB with that sl_hub_cause."""
+    got = res["status"] if res["status"] != "HUB" else "HUB/" + res.get("cause", "")
+    ok = check(got == status, "%s: expected %s, got %s: %s" % (sc.name, status, got, res["message"]))
     for n in needles:
         ok = check(n in res["message"], "%s: message lacks %r: %s" % (sc.name, n, res["message"])) and ok
     return ok
@@ -389,12 +390,12 @@ def t_multi_shard(ctx):
 
     # Offline misses fail cleanly, naming what is missing.
     res = sc.run("revision=v9", env=sc.env(HF_HUB_OFFLINE="1"))
-    expect_err(sc, res, "HUB_OFFLINE", "org/model@v9", "offline")
+    expect_err(sc, res, "HUB/OFFLINE", "org/model@v9", "offline")
     os.unlink(os.path.join(sc.snap, SHARDS[1]))
     res = sc.run(env=sc.env(HF_HUB_OFFLINE="1"))
-    expect_err(sc, res, "HUB_OFFLINE", SHARDS[1])
+    expect_err(sc, res, "HUB/OFFLINE", SHARDS[1])
     res = sc.run("revision=" + OTHER_SHA, env=sc.env(HF_HUB_OFFLINE="1"))
-    expect_err(sc, res, "HUB_OFFLINE", OTHER_SHA)
+    expect_err(sc, res, "HUB/OFFLINE", OTHER_SHA)
     check(not ctx.server.log(), "multi_shard: offline failures make no request")
 
     # Online again: only the missing shard is fetched (its blob is still there: no GET at all).
@@ -421,7 +422,7 @@ def t_tree_file(ctx):
     write(os.path.join(trees, SHA + ".json"), json.dumps(
         {"format_version": 1, "files": [{"path": p, "type": "file"} for p in sorted(sc.files)]}))
     res = sc.run(env=sc.env(HF_HUB_OFFLINE="1"))
-    expect_err(sc, res, "HUB_OFFLINE", "incomplete snapshot", SHARDS[2])
+    expect_err(sc, res, "HUB/OFFLINE", "incomplete snapshot", SHARDS[2])
     sc.cleanup()
 
 
@@ -564,7 +565,7 @@ def t_public_api(ctx):
     expect_ok(sc, res)
     check(res["snapshot"] == sc.snap, "public_api: snapshot")
     res = sc.run("model=org/missing", public=True)
-    expect_err(sc, res, "HUB_REPO_NOT_FOUND", "HF_TOKEN")
+    expect_err(sc, res, "HUB/REPO_NOT_FOUND", "HF_TOKEN")
     sc.cleanup()
 
 
@@ -628,7 +629,7 @@ def t_dead_attempts(ctx):
     sc = Scenario(ctx, "dead_attempts")
     sc.serve(rules=[shard_rule(0, {"drop_after": 5000}), shard_rule(0, {"drop_after": 0}, times=-1)])
     res = sc.run("hub_parallel_files=1")
-    expect_err(sc, res, "HUB_NETWORK", SHARDS[0], "5 consecutive")
+    expect_err(sc, res, "HUB/NETWORK", SHARDS[0], "5 consecutive")
     gets = reqs(ctx.server.log(), "GET", "cdn", SHARDS[0])
     check([e["range"] for e in gets] == [None] + ["bytes=5000-"] * 5, "dead_attempts: 1 + 5 requests: %s" %
           [e["range"] for e in gets])
@@ -680,7 +681,7 @@ def t_retry_waits(ctx):
     sc3 = Scenario(ctx, "retry_exhausted")
     sc3.serve(rules=[api_rule({"status": 500, "headers": {"X-Request-Id": "rid-500"}}, times=-1)])
     res = sc3.run()
-    expect_err(sc3, res, "HUB_HTTP", "500", "after 5 retries", "rid-500", "/api/models/org/model/revision/main")
+    expect_err(sc3, res, "HUB/HTTP", "500", "after 5 retries", "rid-500", "/api/models/org/model/revision/main")
     check(len(api_times(ctx.server.log())) == 6, "retry_exhausted: 6 attempts")
     check(not os.path.exists(sc3.cache), "retry_exhausted: nothing written")
     # A chunk/file GET gets the same policy: 503 twice then fine.
@@ -697,7 +698,7 @@ def t_corruption(ctx):
     sc = Scenario(ctx, "corrupt")
     sc.serve(rules=[shard_rule(1, {"corrupt": 100})])
     res = sc.run()
-    expect_err(sc, res, "HUB_CHECKSUM", "checksum mismatch for " + SHARDS[1])
+    expect_err(sc, res, "HUB/CHECKSUM", "checksum mismatch for " + SHARDS[1])
     check(not os.path.exists(blob_path(sc, SHARDS[1])), "corrupt: nothing published under blobs/")
     check(not os.path.lexists(os.path.join(sc.snap, SHARDS[1])), "corrupt: no pointer")
     check(not [f for f in leftovers(sc) if f.startswith(etag_of(SHARDS[1], sc.files[SHARDS[1]]))],
@@ -706,7 +707,7 @@ def t_corruption(ctx):
           "corrupt: no empty temp left by cancelled downloads: %s" % leftovers(sc))
     sc2 = Scenario(ctx, "corrupt_git")
     sc2.serve(rules=[{"port": "hub", "method": "GET", "path": "config.json", "action": {"corrupt": 3}}])
-    expect_err(sc2, sc2.run(), "HUB_CHECKSUM", "checksum mismatch for config.json", "git blob")
+    expect_err(sc2, sc2.run(), "HUB/CHECKSUM", "checksum mismatch for config.json", "git blob")
     sc3 = Scenario(ctx, "verify_off")
     sc3.serve(rules=[shard_rule(1, {"corrupt": 100})])
     expect_ok(sc3, sc3.run("hub_verify=false"))
@@ -716,7 +717,7 @@ def t_corruption(ctx):
     for name, action in [("short", {"truncate": 100}), ("long", {"extend": 100})]:
         sc4 = Scenario(ctx, "size_" + name)
         sc4.serve(rules=[shard_rule(2, action)])
-        expect_err(sc4, sc4.run(), "HUB_SIZE", "size mismatch for " + SHARDS[2])
+        expect_err(sc4, sc4.run(), "HUB/SIZE", "size mismatch for " + SHARDS[2])
         check(not os.path.exists(blob_path(sc4, SHARDS[2])), "size_%s: no blob" % name)
         check(not os.path.lexists(os.path.join(sc4.snap, SHARDS[2])), "size_%s: no pointer" % name)
         check(not [f for f in leftovers(sc4) if f.startswith(etag_of(SHARDS[2], sc4.files[SHARDS[2]]))],
@@ -784,19 +785,19 @@ def t_head_metadata(ctx):
         sc = Scenario(ctx, "head_" + name)
         sc.serve(rules=[head_rule("config.json", action)])
         res = sc.run("hub_parallel_files=1")
-        expect_err(sc, res, "HUB_METADATA", "incomplete file metadata for config.json (missing %s)" % missing)
+        expect_err(sc, res, "HUB/METADATA", "incomplete file metadata for config.json (missing %s)" % missing)
         check(not os.path.exists(blob_path(sc, "config.json")), "head_%s: no blob" % name)
         check(not os.path.lexists(os.path.join(sc.snap, "config.json")), "head_%s: no pointer" % name)
         check(not reqs(ctx.server.log(), "GET", contains="config.json"), "head_%s: no GET" % name)
         sc.cleanup()
     sc = Scenario(ctx, "head_lfs_no_size")
     sc.serve(rules=[head_rule(SHARDS[0], {"head_remove": ["X-Linked-Size"]})])
-    expect_err(sc, sc.run(), "HUB_METADATA", "missing size")  # Content-Length of a 302 does not count
+    expect_err(sc, sc.run(), "HUB/METADATA", "missing size")  # Content-Length of a 302 does not count
     sc.cleanup()
     sc = Scenario(ctx, "weak_etag")
     sc.serve(rules=[head_rule("config.json", {"head_set": {"ETag": 'W/"%s"' % git_sha1(b"x")}})])
     res = sc.run()
-    expect_err(sc, res, "HUB_CHECKSUM", "config.json")  # the weak etag was parsed and used for verification
+    expect_err(sc, res, "HUB/CHECKSUM", "config.json")  # the weak etag was parsed and used for verification
     sc.serve(rules=[head_rule("config.json", {"head_set": {"ETag": 'W/"%s"' % etag_of("config.json",
                                                                                         sc.files["config.json"])}})])
     expect_ok(sc, sc.run(), " (weak etag)")
@@ -804,12 +805,12 @@ def t_head_metadata(ctx):
     sc.cleanup()
     sc = Scenario(ctx, "commit_mismatch")
     sc.serve(rules=[head_rule(SHARDS[2], {"head_set": {"X-Repo-Commit": OTHER_SHA}})])
-    expect_err(sc, sc.run(), "HUB_METADATA", OTHER_SHA, SHA, SHARDS[2])
+    expect_err(sc, sc.run(), "HUB/METADATA", OTHER_SHA, SHA, SHARDS[2])
     check(not os.path.lexists(os.path.join(sc.snap, SHARDS[2])), "commit_mismatch: no pointer")
     sc.cleanup()
     sc = Scenario(ctx, "bad_etag")
     sc.serve(rules=[head_rule("config.json", {"head_set": {"ETag": '"../../x"'}})])
-    expect_err(sc, sc.run("hub_parallel_files=1"), "HUB_INVALID_NAME", "../../x")
+    expect_err(sc, sc.run("hub_parallel_files=1"), "HUB/INVALID_NAME", "../../x")
     check(not os.path.exists(os.path.join(sc.cache, "x")) and not os.path.exists(os.path.join(sc.repo_dir, "x")),
           "bad_etag: nothing written outside blobs/")
     check(not reqs(ctx.server.log(), "GET", contains="config.json"), "bad_etag: no GET")
@@ -889,7 +890,7 @@ def t_parallel(ctx):
         rng = ranges[k if k is not None else len(ranges) - 1]
         at = int(rng.split("=")[1].split("-")[0]) + 5
         sc.serve(rules=[shard_rule(0, {"corrupt": at}, range=rng)])
-        expect_err(sc, sc.run(*PAR), "HUB_CHECKSUM", "checksum mismatch for " + SHARDS[0])
+        expect_err(sc, sc.run(*PAR), "HUB/CHECKSUM", "checksum mismatch for " + SHARDS[0])
         check(not os.path.exists(blob_path(sc, SHARDS[0])), "%s: nothing published under blobs/" % name)
         check(not os.path.lexists(os.path.join(sc.snap, SHARDS[0])), "%s: no pointer" % name)
         check(leftovers(sc) == [], "%s: temp removed: %s" % (name, leftovers(sc)))
@@ -908,7 +909,7 @@ def t_parallel(ctx):
     sc.serve(rules=[shard_rule(0, {"ignore_range": True}, times=-1)],
              size_override={SHARDS[0]: 60000000000})
     res = sc.run("hub_parallel_files=1")
-    expect_err(sc, res, "HUB_HTTP", "50 GB", SHARDS[0])
+    expect_err(sc, res, "HUB/HTTP", "50 GB", SHARDS[0])
     gets = reqs(ctx.server.log(), "GET", "cdn", SHARDS[0])
     check(gets and all(e["range"] is not None for e in gets), "huge: never a GET without Range")
     check(leftovers(sc) == [], "huge: temp removed: %s" % leftovers(sc))
@@ -931,24 +932,24 @@ def err_action(status, code=None, message=None, body=None):
 
 def t_api_errors(ctx):
     cases = [
-        ("revision", err_action(404, "RevisionNotFound", "Invalid rev id: x"), "HUB_REVISION_NOT_FOUND",
+        ("revision", err_action(404, "RevisionNotFound", "Invalid rev id: x"), "HUB/REVISION_NOT_FOUND",
          ["revision 'main'", "revision not found", "rid-404"]),
-        ("repo", err_action(401, "RepoNotFound", "Repository not found"), "HUB_REPO_NOT_FOUND",
+        ("repo", err_action(401, "RepoNotFound", "Repository not found"), "HUB/REPO_NOT_FOUND",
          ["repository not found", "HF_TOKEN"]),
-        ("repo_404", err_action(404, "RepoNotFound", "Repository not found"), "HUB_REPO_NOT_FOUND",
+        ("repo_404", err_action(404, "RepoNotFound", "Repository not found"), "HUB/REPO_NOT_FOUND",
          ["repository not found", "HTTP 404"]),
-        ("repo_401", err_action(401, None, "Unauthorized"), "HUB_REPO_NOT_FOUND", ["HF_TOKEN"]),
-        ("bad_token", err_action(401, None, "Invalid credentials in Authorization header"), "HUB_BAD_TOKEN",
+        ("repo_401", err_action(401, None, "Unauthorized"), "HUB/REPO_NOT_FOUND", ["HF_TOKEN"]),
+        ("bad_token", err_action(401, None, "Invalid credentials in Authorization header"), "HUB/BAD_TOKEN",
          ["rejected the token"]),
-        ("gated_401", err_action(401, "GatedRepo", "Access to model org/model is restricted."), "HUB_GATED",
+        ("gated_401", err_action(401, "GatedRepo", "Access to model org/model is restricted."), "HUB/GATED",
          ["HF_TOKEN", "accepted the terms"]),
-        ("gated_403", err_action(403, "GatedRepo", "not in the authorized list"), "HUB_GATED",
+        ("gated_403", err_action(403, "GatedRepo", "not in the authorized list"), "HUB/GATED",
          ["accept the terms", "not in the authorized list"]),
-        ("disabled", err_action(403, None, "Access to this resource is disabled."), "HUB_DISABLED", ["disabled"]),
-        ("forbidden", err_action(403), "HUB_FORBIDDEN", ["HTTP 403"]),
-        ("not_found", err_action(404, body='{"error": ["boom", "bang"]}'), "HUB_NOT_FOUND", ["boom; bang"]),
-        ("bad_request", err_action(400, body='{"error_description": "nope"}'), "HUB_BAD_REQUEST", ["nope"]),
-        ("teapot", err_action(418), "HUB_HTTP", ["418"]),
+        ("disabled", err_action(403, None, "Access to this resource is disabled."), "HUB/DISABLED", ["disabled"]),
+        ("forbidden", err_action(403), "HUB/FORBIDDEN", ["HTTP 403"]),
+        ("not_found", err_action(404, body='{"error": ["boom", "bang"]}'), "HUB/NOT_FOUND", ["boom; bang"]),
+        ("bad_request", err_action(400, body='{"error_description": "nope"}'), "HUB/BAD_REQUEST", ["nope"]),
+        ("teapot", err_action(418), "HUB/HTTP", ["418"]),
     ]
     for name, action, status, needles in cases:
         sc = Scenario(ctx, "api_" + name)
@@ -962,20 +963,20 @@ def t_api_errors(ctx):
     # The server's own answers for unknown repositories and revisions.
     sc = Scenario(ctx, "unknown")
     sc.serve()
-    expect_err(sc, sc.run("model=org/missing"), "HUB_REPO_NOT_FOUND", "org/missing")
-    expect_err(sc, sc.run("revision=nope"), "HUB_REVISION_NOT_FOUND", "nope")
+    expect_err(sc, sc.run("model=org/missing"), "HUB/REPO_NOT_FOUND", "org/missing")
+    expect_err(sc, sc.run("revision=nope"), "HUB/REVISION_NOT_FOUND", "nope")
     sc.cleanup()
 
 
 def t_head_errors(ctx):
     sc = Scenario(ctx, "head_gated")
     sc.serve(rules=[head_rule("config.json", err_action(401, "GatedRepo", "restricted"))])
-    expect_err(sc, sc.run(), "HUB_GATED", "config.json", "HF_TOKEN", "HEAD")
+    expect_err(sc, sc.run(), "HUB/GATED", "config.json", "HF_TOKEN", "HEAD")
     sc.cleanup()
     sc = Scenario(ctx, "gated_repo")
     sc.serve(gated="hf_good")
-    expect_err(sc, sc.run(), "HUB_GATED", "HF_TOKEN", "Please log in", "HTTP 401")
-    expect_err(sc, sc.run(env=sc.env(HF_TOKEN="hf_other")), "HUB_GATED", "accept the terms", "HTTP 403")
+    expect_err(sc, sc.run(), "HUB/GATED", "HF_TOKEN", "Please log in", "HTTP 401")
+    expect_err(sc, sc.run(env=sc.env(HF_TOKEN="hf_other")), "HUB/GATED", "accept the terms", "HTTP 403")
     expect_ok(sc, sc.run(env=sc.env(HF_TOKEN="hf_good")), " (gated, with access)")
     check_tree(sc, DEFAULT_FILES)
     sc.cleanup()
@@ -983,7 +984,7 @@ def t_head_errors(ctx):
     sc.serve(rules=[head_rule("config.json", dict(err_action(404, "EntryNotFound", "gone"),
                                                   headers={"X-Error-Code": "EntryNotFound",
                                                            "X-Repo-Commit": SHA}))])
-    expect_err(sc, sc.run(), "HUB_ENTRY_NOT_FOUND", "config.json")
+    expect_err(sc, sc.run(), "HUB/ENTRY_NOT_FOUND", "config.json")
     check(os.path.isfile(os.path.join(sc.repo_dir, ".no_exist", SHA, "config.json")), "head_entry: .no_exist marker")
     sc.cleanup()
     # The optional index missing: marker written, all shards used.
@@ -996,12 +997,12 @@ def t_head_errors(ctx):
     sc.cleanup()
     sc = Scenario(ctx, "head_repo_401")
     sc.serve(rules=[head_rule(SHARDS[0], err_action(401, None, None))])
-    expect_err(sc, sc.run(), "HUB_REPO_NOT_FOUND", SHARDS[0])
+    expect_err(sc, sc.run(), "HUB/REPO_NOT_FOUND", SHARDS[0])
     sc.cleanup()
     sc = Scenario(ctx, "no_config")
     os.unlink(os.path.join(sc.model, "config.json"))
     sc.serve()
-    expect_err(sc, sc.run(), "HUB_ENTRY_NOT_FOUND", "config.json")
+    expect_err(sc, sc.run(), "HUB/ENTRY_NOT_FOUND", "config.json")
     check(not os.path.exists(sc.cache), "no_config: nothing written")
     sc.cleanup()
 
@@ -1019,7 +1020,7 @@ def t_fallback(ctx):
     res = sc.run()
     expect_ok(sc, res, " (401, cached)")
     sc.serve(rules=[api_rule(err_action(404, "RevisionNotFound", "bad"), times=-1)])
-    expect_err(sc, sc.run(), "HUB_REVISION_NOT_FOUND")
+    expect_err(sc, sc.run(), "HUB/REVISION_NOT_FOUND")
     # Outage: nothing listens on the endpoint.
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
@@ -1030,7 +1031,7 @@ def t_fallback(ctx):
     check(res["fallback"] and "network error" in res["stderr"], "fallback: outage warning")
     sc2 = Scenario(ctx, "outage_empty")
     res = sc2.run(env=sc2.env(HF_ENDPOINT=dead))
-    expect_err(sc2, res, "HUB_NETWORK", dead)
+    expect_err(sc2, res, "HUB/NETWORK", dead)
     sc.cleanup()
     sc2.cleanup()
 
@@ -1041,7 +1042,7 @@ def t_validation(ctx):
         sc = Scenario(ctx, "sibling_" + name)
         sc.serve(extra_siblings=[bad])
         res = sc.run()
-        expect_err(sc, res, "HUB_INVALID_NAME", "'%s'" % bad)
+        expect_err(sc, res, "HUB/INVALID_NAME", "'%s'" % bad)
         check(len(ctx.server.log()) == 1, "sibling_%s: no request after the listing" % name)
         check(not os.path.exists(sc.cache), "sibling_%s: nothing written" % name)
         sc.cleanup()
@@ -1058,7 +1059,7 @@ def t_validation(ctx):
     sc.serve()
     for args, needle in [(["model=a/../b"], "a/../b"), (["model=x/y.git"], "x/y.git"), (["revision=a//b"], "a//b"),
                          (["revision=../main"], "../main")]:
-        expect_err(sc, sc.run(*args), "HUB_INVALID_NAME", needle)
+        expect_err(sc, sc.run(*args), "HUB/INVALID_NAME", needle)
     check(not ctx.server.log(), "bad_names: no request")
     check(not os.path.exists(sc.cache), "bad_names: nothing written")
     res = sc.run(env=sc.env(HF_HUB_ETAG_TIMEOUT="soon"))
@@ -1112,7 +1113,7 @@ def t_locks(ctx):
     fcntl.flock(fd, fcntl.LOCK_EX)
     sc.serve()
     res = sc.run("hub_lock_timeout_s=1")
-    expect_err(sc, res, "HUB_CACHE", "timed out", held)
+    expect_err(sc, res, "HUB/CACHE", "timed out", held)
     os.close(fd)
     expect_ok(sc, sc.run(), " (after release)")
     sc.cleanup()
@@ -1143,7 +1144,7 @@ def t_cli(ctx):
     check(rc == 0 and out.startswith(os.path.join(other, "models--org--model", "snapshots", SHA_PR)),
           "cli: --revision --cache-dir (rc %d, out %r, err %s)" % (rc, out, err[-800:]))
     rc, out, err = cli(REPO, "--offline", "--cache-dir", os.path.join(sc.dir, "empty"))
-    check(rc == 1 and out == "" and "offline" in err and "HUB_OFFLINE" in err, "cli: offline miss (rc %d, %s)" %
+    check(rc == 1 and out == "" and "offline" in err and "HUB (OFFLINE)" in err, "cli: offline miss (rc %d, %s)" %
           (rc, err))
     rc, out, err = cli()
     check(rc == 2 and "repository" in err, "cli: missing REPO is a usage error")
@@ -1178,12 +1179,12 @@ def t_mistyped_name(ctx):
     for name in ("lama3", "models/lama3"):
         ctx.server.clear()
         rc, err = load(name)
-        first = "rank 0: HUB_REPO_NOT_FOUND: no folder '%s' here (%s), and as a Hub repository id:" % (name, cwd)
+        first = "rank 0: HUB (REPO_NOT_FOUND): no folder '%s' here (%s), and as a Hub repository id:" % (name, cwd)
         check(rc == 1 and first in err and "epository not found" in err,
               "mistyped %s: no folder first, then the Hub's answer (rc %d): %s" % (name, rc, err[-1500:]))
         check(len(ctx.server.log()) == 1, "mistyped %s: one request: %s" % (name, ctx.server.log()))
     rc, err = load("lama3", HF_ENDPOINT="http://no-such-host.invalid")
-    check(rc == 1 and "HUB_NETWORK: no folder 'lama3' here (%s)" % cwd in err and "resolve" in err and
+    check(rc == 1 and "HUB (NETWORK): no folder 'lama3' here (%s)" % cwd in err and "resolve" in err and
           "not retried" in err, "unresolvable Hub: no folder first, then why (rc %d): %s" % (rc, err[-1500:]))
     check("retrying" not in err, "unresolvable Hub: the name was tried once: %s" % err[-1500:])
     sc.cleanup()
@@ -1395,7 +1396,7 @@ def t_no_space(ctx):
         blobs = os.path.join(sc.repo_dir, "blobs")
         for mode, args in [("stream", []), ("parallel", ["hub_parallel_threshold=16384", "hub_chunk_bytes=8192"])]:
             res = sc.run("hub_parallel_files=1", *args)
-            expect_err(sc, res, "HUB_CACHE", "not enough space", SHARDS[1], "needs %d bytes" % size, blobs,
+            expect_err(sc, res, "HUB/CACHE", "not enough space", SHARDS[1], "needs %d bytes" % size, blobs,
                        "removed")
             check(not leftovers(sc), "no_space (%s): partial downloads left on the full device: %s" % (
                 mode, leftovers(sc)))

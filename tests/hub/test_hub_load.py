@@ -141,7 +141,7 @@ def main():
         # 5. a repository the Hub does not know: every rank fails, the cause printed once
         rc, _, err = run([mpirun, "-np", "4", cli, "load", "org/nothing"] + layout, env, timeout=120)
         check(rc != 0, "unknown repository fails")
-        check(err.count("HUB_REPO_NOT_FOUND") == 1, "the cause is printed once: " + err[-1500:])
+        check(err.count("HUB (REPO_NOT_FOUND)") == 1, "the cause is printed once: " + err[-1500:])
     finally:
         server.stop()
         shutil.rmtree(work, ignore_errors=True)

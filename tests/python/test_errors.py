@@ -8,7 +8,9 @@ bounded by ctest's timeout and `timeout` in python.cmake). Under mpirun at 1..4 
   - a checkpoint lacking a weight: MissingWeightsError on every rank (strict), a warning without;
   - load_into a module with an extra parameter: MissingWeightsError naming it, on every rank;
     strict=False loads and returns it in `missing`;
-  - importing shardload and shardload.vllm opens no library; the first use reports the paths tried.
+  - importing shardload and shardload.vllm opens no library; the first use reports the paths tried;
+  - SL_STATUS_HUB is HubError with .cause, the former classes (HubGatedError, ...) its subclasses
+    chosen by cause; a message comes from sl_last_error, this thread's.
 """
 
 import os
@@ -96,6 +98,21 @@ missing, unexpected = shardload.torch.load_into(module, llama, comm, strict=Fals
                                                 dp=world // tp)
 if missing != (["extra_scale"] if rank == last else []) or unexpected != []:
     fails.append("strict=False: missing %s unexpected %s" % (missing, unexpected))
+
+# SL_STATUS_HUB and its causes; the one message channel
+hub = shardload.HubError.status
+e = shardload.error_for(hub, "gated", cause="GATED")
+if not (type(e) is shardload.HubGatedError and isinstance(e, shardload.HubError) and e.cause == "GATED"
+        and e.status == hub and e.status_name == "HUB"):
+    fails.append("HUB/GATED: %s %s %s %s" % (type(e).__name__, e.cause, e.status, e.status_name))
+e = shardload.error_for(hub, "no key", cause="S3_NO_SUCH_KEY")
+if not (type(e) is shardload.HubError and e.cause == "S3_NO_SUCH_KEY"):
+    fails.append("HUB/S3_NO_SUCH_KEY: %s %s" % (type(e).__name__, e.cause))
+if not issubclass(shardload.HubOfflineError, shardload.HubError) or shardload.HubError.status_name != "HUB":
+    fails.append("HubOfflineError is not a HubError")
+bad = expect(shardload.ConfigError, lambda: shardload.Config(tensor_paralel=2), ["tensor_paralel"])
+if bad is not None and bad.message != shardload._lib.last_error():
+    fails.append("the message is not sl_last_error's: %r" % bad.message)
 
 # library search message
 if rank == 0:

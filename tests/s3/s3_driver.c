@@ -25,6 +25,8 @@ static int finish(sl_status st, const sl__err *err, sl__buf *extra) {
   sl__buf_init(&b, 0);
   sl__buf_appendf(&b, "{\"status\": ");
   sl__buf_json_str(&b, sl_status_name(st));
+  sl__buf_appendf(&b, ", \"cause\": ");
+  sl__buf_json_str(&b, sl_hub_cause_name(st == SL_STATUS_HUB ? (int)err->cause : SL_HUB_CAUSE_NONE));
   sl__buf_appendf(&b, ", \"message\": ");
   sl__buf_json_str(&b, err->msg);
   if (extra != NULL && extra->len > 0)

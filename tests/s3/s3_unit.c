@@ -248,7 +248,8 @@ static void test_xml(void) {
       big};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     sl__err_clear(&err);
-    CHECKF(sl__s3_parse_list(bad[i], strlen(bad[i]), "listing", &pg, &err) == SL_STATUS_IO && pg.n == 0 &&
+    CHECKF(sl__s3_parse_list(bad[i], strlen(bad[i]), "listing", &pg, &err) == SL_STATUS_HUB &&
+               err.cause == SL_HUB_CAUSE_METADATA && pg.n == 0 &&
                strstr(err.msg, "listing: not a ListObjectsV2 reply") != NULL,
            "bad page %zu accepted (%s)", i, err.msg);
   }

@@ -206,8 +206,10 @@ def group_client(ctx):
 
 
 def expect(r, status, *words, what):
-    ok = r["status"] == status and all(w in r["message"] for w in words)
-    check(ok, "%s: %s %s (wanted %s with %s)" % (what, r["status"], r["message"], status, words))
+    """status: a status name, or "HUB/<cause>" for a store failure and its cause."""
+    got = r["status"] if r["status"] != "HUB" else "HUB/" + r["cause"]
+    ok = got == status and all(w in r["message"] for w in words)
+    check(ok, "%s: %s %s (wanted %s with %s)" % (what, got, r["message"], status, words))
 
 
 def group_errors(ctx):
@@ -216,25 +218,25 @@ def group_errors(ctx):
     key = "client/small.json"
     out = os.path.join(ctx.work, "e.bin")
     env = st.env(AWS_ACCESS_KEY_ID=None, AWS_SECRET_ACCESS_KEY=None)
-    expect(ctx.drv("read", "models", key, "-", 0, 4, out, env=env), "IO", "s3://models/client/small.json",
+    expect(ctx.drv("read", "models", key, "-", 0, 4, out, env=env), "HUB/S3_ACCESS_DENIED", "s3://models/client/small.json",
            "access denied", "AccessDenied", "unsigned", what="unsigned, not anonymous")
-    expect(ctx.drv("read", "models", key, "-", 0, 4, out, env=st.env(AWS_ACCESS_KEY_ID="AKNOPE")), "CONFIG",
+    expect(ctx.drv("read", "models", key, "-", 0, 4, out, env=st.env(AWS_ACCESS_KEY_ID="AKNOPE")), "HUB/S3_UNKNOWN_KEY_ID",
            "InvalidAccessKeyId", "AWS_ACCESS_KEY_ID", what="unknown key id")
-    expect(ctx.drv("list", "models", "client/", env=st.env(AWS_SECRET_ACCESS_KEY="wrong")), "CONFIG",
+    expect(ctx.drv("list", "models", "client/", env=st.env(AWS_SECRET_ACCESS_KEY="wrong")), "HUB/S3_BAD_SIGNATURE",
            "listing s3://models/client/", "SignatureDoesNotMatch", what="wrong secret")
     st.configure(credentials={stack.ACCESS: {"secret": stack.SECRET, "token": "tok", "expired": True}})
-    expect(ctx.drv("read", "models", key, "-", 0, 4, out, env=st.env(AWS_SESSION_TOKEN="tok")), "CONFIG",
+    expect(ctx.drv("read", "models", key, "-", 0, 4, out, env=st.env(AWS_SESSION_TOKEN="tok")), "HUB/S3_EXPIRED_TOKEN",
            "has expired", "ExpiredToken", what="expired token")
     st.configure(credentials={stack.ACCESS: {"secret": stack.SECRET, "token": "tok"}})
-    expect(ctx.drv("read", "models", key, "-", 0, 4, out, env=st.env(AWS_SESSION_TOKEN="other")), "CONFIG",
+    expect(ctx.drv("read", "models", key, "-", 0, 4, out, env=st.env(AWS_SESSION_TOKEN="other")), "HUB/S3_INVALID_TOKEN",
            "InvalidToken", what="wrong token")
     st.configure()
-    expect(ctx.drv("read", "nobucket", "k", "-", 0, 4, out), "NOT_FOUND", "bucket 'nobucket' does not exist",
+    expect(ctx.drv("read", "nobucket", "k", "-", 0, 4, out), "HUB/S3_NO_SUCH_BUCKET", "bucket 'nobucket' does not exist",
            "NoSuchBucket", what="no such bucket")
-    expect(ctx.drv("read", "models", "client/nothing", "-", 0, 4, out), "NOT_FOUND", "s3://models/client/nothing",
+    expect(ctx.drv("read", "models", "client/nothing", "-", 0, 4, out), "HUB/S3_NO_SUCH_KEY", "s3://models/client/nothing",
            "NoSuchKey", what="no such key")
     st.configure(bucket_regions={"models": "eu-west-1"})
-    expect(ctx.drv("list", "models", "client/"), "CONFIG", "is in region eu-west-1, not us-east-1",
+    expect(ctx.drv("list", "models", "client/"), "HUB/S3_WRONG_REGION", "is in region eu-west-1, not us-east-1",
            "AWS_REGION=eu-west-1", what="wrong region")
     expect(ctx.drv("read", "models", key, "-", 0, 4, out, env=st.env(AWS_REGION="eu-west-1")), "OK",
            what="the right region")
@@ -287,7 +289,7 @@ def group_faults_client(ctx, big, key, etag):
           "SlowDown twice, then the bytes: %s %s" % (r["message"], codes))
     st.configure(rules=[slowdown(-1, key)])
     r, data = read(0, 1000, retry_s=2)
-    check(r["status"] == "IO" and "gave up after" in r["message"] and "SlowDown" in r["message"] and
+    check(r["status"] == "HUB" and r["cause"] == "HTTP" and "gave up after" in r["message"] and "SlowDown" in r["message"] and
           key in r["message"] and r["seconds"] < 20, "a store that stays slow: %s (%.1f s)" % (r["message"],
                                                                                              r["seconds"]))
     st.configure(rules=[{"method": "GET", "key": key, "times": 1, "action": {"drop_after": 100000}}])
@@ -310,7 +312,7 @@ def group_faults_client(ctx, big, key, etag):
     # the new bytes (the next read, pinned to the new ETag, would succeed).
     st.configure(rules=[{"method": "GET", "key": key, "times": 1, "action": {"replace": "new content"}}])
     r, data = read(0, 2_000_000, threads=4)
-    check(r["status"] == "IO" and "replaced during the load" in r["message"] and key in r["message"],
+    check(r["status"] == "HUB" and r["cause"] == "S3_CHANGED" and "replaced during the load" in r["message"] and key in r["message"],
           "an object replaced mid-read: " + r["message"])
     st.configure()
 
