@@ -46,7 +46,7 @@ from .record_ops import (CONVERT, COPIES, DATA, DERIVED, DEVICE, EXTRACT, NAMES,
                          OPS, PARAM, PVIEW, QUERY, REF, SCALAR_TYPES, TEXT, VIEW, WRITE, Tracked,
                          adopt, base_of, category, conversion_dtype, conversion_ok, flatten,
                          has_tensor, op_entry, op_name, param_class, shape_of, simple_box, storage_key,
-                         torch_dtype, tree_map, wrap)
+                         torch_dtype, track_view, tree_map, wrap)
 from .record_plan import NO_ORIGINS, Event, finish
 
 REGION_LIMIT = 4096  # regions one parameter may take before it falls back
@@ -308,16 +308,7 @@ class Recorder:
         if name == "copy_" and kind is not None and len(args) == 2 and not kwargs:
             return self.copy(func, first, args[1])
         if cat == VIEW and kind is not None and kind != DERIVED and _plain_args(args, kwargs):
-            with _DISABLED():   # the most frequent op: inline
-                out = func(*args, **kwargs)
-            if type(out) is torch.Tensor:
-                base = first if kind == PARAM else first._sl_base
-                info = first._sl_info
-                if out._base is base and out.dtype == info.dtype:
-                    if kind == PARAM:
-                        return adopt(out, PVIEW, base, info, info.name)
-                    return adopt(out, kind, base, info, first._sl_what)
-            return tree_map(lambda o: self._view_result(o, first, kind, name), out)
+            return track_view(self, func, args, kwargs)
         return self._rest(func, name, cat, args, kwargs, first, kind)
 
     def view_result(self, func, args, out):

@@ -48,14 +48,14 @@ _SCALARS = (int, float, bool, slice, type(None), type(Ellipsis), torch.dtype, to
 SCALAR_TYPES = frozenset(_SCALARS)
 
 
-def _view(hook, func, args):
-    """A view op on tracked args[0] (not DERIVED) with scalar arguments, as the Recorder's
-    dispatch would answer it: a view with the input's dtype adopts its tracking; anything else
-    is classified by the Recorder."""
+def track_view(recorder, func, args, kwargs=None):
+    """A view op on tracked args[0] (not DERIVED) with scalar arguments, as the Recorder answers
+    it: a view with the input's dtype adopts its tracking; anything else is classified by the
+    Recorder (view_result)."""
     first = args[0]
     kind = first._sl_kind
     with _DISABLED():
-        out = func(*args)
+        out = func(*args, **kwargs) if kwargs else func(*args)
     if type(out) is torch.Tensor:
         base = first if kind == PARAM else first._sl_base
         info = first._sl_info
@@ -63,7 +63,7 @@ def _view(hook, func, args):
             if kind == PARAM:
                 return adopt(out, PVIEW, base, info, info.name)
             return adopt(out, kind, base, info, first._sl_what)
-    return hook.__self__.view_result(func, args, out)
+    return recorder.view_result(func, args, out)
 
 
 def _param_data(param):
@@ -104,7 +104,7 @@ class Tracked(torch.Tensor):
                 for a in args[1:]:
                     if type(a) not in SCALAR_TYPES:
                         return hook(func, args, {})
-                return _view(hook, func, args)
+                return track_view(hook.__self__, func, args)
         elif cat == DATA and len(args) == 1 and getattr(args[0], "_sl_kind", None) == PARAM:
             return _param_data(args[0])
         return hook(func, args, {})
@@ -137,7 +137,7 @@ def _view_method(func):
         for a in args:
             if type(a) not in SCALAR_TYPES:
                 return hook(func, (self,) + args, {})
-        return _view(hook, func, (self,) + args)
+        return track_view(hook.__self__, func, (self,) + args)
     method.__name__ = func.__name__
     return method
 

@@ -9,6 +9,7 @@
 #include "shardload/core.h"
 
 #include "check.h"
+#include "solo_comm.h"
 
 #include <pthread.h>
 #include <stdbool.h>
@@ -45,59 +46,10 @@ static void check_null_handle(void) {
   CHECK_STR(sl_last_error(), "sl_config_set: invalid argument");
 }
 
-static int solo_broadcast(void *ctx, const int *members, int n_members, int root, void *buf, uint64_t nbytes,
-                          uint64_t stop_epoch, double timeout_s, char *msg, size_t msg_cap) {
-  (void)ctx, (void)members, (void)n_members, (void)root, (void)buf, (void)nbytes, (void)stop_epoch;
-  (void)timeout_s, (void)msg, (void)msg_cap;
-  return SL_COMM_OK;
-}
-
-static int solo_allgather(void *ctx, const void *send, uint64_t nbytes, void *recv, double timeout_s,
-                          char *msg, size_t msg_cap) {
-  (void)ctx, (void)timeout_s, (void)msg, (void)msg_cap;
-  memmove(recv, send, nbytes);
-  return SL_COMM_OK;
-}
-
-static int solo_alltoallv(void *ctx, const int *members, int n_members, const void *send,
-                          const uint64_t *send_counts, const uint64_t *send_displs, void *recv,
-                          const uint64_t *recv_counts, const uint64_t *recv_displs, uint64_t stop_epoch,
-                          double timeout_s, char *msg, size_t msg_cap) {
-  (void)ctx, (void)members, (void)n_members, (void)recv_counts, (void)stop_epoch, (void)timeout_s;
-  (void)msg, (void)msg_cap;
-  memmove((char *)recv + recv_displs[0], (const char *)send + send_displs[0], send_counts[0]);
-  return SL_COMM_OK;
-}
-
-static int solo_allreduce(void *ctx, int64_t *values, int count, int op, double timeout_s, char *msg,
-                          size_t msg_cap) {
-  (void)ctx, (void)values, (void)count, (void)op, (void)timeout_s, (void)msg, (void)msg_cap;
-  return SL_COMM_OK;
-}
-
-static void solo_stop_raise(void *ctx, uint64_t stop_epoch) {
-  *(uint64_t *)ctx = stop_epoch;
-}
-
-static int solo_stop_check(void *ctx, uint64_t stop_epoch, int *from) {
-  bool raised = *(uint64_t *)ctx == stop_epoch;
-  *from = raised ? 0 : -1;
-  return raised;
-}
-
 /* A planned loader of one rank over the caller's functions: binding a parameter it does not have. */
 static void check_loader(const char *llama) {
   static uint64_t raised;
-  sl_comm_ops ops = {.version = SL_COMM_OPS_VERSION,
-                     .rank = 0,
-                     .size = 1,
-                     .ctx = &raised,
-                     .broadcast = solo_broadcast,
-                     .allgather = solo_allgather,
-                     .alltoallv = solo_alltoallv,
-                     .allreduce = solo_allreduce,
-                     .stop_raise = solo_stop_raise,
-                     .stop_check = solo_stop_check};
+  sl_comm_ops ops = solo_comm_ops(&raised);
   sl_config *cfg = NULL;
   sl_config_create(&cfg);
   sl_config_set(cfg, "model", llama);
