@@ -207,6 +207,7 @@ _SIGS = {
     "sl_loader_create": (c_status, [ctypes.c_void_p, c_comm, _P(ctypes.c_void_p)]),
     "sl_loader_destroy": (None, [ctypes.c_void_p]),
     "sl_loader_release_local": (None, [ctypes.c_void_p]),
+    "sl_loader_error": (ctypes.c_char_p, [ctypes.c_void_p]),
     "sl_loader_create_ops": (c_status, [ctypes.c_void_p, ctypes.c_void_p, _P(ctypes.c_void_p)]),
     "sl_loader_error_cause": (c_status, [ctypes.c_void_p, _P(ctypes.c_int)]),
     "sl_loader_set_cuda": (c_status, [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p,

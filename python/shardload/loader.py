@@ -470,6 +470,11 @@ class Loader:
     def _message(self):
         return _lib.last_error()
 
+    def _own_message(self):
+        """The failure this loader recorded itself (empty when a call ended on the transport's
+        error): whether the transport's failure is the one to raise (refit.py, _run)."""
+        return _lib.text(lib.sl_loader_error(self._h)) if self._h else ""
+
     def _check(self, st):
         """Raises the failure of a C call: the same class on every rank (a rank that only saw a
         peer fail raises the class of that peer's failure, with .peer_rank set; over a
@@ -664,7 +669,7 @@ class Loader:
             timeout = self._cfg.get("timeout_s")
             job = TorchComm(group, store, float(timeout) if timeout else 600.0)
             st = lib.sl_loader_load_from_peers_ops(self._h, ctypes.byref(job.ops()))
-            if st != 0 and job.failure and job.failure not in self._message():  # C did not relay it
+            if st != 0 and job.failure and not self._own_message():  # the transport's failure
                 raise error_for(st, job.failure)
         else:
             handle, keep = comm_handle(comm)

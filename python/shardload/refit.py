@@ -39,6 +39,7 @@ _u64p = _P(ctypes.c_uint64)
 for _name, _res, _args in (
         ("sl_publisher_create", ctypes.c_int, [ctypes.c_void_p, _P(ctypes.c_void_p)]),
         ("sl_publisher_destroy", None, [ctypes.c_void_p]),
+        ("sl_publisher_error", ctypes.c_char_p, [ctypes.c_void_p]),
         ("sl_publisher_add", ctypes.c_int, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_uint32,
                                             _u64p, _u64p, _u64p, ctypes.c_void_p]),
         ("sl_publisher_clear", None, [ctypes.c_void_p]),
@@ -115,15 +116,17 @@ def _job(comm, group):
     return group, comm
 
 
-def _run(call_ops, call_mpi, comm, group, store, timeout_s, message):
-    """Runs one side's collective over group (torch.distributed) or comm (MPI); the status and the
-    transport's failure when the library's message does not already relay it."""
+def _run(call_ops, call_mpi, comm, group, store, timeout_s, own_message):
+    """Runs one side's collective over group (torch.distributed) or comm (MPI); the status. The
+    transport's failure is raised at once when the library recorded no failure of its own
+    (own_message(): the handle's message, empty then): the call ended on the transport's error,
+    and no further step of this refit may use the group (gloo cannot drop the failed messages)."""
     group, comm = _job(comm, group)
     if group is not None:
         from .torchcomm import TorchComm
         job = TorchComm(group, store, timeout_s)
         st = call_ops(ctypes.byref(job.ops()))
-        if st != 0 and job.failure and job.failure not in message():  # C did not relay it
+        if st != 0 and job.failure and not own_message():
             raise error_for(st, job.failure)
         return st
     handle, keep = comm_handle(comm)
@@ -159,6 +162,9 @@ class Publisher:
 
     def _message(self):
         return _lib.last_error()
+
+    def _own_message(self):
+        return _lib.text(lib.sl_publisher_error(self._h)) if self._h else ""
 
     def _add_all(self, tensors, dtype):
         """Hands every block to the library; returns what must stay alive until the publish returns."""
@@ -200,7 +206,8 @@ class Publisher:
         keep = self._add_all(tensors, dtype)
         timeout = float(self._config.get("timeout_s", 600.0))
         st = _run(lambda ops: lib.sl_publish_ops(self._h, ops, int(version)),
-                  lambda c: lib.sl_publish(self._h, c, int(version)), comm, group, store, timeout, self._message)
+                  lambda c: lib.sl_publish(self._h, c, int(version)), comm, group, store, timeout,
+                  self._own_message)
         del keep
         if st != 0:
             raise error_for(st, self._message())
@@ -252,7 +259,7 @@ def refit_loader(loader, version, comm=None, group=None, store=None):
     timeout = loader._cfg.get("timeout_s")
     st = _run(lambda ops: lib.sl_loader_refit_ops(loader._h, ops, int(version)),
               lambda c: lib.sl_loader_refit(loader._h, c, int(version)), comm, group, store,
-              float(timeout) if timeout else 600.0, loader._message)
+              float(timeout) if timeout else 600.0, loader._own_message)
     loader._check(st)
     if loader._progress is not None:
         loader._progress.raise_pending()
