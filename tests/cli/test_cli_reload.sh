@@ -6,24 +6,8 @@
 # --reload, are usage errors; --help lists both options. Needs SL_CLI, SL_FIXTURES and SL_MPIRUN.
 set -u
 
-fails=0
-fail() {
-  echo "FAIL: $*" >&2
-  fails=$((fails + 1))
-}
-contains() { grep -F -- "$2" "$1" >/dev/null 2>&1; }
-count() { grep -c -F -- "$2" "$1" 2>/dev/null; }
-
-: "${SL_CLI:?SL_CLI is not set}" "${SL_FIXTURES:?SL_FIXTURES is not set}" "${SL_MPIRUN:?SL_MPIRUN is not set}"
-M="$SL_FIXTURES/llama"
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/sl-cli-reload-XXXXXX") || exit 1
-trap 'rm -rf "$TMP"' EXIT
-run() { # run NAME ARGS... → $TMP/NAME.err, $rc (under mpirun at 2 ranks)
-  name=$1
-  shift
-  timeout 120 "$SL_MPIRUN" -np 2 "$SL_CLI" load "$@" >"$TMP/$name.out" 2>"$TMP/$name.err"
-  rc=$?
-}
+. "$(dirname "$0")/cli_common.sh" || exit 1
+cli_begin reload
 
 run twice "$M" --tp 2 --reload "$M" --reload "$M" --report "$TMP/report.json"
 [ "$rc" -eq 0 ] || fail "load + 2 reloads: exit $rc: $(head -c 1000 "$TMP/twice.err")"

@@ -9,24 +9,8 @@
 # Needs SL_CLI, SL_FIXTURES and SL_MPIRUN.
 set -u
 
-fails=0
-fail() {
-  echo "FAIL: $*" >&2
-  fails=$((fails + 1))
-}
-contains() { grep -F -- "$2" "$1" >/dev/null 2>&1; }
-count() { grep -c -F -- "$2" "$1" 2>/dev/null; }
-
-: "${SL_CLI:?SL_CLI is not set}" "${SL_FIXTURES:?SL_FIXTURES is not set}" "${SL_MPIRUN:?SL_MPIRUN is not set}"
-M="$SL_FIXTURES/llama"
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/sl-cli-saved-XXXXXX") || exit 1
-trap 'rm -rf "$TMP"' EXIT
-run() { # run NAME ARGS... → $TMP/NAME.out, $TMP/NAME.err, $rc (shardload load under mpirun at 2 ranks)
-  name=$1
-  shift
-  timeout 120 "$SL_MPIRUN" -np 2 "$SL_CLI" load "$@" >"$TMP/$name.out" 2>"$TMP/$name.err"
-  rc=$?
-}
+. "$(dirname "$0")/cli_common.sh" || exit 1
+cli_begin saved
 # The parameters of --list-params ("rank R: NAME DTYPE [SHAPE] N bytes"), one per line, sorted.
 params() { grep -E '^rank [0-9]+: ' "$1" | sed 's/ bytes: .*/ bytes/' | sort; }
 

@@ -93,13 +93,15 @@ if(SL_HAVE_CUDA)
     sl_gpu_mpi_test(test_gpu_load gpu 1 2)
     # Reload in place on real GPUs (docs/spec/DESIGN.md §10): labels reshard and gpu.
     sl_gpu_mpi_test(test_gpu_reload gpu 1 2)
+    target_sources(test_gpu_reload PRIVATE ${_sl_gpu_dir}/gpu_ranks.c)
     set_tests_properties(test_gpu_reload_np1 test_gpu_reload_np2 PROPERTIES LABELS "reshard;gpu")
     # Load from peers GPU to GPU (docs/spec/DESIGN.md §11): one GPU per rank, or skipped (77).
     sl_gpu_mpi_test(test_gpu_peers gpu 2 4)
+    target_sources(test_gpu_peers PRIVATE ${_sl_gpu_dir}/gpu_ranks.c)
     set_tests_properties(test_gpu_peers_np2 test_gpu_peers_np4 PROPERTIES LABELS "reshard;gpu")
     # Weight sync GPU to GPU (docs/spec/DESIGN.md §13): one GPU per rank, or skipped (77).
     sl_gpu_mpi_test(test_gpu_refit gpu 3 4)
-    target_sources(test_gpu_refit PRIVATE ${PROJECT_SOURCE_DIR}/tests/mpi/refit_common.c
+    target_sources(test_gpu_refit PRIVATE ${_sl_gpu_dir}/gpu_ranks.c ${PROJECT_SOURCE_DIR}/tests/mpi/refit_common.c
       ${PROJECT_SOURCE_DIR}/tests/mpi/reshard_common.c ${PROJECT_SOURCE_DIR}/tests/common/reference.c
       ${PROJECT_SOURCE_DIR}/tests/mpi/load_check.c)
     target_include_directories(test_gpu_refit PRIVATE ${PROJECT_SOURCE_DIR}/tests/mpi)

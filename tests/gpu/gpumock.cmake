@@ -72,6 +72,7 @@ endforeach()
 # Reload in place on the GPU path (labels reshard, gpumock): device memory at the same pointers
 # equal to a cpu load of each checkpoint, the NCCL communicators made again and released.
 sl_gpumock_exe(test_gpu_reload_mock ${_sl_mock_dir}/test_gpu_reload.c SL_TEST_HAVE_CUDA=1 SL_TEST_CUDA_MOCK=1)
+target_sources(test_gpu_reload_mock PRIVATE ${_sl_mock_dir}/gpu_ranks.c)
 foreach(np 1 2 3 4)
   add_test(NAME test_gpu_reload_mock_np${np} COMMAND ${SL_MPIRUN} -np ${np} $<TARGET_FILE:test_gpu_reload_mock>)
   set_tests_properties(test_gpu_reload_mock_np${np} PROPERTIES LABELS "reshard;gpumock" TIMEOUT 300
@@ -83,6 +84,7 @@ endforeach()
 # target layout; donors unchanged; the pairs' NCCL communicators made and released; a cuda/cpu mix
 # refused and a failed NCCL connection failing every rank alike.
 sl_gpumock_exe(test_gpu_peers_mock ${_sl_mock_dir}/test_gpu_peers.c SL_TEST_HAVE_CUDA=1 SL_TEST_CUDA_MOCK=1)
+target_sources(test_gpu_peers_mock PRIVATE ${_sl_mock_dir}/gpu_ranks.c)
 foreach(np 2 3 4 6)
   add_test(NAME test_gpu_peers_mock_np${np} COMMAND ${SL_MPIRUN} -np ${np} $<TARGET_FILE:test_gpu_peers_mock>)
   set_tests_properties(test_gpu_peers_mock_np${np} PROPERTIES LABELS "reshard;gpumock" TIMEOUT 300
@@ -93,7 +95,7 @@ endforeach()
 # receivers' parameters against the reference; the pairs' NCCL communicators made and released; F32 from
 # device memory refused before any byte moves; a failed NCCL connection fails every rank, a retry works.
 sl_gpumock_exe(test_gpu_refit_mock ${_sl_mock_dir}/test_gpu_refit.c SL_TEST_HAVE_CUDA=1 SL_TEST_CUDA_MOCK=1)
-target_sources(test_gpu_refit_mock PRIVATE ${PROJECT_SOURCE_DIR}/tests/mpi/refit_common.c
+target_sources(test_gpu_refit_mock PRIVATE ${_sl_mock_dir}/gpu_ranks.c ${PROJECT_SOURCE_DIR}/tests/mpi/refit_common.c
   ${PROJECT_SOURCE_DIR}/tests/mpi/reshard_common.c ${PROJECT_SOURCE_DIR}/tests/common/reference.c
   ${PROJECT_SOURCE_DIR}/tests/mpi/load_check.c ${SL_REFERENCE_PARTS})
 target_include_directories(test_gpu_refit_mock PRIVATE ${PROJECT_SOURCE_DIR}/tests/mpi)

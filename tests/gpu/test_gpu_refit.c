@@ -20,6 +20,7 @@
  * (labels refit, gpu; skipped, 77, without a GPU per rank).
  */
 #include "check.h"
+#include "gpu_ranks.h"
 #include "load_check.h"
 #include "refit_common.h"
 #include "reshard_common.h"
@@ -232,33 +233,14 @@ static void mixed(void) {
   MPI_Comm_free(&side);
 }
 
-static int gpus_for_every_rank(void) {
-  int count = 0;
-  int ok = cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
-  MPI_Comm node;
-  int local = 1;
-  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
-  MPI_Comm_size(node, &local);
-  MPI_Comm_rank(node, &local_rank);
-  MPI_Comm_free(&node);
-  ok = ok && count >= local;
-  int all = 0;
-  MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-  return all;
-}
-
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   sl_test_rank = rank;
   lc_quiet_logs();
-  if (size < 2 || !gpus_for_every_rank()) {
-    if (rank == 0)
-      printf("SKIP: a refit on GPUs needs 2 ranks or more, each with its own CUDA device\n");
-    MPI_Finalize();
-    return 77;
-  }
+  if (size < 2 || !gpu_ranks_have_devices(&local_rank))
+    return gpu_ranks_skip("a refit on GPUs needs 2 ranks or more, each with its own CUDA device");
   CHECK(cudaSetDevice(local_rank) == cudaSuccess); /* the caller's device, kept by every call */
   gpu = (rf_device){.device = local_rank, .copy = to_device, .release = release};
   host_blocks = (rf_device){.device = local_rank, .copy = to_host, .release = host_release};

@@ -13,6 +13,7 @@
  * per rank) and against the stand-in (labels reshard, gpumock).
  */
 #include "check.h"
+#include "gpu_ranks.h"
 
 #include "shardload/shardload.h"
 
@@ -282,31 +283,13 @@ static void run(const layout *lay, const char *orig, const char *inverted) {
   sl_loader_destroy(cpu_b);
 }
 
-static int gpus_for_every_rank(void) {
-  int count = 0;
-  int ok = cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
-  MPI_Comm node;
-  int local = 1;
-  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
-  MPI_Comm_size(node, &local);
-  MPI_Comm_free(&node);
-  ok = ok && count >= local;
-  int all = 0;
-  MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-  return all;
-}
-
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   sl_test_rank = rank;
-  if (!gpus_for_every_rank()) {
-    if (rank == 0)
-      printf("SKIP: no CUDA device for every rank\n");
-    MPI_Finalize();
-    return 77;
-  }
+  if (!gpu_ranks_have_devices(NULL))
+    return gpu_ranks_skip("no CUDA device for every rank");
   const char *fixtures = sl_test_env("SL_FIXTURES", "fixtures");
   char tmp[1024] = "";
   if (rank == 0) {

@@ -262,6 +262,24 @@ int lc_layouts(int world, int out[][3], int cap) {
   return n;
 }
 
+void lc_run_layouts(const char *const *fixtures, size_t n) {
+  int lays[16][3];
+  int nl = lc_layouts(lc_world(), lays, 16);
+  for (size_t f = 0; f < n; f++)
+    for (int i = 0; i < nl; i++)
+      for (int ep = 0; ep < 2; ep++)
+        for (int ckpt = 0; ckpt < 2; ckpt++) {
+          lc_case c = {.fixture = fixtures[f],
+                       .tp = lays[i][0],
+                       .pp = lays[i][1],
+                       .dp = lays[i][2],
+                       .ep = ep == 1,
+                       .checkpoint = ckpt == 1,
+                       .no_coalesce = ep == 1};
+          lc_run(&c, NULL);
+        }
+}
+
 static void set_cfg(sl_config *cfg, const char *key, const char *value) {
   sl_status st = sl_config_set(cfg, key, value);
   CHECKF(st == SL_STATUS_OK, "sl_config_set(%s, %s): %s", key, value, sl_config_error(cfg));

@@ -91,4 +91,9 @@ int lc_world(void);
 /* The layouts (tp, pp, dp) with tp*pp*dp == world, into out (up to cap); returns the count. */
 int lc_layouts(int world, int out[][3], int cap);
 
+/* COLLECTIVE. lc_run on each fixture (names under $SL_FIXTURES) at every layout of lc_layouts for
+ * the world size, without and with expert parallelism (with it, coalescing off: no rank reads a
+ * byte it does not need), in the vllm and the checkpoint layout: 4 cases per fixture and layout. */
+void lc_run_layouts(const char *const *fixtures, size_t n);
+
 #endif

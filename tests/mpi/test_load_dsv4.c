@@ -27,21 +27,7 @@
 
 static void test_all_layouts(void) {
   static const char *const fixtures[] = {"deepseek_v4", "deepseek_v4_fp8e"};
-  int lays[16][3];
-  int n = lc_layouts(lc_world(), lays, 16);
-  for (size_t f = 0; f < sizeof fixtures / sizeof fixtures[0]; f++)
-    for (int i = 0; i < n; i++)
-      for (int ep = 0; ep < 2; ep++)
-        for (int ckpt = 0; ckpt < 2; ckpt++) {
-          lc_case c = {.fixture = fixtures[f],
-                       .tp = lays[i][0],
-                       .pp = lays[i][1],
-                       .dp = lays[i][2],
-                       .ep = ep == 1,
-                       .checkpoint = ckpt == 1,
-                       .no_coalesce = ep == 1};
-          lc_run(&c, NULL);
-        }
+  lc_run_layouts(fixtures, sizeof fixtures / sizeof fixtures[0]);
 }
 
 static void golden_tp4(void) {

@@ -26,20 +26,8 @@
 #include <string.h>
 
 static void test_layouts(void) {
-  int lays[16][3];
-  int n = lc_layouts(lc_world(), lays, 16);
-  for (int i = 0; i < n; i++)
-    for (int ep = 0; ep < 2; ep++)
-      for (int ckpt = 0; ckpt < 2; ckpt++) {
-        lc_case c = {.fixture = "gpt_oss_bf16",
-                     .tp = lays[i][0],
-                     .pp = lays[i][1],
-                     .dp = lays[i][2],
-                     .ep = ep == 1,
-                     .checkpoint = ckpt == 1,
-                     .no_coalesce = ep == 1};
-        lc_run(&c, NULL);
-      }
+  static const char *const fixtures[] = {"gpt_oss_bf16"};
+  lc_run_layouts(fixtures, 1);
 }
 
 /* Element (row, col) of source src [E, R, C] (BF16) of expert e against element at of data. */
