@@ -62,7 +62,9 @@ sl_status sl__refit_blocks_add(sl__refit_blocks *b, const char *name, sl__dtype 
     return sl__err_set(err, SL_STATUS_INVALID_ARGUMENT, "more than %u published blocks", SL_REFIT_MAX_BLOCKS);
   sl__refit_block k = {
       .dtype = dtype, .ndim = ndim, .tensor = SL_NONE, .shape_known = shape != NULL || ndim == 0};
-  for (uint32_t d = 0; d < ndim && d < SL_CAT_MAX_DIMS; d++) {
+  /* Too many dimensions: nothing is read from the caller's arrays (they need not hold ndim
+   * entries then); check_block refuses it, naming the tensor. */
+  for (uint32_t d = 0; ndim <= SL_CAT_MAX_DIMS && d < ndim; d++) {
     k.shape[d] = shape != NULL ? shape[d] : 0;
     k.offsets[d] = offsets[d];
     k.extent[d] = extent[d];
