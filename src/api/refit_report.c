@@ -15,13 +15,7 @@ static void links(sl__buf *b, const sl__peer_model *m, bool ok) {
                   "\"relay_seconds\":%.6f,\"predicted_seconds\":%.6f},\"nodes\":[",
                   m->network_gbps, SL_PEER_LOCAL_GBPS, ok ? m->network_s : 0, ok ? m->relay_s : 0,
                   ok ? m->predicted_s : 0);
-  for (uint32_t n = 0; ok && n < m->n_nodes; n++)
-    sl__buf_appendf(
-        b,
-        "%s{\"node\":%u,\"bytes_network_in\":%llu,\"bytes_network_out\":%llu,\"bytes_relayed\":%llu,"
-        "\"predicted_seconds\":%.6f}",
-        n > 0 ? "," : "", n, (unsigned long long)m->net_in[n], (unsigned long long)m->net_out[n],
-        (unsigned long long)m->relayed[n], m->node_s[n]);
+  sl__peer_model_nodes_json(b, m, ok ? m->n_nodes : 0);
   sl__buf_putc(b, ']');
 }
 

@@ -68,12 +68,16 @@ void sl__peer_model_json(struct sl__buf *b, const sl__peer_model *m, uint32_t ra
                   "\"nodes\":[",
                   m->network_gbps, SL_PEER_LOCAL_GBPS, ranks_per_node, m->n_nodes, m->network_s, m->relay_s,
                   m->predicted_s);
-  for (uint32_t n = 0; n < m->n_nodes; n++)
+  sl__peer_model_nodes_json(b, m, m->n_nodes);
+  sl__buf_appendf(b, "]");
+}
+
+void sl__peer_model_nodes_json(struct sl__buf *b, const sl__peer_model *m, uint32_t n_nodes) {
+  for (uint32_t n = 0; n < n_nodes; n++)
     sl__buf_appendf(
         b,
         "%s{\"node\":%u,\"bytes_network_in\":%llu,\"bytes_network_out\":%llu,\"bytes_relayed\":%llu,"
         "\"predicted_seconds\":%.6f}",
         n > 0 ? "," : "", n, (unsigned long long)m->net_in[n], (unsigned long long)m->net_out[n],
         (unsigned long long)m->relayed[n], m->node_s[n]);
-  sl__buf_appendf(b, "]");
 }

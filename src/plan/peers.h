@@ -126,5 +126,8 @@ void sl__peer_model_free(sl__peer_model *m);
  * refit's alike), appended to b; ranks_per_node as the dry run was given it. */
 struct sl__buf;
 void sl__peer_model_json(struct sl__buf *b, const sl__peer_model *m, uint32_t ranks_per_node);
+/* The first n_nodes of the model's per-node rows, comma-separated JSON objects (node, bytes in, out
+ * and relayed, predicted seconds): the one writer of those rows (the refit's report uses it too). */
+void sl__peer_model_nodes_json(struct sl__buf *b, const sl__peer_model *m, uint32_t n_nodes);
 
 #endif

@@ -3,6 +3,8 @@
  */
 #include "solo_comm.h"
 
+#include "check.h"
+
 #include <stdbool.h>
 #include <string.h>
 
@@ -57,4 +59,20 @@ sl_comm_ops solo_comm_ops(uint64_t *stop) {
                        .allreduce = solo_allreduce,
                        .stop_raise = solo_stop_raise,
                        .stop_check = solo_stop_check};
+}
+
+sl_status solo_planned_loader(const char *model, uint64_t *stop, sl_comm_ops *ops, sl_config **cfg,
+                              sl_loader **l) {
+  *ops = solo_comm_ops(stop);
+  *cfg = NULL;
+  *l = NULL;
+  sl_config_create(cfg);
+  sl_config_set(*cfg, "model", model);
+  sl_status st = sl_loader_create_ops(*cfg, ops, l);
+  CHECKF(st == SL_STATUS_OK, "sl_loader_create_ops: %s", sl_config_error(*cfg));
+  if (st == SL_STATUS_OK) {
+    st = sl_loader_plan(*l);
+    CHECKF(st == SL_STATUS_OK, "sl_loader_plan: %s", sl_loader_error(*l));
+  }
+  return st;
 }

@@ -12,5 +12,9 @@
 
 /* The table of rank 0 of 1; *stop holds the raised stop epoch (the table's ctx). */
 sl_comm_ops solo_comm_ops(uint64_t *stop);
+/* A loader of `model` over *ops (filled: solo_comm_ops(stop)) and a new *cfg, planned; each step's
+ * failure is a test failure with its message. The status of the first step that failed. */
+sl_status solo_planned_loader(const char *model, uint64_t *stop, sl_comm_ops *ops, sl_config **cfg,
+                              sl_loader **l);
 
 #endif

@@ -215,17 +215,10 @@ static const char *loader_message(void *ctx) {
 
 static void check_param_source(const char *llama) {
   static uint64_t raised;
-  sl_comm_ops ops = solo_comm_ops(&raised);
-  sl_config *cfg = NULL;
-  sl_config_create(&cfg);
-  sl_config_set(cfg, "model", llama);
-  sl_loader *l = NULL;
-  sl_status st = sl_loader_create_ops(cfg, &ops, &l);
-  CHECKF(st == SL_STATUS_OK, "sl_loader_create_ops: %s", sl_config_error(cfg));
-  if (st == SL_STATUS_OK) {
-    st = sl_loader_plan(l);
-    CHECKF(st == SL_STATUS_OK, "sl_loader_plan: %s", sl_loader_error(l));
-  }
+  sl_comm_ops ops;
+  sl_config *cfg;
+  sl_loader *l;
+  sl_status st = solo_planned_loader(llama, &raised, &ops, &cfg, &l);
   source_ctx s = {.l = l};
   while (st == SL_STATUS_OK && s.index < sl_loader_param_count(l) &&
          sl_loader_param_source_count(l, s.index) == 0)

@@ -49,17 +49,10 @@ static void check_null_handle(void) {
 /* A planned loader of one rank over the caller's functions: binding a parameter it does not have. */
 static void check_loader(const char *llama) {
   static uint64_t raised;
-  sl_comm_ops ops = solo_comm_ops(&raised);
-  sl_config *cfg = NULL;
-  sl_config_create(&cfg);
-  sl_config_set(cfg, "model", llama);
-  sl_loader *l = NULL;
-  sl_status st = sl_loader_create_ops(cfg, &ops, &l);
-  CHECKF(st == SL_STATUS_OK, "sl_loader_create_ops: %s", sl_config_error(cfg));
-  if (st == SL_STATUS_OK) {
-    st = sl_loader_plan(l);
-    CHECKF(st == SL_STATUS_OK, "sl_loader_plan: %s", sl_loader_error(l));
-  }
+  sl_comm_ops ops;
+  sl_config *cfg;
+  sl_loader *l;
+  sl_status st = solo_planned_loader(llama, &raised, &ops, &cfg, &l);
   if (st == SL_STATUS_OK) {
     float buf[4];
     CHECK(sl_loader_bind(l, "model.no_such_parameter", buf, sizeof buf) != SL_STATUS_OK);
